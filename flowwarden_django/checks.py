@@ -1,0 +1,89 @@
+"""System checks: a misconfigured ``FLOWWARDEN`` setting fails ``manage.py check``
+with the setting's path and the fix, not with a traceback at first use.
+
+Ids: E001 ``FLOWWARDEN`` or ``CHECKPOINT_STORES`` is not a dict; E002 a backend
+cannot be imported; E003 a backend is not a ``CheckpointStore``; E004 ``OPTIONS``
+do not fit the backend; E005 an optional extra is missing; E006 an alias named in
+``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from .conf import SETTING_NAME, fw_settings
+from .exceptions import InvalidCheckpointStoreError
+from .streams.stores import SETTING, load_backend_class, store_options, store_setting
+
+
+@checks.register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``FLOWWARDEN`` must be a dict."""
+    value = getattr(settings, SETTING_NAME, {})
+    if not isinstance(value, Mapping):
+        return [
+            checks.Error(
+                f"{SETTING_NAME} must be a dict, not {type(value).__name__}.",
+                hint=f'Write {SETTING_NAME} = {{"CHECKPOINT_STORES": {{...}}}}.',
+                id="flowwarden_django.E001",
+            )
+        ]
+    return []
+
+
+@checks.register()
+def check_checkpoint_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Every checkpoint store alias names an importable backend with fitting options."""
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    stores = fw_settings.CHECKPOINT_STORES
+    if not isinstance(stores, Mapping):
+        return [
+            checks.Error(
+                f"{SETTING} must be a dict of aliases, not {type(stores).__name__}.",
+                hint='Write {"default": {"BACKEND": '
+                '"flowwarden_django.streams.backends.orm.OrmCheckpointStore"}}.',
+                id="flowwarden_django.E001",
+            )
+        ]
+    errors: list[checks.CheckMessage] = []
+    for alias, config in stores.items():
+        errors.extend(_check_store(alias, config))
+    return errors
+
+
+def _check_store(alias: str, config: Any) -> list[checks.CheckMessage]:
+    try:
+        backend = load_backend_class(alias, config)
+    except InvalidCheckpointStoreError as exc:
+        hint = (
+            "Use a dotted path to a CheckpointStore subclass, for example "
+            "flowwarden_django.streams.backends.orm.OrmCheckpointStore, "
+            "…redis.RedisCheckpointStore, …mongo.MongoCheckpointStore or "
+            "…memory.InMemoryCheckpointStore."
+        )
+        code = "E003" if "not a CheckpointStore" in str(exc) else "E002"
+        return [checks.Error(str(exc), hint=hint, id=f"flowwarden_django.{code}")]
+    try:
+        options = store_options(alias, config)
+    except InvalidCheckpointStoreError as exc:
+        return [checks.Error(str(exc), hint="OPTIONS maps keyword arguments of the backend.",
+                             id="flowwarden_django.E004")]
+    signature = inspect.signature(backend.__init__)
+    try:
+        signature.bind(None, **options)
+    except TypeError as exc:
+        accepted = [name for name in list(signature.parameters)[1:] if name not in ("args", "kwargs")]
+        return [
+            checks.Error(
+                f'{store_setting(alias)}["OPTIONS"] does not fit {backend.__name__}: {exc}.',
+                hint=f"{backend.__name__} accepts: {', '.join(accepted) or 'no options'}.",
+                id="flowwarden_django.E004",
+            )
+        ]
+    return list(backend.check_options(alias, options))

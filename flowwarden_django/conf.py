@@ -1,0 +1,52 @@
+"""The app's settings: one ``FLOWWARDEN`` dict read lazily, with defaults.
+
+Values are looked up on first access and cached; the cache is dropped whenever
+``FLOWWARDEN`` changes (``override_settings`` in tests), see ``signals.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+SETTING_NAME = "FLOWWARDEN"
+
+DEFAULT_CHECKPOINT_BACKEND = "flowwarden_django.streams.backends.orm.OrmCheckpointStore"
+
+DEFAULTS: dict[str, Any] = {
+    # Checkpoint stores by alias, shaped like CACHES: {"BACKEND": dotted path, "OPTIONS": {...}}.
+    "CHECKPOINT_STORES": {"default": {"BACKEND": DEFAULT_CHECKPOINT_BACKEND}},
+}
+
+
+class FlowwardenSettings:
+    """Attribute access to ``settings.FLOWWARDEN`` with the app's defaults filled in."""
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        self._defaults = defaults
+        self._cached: set[str] = set()
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(django_settings, SETTING_NAME, None) or {}
+        if not isinstance(value, dict):
+            return {}
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self._defaults:
+            raise AttributeError(f"Invalid {SETTING_NAME} setting: {name!r}")
+        value = self.user_settings.get(name, self._defaults[name])
+        self._cached.add(name)
+        setattr(self, name, value)
+        return value
+
+    def reload(self) -> None:
+        """Forget cached values so the next access reads ``settings.FLOWWARDEN`` again."""
+        for name in self._cached:
+            delattr(self, name)
+        self._cached.clear()
+
+
+fw_settings = FlowwardenSettings(DEFAULTS)

@@ -1,0 +1,1 @@
+"""Checkpoint store backends: memory, orm, redis, mongo."""

@@ -1,0 +1,247 @@
+"""Checkpoint store on the Django database, through the ``StreamCheckpoint`` model.
+
+Every partial operation and the guarded reset is ONE SQL statement, an upsert
+(``INSERT … ON CONFLICT DO UPDATE`` on PostgreSQL and SQLite, ``INSERT … ON
+DUPLICATE KEY UPDATE`` on MySQL/MariaDB) that sets only its own columns: no read
+first, no explicit transaction. Called inside ``transaction.atomic()`` on the same
+database, the write joins the caller's transaction (transactional handlers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import connections, router
+
+from ...models import StreamCheckpoint
+from ..checkpoint import Checkpoint, CheckpointStore, check_anchor_write
+from ..tokens import Token, check_token, decode_token, encode_token
+
+#: Null-safe equality per database vendor: true when both sides are NULL or equal.
+NULL_SAFE_EQUALS = {"postgresql": "IS NOT DISTINCT FROM", "sqlite": "IS", "mysql": "<=>"}
+
+_PK = "stream_name"
+_SEEN = ("last_seen_token", "last_seen_at")
+_PROCESSED = ("last_processed_token", "last_processed_at")
+_HEARTBEAT = ("last_heartbeat_at",)
+_ALL = ("instance_id", *_SEEN, *_PROCESSED, *_HEARTBEAT, "metadata")
+
+
+@lru_cache(maxsize=64)
+def _upsert_sql(vendor: str, insert: tuple[str, ...], update: tuple[str, ...], guard: bool) -> str:
+    """Build one upsert statement for *vendor*.
+
+    ``insert`` columns get one placeholder each; on conflict the ``update``
+    columns take the inserted values. With ``guard``, the processed pair is
+    cleared only while the stored processed token equals one more parameter,
+    passed twice.
+    """
+    quote = _QUOTES[vendor]
+    table = quote(StreamCheckpoint._meta.db_table)
+    columns = ", ".join(quote(c) for c in (_PK, *insert))
+    values = ", ".join(["%s"] * (1 + len(insert)))
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({values}) "
+    if vendor == "mysql":
+        sql += "ON DUPLICATE KEY UPDATE "
+        assignments = [f"{quote(c)} = VALUES({quote(c)})" for c in update]
+        current = ""
+    else:
+        sql += f"ON CONFLICT ({quote(_PK)}) DO UPDATE SET "
+        assignments = [f"{quote(c)} = EXCLUDED.{quote(c)}" for c in update]
+        current = f"{table}."
+    if guard:
+        equals = NULL_SAFE_EQUALS[vendor]
+        token, at = (quote(c) for c in _PROCESSED)
+        # The timestamp goes first: MySQL evaluates assignments left to right and
+        # would otherwise compare against the token it has just cleared.
+        for column in (at, token):
+            assignments.append(
+                f"{column} = CASE WHEN {current}{token} {equals} %s "
+                f"THEN NULL ELSE {current}{column} END"
+            )
+    return sql + ", ".join(assignments)
+
+
+_QUOTES = {
+    "postgresql": lambda name: f'"{name}"',
+    "sqlite": lambda name: f'"{name}"',
+    "mysql": lambda name: f"`{name}`",
+}
+
+
+class OrmCheckpointStore(CheckpointStore):
+    """Stores checkpoints in the ``StreamCheckpoint`` table of a Django database.
+
+    ``using`` pins a database alias; by default the database router chooses
+    (``db_for_write`` for writes, ``db_for_read`` for reads). Supported on
+    PostgreSQL, SQLite and MySQL/MariaDB.
+    """
+
+    supports_listing = True
+
+    def __init__(self, using: str | None = None) -> None:
+        self.using = using
+        fields = {f.attname: f for f in StreamCheckpoint._meta.concrete_fields}
+        self._fields = fields
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _write_alias(self) -> str:
+        return self.using or router.db_for_write(StreamCheckpoint)
+
+    def _read_alias(self) -> str:
+        return self.using or router.db_for_read(StreamCheckpoint)
+
+    def _execute(
+        self,
+        stream_name: str,
+        values: Mapping[str, Any],
+        update: Sequence[str],
+        guard: tuple[Token | None] | None = None,
+    ) -> None:
+        connection = connections[self._write_alias()]
+        vendor = connection.vendor
+        if vendor not in NULL_SAFE_EQUALS:
+            raise NotImplementedError(f"OrmCheckpointStore does not support {vendor}")
+        insert = tuple(values)
+        sql = _upsert_sql(vendor, insert, tuple(update), guard is not None)
+        params = [stream_name]
+        fields = self._fields
+        for column, value in values.items():
+            params.append(fields[column].get_db_prep_save(value, connection))
+        if guard is not None:
+            expected = fields["last_processed_token"].get_db_prep_save(
+                encode_token(guard[0]), connection
+            )
+            params += [expected, expected]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+
+    def _to_checkpoint(self, row: StreamCheckpoint) -> Checkpoint:
+        return Checkpoint(
+            stream_name=row.stream_name,
+            instance_id=row.instance_id,
+            last_seen_token=decode_token(row.last_seen_token),
+            last_seen_at=row.last_seen_at,
+            last_processed_token=decode_token(row.last_processed_token),
+            last_processed_at=row.last_processed_at,
+            last_heartbeat_at=row.last_heartbeat_at,
+            metadata=row.metadata or {},
+        )
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        values = {
+            "instance_id": checkpoint.instance_id,
+            "last_seen_token": encode_token(checkpoint.last_seen_token),
+            "last_seen_at": checkpoint.last_seen_at,
+            "last_processed_token": encode_token(checkpoint.last_processed_token),
+            "last_processed_at": checkpoint.last_processed_at,
+            "last_heartbeat_at": checkpoint.last_heartbeat_at,
+            "metadata": dict(checkpoint.metadata),
+        }
+        self._execute(checkpoint.stream_name, values, _ALL)
+
+    def find(self, stream_name: str) -> Checkpoint | None:
+        row = StreamCheckpoint.objects.using(self._read_alias()).filter(pk=stream_name).first()
+        return None if row is None else self._to_checkpoint(row)
+
+    def delete(self, stream_name: str) -> None:
+        StreamCheckpoint.objects.using(self._write_alias()).filter(pk=stream_name).delete()
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        rows = StreamCheckpoint.objects.using(self._read_alias()).order_by("stream_name")
+        return [self._to_checkpoint(row) for row in rows]
+
+    def save_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._save_anchor(stream_name, _SEEN, token, at, heartbeat_at)
+
+    def save_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._save_anchor(stream_name, _PROCESSED, token, at, heartbeat_at)
+
+    def _save_anchor(
+        self,
+        stream_name: str,
+        pair: tuple[str, str],
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None,
+    ) -> None:
+        check_anchor_write(token, at, heartbeat_at)
+        values: dict[str, Any] = {pair[0]: encode_token(token), pair[1]: at}
+        update = pair
+        if heartbeat_at is not None:
+            values["last_heartbeat_at"] = heartbeat_at
+            update = (*pair, *_HEARTBEAT)
+        # Only read when the row is created: the column is NOT NULL.
+        values["metadata"] = {}
+        self._execute(stream_name, values, update)
+
+    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
+        check_anchor_write(None, at)
+        self._execute(stream_name, {"last_heartbeat_at": at, "metadata": {}}, _HEARTBEAT)
+
+    def reset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        check_anchor_write(fresh_seen_token, at)
+        check_token(expected_dead_processed, "expected_dead_processed")
+        fresh = encode_token(fresh_seen_token)
+        stamp = at if fresh is not None else None
+        values = {
+            "last_seen_token": fresh,
+            "last_seen_at": stamp,
+            "last_heartbeat_at": stamp,
+            "metadata": {},
+        }
+        self._execute(stream_name, values, (*_SEEN, *_HEARTBEAT), guard=(expected_dead_processed,))
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        using = options.get("using")
+        if using is None:
+            return []
+        setting = f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"]["using"]'
+        if using not in settings.DATABASES:
+            return [
+                checks.Error(
+                    f"{setting} = {using!r} is not a database alias.",
+                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+                    id="flowwarden_django.E006",
+                )
+            ]
+        vendor = connections[using].vendor
+        if vendor not in NULL_SAFE_EQUALS:
+            return [
+                checks.Error(
+                    f"{setting} = {using!r} is a {vendor} database, which OrmCheckpointStore "
+                    "does not support.",
+                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB, or another checkpoint backend.",
+                    id="flowwarden_django.E007",
+                )
+            ]
+        return []

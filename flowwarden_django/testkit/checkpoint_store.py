@@ -1,0 +1,538 @@
+"""The ``CheckpointStore`` contract: the reference suite plus what it lacked.
+
+Covers upsert/find/delete, the field isolation of every partial operation, the
+anchor+heartbeat writes, the history-lost reset and its guard, and, beyond the
+reference, two races made to happen with real threads, the preservation of
+``instance_id``/``metadata`` by partial writes, and exact BSON token round trips.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ..streams.checkpoint import Checkpoint, CheckpointStore
+
+
+def now_ms() -> datetime:
+    """The current UTC time truncated to milliseconds, the precision every store keeps."""
+    moment = datetime.now(UTC)
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def token(label: str) -> dict[str, str]:
+    """A resume token shaped like the server's."""
+    return {"_data": label}
+
+
+def _same_bson(actual: Any, expected: Any, path: str = "token") -> None:
+    """Assert equal values with identical types, recursively."""
+    assert type(actual) is type(expected), (
+        f"{path}: type {type(actual).__name__}, expected {type(expected).__name__}"
+    )
+    if isinstance(expected, dict):
+        assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
+        for key in expected:
+            _same_bson(actual[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, list):
+        assert len(actual) == len(expected), f"{path}: length differs"
+        for index, (left, right) in enumerate(zip(actual, expected, strict=True)):
+            _same_bson(left, right, f"{path}[{index}]")
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+class CheckpointStoreContract:
+    """Behaviour every ``CheckpointStore`` must have. Subclass it and implement
+    :meth:`make_store`; override :meth:`clean_state` if the store needs wiping.
+
+    Each test uses stream names of its own, so a shared backend needs no cleanup.
+    The race tests run real threads; :meth:`thread_finished` closes the Django
+    connections each thread opened.
+    """
+
+    #: Writes per anchor in the two-writer race.
+    race_writes: int = 2000
+    #: Rounds of the processed-write versus reset race.
+    reset_race_rounds: int = 100
+
+    def make_store(self) -> CheckpointStore:
+        """Return the store under test."""
+        raise NotImplementedError("Subclasses return the store under test")
+
+    def clean_state(self, store: CheckpointStore) -> None:
+        """Wipe the store before each test (nothing by default)."""
+
+    def thread_finished(self) -> None:
+        """Called at the end of every worker thread the race tests start."""
+        from django.db import connections
+
+        connections.close_all()
+
+    @pytest.fixture
+    def store(self) -> Iterator[CheckpointStore]:
+        store = self.make_store()
+        self.clean_state(store)
+        yield store
+
+    @pytest.fixture
+    def name(self) -> str:
+        return f"contract-{uuid.uuid4().hex[:12]}"
+
+    def run_threads(self, *targets: Callable[[], None]) -> None:
+        """Run *targets* in threads, wait for all, and re-raise the first error."""
+        errors: list[BaseException] = []
+
+        def wrap(target: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                try:
+                    target()
+                except BaseException as exc:  # re-raised below, in the test's thread
+                    errors.append(exc)
+                finally:
+                    self.thread_finished()
+
+            return run
+
+        threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=600)
+            assert not thread.is_alive(), "a worker thread did not finish within 600 s"
+        if errors:
+            raise errors[0]
+
+    # -- save / find / delete (reference 1-5) ----------------------------------
+
+    def test_save_and_find(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(
+            Checkpoint(name, "pod-a", token("T"), now, token("T"), now, None, {"env": "test"})
+        )
+        found = store.find(name)
+        assert found is not None
+        assert found.stream_name == name
+        assert found.instance_id == "pod-a"
+        assert found.last_seen_token == token("T")
+        assert found.last_seen_at == now
+        assert found.last_processed_token == token("T")
+        assert found.last_processed_at == now
+        assert found.last_heartbeat_at is None
+        assert found.metadata["env"] == "test"
+
+    def test_save_updates_existing(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("t1"), now))
+        store.save(Checkpoint(name, "pod-b", token("t2"), now, token("t2"), now))
+        found = store.find(name)
+        assert found is not None
+        assert found.last_seen_token == token("t2")
+        assert found.instance_id == "pod-b"
+        assert found.last_processed_token == token("t2")
+
+    def test_save_replaces_the_whole_record(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, "pod-a", token("a"), now, token("b"), now, now, {"k": 1}))
+        store.save(Checkpoint(name))
+        assert store.find(name) == Checkpoint(name)
+
+    def test_find_returns_none_when_not_found(self, store: CheckpointStore, name: str) -> None:
+        assert store.find(name) is None
+
+    def test_delete_removes_checkpoint(self, store: CheckpointStore, name: str) -> None:
+        store.save(Checkpoint(name))
+        assert store.find(name) == Checkpoint(name), "an all-null record must still be found"
+        store.delete(name)
+        assert store.find(name) is None
+
+    def test_delete_non_existent_does_not_raise(self, store: CheckpointStore, name: str) -> None:
+        store.delete(name)
+        assert store.find(name) is None
+
+    # -- partial writes (reference 6-15, 20) --------------------------------------
+
+    def test_save_seen_does_not_overwrite_processed(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
+        store.save_seen(name, token("seen2"), now + timedelta(seconds=10))
+        found = store.find(name)
+        assert found.last_seen_token == token("seen2")
+        assert found.last_seen_at == now + timedelta(seconds=10)
+        assert found.last_processed_token == token("processed1")
+        assert found.last_processed_at == now
+
+    def test_save_processed_does_not_overwrite_seen(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
+        store.save_processed(name, token("processed2"), now + timedelta(seconds=10))
+        found = store.find(name)
+        assert found.last_processed_token == token("processed2")
+        assert found.last_processed_at == now + timedelta(seconds=10)
+        assert found.last_seen_token == token("seen1")
+        assert found.last_seen_at == now
+
+    def test_save_seen_creates_record_if_missing(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save_seen(name, token("seen"), now)
+        found = store.find(name)
+        assert found is not None
+        assert (found.last_seen_token, found.last_seen_at) == (token("seen"), now)
+        assert (found.last_processed_token, found.last_processed_at) == (None, None)
+
+    def test_save_processed_creates_record_if_missing(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_processed(name, token("processed"), now)
+        found = store.find(name)
+        assert found is not None
+        assert (found.last_processed_token, found.last_processed_at) == (token("processed"), now)
+        assert (found.last_seen_token, found.last_seen_at) == (None, None)
+
+    def test_save_and_find_round_trips_heartbeat(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now, token("p"), now, now, {}))
+        assert store.find(name).last_heartbeat_at == now
+
+    def test_save_seen_with_heartbeat_writes_both(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, None, None, token("p"), now))
+        store.save_seen(
+            name, token("seen"), now + timedelta(seconds=10), now + timedelta(seconds=11)
+        )
+        found = store.find(name)
+        assert found.last_seen_token == token("seen")
+        assert found.last_seen_at == now + timedelta(seconds=10)
+        assert found.last_heartbeat_at == now + timedelta(seconds=11)
+        assert (found.last_processed_token, found.last_processed_at) == (token("p"), now)
+
+    def test_save_processed_with_heartbeat_writes_both(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now))
+        store.save_processed(
+            name, token("p"), now + timedelta(seconds=10), now + timedelta(seconds=11)
+        )
+        found = store.find(name)
+        assert found.last_processed_token == token("p")
+        assert found.last_processed_at == now + timedelta(seconds=10)
+        assert found.last_heartbeat_at == now + timedelta(seconds=11)
+        assert (found.last_seen_token, found.last_seen_at) == (token("s"), now)
+
+    def test_save_processed_with_heartbeat_creates_record_if_missing(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_processed(name, token("p"), now, now + timedelta(seconds=1))
+        found = store.find(name)
+        assert found.last_processed_token == token("p")
+        assert found.last_processed_at == now
+        assert found.last_heartbeat_at == now + timedelta(seconds=1)
+        assert found.last_seen_token is None
+
+    def test_save_heartbeat_touches_only_the_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now, token("p"), now))
+        store.save_heartbeat(name, now + timedelta(seconds=30))
+        found = store.find(name)
+        assert found.last_heartbeat_at == now + timedelta(seconds=30)
+        assert (found.last_seen_token, found.last_seen_at) == (token("s"), now)
+        assert (found.last_processed_token, found.last_processed_at) == (token("p"), now)
+
+    def test_save_heartbeat_creates_record_if_missing(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_heartbeat(name, now)
+        found = store.find(name)
+        assert found is not None
+        assert found.last_heartbeat_at == now
+        assert found.last_seen_token is None
+        assert found.last_processed_token is None
+
+    def test_save_processed_without_heartbeat_keeps_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now, None, None, now, {}))
+        store.save_processed(name, token("p"), now + timedelta(seconds=5))
+        found = store.find(name)
+        assert found.last_heartbeat_at == now
+        assert found.last_processed_token == token("p")
+
+    def test_save_seen_without_heartbeat_keeps_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, None, None, token("p"), now, now, {}))
+        store.save_seen(name, token("s"), now + timedelta(seconds=5))
+        assert store.find(name).last_heartbeat_at == now
+
+    # -- history-lost reset (reference 16-19) ------------------------------------
+
+    def _dead_state(self, store: CheckpointStore, name: str, now: datetime) -> None:
+        store.save(
+            Checkpoint(
+                name, "pod-a", token("deadSeen"), now, token("deadProcessed"), now, now,
+                {"env": "test"},
+            )
+        )
+
+    def test_reset_installs_fresh_seen_and_clears_processed(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        recovery = now + timedelta(seconds=60)
+        self._dead_state(store, name, now)
+        store.reset_after_history_lost(name, token("fresh"), token("deadProcessed"), recovery)
+        found = store.find(name)
+        assert (found.last_seen_token, found.last_seen_at) == (token("fresh"), recovery)
+        assert found.last_heartbeat_at == recovery
+        assert (found.last_processed_token, found.last_processed_at) == (None, None)
+        assert found.instance_id == "pod-a"
+        assert found.metadata == {"env": "test"}
+
+    def test_reset_keeps_a_processed_anchor_replaced_concurrently(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        recovery = now + timedelta(seconds=60)
+        store.save(
+            Checkpoint(
+                name, "pod-a", token("deadSeen"), now, token("freshProcessed"), now, now,
+                {"env": "test"},
+            )
+        )
+        store.reset_after_history_lost(name, token("fresh"), token("deadProcessed"), recovery)
+        found = store.find(name)
+        assert (found.last_processed_token, found.last_processed_at) == (
+            token("freshProcessed"),
+            now,
+        )
+        assert (found.last_seen_token, found.last_seen_at) == (token("fresh"), recovery)
+        assert found.last_heartbeat_at == recovery
+        assert found.instance_id == "pod-a"
+        assert found.metadata == {"env": "test"}
+
+    def test_reset_without_fresh_token_clears_both_pairs_and_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        self._dead_state(store, name, now)
+        store.reset_after_history_lost(name, None, token("deadProcessed"), now)
+        found = store.find(name)
+        assert (found.last_seen_token, found.last_seen_at) == (None, None)
+        assert (found.last_processed_token, found.last_processed_at) == (None, None)
+        assert found.last_heartbeat_at is None, (
+            "a heartbeat without any recoverable position would be a lie"
+        )
+        assert found.instance_id == "pod-a"
+        assert found.metadata == {"env": "test"}
+
+    def test_reset_creates_record_if_missing(self, store: CheckpointStore, name: str) -> None:
+        recovery = now_ms()
+        store.reset_after_history_lost(name, token("fresh"), None, recovery)
+        found = store.find(name)
+        assert found is not None
+        assert (found.last_seen_token, found.last_seen_at) == (token("fresh"), recovery)
+        assert found.last_heartbeat_at == recovery
+        assert found.last_processed_token is None
+
+    def test_reset_with_expected_none_keeps_an_existing_processed_anchor(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_processed(name, token("p"), now)
+        store.reset_after_history_lost(name, token("fresh"), None, now)
+        assert store.find(name).last_processed_token == token("p")
+
+    # -- beyond the reference ------------------------------------------------------
+
+    def test_partial_writes_keep_instance_id_and_metadata(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        metadata = {"env": "test", "nested": {"n": 3, "tags": ["a", "b"]}}
+        store.save(Checkpoint(name, "pod-a", None, None, None, None, None, metadata))
+        store.save_seen(name, token("s1"), now)
+        store.save_seen(name, token("s2"), now, now)
+        store.save_processed(name, token("p1"), now)
+        store.save_processed(name, token("p2"), now, now)
+        store.save_heartbeat(name, now)
+        store.reset_after_history_lost(name, token("fresh"), token("other"), now)
+        store.reset_after_history_lost(name, None, token("p2"), now)
+        found = store.find(name)
+        assert found.instance_id == "pod-a"
+        assert dict(found.metadata) == metadata
+
+    def test_tokens_round_trip_exactly_as_bson(self, store: CheckpointStore, name: str) -> None:
+        bson = pytest.importorskip("bson")
+        from bson import Binary, Int64, Timestamp
+
+        original = {
+            "_data": "8263A1B2C3000000012B022C0100296E5A1004",
+            "raw": Binary(b"\x00\x01\xfe\xff", 0),
+            "uuid": Binary(uuid.UUID(int=7).bytes, 4),
+            "clusterTime": Timestamp(1_700_000_000, 42),
+            "big": Int64(2**40),
+            "small": 7,
+            "float": 1.5,
+            "flag": True,
+            "nothing": None,
+            "nested": {"list": [1, Int64(-(2**62)), {"deep": Binary(b"z", 5)}], "s": "é"},
+        }
+        expected = bson.decode(bson.encode(original))
+        now = now_ms()
+        store.save_processed(name, original, now)
+        store.save_seen(name, original, now)
+        found = store.find(name)
+        _same_bson(found.last_processed_token, expected, "last_processed_token")
+        _same_bson(found.last_seen_token, expected, "last_seen_token")
+        store.save(Checkpoint(name, None, original, now, original, now))
+        _same_bson(store.find(name).last_processed_token, expected, "saved token")
+
+    def test_reset_guard_compares_tokens_exactly(self, store: CheckpointStore, name: str) -> None:
+        pytest.importorskip("bson")
+        from bson import Binary, Timestamp
+
+        now = now_ms()
+        stored = {"_data": "82AA", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x02", 5)}
+        near_misses = [
+            {"_data": "82aa", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x02", 5)},
+            {"_data": "82AA", "ts": Timestamp(10, 2), "bin": Binary(b"\x01\x02", 5)},
+            {"_data": "82AA", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x03", 5)},
+            {"ts": Timestamp(10, 1), "_data": "82AA", "bin": Binary(b"\x01\x02", 5)},
+            {"_data": "82AA", "ts": Timestamp(10, 1)},
+        ]
+        store.save_processed(name, stored, now)
+        for miss in near_misses:
+            store.reset_after_history_lost(name, token("fresh"), miss, now)
+            assert store.find(name).last_processed_token is not None, f"{miss} matched {stored}"
+        store.reset_after_history_lost(name, token("fresh"), dict(stored), now)
+        assert store.find(name).last_processed_token is None
+
+    def test_rejects_bad_input(self, store: CheckpointStore, name: str) -> None:
+        naive = datetime(2026, 1, 1)
+        with pytest.raises(TypeError):
+            store.save_seen(name, ["not", "a", "document"], now_ms())  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            store.save_processed(name, token("p"), naive)
+        with pytest.raises(ValueError):
+            store.save_heartbeat(name, naive)
+        assert store.find(name) is None, "a rejected write must not create the record"
+
+    def test_list_checkpoints(self, store: CheckpointStore, name: str) -> None:
+        if not store.supports_listing:
+            pytest.skip(f"{type(store).__name__} does not support listing")
+        now = now_ms()
+        store.save_processed(f"{name}-b", token("b"), now)
+        store.save_seen(f"{name}-a", token("a"), now)
+        listed = [cp for cp in store.list_checkpoints() if cp.stream_name.startswith(name)]
+        assert [cp.stream_name for cp in listed] == [f"{name}-a", f"{name}-b"]
+        assert listed[0].last_seen_token == token("a")
+        assert listed[1].last_processed_token == token("b")
+
+    # -- races, made to happen ---------------------------------------------------
+
+    def test_concurrent_anchor_writers_never_go_back(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        """Two threads write the two anchors while a third reads: neither anchor ever
+        goes back, and each ends at the last value its writer wrote."""
+        writes = self.race_writes
+        base = now_ms()
+        done = threading.Event()
+        regressions: list[str] = []
+
+        def index(tok: Any) -> int:
+            return -1 if tok is None else int(tok["_data"][1:])
+
+        def write(kind: str) -> None:
+            save = store.save_seen if kind == "s" else store.save_processed
+            for i in range(writes):
+                save(name, token(f"{kind}{i:08d}"), base + timedelta(milliseconds=i))
+
+        def seen_writer() -> None:
+            write("s")
+
+        def processed_writer() -> None:
+            write("p")
+
+        def reader() -> None:
+            last = {"seen": -1, "processed": -1}
+            while not done.is_set():
+                found = store.find(name)
+                if found is None:
+                    continue
+                for anchor, tok in (
+                    ("seen", found.last_seen_token),
+                    ("processed", found.last_processed_token),
+                ):
+                    current = index(tok)
+                    if current < last[anchor]:
+                        regressions.append(f"{anchor} went back from {last[anchor]} to {current}")
+                    last[anchor] = current
+
+        def writers() -> None:
+            try:
+                self.run_threads(seen_writer, processed_writer)
+            finally:
+                done.set()
+
+        self.run_threads(writers, reader)
+        assert not regressions, regressions[:5]
+        final = store.find(name)
+        assert final.last_seen_token == token(f"s{writes - 1:08d}")
+        assert final.last_processed_token == token(f"p{writes - 1:08d}")
+        assert final.last_seen_at == base + timedelta(milliseconds=writes - 1)
+        assert final.last_processed_at == base + timedelta(milliseconds=writes - 1)
+
+    def test_processed_write_racing_reset_is_never_removed(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        """A processed anchor written while a reset runs survives it, whatever the order."""
+        rounds = self.reset_race_rounds
+        now = now_ms()
+        barrier = threading.Barrier(3, timeout=120)
+        lost: list[str] = []
+
+        def stream(round_: int) -> str:
+            return f"{name}-{round_}"
+
+        def resetter() -> None:
+            for r in range(rounds):
+                barrier.wait()
+                store.reset_after_history_lost(stream(r), token(f"fresh{r}"), token(f"dead{r}"), now)
+                barrier.wait()
+
+        def processor() -> None:
+            for r in range(rounds):
+                barrier.wait()
+                store.save_processed(stream(r), token(f"live{r}"), now)
+                barrier.wait()
+
+        def coordinator() -> None:
+            for r in range(rounds):
+                store.save(
+                    Checkpoint(stream(r), "pod-a", None, None, token(f"dead{r}"), now, None,
+                               {"round": r})
+                )
+                barrier.wait()  # both workers go
+                barrier.wait()  # both workers are done
+                found = store.find(stream(r))
+                if found.last_processed_token != token(f"live{r}"):
+                    lost.append(f"round {r}: processed = {found.last_processed_token}")
+                elif found.last_seen_token != token(f"fresh{r}") or found.metadata != {"round": r}:
+                    lost.append(f"round {r}: {found}")
+
+        self.run_threads(resetter, processor, coordinator)
+        assert not lost, lost[:5]

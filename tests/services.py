@@ -1,0 +1,72 @@
+"""Which test servers are reachable, decided once when the test settings load.
+
+A lane whose server is unreachable skips with a one-line reason, or fails when
+``FLOWWARDEN_REQUIRE_SERVICES=1`` (as ``.ci/run`` sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from functools import cache
+
+REQUIRE_SERVICES = os.environ.get("FLOWWARDEN_REQUIRE_SERVICES", "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Service:
+    """One server a test lane needs."""
+
+    name: str
+    host: str
+    port: int
+    env: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _env_host_port(env: str, default_port: int) -> tuple[str, int]:
+    value = os.environ.get(env, f"127.0.0.1:{default_port}")
+    host, _, port = value.rpartition(":")
+    return host or "127.0.0.1", int(port or default_port)
+
+
+SERVICES = {
+    name: Service(name, *_env_host_port(env, port), env)
+    for name, env, port in (
+        ("postgres", "FLOWWARDEN_TEST_POSTGRES", 5432),
+        ("mariadb", "FLOWWARDEN_TEST_MARIADB", 3306),
+        ("redis", "FLOWWARDEN_TEST_REDIS", 6379),
+    )
+}
+
+_DRIVERS = {"postgres": "psycopg", "mariadb": "MySQLdb", "redis": "redis"}
+
+
+@cache
+def unavailable_reason(name: str) -> str | None:
+    """``None`` when the lane can run, else why not (one line)."""
+    if name == "mongo_live":
+        if not os.environ.get("FLOWWARDEN_TEST_MONGO_URL"):
+            return "live MongoDB lane: set FLOWWARDEN_TEST_MONGO_URL to a replica set to run it"
+        return None
+    service = SERVICES[name]
+    driver = _DRIVERS[name]
+    try:
+        __import__(driver)
+    except ImportError:
+        return f"{name} lane: the Python driver {driver!r} is not installed (make test installs it)"
+    try:
+        with socket.create_connection((service.host, service.port), timeout=1.5):
+            pass
+    except OSError as exc:
+        return f"{name} lane: nothing answers at {service.address} ({exc.strerror or exc}); set {service.env}=host:port"
+    return None
+
+
+def available(name: str) -> bool:
+    """Whether the named lane's server is reachable."""
+    return unavailable_reason(name) is None

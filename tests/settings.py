@@ -1,0 +1,101 @@
+"""Settings of the test suite: SQLite always, PostgreSQL and MariaDB when reachable."""
+
+import os
+import tempfile
+
+from tests.services import SERVICES, available
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "flowwarden_django",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+STATIC_URL = "/static/"
+
+# SQLite on a file, not in memory: the race tests write from several threads,
+# each with its own connection.
+_SQLITE_DIR = os.environ.get("FLOWWARDEN_TEST_TMP") or tempfile.gettempdir()
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.path.join(_SQLITE_DIR, f"fw-tests-{os.getpid()}.sqlite3"),
+        "TEST": {"NAME": os.path.join(_SQLITE_DIR, f"fw-tests-{os.getpid()}-test.sqlite3")},
+        "OPTIONS": {"timeout": 30},
+    }
+}
+
+if available("postgres"):
+    _pg = SERVICES["postgres"]
+    DATABASES["postgres"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": _pg.host,
+        "PORT": _pg.port,
+        "USER": os.environ.get("FLOWWARDEN_TEST_POSTGRES_USER", "postgres"),
+        "PASSWORD": os.environ.get("FLOWWARDEN_TEST_POSTGRES_PASSWORD", ""),
+        "NAME": "fw_tests",
+        "TEST": {"NAME": "test_fw_tests"},
+    }
+
+if available("mariadb"):
+    _my = SERVICES["mariadb"]
+    DATABASES["mariadb"] = {
+        "ENGINE": "django.db.backends.mysql",
+        "HOST": _my.host,
+        "PORT": _my.port,
+        "USER": os.environ.get("FLOWWARDEN_TEST_MARIADB_USER", "root"),
+        "PASSWORD": os.environ.get("FLOWWARDEN_TEST_MARIADB_PASSWORD", ""),
+        "NAME": "fw_tests",
+        "TEST": {"NAME": "test_fw_tests", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+        "OPTIONS": {"charset": "utf8mb4"},
+    }
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+if available("redis"):
+    _redis = SERVICES["redis"]
+    CACHES["redis"] = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://{_redis.host}:{_redis.port}/15",
+    }
+
+FLOWWARDEN = {
+    "CHECKPOINT_STORES": {
+        "default": {"BACKEND": "flowwarden_django.streams.backends.orm.OrmCheckpointStore"},
+    }
+}
