@@ -72,13 +72,20 @@ def _check_store(alias: str, config: Any) -> list[checks.CheckMessage]:
     try:
         options = store_options(alias, config)
     except InvalidCheckpointStoreError as exc:
-        return [checks.Error(str(exc), hint="OPTIONS maps keyword arguments of the backend.",
-                             id="flowwarden_django.E004")]
+        return [
+            checks.Error(
+                str(exc),
+                hint="OPTIONS maps keyword arguments of the backend.",
+                id="flowwarden_django.E004",
+            )
+        ]
     signature = inspect.signature(backend.__init__)
     try:
         signature.bind(None, **options)
     except TypeError as exc:
-        accepted = [name for name in list(signature.parameters)[1:] if name not in ("args", "kwargs")]
+        accepted = [
+            name for name in list(signature.parameters)[1:] if name not in ("args", "kwargs")
+        ]
         return [
             checks.Error(
                 f'{store_setting(alias)}["OPTIONS"] does not fit {backend.__name__}: {exc}.',

@@ -14,6 +14,5 @@ class MissingExtraError(ImproperlyConfigured):
         self.package = package
         self.extra = extra
         super().__init__(
-            f"{feature} needs the '{package}' package: "
-            f'pip install "flowwarden-django[{extra}]"'
+            f"{feature} needs the '{package}' package: pip install \"flowwarden-django[{extra}]\""
         )

@@ -13,7 +13,10 @@ class StreamCheckpoint(models.Model):
     """
 
     stream_name = models.CharField(_("stream"), max_length=255, primary_key=True)
-    instance_id = models.CharField(_("instance id"), max_length=255, null=True, blank=True)
+    # NULL and "" differ here: NULL means no owner was ever recorded.
+    instance_id = models.CharField(  # noqa: DJ001
+        _("instance id"), max_length=255, null=True, blank=True
+    )
     last_seen_token = models.BinaryField(_("last seen token"), null=True)
     last_seen_at = models.DateTimeField(_("last seen at"), null=True)
     last_processed_token = models.BinaryField(_("last processed token"), null=True)

@@ -53,6 +53,20 @@ def unavailable_reason(name: str) -> str | None:
         if not os.environ.get("FLOWWARDEN_TEST_MONGO_URL"):
             return "live MongoDB lane: set FLOWWARDEN_TEST_MONGO_URL to a replica set to run it"
         return None
+    if name == "browser":
+        import shutil
+
+        missing = [exe for exe in ("chromium", "chromedriver") if shutil.which(exe) is None]
+        if missing:
+            return (
+                f"browser lane: {' and '.join(missing)} not on PATH "
+                "(apt-get install -y chromium chromium-driver)"
+            )
+        try:
+            __import__("selenium")
+        except ImportError:
+            return "browser lane: the selenium package is not installed (make test installs it)"
+        return None
     service = SERVICES[name]
     driver = _DRIVERS[name]
     try:
@@ -63,7 +77,10 @@ def unavailable_reason(name: str) -> str | None:
         with socket.create_connection((service.host, service.port), timeout=1.5):
             pass
     except OSError as exc:
-        return f"{name} lane: nothing answers at {service.address} ({exc.strerror or exc}); set {service.env}=host:port"
+        return (
+            f"{name} lane: nothing answers at {service.address} ({exc.strerror or exc}); "
+            f"set {service.env}=host:port"
+        )
     return None
 
 

@@ -163,7 +163,7 @@ class CheckpointStore(ABC):
             changes.update(last_processed_token=None, last_processed_at=None)
         self.save(current.replace(**changes))
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections the store opened itself (none by default)."""
 
     def _read_modify_write(self, stream_name: str, changes: dict[str, Any]) -> None:
@@ -231,4 +231,3 @@ class NoopCheckpointStore(CheckpointStore):
 
 
 _NOOP = NoopCheckpointStore()
-

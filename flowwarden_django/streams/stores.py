@@ -28,7 +28,9 @@ def store_setting(alias: str) -> str:
 def load_backend_class(alias: str, config: Mapping[str, Any]) -> type[CheckpointStore]:
     """Import the ``BACKEND`` class of one alias, or raise a message naming the setting."""
     if not isinstance(config, Mapping):
-        raise InvalidCheckpointStoreError(f"{store_setting(alias)} must be a dict with a BACKEND key")
+        raise InvalidCheckpointStoreError(
+            f"{store_setting(alias)} must be a dict with a BACKEND key"
+        )
     path = config.get("BACKEND")
     if not isinstance(path, str) or not path:
         raise InvalidCheckpointStoreError(f'{store_setting(alias)}["BACKEND"] is missing')

@@ -19,7 +19,9 @@ def _bson() -> Any:
     try:
         import bson
     except ImportError as exc:  # pragma: no cover - exercised in the minimal tox env
-        raise MissingExtraError("pymongo", "mongo", "Storing resume tokens (BSON documents)") from exc
+        raise MissingExtraError(
+            "pymongo", "mongo", "Storing resume tokens (BSON documents)"
+        ) from exc
     return bson
 
 
@@ -75,5 +77,5 @@ def token_from_json(text: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ValueError(f"not valid Extended JSON: {exc}") from exc
     if not isinstance(value, Mapping):
-        raise ValueError("a resume token must be a JSON object, such as {\"_data\": \"8263…\"}")
+        raise ValueError('a resume token must be a JSON object, such as {"_data": "8263…"}')
     return dict(value)

@@ -157,7 +157,9 @@ class CheckpointStoreContract:
 
     # -- partial writes (reference 6-15, 20) --------------------------------------
 
-    def test_save_seen_does_not_overwrite_processed(self, store: CheckpointStore, name: str) -> None:
+    def test_save_seen_does_not_overwrite_processed(
+        self, store: CheckpointStore, name: str
+    ) -> None:
         now = now_ms()
         store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
         store.save_seen(name, token("seen2"), now + timedelta(seconds=10))
@@ -167,7 +169,9 @@ class CheckpointStoreContract:
         assert found.last_processed_token == token("processed1")
         assert found.last_processed_at == now
 
-    def test_save_processed_does_not_overwrite_seen(self, store: CheckpointStore, name: str) -> None:
+    def test_save_processed_does_not_overwrite_seen(
+        self, store: CheckpointStore, name: str
+    ) -> None:
         now = now_ms()
         store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
         store.save_processed(name, token("processed2"), now + timedelta(seconds=10))
@@ -282,7 +286,13 @@ class CheckpointStoreContract:
     def _dead_state(self, store: CheckpointStore, name: str, now: datetime) -> None:
         store.save(
             Checkpoint(
-                name, "pod-a", token("deadSeen"), now, token("deadProcessed"), now, now,
+                name,
+                "pod-a",
+                token("deadSeen"),
+                now,
+                token("deadProcessed"),
+                now,
+                now,
                 {"env": "test"},
             )
         )
@@ -308,7 +318,13 @@ class CheckpointStoreContract:
         recovery = now + timedelta(seconds=60)
         store.save(
             Checkpoint(
-                name, "pod-a", token("deadSeen"), now, token("freshProcessed"), now, now,
+                name,
+                "pod-a",
+                token("deadSeen"),
+                now,
+                token("freshProcessed"),
+                now,
+                now,
                 {"env": "test"},
             )
         )
@@ -511,7 +527,9 @@ class CheckpointStoreContract:
         def resetter() -> None:
             for r in range(rounds):
                 barrier.wait()
-                store.reset_after_history_lost(stream(r), token(f"fresh{r}"), token(f"dead{r}"), now)
+                store.reset_after_history_lost(
+                    stream(r), token(f"fresh{r}"), token(f"dead{r}"), now
+                )
                 barrier.wait()
 
         def processor() -> None:
@@ -523,8 +541,9 @@ class CheckpointStoreContract:
         def coordinator() -> None:
             for r in range(rounds):
                 store.save(
-                    Checkpoint(stream(r), "pod-a", None, None, token(f"dead{r}"), now, None,
-                               {"round": r})
+                    Checkpoint(
+                        stream(r), "pod-a", None, None, token(f"dead{r}"), now, None, {"round": r}
+                    )
                 )
                 barrier.wait()  # both workers go
                 barrier.wait()  # both workers are done
