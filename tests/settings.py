@@ -58,7 +58,13 @@ DATABASES = {
         "NAME": os.path.join(_SQLITE_DIR, f"fw-tests-{os.getpid()}.sqlite3"),
         "TEST": {"NAME": os.path.join(_SQLITE_DIR, f"fw-tests-{os.getpid()}-test.sqlite3")},
         "OPTIONS": {"timeout": 30},
-    }
+    },
+    # A second database, for the routing tests.
+    "other": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.path.join(_SQLITE_DIR, f"fw-tests-{os.getpid()}-other.sqlite3"),
+        "TEST": {"NAME": os.path.join(_SQLITE_DIR, f"fw-tests-{os.getpid()}-other-test.sqlite3")},
+    },
 }
 
 if available("postgres"):

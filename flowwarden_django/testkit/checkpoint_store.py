@@ -418,16 +418,25 @@ class CheckpointStoreContract:
 
     def test_reset_guard_compares_tokens_exactly(self, store: CheckpointStore, name: str) -> None:
         pytest.importorskip("bson")
-        from bson import Binary, Timestamp
+        from bson import Binary, Int64, Timestamp
 
         now = now_ms()
-        stored = {"_data": "82AA", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x02", 5)}
+
+        stored = {
+            "_data": "82AA",
+            "ts": Timestamp(10, 1),
+            "bin": Binary(b"\x01\x02", 5),
+            "n": Int64(5),
+        }
         near_misses = [
-            {"_data": "82aa", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x02", 5)},
-            {"_data": "82AA", "ts": Timestamp(10, 2), "bin": Binary(b"\x01\x02", 5)},
-            {"_data": "82AA", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x03", 5)},
-            {"ts": Timestamp(10, 1), "_data": "82AA", "bin": Binary(b"\x01\x02", 5)},
-            {"_data": "82AA", "ts": Timestamp(10, 1)},
+            {**stored, "_data": "82aa"},
+            {**stored, "ts": Timestamp(10, 2)},
+            {**stored, "bin": Binary(b"\x01\x03", 5)},
+            {**stored, "bin": Binary(b"\x01\x02", 0)},
+            {**stored, "n": 5},
+            {**stored, "n": 5.0},
+            {"ts": Timestamp(10, 1), "_data": "82AA", "bin": Binary(b"\x01\x02", 5), "n": Int64(5)},
+            {"_data": "82AA", "ts": Timestamp(10, 1), "bin": Binary(b"\x01\x02", 5)},
         ]
         store.save_processed(name, stored, now)
         for miss in near_misses:

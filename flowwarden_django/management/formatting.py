@@ -1,0 +1,122 @@
+"""Text helpers shared by the management commands: ages, short tokens, tables, JSON.
+
+Everything here is pure: callers pass ``now`` (``django.utils.timezone.now()``)
+so that output is reproducible in tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..streams.checkpoint import Checkpoint
+from ..streams.tokens import Token, token_to_json
+
+#: Shown for a missing token or timestamp.
+NONE_TEXT = "—"
+
+#: Default width of :func:`short_token`.
+SHORT_TOKEN_WIDTH = 20
+
+_UNITS = ((86400, "d"), (3600, "h"), (60, "m"))
+
+
+def age_text(at: datetime | None, now: datetime) -> str:
+    """How long ago *at* was, in its largest whole unit: ``"12s ago"``, ``"3m ago"``, ``"4d ago"``.
+
+    ``None`` gives ``"—"``; a time in the future (clock skew between hosts) gives ``"in 5s"``.
+    """
+    if at is None:
+        return NONE_TEXT
+    seconds = int((now - at).total_seconds())
+    amount = _duration_text(abs(seconds))
+    return f"in {amount}" if seconds < 0 else f"{amount} ago"
+
+
+def _duration_text(seconds: int) -> str:
+    for size, unit in _UNITS:
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def truncate(text: str, width: int) -> str:
+    """*text* cut to *width* characters, ending with ``…`` when it was cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + "…"
+
+
+def token_json_value(token: Token | None) -> Any:
+    """*token* as a JSON-compatible value in relaxed Extended JSON (``None`` stays ``None``)."""
+    return json.loads(token_to_json(token))
+
+
+def compact_token(token: Token | None) -> str:
+    """*token* as one line of relaxed Extended JSON without spaces (``"—"`` for ``None``)."""
+    if token is None:
+        return NONE_TEXT
+    return json.dumps(token_json_value(token), separators=(",", ":"), ensure_ascii=False)
+
+
+def short_token(token: Token | None, width: int = SHORT_TOKEN_WIDTH) -> str:
+    """A table-sized view of *token*: its ``_data`` string, else its compact JSON, truncated."""
+    if token is None:
+        return NONE_TEXT
+    data = token.get("_data")
+    text = data if isinstance(data, str) else compact_token(token)
+    return truncate(text, width)
+
+
+def timestamp_text(at: datetime | None, now: datetime) -> str:
+    """The exact ISO 8601 timestamp, then its age: ``"2025-01-01T12:00:00+00:00 (3m ago)"``."""
+    if at is None:
+        return NONE_TEXT
+    return f"{at.isoformat()} ({age_text(at, now)})"
+
+
+def checkpoint_to_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    """Every field of *checkpoint* as JSON-compatible values.
+
+    Tokens become relaxed Extended JSON values, timestamps ISO 8601 strings;
+    metadata values JSON cannot hold are written with ``str()`` by the caller's
+    ``json.dumps(default=str)``.
+    """
+    return {
+        "stream_name": checkpoint.stream_name,
+        "instance_id": checkpoint.instance_id,
+        "last_processed_token": token_json_value(checkpoint.last_processed_token),
+        "last_processed_at": _iso(checkpoint.last_processed_at),
+        "last_seen_token": token_json_value(checkpoint.last_seen_token),
+        "last_seen_at": _iso(checkpoint.last_seen_at),
+        "last_heartbeat_at": _iso(checkpoint.last_heartbeat_at),
+        "metadata": dict(checkpoint.metadata),
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def dump_json(value: Any) -> str:
+    """Indented JSON for operators and scripts; values JSON cannot hold are ``str()``-ed."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Left-aligned columns separated by two spaces; the first line holds the headers."""
+    rows = [list(row) for row in rows]
+    widths = [len(header) for header in headers]
+    for row in rows:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in [list(headers), *rows]
+    ]
+
+
+def mapping_text(value: Mapping[str, Any]) -> str:
+    """A mapping as one line of JSON (``{}`` when empty)."""
+    return json.dumps(dict(value), ensure_ascii=False, default=str, sort_keys=True)

@@ -1,0 +1,257 @@
+"""Checkpoint store on MongoDB, in the reference's ``_fw_checkpoints`` layout.
+
+Document: ``{_id: stream, instanceId, lastSeenToken, lastSeenTimestamp,
+lastProcessedToken, lastProcessedTimestamp, lastHeartbeatTimestamp, metadata}``
+with tokens as sub-documents, plus ``lastProcessedKey``: the processed token's
+BSON bytes. The server's equality on sub-documents treats ``NumberInt(5)`` and
+``NumberLong(5)`` as equal; the guard of the history-lost reset compares these
+bytes instead, so it is exact.
+
+Partial writes are single ``update_one(..., upsert=True)`` calls with a partial
+``$set``. The reset puts its guard in the update filter; when the guard does not
+match, a second upsert writes only the seen pair, so a concurrently re-acquired
+processed anchor is never removed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core import checks
+
+from ..checkpoint import Checkpoint, CheckpointStore, check_anchor_write
+from ..tokens import Token, check_token, encode_token, normalize_token
+from ._extras import missing_extra, ms_precision
+
+DEFAULT_COLLECTION = "_fw_checkpoints"
+DEFAULT_DATABASE = "flowwarden"
+
+SEEN_TOKEN, SEEN_AT = "lastSeenToken", "lastSeenTimestamp"
+PROCESSED_TOKEN, PROCESSED_AT, PROCESSED_KEY = (
+    "lastProcessedToken",
+    "lastProcessedTimestamp",
+    "lastProcessedKey",
+)
+HEARTBEAT_AT = "lastHeartbeatTimestamp"
+
+
+def _key(token: Token | None) -> Any:
+    from bson import Binary
+
+    data = encode_token(token)
+    return None if data is None else Binary(data)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class MongoCheckpointStore(CheckpointStore):
+    """Stores checkpoints in a MongoDB collection (``_fw_checkpoints`` by default).
+
+    Connect with a ``url`` (its default database is used unless ``database`` is
+    given) or hand over a ready pymongo-compatible ``client``. Writes use
+    ``w="majority"`` unless ``write_concern`` says otherwise.
+    """
+
+    supports_listing = True
+
+    def __init__(
+        self,
+        url: str | None = None,
+        database: str | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        client: Any = None,
+        write_concern: str | int = "majority",
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if (url is None) == (client is None):
+            raise TypeError("give exactly one of url and client")
+        self.url = url
+        self.database_name = database
+        self.collection_name = collection
+        self.write_concern = write_concern
+        self.client_options = dict(client_options or {})
+        self._client = client
+        self._owns_client = client is None
+        self._collection: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def collection(self) -> Any:
+        """The pymongo collection, connected on first use."""
+        if self._collection is None:
+            with self._lock:
+                if self._collection is None:
+                    self._collection = self._open()
+        return self._collection
+
+    def _open(self) -> Any:
+        from bson.codec_options import CodecOptions
+        from pymongo.write_concern import WriteConcern
+
+        if self._client is None:
+            from pymongo import MongoClient
+
+            self._client = MongoClient(self.url, **self.client_options)
+        if self.database_name is not None:
+            database = self._client[self.database_name]
+        else:
+            database = self._client.get_default_database(default=DEFAULT_DATABASE)
+        return database.get_collection(
+            self.collection_name,
+            codec_options=CodecOptions(),
+            write_concern=WriteConcern(w=self.write_concern),
+        )
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        document: dict[str, Any] = {
+            "instanceId": checkpoint.instance_id,
+            SEEN_TOKEN: normalize_token(checkpoint.last_seen_token),
+            SEEN_AT: ms_precision(checkpoint.last_seen_at),
+            PROCESSED_TOKEN: normalize_token(checkpoint.last_processed_token),
+            PROCESSED_KEY: _key(checkpoint.last_processed_token),
+            PROCESSED_AT: ms_precision(checkpoint.last_processed_at),
+            HEARTBEAT_AT: ms_precision(checkpoint.last_heartbeat_at),
+            "metadata": dict(checkpoint.metadata),
+        }
+        document = {k: v for k, v in document.items() if v is not None}
+        self.collection.replace_one({"_id": checkpoint.stream_name}, document, upsert=True)
+
+    def find(self, stream_name: str) -> Checkpoint | None:
+        document = self.collection.find_one({"_id": stream_name})
+        return None if document is None else self._to_checkpoint(document)
+
+    def _to_checkpoint(self, document: Mapping[str, Any]) -> Checkpoint:
+        return Checkpoint(
+            stream_name=document["_id"],
+            instance_id=document.get("instanceId"),
+            last_seen_token=normalize_token(document.get(SEEN_TOKEN)),
+            last_seen_at=_aware(document.get(SEEN_AT)),
+            last_processed_token=normalize_token(document.get(PROCESSED_TOKEN)),
+            last_processed_at=_aware(document.get(PROCESSED_AT)),
+            last_heartbeat_at=_aware(document.get(HEARTBEAT_AT)),
+            metadata=document.get("metadata") or {},
+        )
+
+    def delete(self, stream_name: str) -> None:
+        self.collection.delete_one({"_id": stream_name})
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        return [self._to_checkpoint(doc) for doc in self.collection.find({}).sort("_id", 1)]
+
+    def save_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        check_anchor_write(token, at, heartbeat_at)
+        fields = {SEEN_TOKEN: normalize_token(token), SEEN_AT: ms_precision(at)}
+        self._set(stream_name, fields, heartbeat_at)
+
+    def save_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        check_anchor_write(token, at, heartbeat_at)
+        fields = {
+            PROCESSED_TOKEN: normalize_token(token),
+            PROCESSED_KEY: _key(token),
+            PROCESSED_AT: ms_precision(at),
+        }
+        self._set(stream_name, fields, heartbeat_at)
+
+    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
+        check_anchor_write(None, at)
+        self._set(stream_name, {}, at)
+
+    def _set(
+        self, stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None
+    ) -> None:
+        if heartbeat_at is not None:
+            fields[HEARTBEAT_AT] = ms_precision(heartbeat_at)
+        self.collection.update_one(
+            {"_id": stream_name}, _set_or_unset(fields), upsert=True
+        )
+
+    def reset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        check_anchor_write(fresh_seen_token, at)
+        check_token(expected_dead_processed, "expected_dead_processed")
+        fresh = normalize_token(fresh_seen_token)
+        stamp = ms_precision(at) if fresh is not None else None
+        seen = _set_or_unset({SEEN_TOKEN: fresh, SEEN_AT: stamp, HEARTBEAT_AT: stamp})
+        guarded = {
+            **seen,
+            "$unset": {
+                **seen.get("$unset", {}),
+                PROCESSED_TOKEN: "",
+                PROCESSED_KEY: "",
+                PROCESSED_AT: "",
+            },
+        }
+        guard = {"_id": stream_name, PROCESSED_KEY: _key(expected_dead_processed)}
+        if self.collection.update_one(guard, guarded).matched_count == 0:
+            # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
+            self.collection.update_one({"_id": stream_name}, seen, upsert=True)
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+        self._client = None if self._owns_client else self._client
+        self._collection = None
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        error = missing_extra(alias, "pymongo", "mongo", cls.__name__)
+        if error is not None:
+            return [error]
+        url = options.get("url")
+        if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
+            return [
+                checks.Error(
+                    f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"]["url"] = {url!r} '
+                    "is not a MongoDB connection string.",
+                    hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
+                    id="flowwarden_django.E008",
+                )
+            ]
+        if url is None and options.get("client") is None:
+            return [
+                checks.Error(
+                    f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"] needs "url".',
+                    hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
+                    id="flowwarden_django.E004",
+                )
+            ]
+        return []
+
+
+def _set_or_unset(fields: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """An update document that sets the non-null fields and removes the null ones."""
+    update: dict[str, dict[str, Any]] = {}
+    for name, value in fields.items():
+        if value is None:
+            update.setdefault("$unset", {})[name] = ""
+        else:
+            update.setdefault("$set", {})[name] = value
+    return update

@@ -1,0 +1,291 @@
+"""Checkpoint store on Redis: one hash per stream, the reference's layout.
+
+Key ``{key_prefix}checkpoint:{stream}`` (prefix ``fw:`` by default), no TTL.
+Fields: ``_v`` (presence marker, so an all-null record is still found),
+``instanceId``, ``lastSeenToken`` and ``lastProcessedToken`` (base64 of the
+token's BSON), ``lastSeenTimestamp``, ``lastProcessedTimestamp`` and
+``lastHeartbeatTimestamp`` (epoch milliseconds), ``metadata`` (JSON).
+
+Each partial write is one multi-field ``HSET``; ``save`` is ``DEL`` + ``HSET`` in
+one ``MULTI``; the history-lost reset is a Lua script, so its guard is evaluated
+atomically with the removal. Other fields of the hash are never touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from ..checkpoint import Checkpoint, CheckpointStore, check_anchor_write
+from ..tokens import Token, check_token, decode_token, encode_token
+from ._extras import missing_extra
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+SEEN_TOKEN, SEEN_AT = "lastSeenToken", "lastSeenTimestamp"
+PROCESSED_TOKEN, PROCESSED_AT = "lastProcessedToken", "lastProcessedTimestamp"
+HEARTBEAT_AT = "lastHeartbeatTimestamp"
+
+# KEYS[1] the hash; ARGV: expected dead processed token, fresh seen token, timestamp.
+# "" stands for None: an encoded token is never empty.
+RESET_AFTER_HISTORY_LOST = """
+local current = redis.call('HGET', KEYS[1], 'lastProcessedToken')
+local expected = ARGV[1]
+local still_dead
+if expected == '' then still_dead = (current == false) else still_dead = (current == expected) end
+if still_dead then
+  redis.call('HDEL', KEYS[1], 'lastProcessedToken', 'lastProcessedTimestamp')
+end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], 'lastSeenToken', 'lastSeenTimestamp', 'lastHeartbeatTimestamp')
+  redis.call('HSET', KEYS[1], '_v', '1')
+else
+  redis.call('HSET', KEYS[1], '_v', '1', 'lastSeenToken', ARGV[2],
+             'lastSeenTimestamp', ARGV[3], 'lastHeartbeatTimestamp', ARGV[3])
+end
+return 1
+"""
+
+
+def _encode_token(token: Token | None) -> str:
+    data = encode_token(token)
+    return "" if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _decode_token(value: bytes | None) -> dict[str, Any] | None:
+    return None if not value else decode_token(base64.b64decode(value))
+
+
+def _encode_time(value: datetime | None) -> str:
+    return "" if value is None else str((value - _EPOCH) // _MS)
+
+
+def _decode_time(value: bytes | None) -> datetime | None:
+    return None if not value else _EPOCH + int(value) * _MS
+
+
+def _escape_glob(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class RedisCheckpointStore(CheckpointStore):
+    """Stores checkpoints in Redis hashes.
+
+    Connect through a django-redis cache alias (``cache="default"``, the default),
+    a ``url`` such as ``redis://127.0.0.1:6379/0``, or a ready ``client``.
+    """
+
+    supports_listing = True
+
+    def __init__(
+        self,
+        cache: str | None = None,
+        url: str | None = None,
+        key_prefix: str = "fw:",
+        client: Any = None,
+    ) -> None:
+        if sum(x is not None for x in (cache, url, client)) > 1:
+            raise TypeError("give only one of cache, url and client")
+        self.cache = cache if (url is None and client is None) else None
+        self.url = url
+        self.key_prefix = key_prefix
+        self._client = client
+        self._owns_client = False
+        self._lock = threading.Lock()
+        self._reset_script: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client, connected on first use."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._connect()
+        return self._client
+
+    def _connect(self) -> Any:
+        if self.url is not None:
+            import redis
+
+            self._owns_client = True
+            return redis.Redis.from_url(self.url)
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(self.cache or "default")
+
+    def key(self, stream_name: str) -> str:
+        """The hash key of one stream."""
+        return f"{self.key_prefix}checkpoint:{stream_name}"
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        fields = {
+            "instanceId": checkpoint.instance_id,
+            SEEN_TOKEN: _encode_token(checkpoint.last_seen_token),
+            SEEN_AT: _encode_time(checkpoint.last_seen_at),
+            PROCESSED_TOKEN: _encode_token(checkpoint.last_processed_token),
+            PROCESSED_AT: _encode_time(checkpoint.last_processed_at),
+            HEARTBEAT_AT: _encode_time(checkpoint.last_heartbeat_at),
+            "metadata": json.dumps(dict(checkpoint.metadata)) if checkpoint.metadata else None,
+        }
+        mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
+        if checkpoint.instance_id == "":
+            mapping["instanceId"] = ""
+        key = self.key(checkpoint.stream_name)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)
+            pipe.execute()
+
+    def find(self, stream_name: str) -> Checkpoint | None:
+        return self._to_checkpoint(stream_name, self.client.hgetall(self.key(stream_name)))
+
+    def _to_checkpoint(self, stream_name: str, raw: Mapping[bytes, bytes]) -> Checkpoint | None:
+        if not raw:
+            return None
+        instance = raw.get(b"instanceId")
+        metadata = raw.get(b"metadata")
+        return Checkpoint(
+            stream_name=stream_name,
+            instance_id=None if instance is None else instance.decode(),
+            last_seen_token=_decode_token(raw.get(SEEN_TOKEN.encode())),
+            last_seen_at=_decode_time(raw.get(SEEN_AT.encode())),
+            last_processed_token=_decode_token(raw.get(PROCESSED_TOKEN.encode())),
+            last_processed_at=_decode_time(raw.get(PROCESSED_AT.encode())),
+            last_heartbeat_at=_decode_time(raw.get(HEARTBEAT_AT.encode())),
+            metadata=json.loads(metadata) if metadata else {},
+        )
+
+    def delete(self, stream_name: str) -> None:
+        self.client.delete(self.key(stream_name))
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        prefix = self.key("")
+        keys = sorted(self.client.scan_iter(match=_escape_glob(prefix) + "*", count=500))
+        with self.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            records = pipe.execute()
+        found = (
+            self._to_checkpoint(key.decode()[len(prefix) :], raw)
+            for key, raw in zip(keys, records, strict=True)
+        )
+        return [cp for cp in found if cp is not None]
+
+    def _hset(self, stream_name: str, fields: dict[str, str]) -> None:
+        self.client.hset(self.key(stream_name), mapping={"_v": "1", **fields})
+
+    def save_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at)
+
+    def save_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._save_anchor(stream_name, PROCESSED_TOKEN, PROCESSED_AT, token, at, heartbeat_at)
+
+    def _save_anchor(
+        self,
+        stream_name: str,
+        token_field: str,
+        at_field: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None,
+    ) -> None:
+        check_anchor_write(token, at, heartbeat_at)
+        fields = {token_field: _encode_token(token), at_field: _encode_time(at)}
+        if heartbeat_at is not None:
+            fields[HEARTBEAT_AT] = _encode_time(heartbeat_at)
+        cleared = [name for name, value in fields.items() if not value]
+        if not cleared:
+            self._hset(stream_name, fields)
+            return
+        # HSET cannot store "nothing": clear the missing half in the same MULTI.
+        key = self.key(stream_name)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"_v": "1", **{k: v for k, v in fields.items() if v}})
+            pipe.hdel(key, *cleared)
+            pipe.execute()
+
+    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
+        check_anchor_write(None, at)
+        self._hset(stream_name, {HEARTBEAT_AT: _encode_time(at)})
+
+    def reset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        check_anchor_write(fresh_seen_token, at)
+        check_token(expected_dead_processed, "expected_dead_processed")
+        if self._reset_script is None:
+            self._reset_script = self.client.register_script(RESET_AFTER_HISTORY_LOST)
+        self._reset_script(
+            keys=[self.key(stream_name)],
+            args=[
+                _encode_token(expected_dead_processed),
+                _encode_token(fresh_seen_token),
+                _encode_time(at),
+            ],
+        )
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        error = missing_extra(alias, "redis", "redis", cls.__name__)
+        if error is not None:
+            return [error]
+        if options.get("url") is not None or options.get("client") is not None:
+            return []
+        cache = options.get("cache") or "default"
+        setting = f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"]["cache"]'
+        error = missing_extra(alias, "django_redis", "redis", cls.__name__)
+        if error is not None:
+            return [error]
+        if cache not in settings.CACHES:
+            return [
+                checks.Error(
+                    f"{setting} = {cache!r} is not a cache alias in CACHES.",
+                    hint="Name a django-redis cache alias, or give OPTIONS "
+                    '{"url": "redis://host:6379/0"} instead.',
+                    id="flowwarden_django.E006",
+                )
+            ]
+        backend = settings.CACHES[cache].get("BACKEND", "")
+        if not backend.startswith("django_redis."):
+            return [
+                checks.Error(
+                    f"{setting} = {cache!r} is a {backend} cache, not a django-redis one.",
+                    hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
+                    'OPTIONS {"url": "redis://host:6379/0"} instead.',
+                    id="flowwarden_django.E008",
+                )
+            ]
+        return []

@@ -1,0 +1,56 @@
+"""The contract suite on the Redis store (real server), plus Redis-only checks."""
+
+import uuid
+
+import pytest
+
+from flowwarden_django.streams.backends.redis import RedisCheckpointStore
+from flowwarden_django.testkit import CheckpointStoreContract
+from flowwarden_django.testkit.checkpoint_store import now_ms, token
+from tests.lanes import on_lane
+from tests.services import SERVICES
+
+
+def redis_url() -> str:
+    return f"redis://{SERVICES['redis'].address}/15"
+
+
+@on_lane("redis")
+class TestRedisCheckpointStore(CheckpointStoreContract):
+    def make_store(self):
+        return RedisCheckpointStore(url=redis_url(), key_prefix=f"fwtest:{uuid.uuid4().hex[:8]}:")
+
+
+@on_lane("redis")
+class TestRedisSpecifics:
+    @pytest.fixture
+    def store(self):
+        store = RedisCheckpointStore(url=redis_url(), key_prefix=f"fwtest:{uuid.uuid4().hex[:8]}:")
+        yield store
+        for key in store.client.scan_iter(match=store.key_prefix + "*"):
+            store.client.delete(key)
+        store.close()
+
+    @pytest.mark.parametrize("expected", ["dead", "other"], ids=["guard-match", "guard-mismatch"])
+    def test_reset_runs_in_place_and_keeps_unknown_fields(self, store, expected):
+        now = now_ms()
+        store.save_processed("s", token("dead"), now)
+        store.client.hset(store.key("s"), "customField", "keep me")
+        store.reset_after_history_lost("s", token("fresh"), token(expected), now)
+        assert store.client.hget(store.key("s"), "customField") == b"keep me"
+        found = store.find("s")
+        assert found.last_seen_token == token("fresh")
+        assert found.last_processed_token == (None if expected == "dead" else token("dead"))
+
+    def test_layout_matches_the_reference(self, store):
+        now = now_ms()
+        store.save_seen("orders", token("8263"), now, now)
+        raw = store.client.hgetall(store.key("orders"))
+        assert store.key("orders") == f"{store.key_prefix}checkpoint:orders"
+        assert set(raw) == {b"_v", b"lastSeenToken", b"lastSeenTimestamp", b"lastHeartbeatTimestamp"}
+        assert raw[b"lastSeenTimestamp"] == str(int(now.timestamp() * 1000)).encode()
+
+    def test_default_prefix_and_cache_alias(self, settings):
+        store = RedisCheckpointStore(cache="redis")
+        assert store.key_prefix == "fw:"
+        assert store.client.ping()
