@@ -130,6 +130,9 @@ def test_registry_follows_setting_changes():
 def test_registry_reports_bad_options_with_the_setting():
     orm = "flowwarden_django.streams.backends.orm.OrmCheckpointStore"
     bad = {"CHECKPOINT_STORES": {"default": {"BACKEND": orm, "OPTIONS": {"nope": 1}}}}
-    with override_settings(FLOWWARDEN=bad):
-        with pytest.raises(InvalidCheckpointStoreError, match=r'\["default"\]\["OPTIONS"\]'):
-            checkpoint_stores["default"]
+    expected = r'\["default"\]\["OPTIONS"\]'
+    with (
+        override_settings(FLOWWARDEN=bad),
+        pytest.raises(InvalidCheckpointStoreError, match=expected),
+    ):
+        checkpoint_stores["default"]

@@ -30,26 +30,53 @@ def test_default_configuration_is_clean():
 @pytest.mark.parametrize(
     ("config", "code", "words"),
     [
-        ({"BACKEND": "no.such.Store"}, "E002", ["CHECKPOINT_STORES\"][\"default\"][\"BACKEND\"]",
-                                               "no.such.Store", "cannot be imported"]),
+        (
+            {"BACKEND": "no.such.Store"},
+            "E002",
+            ['CHECKPOINT_STORES"]["default"]["BACKEND"]', "no.such.Store", "cannot be imported"],
+        ),
         ({}, "E002", ['["BACKEND"] is missing']),
         ("orm", "E002", ["must be a dict"]),
-        ({"BACKEND": "flowwarden_django.models.StreamCheckpoint"}, "E003",
-         ["not a CheckpointStore subclass"]),
-        ({"BACKEND": ORM, "OPTIONS": {"databse": "x"}}, "E004",
-         ['["OPTIONS"] does not fit OrmCheckpointStore', "databse", "accepts: using"]),
-        ({"BACKEND": ORM, "OPTIONS": {"using": "nope"}}, "E006",
-         ['["OPTIONS"]["using"] = \'nope\' is not a database alias']),
-        ({"BACKEND": REDIS, "OPTIONS": {"cache": "nope"}}, "E006",
-         ["\"cache\"] = 'nope' is not a cache alias"]),
-        ({"BACKEND": REDIS, "OPTIONS": {"cache": "default"}}, "E008",
-         ["not a django-redis one"]),
-        ({"BACKEND": MONGO, "OPTIONS": {"url": "http://x"}}, "E008",
-         ["is not a MongoDB connection string"]),
+        (
+            {"BACKEND": "flowwarden_django.models.StreamCheckpoint"},
+            "E003",
+            ["not a CheckpointStore subclass"],
+        ),
+        (
+            {"BACKEND": ORM, "OPTIONS": {"databse": "x"}},
+            "E004",
+            ['["OPTIONS"] does not fit OrmCheckpointStore', "databse", "accepts: using"],
+        ),
+        (
+            {"BACKEND": ORM, "OPTIONS": {"using": "nope"}},
+            "E006",
+            ['["OPTIONS"]["using"] = \'nope\' is not a database alias'],
+        ),
+        (
+            {"BACKEND": REDIS, "OPTIONS": {"cache": "nope"}},
+            "E006",
+            ["\"cache\"] = 'nope' is not a cache alias"],
+        ),
+        ({"BACKEND": REDIS, "OPTIONS": {"cache": "default"}}, "E008", ["not a django-redis one"]),
+        (
+            {"BACKEND": MONGO, "OPTIONS": {"url": "http://x"}},
+            "E008",
+            ["is not a MongoDB connection string"],
+        ),
         ({"BACKEND": MONGO}, "E004", ['needs "url"']),
     ],
-    ids=["bad-path", "no-backend", "not-a-dict", "not-a-store", "bad-option", "bad-db-alias",
-         "bad-cache-alias", "not-django-redis", "bad-mongo-url", "no-mongo-url"],
+    ids=[
+        "bad-path",
+        "no-backend",
+        "not-a-dict",
+        "not-a-store",
+        "bad-option",
+        "bad-db-alias",
+        "bad-cache-alias",
+        "not-django-redis",
+        "bad-mongo-url",
+        "no-mongo-url",
+    ],
 )
 def test_misconfigured_store(config, code, words):
     message = only(errors_for({"default": config}))
@@ -60,8 +87,9 @@ def test_misconfigured_store(config, code, words):
     assert message.hint
 
 
-@pytest.mark.parametrize(("backend", "package", "extra"), [(REDIS, "redis", "redis"),
-                                                            (MONGO, "pymongo", "mongo")])
+@pytest.mark.parametrize(
+    ("backend", "package", "extra"), [(REDIS, "redis", "redis"), (MONGO, "pymongo", "mongo")]
+)
 def test_missing_extra_names_the_extra(monkeypatch, backend, package, extra):
     real = _extras.find_spec
     monkeypatch.setattr(_extras, "find_spec", lambda n: None if n == package else real(n))
@@ -80,7 +108,7 @@ def test_not_a_dict_settings():
 
 
 def test_manage_py_check_fails_with_the_setting_name():
-    with override_settings(FLOWWARDEN={"CHECKPOINT_STORES": {"default": {"BACKEND": "x.Y"}}}):
-        with pytest.raises(SystemCheckError) as raised:
-            call_command("check")
+    broken = {"CHECKPOINT_STORES": {"default": {"BACKEND": "x.Y"}}}
+    with override_settings(FLOWWARDEN=broken), pytest.raises(SystemCheckError) as raised:
+        call_command("check")
     assert 'FLOWWARDEN["CHECKPOINT_STORES"]["default"]["BACKEND"]' in str(raised.value)

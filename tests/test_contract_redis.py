@@ -47,7 +47,12 @@ class TestRedisSpecifics:
         store.save_seen("orders", token("8263"), now, now)
         raw = store.client.hgetall(store.key("orders"))
         assert store.key("orders") == f"{store.key_prefix}checkpoint:orders"
-        assert set(raw) == {b"_v", b"lastSeenToken", b"lastSeenTimestamp", b"lastHeartbeatTimestamp"}
+        assert set(raw) == {
+            b"_v",
+            b"lastSeenToken",
+            b"lastSeenTimestamp",
+            b"lastHeartbeatTimestamp",
+        }
         assert raw[b"lastSeenTimestamp"] == str(int(now.timestamp() * 1000)).encode()
 
     def test_default_prefix_and_cache_alias(self, settings):

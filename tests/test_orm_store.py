@@ -16,9 +16,7 @@ from tests.lanes import lane_marks
 
 ALIASES = [
     pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="sqlite"),
-    pytest.param(
-        "postgres", marks=lane_marks("postgres", databases=["postgres"]), id="postgres"
-    ),
+    pytest.param("postgres", marks=lane_marks("postgres", databases=["postgres"]), id="postgres"),
     pytest.param("mariadb", marks=lane_marks("mariadb", databases=["mariadb"]), id="mariadb"),
 ]
 

@@ -18,6 +18,7 @@ Token = Mapping[str, Any]
 def _bson() -> Any:
     try:
         import bson
+        import bson.json_util
     except ImportError as exc:  # pragma: no cover - exercised in the minimal tox env
         raise MissingExtraError(
             "pymongo", "mongo", "Storing resume tokens (BSON documents)"
@@ -63,14 +64,13 @@ def token_to_json(token: Token | None) -> str:
     """Relaxed Extended JSON of *token*, for people to read (``"null"`` for ``None``)."""
     if token is None:
         return "null"
-    from bson import json_util
-
+    json_util = _bson().json_util
     return json_util.dumps(token, json_options=json_util.RELAXED_JSON_OPTIONS)
 
 
 def token_from_json(text: str) -> dict[str, Any]:
     """Parse Extended JSON (relaxed or canonical) into a token; ``ValueError`` if it is not one."""
-    from bson import json_util
+    json_util = _bson().json_util
 
     try:
         value = json_util.loads(text)

@@ -177,14 +177,10 @@ class MongoCheckpointStore(CheckpointStore):
         check_anchor_write(None, at)
         self._set(stream_name, {}, at)
 
-    def _set(
-        self, stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None
-    ) -> None:
+    def _set(self, stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None) -> None:
         if heartbeat_at is not None:
             fields[HEARTBEAT_AT] = ms_precision(heartbeat_at)
-        self.collection.update_one(
-            {"_id": stream_name}, _set_or_unset(fields), upsert=True
-        )
+        self.collection.update_one({"_id": stream_name}, _set_or_unset(fields), upsert=True)
 
     def reset_after_history_lost(
         self,

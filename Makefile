@@ -1,0 +1,51 @@
+# Everything runs from a virtualenv in .venv, made with the Python found as $(PYTHON).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
+
+.PHONY: demo test lint format serve bench clean
+
+## demo: set up and run the sample project on SQLite (no servers needed)
+demo: $(VENV)/.demo-installed
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py demo
+
+## test: set up and run the whole test suite (server lanes skip when their server is down)
+test: $(VENV)/.test-installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest
+
+lint: $(VENV)/.test-installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(VENV)/.test-installed
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+serve: $(VENV)/.demo-installed
+	$(PY) manage.py runserver
+
+bench: $(VENV)/.test-installed
+	$(PY) bench/checkpoint_writes.py
+
+$(VENV)/.venv-created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	touch $@
+
+$(VENV)/.demo-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
+	$(PIP) install --quiet -e ".[mongo]"
+	touch $@
+
+# mysqlclient compiles against libmariadb-dev; without it the MariaDB lane skips.
+$(VENV)/.test-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
+	$(PIP) install --quiet -e ".[all,test]"
+	$(PIP) install --quiet "mysqlclient>=2.2" || \
+		echo "mysqlclient did not build (apt-get install libmariadb-dev pkg-config): the MariaDB lane will skip"
+	touch $(VENV)/.demo-installed $@
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache sampleproject/db.sqlite3

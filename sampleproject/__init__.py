@@ -1,0 +1,1 @@
+"""A small shop project that shows flowwarden-django on embedded defaults (SQLite)."""

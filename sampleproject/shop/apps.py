@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class ShopConfig(AppConfig):
+    """The sample shop."""
+
+    name = "sampleproject.shop"
+    label = "shop"

@@ -1,0 +1,56 @@
+"""The core installs and imports without the optional extras.
+
+The check runs in a child interpreter in which pymongo/bson, redis, django-redis,
+celery and DRF cannot be imported, as in an install without extras.
+"""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys
+    for name in ("pymongo", "bson", "gridfs", "redis", "django_redis", "celery",
+                 "rest_framework", "drf_spectacular", "mongomock"):
+        sys.modules[name] = None  # import fails; importlib.util.find_spec returns None
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+    django.setup()
+    from django.core.checks import run_checks
+    from django.test.utils import override_settings
+    import flowwarden_django.streams
+    from flowwarden_django.exceptions import MissingExtraError
+    from flowwarden_django.streams import Checkpoint
+    from flowwarden_django.streams.backends import memory, mongo, orm, redis  # noqa: F401
+    from flowwarden_django.streams.tokens import encode_token
+
+    assert [m for m in run_checks() if m.id.startswith("flowwarden")] == []
+    redis_store = {"BACKEND": "flowwarden_django.streams.backends.redis.RedisCheckpointStore"}
+    with override_settings(FLOWWARDEN={"CHECKPOINT_STORES": {"default": redis_store}}):
+        errors = [m for m in run_checks() if m.id.startswith("flowwarden")]
+    assert [e.id for e in errors] == ["flowwarden_django.E005"], errors
+    assert errors[0].hint == 'pip install "flowwarden-django[redis]"'
+    store = memory.InMemoryCheckpointStore()
+    store.save(Checkpoint("no-tokens"))
+    assert store.find("no-tokens") == Checkpoint("no-tokens")
+    try:
+        encode_token({"_data": "82"})
+    except MissingExtraError as exc:
+        assert 'pip install "flowwarden-django[mongo]"' in str(exc)
+    else:
+        raise AssertionError("tokens need bson")
+    print("core without extras: ok")
+    """
+)
+
+
+def test_core_works_without_optional_extras():
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "core without extras: ok" in result.stdout
