@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -38,6 +38,12 @@ def check_anchor_write(
     check_token(token)
     _check_aware(at, "at")
     _check_aware(heartbeat_at, "heartbeat_at")
+
+
+def _with_heartbeat(changes: dict[str, Any], heartbeat_at: datetime | None) -> dict[str, Any]:
+    if heartbeat_at is not None:
+        changes["last_heartbeat_at"] = heartbeat_at
+    return changes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,10 +118,9 @@ class CheckpointStore(ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the seen pair (and the heartbeat, when given, in the same write)."""
-        changes: dict[str, Any] = {"last_seen_token": token, "last_seen_at": at}
-        if heartbeat_at is not None:
-            changes["last_heartbeat_at"] = heartbeat_at
-        self._read_modify_write(stream_name, changes)
+        check_anchor_write(token, at, heartbeat_at)
+        changes = _with_heartbeat({"last_seen_token": token, "last_seen_at": at}, heartbeat_at)
+        self._read_modify_write(stream_name, lambda current: changes)
 
     def save_processed(
         self,
@@ -125,14 +130,15 @@ class CheckpointStore(ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the processed pair (and the heartbeat, when given, in the same write)."""
-        changes: dict[str, Any] = {"last_processed_token": token, "last_processed_at": at}
-        if heartbeat_at is not None:
-            changes["last_heartbeat_at"] = heartbeat_at
-        self._read_modify_write(stream_name, changes)
+        check_anchor_write(token, at, heartbeat_at)
+        changes = {"last_processed_token": token, "last_processed_at": at}
+        changes = _with_heartbeat(changes, heartbeat_at)
+        self._read_modify_write(stream_name, lambda current: changes)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
         """Set only the heartbeat: the position was re-certified unchanged."""
-        self._read_modify_write(stream_name, {"last_heartbeat_at": at})
+        check_anchor_write(None, at)
+        self._read_modify_write(stream_name, lambda current: {"last_heartbeat_at": at})
 
     def reset_after_history_lost(
         self,
@@ -151,24 +157,35 @@ class CheckpointStore(ABC):
         be a lie. ``instance_id`` and ``metadata`` are kept; the record is created
         if missing. Backends must evaluate the guard atomically with the removal.
         """
-        check_token(fresh_seen_token, "fresh_seen_token")
+        check_anchor_write(fresh_seen_token, at)
         check_token(expected_dead_processed, "expected_dead_processed")
-        current = self.find(stream_name) or Checkpoint(stream_name)
-        changes: dict[str, Any] = {
-            "last_seen_token": fresh_seen_token,
-            "last_seen_at": at if fresh_seen_token is not None else None,
-            "last_heartbeat_at": at if fresh_seen_token is not None else None,
-        }
-        if tokens_equal(current.last_processed_token, expected_dead_processed):
-            changes.update(last_processed_token=None, last_processed_at=None)
-        self.save(current.replace(**changes))
+        stamp = at if fresh_seen_token is not None else None
+
+        def changes(current: Checkpoint) -> dict[str, Any]:
+            result: dict[str, Any] = {
+                "last_seen_token": fresh_seen_token,
+                "last_seen_at": stamp,
+                "last_heartbeat_at": stamp,
+            }
+            if tokens_equal(current.last_processed_token, expected_dead_processed):
+                result.update(last_processed_token=None, last_processed_at=None)
+            return result
+
+        self._read_modify_write(stream_name, changes)
 
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections the store opened itself (none by default)."""
 
-    def _read_modify_write(self, stream_name: str, changes: dict[str, Any]) -> None:
+    def _read_modify_write(
+        self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any]]
+    ) -> None:
+        """Apply ``changes(current)`` to the record (created when missing).
+
+        This default reads then saves, so it is not atomic; a store that can hold
+        a lock across both (the in-memory one) overrides it.
+        """
         current = self.find(stream_name) or Checkpoint(stream_name)
-        self.save(current.replace(**changes))
+        self.save(current.replace(**changes(current)))
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:
