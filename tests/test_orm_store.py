@@ -6,7 +6,6 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 from django.test import override_settings
-from django.test.utils import CaptureQueriesContext
 
 from flowwarden_django.models import StreamCheckpoint
 from flowwarden_django.streams import Checkpoint
@@ -23,9 +22,18 @@ ALIASES = [
 
 @contextmanager
 def exactly_one_statement(alias: str):
-    """Capture the statements and the transaction calls made on *alias*."""
+    """Record the statements and the transaction calls made on *alias*.
+
+    An execute wrapper sees every statement without switching Django to its
+    logging cursor, so the store's normal (kept-cursor) path is the one measured.
+    """
     connection = connections[alias]
-    calls = []
+    statements, calls = [], []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
     original_set_autocommit = connection.set_autocommit
     original_commit = connection.commit
 
@@ -41,12 +49,12 @@ def exactly_one_statement(alias: str):
     connection.set_autocommit = set_autocommit
     connection.commit = commit
     try:
-        with CaptureQueriesContext(connection) as captured:
-            yield captured
+        with connection.execute_wrapper(record):
+            yield statements
     finally:
         del connection.set_autocommit
         del connection.commit
-    statements = [q["sql"] for q in captured.captured_queries]
+    assert not connection.queries_logged
     assert len(statements) == 1, statements
     assert statements[0].lstrip().upper().startswith("INSERT INTO"), statements[0]
     assert not calls, f"explicit transaction control: {calls}"
@@ -104,6 +112,26 @@ def test_write_joins_the_callers_transaction(alias):
         store.save_processed("s", token("p"), now_ms())
         raise Rollback
     assert store.find("s") is None
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_writes_survive_a_closed_connection(alias):
+    """The store keeps a cursor per connection; a new connection gets a new cursor."""
+    store = OrmCheckpointStore(using=alias)
+    store.save_processed("s", token("p1"), now_ms())
+    connections[alias].close()
+    store.save_processed("s", token("p2"), now_ms())
+    assert store.find("s").last_processed_token == token("p2")
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_debug_logging_still_sees_the_writes(alias):
+    from django.test.utils import CaptureQueriesContext
+
+    store = OrmCheckpointStore(using=alias)
+    with CaptureQueriesContext(connections[alias]) as captured:
+        store.save_seen("s", token("s"), now_ms())
+    assert len(captured.captured_queries) == 1
 
 
 class CheckpointsToOther:

@@ -74,6 +74,41 @@ _QUOTES = {
 }
 
 
+_KEPT_CURSOR = "_flowwarden_checkpoint_cursor"
+
+
+def _kept_cursor(connection: Any) -> Any:
+    """One Django cursor per database connection, kept for the store's writes.
+
+    Opening a cursor for every write roughly doubles the store's cost per write
+    (see ``bench/checkpoint_writes.py``). Django's ``CursorWrapper`` still runs
+    its per-call work on each ``execute``: broken-transaction check, execute
+    wrappers, error translation. The cursor is replaced whenever Django has
+    opened a new DB-API connection (after ``close()`` or a lost connection).
+    """
+    kept = connection.__dict__.get(_KEPT_CURSOR)
+    if kept is not None and kept[0] is connection.connection is not None:
+        return kept[1]
+    cursor = connection.cursor()
+    connection.__dict__[_KEPT_CURSOR] = (connection.connection, cursor)
+    return cursor
+
+
+def _adapt(ops: Any, column: str, value: Any) -> Any:
+    """A column value as the database driver takes it.
+
+    What the model fields' ``get_db_prep_save`` would return, without their
+    generic work on the hot path: tokens are already BSON bytes, text is text.
+    """
+    if value is None:
+        return None
+    if column.endswith("_at"):
+        return ops.adapt_datetimefield_value(value)
+    if column == "metadata":
+        return ops.adapt_json_value(value, None)
+    return value
+
+
 class OrmCheckpointStore(CheckpointStore):
     """Stores checkpoints in the ``StreamCheckpoint`` table of a Django database.
 
@@ -86,8 +121,6 @@ class OrmCheckpointStore(CheckpointStore):
 
     def __init__(self, using: str | None = None) -> None:
         self.using = using
-        fields = {f.attname: f for f in StreamCheckpoint._meta.concrete_fields}
-        self._fields = fields
 
     # -- helpers -----------------------------------------------------------------
 
@@ -108,19 +141,24 @@ class OrmCheckpointStore(CheckpointStore):
         vendor = connection.vendor
         if vendor not in NULL_SAFE_EQUALS:
             raise NotImplementedError(f"OrmCheckpointStore does not support {vendor}")
-        insert = tuple(values)
-        sql = _upsert_sql(vendor, insert, tuple(update), guard is not None)
+        sql = _upsert_sql(vendor, tuple(values), tuple(update), guard is not None)
+        ops = connection.ops
         params = [stream_name]
-        fields = self._fields
         for column, value in values.items():
-            params.append(fields[column].get_db_prep_save(value, connection))
+            params.append(_adapt(ops, column, value))
         if guard is not None:
-            expected = fields["last_processed_token"].get_db_prep_save(
-                encode_token(guard[0]), connection
-            )
+            expected = encode_token(guard[0])
             params += [expected, expected]
-        with connection.cursor() as cursor:
+        if connection.queries_logged:  # DEBUG or CaptureQueriesContext: a logging cursor
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+            return
+        cursor = _kept_cursor(connection)
+        try:
             cursor.execute(sql, params)
+        except BaseException:
+            connection.__dict__.pop(_KEPT_CURSOR, None)
+            raise
 
     def _to_checkpoint(self, row: StreamCheckpoint) -> Checkpoint:
         return Checkpoint(

@@ -76,7 +76,7 @@ class Command(BaseCommand):
         user.save()
         self.stdout.write(
             self.style.SUCCESS("\nSee them in the admin:")
-            + "\n  python manage.py runserver   (or: make serve)"
+            + "\n  make serve   (that is: .venv/bin/python manage.py runserver)"
             + "\n  http://127.0.0.1:8000/admin/flowwarden_django/streamcheckpoint/"
             + f"\n  log in as admin / {password}   (a new password each demo run)"
             + "\n  or: python manage.py flowwarden_checkpoints show orders"
