@@ -52,6 +52,8 @@ STATIC_URL = "/static/"
 # SQLite on a file, not in memory: the race tests write from several threads,
 # each with its own connection.
 _SQLITE_DIR = os.environ.get("FLOWWARDEN_TEST_TMP") or tempfile.gettempdir()
+# Two test runs at once on one server need different test databases.
+_SUFFIX = os.environ.get("FLOWWARDEN_TEST_DB_SUFFIX", "")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
@@ -76,7 +78,7 @@ if available("postgres"):
         "USER": os.environ.get("FLOWWARDEN_TEST_POSTGRES_USER", "postgres"),
         "PASSWORD": os.environ.get("FLOWWARDEN_TEST_POSTGRES_PASSWORD", ""),
         "NAME": "fw_tests",
-        "TEST": {"NAME": "test_fw_tests"},
+        "TEST": {"NAME": f"test_fw_tests{_SUFFIX}"},
     }
 
 if available("mariadb"):
@@ -88,7 +90,11 @@ if available("mariadb"):
         "USER": os.environ.get("FLOWWARDEN_TEST_MARIADB_USER", "root"),
         "PASSWORD": os.environ.get("FLOWWARDEN_TEST_MARIADB_PASSWORD", ""),
         "NAME": "fw_tests",
-        "TEST": {"NAME": "test_fw_tests", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"},
+        "TEST": {
+            "NAME": f"test_fw_tests{_SUFFIX}",
+            "CHARSET": "utf8mb4",
+            "COLLATION": "utf8mb4_bin",
+        },
         "OPTIONS": {"charset": "utf8mb4"},
     }
 
