@@ -25,13 +25,12 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .conf import fw_settings
+from .formatting import NONE_TEXT
+from .formatting import short_token as shorten_token
 from .models import StreamCheckpoint
 from .streams.backends.orm import OrmCheckpointStore
 from .streams.stores import load_backend_class, store_options
 from .streams.tokens import decode_token, token_to_json
-
-EMPTY = "—"
-SHORT_TOKEN_LENGTH = 20
 
 
 @dataclass(frozen=True)
@@ -106,12 +105,8 @@ def short_token(data: bytes | memoryview | None) -> SafeString | str:
     if error:
         return error
     if token is None:
-        return EMPTY
-    full = token_to_json(token)
-    text = token["_data"] if isinstance(token.get("_data"), str) else full
-    if len(text) > SHORT_TOKEN_LENGTH:
-        text = text[:SHORT_TOKEN_LENGTH] + "…"
-    return format_html('<code title="{}">{}</code>', full, text)
+        return NONE_TEXT
+    return format_html('<code title="{}">{}</code>', token_to_json(token), shorten_token(token))
 
 
 def full_token(data: bytes | memoryview | None) -> SafeString | str:
@@ -120,7 +115,7 @@ def full_token(data: bytes | memoryview | None) -> SafeString | str:
     if error:
         return error
     if token is None:
-        return EMPTY
+        return NONE_TEXT
     # Relaxed EJSON is plain JSON, so reloading it only adds indentation (order is kept).
     pretty = json.dumps(json.loads(token_to_json(token)), indent=2, ensure_ascii=False)
     return format_html('<pre class="flowwarden-token">{}</pre>', pretty)
@@ -129,7 +124,7 @@ def full_token(data: bytes | memoryview | None) -> SafeString | str:
 def age(value: datetime | None) -> SafeString | str:
     """``"3 minutes ago"`` with the exact ISO timestamp as a title; ``"—"`` for ``None``."""
     if value is None:
-        return EMPTY
+        return NONE_TEXT
     text = gettext("%(delta)s ago") % {"delta": timesince(value)}
     return format_html('<time datetime="{0}" title="{0}">{1}</time>', value.isoformat(), text)
 
@@ -137,7 +132,7 @@ def age(value: datetime | None) -> SafeString | str:
 def timestamp(value: datetime | None) -> SafeString | str:
     """The exact ISO timestamp followed by its age, for the detail page."""
     if value is None:
-        return EMPTY
+        return NONE_TEXT
     return format_html("{} ({})", value.isoformat(), age(value))
 
 
@@ -161,7 +156,7 @@ class StreamCheckpointAdmin(admin.ModelAdmin):
         "heartbeat_age",
     ]
     search_fields = ["stream_name"]
-    empty_value_display = EMPTY
+    empty_value_display = NONE_TEXT
     actions = None
     fieldsets = [
         (None, {"fields": ["stream_name", "instance_id"]}),

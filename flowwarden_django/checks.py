@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from importlib.util import find_spec
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +35,36 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         ]
     return []
+
+
+@checks.register()
+def check_time_zone_support(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Checkpoint timestamps are timezone-aware; the ORM store needs ``USE_TZ``."""
+    if settings.USE_TZ:
+        return []
+    return [
+        checks.Error(
+            "flowwarden-django needs USE_TZ = True: checkpoint timestamps are "
+            "timezone-aware and the ORM store cannot write them otherwise.",
+            hint="Set USE_TZ = True in your settings (Django's default since 5.0).",
+            id="flowwarden_django.E009",
+        )
+    ]
+
+
+@checks.register()
+def check_bson_available(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Resume tokens are BSON documents; storing one needs ``bson`` from pymongo."""
+    if find_spec("bson") is not None:
+        return []
+    return [
+        checks.Warning(
+            "pymongo is not installed: checkpoint stores cannot store resume tokens "
+            "(BSON documents), so change streams cannot run.",
+            hint='pip install "flowwarden-django[mongo]" (not needed for workflows alone)',
+            id="flowwarden_django.W001",
+        )
+    ]
 
 
 @checks.register()

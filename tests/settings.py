@@ -90,11 +90,7 @@ if available("mariadb"):
         "USER": os.environ.get("FLOWWARDEN_TEST_MARIADB_USER", "root"),
         "PASSWORD": os.environ.get("FLOWWARDEN_TEST_MARIADB_PASSWORD", ""),
         "NAME": "fw_tests",
-        "TEST": {
-            "NAME": f"test_fw_tests{_SUFFIX}",
-            "CHARSET": "utf8mb4",
-            "COLLATION": "utf8mb4_bin",
-        },
+        "TEST": {"NAME": f"test_fw_tests{_SUFFIX}", "CHARSET": "utf8mb4"},
         "OPTIONS": {"charset": "utf8mb4"},
     }
 

@@ -112,3 +112,19 @@ def test_manage_py_check_fails_with_the_setting_name():
     with override_settings(FLOWWARDEN=broken), pytest.raises(SystemCheckError) as raised:
         call_command("check")
     assert 'FLOWWARDEN["CHECKPOINT_STORES"]["default"]["BACKEND"]' in str(raised.value)
+
+
+def test_use_tz_is_required():
+    with override_settings(USE_TZ=False):
+        message = only([m for m in run_checks() if m.id.startswith("flowwarden")])
+    assert message.id == "flowwarden_django.E009"
+    assert "USE_TZ" in message.msg
+
+
+def test_missing_pymongo_is_a_warning_naming_the_extra(monkeypatch):
+    from flowwarden_django import checks as fw_checks
+
+    monkeypatch.setattr(fw_checks, "find_spec", lambda name: None)
+    message = only(errors_for({"default": {"BACKEND": ORM}}))
+    assert message.id == "flowwarden_django.W001"
+    assert "flowwarden-django[mongo]" in message.hint

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from flowwarden_django.management.formatting import age_text, short_token, truncate
+from flowwarden_django.formatting import age_text, short_token, truncate
 from flowwarden_django.streams import Checkpoint, CheckpointStore, checkpoint_stores
 
 PROCESSED = {"_data": "8263A1B2C3000000012B022C0100296E5A1004ABCDEF0123456789"}
@@ -425,3 +425,17 @@ def test_short_token():
     assert short_token({"_data": "8" * 30}, width=10) == "888888888…"
     assert short_token({"_data": 1, "n": "x"}) == '{"_data":1,"n":"x"}'
     assert truncate("abc", 3) == "abc"
+
+
+@pytest.mark.django_db
+def test_database_errors_become_command_errors(monkeypatch):
+    from django.db import OperationalError
+
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+
+    def broken(self):
+        raise OperationalError("no such table: flowwarden_django_streamcheckpoint")
+
+    monkeypatch.setattr(OrmCheckpointStore, "list_checkpoints", broken)
+    with pytest.raises(CommandError, match=r"manage\.py migrate"):
+        call_command("flowwarden_checkpoints", "list")

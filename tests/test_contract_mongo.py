@@ -5,9 +5,12 @@ documents, not the server's behaviour under concurrent writers. The live lane
 (``FLOWWARDEN_TEST_MONGO_URL``) runs the same suite on a real server.
 """
 
+import functools
 import os
+import threading
 import uuid
 
+import mongomock
 import pytest
 
 from flowwarden_django.streams.backends.mongo import MongoCheckpointStore
@@ -15,14 +18,47 @@ from flowwarden_django.testkit import CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, token
 from tests.lanes import on_lane
 
-mongomock = pytest.importorskip("mongomock")
+
+class SerializedCollection:
+    """A mongomock collection used by one thread at a time.
+
+    mongomock is not thread-safe (its dicts change while other threads iterate
+    them). The race tests then check the store's logic, not real concurrency:
+    that needs the live lane.
+    """
+
+    def __init__(self, collection):
+        self._collection = collection
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        attribute = getattr(self._collection, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def serialized(*args, **kwargs):
+            with self._lock:
+                result = attribute(*args, **kwargs)
+                return list(result) if name == "find" else result
+
+        return serialized
+
+
+class MongomockStore(MongoCheckpointStore):
+    def _open(self):
+        return SerializedCollection(super()._open())
+
+    def list_checkpoints(self):
+        documents = sorted(self.collection.find({}), key=lambda doc: doc["_id"])
+        return [self._to_checkpoint(doc) for doc in documents]
 
 
 class TestMongoCheckpointStoreOnMongomock(CheckpointStoreContract):
     """Reported as mongomock: a fake, not a MongoDB server."""
 
     def make_store(self):
-        return MongoCheckpointStore(client=mongomock.MongoClient(), database="fwtest")
+        return MongomockStore(client=mongomock.MongoClient(), database="fwtest")
 
 
 @on_lane("mongo_live")
@@ -34,11 +70,26 @@ class TestMongoCheckpointStoreLive(CheckpointStoreContract):
             collection=f"_fw_checkpoints_{uuid.uuid4().hex[:8]}",
         )
 
+    def teardown_store(self, store):
+        store.collection.drop()
+        store.close()
+
 
 class TestMongoSpecifics:
     @pytest.fixture
     def store(self):
         return MongoCheckpointStore(client=mongomock.MongoClient(), database="fwtest")
+
+    def test_guard_on_a_document_without_the_key(self, store):
+        """A document in the reference layout (no lastProcessedKey) is guarded on the token."""
+        now = now_ms()
+        store.collection.insert_one({"_id": "old", "lastProcessedToken": token("dead")})
+        store.reset_after_history_lost("old", token("fresh"), None, now)
+        assert store.find("old").last_processed_token == token("dead")
+        store.reset_after_history_lost("old", token("fresh"), token("other"), now)
+        assert store.find("old").last_processed_token == token("dead")
+        store.reset_after_history_lost("old", token("fresh"), token("dead"), now)
+        assert store.find("old").last_processed_token is None
 
     @pytest.mark.parametrize("expected", ["dead", "other"], ids=["guard-match", "guard-mismatch"])
     def test_reset_keeps_unknown_fields(self, store, expected):

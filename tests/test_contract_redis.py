@@ -15,10 +15,19 @@ def redis_url() -> str:
     return f"redis://{SERVICES['redis'].address}/15"
 
 
+def delete_keys(store):
+    for key in store.client.scan_iter(match=store.key_prefix + "*"):
+        store.client.delete(key)
+    store.close()
+
+
 @on_lane("redis")
 class TestRedisCheckpointStore(CheckpointStoreContract):
     def make_store(self):
         return RedisCheckpointStore(url=redis_url(), key_prefix=f"fwtest:{uuid.uuid4().hex[:8]}:")
+
+    def teardown_store(self, store):
+        delete_keys(store)
 
 
 @on_lane("redis")
@@ -27,9 +36,7 @@ class TestRedisSpecifics:
     def store(self):
         store = RedisCheckpointStore(url=redis_url(), key_prefix=f"fwtest:{uuid.uuid4().hex[:8]}:")
         yield store
-        for key in store.client.scan_iter(match=store.key_prefix + "*"):
-            store.client.delete(key)
-        store.close()
+        delete_keys(store)
 
     @pytest.mark.parametrize("expected", ["dead", "other"], ids=["guard-match", "guard-mismatch"])
     def test_reset_runs_in_place_and_keeps_unknown_fields(self, store, expected):

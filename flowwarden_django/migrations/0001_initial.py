@@ -3,6 +3,23 @@
 from django.db import migrations, models
 
 
+def exact_stream_names(apps, schema_editor):
+    """On MySQL/MariaDB, compare stream names byte for byte, trailing spaces included.
+
+    The server's default collations are case-insensitive and ignore trailing
+    spaces, which would merge "orders", "Orders" and "orders " into one row.
+    """
+    connection = schema_editor.connection
+    if connection.vendor != "mysql":
+        return
+    collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+    table = apps.get_model("flowwarden_django", "StreamCheckpoint")._meta.db_table
+    schema_editor.execute(
+        f"ALTER TABLE {schema_editor.quote_name(table)} MODIFY stream_name "
+        f"varchar(255) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    )
+
+
 class Migration(migrations.Migration):
 
     initial = True
@@ -29,4 +46,5 @@ class Migration(migrations.Migration):
                 'ordering': ['stream_name'],
             },
         ),
+        migrations.RunPython(exact_stream_names, migrations.RunPython.noop, atomic=False),
     ]

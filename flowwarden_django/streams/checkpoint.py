@@ -31,13 +31,59 @@ def _check_aware(value: datetime | None, argument: str) -> None:
         raise ValueError(f"{argument} must be timezone-aware (use django.utils.timezone.now())")
 
 
+#: The longest stream name every backend stores (the ORM column's length).
+MAX_STREAM_NAME_LENGTH = 255
+
+
+def check_stream_name(stream_name: object) -> None:
+    """Raise unless *stream_name* is a non-empty string of at most 255 characters."""
+    if not isinstance(stream_name, str) or not stream_name:
+        raise ValueError(f"stream_name must be a non-empty string, not {stream_name!r}")
+    if len(stream_name) > MAX_STREAM_NAME_LENGTH:
+        raise ValueError(
+            f"stream_name is {len(stream_name)} characters long; "
+            f"the most is {MAX_STREAM_NAME_LENGTH}"
+        )
+
+
+def _require(value: datetime | None, argument: str) -> None:
+    if value is None:
+        raise TypeError(f"{argument} is required")
+
+
 def check_anchor_write(
-    token: Token | None, at: datetime | None, heartbeat_at: datetime | None = None
+    stream_name: str,
+    token: Token | None,
+    at: datetime | None,
+    heartbeat_at: datetime | None = None,
 ) -> None:
-    """Validate the arguments of a partial write; backends call it before writing."""
+    """Validate the arguments of ``save_seen``/``save_processed`` (``token``/``at`` may be
+    ``None`` to clear the pair); backends call it before writing."""
+    check_stream_name(stream_name)
     check_token(token)
     _check_aware(at, "at")
     _check_aware(heartbeat_at, "heartbeat_at")
+
+
+def check_heartbeat_write(stream_name: str, at: datetime) -> None:
+    """Validate the arguments of ``save_heartbeat``."""
+    check_stream_name(stream_name)
+    _require(at, "at")
+    _check_aware(at, "at")
+
+
+def check_reset(
+    stream_name: str,
+    fresh_seen_token: Token | None,
+    expected_dead_processed: Token | None,
+    at: datetime,
+) -> None:
+    """Validate the arguments of ``reset_after_history_lost``."""
+    check_stream_name(stream_name)
+    check_token(fresh_seen_token, "fresh_seen_token")
+    check_token(expected_dead_processed, "expected_dead_processed")
+    _require(at, "at")
+    _check_aware(at, "at")
 
 
 def _with_heartbeat(changes: dict[str, Any], heartbeat_at: datetime | None) -> dict[str, Any]:
@@ -65,8 +111,7 @@ class Checkpoint:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.stream_name, str) or not self.stream_name:
-            raise ValueError("stream_name must be a non-empty string")
+        check_stream_name(self.stream_name)
         check_token(self.last_seen_token, "last_seen_token")
         check_token(self.last_processed_token, "last_processed_token")
         for name in ("last_seen_at", "last_processed_at", "last_heartbeat_at"):
@@ -118,7 +163,7 @@ class CheckpointStore(ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the seen pair (and the heartbeat, when given, in the same write)."""
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
         changes = _with_heartbeat({"last_seen_token": token, "last_seen_at": at}, heartbeat_at)
         self._read_modify_write(stream_name, lambda current: changes)
 
@@ -130,14 +175,14 @@ class CheckpointStore(ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the processed pair (and the heartbeat, when given, in the same write)."""
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
         changes = {"last_processed_token": token, "last_processed_at": at}
         changes = _with_heartbeat(changes, heartbeat_at)
         self._read_modify_write(stream_name, lambda current: changes)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
         """Set only the heartbeat: the position was re-certified unchanged."""
-        check_anchor_write(None, at)
+        check_heartbeat_write(stream_name, at)
         self._read_modify_write(stream_name, lambda current: {"last_heartbeat_at": at})
 
     def reset_after_history_lost(
@@ -157,8 +202,7 @@ class CheckpointStore(ABC):
         be a lie. ``instance_id`` and ``metadata`` are kept; the record is created
         if missing. Backends must evaluate the guard atomically with the removal.
         """
-        check_anchor_write(fresh_seen_token, at)
-        check_token(expected_dead_processed, "expected_dead_processed")
+        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
         stamp = at if fresh_seen_token is not None else None
 
         def changes(current: Checkpoint) -> dict[str, Any]:
@@ -223,7 +267,7 @@ class NoopCheckpointStore(CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
 
     def save_processed(
         self,
@@ -232,10 +276,10 @@ class NoopCheckpointStore(CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_anchor_write(None, at)
+        check_heartbeat_write(stream_name, at)
 
     def reset_after_history_lost(
         self,
@@ -244,7 +288,7 @@ class NoopCheckpointStore(CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        pass
+        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
 
 
 _NOOP = NoopCheckpointStore()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -68,6 +68,10 @@ class CheckpointStoreContract:
     def clean_state(self, store: CheckpointStore) -> None:
         """Wipe the store before each test (nothing by default)."""
 
+    def teardown_store(self, store: CheckpointStore) -> None:
+        """Release or wipe the store after each test (``store.close()`` by default)."""
+        store.close()
+
     def thread_finished(self) -> None:
         """Called at the end of every worker thread the race tests start."""
         from django.db import connections
@@ -79,6 +83,7 @@ class CheckpointStoreContract:
         store = self.make_store()
         self.clean_state(store)
         yield store
+        self.teardown_store(store)
 
     @pytest.fixture
     def name(self) -> str:
@@ -447,13 +452,47 @@ class CheckpointStoreContract:
 
     def test_rejects_bad_input(self, store: CheckpointStore, name: str) -> None:
         naive = datetime(2026, 1, 1)
+        now = now_ms()
         with pytest.raises(TypeError):
-            store.save_seen(name, ["not", "a", "document"], now_ms())  # type: ignore[arg-type]
+            store.save_seen(name, ["not", "a", "document"], now)  # type: ignore[arg-type]
         with pytest.raises(ValueError):
             store.save_processed(name, token("p"), naive)
         with pytest.raises(ValueError):
             store.save_heartbeat(name, naive)
+        with pytest.raises(TypeError):
+            store.save_heartbeat(name, None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.reset_after_history_lost(name, token("f"), None, None)  # type: ignore[arg-type]
+        for bad_name in ("", "x" * 256, 5):
+            with pytest.raises(ValueError):
+                store.save_processed(bad_name, token("p"), now)  # type: ignore[arg-type]
         assert store.find(name) is None, "a rejected write must not create the record"
+
+    def test_stream_names_are_exact(self, store: CheckpointStore, name: str) -> None:
+        """Names differing only in case or a trailing space are different streams."""
+        now = now_ms()
+        names = [name, name.upper(), name + " "]
+        for index, stream in enumerate(names):
+            store.save_processed(stream, token(f"p{index}"), now)
+        for index, stream in enumerate(names):
+            found = store.find(stream)
+            assert found.stream_name == stream
+            assert found.last_processed_token == token(f"p{index}")
+        longest = "n" * 255
+        store.save_seen(longest, token("s"), now)
+        assert store.find(longest).stream_name == longest
+        store.delete(longest)
+
+    def test_timestamps_come_back_in_utc(self, store: CheckpointStore, name: str) -> None:
+        """Whatever zone goes in, UTC comes out, to at least millisecond precision."""
+        paris = timezone(timedelta(hours=2))
+        at = datetime(2026, 6, 1, 12, 30, 15, 123456, tzinfo=paris)
+        store.save_processed(name, token("p"), at, at)
+        store.save_seen(name, token("s"), at)
+        found = store.find(name)
+        for value in (found.last_processed_at, found.last_heartbeat_at, found.last_seen_at):
+            assert value.utcoffset() == timedelta(0)
+            assert timedelta(0) <= at - value < timedelta(milliseconds=1)
 
     def test_list_checkpoints(self, store: CheckpointStore, name: str) -> None:
         if not store.supports_listing:

@@ -11,12 +11,11 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ...exceptions import InvalidCheckpointStoreError
-from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
-from ...streams.tokens import Token, token_from_json, token_to_json
-from ..formatting import (
+from ...formatting import (
     NONE_TEXT,
     age_text,
     checkpoint_to_json,
@@ -26,6 +25,8 @@ from ..formatting import (
     short_token,
     timestamp_text,
 )
+from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
+from ...streams.tokens import Token, token_from_json, token_to_json
 
 COMMAND = "manage.py flowwarden_checkpoints"
 LIST_HEADERS = (
@@ -111,6 +112,11 @@ class Command(BaseCommand):
             getattr(self, f"handle_{action}")(**options)
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
+        except DatabaseError as exc:
+            raise CommandError(
+                f"The checkpoint store {options['store']!r} could not be read or written: {exc}. "
+                "If it is the ORM store, has `manage.py migrate` been run?"
+            ) from exc
 
     # -- actions -------------------------------------------------------------------
 

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from ..checkpoint import Checkpoint, CheckpointStore
 from ..tokens import normalize_token
 
 
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
 def _stored(checkpoint: Checkpoint) -> Checkpoint:
-    """A copy holding tokens as a BSON round trip returns them, and its own metadata dict."""
+    """A copy as the other backends return it: tokens after a BSON round trip,
+    timestamps in UTC, and a metadata dict of its own."""
     return checkpoint.replace(
         last_seen_token=normalize_token(checkpoint.last_seen_token),
+        last_seen_at=_utc(checkpoint.last_seen_at),
         last_processed_token=normalize_token(checkpoint.last_processed_token),
+        last_processed_at=_utc(checkpoint.last_processed_at),
+        last_heartbeat_at=_utc(checkpoint.last_heartbeat_at),
         metadata=dict(checkpoint.metadata),
     )
 

@@ -22,8 +22,15 @@ from typing import Any
 
 from django.core import checks
 
-from ..checkpoint import Checkpoint, CheckpointStore, check_anchor_write
-from ..tokens import Token, check_token, encode_token, normalize_token
+from ..checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    check_anchor_write,
+    check_heartbeat_write,
+    check_reset,
+)
+from ..stores import store_setting
+from ..tokens import Token, encode_token, normalize_token
 from ._extras import missing_extra, ms_precision
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
@@ -43,6 +50,22 @@ def _key(token: Token | None) -> Any:
 
     data = encode_token(token)
     return None if data is None else Binary(data)
+
+
+def _processed_equals(expected: Token | None) -> dict[str, Any]:
+    """A filter true while the stored processed token is exactly *expected*.
+
+    Compares ``lastProcessedKey`` (BSON bytes); a document written without the key
+    (the reference's layout, or by hand) is compared on the token itself.
+    """
+    if expected is None:
+        return {PROCESSED_TOKEN: None}
+    return {
+        "$or": [
+            {PROCESSED_KEY: _key(expected)},
+            {PROCESSED_KEY: {"$exists": False}, PROCESSED_TOKEN: normalize_token(expected)},
+        ]
+    }
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -154,7 +177,7 @@ class MongoCheckpointStore(CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
         fields = {SEEN_TOKEN: normalize_token(token), SEEN_AT: ms_precision(at)}
         self._set(stream_name, fields, heartbeat_at)
 
@@ -165,7 +188,7 @@ class MongoCheckpointStore(CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
         fields = {
             PROCESSED_TOKEN: normalize_token(token),
             PROCESSED_KEY: _key(token),
@@ -174,7 +197,7 @@ class MongoCheckpointStore(CheckpointStore):
         self._set(stream_name, fields, heartbeat_at)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_anchor_write(None, at)
+        check_heartbeat_write(stream_name, at)
         self._set(stream_name, {}, at)
 
     def _set(self, stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None) -> None:
@@ -189,8 +212,7 @@ class MongoCheckpointStore(CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        check_anchor_write(fresh_seen_token, at)
-        check_token(expected_dead_processed, "expected_dead_processed")
+        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
         fresh = normalize_token(fresh_seen_token)
         stamp = ms_precision(at) if fresh is not None else None
         seen = _set_or_unset({SEEN_TOKEN: fresh, SEEN_AT: stamp, HEARTBEAT_AT: stamp})
@@ -203,7 +225,7 @@ class MongoCheckpointStore(CheckpointStore):
                 PROCESSED_AT: "",
             },
         }
-        guard = {"_id": stream_name, PROCESSED_KEY: _key(expected_dead_processed)}
+        guard = {"_id": stream_name, **_processed_equals(expected_dead_processed)}
         if self.collection.update_one(guard, guarded).matched_count == 0:
             # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
             self.collection.update_one({"_id": stream_name}, seen, upsert=True)
@@ -225,7 +247,7 @@ class MongoCheckpointStore(CheckpointStore):
         if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
             return [
                 checks.Error(
-                    f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"]["url"] = {url!r} '
+                    f'{store_setting(alias)}["OPTIONS"]["url"] = {url!r} '
                     "is not a MongoDB connection string.",
                     hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
                     id="flowwarden_django.E008",
@@ -234,7 +256,7 @@ class MongoCheckpointStore(CheckpointStore):
         if url is None and options.get("client") is None:
             return [
                 checks.Error(
-                    f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"] needs "url".',
+                    f'{store_setting(alias)}["OPTIONS"] needs "url".',
                     hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
                     id="flowwarden_django.E004",
                 )

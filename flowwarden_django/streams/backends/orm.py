@@ -10,7 +10,7 @@ database, the write joins the caller's transaction (transactional handlers).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -19,8 +19,15 @@ from django.core import checks
 from django.db import connections, router
 
 from ...models import StreamCheckpoint
-from ..checkpoint import Checkpoint, CheckpointStore, check_anchor_write
-from ..tokens import Token, check_token, decode_token, encode_token
+from ..checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    check_anchor_write,
+    check_heartbeat_write,
+    check_reset,
+)
+from ..stores import store_setting
+from ..tokens import Token, decode_token, encode_token
 
 #: Null-safe equality per database vendor: true when both sides are NULL or equal.
 NULL_SAFE_EQUALS = {"postgresql": "IS NOT DISTINCT FROM", "sqlite": "IS", "mysql": "<=>"}
@@ -86,12 +93,20 @@ def _kept_cursor(connection: Any) -> Any:
     wrappers, error translation. The cursor is replaced whenever Django has
     opened a new DB-API connection (after ``close()`` or a lost connection).
     """
+    # What Django's cursor() does first: the CONN_HEALTH_CHECKS check, and
+    # ensure_connection() (which test runners hook to forbid database access).
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
     kept = connection.__dict__.get(_KEPT_CURSOR)
-    if kept is not None and kept[0] is connection.connection is not None:
+    if kept is not None and kept[0] is connection.connection:
         return kept[1]
     cursor = connection.cursor()
     connection.__dict__[_KEPT_CURSOR] = (connection.connection, cursor)
     return cursor
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
 
 
 def _adapt(ops: Any, column: str, value: Any) -> Any:
@@ -112,9 +127,9 @@ def _adapt(ops: Any, column: str, value: Any) -> Any:
 class OrmCheckpointStore(CheckpointStore):
     """Stores checkpoints in the ``StreamCheckpoint`` table of a Django database.
 
-    ``using`` pins a database alias; by default the database router chooses
-    (``db_for_write`` for writes, ``db_for_read`` for reads). Supported on
-    PostgreSQL, SQLite and MySQL/MariaDB.
+    ``using`` pins a database alias; by default the router's ``db_for_write``
+    chooses, for reads too: a checkpoint read from a lagging replica could bring
+    back an expired anchor. Supported on PostgreSQL, SQLite and MySQL/MariaDB.
     """
 
     supports_listing = True
@@ -126,9 +141,6 @@ class OrmCheckpointStore(CheckpointStore):
 
     def _write_alias(self) -> str:
         return self.using or router.db_for_write(StreamCheckpoint)
-
-    def _read_alias(self) -> str:
-        return self.using or router.db_for_read(StreamCheckpoint)
 
     def _execute(
         self,
@@ -165,10 +177,10 @@ class OrmCheckpointStore(CheckpointStore):
             stream_name=row.stream_name,
             instance_id=row.instance_id,
             last_seen_token=decode_token(row.last_seen_token),
-            last_seen_at=row.last_seen_at,
+            last_seen_at=_utc(row.last_seen_at),
             last_processed_token=decode_token(row.last_processed_token),
-            last_processed_at=row.last_processed_at,
-            last_heartbeat_at=row.last_heartbeat_at,
+            last_processed_at=_utc(row.last_processed_at),
+            last_heartbeat_at=_utc(row.last_heartbeat_at),
             metadata=row.metadata or {},
         )
 
@@ -187,14 +199,14 @@ class OrmCheckpointStore(CheckpointStore):
         self._execute(checkpoint.stream_name, values, _ALL)
 
     def find(self, stream_name: str) -> Checkpoint | None:
-        row = StreamCheckpoint.objects.using(self._read_alias()).filter(pk=stream_name).first()
+        row = StreamCheckpoint.objects.using(self._write_alias()).filter(pk=stream_name).first()
         return None if row is None else self._to_checkpoint(row)
 
     def delete(self, stream_name: str) -> None:
         StreamCheckpoint.objects.using(self._write_alias()).filter(pk=stream_name).delete()
 
     def list_checkpoints(self) -> list[Checkpoint]:
-        rows = StreamCheckpoint.objects.using(self._read_alias()).order_by("stream_name")
+        rows = StreamCheckpoint.objects.using(self._write_alias()).order_by("stream_name")
         return [self._to_checkpoint(row) for row in rows]
 
     def save_seen(
@@ -223,7 +235,7 @@ class OrmCheckpointStore(CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None,
     ) -> None:
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
         values: dict[str, Any] = {pair[0]: encode_token(token), pair[1]: at}
         update = pair
         if heartbeat_at is not None:
@@ -234,7 +246,7 @@ class OrmCheckpointStore(CheckpointStore):
         self._execute(stream_name, values, update)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_anchor_write(None, at)
+        check_heartbeat_write(stream_name, at)
         self._execute(stream_name, {"last_heartbeat_at": at, "metadata": {}}, _HEARTBEAT)
 
     def reset_after_history_lost(
@@ -244,8 +256,7 @@ class OrmCheckpointStore(CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        check_anchor_write(fresh_seen_token, at)
-        check_token(expected_dead_processed, "expected_dead_processed")
+        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
         fresh = encode_token(fresh_seen_token)
         stamp = at if fresh is not None else None
         values = {
@@ -263,7 +274,7 @@ class OrmCheckpointStore(CheckpointStore):
         using = options.get("using")
         if using is None:
             return []
-        setting = f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"]["using"]'
+        setting = f'{store_setting(alias)}["OPTIONS"]["using"]'
         if using not in settings.DATABASES:
             return [
                 checks.Error(

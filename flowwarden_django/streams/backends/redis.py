@@ -23,8 +23,15 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from ..checkpoint import Checkpoint, CheckpointStore, check_anchor_write
-from ..tokens import Token, check_token, decode_token, encode_token
+from ..checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    check_anchor_write,
+    check_heartbeat_write,
+    check_reset,
+)
+from ..stores import store_setting
+from ..tokens import Token, decode_token, encode_token
 from ._extras import missing_extra
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -211,7 +218,7 @@ class RedisCheckpointStore(CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None,
     ) -> None:
-        check_anchor_write(token, at, heartbeat_at)
+        check_anchor_write(stream_name, token, at, heartbeat_at)
         fields = {token_field: _encode_token(token), at_field: _encode_time(at)}
         if heartbeat_at is not None:
             fields[HEARTBEAT_AT] = _encode_time(heartbeat_at)
@@ -227,7 +234,7 @@ class RedisCheckpointStore(CheckpointStore):
             pipe.execute()
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_anchor_write(None, at)
+        check_heartbeat_write(stream_name, at)
         self._hset(stream_name, {HEARTBEAT_AT: _encode_time(at)})
 
     def reset_after_history_lost(
@@ -237,8 +244,7 @@ class RedisCheckpointStore(CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        check_anchor_write(fresh_seen_token, at)
-        check_token(expected_dead_processed, "expected_dead_processed")
+        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
         if self._reset_script is None:
             self._reset_script = self.client.register_script(RESET_AFTER_HISTORY_LOST)
         self._reset_script(
@@ -265,7 +271,7 @@ class RedisCheckpointStore(CheckpointStore):
         if options.get("url") is not None or options.get("client") is not None:
             return []
         cache = options.get("cache") or "default"
-        setting = f'FLOWWARDEN["CHECKPOINT_STORES"]["{alias}"]["OPTIONS"]["cache"]'
+        setting = f'{store_setting(alias)}["OPTIONS"]["cache"]'
         error = missing_extra(alias, "django_redis", "redis", cls.__name__)
         if error is not None:
             return [error]

@@ -26,6 +26,8 @@ def resume_token(at: datetime, counter: int) -> dict[str, str]:
 
 
 class Command(BaseCommand):
+    """Writes demo checkpoints, lists them and prints how to open the admin page."""
+
     help = "Write demo checkpoints through the public API and show where to see them."
 
     def add_arguments(self, parser: Any) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..streams.checkpoint import Checkpoint
-from ..streams.tokens import Token, token_to_json
+from .streams.checkpoint import Checkpoint
+from .streams.tokens import Token, token_to_json
 
 #: Shown for a missing token or timestamp.
 NONE_TEXT = "—"
