@@ -125,3 +125,27 @@ def _check_store(alias: str, config: Any) -> list[checks.CheckMessage]:
             )
         ]
     return list(backend.check_options(alias, options))
+
+
+@checks.register()
+def check_streams(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Every declared stream is valid: each message names the stream and the attribute."""
+    from .streams.registry import stream_registry
+    from .streams.validation import validate_all
+
+    declarations = stream_registry.declarations()
+    messages: list[checks.CheckMessage] = []
+    for problem in validate_all(declarations):
+        level = checks.Error if problem.level == "error" else checks.Warning
+        messages.append(
+            level(problem.text(), hint=problem.hint or None, id=f"flowwarden_django.{problem.code}")
+        )
+    if declarations and find_spec("pymongo") is None:
+        messages.append(
+            checks.Error(
+                f"{len(declarations)} change stream(s) declared but pymongo is not installed.",
+                hint='pip install "flowwarden-django[mongo]"',
+                id="flowwarden_django.E005",
+            )
+        )
+    return messages

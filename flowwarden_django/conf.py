@@ -17,6 +17,10 @@ DEFAULT_CHECKPOINT_BACKEND = "flowwarden_django.streams.backends.orm.OrmCheckpoi
 DEFAULTS: dict[str, Any] = {
     # Checkpoint stores by alias, shaped like CACHES: {"BACKEND": dotted path, "OPTIONS": {...}}.
     "CHECKPOINT_STORES": {"default": {"BACKEND": DEFAULT_CHECKPOINT_BACKEND}},
+    # MongoDB clients by alias: {"URL": "mongodb://...", "OPTIONS": {pymongo kwargs}}.
+    "MONGO_CLIENTS": {},
+    # How long one poll of a change stream waits on the server when idle (getMore maxTimeMS).
+    "STREAM_MAX_AWAIT_MS": 1000,
 }
 
 

@@ -12,6 +12,8 @@ def reload_flowwarden_settings(*, setting: str, **kwargs: object) -> None:
     if setting != SETTING_NAME:
         return
     fw_settings.reload()
+    from .streams.clients import mongo_clients
     from .streams.stores import checkpoint_stores
 
     checkpoint_stores.reset()
+    mongo_clients.reset()

@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "flowwarden_django",
+    "tests.testapp",
 ]
 
 MIDDLEWARE = [
@@ -105,5 +106,7 @@ if available("redis"):
 FLOWWARDEN = {
     "CHECKPOINT_STORES": {
         "default": {"BACKEND": "flowwarden_django.streams.backends.orm.OrmCheckpointStore"},
-    }
+    },
+    # Tests point streams at fake sources or at a ScriptedReplicaSet they start.
+    "MONGO_CLIENTS": {"default": {"URL": "mongodb://127.0.0.1:1/?replicaSet=rs0"}},
 }

@@ -1,0 +1,55 @@
+"""MongoDB clients by alias: ``FLOWWARDEN["MONGO_CLIENTS"]``, one client per alias per process.
+
+``{"default": {"URL": "mongodb://host:27017/?replicaSet=rs0", "OPTIONS": {...}}}``;
+``OPTIONS`` are keyword arguments of ``pymongo.MongoClient``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..conf import fw_settings
+from ..exceptions import MissingExtraError
+
+
+class MongoClientHandler:
+    """Builds and keeps one pymongo client per configured alias."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, alias: str) -> Any:
+        client = self._clients.get(alias)
+        if client is not None:
+            return client
+        with self._lock:
+            if alias not in self._clients:
+                self._clients[alias] = self._create(alias)
+            return self._clients[alias]
+
+    def _create(self, alias: str) -> Any:
+        configured: Mapping[str, Any] = fw_settings.MONGO_CLIENTS or {}
+        if alias not in configured:
+            raise KeyError(
+                f"no MongoDB client {alias!r} in FLOWWARDEN['MONGO_CLIENTS'] "
+                f"(configured: {', '.join(sorted(configured)) or 'none'})"
+            )
+        config = configured[alias]
+        try:
+            from pymongo import MongoClient
+        except ImportError as exc:
+            raise MissingExtraError("pymongo", "mongo", "Change streams") from exc
+        return MongoClient(config["URL"], **dict(config.get("OPTIONS") or {}))
+
+    def reset(self) -> None:
+        """Close every client; the next access reconnects from the settings."""
+        with self._lock:
+            clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.close()
+
+
+mongo_clients = MongoClientHandler()

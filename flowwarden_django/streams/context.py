@@ -1,0 +1,169 @@
+"""What a handler receives: ``ChangeContext`` and its ``UpdateDescription``."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateDescription:
+    """The ``updateDescription`` of an update event."""
+
+    updated_fields: Mapping[str, Any]
+    removed_fields: tuple[str, ...]
+    truncated_arrays: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def from_event(cls, raw: Mapping[str, Any] | None) -> UpdateDescription | None:
+        """Build it from the event's sub-document (``None`` when absent)."""
+        if raw is None:
+            return None
+        return cls(
+            updated_fields=dict(raw.get("updatedFields") or {}),
+            removed_fields=tuple(raw.get("removedFields") or ()),
+            truncated_arrays=tuple(raw.get("truncatedArrays") or ()),
+        )
+
+    def has_field_changed(self, path: str) -> bool:
+        """Whether *path* (dotted) or anything inside or above it was updated or removed."""
+        for changed in (*self.updated_fields, *self.removed_fields):
+            if changed == path or changed.startswith(path + ".") or path.startswith(changed + "."):
+                return True
+        return False
+
+    def get_updated_field_value(self, path: str, default: Any = None) -> Any:
+        """The new value of an updated field (exact dotted key), else *default*."""
+        return self.updated_fields.get(path, default)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionInfo:
+    """The transaction an event was written in (both parts present, else no info)."""
+
+    lsid: Mapping[str, Any]
+    txn_number: int
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    as_datetime = getattr(value, "as_datetime", None)  # bson.Timestamp
+    return as_datetime() if as_datetime else None
+
+
+class ChangeContext:
+    """One change event as a handler sees it, plus the actions it may take.
+
+    The raw event stays available as ``event``. ``save_checkpoint_now()`` is an
+    early acknowledgement: it persists this event as processed immediately (in
+    transactional streams, inside the handler's transaction).
+    """
+
+    def __init__(
+        self,
+        event: Mapping[str, Any],
+        *,
+        stream_name: str,
+        attempt_number: int = 1,
+        save_now: Callable[[], bool] | None = None,
+    ) -> None:
+        self.event = event
+        self.event_id = uuid.uuid4().hex
+        self.stream_name = stream_name
+        self.attempt_number = attempt_number
+        self._save_now = save_now
+        self._metadata: dict[str, Any] = {}
+        self.saved_manually = False
+
+    # -- what happened ------------------------------------------------------------
+
+    @property
+    def operation_type(self) -> str:
+        return self.event.get("operationType", "")
+
+    @property
+    def resume_token(self) -> Mapping[str, Any]:
+        return self.event["_id"]
+
+    @property
+    def collection_name(self) -> str | None:
+        return (self.event.get("ns") or {}).get("coll")
+
+    @property
+    def database_name(self) -> str | None:
+        return (self.event.get("ns") or {}).get("db")
+
+    @property
+    def cluster_time(self) -> Any:
+        """The event's ``clusterTime`` (a ``bson.Timestamp``)."""
+        return self.event.get("clusterTime")
+
+    @property
+    def cluster_datetime(self) -> datetime | None:
+        """The cluster time as an aware datetime (second precision)."""
+        return _aware(self.cluster_time)
+
+    @property
+    def wall_time(self) -> datetime | None:
+        """The event's ``wallTime`` (MongoDB 6.0+), aware, or ``None``."""
+        return _aware(self.event.get("wallTime"))
+
+    @property
+    def transaction_info(self) -> TransactionInfo | None:
+        lsid, txn = self.event.get("lsid"), self.event.get("txnNumber")
+        if lsid is None or txn is None:
+            return None
+        return TransactionInfo(lsid=lsid, txn_number=int(txn))
+
+    @property
+    def full_document(self) -> Mapping[str, Any] | None:
+        return self.event.get("fullDocument")
+
+    @property
+    def full_document_before_change(self) -> Mapping[str, Any] | None:
+        return self.event.get("fullDocumentBeforeChange")
+
+    @property
+    def update_description(self) -> UpdateDescription | None:
+        return UpdateDescription.from_event(self.event.get("updateDescription"))
+
+    @property
+    def document_key(self) -> Mapping[str, Any] | None:
+        return self.event.get("documentKey")
+
+    def summary(self) -> str:
+        """One line for logs: stream, operation, namespace and key."""
+        key = (self.document_key or {}).get("_id")
+        return (
+            f"{self.stream_name}: {self.operation_type} {self.database_name}.{self.collection_name}"
+            f" _id={key!r} (attempt {self.attempt_number})"
+        )
+
+    # -- actions ---------------------------------------------------------------------
+
+    def save_checkpoint_now(self) -> bool:
+        """Persist this event as processed now; ``False`` if the write failed or is not
+        allowed (lifecycle events never become resume positions)."""
+        if self._save_now is None:
+            return False
+        saved = self._save_now()
+        self.saved_manually = self.saved_manually or saved
+        return saved
+
+    def add_metadata(self, key: str, value: Any) -> None:
+        """Attach a value to this event (copied into dead letters later)."""
+        self._metadata[key] = value
+
+    def get_metadata(self, key: str, default: Any = None) -> Any:
+        return self._metadata.get(key, default)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """A copy of everything attached with :meth:`add_metadata`."""
+        return dict(self._metadata)

@@ -1,0 +1,96 @@
+"""Calling user handlers: which arguments they take, and ``async def`` support."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+#: Handler shapes: ``handler(ctx)``, ``handler(doc)``, ``handler(doc, ctx)``.
+SHAPES = ("ctx", "doc", "doc_ctx")
+_CONTEXT_NAMES = ("ctx", "context")
+
+
+def _function_of(handler: Callable[..., Any]) -> tuple[Callable[..., Any], bool]:
+    """The function to inspect, and whether its first parameter is ``self``."""
+    unbound = getattr(handler, "_flowwarden_unbound", None)
+    if unbound is not None:
+        return unbound, True
+    return handler, False
+
+
+def handler_shape(handler: Callable[..., Any]) -> str:
+    """``"ctx"``, ``"doc"`` or ``"doc_ctx"``; ``TypeError`` for any other signature.
+
+    One parameter is the context when it is named ``ctx``/``context`` or annotated
+    with ``ChangeContext``; otherwise it is the document.
+    """
+    function, has_self = _function_of(handler)
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"cannot read the signature of {handler!r}: {exc}") from exc
+    if has_self:
+        parameters = parameters[1:]
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if len(positional) == 2:
+        return "doc_ctx"
+    if len(positional) == 1:
+        parameter = positional[0]
+        annotation = parameter.annotation
+        annotation_name = getattr(annotation, "__name__", str(annotation))
+        if parameter.name in _CONTEXT_NAMES or "ChangeContext" in annotation_name:
+            return "ctx"
+        return "doc"
+    names = ", ".join(p.name for p in positional) or "nothing"
+    raise TypeError(
+        f"a handler takes (ctx), (doc) or (doc, ctx); {getattr(function, '__qualname__', handler)} "
+        f"takes {names}"
+    )
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Whether the handler is an ``async def``."""
+    function, _ = _function_of(handler)
+    return inspect.iscoroutinefunction(function)
+
+
+class HandlerCaller:
+    """Calls handlers with the arguments their shape wants; runs ``async def``
+    handlers to completion on an event loop owned by the consumer thread."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shapes: dict[int, str] = {}
+
+    def call(self, handler: Callable[..., Any], doc: Any, ctx: Any) -> Any:
+        """Call *handler* for one event and wait for it when it is a coroutine."""
+        key = id(handler)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = handler_shape(handler)
+        if shape == "ctx":
+            result = handler(ctx)
+        elif shape == "doc":
+            result = handler(doc)
+        else:
+            result = handler(doc, ctx)
+        if inspect.isawaitable(result):
+            return self._run(result)
+        return result
+
+    def _run(self, awaitable: Any) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        """Close the event loop, if one was made."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None

@@ -1,0 +1,120 @@
+"""The processed-anchor policy: when the last settled event is persisted.
+
+One lock serializes its three writers (count threshold, age threshold, manual
+save), so an older write can never land after a newer one. The count means
+"settled since the last CONFIRMED write": a failed write leaves the anchor dirty
+and due, and the next settlement retries it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from .checkpoint import CheckpointStore
+from .tokens import tokens_equal
+
+logger = logging.getLogger("flowwarden_django.streams")
+
+
+class ProcessedAnchorPolicy:
+    """Decides and performs the ``save_processed`` writes of one stream.
+
+    ``save_every_n``: write at the N-th settled event since the last confirmed
+    write. ``save_interval_seconds``: write a dirty anchor once it is that old
+    (0 = never by age). Each write carries the heartbeat, in the same operation.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        stream_name: str,
+        *,
+        save_every_n: int = 1,
+        save_interval_seconds: float = 5,
+        confirmed_token: Mapping[str, Any] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.stream_name = stream_name
+        self.save_every_n = save_every_n
+        self.save_interval_seconds = save_interval_seconds
+        self.confirmed_token = confirmed_token
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._pending: tuple[Mapping[str, Any], datetime] | None = None
+        self._settled_since_confirmed = 0
+        self._dirty_since: float | None = None
+        self.writes = 0
+        self.failures = 0
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a settled event is not yet persisted."""
+        return self._pending is not None
+
+    def on_settled(self, token: Mapping[str, Any], at: datetime, *, strict: bool = False) -> None:
+        """Record a terminally settled event; persist when the count is reached.
+
+        With ``strict`` (transactional streams) every settlement is written and a
+        failed write raises, so the caller's transaction rolls back with it.
+        """
+        with self._lock:
+            if tokens_equal(token, self.confirmed_token):
+                self._settled_since_confirmed = 0
+                self._pending = None
+                return
+            self._pending = (token, at)
+            self._settled_since_confirmed += 1
+            if self._dirty_since is None:
+                self._dirty_since = self._monotonic()
+            if strict or self._settled_since_confirmed >= self.save_every_n:
+                self._persist(strict=strict)
+
+    def flush_if_due(self) -> bool:
+        """Persist a dirty anchor older than ``save_interval_seconds``; ``True`` if written."""
+        with self._lock:
+            if self._pending is None or not self.save_interval_seconds:
+                return False
+            if self._monotonic() - (self._dirty_since or 0) < self.save_interval_seconds:
+                return False
+            return self._persist()
+
+    def flush(self) -> bool:
+        """Persist a dirty anchor now (graceful stop); ``True`` if nothing is left dirty."""
+        with self._lock:
+            return self._pending is None or self._persist()
+
+    def save_now(self, token: Mapping[str, Any], at: datetime, *, strict: bool = False) -> bool:
+        """Persist *token* immediately (``ctx.save_checkpoint_now()``)."""
+        with self._lock:
+            self._pending = (token, at)
+            return self._persist(strict=strict)
+
+    def _persist(self, *, strict: bool = False) -> bool:
+        assert self._pending is not None
+        token, at = self._pending
+        try:
+            self.store.save_processed(self.stream_name, token, at, heartbeat_at=timezone.now())
+        except Exception:
+            self.failures += 1
+            if strict:
+                raise
+            logger.warning(
+                "stream %r: saving the processed anchor failed; it stays dirty and is retried",
+                self.stream_name,
+                exc_info=True,
+            )
+            return False
+        self.writes += 1
+        self.confirmed_token = token
+        self._pending = None
+        self._settled_since_confirmed = 0
+        self._dirty_since = None
+        return True

@@ -1,0 +1,292 @@
+"""Declaring streams: the ``@change_stream`` family of decorators, ``register_stream``,
+and the registry both feed.
+
+Decorators only record what was declared; the specs are built and validated when
+the registry is read (``manage.py check`` and the runtime), so ``@checkpoint``
+may sit above or below ``@change_stream``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .spec import (
+    TYPED_OPERATIONS,
+    CheckpointSpec,
+    RestartPolicySpec,
+    StreamSpec,
+    kebab_case,
+)
+
+C = TypeVar("C", bound=type)
+
+_STREAM_ATTR = "_flowwarden_stream"
+_CHECKPOINT_ATTR = "_flowwarden_checkpoint"
+_RESTART_ATTR = "_flowwarden_restart_policy"
+
+
+class DuplicateStreamError(ValueError):
+    """Two declarations use the same stream name."""
+
+
+class StreamRegistry:
+    """Every declared stream, by name, in declaration order."""
+
+    def __init__(self) -> None:
+        self._classes: list[type] = []
+        self._specs: list[StreamSpec] = []
+        self._lock = threading.Lock()
+
+    def add_class(self, cls: type) -> None:
+        """Record a class decorated with ``@change_stream``."""
+        with self._lock:
+            if cls not in self._classes:
+                self._classes.append(cls)
+
+    def add_spec(self, spec: StreamSpec) -> StreamSpec:
+        """Record a programmatic declaration."""
+        with self._lock:
+            self._specs.append(spec)
+        return spec
+
+    def declarations(self) -> list[StreamSpec]:
+        """Every declaration as a spec, duplicates included (validation reports them)."""
+        with self._lock:
+            classes, specs = list(self._classes), list(self._specs)
+        return [spec_from_class(cls) for cls in classes] + specs
+
+    def specs(self) -> dict[str, StreamSpec]:
+        """The declared streams by name; ``DuplicateStreamError`` if a name repeats."""
+        found: dict[str, StreamSpec] = {}
+        for spec in self.declarations():
+            if spec.name in found:
+                raise DuplicateStreamError(
+                    f"stream {spec.name!r} is declared twice: in {found[spec.name].origin} "
+                    f"and in {spec.origin}"
+                )
+            found[spec.name] = spec
+        return found
+
+    def get(self, name: str) -> StreamSpec:
+        """One stream's spec; ``KeyError`` naming the declared streams if unknown."""
+        specs = self.specs()
+        if name not in specs:
+            raise KeyError(f"no stream {name!r}; declared: {', '.join(sorted(specs)) or 'none'}")
+        return specs[name]
+
+    def unregister(self, name: str) -> None:
+        """Forget a declaration (tests and dynamic registration)."""
+        with self._lock:
+            self._classes = [c for c in self._classes if spec_from_class(c).name != name]
+            self._specs = [s for s in self._specs if s.name != name]
+
+    def clear(self) -> None:
+        """Forget every declaration."""
+        with self._lock:
+            self._classes.clear()
+            self._specs.clear()
+
+
+stream_registry = StreamRegistry()
+
+
+def change_stream(
+    name: str | None = None,
+    *,
+    collection: str | None = None,
+    database: str | None = None,
+    full_document: str = "default",
+    full_document_before_change: str = "off",
+    deployment_mode: str = "ALL_INSTANCES",
+    enabled: bool = True,
+    auto_start: bool = True,
+    client: str = "default",
+    transactional: bool = False,
+    transaction_using: str = "default",
+    checkpoint_store: str = "default",
+    description: str = "",
+    registry: StreamRegistry | None = None,
+) -> Callable[[C], C]:
+    """Declare a class as a change-stream consumer.
+
+    The class defines any of ``on_insert``, ``on_update``, ``on_delete``,
+    ``on_replace`` and ``on_change`` (taking ``ctx``, ``doc`` or ``doc, ctx``;
+    ``def`` or ``async def``), and optionally ``pipeline()`` and ``filter(ctx)``.
+    The name defaults to the kebab-case class name. The class is instantiated
+    once per stream start, with no arguments.
+    """
+    options = {
+        "name": name,
+        "collection": collection,
+        "database": database,
+        "full_document": full_document,
+        "full_document_before_change": full_document_before_change,
+        "deployment_mode": deployment_mode,
+        "enabled": enabled,
+        "auto_start": auto_start,
+        "client": client,
+        "transactional": transactional,
+        "transaction_using": transaction_using,
+        "checkpoint_store": checkpoint_store,
+        "description": description,
+    }
+
+    def decorate(cls: C) -> C:
+        setattr(cls, _STREAM_ATTR, options)
+        (registry or stream_registry).add_class(cls)
+        return cls
+
+    return decorate
+
+
+def checkpoint(
+    save_every_n: int = 1,
+    save_interval_seconds: float = 5,
+    idle_heartbeat_interval_seconds: float = 300,
+    start_position: str = "RESUME",
+    on_history_lost: str = "FAIL",
+) -> Callable[[C], C]:
+    """Set how a ``@change_stream`` class keeps its checkpoint (see ``CheckpointSpec``)."""
+    spec = CheckpointSpec(
+        save_every_n=save_every_n,
+        save_interval_seconds=save_interval_seconds,
+        idle_heartbeat_interval_seconds=idle_heartbeat_interval_seconds,
+        start_position=start_position,
+        on_history_lost=on_history_lost,
+    )
+
+    def decorate(cls: C) -> C:
+        setattr(cls, _CHECKPOINT_ATTR, spec)
+        return cls
+
+    return decorate
+
+
+def restart_policy(
+    max_attempts: int = 0,
+    initial_delay: str | float = "1s",
+    max_delay: str | float = "60s",
+    multiplier: float = 2.0,
+    jitter: bool = False,
+) -> Callable[[C], C]:
+    """Set the backoff of the managed restart after a cursor dies (see ``RestartPolicySpec``)."""
+    spec = RestartPolicySpec(max_attempts, initial_delay, max_delay, multiplier, jitter)
+
+    def decorate(cls: C) -> C:
+        setattr(cls, _RESTART_ATTR, spec)
+        return cls
+
+    return decorate
+
+
+def register_stream(
+    name: str,
+    collection: str,
+    *,
+    on_insert: Callable[..., Any] | None = None,
+    on_update: Callable[..., Any] | None = None,
+    on_delete: Callable[..., Any] | None = None,
+    on_replace: Callable[..., Any] | None = None,
+    on_change: Callable[..., Any] | None = None,
+    registry: StreamRegistry | None = None,
+    **options: Any,
+) -> StreamSpec:
+    """Declare a stream without a class (from settings, a database, ...).
+
+    Takes the ``@change_stream`` options plus ``checkpoint=CheckpointSpec(...)``,
+    ``restart_policy=RestartPolicySpec(...)``, ``pipeline``, ``filter`` and
+    ``on_error``; goes through the same validation.
+    """
+    handlers = {
+        op: fn
+        for op, fn in zip(
+            TYPED_OPERATIONS, (on_insert, on_update, on_delete, on_replace), strict=True
+        )
+        if fn is not None
+    }
+    origin = options.pop("origin", f"register_stream({name!r})")
+    spec = StreamSpec(
+        name=name,
+        collection=collection,
+        handlers=handlers,
+        on_change=on_change,
+        origin=origin,
+        **options,
+    )
+    return (registry or stream_registry).add_spec(spec)
+
+
+def spec_from_class(cls: type) -> StreamSpec:
+    """Build the spec of a ``@change_stream`` class, with fresh bound handlers.
+
+    Handlers are bound to a new instance each call: the runtime calls this once
+    per stream start.
+    """
+    options: Mapping[str, Any] = getattr(cls, _STREAM_ATTR)
+    instance = _StreamInstance(cls)
+    handlers = {
+        op: instance.method(f"on_{op}")
+        for op in TYPED_OPERATIONS
+        if callable(getattr(cls, f"on_{op}", None))
+    }
+    values = dict(options)
+    values["name"] = values["name"] or kebab_case(cls.__name__)
+    values["collection"] = values["collection"] or ""
+    return StreamSpec(
+        **values,
+        handlers=handlers,
+        on_change=instance.optional_method("on_change"),
+        pipeline=instance.optional_method("pipeline"),
+        filter=instance.optional_method("filter"),
+        on_error=_error_routes(instance),
+        checkpoint=getattr(cls, _CHECKPOINT_ATTR, CheckpointSpec()),
+        restart_policy=getattr(cls, _RESTART_ATTR, RestartPolicySpec()),
+        origin=f"{cls.__module__}.{cls.__qualname__}",
+    )
+
+
+class _StreamInstance:
+    """Creates the declared class's instance on first use, so building a spec for
+    ``manage.py check`` runs no user ``__init__``."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self._instance: Any = None
+
+    def get(self) -> Any:
+        if self._instance is None:
+            self._instance = self.cls()
+        return self._instance
+
+    def optional_method(self, name: str) -> Callable[..., Any] | None:
+        """:meth:`method` when the class defines *name*, else ``None``."""
+        return self.method(name) if callable(getattr(self.cls, name, None)) else None
+
+    def method(self, name: str) -> Callable[..., Any]:
+        function = getattr(self.cls, name)
+        instance = self
+
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            return getattr(instance.get(), name)(*args, **kwargs)
+
+        bound.__wrapped__ = function  # type: ignore[attr-defined]
+        bound.__name__ = name
+        bound.__qualname__ = f"{self.cls.__qualname__}.{name}"
+        bound._flowwarden_unbound = function  # type: ignore[attr-defined]
+        return bound
+
+
+def _error_routes(
+    instance: _StreamInstance,
+) -> tuple[tuple[tuple[type[BaseException], ...], Any], ...]:
+    """``on_error(exc, ctx)`` of the class as a catch-all route (routing comes with the DLQ)."""
+    handler = instance.optional_method("on_error")
+    return () if handler is None else (((), handler),)
+
+
+def replace_spec(spec: StreamSpec, **changes: Any) -> StreamSpec:
+    """A copy of *spec* with *changes* (specs are plain dataclasses)."""
+    return dataclasses.replace(spec, **changes)

@@ -1,0 +1,457 @@
+"""One stream's consumer: the resume cascade, sequential dispatch, the checkpoint
+policy, the idle heartbeat, history-lost recovery, invalidation and the managed
+restart.
+
+A ``StreamConsumer`` runs on one thread and handles events strictly in order. The
+heartbeat needs no second cursor: events are settled before the next poll, so
+when a poll comes back empty every event up to the cursor's postBatchResumeToken
+is settled, and that token is a position the server certified.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import close_old_connections, connections, transaction
+from django.utils import timezone
+
+from .checkpoint import Checkpoint, CheckpointStore
+from .context import ChangeContext
+from .dispatch import HandlerCaller
+from .policy import ProcessedAnchorPolicy
+from .source import ChangeCursor, ChangeSource, is_history_lost
+from .spec import LIFECYCLE_OPERATIONS, StreamSpec
+from .tokens import tokens_equal
+
+logger = logging.getLogger("flowwarden_django.streams")
+
+
+class StreamState(enum.StrEnum):
+    """Where a consumer is in its life."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+class HistoryLostError(RuntimeError):
+    """The stream's saved positions have left the oplog and its strategy is FAIL."""
+
+    def __init__(self, stream: str, last_known: datetime | None) -> None:
+        self.stream = stream
+        self.last_known = last_known
+        super().__init__(
+            f"stream {stream!r}: its resume positions are no longer in the oplog "
+            f"(last known position {last_known or 'unknown'}). Events after it may be lost. "
+            "To restart from now: `manage.py flowwarden_checkpoints reset "
+            f"{stream}`, or declare the stream with "
+            '@checkpoint(on_history_lost="RESUME_FROM_NOW") or "RESUME_FROM_OPLOG_START".'
+        )
+
+
+class StreamInvalidatedError(RuntimeError):
+    """The watched collection was renamed (or dropped under FAIL): the stream stops."""
+
+
+class _RestartNow(Exception):
+    """End this generation and resubscribe at once (after a self-healed invalidate)."""
+
+
+def _cluster_datetime(event: Mapping[str, Any]) -> datetime:
+    as_datetime = getattr(event.get("clusterTime"), "as_datetime", None)
+    return as_datetime() if as_datetime else timezone.now()
+
+
+class StreamConsumer:
+    """Consumes one declared stream until stopped.
+
+    ``run()`` blocks. ``burst=True`` returns once the stream has caught up. A
+    cursor that dies is reopened through the full resume cascade with the
+    stream's restart backoff; lost history under ``FAIL``, a rename, or running
+    out of restart attempts stops it for good (``state`` is then ``CRASHED``).
+    """
+
+    #: How often the flusher thread looks for a dirty anchor past its age threshold.
+    flush_tick_seconds = 1.0
+
+    def __init__(
+        self,
+        spec: StreamSpec,
+        store: CheckpointStore,
+        source_factory: Callable[[StreamSpec], ChangeSource],
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec = spec
+        self.store = store
+        self.source_factory = source_factory
+        self._monotonic = monotonic
+        self._stop = threading.Event()
+        self._caller = HandlerCaller()
+        self.state = StreamState.STOPPED
+        self.last_error: BaseException | None = None
+        self.last_event_at: datetime | None = None
+        self.events_handled = 0
+        self.restarts = 0
+        self.policy: ProcessedAnchorPolicy | None = None
+
+    # -- control ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the consumer to stop after the event in hand (it flushes its anchor)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, *, burst: bool = False) -> None:
+        """Consume until stopped (or caught up, with *burst*); raise when terminal."""
+        self._stop.clear()
+        attempt = 0
+        try:
+            while not self._stop.is_set():
+                self.state = StreamState.STARTING
+                handled_before = self.events_handled
+                try:
+                    self._run_generation(burst=burst)
+                    self.state = StreamState.STOPPED
+                    return
+                except _RestartNow:
+                    self.restarts += 1
+                    continue
+                except (HistoryLostError, StreamInvalidatedError) as exc:
+                    self._crash(exc)
+                    raise
+                except Exception as exc:
+                    # Attempts count restarts without progress: a generation that handled
+                    # events resets them, one that dies on the same event does not.
+                    attempt = 0 if self.events_handled > handled_before else attempt
+                    attempt += 1
+                    policy = self.spec.restart_policy
+                    if policy.max_attempts and attempt > policy.max_attempts:
+                        self._crash(exc)
+                        raise
+                    self.last_error = exc
+                    self.state = StreamState.RESTARTING
+                    delay = self._restart_delay(attempt)
+                    logger.warning(
+                        "stream %r: cursor died (%s); restart %d in %.1fs",
+                        self.spec.name,
+                        exc,
+                        attempt,
+                        delay,
+                        exc_info=not isinstance(exc, OSError),
+                    )
+                    self.restarts += 1
+                    if self._stop.wait(delay):
+                        break
+            self.state = StreamState.STOPPED
+        finally:
+            self._caller.close()
+            close_old_connections()
+
+    def _crash(self, exc: BaseException) -> None:
+        self.state = StreamState.CRASHED
+        self.last_error = exc
+        logger.error("stream %r stopped: %s", self.spec.name, exc)
+
+    def _restart_delay(self, attempt: int) -> float:
+        policy = self.spec.restart_policy
+        delay = policy.delay(attempt)
+        if policy.jitter:
+            delay *= random.uniform(0.8, 1.2)
+        return delay
+
+    # -- one generation: open, consume, close ----------------------------------------
+
+    def _run_generation(self, *, burst: bool) -> None:
+        source = self.source_factory(self.spec)
+        opened = self._open(source)
+        self.state = StreamState.RUNNING
+        checkpoint = self.spec.checkpoint
+        self.policy = ProcessedAnchorPolicy(
+            self.store,
+            self.spec.name,
+            save_every_n=checkpoint.save_every_n,
+            save_interval_seconds=checkpoint.save_interval_seconds,
+            confirmed_token=opened.confirmed_processed,
+            monotonic=self._monotonic,
+        )
+        self._heartbeat = _Heartbeat(self, opened.recovery_expected)
+        self._heartbeat.certified = opened.certified
+        self._invalidate_cause: str | None = None
+        cursor, event = opened.cursor, opened.first_event
+        flusher = self._start_flusher()
+        try:
+            while not self._stop.is_set():
+                if event is None:
+                    event = cursor.try_next()
+                if event is None:
+                    if not cursor.alive:
+                        raise ConnectionError("the change stream closed")
+                    self.policy.flush_if_due()
+                    self._heartbeat.on_idle(cursor.resume_token)
+                    close_old_connections()  # CONN_MAX_AGE and broken connections, as per request
+                    if burst:
+                        break
+                    continue
+                self._handle(event, source)
+                event = None
+                self.policy.flush_if_due()
+        finally:
+            if flusher is not None:
+                flusher.set()
+            self._close(cursor)
+
+    def _start_flusher(self) -> threading.Event | None:
+        """Flush an aged dirty anchor even while a slow handler holds the stream's thread.
+
+        Transactional streams write every anchor inside the handler's transaction,
+        so they need none.
+        """
+        interval = self.spec.checkpoint.save_interval_seconds
+        if not interval or self.spec.transactional or self.policy is None:
+            return None
+        done, policy = threading.Event(), self.policy
+        tick = min(float(interval), self.flush_tick_seconds)
+
+        def flush_loop() -> None:
+            try:
+                while not done.wait(tick):
+                    policy.flush_if_due()
+            finally:
+                connections.close_all()
+
+        threading.Thread(target=flush_loop, name=f"fw-flush-{self.spec.name}", daemon=True).start()
+        return done
+
+    def _close(self, cursor: ChangeCursor) -> None:
+        if self.policy is not None and not self.policy.flush():
+            logger.warning("stream %r: the processed anchor could not be flushed", self.spec.name)
+        try:
+            cursor.close()
+        except Exception:  # closing a dead cursor must not hide why it died
+            logger.debug("stream %r: closing the cursor failed", self.spec.name, exc_info=True)
+
+    # -- the resume cascade -----------------------------------------------------------
+
+    def _open(self, source: ChangeSource) -> _Opened:
+        name, policy = self.spec.name, self.spec.checkpoint
+        if policy.start_position == "LATEST":
+            return _Opened(source.open())
+        saved = self.store.find(name)
+        if saved is None or (saved.last_processed_token is None and saved.last_seen_token is None):
+            position = source.initial_position()
+            now = timezone.now()
+            # A start precondition: without a durable position a crash before the first
+            # saved event would lose everything since now.
+            self.store.save_seen(name, position, now, heartbeat_at=now)
+            return _Opened(source.open(resume_after=position), certified=position)
+        processed, seen = saved.last_processed_token, saved.last_seen_token
+        if processed is not None:
+            opened = self._try_open(source, processed)
+            if opened is not None:
+                opened.confirmed_processed = processed
+                return opened
+        if seen is not None and not tokens_equal(seen, processed):
+            opened = self._try_open(source, seen)
+            if opened is not None:
+                if processed is not None:
+                    logger.warning(
+                        "stream %r: the processed anchor aged out of the oplog; resuming from "
+                        "the last certified position (events in between were handled)",
+                        name,
+                    )
+                opened.certified = seen
+                return opened
+        return self._history_lost(source, saved)
+
+    def _try_open(self, source: ChangeSource, token: Mapping[str, Any]) -> _Opened | None:
+        """Open after *token*; ``None`` if the server no longer has it. The first poll
+        validates it: a history-lost error may only come with the first getMore."""
+        try:
+            cursor = source.open(resume_after=token)
+        except Exception as exc:
+            if is_history_lost(exc):
+                return None
+            raise
+        try:
+            first = cursor.try_next()
+        except Exception as exc:
+            cursor.close()
+            if is_history_lost(exc):
+                return None
+            raise
+        return _Opened(cursor, first_event=first)
+
+    def _history_lost(self, source: ChangeSource, saved: Checkpoint) -> _Opened:
+        name, strategy = self.spec.name, self.spec.checkpoint.on_history_lost
+        if strategy == "FAIL":
+            known = [
+                t
+                for t in (saved.last_processed_at, saved.last_seen_at, saved.last_heartbeat_at)
+                if t is not None
+            ]
+            raise HistoryLostError(name, max(known) if known else None)
+        if strategy == "RESUME_FROM_OPLOG_START":
+            oldest = source.oldest_oplog_time()
+            if oldest is not None:
+                logger.warning("stream %r: history lost; replaying from the oplog start", name)
+                # The dead anchors stay as the "recovery due" marker until the first
+                # certified position replaces them through the guarded reset.
+                return _Opened(
+                    source.open(start_at_operation_time=oldest),
+                    recovery_expected=(saved.last_processed_token,),
+                )
+        logger.warning("stream %r: history lost; resuming from now", name)
+        position = source.initial_position()
+        self.store.reset_after_history_lost(
+            name, position, saved.last_processed_token, timezone.now()
+        )
+        return _Opened(source.open(resume_after=position), certified=position)
+
+    # -- one event --------------------------------------------------------------------
+
+    def _handle(self, event: Mapping[str, Any], source: ChangeSource) -> None:
+        operation = event.get("operationType", "")
+        if operation == "invalidate":
+            self._invalidated(event, source)
+        assert self.policy is not None
+        ctx = ChangeContext(
+            event, stream_name=self.spec.name, save_now=lambda: self._save_now(ctx, operation)
+        )
+        lifecycle = operation in LIFECYCLE_OPERATIONS
+        if lifecycle:
+            self._invalidate_cause = operation
+        handler = self.spec.handler_for(operation)
+        if self.spec.transactional and not lifecycle:
+            with transaction.atomic(using=self.spec.transaction_using):
+                self._dispatch(handler, ctx)
+                if not ctx.saved_manually:
+                    self.policy.on_settled(event["_id"], _cluster_datetime(event), strict=True)
+        else:
+            self._dispatch(handler, ctx)
+            if not lifecycle and not ctx.saved_manually:
+                self.policy.on_settled(event["_id"], _cluster_datetime(event))
+        self.events_handled += 1
+        self.last_event_at = timezone.now()
+        self._heartbeat.on_event()
+
+    def _dispatch(self, handler: Callable[..., Any] | None, ctx: ChangeContext) -> None:
+        if handler is None:
+            return  # no handler for this operation: settled
+        if self.spec.filter is not None and not self._caller.call(self.spec.filter, None, ctx):
+            return  # rejected by the filter: settled
+        self._caller.call(handler, ctx.full_document, ctx)
+
+    def _save_now(self, ctx: ChangeContext, operation: str) -> bool:
+        if operation in LIFECYCLE_OPERATIONS or self.policy is None:
+            logger.warning(
+                "stream %r: save_checkpoint_now() ignored for a %s event", self.spec.name, operation
+            )
+            return False
+        return self.policy.save_now(
+            ctx.resume_token, _cluster_datetime(ctx.event), strict=self.spec.transactional
+        )
+
+    def _invalidated(self, event: Mapping[str, Any], source: ChangeSource) -> None:
+        cause = self._invalidate_cause or "drop"
+        name = self.spec.name
+        saved = self.store.find(name)
+        dead = saved.last_processed_token if saved else None
+        terminal = cause == "rename" or self.spec.checkpoint.on_history_lost == "FAIL"
+        if not terminal:
+            try:
+                fresh = source.initial_position()
+                self.store.reset_after_history_lost(name, fresh, dead, timezone.now())
+            except Exception:
+                logger.exception("stream %r: repairing after invalidate failed", name)
+                terminal = True
+            else:
+                logger.warning("stream %r: collection %s; restarting from now", name, cause)
+                self.policy = None  # nothing to flush: the anchor was just replaced
+                raise _RestartNow
+        # Durable marker: the unusable invalidate token as seen, processed cleared, so
+        # every later start reaches the history-lost strategy and fails loudly.
+        self.store.reset_after_history_lost(name, event["_id"], dead, timezone.now())
+        self.policy = None
+        raise StreamInvalidatedError(
+            f"stream {name!r}: the collection was {'renamed' if cause == 'rename' else 'dropped'}"
+            " (invalidate); the stream stopped. Reset its checkpoint to start it again."
+        )
+
+
+class _Opened:
+    """The outcome of the resume cascade."""
+
+    def __init__(
+        self,
+        cursor: ChangeCursor,
+        *,
+        first_event: Mapping[str, Any] | None = None,
+        certified: Mapping[str, Any] | None = None,
+        recovery_expected: tuple[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        self.cursor = cursor
+        self.first_event = first_event
+        self.certified = certified
+        self.confirmed_processed: Mapping[str, Any] | None = None
+        self.recovery_expected = recovery_expected
+
+
+class _Heartbeat:
+    """The only writer of the seen anchor: certifies an idle stream's position.
+
+    A write happens when the stream has been idle for the interval, at most once
+    per interval: the seen pair and the heartbeat when the position moved, the
+    heartbeat alone when it did not. During an oplog-start recovery the first
+    certification goes through the guarded reset instead.
+    """
+
+    def __init__(self, consumer: StreamConsumer, recovery_expected: tuple[Any] | None) -> None:
+        self.consumer = consumer
+        self.interval = float(consumer.spec.checkpoint.idle_heartbeat_interval_seconds)
+        self.recovery_expected = recovery_expected
+        self.certified: Mapping[str, Any] | None = None
+        now = consumer._monotonic()
+        self.last_activity = now
+        self.last_write = now
+        self.failures = 0
+
+    def on_event(self) -> None:
+        self.last_activity = self.consumer._monotonic()
+
+    def on_idle(self, position: Mapping[str, Any] | None) -> None:
+        if not self.interval or position is None:
+            return
+        now = self.consumer._monotonic()
+        due = self.recovery_expected is not None or (
+            now - self.last_activity >= self.interval and now - self.last_write >= self.interval
+        )
+        if not due:
+            return
+        store, name, at = self.consumer.store, self.consumer.spec.name, timezone.now()
+        try:
+            if self.recovery_expected is not None:
+                store.reset_after_history_lost(name, position, self.recovery_expected[0], at)
+                self.recovery_expected = None
+            elif tokens_equal(position, self.certified):
+                store.save_heartbeat(name, at)
+            else:
+                store.save_seen(name, position, at, heartbeat_at=at)
+        except Exception:
+            self.failures += 1
+            logger.warning("stream %r: heartbeat write failed", name, exc_info=True)
+            return
+        self.certified = position
+        self.last_write = now

@@ -1,0 +1,145 @@
+"""Where change events come from: the narrow port the runtime reads through.
+
+``PymongoChangeSource`` is the production implementation over
+``collection.watch()``; ``flowwarden_django.testkit.fake_source`` is an
+in-process one for fast tests. Both raise pymongo's own exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+#: Server errors meaning a resume position is no longer usable: ChangeStreamHistoryLost,
+#: ChangeStreamFatalError, CappedPositionLost, InvalidResumeToken, and the codes of
+#: older servers for "resume token not found".
+HISTORY_LOST_CODES = frozenset({286, 280, 136, 260, 40576, 40585, 40615})
+
+#: Prefix of the ``comment`` stamped on every cursor the runtime opens.
+CURSOR_COMMENT_PREFIX = "flowwarden:"
+
+
+def is_history_lost(exc: BaseException) -> bool:
+    """Whether *exc* says the requested position has left the server's history."""
+    return getattr(exc, "code", None) in HISTORY_LOST_CODES
+
+
+class ChangeCursor(Protocol):
+    """An open change stream (pymongo's ``ChangeStream`` has exactly this shape)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def resume_token(self) -> Mapping[str, Any] | None: ...
+
+    def try_next(self) -> Mapping[str, Any] | None: ...
+
+    def close(self) -> None: ...
+
+
+class ChangeSource(Protocol):
+    """Opens change streams on one collection, and answers the two position questions."""
+
+    def open(
+        self,
+        *,
+        resume_after: Mapping[str, Any] | None = None,
+        start_after: Mapping[str, Any] | None = None,
+        start_at_operation_time: Any = None,
+    ) -> ChangeCursor: ...
+
+    def initial_position(self) -> Mapping[str, Any]:
+        """The server's current position (the postBatchResumeToken of a fresh stream)."""
+        ...
+
+    def oldest_oplog_time(self) -> Any:
+        """The oldest operation time still in the oplog, or ``None`` if unreadable."""
+        ...
+
+
+class PymongoChangeSource:
+    """Change streams on one collection through pymongo's ``watch()``.
+
+    ``pipeline`` stages follow ``$changeStream`` on every cursor, the bootstrap
+    included. Cursors carry the comment ``flowwarden:<stream>``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        database: str | None,
+        collection: str,
+        *,
+        stream_name: str,
+        pipeline: Sequence[Mapping[str, Any]] = (),
+        full_document: str = "default",
+        full_document_before_change: str = "off",
+        max_await_ms: int = 1000,
+    ) -> None:
+        self.client = client
+        self.database = client[database] if database else client.get_default_database()
+        self.collection = self.database[collection]
+        self.stream_name = stream_name
+        self.pipeline = list(pipeline)
+        self.full_document = None if full_document == "default" else full_document
+        self.full_document_before_change = (
+            None if full_document_before_change == "off" else full_document_before_change
+        )
+        self.max_await_ms = max_await_ms
+
+    def open(
+        self,
+        *,
+        resume_after: Mapping[str, Any] | None = None,
+        start_after: Mapping[str, Any] | None = None,
+        start_at_operation_time: Any = None,
+    ) -> ChangeCursor:
+        return self.collection.watch(
+            self.pipeline,
+            full_document=self.full_document,
+            full_document_before_change=self.full_document_before_change,
+            resume_after=resume_after,
+            start_after=start_after,
+            start_at_operation_time=start_at_operation_time,
+            max_await_time_ms=self.max_await_ms,
+            comment=f"{CURSOR_COMMENT_PREFIX}{self.stream_name}",
+        )
+
+    def _change_stream_stage(self) -> dict[str, Any]:
+        stage: dict[str, Any] = {}
+        if self.full_document:
+            stage["fullDocument"] = self.full_document
+        if self.full_document_before_change:
+            stage["fullDocumentBeforeChange"] = self.full_document_before_change
+        return stage
+
+    def initial_position(self) -> Mapping[str, Any]:
+        # batchSize 0: the reply carries no event, only the position, so nothing can
+        # slip between reading it and resuming after it.
+        reply = self.database.command(
+            "aggregate",
+            self.collection.name,
+            pipeline=[{"$changeStream": self._change_stream_stage()}, *self.pipeline],
+            cursor={"batchSize": 0},
+            comment=f"{CURSOR_COMMENT_PREFIX}bootstrap:{self.stream_name}",
+        )
+        cursor = reply["cursor"]
+        if cursor.get("id"):
+            self.database.command("killCursors", self.collection.name, cursors=[cursor["id"]])
+        token = cursor.get("postBatchResumeToken")
+        if token is None:
+            raise RuntimeError(
+                f"stream {self.stream_name!r}: the server returned no postBatchResumeToken "
+                "(change streams need MongoDB 4.0.7+ running as a replica set)"
+            )
+        return token
+
+    def oldest_oplog_time(self) -> Any:
+        from pymongo.errors import PyMongoError
+
+        try:
+            first = self.client.local["oplog.rs"].find_one({}, sort=[("$natural", 1)])
+        except PyMongoError:
+            return None
+        return None if first is None else first.get("ts")

@@ -1,0 +1,274 @@
+"""Validation of declared streams, shared by both ways of declaring one.
+
+Each problem names the stream and the attribute; ``checks.py`` turns them into
+Django system-check messages (``flowwarden_django.E1xx`` / ``W1xx``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.conf import settings
+
+from ..conf import fw_settings
+from .dispatch import handler_shape
+from .spec import (
+    DEPLOYMENT_MODES,
+    FULL_DOCUMENT_BEFORE_CHANGE_MODES,
+    FULL_DOCUMENT_MODES,
+    HISTORY_LOST_STRATEGIES,
+    START_POSITIONS,
+    StreamSpec,
+    parse_duration,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong (``error``) or doubtful (``warning``) with a declared stream."""
+
+    level: str
+    code: str
+    stream: str
+    attribute: str
+    message: str
+    hint: str = ""
+    origin: str = ""
+
+    def text(self) -> str:
+        where = f" ({self.origin})" if self.origin else ""
+        return f"stream {self.stream!r}{where}: {self.attribute}: {self.message}"
+
+
+class _Collector:
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self.problems: list[Problem] = []
+
+    def error(self, code: str, attribute: str, message: str, hint: str = "") -> None:
+        self.problems.append(
+            Problem("error", code, self.spec.name, attribute, message, hint, self.spec.origin)
+        )
+
+    def warning(self, code: str, attribute: str, message: str, hint: str = "") -> None:
+        self.problems.append(
+            Problem("warning", code, self.spec.name, attribute, message, hint, self.spec.origin)
+        )
+
+
+def _choice(out: _Collector, attribute: str, value: Any, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        out.error("E101", attribute, f"{value!r} is not one of {', '.join(allowed)}")
+
+
+def validate_spec(spec: StreamSpec) -> list[Problem]:
+    """Every problem of one stream (duplicates are checked by :func:`validate_all`)."""
+    out = _Collector(spec)
+    if not isinstance(spec.name, str) or not spec.name.strip():
+        out.error("E102", "name", "a stream needs a non-empty name")
+    if not spec.collection:
+        out.error("E103", "collection", "no collection to watch", 'Pass collection="..."')
+    _validate_handlers(out, spec)
+    _validate_checkpoint(out, spec)
+    _validate_restart_policy(out, spec)
+    _choice(out, "full_document", spec.full_document, FULL_DOCUMENT_MODES)
+    _choice(
+        out,
+        "full_document_before_change",
+        spec.full_document_before_change,
+        FULL_DOCUMENT_BEFORE_CHANGE_MODES,
+    )
+    _choice(out, "deployment_mode", spec.deployment_mode, DEPLOYMENT_MODES)
+    if spec.deployment_mode == "SINGLE_LEADER":
+        out.error(
+            "E104",
+            "deployment_mode",
+            "SINGLE_LEADER needs the lease service, which this version does not ship yet",
+            'Use deployment_mode="ALL_INSTANCES" and run the stream in one process.',
+        )
+    _validate_connections(out, spec)
+    return out.problems
+
+
+def _validate_handlers(out: _Collector, spec: StreamSpec) -> None:
+    if not spec.handlers and spec.on_change is None:
+        out.error(
+            "E105",
+            "handlers",
+            "no handler: define on_insert, on_update, on_delete, on_replace or on_change",
+        )
+    for operation, handler in {**spec.handlers, "change": spec.on_change}.items():
+        if handler is None:
+            continue
+        try:
+            shape = handler_shape(handler)
+        except TypeError as exc:
+            out.error("E106", f"on_{operation}", str(exc))
+            continue
+        if operation == "update" and shape != "ctx" and spec.full_document == "default":
+            out.warning(
+                "W101",
+                "on_update",
+                'takes the document, but with full_document="default" updates carry none '
+                "(doc is None)",
+                'Use full_document="updateLookup", or take ctx and read ctx.update_description.',
+            )
+    if spec.filter is not None and "delete" in spec.handlers:
+        out.error(
+            "E107",
+            "filter",
+            "a filter cannot be combined with on_delete: delete events carry no document to filter",
+        )
+    if spec.full_document_before_change != "off" and set(spec.handlers) == {"insert"}:
+        out.warning(
+            "W102",
+            "full_document_before_change",
+            "is set but the stream only handles inserts, which have no pre-image",
+        )
+
+
+def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
+    policy = spec.checkpoint
+    if not isinstance(policy.save_every_n, int) or policy.save_every_n < 1:
+        out.error(
+            "E108",
+            "checkpoint.save_every_n",
+            f"must be a whole number of at least 1, got {policy.save_every_n!r}",
+        )
+    for attribute in ("save_interval_seconds", "idle_heartbeat_interval_seconds"):
+        value = getattr(policy, attribute)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            out.error(
+                "E108",
+                f"checkpoint.{attribute}",
+                f"must be a number of seconds of at least 0, got {value!r}",
+            )
+    _choice(out, "checkpoint.start_position", policy.start_position, START_POSITIONS)
+    _choice(out, "checkpoint.on_history_lost", policy.on_history_lost, HISTORY_LOST_STRATEGIES)
+    if policy.idle_heartbeat_interval_seconds == 0:
+        out.warning(
+            "W103",
+            "checkpoint.idle_heartbeat_interval_seconds",
+            "is 0: an idle stream never certifies its position and can lose it when the "
+            "oplog rolls over",
+        )
+        lagging = isinstance(policy.save_every_n, int) and policy.save_every_n > 1
+        if policy.save_interval_seconds == 0 and lagging:
+            out.warning(
+                "W104",
+                "checkpoint",
+                "save_interval_seconds=0, idle_heartbeat_interval_seconds=0 and "
+                "save_every_n>1: up to save_every_n-1 events stay unsaved indefinitely",
+            )
+    if spec.transactional and policy.save_every_n != 1:
+        out.warning(
+            "W105",
+            "checkpoint.save_every_n",
+            "is ignored by a transactional stream: every event's anchor is written in its "
+            "own transaction",
+        )
+
+
+def _validate_restart_policy(out: _Collector, spec: StreamSpec) -> None:
+    policy = spec.restart_policy
+    if not isinstance(policy.max_attempts, int) or policy.max_attempts < 0:
+        out.error(
+            "E109",
+            "restart_policy.max_attempts",
+            f"must be 0 (unlimited) or more, got {policy.max_attempts!r}",
+        )
+    for attribute in ("initial_delay", "max_delay"):
+        value = getattr(policy, attribute)
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            out.error("E109", f"restart_policy.{attribute}", str(exc))
+            continue
+        if seconds <= 0:
+            out.error("E109", f"restart_policy.{attribute}", f"must be more than 0, got {value!r}")
+    if not isinstance(policy.multiplier, int | float) or policy.multiplier < 1:
+        out.error(
+            "E109",
+            "restart_policy.multiplier",
+            f"must be at least 1, got {policy.multiplier!r}",
+        )
+
+
+def _validate_connections(out: _Collector, spec: StreamSpec) -> None:
+    clients: Mapping[str, Any] = fw_settings.MONGO_CLIENTS or {}
+    if spec.client not in clients:
+        out.error(
+            "E110",
+            "client",
+            f"{spec.client!r} is not in FLOWWARDEN['MONGO_CLIENTS'] "
+            f"(configured: {', '.join(sorted(clients)) or 'none'})",
+            f'Add FLOWWARDEN["MONGO_CLIENTS"]["{spec.client}"] = '
+            '{"URL": "mongodb://host:27017/?replicaSet=rs0"}.',
+        )
+    stores: Mapping[str, Any] = fw_settings.CHECKPOINT_STORES or {}
+    if spec.checkpoint_store not in stores:
+        out.error(
+            "E111",
+            "checkpoint_store",
+            f"{spec.checkpoint_store!r} is not in FLOWWARDEN['CHECKPOINT_STORES']",
+        )
+        return
+    if spec.transactional:
+        _validate_transactional(out, spec, stores[spec.checkpoint_store])
+
+
+def _validate_transactional(out: _Collector, spec: StreamSpec, store_config: Any) -> None:
+    from .backends.orm import OrmCheckpointStore
+    from .stores import load_backend_class
+
+    if spec.transaction_using not in settings.DATABASES:
+        out.error(
+            "E112",
+            "transaction_using",
+            f"{spec.transaction_using!r} is not a database alias",
+        )
+        return
+    try:
+        backend = load_backend_class(spec.checkpoint_store, store_config)
+    except Exception:  # reported by the checkpoint store checks
+        return
+    using = (
+        (store_config.get("OPTIONS") or {}).get("using")
+        if isinstance(store_config, Mapping)
+        else None
+    )
+    if not issubclass(backend, OrmCheckpointStore) or (using not in (None, spec.transaction_using)):
+        out.error(
+            "E112",
+            "transactional",
+            "needs the ORM checkpoint store on the handler's database "
+            f"({spec.transaction_using!r}); store {spec.checkpoint_store!r} is "
+            f"{backend.__name__}" + (f" on {using!r}" if using else ""),
+            "Point the stream's checkpoint_store at an OrmCheckpointStore alias on the same "
+            "database, or drop transactional=True.",
+        )
+
+
+def validate_all(specs: Iterable[StreamSpec]) -> list[Problem]:
+    """Problems of every stream, plus duplicate names."""
+    problems: list[Problem] = []
+    seen: dict[str, StreamSpec] = {}
+    for spec in specs:
+        problems.extend(validate_spec(spec))
+        first = seen.setdefault(spec.name, spec)
+        if first is not spec:
+            problems.append(
+                Problem(
+                    "error",
+                    "E113",
+                    spec.name,
+                    "name",
+                    f"declared twice: in {first.origin} and in {spec.origin}",
+                    "Give each stream a unique name.",
+                    spec.origin,
+                )
+            )
+    return problems

@@ -1,0 +1,217 @@
+"""An in-process change source for fast tests of stream logic (no sockets).
+
+``FakeOplog`` holds events at increasing positions; ``FakeChangeSource`` opens
+cursors on it with the same options and the same pymongo exceptions as the real
+source. It does not imitate pymongo's own auto-resume or evaluate pipelines: the
+wire-level tests against ``ScriptedReplicaSet`` cover those.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bson import Timestamp
+from pymongo.errors import OperationFailure
+
+_BASE_TIME = 1_700_000_000
+
+
+def fake_token(position: int) -> dict[str, str]:
+    """The resume token of a position: ``{"_data": "82…"}``, ordered like positions."""
+    return {"_data": f"82{position:016X}"}
+
+
+def _position_of(token: Mapping[str, Any]) -> int:
+    return int(token["_data"][2:], 16)
+
+
+def history_lost_error() -> OperationFailure:
+    """The error a real server sends when a resume point left the oplog."""
+    message = (
+        "Resume of change stream was not possible, as the resume point may no longer be in "
+        "the oplog."
+    )
+    return OperationFailure(
+        message,
+        code=286,
+        details={
+            "ok": 0,
+            "errmsg": message,
+            "code": 286,
+            "codeName": "ChangeStreamHistoryLost",
+            "errorLabels": ["NonResumableChangeStreamError"],
+        },
+    )
+
+
+class FakeOplog:
+    """Change events of one collection at increasing positions, plus idle no-ops."""
+
+    def __init__(self, db: str = "app", coll: str = "orders") -> None:
+        self.db, self.coll = db, coll
+        self._events: list[tuple[int, dict[str, Any]]] = []
+        self._positions = itertools.count(1)
+        self._lock = threading.Lock()
+        self.oldest = 1
+        self.last_position = 0
+        self.invalidate_positions: set[int] = set()
+
+    def _next_position(self) -> int:
+        self.last_position = next(self._positions)
+        return self.last_position
+
+    def append(self, operation: str, **fields: Any) -> dict[str, Any]:
+        """Append one event of *operation* with extra event fields."""
+        with self._lock:
+            position = self._next_position()
+            event = {
+                "_id": fake_token(position),
+                "operationType": operation,
+                "clusterTime": Timestamp(_BASE_TIME + position, 1),
+                "wallTime": datetime.fromtimestamp(_BASE_TIME, UTC) + timedelta(seconds=position),
+                "ns": {"db": self.db, "coll": self.coll},
+                **fields,
+            }
+            self._events.append((position, event))
+            if operation == "invalidate":
+                self.invalidate_positions.add(position)
+            return event
+
+    def insert(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        return self.append("insert", documentKey={"_id": doc["_id"]}, fullDocument=dict(doc))
+
+    def update(self, _id: Any, set_fields: Mapping[str, Any]) -> dict[str, Any]:
+        description = {
+            "updatedFields": dict(set_fields),
+            "removedFields": [],
+            "truncatedArrays": [],
+        }
+        return self.append("update", documentKey={"_id": _id}, updateDescription=description)
+
+    def delete(self, _id: Any) -> dict[str, Any]:
+        return self.append("delete", documentKey={"_id": _id})
+
+    def drop(self) -> None:
+        """A collection drop: a ``drop`` event, then ``invalidate``."""
+        self.append("drop")
+        self.append("invalidate")
+
+    def rename(self, to: str) -> None:
+        """A collection rename: a ``rename`` event, then ``invalidate``."""
+        self.append("rename", to={"db": self.db, "coll": to})
+        self.append("invalidate")
+
+    def noop(self) -> int:
+        """An idle position (the server's periodic no-op write)."""
+        with self._lock:
+            return self._next_position()
+
+    def lose_history(self, keep_last: int = 0) -> None:
+        """Forget all but the last *keep_last* events: older positions cannot be resumed."""
+        with self._lock:
+            kept = self._events[-keep_last:] if keep_last else []
+            self.oldest = kept[0][0] if kept else self.last_position + 1
+            self._events = list(kept)
+
+    def after(self, position: int) -> tuple[int, dict[str, Any]] | None:
+        """The first event after *position*; ``OperationFailure(286)`` if it was forgotten."""
+        with self._lock:
+            if position + 1 < self.oldest:
+                raise history_lost_error()
+            for event_position, event in self._events:
+                if event_position > position:
+                    return event_position, event
+            return None
+
+    def oldest_time(self) -> Timestamp:
+        return Timestamp(_BASE_TIME + self.oldest, 1)
+
+
+class FakeCursor:
+    """A cursor on a ``FakeOplog``: ``try_next`` returns the next event or ``None`` when
+    idle, moving ``resume_token`` like pymongo does."""
+
+    def __init__(self, source: FakeChangeSource, position: int) -> None:
+        self.source = source
+        self.position = position
+        self.alive = True
+        self.resume_token: dict[str, Any] | None = None
+
+    def try_next(self) -> dict[str, Any] | None:
+        if not self.alive:
+            return None
+        if self.source.errors:
+            raise self.source.errors.popleft()
+        found = self.source.oplog.after(self.position)
+        if found is None:
+            if self.source.idle_advances:
+                self.position = self.source.oplog.noop()
+            self.resume_token = fake_token(self.position)
+            return None
+        self.position, event = found
+        self.resume_token = dict(event["_id"])
+        if event["operationType"] == "invalidate":
+            self.alive = False
+        return event
+
+    def close(self) -> None:
+        self.alive = False
+
+
+class FakeChangeSource:
+    """Opens ``FakeCursor``s; records every ``open`` call's arguments in ``opens``.
+
+    ``errors``: exceptions the next ``try_next`` calls raise, in order.
+    ``idle_advances``: whether an idle poll moves the position (a server's no-op).
+    """
+
+    def __init__(self, oplog: FakeOplog | None = None, *, idle_advances: bool = True) -> None:
+        self.oplog = oplog or FakeOplog()
+        self.idle_advances = idle_advances
+        self.errors: deque[BaseException] = deque()
+        self.opens: list[dict[str, Any]] = []
+
+    def open(
+        self,
+        *,
+        resume_after: Mapping[str, Any] | None = None,
+        start_after: Mapping[str, Any] | None = None,
+        start_at_operation_time: Any = None,
+    ) -> FakeCursor:
+        self.opens.append(
+            {
+                "resume_after": resume_after,
+                "start_after": start_after,
+                "start_at_operation_time": start_at_operation_time,
+            }
+        )
+        token = resume_after or start_after
+        if token is not None:
+            position = _position_of(token)
+            if resume_after is not None and position in self.oplog.invalidate_positions:
+                raise OperationFailure(
+                    "Attempting to resume a change stream using 'resumeAfter' is not allowed "
+                    "from an invalidate notification.",
+                    code=260,
+                    details={"ok": 0, "code": 260, "codeName": "InvalidResumeToken"},
+                )
+            if position + 1 < self.oplog.oldest:
+                raise history_lost_error()
+        elif start_at_operation_time is not None:
+            position = start_at_operation_time.time - _BASE_TIME - 1
+            if position + 1 < self.oplog.oldest:
+                raise history_lost_error()
+        else:
+            position = self.oplog.last_position
+        return FakeCursor(self, position)
+
+    def initial_position(self) -> Mapping[str, Any]:
+        return fake_token(self.oplog.noop())
+
+    def oldest_oplog_time(self) -> Any:
+        return self.oplog.oldest_time()

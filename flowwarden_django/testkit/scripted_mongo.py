@@ -1,0 +1,625 @@
+"""A stateful, wire-level fake of a single-node MongoDB replica set, for change streams.
+
+:class:`ScriptedReplicaSet` listens on localhost (through ``mockupdb``) and answers the
+real ``pymongo`` driver: the handshake of a replica-set primary, and ``aggregate`` /
+``getMore`` on ``$changeStream`` cursors served from an event log the test appends to.
+Resume tokens, postBatchResumeTokens, history loss, invalidation and error labels
+follow what a MongoDB 6.0+ server does, so ``collection.watch()`` runs the driver's
+real code paths (auto-resume, retryable reads, PBRT tracking) against it.
+
+It is a fake for tests and demos, not a database: there is no query engine, no
+storage, no writes from clients. See ``ScriptedReplicaSet`` for what it models.
+
+Run it as a process (for crash tests)::
+
+    python -m flowwarden_django.testkit.scripted_mongo --port 0 --events 100 --feed-rate 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+try:
+    from bson import Int64, ObjectId, Timestamp
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "flowwarden_django.testkit.scripted_mongo needs pymongo and mockupdb: "
+        'pip install "flowwarden-django[testkit]"'
+    ) from exc
+
+from ._scripted_events import (
+    EventLog,
+    Position,
+    StreamView,
+    make_token,
+    parse_change_stream,
+    parse_token,
+    to_timestamp,
+)
+from ._scripted_match import compile_filter
+from ._scripted_wire import (
+    CommandError,
+    build_info_reply,
+    hello_reply,
+    oplog_entry,
+    plain,
+    project,
+)
+
+__all__ = ["RecordedCommand", "ScriptedReplicaSet", "main"]
+
+DEFAULT_BATCH_SIZE = 101
+_HANGUP = object()
+
+
+@dataclass(frozen=True)
+class RecordedCommand:
+    """One command the server received: its name as sent, its document, when."""
+
+    name: str
+    doc: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Cursor:
+    view: StreamView
+    after: Position
+    batch_size: int | None
+    ns: str
+
+
+def _position_of(point: Timestamp | Mapping[str, Any]) -> Position:
+    if isinstance(point, Timestamp):
+        return (point.time, point.inc)
+    return parse_token(point)[0]
+
+
+def _seconds(when: datetime | float | None) -> int:
+    if when is None:
+        return int(time.time())
+    if isinstance(when, datetime):
+        return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp())
+    return int(when)
+
+
+class ScriptedReplicaSet:
+    """A fake single-node replica-set primary serving change streams, for tests and demos.
+
+    It is not a database. The test appends change events with :meth:`insert`,
+    :meth:`update`, :meth:`replace`, :meth:`delete`, :meth:`drop_collection`,
+    :meth:`rename_collection` and :meth:`insert_many`; the server keeps them in one
+    ordered log (plus the current documents, for ``updateLookup`` and pre-images) and
+    serves ``collection.watch()``, ``database.watch()`` and ``client.watch()`` from it:
+
+    * every event has a strictly increasing position (``clusterTime``) and a resume
+      token ``{"_data": "82" + 8 hex + 8 hex + suffix}`` that sorts like the position;
+    * ``resumeAfter`` / ``startAfter`` / ``startAtOperationTime`` / "now" starts,
+      ``fullDocument`` and ``fullDocumentBeforeChange``, and ``$match`` (equality,
+      ``$in``, ``$nin``, ``$exists``, ``$and``, ``$or``...); other stages are refused;
+    * postBatchResumeTokens as a server computes them, including past filtered events,
+      and idle ``getMore`` polls that advance to a fresh no-op position;
+    * :meth:`lose_history` (ChangeStreamHistoryLost, 286), invalidate on drop/rename,
+      injected errors with the labels a 4.4+ server attaches, and dropped connections.
+
+    Use it as a context manager or with :meth:`start` / :meth:`stop`; :meth:`reset`
+    clears everything between tests (``stop()`` takes about a second). Every command
+    received is recorded for assertions (:meth:`commands`). Handlers run under
+    mockupdb's server-wide lock, so an idle ``getMore`` waits at most ``idle_wait``
+    seconds (or its ``maxTimeMS``, if shorter) for new events.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        set_name: str = "rs0",
+        start_time: datetime | float | None = None,
+        idle_wait: float = 0.02,
+        max_recorded: int = 100_000,
+        verbose: bool = False,
+    ) -> None:
+        self.set_name = set_name
+        self.idle_wait = idle_wait
+        self._requested_port = port
+        self._verbose = verbose
+        self._start_seconds = _seconds(start_time)
+        self._cond = threading.Condition()
+        self._election_id = ObjectId()
+        self._server: Any = None
+        self._mockupdb: Any = None
+        self._port = 0
+        self._max_recorded = max_recorded
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._log = EventLog(self._start_seconds)
+        self._cursors: dict[int, _Cursor] = {}
+        self._killed: list[int] = []
+        self._faults: dict[str, deque[Any]] = {}
+        self._recorded: deque[RecordedCommand] = deque(maxlen=self._max_recorded)
+        self._internal_errors: list[str] = []
+
+    # -- lifecycle ------------------------------------------------------------------------- #
+    def start(self) -> ScriptedReplicaSet:
+        """Bind the port and start answering. Returns ``self``."""
+        try:
+            import mockupdb
+        except ImportError as exc:
+            raise ImportError(
+                "ScriptedReplicaSet needs mockupdb: pip install mockupdb==1.8.1 "
+                '(or pip install "flowwarden-django[testkit]")'
+            ) from exc
+        if self._server is not None:
+            raise RuntimeError("ScriptedReplicaSet is already running")
+        server = mockupdb.MockupDB(port=self._requested_port or None, verbose=self._verbose)
+        self._port = server.run()
+        server.autoresponds(self._handle)
+        self._server = server
+        self._mockupdb = mockupdb
+        return self
+
+    def stop(self) -> None:
+        """Close the listening socket and every connection (takes about a second)."""
+        server, self._server = self._server, None
+        if server is not None:
+            with self._cond:
+                self._cond.notify_all()
+            server.stop()
+
+    def __enter__(self) -> ScriptedReplicaSet:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (after :meth:`start`)."""
+        if not self._port:
+            raise RuntimeError("ScriptedReplicaSet is not started")
+        return self._port
+
+    @property
+    def address(self) -> str:
+        """``localhost:PORT``, the member name advertised in ``hello``."""
+        return f"localhost:{self.port}"
+
+    @property
+    def uri(self) -> str:
+        """``mongodb://localhost:PORT/?replicaSet=rs0``."""
+        return f"mongodb://{self.address}/?replicaSet={self.set_name}"
+
+    def reset(self) -> None:
+        """Forget events, documents, cursors, injected faults and recorded commands.
+
+        The clock restarts at ``start_time``; connections stay open.
+        """
+        with self._cond:
+            self._init_state()
+            self._cond.notify_all()
+
+    # -- event log ------------------------------------------------------------------------- #
+    def _event(self, entry: Any) -> dict[str, Any]:
+        return copy.deepcopy(self._log.render(entry))
+
+    def insert(self, db: str, coll: str, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """Insert *doc* (``_id`` generated if missing); returns the change event."""
+        with self._cond:
+            event = self._event(self._log.insert(db, coll, doc))
+            self._cond.notify_all()
+        return event
+
+    def insert_many(
+        self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]
+    ) -> list[dict[str, str]]:
+        """Insert many documents as one insert event each; returns their resume tokens."""
+        with self._cond:
+            positions = self._log.insert_many(db, coll, docs)
+            self._cond.notify_all()
+        return [make_token(position) for position in positions]
+
+    def update(
+        self,
+        db: str,
+        coll: str,
+        _id: Any,
+        set_fields: Mapping[str, Any] | None = None,
+        unset_fields: Iterable[str] | None = None,
+    ) -> dict[str, Any] | None:
+        """``$set``/``$unset`` on a stored document; returns the event, None if nothing changed.
+
+        Like the server, an update that changes nothing writes no oplog entry.
+        """
+        with self._cond:
+            entry = self._log.update(db, coll, _id, set_fields, unset_fields)
+            self._cond.notify_all()
+            return None if entry is None else self._event(entry)
+
+    def replace(self, db: str, coll: str, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the stored document with ``doc["_id"]``; returns the change event."""
+        with self._cond:
+            event = self._event(self._log.replace(db, coll, doc))
+            self._cond.notify_all()
+        return event
+
+    def delete(self, db: str, coll: str, _id: Any) -> dict[str, Any]:
+        """Delete a stored document; returns the change event."""
+        with self._cond:
+            event = self._event(self._log.delete(db, coll, _id))
+            self._cond.notify_all()
+        return event
+
+    def drop_collection(self, db: str, coll: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Drop a collection: a ``drop`` event, then ``invalidate`` for its streams."""
+        with self._cond:
+            entries = self._log.drop(db, coll)
+            self._cond.notify_all()
+            return self._event(entries[0]), self._event(entries[1])
+
+    def rename_collection(
+        self, db: str, coll: str, new_coll: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Rename a collection: a ``rename`` event, then ``invalidate`` for its streams."""
+        with self._cond:
+            entries = self._log.rename(db, coll, new_coll)
+            self._cond.notify_all()
+            return self._event(entries[0]), self._event(entries[1])
+
+    def events(self, db: str | None = None, coll: str | None = None) -> list[dict[str, Any]]:
+        """The retained events (default rendering), optionally for one db / collection."""
+        with self._cond:
+            return [
+                self._event(entry)
+                for entry in self._log.entries
+                if (db is None or entry.db == db) and (coll is None or entry.coll == coll)
+            ]
+
+    def document(self, db: str, coll: str, _id: Any) -> dict[str, Any] | None:
+        """The current stored document with *_id*, or None."""
+        with self._cond:
+            return copy.deepcopy(self._log.get(db, coll, _id))
+
+    # -- clock and history ----------------------------------------------------------------- #
+    @property
+    def cluster_time(self) -> Timestamp:
+        """The newest position issued (an event or an idle no-op)."""
+        with self._cond:
+            return to_timestamp(self._log.last_position)
+
+    @property
+    def oldest_retained(self) -> Timestamp:
+        """The oldest position still in the log: the oplog's first entry."""
+        with self._cond:
+            return to_timestamp(self._log.oldest)
+
+    def advance_clock(self, seconds: int) -> Timestamp:
+        """Move the cluster clock forward by whole *seconds*; returns the new time."""
+        with self._cond:
+            self._log.advance(int(seconds))
+            return to_timestamp(self._log.last_position)
+
+    def set_clock(self, when: datetime | float) -> Timestamp:
+        """Move the cluster clock to *when* (never backwards); returns the new time."""
+        with self._cond:
+            self._log.set_time(_seconds(when))
+            return to_timestamp(self._log.last_position)
+
+    def lose_history(self, keep_last: int = 0) -> Timestamp:
+        """Truncate the log to its newest *keep_last* events; returns the oldest retained time.
+
+        With ``keep_last=0`` only the newest position survives. Resuming from anything
+        older, or a ``getMore`` on a cursor positioned before it, fails with 286.
+        """
+        with self._cond:
+            oldest = self._log.keep_last(keep_last)
+            self._cond.notify_all()
+            return to_timestamp(oldest)
+
+    def truncate_before(self, position: Timestamp | Mapping[str, Any]) -> Timestamp:
+        """Forget everything before *position* (a ``Timestamp`` or a resume token)."""
+        with self._cond:
+            oldest = self._log.truncate_before(_position_of(position))
+            self._cond.notify_all()
+            return to_timestamp(oldest)
+
+    # -- faults ---------------------------------------------------------------------------- #
+    def fail_next(
+        self, command: str, code: int, times: int = 1, *, errmsg: str | None = None
+    ) -> None:
+        """Fail the next *times* *command* requests (e.g. ``"getMore"``) with *code*.
+
+        The reply carries the codeName and the change-stream error labels a 4.4+ server
+        would attach. A failed ``getMore`` destroys its cursor, as on the server. Note
+        that pymongo retries a failed ``aggregate`` once on retryable codes.
+        """
+        error = CommandError.injected(command, code, errmsg)
+        with self._cond:
+            self._faults.setdefault(command.lower(), deque()).extend([error] * times)
+
+    def hang_up_next(self, command: str, times: int = 1) -> None:
+        """Close the connection instead of answering the next *times* *command* requests."""
+        with self._cond:
+            self._faults.setdefault(command.lower(), deque()).extend([_HANGUP] * times)
+
+    # -- inspection ------------------------------------------------------------------------ #
+    def commands(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Documents of the commands received, all or those named *name* (any case)."""
+        with self._cond:
+            return [
+                copy.deepcopy(recorded.doc)
+                for recorded in self._recorded
+                if name is None or recorded.name.lower() == name.lower()
+            ]
+
+    @property
+    def recorded(self) -> list[RecordedCommand]:
+        """Every command received, in order (at most ``max_recorded``)."""
+        with self._cond:
+            return list(self._recorded)
+
+    @property
+    def killed_cursors(self) -> list[int]:
+        """Every cursor id the driver sent in ``killCursors``, in order."""
+        with self._cond:
+            return list(self._killed)
+
+    @property
+    def open_cursors(self) -> list[int]:
+        """Ids of the change-stream cursors the server still holds."""
+        with self._cond:
+            return list(self._cursors)
+
+    @property
+    def internal_errors(self) -> list[str]:
+        """Tracebacks of handler bugs (each was answered with InternalError, code 1)."""
+        with self._cond:
+            return list(self._internal_errors)
+
+    # -- wire ------------------------------------------------------------------------------ #
+    def _handle(self, request: Any) -> bool:
+        name = request.command_name or ""
+        doc = plain(request.doc)
+        lowered = name.lower()
+        with self._cond:
+            self._recorded.append(RecordedCommand(name, doc))
+            faults = self._faults.get(lowered)
+            fault = faults.popleft() if faults else None
+            if isinstance(fault, CommandError) and lowered == "getmore":
+                self._cursors.pop(int(doc.get("getMore", 0)), None)
+        if fault is _HANGUP:
+            return request.hangup()
+        try:
+            if isinstance(fault, CommandError):
+                raise fault
+            handler = self._handlers.get(lowered)
+            if handler is None:
+                raise CommandError(59, f"no such command: '{name}'")
+            reply = handler(self, doc)
+        except CommandError as error:
+            return request.command_err(**error.reply_fields())
+        except Exception:
+            message = traceback.format_exc()
+            with self._cond:
+                self._internal_errors.append(message)
+            return request.command_err(code=1, errmsg=message, codeName="InternalError")
+        return self._send(request, reply)
+
+    def _send(self, request: Any, reply: dict[str, Any]) -> bool:
+        reply["ok"] = 1
+        if isinstance(request, self._mockupdb.OpMsg) and not self._verbose:
+            # Request.replies() formats a repr of every reply for its log even when not
+            # verbose: ~4 ms per 101-event batch, most of the cost of a bulk read.
+            message = self._mockupdb.OpMsgReply(reply)
+            request._client.sendall(message.reply_bytes(request))
+            return True
+        return request.ok(reply)
+
+    def _hello(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return hello_reply(
+            doc, set_name=self.set_name, address=self.address, election_id=self._election_id
+        )
+
+    def _ping(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def _build_info(self, doc: dict[str, Any]) -> dict[str, Any]:
+        return build_info_reply()
+
+    def _kill_cursors(self, doc: dict[str, Any]) -> dict[str, Any]:
+        ids = [int(cursor_id) for cursor_id in doc.get("cursors", [])]
+        with self._cond:
+            self._killed.extend(ids)
+            killed = [i for i in ids if self._cursors.pop(i, None) is not None]
+        return {
+            "cursorsKilled": [Int64(i) for i in killed],
+            "cursorsNotFound": [Int64(i) for i in ids if i not in killed],
+            "cursorsAlive": [],
+            "cursorsUnknown": [],
+        }
+
+    def _find(self, doc: dict[str, Any]) -> dict[str, Any]:
+        db, coll = doc.get("$db", "test"), doc.get("find")
+        batch: list[dict[str, Any]] = []
+        if (db, coll) == ("local", "oplog.rs") and abs(int(doc.get("limit") or 0)) == 1:
+            natural = (doc.get("sort") or {"$natural": 1}).get("$natural")
+            with self._cond:
+                first = (self._start_seconds, 1)
+                if natural in (1, -1):
+                    position = self._log.oldest if natural == 1 else self._log.last_position
+                    batch = [oplog_entry(to_timestamp(position), first=position == first)]
+                now = to_timestamp(self._log.last_position)
+            if batch and doc.get("filter") and not compile_filter(doc["filter"])(batch[0]):
+                batch = []
+            batch = [project(entry, doc.get("projection")) for entry in batch]
+        else:
+            with self._cond:
+                now = to_timestamp(self._log.last_position)
+        cursor = {"firstBatch": batch, "id": Int64(0), "ns": f"{db}.{coll}"}
+        return {"cursor": cursor, "operationTime": now}
+
+    def _aggregate(self, doc: dict[str, Any]) -> dict[str, Any]:
+        view, ns, stage = parse_change_stream(doc)
+        cursor_options = doc.get("cursor") or {}
+        batch_size = cursor_options.get("batchSize")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 0):
+            raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
+        limit = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+        with self._cond:
+            start = self._log.start_position(stage)
+            batch, after, invalidated = self._log.scan(start, view, limit)
+            cursor_id = 0
+            if not invalidated:
+                cursor_id = self._new_cursor_id()
+                self._cursors[cursor_id] = _Cursor(view, after, batch_size, ns)
+            now = to_timestamp(self._log.last_position)
+        cursor = {
+            "firstBatch": batch,
+            "postBatchResumeToken": make_token(after, invalidate=invalidated),
+            "id": Int64(cursor_id),
+            "ns": ns,
+        }
+        return {"cursor": cursor, "operationTime": now}
+
+    def _new_cursor_id(self) -> int:
+        while True:
+            cursor_id = random.randrange(1, 2**62)
+            if cursor_id not in self._cursors:
+                return cursor_id
+
+    def _get_more(self, doc: dict[str, Any]) -> dict[str, Any]:
+        cursor_id = int(doc["getMore"])
+        max_time_ms = doc.get("maxTimeMS")
+        wait = self.idle_wait if max_time_ms is None else min(self.idle_wait, max_time_ms / 1000)
+        deadline = time.monotonic() + wait
+        with self._cond:
+            cursor = self._cursors.get(cursor_id)
+            if cursor is None:
+                raise CommandError(43, f"cursor id {cursor_id} not found")
+            limit = doc.get("batchSize") or cursor.batch_size or DEFAULT_BATCH_SIZE
+            while True:
+                try:
+                    self._log.check_retained(cursor.after)
+                    batch, cursor.after, invalidated = self._log.scan(
+                        cursor.after, cursor.view, limit
+                    )
+                except CommandError:
+                    self._cursors.pop(cursor_id, None)
+                    raise
+                if batch or invalidated:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    # The server's periodic no-op write: an idle stream's PBRT still moves.
+                    cursor.after = self._log.tick()
+                    break
+                self._cond.wait(remaining)
+                if self._cursors.get(cursor_id) is not cursor:  # reset() while waiting
+                    raise CommandError(43, f"cursor id {cursor_id} not found")
+            if invalidated:
+                del self._cursors[cursor_id]
+            now = to_timestamp(self._log.last_position)
+        reply_cursor = {
+            "nextBatch": batch,
+            "postBatchResumeToken": make_token(cursor.after, invalidate=invalidated),
+            "id": Int64(0 if invalidated else cursor_id),
+            "ns": cursor.ns,
+        }
+        return {"cursor": reply_cursor, "operationTime": now}
+
+    _handlers: dict[str, Any] = {
+        "hello": _hello,
+        "ismaster": _hello,
+        "ping": _ping,
+        "buildinfo": _build_info,
+        "endsessions": _ping,
+        "killcursors": _kill_cursors,
+        "find": _find,
+        "aggregate": _aggregate,
+        "getmore": _get_more,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a ScriptedReplicaSet until SIGTERM/SIGINT; print ``READY <uri>`` once listening."""
+    parser = argparse.ArgumentParser(
+        prog="python -m flowwarden_django.testkit.scripted_mongo", description=main.__doc__
+    )
+    parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
+    parser.add_argument("--events", type=int, default=0, help="insert events logged up front")
+    parser.add_argument("--db", default="app", help="database of the logged inserts")
+    parser.add_argument("--coll", default="orders", help="collection of the logged inserts")
+    parser.add_argument(
+        "--feed-rate", type=float, default=0.0, help="keep inserting this many events per second"
+    )
+    parser.add_argument("--set-name", default="rs0", help="replica set name in the URI")
+    parser.add_argument(
+        "--idle-wait", type=float, default=0.02, help="longest wait of an idle getMore (s)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="let mockupdb log every message")
+    args = parser.parse_args(argv)
+
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    server = ScriptedReplicaSet(
+        port=args.port, set_name=args.set_name, idle_wait=args.idle_wait, verbose=args.verbose
+    )
+    with server:
+        server.insert_many(
+            args.db, args.coll, ({"_id": n, "seq": n} for n in range(1, args.events + 1))
+        )
+        print(f"READY {server.uri}", flush=True)
+        feeder = None
+        if args.feed_rate > 0:
+            feeder = threading.Thread(
+                target=_feed,
+                args=(server, args.db, args.coll, args.events + 1, args.feed_rate, stopping),
+                daemon=True,
+            )
+            feeder.start()
+        while not stopping.wait(0.1):
+            pass
+        if feeder is not None:
+            feeder.join(5)
+    return 0
+
+
+def _feed(
+    server: ScriptedReplicaSet,
+    db: str,
+    coll: str,
+    first: int,
+    rate: float,
+    stopping: threading.Event,
+) -> None:
+    """Append inserts at *rate* per second (in small bursts) until *stopping* is set."""
+    started, sent = time.monotonic(), 0
+    while not stopping.wait(0.01):
+        due = int((time.monotonic() - started) * rate) - sent
+        if due > 0:
+            seqs = range(first + sent, first + sent + due)
+            server.insert_many(db, coll, ({"_id": n, "seq": n} for n in seqs))
+            sent += due
+
+
+if __name__ == "__main__":
+    sys.exit(main())
