@@ -110,6 +110,10 @@ class StreamManager:
         for name in list(self._threads):
             self._threads[name].join(timeout)
 
+    def any_running(self) -> bool:
+        """Whether any started stream's thread is still alive."""
+        return any(thread.is_alive() for thread in list(self._threads.values()))
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every started stream's thread has ended."""
         for thread in list(self._threads.values()):

@@ -1,0 +1,158 @@
+"""``manage.py flowwarden_streams``: run change-stream consumers, or show their status.
+
+``run`` starts the declared streams (or those named with ``--stream``), each on its
+own thread, until SIGTERM/SIGINT stops them gracefully (every dirty processed
+anchor is flushed). ``--burst`` processes what is there, then stops.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from ...formatting import NONE_TEXT, age_text, format_table
+from ...streams.manager import StreamManager
+from ...streams.registry import DuplicateStreamError, stream_registry
+from ...streams.runtime import StreamState
+from ...streams.stores import checkpoint_stores
+
+
+class Command(BaseCommand):
+    """Runs stream consumers in this process, or reports their checkpoints."""
+
+    help = "Run change-stream consumers (run [--stream NAME ...] [--burst]) or show status."
+
+    #: Seconds between progress lines while running.
+    progress_interval = 30.0
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        run = actions.add_parser("run", help="Consume streams until stopped (SIGTERM/SIGINT).")
+        run.add_argument(
+            "--stream",
+            action="append",
+            dest="streams",
+            metavar="NAME",
+            help="Run only this stream (repeatable). Default: every enabled auto-start stream.",
+        )
+        run.add_argument("--burst", action="store_true", help="Process what is there, then stop.")
+        actions.add_parser("status", help="Show each declared stream and its checkpoint.")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        try:
+            if action == "run":
+                self.handle_run(options.get("streams"), options["burst"])
+            else:
+                self.handle_status()
+        except (DuplicateStreamError, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from exc
+
+    def handle_run(self, names: list[str] | None, burst: bool) -> None:
+        manager = StreamManager()
+        declared = stream_registry.specs()
+        if names:
+            unknown = sorted(set(names) - set(declared))
+            if unknown:
+                raise CommandError(
+                    f"No stream named {', '.join(unknown)}; declared: "
+                    f"{', '.join(sorted(declared)) or 'none'}. See `manage.py flowwarden_streams "
+                    "status`."
+                )
+        else:
+            names = manager.startable()
+        if not names:
+            raise CommandError(
+                "No stream to run: declare one with @change_stream in an app's streams.py "
+                "(and enabled=True, auto_start=True), or name it with --stream."
+            )
+        stop = threading.Event()
+
+        def request_stop(signum: int, frame: Any) -> None:
+            self.stdout.write(f"Received {signal.Signals(signum).name}: stopping gracefully...")
+            stop.set()
+            manager.stop_all(timeout=0)
+
+        previous = {
+            sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            for name in names:
+                spec = declared[name]
+                self.stdout.write(
+                    f"Starting {name} ({spec.database or 'default db'}.{spec.collection})"
+                    + (" in burst mode" if burst else "")
+                )
+                manager.start(name, burst=burst)
+            self._wait(manager, names, stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            manager.stop_all()
+        self._report(manager, names)
+
+    def _wait(self, manager: StreamManager, names: list[str], stop: threading.Event) -> None:
+        last_report = time.monotonic()
+        while manager.any_running():
+            if stop.wait(0.2):
+                break
+            if time.monotonic() - last_report >= self.progress_interval:
+                last_report = time.monotonic()
+                self.stdout.write(
+                    "  "
+                    + "; ".join(
+                        f"{n}: {c.state.value}, {c.events_handled} events"
+                        for n in names
+                        if (c := manager.consumer(n)) is not None
+                    )
+                )
+        manager.wait()
+
+    def _report(self, manager: StreamManager, names: list[str]) -> None:
+        crashed = []
+        for name in names:
+            consumer = manager.consumer(name)
+            if consumer is None:
+                continue
+            line = f"{name}: {consumer.events_handled} events handled, {consumer.state.value}"
+            if consumer.state == StreamState.CRASHED:
+                crashed.append(name)
+                self.stderr.write(self.style.ERROR(f"{line}: {consumer.last_error}"))
+            else:
+                self.stdout.write(self.style.SUCCESS(line))
+        if crashed:
+            raise CommandError(f"Stream(s) stopped on an error: {', '.join(crashed)}")
+
+    def handle_status(self) -> None:
+        specs = stream_registry.specs()
+        if not specs:
+            self.stdout.write("No streams declared.")
+            return
+        now = timezone.now()
+        rows = []
+        for name, spec in specs.items():
+            try:
+                saved = checkpoint_stores[spec.checkpoint_store].find(name)
+            except Exception as exc:  # one unreachable store must not hide the others
+                saved, note = None, f"store error: {exc}"
+            else:
+                note = "" if spec.enabled else "disabled"
+            rows.append(
+                (
+                    name,
+                    f"{spec.database or '-'}.{spec.collection}",
+                    spec.deployment_mode,
+                    age_text(saved.last_processed_at, now) if saved else NONE_TEXT,
+                    age_text(saved.last_seen_at, now) if saved else NONE_TEXT,
+                    age_text(saved.last_heartbeat_at, now) if saved else NONE_TEXT,
+                    note,
+                )
+            )
+        headers = ("STREAM", "NAMESPACE", "MODE", "PROCESSED", "SEEN", "HEARTBEAT", "")
+        for line in format_table(headers, rows):
+            self.stdout.write(line.rstrip())
