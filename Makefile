@@ -37,7 +37,7 @@ $(VENV)/.venv-created:
 	touch $@
 
 $(VENV)/.demo-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
-	$(PIP) install --quiet -e ".[mongo]"
+	$(PIP) install --quiet -e ".[testkit]"
 	touch $@
 
 # mysqlclient compiles against libmariadb-dev; without it the MariaDB lane skips.

@@ -57,8 +57,19 @@ DATABASES = {
 
 STATIC_URL = "/static/"
 
+# Without FLOWWARDEN_MONGO_URL, `manage.py demo` feeds the streams from a scripted
+# replica set it starts itself (flowwarden_django.testkit.scripted_mongo).
+MONGO_URL = os.environ.get("FLOWWARDEN_MONGO_URL", "")
+
 FLOWWARDEN = {
     "CHECKPOINT_STORES": {
         "default": {"BACKEND": "flowwarden_django.streams.backends.orm.OrmCheckpointStore"},
     },
+    "MONGO_CLIENTS": {
+        "default": {
+            "URL": MONGO_URL or "mongodb://127.0.0.1:27017/?replicaSet=rs0",
+            "OPTIONS": {"serverSelectionTimeoutMS": 5000},
+        },
+    },
+    "STREAM_MAX_AWAIT_MS": 200,
 }

@@ -1,35 +1,72 @@
-"""README command 1: the sample project's demo runs on SQLite with no servers."""
+"""README command 1 and the sample's stream: they run on SQLite with no servers."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args, env):
+def run(*args, env, timeout=300):
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
 
 
-def test_demo_writes_and_shows_checkpoints(tmp_path):
+@pytest.fixture
+def sample_env(tmp_path):
     env = {**os.environ, "SAMPLEPROJECT_DB": str(tmp_path / "demo.sqlite3")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    assert run("migrate", "--noinput", "-v", "0", env=env).returncode == 0
+    env.pop("FLOWWARDEN_MONGO_URL", None)
+    migrated = run("migrate", "--noinput", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    return env
+
+
+def test_demo_runs_the_stream_and_shows_checkpoints(sample_env):
     for _ in range(2):  # a second run works on the existing data
-        result = run("demo", env=env)
+        result = run("demo", "--orders", "120", env=sample_env)
         assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "scripted replica set" in out
+    assert "first start" in out and ": 0 events handled" in out
+    assert re.search(r"second start: .*: 147 events handled", out), out
+    assert "Order table: 117 orders, 21 paid" in out
+    assert "re-processed 0 of the 147 events" in out
     for stream in ("orders", "inventory", "payments"):
-        assert stream in result.stdout
-    assert "/admin/flowwarden_django/streamcheckpoint/" in result.stdout
-    shown = run("flowwarden_checkpoints", "show", "orders", env=env)
+        assert stream in out
+    assert "/admin/flowwarden_django/streamcheckpoint/" in out
+    shown = run("flowwarden_checkpoints", "show", "orders", env=sample_env)
     assert shown.returncode == 0, shown.stderr
-    assert "demo-host:shop:8000" in shown.stdout
-    assert run("check", env=env).returncode == 0
+    assert run("check", env=sample_env).returncode == 0
+
+
+def test_run_burst_processes_the_events_then_resumes(sample_env):
+    """`flowwarden_streams run --burst` against a scripted server in this process."""
+    with ScriptedReplicaSet() as server:
+        env = {**sample_env, "FLOWWARDEN_MONGO_URL": server.uri}
+        first = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        assert first.returncode == 0, first.stderr
+        assert "orders: 0 events handled, stopped" in first.stdout
+        for order_id in range(1, 251):
+            server.insert("shop", "orders", {"_id": order_id, "status": "new"})
+        second = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        assert second.returncode == 0, second.stderr
+        assert "orders: 250 events handled, stopped" in second.stdout
+        third = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        assert third.returncode == 0, third.stderr
+        handled = int(re.search(r"orders: (\d+) events handled", third.stdout).group(1))
+        assert handled <= 100 - 1, "at most save_every_n - 1 events are re-processed"
+        status = run("flowwarden_streams", "status", env=env)
+        assert status.returncode == 0 and "shop.orders" in status.stdout

@@ -1,0 +1,19 @@
+"""The shop's read model, kept up to date by the ``orders`` change stream."""
+
+from django.db import models
+
+
+class Order(models.Model):
+    """An order as the Django side sees it: a projection of MongoDB's ``shop.orders``."""
+
+    order_id = models.IntegerField(unique=True)
+    customer = models.CharField(max_length=100, default="")
+    status = models.CharField(max_length=20, default="new")
+    total_cents = models.IntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["order_id"]
+
+    def __str__(self) -> str:
+        return f"order {self.order_id} ({self.status})"
