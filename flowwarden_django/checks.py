@@ -149,3 +149,41 @@ def check_streams(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
             )
         )
     return messages
+
+
+@checks.register()
+def check_mongo_clients(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Each ``FLOWWARDEN["MONGO_CLIENTS"]`` alias has a MongoDB ``URL``."""
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    clients = fw_settings.MONGO_CLIENTS
+    if not isinstance(clients, Mapping):
+        return [
+            checks.Error(
+                f'{SETTING_NAME}["MONGO_CLIENTS"] must be a dict of aliases.',
+                hint='Write {"default": {"URL": "mongodb://host:27017/?replicaSet=rs0"}}.',
+                id="flowwarden_django.E114",
+            )
+        ]
+    errors: list[checks.CheckMessage] = []
+    for alias, config in clients.items():
+        url = config.get("URL") if isinstance(config, Mapping) else None
+        options = config.get("OPTIONS", {}) if isinstance(config, Mapping) else None
+        if not isinstance(url, str) or not url.startswith(("mongodb://", "mongodb+srv://")):
+            errors.append(
+                checks.Error(
+                    f'{SETTING_NAME}["MONGO_CLIENTS"]["{alias}"]["URL"] is {url!r}, not a '
+                    "MongoDB connection string.",
+                    hint='Use "mongodb://host:27017/?replicaSet=rs0".',
+                    id="flowwarden_django.E114",
+                )
+            )
+        elif not isinstance(options, Mapping):
+            errors.append(
+                checks.Error(
+                    f'{SETTING_NAME}["MONGO_CLIENTS"]["{alias}"]["OPTIONS"] must be a dict of '
+                    "pymongo.MongoClient keyword arguments.",
+                    id="flowwarden_django.E114",
+                )
+            )
+    return errors

@@ -168,3 +168,18 @@ def test_parse_duration():
     assert parse_duration(1.5) == 1.5
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration("1h")
+
+
+@pytest.mark.parametrize(
+    "clients",
+    [
+        {"default": {"URL": "http://x"}},
+        {"default": {}},
+        {"default": {"URL": "mongodb://x", "OPTIONS": [1]}},
+        ["x"],
+    ],
+)
+def test_mongo_clients_need_a_mongodb_url(settings, clients):
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, "MONGO_CLIENTS": clients}
+    errors = [m for m in run_checks() if m.id == "flowwarden_django.E114"]
+    assert len(errors) == 1 and "MONGO_CLIENTS" in errors[0].msg
