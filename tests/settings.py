@@ -79,7 +79,8 @@ if available("postgres"):
         "USER": os.environ.get("FLOWWARDEN_TEST_POSTGRES_USER", "postgres"),
         "PASSWORD": os.environ.get("FLOWWARDEN_TEST_POSTGRES_PASSWORD", ""),
         "NAME": "fw_tests",
-        "TEST": {"NAME": f"test_fw_tests{_SUFFIX}"},
+        # No dependency on "default", so a run that only needs this alias can set it up.
+        "TEST": {"NAME": f"test_fw_tests{_SUFFIX}", "DEPENDENCIES": []},
     }
 
 if available("mariadb"):
@@ -91,7 +92,7 @@ if available("mariadb"):
         "USER": os.environ.get("FLOWWARDEN_TEST_MARIADB_USER", "root"),
         "PASSWORD": os.environ.get("FLOWWARDEN_TEST_MARIADB_PASSWORD", ""),
         "NAME": "fw_tests",
-        "TEST": {"NAME": f"test_fw_tests{_SUFFIX}", "CHARSET": "utf8mb4"},
+        "TEST": {"NAME": f"test_fw_tests{_SUFFIX}", "CHARSET": "utf8mb4", "DEPENDENCIES": []},
         "OPTIONS": {"charset": "utf8mb4"},
     }
 

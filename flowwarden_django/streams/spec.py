@@ -50,8 +50,8 @@ def kebab_case(name: str) -> str:
 class CheckpointSpec:
     """How a stream keeps its checkpoint (the ``@checkpoint`` decorator's arguments).
 
-    ``save_every_n``: persist the processed anchor every N settled events (N-1 may
-    be replayed after a crash). ``save_interval_seconds``: the longest a settled but
+    ``save_every_n``: persist the processed anchor every N settled events (a crash
+    replays up to N-1 settled events, plus the one in flight). ``save_interval_seconds``: the longest a settled but
     unsaved anchor waits (0 = off). ``idle_heartbeat_interval_seconds``: how often an
     idle stream certifies its position (0 = off). ``start_position``: ``RESUME`` the
     saved anchors or start at ``LATEST``. ``on_history_lost``: ``FAIL``,

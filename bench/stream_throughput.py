@@ -1,0 +1,484 @@
+"""Events per second through ``StreamConsumer`` against the loop a user would hand-write.
+
+Run from the repository root::
+
+    .venv/bin/python bench/stream_throughput.py [--events N] [--rounds N] [--warmup N]
+
+What is measured
+----------------
+One scripted MongoDB replica set (``flowwarden_django.testkit.scripted_mongo``, the
+mockupdb-based fake the real pymongo driver talks to over loopback) runs as a
+subprocess with a log of ``1 + N`` insert events on ``app.orders``. The first one is
+a sentinel: its resume token is the start position, so each loop below resumes after
+it and reads exactly the same ``N`` events, from the same server, through
+``collection.watch()`` with the same ``max_await_time_ms`` and the default batch size,
+on the same ``MongoClient``. Each loop stops at the first poll that returns nothing
+(the end of the log) and must have handled exactly ``N`` events, ending at the same
+token.
+
+1. **Runtime**: ``StreamConsumer(spec, OrmCheckpointStore(using="default"),
+   source_factory).run(burst=True)`` with a ``StreamSpec`` whose only handler is the
+   no-op ``insert`` handler and whose checkpoint policy is ``save_every_n=100`` (no
+   age threshold, no idle heartbeat), on a ``PymongoChangeSource``. Before each round
+   the stream's checkpoint is reset to a seen anchor at the start token, so the resume
+   cascade (one checkpoint read, then resume after the seen anchor) opens the stream
+   where the baseline does. Everything ``run()`` does is timed: the checkpoint read,
+   opening the cursor, the change context, handler dispatch, the processed-anchor
+   policy and its upserts on PostgreSQL through the Django ORM connection.
+2. **Hand-written loop**: what a user would write without this app::
+
+       with coll.watch(resume_after=start, max_await_time_ms=...) as stream:
+           while (event := stream.try_next()) is not None:
+               handler = handlers.get(event["operationType"])  # {"insert": handle}
+               ...handler(event["fullDocument"]); every 100 events: upsert the token
+
+   The upsert is one ``INSERT ... ON CONFLICT DO UPDATE`` of the token's BSON bytes and
+   a timestamp into the same checkpoint table (another row), executed with
+   ``conn.execute()`` on an autocommit psycopg connection; a last upsert covers a
+   partial final block, as the runtime's flush on stop does.
+
+Why the baseline is fair
+------------------------
+Both loops read the same events from the same server over the same client, call the
+same handler function, and write the same number of checkpoints (``N / 100``) to the
+same table on the same PostgreSQL server. The raw connection is opened with the
+keyword arguments Django itself uses (``connections["default"].get_connection_params()``,
+Django's cursor base class, autocommit, the session time zone), as in
+``bench/checkpoint_writes.py``. The server runs in its own process, so its work does
+not compete with the measured loop for the GIL; both loops wait for it equally (about
+a third of the hand-written loop's time is spent in ``recv``), and both pay the same
+final idle ``getMore`` (the server answers an idle poll after 20 ms). What remains is
+the runtime's own cost per event: the change context, dispatch through its handler
+caller, the anchor policy, and the ORM store instead of a bare ``execute``. The paths
+alternate (runtime first, then hand-written first, ...) after a warm-up of each, and
+the medians are reported.
+
+PostgreSQL defaults to 127.0.0.1:5432, user ``postgres``, database ``fw_bench``
+(created if missing); override with FLOWWARDEN_BENCH_PG_HOST, FLOWWARDEN_BENCH_PG_PORT,
+FLOWWARDEN_BENCH_PG_USER and FLOWWARDEN_BENCH_PG_DB. The benchmark's rows are deleted
+at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import bson
+import psycopg
+import pymongo
+from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+ALIAS = "default"
+DB, COLL = "app", "orders"
+RUNTIME_STREAM = "bench.stream_throughput.runtime"
+BASELINE_STREAM = "bench.stream_throughput.handwritten"
+SAVE_EVERY_N = 100
+#: ``max_await_time_ms`` of both cursors (the scripted server answers an idle poll
+#: after at most 20 ms anyway).
+MAX_AWAIT_MS = 100
+START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the command-line options."""
+
+    def positive(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError("must be at least 1")
+        return value
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=positive, default=20_000, help="events per round")
+    parser.add_argument("--rounds", type=positive, default=3, help="rounds per path")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed warm-up rounds per path (0: none)"
+    )
+    return parser.parse_args(argv)
+
+
+# -- PostgreSQL and Django (as in bench/checkpoint_writes.py) -------------------------- #
+
+
+def pg_target() -> dict[str, str]:
+    """Return host, port, user and database name of the benchmark server."""
+    return {
+        "host": os.environ.get("FLOWWARDEN_BENCH_PG_HOST", "127.0.0.1"),
+        "port": os.environ.get("FLOWWARDEN_BENCH_PG_PORT", "5432"),
+        "user": os.environ.get("FLOWWARDEN_BENCH_PG_USER", "postgres"),
+        "dbname": os.environ.get("FLOWWARDEN_BENCH_PG_DB", "fw_bench"),
+    }
+
+
+def ensure_database(target: dict[str, str]) -> None:
+    """Create the benchmark database unless it exists; exit 2 if PostgreSQL is unreachable."""
+    try:
+        conn = psycopg.connect(
+            host=target["host"],
+            port=target["port"],
+            user=target["user"],
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=5,
+        )
+    except psycopg.OperationalError as exc:
+        reason = (str(exc).strip().splitlines() or ["connection failed"])[0]
+        print(
+            f"PostgreSQL is not reachable at {target['host']}:{target['port']} ({reason}); "
+            f"start it with: {START_HINT}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    with conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [target["dbname"]]
+        ).fetchone()
+        if exists is None:
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(target["dbname"])))
+
+
+def configure_django(target: dict[str, str]) -> None:
+    """Configure and set up Django with the benchmark database as ``default``."""
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "flowwarden_django",
+        ],
+        DATABASES={
+            ALIAS: {
+                "ENGINE": "django.db.backends.postgresql",
+                "HOST": target["host"],
+                "PORT": target["port"],
+                "USER": target["user"],
+                "NAME": target["dbname"],
+            }
+        },
+        USE_TZ=True,
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+    )
+    django.setup()
+
+
+def open_raw_connection() -> psycopg.Connection[Any]:
+    """Open a psycopg connection configured exactly as Django configures its own.
+
+    The keyword arguments come from Django's ``get_connection_params()``; the cursor
+    factory is replaced by the psycopg base class of Django's choice. Autocommit and
+    the session time zone are set as ``init_connection_state`` sets them.
+    """
+    from django.db import connections
+
+    django_conn = connections[ALIAS]
+    params = django_conn.get_connection_params()
+    factory = params.pop("cursor_factory")
+    if issubclass(factory, psycopg.ClientCursor):
+        params["cursor_factory"] = psycopg.ClientCursor
+    elif issubclass(factory, psycopg.Cursor):  # server_side_binding = True
+        params["cursor_factory"] = psycopg.Cursor
+    else:  # pragma: no cover - an unexpected Django
+        raise RuntimeError(f"unexpected Django cursor factory {factory!r}")
+    conn = psycopg.connect(**params)
+    conn.autocommit = True
+    timezone_name = django_conn.timezone_name
+    if conn.info.parameter_status("TimeZone") != timezone_name:
+        conn.execute(django_conn.ops.set_time_zone_sql(), [timezone_name])
+    return conn
+
+
+def server_info() -> tuple[str, str]:
+    """Return PostgreSQL's version and its ``synchronous_commit`` setting."""
+    from django.db import connections
+
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        synchronous_commit = cursor.fetchone()[0]
+    return version, synchronous_commit
+
+
+# -- the scripted replica set ------------------------------------------------------------ #
+
+
+def start_scripted_server(events: int) -> tuple[subprocess.Popen[str], str]:
+    """Start the scripted replica set with *events* logged inserts; return it and its URI."""
+    command = [
+        sys.executable,
+        "-m",
+        "flowwarden_django.testkit.scripted_mongo",
+        "--port",
+        "0",
+        "--events",
+        str(events),
+        "--db",
+        DB,
+        "--coll",
+        COLL,
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        ready = selector.select(60)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("READY "):
+        stop_scripted_server(proc)
+        sys.exit(f"the scripted replica set did not start (said {line!r})")
+    return proc, line.split()[1]
+
+
+def stop_scripted_server(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the server process and wait for it (SIGKILL if it hangs)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def sentinel_token(client: pymongo.MongoClient[Any]) -> Mapping[str, Any]:
+    """The resume token of the first logged event (the sentinel, ``seq`` 1)."""
+    oldest = client.local["oplog.rs"].find_one({}, sort=[("$natural", 1)])["ts"]
+    with client[DB][COLL].watch(
+        start_at_operation_time=oldest, max_await_time_ms=MAX_AWAIT_MS
+    ) as stream:
+        event = stream.try_next()
+    if event is None or event["fullDocument"]["seq"] != 1:
+        sys.exit(f"expected the sentinel insert first, got {event!r}")
+    return event["_id"]
+
+
+# -- the two loops ----------------------------------------------------------------------- #
+
+_calls = [0]
+
+
+def handle(doc: Any) -> None:
+    """The no-op handler both loops call (it only counts its calls)."""
+    _calls[0] += 1
+
+
+class RoundResult:
+    """One timed pass over the events: rate, events handled, handler calls, last token."""
+
+    def __init__(self, events: int, calls: int, seconds: float, last: Any) -> None:
+        self.events = events
+        self.calls = calls
+        self.seconds = seconds
+        self.last = last
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+
+def runtime_round(
+    store: Any, source_factory: Callable[[Any], Any], start: Mapping[str, Any]
+) -> RoundResult:
+    """Run the consumer in burst mode from *start*; time ``run()``."""
+    from django.utils import timezone
+
+    from flowwarden_django.streams.runtime import StreamConsumer
+    from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
+
+    spec = StreamSpec(
+        name=RUNTIME_STREAM,
+        collection=COLL,
+        database=DB,
+        handlers={"insert": handle},
+        checkpoint=CheckpointSpec(
+            save_every_n=SAVE_EVERY_N, save_interval_seconds=0, idle_heartbeat_interval_seconds=0
+        ),
+        # A restart would re-read events and spoil the count: fail fast instead.
+        restart_policy=RestartPolicySpec(max_attempts=1, initial_delay=0),
+    )
+    store.delete(RUNTIME_STREAM)
+    store.save_seen(RUNTIME_STREAM, start, timezone.now())
+    consumer = StreamConsumer(spec, store, source_factory)
+    calls_before = _calls[0]
+    began = time.perf_counter()
+    consumer.run(burst=True)
+    seconds = time.perf_counter() - began
+    if consumer.restarts or consumer.last_error is not None:
+        sys.exit(f"the runtime restarted its stream: {consumer.last_error!r}")
+    saved = store.find(RUNTIME_STREAM)
+    last = saved.last_processed_token if saved else None
+    return RoundResult(consumer.events_handled, _calls[0] - calls_before, seconds, last)
+
+
+def baseline_sql() -> str:
+    """The hand-written upsert of the token into the checkpoint table."""
+    from flowwarden_django.models import StreamCheckpoint
+
+    statement = pgsql.SQL(
+        "INSERT INTO {table} (stream_name, last_processed_token, last_processed_at, metadata) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (stream_name) DO UPDATE SET "
+        "last_processed_token = EXCLUDED.last_processed_token, "
+        "last_processed_at = EXCLUDED.last_processed_at"
+    ).format(table=pgsql.Identifier(StreamCheckpoint._meta.db_table))
+    return statement.as_string(None)
+
+
+def baseline_round(
+    coll: Any, conn: psycopg.Connection[Any], sql: str, start: Mapping[str, Any]
+) -> RoundResult:
+    """The loop a user would write without this app; time it from ``watch()`` on."""
+    handlers: dict[str, Callable[[Any], None]] = {"insert": handle}
+    calls_before = _calls[0]
+    count = unsaved = 0
+    token: Any = None
+    began = time.perf_counter()
+    with coll.watch(resume_after=start, max_await_time_ms=MAX_AWAIT_MS) as stream:
+        while True:
+            event = stream.try_next()
+            if event is None:  # the end of the log: an empty poll
+                break
+            handler = handlers.get(event["operationType"])
+            if handler is not None:
+                handler(event.get("fullDocument"))
+            count += 1
+            unsaved += 1
+            token = event["_id"]
+            if unsaved >= SAVE_EVERY_N:
+                params = (BASELINE_STREAM, bson.encode(token), datetime.now(UTC), Jsonb({}))
+                conn.execute(sql, params)
+                unsaved = 0
+    if unsaved:
+        conn.execute(sql, (BASELINE_STREAM, bson.encode(token), datetime.now(UTC), Jsonb({})))
+    seconds = time.perf_counter() - began
+    return RoundResult(count, _calls[0] - calls_before, seconds, token)
+
+
+def check(name: str, result: RoundResult, events: int, last: list[Any]) -> None:
+    """Exit 1 unless the round handled exactly *events* events and ended at the same
+    token as every round before it (the first round's token is kept in *last*)."""
+    if result.events != events or result.calls != events:
+        sys.exit(
+            f"{name}: handled {result.events} events ({result.calls} handler calls), "
+            f"expected {events}"
+        )
+    if not last:
+        last.append(result.last)
+    elif result.last != last[0]:
+        sys.exit(f"{name}: ended at {result.last!r}, expected {last[0]!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its results."""
+    args = parse_args(argv)
+    target = pg_target()
+    ensure_database(target)
+    configure_django(target)
+
+    from django.core.management import call_command
+    from django.db import connections
+
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+    from flowwarden_django.streams.source import PymongoChangeSource
+
+    call_command("migrate", verbosity=0)
+    version, synchronous_commit = server_info()
+    print(
+        f"PostgreSQL {version} at {target['host']}:{target['port']}/{target['dbname']}, "
+        f"synchronous_commit={synchronous_commit}; {args.rounds} rounds x {args.events} "
+        f"events per path, {args.warmup} warm-up round(s) each, save_every_n={SAVE_EVERY_N}, "
+        f"max_await_time_ms={MAX_AWAIT_MS}",
+        flush=True,
+    )
+
+    proc, uri = start_scripted_server(args.events + 1)
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
+    store = OrmCheckpointStore(using=ALIAS)
+    conn = open_raw_connection()
+    sql = baseline_sql()
+    print(f"scripted replica set at {uri} (subprocess {proc.pid}), 1 + {args.events} inserts")
+
+    def source_factory(spec: Any) -> PymongoChangeSource:
+        return PymongoChangeSource(
+            client, spec.database, spec.collection, stream_name=spec.name, max_await_ms=MAX_AWAIT_MS
+        )
+
+    coll = client[DB][COLL]
+    try:
+        start = sentinel_token(client)
+        #: The token of the last event, set by the first round: every round must end there.
+        last: list[Any] = []
+
+        def run_runtime() -> RoundResult:
+            result = runtime_round(store, source_factory, start)
+            check("runtime", result, args.events, last)
+            return result
+
+        def run_baseline() -> RoundResult:
+            result = baseline_round(coll, conn, sql, start)
+            check("hand-written loop", result, args.events, last)
+            return result
+
+        for number in range(1, args.warmup + 1):
+            warm_base = run_baseline()
+            warm_runtime = run_runtime()
+            print(
+                f"warm-up {number}/{args.warmup}: runtime {warm_runtime.rate:.0f}/s "
+                f"hand-written {warm_base.rate:.0f}/s",
+                flush=True,
+            )
+        runtime_rates: list[float] = []
+        baseline_rates: list[float] = []
+        for number in range(1, args.rounds + 1):
+            # Alternate which path goes first, so neither always follows the other.
+            if number % 2:
+                runtime_rates.append(run_runtime().rate)
+                result = run_baseline()
+            else:
+                result = run_baseline()
+                runtime_rates.append(run_runtime().rate)
+            baseline_rates.append(result.rate)
+            print(
+                f"round {number}/{args.rounds}: runtime {runtime_rates[-1]:.0f}/s "
+                f"hand-written {baseline_rates[-1]:.0f}/s",
+                flush=True,
+            )
+    finally:
+        store.delete(RUNTIME_STREAM)
+        store.delete(BASELINE_STREAM)
+        conn.close()
+        client.close()
+        connections.close_all()
+        stop_scripted_server(proc)
+
+    runtime = statistics.median(runtime_rates)
+    baseline = statistics.median(baseline_rates)
+    print(f"runtime (StreamConsumer): {runtime:.0f} events/s")
+    print(f"hand-written loop: {baseline:.0f} events/s")
+    print(f"ratio (runtime / hand-written): {runtime / baseline:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""Helpers of the crash test (``tests/test_stream_crash.py``).
+
+``settings`` configures the consumer subprocess, ``streams`` declares the stream it
+runs and ``server`` is the scripted MongoDB the test feeds on demand. Nothing here
+is imported by the test process itself except ``server``'s constants.
+"""
