@@ -71,10 +71,10 @@ class ChangeContext:
         *,
         stream_name: str,
         attempt_number: int = 1,
-        save_now: Callable[[], bool] | None = None,
+        save_now: Callable[[ChangeContext], bool] | None = None,
     ) -> None:
         self.event = event
-        self.event_id = uuid.uuid4().hex
+        self._event_id: str | None = None
         self.stream_name = stream_name
         self.attempt_number = attempt_number
         self._save_now = save_now
@@ -82,6 +82,13 @@ class ChangeContext:
         self.saved_manually = False
 
     # -- what happened ------------------------------------------------------------
+
+    @property
+    def event_id(self) -> str:
+        """A unique id of this delivery (made on first use)."""
+        if self._event_id is None:
+            self._event_id = uuid.uuid4().hex
+        return self._event_id
 
     @property
     def operation_type(self) -> str:
@@ -152,7 +159,7 @@ class ChangeContext:
         allowed (lifecycle events never become resume positions)."""
         if self._save_now is None:
             return False
-        saved = self._save_now()
+        saved = self._save_now(self)
         self.saved_manually = self.saved_manually or saved
         return saved
 
