@@ -66,7 +66,8 @@ class ProcessedAnchorPolicy:
         failed write raises, so the caller's transaction rolls back with it.
         """
         with self._lock:
-            if tokens_equal(token, self.confirmed_token):
+            # Dict equality first: BSON-encoding both tokens on every event is costly.
+            if token == self.confirmed_token and tokens_equal(token, self.confirmed_token):
                 self._settled_since_confirmed = 0
                 self._pending = None
                 return
@@ -79,8 +80,10 @@ class ProcessedAnchorPolicy:
 
     def flush_if_due(self) -> bool:
         """Persist a dirty anchor older than ``save_interval_seconds``; ``True`` if written."""
+        if self._pending is None or not self.save_interval_seconds:
+            return False  # the common case, decided without the lock
         with self._lock:
-            if self._pending is None or not self.save_interval_seconds:
+            if self._pending is None:
                 return False
             if self._monotonic() - (self._dirty_since or 0) < self.save_interval_seconds:
                 return False
@@ -105,6 +108,12 @@ class ProcessedAnchorPolicy:
         except Exception:
             self.failures += 1
             if strict:
+                # The anchor belongs to the caller's transaction, which rolls back with
+                # this error: a later flush must not persist it outside that transaction
+                # (the event's effects are gone, so it has to be redelivered).
+                self._pending = None
+                self._settled_since_confirmed = 0
+                self._dirty_since = None
                 raise
             logger.warning(
                 "stream %r: saving the processed anchor failed; it stays dirty and is retried",

@@ -201,7 +201,7 @@ class StreamConsumer:
                         raise ConnectionError("the change stream closed")
                     self.policy.flush_if_due()
                     self._heartbeat.on_idle(cursor.resume_token)
-                    close_old_connections()  # CONN_MAX_AGE and broken connections, as per request
+                    self._database_housekeeping()
                     if burst:
                         break
                     continue
@@ -234,6 +234,20 @@ class StreamConsumer:
 
         threading.Thread(target=flush_loop, name=f"fw-flush-{self.spec.name}", daemon=True).start()
         return done
+
+    #: Seconds between two ``close_old_connections()`` calls while the stream idles.
+    housekeeping_interval_seconds = 60.0
+
+    def _database_housekeeping(self) -> None:
+        """Drop broken or expired database connections now and then, as each request
+        does in a web process; not after every poll, which would reconnect for every
+        anchor write under ``CONN_MAX_AGE=0``."""
+        now = self._monotonic()
+        if now - getattr(self, "_last_housekeeping", float("-inf")) >= (
+            self.housekeeping_interval_seconds
+        ):
+            self._last_housekeeping = now
+            close_old_connections()
 
     def _close(self, cursor: ChangeCursor) -> None:
         if self.policy is not None and not self.policy.flush():
@@ -327,9 +341,9 @@ class StreamConsumer:
         if operation == "invalidate":
             self._invalidated(event, source)
         assert self.policy is not None
-        ctx = ChangeContext(
-            event, stream_name=self.spec.name, save_now=lambda: self._save_now(ctx, operation)
-        )
+        # save_now gets the context as an argument: a closure over ctx would make a
+        # reference cycle per event for the garbage collector to find.
+        ctx = ChangeContext(event, stream_name=self.spec.name, save_now=self._save_now)
         lifecycle = operation in LIFECYCLE_OPERATIONS
         if lifecycle:
             self._invalidate_cause = operation
@@ -354,7 +368,8 @@ class StreamConsumer:
             return  # rejected by the filter: settled
         self._caller.call(handler, ctx.full_document, ctx)
 
-    def _save_now(self, ctx: ChangeContext, operation: str) -> bool:
+    def _save_now(self, ctx: ChangeContext) -> bool:
+        operation = ctx.operation_type
         if operation in LIFECYCLE_OPERATIONS or self.policy is None:
             logger.warning(
                 "stream %r: save_checkpoint_now() ignored for a %s event", self.spec.name, operation
@@ -432,7 +447,9 @@ class _Heartbeat:
         self.last_activity = self.consumer._monotonic()
 
     def on_idle(self, position: Mapping[str, Any] | None) -> None:
-        if not self.interval or position is None:
+        # An oplog-start recovery certifies its position even with the periodic
+        # heartbeat off: until then the dead anchors stay as the "recovery due" marker.
+        if position is None or (not self.interval and self.recovery_expected is None):
             return
         now = self.consumer._monotonic()
         due = self.recovery_expected is not None or (

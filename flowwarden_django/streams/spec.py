@@ -52,10 +52,11 @@ class CheckpointSpec:
 
     ``save_every_n``: persist the processed anchor every N settled events (a crash
     replays up to N-1 settled events, plus the one in flight).
-    ``save_interval_seconds``: the longest a settled but unsaved anchor waits (0 = off). ``idle_heartbeat_interval_seconds``: how often an
-    idle stream certifies its position (0 = off). ``start_position``: ``RESUME`` the
-    saved anchors or start at ``LATEST``. ``on_history_lost``: ``FAIL``,
-    ``RESUME_FROM_NOW`` or ``RESUME_FROM_OPLOG_START``.
+    ``save_interval_seconds``: the longest a settled but unsaved anchor waits (0 = off).
+    ``idle_heartbeat_interval_seconds``: how often an idle stream certifies its
+    position (0 = off). ``start_position``: ``RESUME`` the saved anchors or start at
+    ``LATEST``. ``on_history_lost``: ``FAIL``, ``RESUME_FROM_NOW`` or
+    ``RESUME_FROM_OPLOG_START``.
     """
 
     save_every_n: int = 1
