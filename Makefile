@@ -30,6 +30,7 @@ serve: $(VENV)/.demo-installed
 
 bench: $(VENV)/.test-installed
 	$(PY) bench/checkpoint_writes.py
+	$(PY) bench/stream_throughput.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)
