@@ -84,7 +84,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-ALIAS = "default"
+from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
+    ALIAS,
+    configure_django,
+    ensure_database,
+    open_raw_connection,
+    pg_target,
+    server_info,
+)
+
 DB, COLL = "app", "orders"
 RUNTIME_STREAM = "bench.stream_throughput.runtime"
 BASELINE_STREAM = "bench.stream_throughput.handwritten"
@@ -92,7 +100,6 @@ SAVE_EVERY_N = 100
 #: ``max_await_time_ms`` of both cursors (the scripted server answers an idle poll
 #: after at most 20 ms anyway).
 MAX_AWAIT_MS = 100
-START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -114,107 +121,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # -- PostgreSQL and Django (as in bench/checkpoint_writes.py) -------------------------- #
-
-
-def pg_target() -> dict[str, str]:
-    """Return host, port, user and database name of the benchmark server."""
-    return {
-        "host": os.environ.get("FLOWWARDEN_BENCH_PG_HOST", "127.0.0.1"),
-        "port": os.environ.get("FLOWWARDEN_BENCH_PG_PORT", "5432"),
-        "user": os.environ.get("FLOWWARDEN_BENCH_PG_USER", "postgres"),
-        "dbname": os.environ.get("FLOWWARDEN_BENCH_PG_DB", "fw_bench"),
-    }
-
-
-def ensure_database(target: dict[str, str]) -> None:
-    """Create the benchmark database unless it exists; exit 2 if PostgreSQL is unreachable."""
-    try:
-        conn = psycopg.connect(
-            host=target["host"],
-            port=target["port"],
-            user=target["user"],
-            dbname="postgres",
-            autocommit=True,
-            connect_timeout=5,
-        )
-    except psycopg.OperationalError as exc:
-        reason = (str(exc).strip().splitlines() or ["connection failed"])[0]
-        print(
-            f"PostgreSQL is not reachable at {target['host']}:{target['port']} ({reason}); "
-            f"start it with: {START_HINT}",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    with conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [target["dbname"]]
-        ).fetchone()
-        if exists is None:
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(target["dbname"])))
-
-
-def configure_django(target: dict[str, str]) -> None:
-    """Configure and set up Django with the benchmark database as ``default``."""
-    import django
-    from django.conf import settings
-
-    settings.configure(
-        INSTALLED_APPS=[
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "flowwarden_django",
-        ],
-        DATABASES={
-            ALIAS: {
-                "ENGINE": "django.db.backends.postgresql",
-                "HOST": target["host"],
-                "PORT": target["port"],
-                "USER": target["user"],
-                "NAME": target["dbname"],
-            }
-        },
-        USE_TZ=True,
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-    )
-    django.setup()
-
-
-def open_raw_connection() -> psycopg.Connection[Any]:
-    """Open a psycopg connection configured exactly as Django configures its own.
-
-    The keyword arguments come from Django's ``get_connection_params()``; the cursor
-    factory is replaced by the psycopg base class of Django's choice. Autocommit and
-    the session time zone are set as ``init_connection_state`` sets them.
-    """
-    from django.db import connections
-
-    django_conn = connections[ALIAS]
-    params = django_conn.get_connection_params()
-    factory = params.pop("cursor_factory")
-    if issubclass(factory, psycopg.ClientCursor):
-        params["cursor_factory"] = psycopg.ClientCursor
-    elif issubclass(factory, psycopg.Cursor):  # server_side_binding = True
-        params["cursor_factory"] = psycopg.Cursor
-    else:  # pragma: no cover - an unexpected Django
-        raise RuntimeError(f"unexpected Django cursor factory {factory!r}")
-    conn = psycopg.connect(**params)
-    conn.autocommit = True
-    timezone_name = django_conn.timezone_name
-    if conn.info.parameter_status("TimeZone") != timezone_name:
-        conn.execute(django_conn.ops.set_time_zone_sql(), [timezone_name])
-    return conn
-
-
-def server_info() -> tuple[str, str]:
-    """Return PostgreSQL's version and its ``synchronous_commit`` setting."""
-    from django.db import connections
-
-    with connections[ALIAS].cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        version = cursor.fetchone()[0]
-        cursor.execute("SHOW synchronous_commit")
-        synchronous_commit = cursor.fetchone()[0]
-    return version, synchronous_commit
 
 
 # -- the scripted replica set ------------------------------------------------------------ #
