@@ -183,3 +183,16 @@ def test_mongo_clients_need_a_mongodb_url(settings, clients):
     settings.FLOWWARDEN = {**settings.FLOWWARDEN, "MONGO_CLIENTS": clients}
     errors = [m for m in run_checks() if m.id == "flowwarden_django.E114"]
     assert len(errors) == 1 and "MONGO_CLIENTS" in errors[0].msg
+
+
+def test_on_error_is_reported_as_not_applied_yet():
+    @change_stream("with-errors", collection="x")
+    class WithErrors:
+        def on_insert(self, doc):
+            pass
+
+        def on_error(self, exc, ctx):
+            return "SKIP"
+
+    codes = [m.id for m in stream_messages()]
+    assert codes == ["flowwarden_django.W106"]

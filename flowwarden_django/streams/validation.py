@@ -122,6 +122,14 @@ def _validate_handlers(out: _Collector, spec: StreamSpec) -> None:
             "filter",
             "a filter cannot be combined with on_delete: delete events carry no document to filter",
         )
+    if spec.on_error:
+        out.warning(
+            "W106",
+            "on_error",
+            "is declared but not applied yet: a handler that raises stops the event "
+            "unsettled, the stream restarts with its backoff and the event is redelivered",
+            "Error routing (SKIP, RETRY, DLQ, RETHROW) comes with the dead-letter queue.",
+        )
     if spec.full_document_before_change != "off" and set(spec.handlers) == {"insert"}:
         out.warning(
             "W102",
