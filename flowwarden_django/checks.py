@@ -4,7 +4,10 @@ with the setting's path and the fix, not with a traceback at first use.
 Ids: E001 ``FLOWWARDEN`` or ``CHECKPOINT_STORES`` is not a dict; E002 a backend
 cannot be imported; E003 a backend is not a ``CheckpointStore``; E004 ``OPTIONS``
 do not fit the backend; E005 an optional extra is missing; E006 an alias named in
-``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value.
+``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value;
+E009 ``USE_TZ`` is off; W001 pymongo (``bson``) is missing, so no resume token can
+be stored. Declared streams: E101-E113 and W101-W106 (``streams/validation.py``);
+E114 a ``MONGO_CLIENTS`` alias without a MongoDB URL.
 """
 
 from __future__ import annotations
