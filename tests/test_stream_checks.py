@@ -196,3 +196,19 @@ def test_on_error_is_reported_as_not_applied_yet():
 
     codes = [m.id for m in stream_messages()]
     assert codes == ["flowwarden_django.W106"]
+
+
+def test_transactional_store_must_write_where_the_handler_writes():
+    register_stream(
+        "elsewhere", "x", on_insert=lambda doc: None, transactional=True, transaction_using="other"
+    )
+    errors = [m.msg for m in stream_messages() if m.level >= 40]
+    assert len(errors) == 1 and "elsewhere" in errors[0]
+
+
+def test_save_every_n_must_be_a_number_not_a_bool():
+    register_stream(
+        "flag", "x", on_insert=lambda doc: None, checkpoint=CheckpointSpec(save_every_n=True)
+    )
+    errors = [m.msg for m in stream_messages() if m.level >= 40]
+    assert len(errors) == 1 and "checkpoint.save_every_n" in errors[0]

@@ -465,3 +465,42 @@ def test_transactional_handler_and_anchor_commit_together():
     run(spec(handler, transactional=True), store, source)
     assert sorted(Effect.objects.values_list("order_id", flat=True)) == [1, 2, 3]
     assert store.find("orders").last_processed_token == events[2]["_id"]
+
+
+def test_a_stop_before_the_thread_runs_holds():
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    consumer = StreamConsumer(spec(Recorder()), store, lambda s: source, monotonic=Clock())
+    consumer.stop()
+    consumer.run()  # returns at once instead of consuming forever
+    assert consumer.state == StreamState.STOPPED
+
+
+def test_filter_can_take_the_document():
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    run(spec(Recorder()), store, source)
+    insert(source.oplog, 1, 2)
+    handler = Recorder()
+    run(spec(handler, filter=lambda doc: doc["_id"] == 2), store, source)
+    assert handler.seen == [2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_transactional_handler_writes_inside_the_transaction():
+    from asgiref.sync import sync_to_async
+
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+    from tests.testapp.models import Effect
+
+    store, source = OrmCheckpointStore(), FakeChangeSource()
+    run(spec(Recorder(), transactional=True), store, source)
+    insert(source.oplog, 1, 2)
+    failed = set()
+
+    async def handler(doc, ctx):
+        await sync_to_async(Effect.objects.create)(order_id=doc["_id"], stream="orders")
+        if doc["_id"] == 1 and not failed:
+            failed.add(1)
+            raise RuntimeError("after the write")
+
+    run(spec(handler, transactional=True), store, source)
+    assert sorted(Effect.objects.values_list("order_id", flat=True)) == [1, 2]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+from asgiref.sync import async_to_sync
 
 #: Handler shapes: ``handler(ctx)``, ``handler(doc)``, ``handler(doc, ctx)``.
 SHAPES = ("ctx", "doc", "doc_ctx")
@@ -60,12 +61,15 @@ def is_async(handler: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(function)
 
 
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
 class HandlerCaller:
     """Calls handlers with the arguments their shape wants; runs ``async def``
-    handlers to completion on an event loop owned by the consumer thread."""
+    handlers to completion with ``asgiref``'s ``async_to_sync``."""
 
     def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._shapes: dict[int, str] = {}
 
     def call(self, handler: Callable[..., Any], doc: Any, ctx: Any) -> Any:
@@ -85,12 +89,10 @@ class HandlerCaller:
         return result
 
     def _run(self, awaitable: Any) -> Any:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(awaitable)
+        # async_to_sync runs the coroutine's thread-sensitive sync_to_async calls (the
+        # ORM) on this thread, with this thread's connection: inside a transactional
+        # stream's atomic block.
+        return async_to_sync(_await)(awaitable)
 
     def close(self) -> None:
-        """Close the event loop, if one was made."""
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
+        """Release what the caller holds (nothing at present)."""

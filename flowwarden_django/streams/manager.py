@@ -107,8 +107,9 @@ class StreamManager:
         """Stop every stream: ask all first, then wait for each."""
         for consumer in list(self._consumers.values()):
             consumer.stop()
-        for name in list(self._threads):
-            self._threads[name].join(timeout)
+        for thread in list(self._threads.values()):
+            if thread.is_alive():
+                thread.join(timeout)
 
     def any_running(self) -> bool:
         """Whether any started stream's thread is still alive."""

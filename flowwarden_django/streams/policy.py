@@ -53,6 +53,13 @@ class ProcessedAnchorPolicy:
         self._dirty_since: float | None = None
         self.writes = 0
         self.failures = 0
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        """Refuse every later write (the stream's anchors are being replaced)."""
+        with self._lock:
+            self._cancelled = True
+            self._pending = None
 
     @property
     def dirty(self) -> bool:
@@ -101,6 +108,9 @@ class ProcessedAnchorPolicy:
             return self._persist(strict=strict)
 
     def _persist(self, *, strict: bool = False) -> bool:
+        if self._cancelled:
+            self._pending = None
+            return False
         assert self._pending is not None
         token, at = self._pending
         try:

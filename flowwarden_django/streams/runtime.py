@@ -116,7 +116,7 @@ class StreamConsumer:
 
     def run(self, *, burst: bool = False) -> None:
         """Consume until stopped (or caught up, with *burst*); raise when terminal."""
-        self._stop.clear()
+        # No _stop.clear(): a stop() that arrives before this thread runs must hold.
         attempt = 0
         try:
             while not self._stop.is_set():
@@ -364,7 +364,9 @@ class StreamConsumer:
     def _dispatch(self, handler: Callable[..., Any] | None, ctx: ChangeContext) -> None:
         if handler is None:
             return  # no handler for this operation: settled
-        if self.spec.filter is not None and not self._caller.call(self.spec.filter, None, ctx):
+        if self.spec.filter is not None and not self._caller.call(
+            self.spec.filter, ctx.full_document, ctx
+        ):
             return  # rejected by the filter: settled
         self._caller.call(handler, ctx.full_document, ctx)
 
@@ -382,6 +384,10 @@ class StreamConsumer:
     def _invalidated(self, event: Mapping[str, Any], source: ChangeSource) -> None:
         cause = self._invalidate_cause or "drop"
         name = self.spec.name
+        # No anchor write may land between reading the dead anchor and the guarded
+        # reset below: the flusher would defeat the guard.
+        if self.policy is not None:
+            self.policy.cancel()
         saved = self.store.find(name)
         dead = saved.last_processed_token if saved else None
         terminal = cause == "rename" or self.spec.checkpoint.on_history_lost == "FAIL"

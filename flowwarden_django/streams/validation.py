@@ -100,13 +100,15 @@ def _validate_handlers(out: _Collector, spec: StreamSpec) -> None:
             "handlers",
             "no handler: define on_insert, on_update, on_delete, on_replace or on_change",
         )
-    for operation, handler in {**spec.handlers, "change": spec.on_change}.items():
+    callables = {**spec.handlers, "change": spec.on_change, "filter": spec.filter}
+    for operation, handler in callables.items():
         if handler is None:
             continue
         try:
             shape = handler_shape(handler)
         except TypeError as exc:
-            out.error("E106", f"on_{operation}", str(exc))
+            attribute = "filter" if operation == "filter" else f"on_{operation}"
+            out.error("E106", attribute, str(exc))
             continue
         if operation == "update" and shape != "ctx" and spec.full_document == "default":
             out.warning(
@@ -140,7 +142,8 @@ def _validate_handlers(out: _Collector, spec: StreamSpec) -> None:
 
 def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
     policy = spec.checkpoint
-    if not isinstance(policy.save_every_n, int) or policy.save_every_n < 1:
+    every_n = policy.save_every_n
+    if not isinstance(every_n, int) or isinstance(every_n, bool) or every_n < 1:
         out.error(
             "E108",
             "checkpoint.save_every_n",
@@ -229,6 +232,9 @@ def _validate_connections(out: _Collector, spec: StreamSpec) -> None:
 
 
 def _validate_transactional(out: _Collector, spec: StreamSpec, store_config: Any) -> None:
+    from django.db import router
+
+    from ..models import StreamCheckpoint
     from .backends.orm import OrmCheckpointStore
     from .stores import load_backend_class
 
@@ -243,12 +249,10 @@ def _validate_transactional(out: _Collector, spec: StreamSpec, store_config: Any
         backend = load_backend_class(spec.checkpoint_store, store_config)
     except Exception:  # reported by the checkpoint store checks
         return
-    using = (
-        (store_config.get("OPTIONS") or {}).get("using")
-        if isinstance(store_config, Mapping)
-        else None
-    )
-    if not issubclass(backend, OrmCheckpointStore) or (using not in (None, spec.transaction_using)):
+    options = (store_config.get("OPTIONS") or {}) if isinstance(store_config, Mapping) else {}
+    # Without "using" the ORM store writes where the router sends StreamCheckpoint.
+    using = options.get("using") or router.db_for_write(StreamCheckpoint)
+    if not issubclass(backend, OrmCheckpointStore) or using != spec.transaction_using:
         out.error(
             "E112",
             "transactional",

@@ -83,6 +83,8 @@ class Command(BaseCommand):
         }
         try:
             for name in names:
+                if stop.is_set():
+                    break
                 spec = declared[name]
                 self.stdout.write(
                     f"Starting {name} ({spec.database or 'default db'}.{spec.collection})"
@@ -111,7 +113,8 @@ class Command(BaseCommand):
                         if (c := manager.consumer(n)) is not None
                     )
                 )
-        manager.wait()
+        # A stop requested while streams were starting reaches those started after it.
+        manager.stop_all(timeout=None)
 
     def _report(self, manager: StreamManager, names: list[str]) -> None:
         crashed = []
