@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.db import connections
+
 from ..conf import fw_settings
 from .clients import mongo_clients
 from .registry import StreamRegistry, stream_registry
@@ -84,6 +86,8 @@ class StreamManager:
             consumer.run(burst=burst)
         except Exception:  # terminal: state is CRASHED and last_error says why
             logger.debug("stream %r ended", consumer.spec.name, exc_info=True)
+        finally:
+            connections.close_all()  # this thread's own connections
 
     def start_all(self, names: Iterable[str] | None = None, *, burst: bool = False) -> None:
         """Start the given streams, or every enabled auto-start stream."""
