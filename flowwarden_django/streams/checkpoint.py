@@ -16,10 +16,17 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from .tokens import Token, check_token, tokens_equal
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """*value* in UTC; a naive value (as BSON decodes dates) is taken to be UTC already."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _check_aware(value: datetime | None, argument: str) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from .checkpoint import as_utc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +54,7 @@ def _aware(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return as_utc(value)
     as_datetime = getattr(value, "as_datetime", None)  # bson.Timestamp
     return as_datetime() if as_datetime else None
 

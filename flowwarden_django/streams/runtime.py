@@ -66,9 +66,9 @@ class _RestartNow(Exception):
     """End this generation and resubscribe at once (after a self-healed invalidate)."""
 
 
-def _cluster_datetime(event: Mapping[str, Any]) -> datetime:
-    as_datetime = getattr(event.get("clusterTime"), "as_datetime", None)
-    return as_datetime() if as_datetime else timezone.now()
+def _anchor_at(ctx: ChangeContext) -> datetime:
+    """The processed anchor's timestamp: the event's cluster time, else now."""
+    return ctx.cluster_datetime or timezone.now()
 
 
 class StreamConsumer:
@@ -352,11 +352,11 @@ class StreamConsumer:
             with transaction.atomic(using=self.spec.transaction_using):
                 self._dispatch(handler, ctx)
                 if not ctx.saved_manually:
-                    self.policy.on_settled(event["_id"], _cluster_datetime(event), strict=True)
+                    self.policy.on_settled(event["_id"], _anchor_at(ctx), strict=True)
         else:
             self._dispatch(handler, ctx)
             if not lifecycle and not ctx.saved_manually:
-                self.policy.on_settled(event["_id"], _cluster_datetime(event))
+                self.policy.on_settled(event["_id"], _anchor_at(ctx))
         self.events_handled += 1
         self.last_event_at = timezone.now()
         self._heartbeat.on_event()
@@ -378,7 +378,7 @@ class StreamConsumer:
             )
             return False
         return self.policy.save_now(
-            ctx.resume_token, _cluster_datetime(ctx.event), strict=self.spec.transactional
+            ctx.resume_token, _anchor_at(ctx), strict=self.spec.transactional
         )
 
     def _invalidated(self, event: Mapping[str, Any], source: ChangeSource) -> None:

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
-from ..checkpoint import Checkpoint, CheckpointStore
+from ..checkpoint import Checkpoint, CheckpointStore, as_utc
 from ..tokens import normalize_token
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
 
 
 def _stored(checkpoint: Checkpoint) -> Checkpoint:
@@ -20,10 +15,10 @@ def _stored(checkpoint: Checkpoint) -> Checkpoint:
     timestamps in UTC, and a metadata dict of its own."""
     return checkpoint.replace(
         last_seen_token=normalize_token(checkpoint.last_seen_token),
-        last_seen_at=_utc(checkpoint.last_seen_at),
+        last_seen_at=as_utc(checkpoint.last_seen_at),
         last_processed_token=normalize_token(checkpoint.last_processed_token),
-        last_processed_at=_utc(checkpoint.last_processed_at),
-        last_heartbeat_at=_utc(checkpoint.last_heartbeat_at),
+        last_processed_at=as_utc(checkpoint.last_processed_at),
+        last_heartbeat_at=as_utc(checkpoint.last_heartbeat_at),
         metadata=dict(checkpoint.metadata),
     )
 

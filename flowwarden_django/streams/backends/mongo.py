@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.core import checks
@@ -25,6 +25,7 @@ from django.core import checks
 from ..checkpoint import (
     Checkpoint,
     CheckpointStore,
+    as_utc,
     check_anchor_write,
     check_heartbeat_write,
     check_reset,
@@ -66,12 +67,6 @@ def _processed_equals(expected: Token | None) -> dict[str, Any]:
             {PROCESSED_KEY: {"$exists": False}, PROCESSED_TOKEN: normalize_token(expected)},
         ]
     }
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class MongoCheckpointStore(CheckpointStore):
@@ -157,10 +152,10 @@ class MongoCheckpointStore(CheckpointStore):
             stream_name=document["_id"],
             instance_id=document.get("instanceId"),
             last_seen_token=normalize_token(document.get(SEEN_TOKEN)),
-            last_seen_at=_aware(document.get(SEEN_AT)),
+            last_seen_at=as_utc(document.get(SEEN_AT)),
             last_processed_token=normalize_token(document.get(PROCESSED_TOKEN)),
-            last_processed_at=_aware(document.get(PROCESSED_AT)),
-            last_heartbeat_at=_aware(document.get(HEARTBEAT_AT)),
+            last_processed_at=as_utc(document.get(PROCESSED_AT)),
+            last_heartbeat_at=as_utc(document.get(HEARTBEAT_AT)),
             metadata=document.get("metadata") or {},
         )
 

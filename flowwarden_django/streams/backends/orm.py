@@ -10,7 +10,7 @@ database, the write joins the caller's transaction (transactional handlers).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -22,6 +22,7 @@ from ...models import StreamCheckpoint
 from ..checkpoint import (
     Checkpoint,
     CheckpointStore,
+    as_utc,
     check_anchor_write,
     check_heartbeat_write,
     check_reset,
@@ -105,10 +106,6 @@ def _kept_cursor(connection: Any) -> Any:
     return cursor
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
 def _adapt(ops: Any, column: str, value: Any) -> Any:
     """A column value as the database driver takes it.
 
@@ -177,10 +174,10 @@ class OrmCheckpointStore(CheckpointStore):
             stream_name=row.stream_name,
             instance_id=row.instance_id,
             last_seen_token=decode_token(row.last_seen_token),
-            last_seen_at=_utc(row.last_seen_at),
+            last_seen_at=as_utc(row.last_seen_at),
             last_processed_token=decode_token(row.last_processed_token),
-            last_processed_at=_utc(row.last_processed_at),
-            last_heartbeat_at=_utc(row.last_heartbeat_at),
+            last_processed_at=as_utc(row.last_processed_at),
+            last_heartbeat_at=as_utc(row.last_heartbeat_at),
             metadata=row.metadata or {},
         )
 
