@@ -252,3 +252,7 @@ class StreamCheckpointAdmin(admin.ModelAdmin):
     def metadata_json(self, obj: StreamCheckpoint) -> SafeString:
         text = json.dumps(obj.metadata or {}, indent=2, sort_keys=True, default=str)
         return format_html("<pre>{}</pre>", text)
+
+
+# The operations console: stream status and control, and the dead-letter queue.
+from . import admin_console, admin_dlq  # noqa: E402, F401

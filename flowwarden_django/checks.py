@@ -1,8 +1,8 @@
 """System checks: a misconfigured ``FLOWWARDEN`` setting fails ``manage.py check``
 with the setting's path and the fix, not with a traceback at first use.
 
-Ids: E001 ``FLOWWARDEN`` or ``CHECKPOINT_STORES`` is not a dict; E002 a backend
-cannot be imported; E003 a backend is not a ``CheckpointStore``; E004 ``OPTIONS``
+Ids: E001 ``FLOWWARDEN``, ``CHECKPOINT_STORES``, ``DLQ_STORES`` or ``LOCK_SERVICES`` is not
+a dict; E002 a backend cannot be imported; E003 a backend is not of its SPI; E004 ``OPTIONS``
 do not fit the backend; E005 an optional extra is missing; E006 an alias named in
 ``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value;
 E009 ``USE_TZ`` is off; W001 pymongo (``bson``) is missing, so no resume token can
@@ -22,7 +22,7 @@ from django.core import checks
 
 from .conf import SETTING_NAME, fw_settings
 from .exceptions import InvalidCheckpointStoreError
-from .streams.stores import SETTING, load_backend_class, store_options, store_setting
+from .streams.stores import BackendAliases
 
 
 @checks.register()
@@ -70,41 +70,66 @@ def check_bson_available(app_configs: Any = None, **kwargs: Any) -> list[checks.
     ]
 
 
+_EXAMPLES = {
+    "CHECKPOINT_STORES": (
+        "flowwarden_django.streams.backends.orm.OrmCheckpointStore, "
+        "…redis.RedisCheckpointStore, …mongo.MongoCheckpointStore or "
+        "…memory.InMemoryCheckpointStore"
+    ),
+    "DLQ_STORES": (
+        "flowwarden_django.streams.backends.orm.OrmDlqStore, …redis.RedisDlqStore, "
+        "…mongo.MongoDlqStore or …memory.InMemoryDlqStore"
+    ),
+    "LOCK_SERVICES": (
+        "flowwarden_django.streams.backends.orm.OrmLockService, …redis.RedisLockService, "
+        "…mongo.MongoLockService or …memory.InMemoryLockService"
+    ),
+}
+
+
+def _registries() -> list[BackendAliases[Any]]:
+    from .streams.stores import checkpoint_stores, dlq_stores, lock_services
+
+    return [checkpoint_stores, dlq_stores, lock_services]
+
+
 @checks.register()
 def check_checkpoint_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Every checkpoint store alias names an importable backend with fitting options."""
+    """Every checkpoint store, DLQ store and lock service alias names an importable
+    backend with fitting options."""
     if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
         return []
-    stores = fw_settings.CHECKPOINT_STORES
-    if not isinstance(stores, Mapping):
-        return [
-            checks.Error(
-                f"{SETTING} must be a dict of aliases, not {type(stores).__name__}.",
-                hint='Write {"default": {"BACKEND": '
-                '"flowwarden_django.streams.backends.orm.OrmCheckpointStore"}}.',
-                id="flowwarden_django.E001",
-            )
-        ]
     errors: list[checks.CheckMessage] = []
-    for alias, config in stores.items():
-        errors.extend(_check_store(alias, config))
+    for registry in _registries():
+        configured = registry.settings
+        if not isinstance(configured, Mapping):
+            example = _EXAMPLES[registry.key].split(",")[0]
+            errors.append(
+                checks.Error(
+                    f"{registry.setting} must be a dict of aliases, not "
+                    f"{type(configured).__name__}.",
+                    hint=f'Write {{"default": {{"BACKEND": "{example}"}}}}.',
+                    id="flowwarden_django.E001",
+                )
+            )
+            continue
+        for alias, config in configured.items():
+            errors.extend(_check_store(registry, alias, config))
     return errors
 
 
-def _check_store(alias: str, config: Any) -> list[checks.CheckMessage]:
+def _check_store(
+    registry: BackendAliases[Any], alias: str, config: Any
+) -> list[checks.CheckMessage]:
     try:
-        backend = load_backend_class(alias, config)
+        backend = registry.load_backend_class(alias, config)
     except InvalidCheckpointStoreError as exc:
-        hint = (
-            "Use a dotted path to a CheckpointStore subclass, for example "
-            "flowwarden_django.streams.backends.orm.OrmCheckpointStore, "
-            "…redis.RedisCheckpointStore, …mongo.MongoCheckpointStore or "
-            "…memory.InMemoryCheckpointStore."
-        )
-        code = "E003" if "not a CheckpointStore" in str(exc) else "E002"
+        base = registry.base.__name__
+        hint = f"Use a dotted path to a {base} subclass, for example {_EXAMPLES[registry.key]}."
+        code = "E003" if f"not a {base}" in str(exc) else "E002"
         return [checks.Error(str(exc), hint=hint, id=f"flowwarden_django.{code}")]
     try:
-        options = store_options(alias, config)
+        options = registry.options(alias, config)
     except InvalidCheckpointStoreError as exc:
         return [
             checks.Error(
@@ -122,7 +147,8 @@ def _check_store(alias: str, config: Any) -> list[checks.CheckMessage]:
         ]
         return [
             checks.Error(
-                f'{store_setting(alias)}["OPTIONS"] does not fit {backend.__name__}: {exc}.',
+                f'{registry.alias_setting(alias)}["OPTIONS"] does not fit '
+                f"{backend.__name__}: {exc}.",
                 hint=f"{backend.__name__} accepts: {', '.join(accepted) or 'no options'}.",
                 id="flowwarden_django.E004",
             )

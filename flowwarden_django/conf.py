@@ -13,6 +13,8 @@ from django.conf import settings as django_settings
 SETTING_NAME = "FLOWWARDEN"
 
 DEFAULT_CHECKPOINT_BACKEND = "flowwarden_django.streams.backends.orm.OrmCheckpointStore"
+DEFAULT_DLQ_BACKEND = "flowwarden_django.streams.backends.orm.OrmDlqStore"
+DEFAULT_LOCK_BACKEND = "flowwarden_django.streams.backends.orm.OrmLockService"
 
 DEFAULTS: dict[str, Any] = {
     # Checkpoint stores by alias, shaped like CACHES: {"BACKEND": dotted path, "OPTIONS": {...}}.
@@ -21,6 +23,19 @@ DEFAULTS: dict[str, Any] = {
     "MONGO_CLIENTS": {},
     # How long one poll of a change stream waits on the server when idle (getMore maxTimeMS).
     "STREAM_MAX_AWAIT_MS": 1000,
+    # Dead-letter stores and lock services by alias, shaped like CHECKPOINT_STORES.
+    "DLQ_STORES": {"default": {"BACKEND": DEFAULT_DLQ_BACKEND}},
+    "LOCK_SERVICES": {"default": {"BACKEND": DEFAULT_LOCK_BACKEND}},
+    # SINGLE_LEADER streams: lease TTL, leader renewal and standby poll intervals.
+    "LEADER_LEASE_TTL": "60s",
+    "LEADER_RENEW_INTERVAL": "15s",
+    "STANDBY_POLL_INTERVAL": "20s",
+    # How often each process publishes its streams' status and reads operator requests.
+    "STATUS_INTERVAL": "5s",
+    # This process's name in leases and status rows; None = "<hostname>:<pid>".
+    "INSTANCE_ID": None,
+    # Run the registered streams inside every `celery worker` (see flowwarden_django.celery).
+    "CELERY_RUN_STREAMS": False,
 }
 
 

@@ -31,3 +31,139 @@ class StreamCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return self.stream_name
+
+
+class DeadLetter(models.Model):
+    """The ORM dead-letter store's row: one parked event (see ``streams/dlq.py``).
+
+    BSON values (document key, full document, resume token) are stored as BSON
+    bytes so they round-trip with their types; the admin shows them as JSON.
+    Rows are written through ``OrmDlqStore`` and the replay/ack/discard operations.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING", _("pending")
+        REPLAYING = "REPLAYING", _("replaying")
+        REPLAYED = "REPLAYED", _("replayed")
+        ACKNOWLEDGED = "ACKNOWLEDGED", _("acknowledged")
+        DISCARDED = "DISCARDED", _("discarded")
+
+    id = models.CharField(_("id"), max_length=64, primary_key=True)
+    stream_name = models.CharField(_("stream"), max_length=255)
+    operation_type = models.CharField(_("operation"), max_length=32)
+    document_key = models.BinaryField(_("document key"), null=True)
+    full_document = models.BinaryField(_("full document"), null=True)
+    resume_token = models.BinaryField(_("resume token"), null=True)
+    error_type = models.CharField(_("error type"), max_length=255)
+    error_message = models.TextField(_("error message"), blank=True)
+    stack_trace = models.TextField(_("stack trace"), null=True, blank=True)  # noqa: DJ001
+    attempts = models.PositiveIntegerField(_("attempts"), default=1)
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.PENDING
+    )
+    first_attempt_at = models.DateTimeField(_("first attempt at"))
+    last_attempt_at = models.DateTimeField(_("last attempt at"))
+    created_at = models.DateTimeField(_("created at"))
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    replay_count = models.PositiveIntegerField(_("replays"), default=0)
+    last_replayed_at = models.DateTimeField(_("last replayed at"), null=True, blank=True)
+    resolved_at = models.DateTimeField(_("resolved at"), null=True, blank=True)
+    resolved_by = models.CharField(_("resolved by"), max_length=150, blank=True)
+    note = models.TextField(_("note"), blank=True)
+
+    class Meta:
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
+        ordering = ["-created_at", "id"]
+        indexes = [
+            models.Index(fields=["stream_name", "status"], name="fw_dlq_stream_status"),
+            models.Index(fields=["expires_at"], name="fw_dlq_expires"),
+        ]
+        permissions = [
+            ("replay_deadletter", _("Can replay dead letters")),
+            ("resolve_deadletter", _("Can acknowledge or discard dead letters")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stream_name} {self.operation_type} {self.id}"
+
+
+class StreamLease(models.Model):
+    """The ORM lock service's row: who leads a stream, until when, under which token.
+
+    A release clears the owner but keeps the row, so fencing tokens never restart.
+    """
+
+    name = models.CharField(_("name"), max_length=255, primary_key=True)
+    owner = models.CharField(_("owner"), max_length=255, blank=True)
+    token = models.BigIntegerField(_("fencing token"), default=0)
+    acquired_at = models.DateTimeField(_("acquired at"), null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("stream lease")
+        verbose_name_plural = _("stream leases")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StreamWorker(models.Model):
+    """What one process says about one stream it runs (or stands by for).
+
+    Each ``StreamManager`` upserts its rows every few seconds; the health view,
+    ``flowwarden_streams status`` and the admin console read them, so they see
+    streams running in other processes. A row not refreshed for a while belongs to
+    a process that is gone.
+    """
+
+    stream_name = models.CharField(_("stream"), max_length=255)
+    instance_id = models.CharField(_("instance"), max_length=255)
+    state = models.CharField(_("state"), max_length=16)
+    role = models.CharField(_("role"), max_length=16, blank=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    last_event_at = models.DateTimeField(_("last event at"), null=True, blank=True)
+    events = models.BigIntegerField(_("events"), default=0)
+    errors = models.BigIntegerField(_("errors"), default=0)
+    retries = models.BigIntegerField(_("retries"), default=0)
+    dead_lettered = models.BigIntegerField(_("dead-lettered"), default=0)
+    restarts = models.BigIntegerField(_("restarts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+    updated_at = models.DateTimeField(_("updated at"))
+
+    class Meta:
+        verbose_name = _("stream worker")
+        verbose_name_plural = _("stream workers")
+        ordering = ["stream_name", "instance_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["stream_name", "instance_id"], name="fw_stream_worker_unique"
+            )
+        ]
+        permissions = [("control_stream", _("Can start, stop and restart streams"))]
+
+    def __str__(self) -> str:
+        return f"{self.stream_name}@{self.instance_id}"
+
+
+class StreamControl(models.Model):
+    """What operators asked of a stream, read by every ``StreamManager``.
+
+    ``paused`` keeps the stream stopped in every process (and releases its lease);
+    a ``restart_requested_at`` later than a consumer's start restarts it.
+    """
+
+    stream_name = models.CharField(_("stream"), max_length=255, primary_key=True)
+    paused = models.BooleanField(_("paused"), default=False)
+    restart_requested_at = models.DateTimeField(_("restart requested at"), null=True, blank=True)
+    updated_by = models.CharField(_("updated by"), max_length=150, blank=True)
+    updated_at = models.DateTimeField(_("updated at"))
+
+    class Meta:
+        verbose_name = _("stream control")
+        verbose_name_plural = _("stream controls")
+
+    def __str__(self) -> str:
+        return self.stream_name

@@ -13,7 +13,9 @@ def reload_flowwarden_settings(*, setting: str, **kwargs: object) -> None:
         return
     fw_settings.reload()
     from .streams.clients import mongo_clients
-    from .streams.stores import checkpoint_stores
+    from .streams.stores import checkpoint_stores, dlq_stores, lock_services
 
     checkpoint_stores.reset()
+    dlq_stores.reset()
+    lock_services.reset()
     mongo_clients.reset()

@@ -1,113 +1,163 @@
-"""Checkpoint stores by alias, configured like ``CACHES``.
+"""Backends by alias, configured like ``CACHES``: checkpoint stores, dead-letter
+stores and lock services.
 
 ``FLOWWARDEN = {"CHECKPOINT_STORES": {"default": {"BACKEND": "...", "OPTIONS": {...}}}}``;
 ``checkpoint_stores["default"]`` builds the store on first use and keeps one
-instance per alias for the whole process (stores are thread-safe).
+instance per alias for the whole process (backends are thread-safe). The same
+holds for ``dlq_stores`` (``DLQ_STORES``) and ``lock_services`` (``LOCK_SERVICES``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.utils.module_loading import import_string
 
-from ..conf import fw_settings
+from ..conf import SETTING_NAME, fw_settings
 from ..exceptions import InvalidCheckpointStoreError
 from .checkpoint import CheckpointStore
+from .dlq import DlqStore
+from .locks import LockService
+
+B = TypeVar("B")
 
 SETTING = 'FLOWWARDEN["CHECKPOINT_STORES"]'
 
 
-def store_setting(alias: str) -> str:
-    """The setting path of one alias, as messages name it."""
-    return f'{SETTING}["{alias}"]'
+class BackendAliases(Generic[B]):
+    """Process-wide registry of one kind of configured backend, one instance per alias.
 
+    ``key`` is the ``FLOWWARDEN`` key (``"CHECKPOINT_STORES"``), ``base`` the SPI
+    class every ``BACKEND`` must subclass, ``kind`` how messages name it.
+    """
 
-def load_backend_class(alias: str, config: Mapping[str, Any]) -> type[CheckpointStore]:
-    """Import the ``BACKEND`` class of one alias, or raise a message naming the setting."""
-    if not isinstance(config, Mapping):
-        raise InvalidCheckpointStoreError(
-            f"{store_setting(alias)} must be a dict with a BACKEND key"
-        )
-    path = config.get("BACKEND")
-    if not isinstance(path, str) or not path:
-        raise InvalidCheckpointStoreError(f'{store_setting(alias)}["BACKEND"] is missing')
-    try:
-        backend = import_string(path)
-    except ImportError as exc:
-        raise InvalidCheckpointStoreError(
-            f'{store_setting(alias)}["BACKEND"] = {path!r} cannot be imported: {exc}'
-        ) from exc
-    if not (isinstance(backend, type) and issubclass(backend, CheckpointStore)):
-        raise InvalidCheckpointStoreError(
-            f'{store_setting(alias)}["BACKEND"] = {path!r} is not a CheckpointStore subclass'
-        )
-    return backend
-
-
-def store_options(alias: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``OPTIONS`` dict of one alias (empty when absent)."""
-    options = config.get("OPTIONS") or {}
-    if not isinstance(options, Mapping):
-        raise InvalidCheckpointStoreError(f'{store_setting(alias)}["OPTIONS"] must be a dict')
-    return dict(options)
-
-
-def create_store(alias: str, config: Mapping[str, Any]) -> CheckpointStore:
-    """Build the store one alias describes."""
-    backend = load_backend_class(alias, config)
-    options = store_options(alias, config)
-    try:
-        return backend(**options)
-    except TypeError as exc:
-        raise InvalidCheckpointStoreError(
-            f'{store_setting(alias)}["OPTIONS"] does not fit {backend.__name__}: {exc}'
-        ) from exc
-
-
-class CheckpointStoreHandler:
-    """Process-wide registry of configured checkpoint stores, one instance per alias."""
-
-    def __init__(self) -> None:
-        self._stores: dict[str, CheckpointStore] = {}
+    def __init__(
+        self,
+        key: str,
+        base: type[B],
+        kind: str,
+        error: type[Exception] = InvalidCheckpointStoreError,
+    ) -> None:
+        self.key = key
+        self.base = base
+        self.kind = kind
+        self.error = error
+        self._backends: dict[str, B] = {}
         self._lock = threading.Lock()
 
     @property
-    def settings(self) -> Mapping[str, Any]:
-        return fw_settings.CHECKPOINT_STORES
+    def setting(self) -> str:
+        """The setting path, as messages name it: ``FLOWWARDEN["DLQ_STORES"]``."""
+        return f'{SETTING_NAME}["{self.key}"]'
 
-    def __getitem__(self, alias: str) -> CheckpointStore:
-        store = self._stores.get(alias)
-        if store is not None:
-            return store
+    def alias_setting(self, alias: str) -> str:
+        """The setting path of one alias."""
+        return f'{self.setting}["{alias}"]'
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return getattr(fw_settings, self.key)
+
+    def load_backend_class(self, alias: str, config: Mapping[str, Any]) -> type[B]:
+        """Import the ``BACKEND`` class of one alias, or raise a message naming the setting."""
+        where = self.alias_setting(alias)
+        if not isinstance(config, Mapping):
+            raise self.error(f"{where} must be a dict with a BACKEND key")
+        path = config.get("BACKEND")
+        if not isinstance(path, str) or not path:
+            raise self.error(f'{where}["BACKEND"] is missing')
+        try:
+            backend = import_string(path)
+        except ImportError as exc:
+            raise self.error(f'{where}["BACKEND"] = {path!r} cannot be imported: {exc}') from exc
+        if not (isinstance(backend, type) and issubclass(backend, self.base)):
+            raise self.error(
+                f'{where}["BACKEND"] = {path!r} is not a {self.base.__name__} subclass'
+            )
+        return backend
+
+    def options(self, alias: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``OPTIONS`` dict of one alias (empty when absent)."""
+        options = config.get("OPTIONS") or {}
+        if not isinstance(options, Mapping):
+            raise self.error(f'{self.alias_setting(alias)}["OPTIONS"] must be a dict')
+        return dict(options)
+
+    def create(self, alias: str, config: Mapping[str, Any]) -> B:
+        """Build the backend one alias describes."""
+        backend = self.load_backend_class(alias, config)
+        options = self.options(alias, config)
+        try:
+            return backend(**options)
+        except TypeError as exc:
+            raise self.error(
+                f'{self.alias_setting(alias)}["OPTIONS"] does not fit {backend.__name__}: {exc}'
+            ) from exc
+
+    def __getitem__(self, alias: str) -> B:
+        backend = self._backends.get(alias)
+        if backend is not None:
+            return backend
         with self._lock:
-            if alias not in self._stores:
+            if alias not in self._backends:
                 configured = self.settings
                 if alias not in configured:
-                    raise InvalidCheckpointStoreError(
-                        f"No checkpoint store {alias!r} in {SETTING}; "
+                    raise self.error(
+                        f"No {self.kind} {alias!r} in {self.setting}; "
                         f"configured aliases: {', '.join(sorted(configured)) or 'none'}"
                     )
-                self._stores[alias] = create_store(alias, configured[alias])
-            return self._stores[alias]
+                self._backends[alias] = self.create(alias, configured[alias])
+            return self._backends[alias]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.settings)
 
-    def all(self, initialized_only: bool = False) -> list[CheckpointStore]:
-        """Every configured store (only those already built with *initialized_only*)."""
+    def all(self, initialized_only: bool = False) -> list[B]:
+        """Every configured backend (only those already built with *initialized_only*)."""
         if initialized_only:
-            return list(self._stores.values())
+            return list(self._backends.values())
         return [self[alias] for alias in self]
 
     def reset(self) -> None:
-        """Close and forget every built store; the next access rebuilds from settings."""
+        """Close and forget every built backend; the next access rebuilds from settings."""
         with self._lock:
-            stores, self._stores = self._stores, {}
-        for store in stores.values():
-            store.close()
+            backends, self._backends = self._backends, {}
+        for backend in backends.values():
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
 
 
-checkpoint_stores = CheckpointStoreHandler()
+#: Kept under its first name: the checkpoint-store registry.
+CheckpointStoreHandler = BackendAliases
+
+checkpoint_stores: BackendAliases[CheckpointStore] = BackendAliases(
+    "CHECKPOINT_STORES", CheckpointStore, "checkpoint store"
+)
+
+dlq_stores: BackendAliases[DlqStore] = BackendAliases("DLQ_STORES", DlqStore, "dead-letter store")
+lock_services: BackendAliases[LockService] = BackendAliases(
+    "LOCK_SERVICES", LockService, "lock service"
+)
+
+
+def store_setting(alias: str) -> str:
+    """The setting path of one checkpoint-store alias, as messages name it."""
+    return checkpoint_stores.alias_setting(alias)
+
+
+def load_backend_class(alias: str, config: Mapping[str, Any]) -> type[CheckpointStore]:
+    """Import the ``BACKEND`` class of one checkpoint-store alias."""
+    return checkpoint_stores.load_backend_class(alias, config)
+
+
+def store_options(alias: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``OPTIONS`` dict of one checkpoint-store alias (empty when absent)."""
+    return checkpoint_stores.options(alias, config)
+
+
+def create_store(alias: str, config: Mapping[str, Any]) -> CheckpointStore:
+    """Build the checkpoint store one alias describes."""
+    return checkpoint_stores.create(alias, config)

@@ -68,3 +68,8 @@ class InMemoryCheckpointStore(CheckpointStore):
         with self._lock:
             current = self._records.get(stream_name) or Checkpoint(stream_name)
             self._records[stream_name] = _stored(current.replace(**changes(current)))
+
+
+# The dead-letter store and lock service of this backend live in their own modules.
+from ._memory_dlq import InMemoryDlqStore as InMemoryDlqStore  # noqa: E402
+from ._memory_locks import InMemoryLockService as InMemoryLockService  # noqa: E402

@@ -268,3 +268,8 @@ def _set_or_unset(fields: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         else:
             update.setdefault("$set", {})[name] = value
     return update
+
+
+# The dead-letter store and lock service of this backend live in their own modules.
+from ._mongo_dlq import MongoDlqStore as MongoDlqStore  # noqa: E402
+from ._mongo_locks import MongoLockService as MongoLockService  # noqa: E402

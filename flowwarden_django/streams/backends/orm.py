@@ -291,3 +291,8 @@ class OrmCheckpointStore(CheckpointStore):
                 )
             ]
         return []
+
+
+# The dead-letter store and lock service of this backend live in their own modules.
+from ._orm_dlq import OrmDlqStore as OrmDlqStore  # noqa: E402
+from ._orm_locks import OrmLockService as OrmLockService  # noqa: E402

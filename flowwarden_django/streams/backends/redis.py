@@ -295,3 +295,8 @@ class RedisCheckpointStore(CheckpointStore):
                 )
             ]
         return []
+
+
+# The dead-letter store and lock service of this backend live in their own modules.
+from ._redis_dlq import RedisDlqStore as RedisDlqStore  # noqa: E402
+from ._redis_locks import RedisLockService as RedisLockService  # noqa: E402

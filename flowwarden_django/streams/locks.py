@@ -1,0 +1,108 @@
+"""Leases: the ``LockService`` SPI behind ``deployment_mode="SINGLE_LEADER"``.
+
+A lease is held by one owner until it expires; every time a lease changes hands
+(acquired while free, expired or held by someone else) it gets a **fencing token**
+greater than every token issued for that name before, even after a release.
+A holder proves it is still the leader with ``guard(lease)``: the block runs only
+while the lease is current, and a holder whose lease was taken over gets
+``LeaseLostError`` instead of writing.
+
+The service is stateless: callers pass the owner and the TTL on every call.
+``try_acquire`` and ``renew`` turn transient backend errors into ``None`` (a
+failed renewal is treated as a lost lease); they do not raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+
+class LeaseLostError(RuntimeError):
+    """The caller's lease expired or was taken over: it must stop acting as leader."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A held lease: who holds *name*, since when, until when, under which token."""
+
+    name: str
+    owner: str
+    token: int
+    acquired_at: datetime
+    expires_at: datetime
+
+    def remaining(self, now: datetime | None = None) -> timedelta:
+        """Time left before it expires (negative once expired)."""
+        return self.expires_at - (now or timezone.now())
+
+
+def ttl_delta(ttl: timedelta | float) -> timedelta:
+    """*ttl* as a ``timedelta`` (a number is seconds); must be positive."""
+    delta = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
+    if delta <= timedelta(0):
+        raise ValueError(f"ttl must be positive, not {ttl!r}")
+    return delta
+
+
+class LockService(ABC):
+    """Time-limited, fenced, exclusive leases by name.
+
+    * ``try_acquire(name, owner, ttl)``: the lease when *name* is free, expired or
+      already held by *owner* (re-acquiring refreshes the expiry and keeps the
+      token); else ``None``. Atomic against concurrent callers.
+    * ``renew(lease, ttl)``: extend a lease still held under the same token and not
+      expired; ``None`` otherwise.
+    * ``release(lease)``: give it up if still held under that token (else a no-op).
+    * ``owner_of(name)``: the current, unexpired lease, or ``None``.
+    """
+
+    @abstractmethod
+    def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+        """Take or refresh the lease on *name* for *owner*."""
+
+    @abstractmethod
+    def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+        """Extend *lease* by *ttl* from now, if it is still the current one."""
+
+    @abstractmethod
+    def release(self, lease: Lease) -> bool:
+        """Give *lease* up; True if it was still held."""
+
+    @abstractmethod
+    def owner_of(self, name: str) -> Lease | None:
+        """The unexpired lease on *name*, or ``None``."""
+
+    def is_current(self, lease: Lease) -> bool:
+        """Whether *lease* is still held (same owner and token, not expired)."""
+        current = self.owner_of(lease.name)
+        return current is not None and current.owner == lease.owner and current.token == lease.token
+
+    @contextlib.contextmanager
+    def guard(self, lease: Lease) -> Iterator[None]:
+        """Run the block only while *lease* is current, else raise ``LeaseLostError``.
+
+        The default checks, then runs the block: a takeover in between is possible.
+        The ORM service closes that gap for writes to the same database by holding
+        the lease row locked until the caller's transaction ends.
+        """
+        if not self.is_current(lease):
+            raise LeaseLostError(
+                f"the lease on {lease.name!r} (token {lease.token}) is no longer held by "
+                f"{lease.owner!r}"
+            )
+        yield
+
+    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
+        """Release connections (called when settings change)."""
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:
+        """System-check messages about this backend's ``OPTIONS`` (none by default)."""
+        return []
