@@ -74,12 +74,14 @@ class ChangeContext:
         stream_name: str,
         attempt_number: int = 1,
         save_now: Callable[[ChangeContext], bool] | None = None,
+        send_to_dlq: Callable[[ChangeContext, str], None] | None = None,
     ) -> None:
         self.event = event
         self._event_id: str | None = None
         self.stream_name = stream_name
         self.attempt_number = attempt_number
         self._save_now = save_now
+        self._send_to_dlq = send_to_dlq
         self._metadata: dict[str, Any] = {}
         self.saved_manually = False
 
@@ -164,6 +166,16 @@ class ChangeContext:
         saved = self._save_now(self)
         self.saved_manually = self.saved_manually or saved
         return saved
+
+    def send_to_dlq(self, reason: str) -> None:
+        """Park this event in the stream's dead-letter queue now (error type ``ManualDlq``).
+
+        It does not settle the event by itself: that follows from what the handler
+        does next. If the write fails the error is raised here, into the handler.
+        """
+        if self._send_to_dlq is None:
+            raise RuntimeError(f"{self.stream_name}: this context cannot send to the DLQ")
+        self._send_to_dlq(self, reason)
 
     def add_metadata(self, key: str, value: Any) -> None:
         """Attach a value to this event (copied into dead letters later)."""

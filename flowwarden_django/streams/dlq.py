@@ -17,6 +17,8 @@ twice at once.
 from __future__ import annotations
 
 import dataclasses
+import traceback
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -43,6 +45,32 @@ class ErrorInfo:
     type: str
     message: str
     stack_trace: str | None = None
+
+
+def error_info(error: BaseException, *, include_stack_trace: bool = True) -> ErrorInfo:
+    """The ``ErrorInfo`` of an exception: its dotted class name, message and traceback."""
+    kind = type(error)
+    return ErrorInfo(
+        type=f"{kind.__module__}.{kind.__qualname__}"
+        if kind.__module__ != "builtins"
+        else kind.__qualname__,
+        message=str(error),
+        stack_trace="".join(traceback.format_exception(error)) if include_stack_trace else None,
+    )
+
+
+_ENTRY_NAMESPACE = uuid.UUID("6f0c5a52-8d7e-4f0e-9c0a-2d1f6b0a9e11")
+
+
+def dead_letter_id(stream_name: str, resume_token: Mapping[str, Any] | None) -> str:
+    """The entry id of one event of one stream: the same on every redelivery, so an
+    event that fails again after a crash overwrites its entry."""
+    from .tokens import encode_token
+
+    if resume_token is None:
+        return uuid.uuid4().hex
+    data = encode_token(resume_token) or b""
+    return uuid.uuid5(_ENTRY_NAMESPACE, stream_name + "\x00" + data.hex()).hex
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ both the same way.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -85,6 +86,73 @@ class RestartPolicySpec:
         return min(initial * self.multiplier ** (attempt - 1), parse_duration(self.max_delay))
 
 
+class ErrorAction(enum.StrEnum):
+    """What an ``on_error`` handler decides for a failed event.
+
+    ``SKIP``: settle it, no retry, no DLQ. ``RETRY``: retry while attempts remain
+    (ignoring ``retry_on``/``no_retry_on``), then the DLQ. ``DLQ``: to the DLQ now.
+    ``RETHROW``: the standard policy (retry if the retry policy allows, then DLQ).
+    """
+
+    SKIP = "SKIP"
+    RETRY = "RETRY"
+    DLQ = "DLQ"
+    RETHROW = "RETHROW"
+
+
+#: Exceptions never retried by default: bugs or bad data, not transient failures.
+DEFAULT_NO_RETRY_ON: tuple[type[BaseException], ...] = (ValueError, TypeError, AttributeError)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicySpec:
+    """How a failed handler is retried (``@retry_policy``), on the stream's own thread.
+
+    ``max_attempts`` counts the first attempt. The delay before retry *n* is
+    ``min(initial_delay * multiplier ** (n - 1), max_delay)``, then ±20% with
+    ``jitter``. ``no_retry_on`` wins over ``retry_on``; an empty ``retry_on``
+    retries every other exception.
+    """
+
+    max_attempts: int = 3
+    initial_delay: str | float = "500ms"
+    max_delay: str | float = "30s"
+    multiplier: float = 2.0
+    retry_on: tuple[type[BaseException], ...] = ()
+    no_retry_on: tuple[type[BaseException], ...] = DEFAULT_NO_RETRY_ON
+    jitter: bool = True
+
+    def should_retry(self, error: BaseException, attempt: int) -> bool:
+        """Whether failed attempt *attempt* (1-based) with *error* gets another try."""
+        if attempt >= self.max_attempts or isinstance(error, tuple(self.no_retry_on)):
+            return False
+        return not self.retry_on or isinstance(error, tuple(self.retry_on))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt *attempt* (1-based), before jitter."""
+        initial = parse_duration(self.initial_delay)
+        return min(initial * self.multiplier ** (attempt - 1), parse_duration(self.max_delay))
+
+
+#: A stream without ``@retry_policy`` tries each event once.
+NO_RETRY = RetryPolicySpec(max_attempts=1, jitter=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetterQueueSpec:
+    """Where and how failed events are parked (``@dead_letter_queue``).
+
+    ``store`` is a ``FLOWWARDEN["DLQ_STORES"]`` alias. ``retention_days`` 0 keeps
+    entries forever.
+    """
+
+    enabled: bool = True
+    retention_days: int = 30
+    include_original_document: bool = True
+    include_stack_trace: bool = True
+    store: str = "default"
+
+
 Handler = Callable[..., Any]
 
 
@@ -119,8 +187,26 @@ class StreamSpec:
     on_error: Sequence[tuple[tuple[type[BaseException], ...], Handler]] = ()
     checkpoint: CheckpointSpec = dataclasses.field(default_factory=CheckpointSpec)
     restart_policy: RestartPolicySpec = dataclasses.field(default_factory=RestartPolicySpec)
+    #: ``None``: each event is tried once. ``dead_letter_queue`` ``None``: no DLQ.
+    retry_policy: RetryPolicySpec | None = None
+    dead_letter_queue: DeadLetterQueueSpec | None = None
     #: Where it was declared, for messages ("myapp.streams.OrdersStream").
     origin: str = ""
+
+    def error_handler_for(self, error: BaseException) -> Handler | None:
+        """The ``on_error`` handler for *error*: exact type, then the nearest parent
+        type (in the exception's MRO), then the catch-all."""
+        by_type: dict[type[BaseException], Handler] = {}
+        catch_all: Handler | None = None
+        for types, handler in self.on_error:
+            if not types:
+                catch_all = handler
+            for kind in types:
+                by_type[kind] = handler
+        for kind in type(error).__mro__:
+            if kind in by_type:
+                return by_type[kind]
+        return catch_all
 
     def handler_for(self, operation: str) -> Handler | None:
         """The typed handler of *operation*, else ``on_change`` (never for invalidate)."""
