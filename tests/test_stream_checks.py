@@ -109,7 +109,13 @@ def test_structural_errors():
     register_stream("no-collection", "", on_insert=lambda doc: None)
     register_stream("unknown-client", "x", on_insert=lambda doc: None, client="nope")
     register_stream("bad-choice", "x", on_insert=lambda doc: None, full_document="sometimes")
-    register_stream("leader", "x", on_insert=lambda doc: None, deployment_mode="SINGLE_LEADER")
+    register_stream(
+        "leader",
+        "x",
+        on_insert=lambda doc: None,
+        deployment_mode="SINGLE_LEADER",
+        lock_service="nope",
+    )
     texts = {m.msg for m in stream_messages() if m.level >= 40}
     expected = [
         ("no-handler", "handlers"),
@@ -118,7 +124,7 @@ def test_structural_errors():
         ("no-collection", "collection"),
         ("unknown-client", "client"),
         ("bad-choice", "full_document"),
-        ("leader", "deployment_mode"),
+        ("leader", "lock_service"),
     ]
     for stream, attribute in expected:
         assert any(f"stream {stream!r}" in t and f": {attribute}:" in t for t in texts), (
@@ -185,7 +191,7 @@ def test_mongo_clients_need_a_mongodb_url(settings, clients):
     assert len(errors) == 1 and "MONGO_CLIENTS" in errors[0].msg
 
 
-def test_on_error_is_reported_as_not_applied_yet():
+def test_error_handling_without_a_dead_letter_queue_is_a_warning():
     @change_stream("with-errors", collection="x")
     class WithErrors:
         def on_insert(self, doc):
@@ -196,6 +202,53 @@ def test_on_error_is_reported_as_not_applied_yet():
 
     codes = [m.id for m in stream_messages()]
     assert codes == ["flowwarden_django.W106"]
+
+
+def test_retry_and_dlq_bounds_are_checked():
+    from flowwarden_django.streams.spec import DeadLetterQueueSpec, RetryPolicySpec
+
+    register_stream(
+        "bounds",
+        "x",
+        on_insert=lambda doc: None,
+        retry_policy=RetryPolicySpec(max_attempts=0, initial_delay="5h", multiplier=0),
+        dead_letter_queue=DeadLetterQueueSpec(retention_days=-1, store="nope"),
+    )
+    texts = [m.msg for m in stream_messages() if m.level >= 40]
+    for attribute in (
+        "retry_policy.max_attempts",
+        "retry_policy.initial_delay",
+        "retry_policy.multiplier",
+        "dead_letter_queue.retention_days",
+        "dead_letter_queue.store",
+    ):
+        assert any(f": {attribute}:" in t for t in texts), (attribute, texts)
+
+
+def test_one_error_handler_per_exception_type():
+    from flowwarden_django.streams import on_error
+
+    @change_stream("twice", collection="x")
+    class Twice:
+        def on_insert(self, doc):
+            pass
+
+        @on_error(KeyError)
+        def first(self, exc, ctx):
+            return "SKIP"
+
+        @on_error(KeyError, ValueError)
+        def second(self, exc, ctx):
+            return "DLQ"
+
+        @on_error()
+        def bad_shape(self, exc):
+            return "DLQ"
+
+    errors = [m for m in stream_messages() if m.id == "flowwarden_django.E117"]
+    assert len(errors) == 2, [m.msg for m in errors]
+    assert any("KeyError is already handled" in m.msg for m in errors)
+    assert any("takes (exc, ctx)" in m.msg for m in errors)
 
 
 def test_transactional_store_must_write_where_the_handler_writes():

@@ -14,9 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .spec import (
+    DEFAULT_NO_RETRY_ON,
     TYPED_OPERATIONS,
     CheckpointSpec,
+    DeadLetterQueueSpec,
     RestartPolicySpec,
+    RetryPolicySpec,
     StreamSpec,
     kebab_case,
 )
@@ -26,6 +29,10 @@ C = TypeVar("C", bound=type)
 _STREAM_ATTR = "_flowwarden_stream"
 _CHECKPOINT_ATTR = "_flowwarden_checkpoint"
 _RESTART_ATTR = "_flowwarden_restart_policy"
+_RETRY_ATTR = "_flowwarden_retry_policy"
+_DLQ_ATTR = "_flowwarden_dead_letter_queue"
+_ON_ERROR_ATTR = "_flowwarden_on_error"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DuplicateStreamError(ValueError):
@@ -104,6 +111,7 @@ def change_stream(
     enabled: bool = True,
     auto_start: bool = True,
     client: str = "default",
+    lock_service: str = "default",
     transactional: bool = False,
     transaction_using: str = "default",
     checkpoint_store: str = "default",
@@ -114,7 +122,10 @@ def change_stream(
 
     The class defines any of ``on_insert``, ``on_update``, ``on_delete``,
     ``on_replace`` and ``on_change`` (taking ``ctx``, ``doc`` or ``doc, ctx``;
-    ``def`` or ``async def``), and optionally ``pipeline()`` and ``filter(ctx)``.
+    ``def`` or ``async def``), and optionally ``pipeline()``, ``filter(ctx)``
+    and error handlers (``@on_error(...)`` methods, or a method named
+    ``on_error`` as the catch-all). ``deployment_mode="SINGLE_LEADER"`` runs it
+    in one process at a time, holding a lease of the ``lock_service`` alias.
     The name defaults to the kebab-case class name. The class is instantiated
     once per stream start, with no arguments.
     """
@@ -128,6 +139,7 @@ def change_stream(
         "enabled": enabled,
         "auto_start": auto_start,
         "client": client,
+        "lock_service": lock_service,
         "transactional": transactional,
         "transaction_using": transaction_using,
         "checkpoint_store": checkpoint_store,
@@ -182,6 +194,71 @@ def restart_policy(
     return decorate
 
 
+def retry_policy(
+    max_attempts: int = 3,
+    initial_delay: str | float = "500ms",
+    max_delay: str | float = "30s",
+    multiplier: float = 2.0,
+    retry_on: tuple[type[BaseException], ...] = (),
+    no_retry_on: tuple[type[BaseException], ...] = DEFAULT_NO_RETRY_ON,
+    jitter: bool = True,
+) -> Callable[[C], C]:
+    """Retry a failed handler on the stream's thread (see ``RetryPolicySpec``)."""
+    spec = RetryPolicySpec(
+        max_attempts=max_attempts,
+        initial_delay=initial_delay,
+        max_delay=max_delay,
+        multiplier=multiplier,
+        retry_on=tuple(retry_on),
+        no_retry_on=tuple(no_retry_on),
+        jitter=jitter,
+    )
+
+    def decorate(cls: C) -> C:
+        setattr(cls, _RETRY_ATTR, spec)
+        return cls
+
+    return decorate
+
+
+def dead_letter_queue(
+    enabled: bool = True,
+    retention_days: int = 30,
+    include_original_document: bool = True,
+    include_stack_trace: bool = True,
+    store: str = "default",
+) -> Callable[[C], C]:
+    """Park events that failed for good in a dead-letter store (see ``DeadLetterQueueSpec``)."""
+    spec = DeadLetterQueueSpec(
+        enabled=enabled,
+        retention_days=retention_days,
+        include_original_document=include_original_document,
+        include_stack_trace=include_stack_trace,
+        store=store,
+    )
+
+    def decorate(cls: C) -> C:
+        setattr(cls, _DLQ_ATTR, spec)
+        return cls
+
+    return decorate
+
+
+def on_error(*types: type[BaseException]) -> Callable[[F], F]:
+    """Mark a stream method ``handler(self, exc, ctx) -> ErrorAction`` as the error
+    handler for *types* (and their subclasses); no types: the catch-all.
+
+    Resolution: the exception's exact type, then its nearest parent, then the
+    catch-all. Returning ``None`` means ``RETHROW``.
+    """
+
+    def decorate(function: F) -> F:
+        setattr(function, _ON_ERROR_ATTR, tuple(types))
+        return function
+
+    return decorate
+
+
 def register_stream(
     name: str,
     collection: str,
@@ -197,8 +274,10 @@ def register_stream(
     """Declare a stream without a class (from settings, a database, ...).
 
     Takes the ``@change_stream`` options plus ``checkpoint=CheckpointSpec(...)``,
-    ``restart_policy=RestartPolicySpec(...)``, ``pipeline``, ``filter`` and
-    ``on_error``; goes through the same validation.
+    ``restart_policy=RestartPolicySpec(...)``, ``retry_policy=RetryPolicySpec(...)``,
+    ``dead_letter_queue=DeadLetterQueueSpec(...)``, ``pipeline``, ``filter`` and
+    ``on_error`` (a sequence of ``(exception types, handler)``; empty types = the
+    catch-all); goes through the same validation.
     """
     handlers = {
         op: fn
@@ -208,6 +287,8 @@ def register_stream(
         if fn is not None
     }
     origin = options.pop("origin", f"register_stream({name!r})")
+    if "on_error" in options:
+        options["on_error"] = tuple((tuple(types), fn) for types, fn in options["on_error"])
     spec = StreamSpec(
         name=name,
         collection=collection,
@@ -244,6 +325,8 @@ def spec_from_class(cls: type) -> StreamSpec:
         on_error=_error_routes(instance),
         checkpoint=getattr(cls, _CHECKPOINT_ATTR, CheckpointSpec()),
         restart_policy=getattr(cls, _RESTART_ATTR, RestartPolicySpec()),
+        retry_policy=getattr(cls, _RETRY_ATTR, None),
+        dead_letter_queue=getattr(cls, _DLQ_ATTR, None),
         origin=f"{cls.__module__}.{cls.__qualname__}",
     )
 
@@ -282,9 +365,16 @@ class _StreamInstance:
 def _error_routes(
     instance: _StreamInstance,
 ) -> tuple[tuple[tuple[type[BaseException], ...], Any], ...]:
-    """``on_error(exc, ctx)`` of the class as a catch-all route (routing comes with the DLQ)."""
-    handler = instance.optional_method("on_error")
-    return () if handler is None else (((), handler),)
+    """The class's ``@on_error`` methods, plus a method named ``on_error`` as the catch-all."""
+    routes = []
+    for attribute in dir(instance.cls):
+        function = getattr(instance.cls, attribute, None)
+        types = getattr(function, _ON_ERROR_ATTR, None)
+        if types is not None:
+            routes.append((types, instance.method(attribute)))
+        elif attribute == "on_error" and callable(function):
+            routes.append(((), instance.method(attribute)))
+    return tuple(routes)
 
 
 def replace_spec(spec: StreamSpec, **changes: Any) -> StreamSpec:

@@ -10,6 +10,7 @@ is settled, and that token is a position the server certified.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import random
@@ -22,12 +23,17 @@ from typing import Any
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
+from . import metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
 from .dispatch import HandlerCaller
+from .dlq import MANUAL_DLQ_TYPE, DeadLetter, DlqPolicy, DlqStore, ErrorInfo, dead_letter_id
+from .dlq import error_info as make_error_info
+from .locks import LeaseLostError
+from .observed_store import ObservedCheckpointStore
 from .policy import ProcessedAnchorPolicy
 from .source import ChangeCursor, ChangeSource, is_history_lost
-from .spec import LIFECYCLE_OPERATIONS, StreamSpec
+from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
 from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -66,6 +72,23 @@ class _RestartNow(Exception):
     """End this generation and resubscribe at once (after a self-healed invalidate)."""
 
 
+class FilterError(RuntimeError):
+    """The stream's filter raised: the event stays unsettled and the stream restarts."""
+
+
+class DeadLetterWriteError(RuntimeError):
+    """An event that failed for good could not be parked: it stays unsettled.
+
+    The reference settles such an event anyway, which loses it; here the stream
+    restarts and the event is redelivered, so the DLQ write is tried again.
+    """
+
+
+class UnhandledEventError(RuntimeError):
+    """An event failed for good and the stream has no dead-letter queue: it stays
+    unsettled and the stream restarts (the event is redelivered)."""
+
+
 def _anchor_at(ctx: ChangeContext) -> datetime:
     """The processed anchor's timestamp: the event's cluster time, else now."""
     return ctx.cluster_datetime or timezone.now()
@@ -90,11 +113,23 @@ class StreamConsumer:
         source_factory: Callable[[StreamSpec], ChangeSource],
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        dlq_store: DlqStore | None = None,
+        sleep: Callable[[float], bool] | None = None,
+        lease_valid: Callable[[], bool] | None = None,
     ) -> None:
         self.spec = spec
-        self.store = store
+        self.store = (
+            store
+            if isinstance(store, ObservedCheckpointStore)
+            else ObservedCheckpointStore(store, spec.name)
+        )
+        #: SINGLE_LEADER: asked before every event; False stops the consumer at once.
+        self.lease_valid = lease_valid
         self.source_factory = source_factory
         self._monotonic = monotonic
+        self._dlq_store = dlq_store
+        # Retry backoff waits here; it returns True when a stop interrupts the wait.
+        self._sleep = sleep
         self._stop = threading.Event()
         self._caller = HandlerCaller()
         self.state = StreamState.STOPPED
@@ -102,7 +137,14 @@ class StreamConsumer:
         self.last_event_at: datetime | None = None
         self.events_handled = 0
         self.restarts = 0
+        self.errors = 0
+        self.retries = 0
+        self.dead_lettered = 0
+        self.started_at: datetime | None = None
+        #: Set after each dead-letter write; whoever reports the backlog clears it.
+        self.dlq_dirty = threading.Event()
         self.policy: ProcessedAnchorPolicy | None = None
+        self._restart_cause: tuple[int, BaseException] | None = None
 
     # -- control ---------------------------------------------------------------------
 
@@ -124,7 +166,7 @@ class StreamConsumer:
                 handled_before = self.events_handled
                 try:
                     self._run_generation(burst=burst)
-                    self.state = StreamState.STOPPED
+                    self._stopped_gracefully()
                     return
                 except _RestartNow:
                     self.restarts += 1
@@ -132,6 +174,12 @@ class StreamConsumer:
                 except (HistoryLostError, StreamInvalidatedError) as exc:
                     self._crash(exc)
                     raise
+                except LeaseLostError as exc:
+                    # Another process leads now: stop here, without another write.
+                    self.last_error = exc
+                    logger.warning("stream %r: %s; stopping", self.spec.name, exc)
+                    self._stopped_gracefully()
+                    return
                 except Exception as exc:
                     # Attempts count restarts without progress: a generation that handled
                     # events resets them, one that dies on the same event does not.
@@ -145,7 +193,7 @@ class StreamConsumer:
                     self.state = StreamState.RESTARTING
                     delay = self._restart_delay(attempt)
                     logger.warning(
-                        "stream %r: cursor died (%s); restart %d in %.1fs",
+                        "stream %r: stopped by an error (%s); restart %d in %.1fs",
                         self.spec.name,
                         exc,
                         attempt,
@@ -153,9 +201,10 @@ class StreamConsumer:
                         exc_info=not isinstance(exc, OSError),
                     )
                     self.restarts += 1
+                    self._restart_cause = (attempt, exc)
                     if self._stop.wait(delay):
                         break
-            self.state = StreamState.STOPPED
+            self._stopped_gracefully()
         finally:
             self._caller.close()
             close_old_connections()
@@ -164,6 +213,11 @@ class StreamConsumer:
         self.state = StreamState.CRASHED
         self.last_error = exc
         logger.error("stream %r stopped: %s", self.spec.name, exc)
+        metrics.emit(metrics.stream_stopped, self.spec.name, reason="CRASHED", cause=exc)
+
+    def _stopped_gracefully(self) -> None:
+        self.state = StreamState.STOPPED
+        metrics.emit(metrics.stream_stopped, self.spec.name, reason="GRACEFUL", cause=None)
 
     def _restart_delay(self, attempt: int) -> float:
         policy = self.spec.restart_policy
@@ -178,6 +232,12 @@ class StreamConsumer:
         source = self.source_factory(self.spec)
         opened = self._open(source)
         self.state = StreamState.RUNNING
+        self.started_at = timezone.now()
+        metrics.emit(metrics.stream_started, self.spec.name, config=self.configuration())
+        if self._restart_cause is not None:
+            attempt, cause = self._restart_cause
+            self._restart_cause = None
+            metrics.emit(metrics.stream_restarted, self.spec.name, attempt=attempt, cause=cause)
         checkpoint = self.spec.checkpoint
         self.policy = ProcessedAnchorPolicy(
             self.store,
@@ -205,6 +265,8 @@ class StreamConsumer:
                     if burst:
                         break
                     continue
+                if self.lease_valid is not None and not self.lease_valid():
+                    raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
                 self._handle(event, source)
                 event = None
                 self.policy.flush_if_due()
@@ -250,7 +312,10 @@ class StreamConsumer:
             close_old_connections()
 
     def _close(self, cursor: ChangeCursor) -> None:
-        if self.policy is not None and not self.policy.flush():
+        lost = self.lease_valid is not None and not self.lease_valid()
+        if lost and self.policy is not None:
+            self.policy.cancel()  # the fence would refuse it: the new leader owns the anchors
+        elif self.policy is not None and not self.policy.flush():
             logger.warning("stream %r: the processed anchor could not be flushed", self.spec.name)
         try:
             cursor.close()
@@ -281,6 +346,7 @@ class StreamConsumer:
             opened = self._try_open(source, seen)
             if opened is not None:
                 if processed is not None:
+                    metrics.emit(metrics.resume_fallback_to_seen, name)
                     logger.warning(
                         "stream %r: the processed anchor aged out of the oplog; resuming from "
                         "the last certified position (events in between were handled)",
@@ -310,6 +376,7 @@ class StreamConsumer:
 
     def _history_lost(self, source: ChangeSource, saved: Checkpoint) -> _Opened:
         name, strategy = self.spec.name, self.spec.checkpoint.on_history_lost
+        metrics.emit(metrics.resume_history_lost, name)
         if strategy == "FAIL":
             known = [
                 t
@@ -341,34 +408,277 @@ class StreamConsumer:
         if operation == "invalidate":
             self._invalidated(event, source)
         assert self.policy is not None
+        name = self.spec.name
         # save_now gets the context as an argument: a closure over ctx would make a
         # reference cycle per event for the garbage collector to find.
-        ctx = ChangeContext(event, stream_name=self.spec.name, save_now=self._save_now)
+        ctx = ChangeContext(
+            event, stream_name=name, save_now=self._save_now, send_to_dlq=self._send_to_dlq
+        )
+        if metrics.event_received.has_listeners(name):
+            metrics.emit(
+                metrics.event_received,
+                name,
+                event_id=ctx.event_id,
+                operation_type=operation,
+                collection=ctx.collection_name,
+                document_key=ctx.document_key,
+                cluster_time=ctx.cluster_time,
+                wall_time=ctx.wall_time,
+            )
         lifecycle = operation in LIFECYCLE_OPERATIONS
         if lifecycle:
             self._invalidate_cause = operation
-        handler = self.spec.handler_for(operation)
-        if self.spec.transactional and not lifecycle:
-            with transaction.atomic(using=self.spec.transaction_using):
-                self._dispatch(handler, ctx)
-                if not ctx.saved_manually:
-                    self.policy.on_settled(event["_id"], _anchor_at(ctx), strict=True)
-        else:
-            self._dispatch(handler, ctx)
-            if not lifecycle and not ctx.saved_manually:
-                self.policy.on_settled(event["_id"], _anchor_at(ctx))
+        started = time.perf_counter()
+        success = self._attempt_loop(self.spec.handler_for(operation), ctx, lifecycle)
+        if metrics.event_processed.has_listeners(name):
+            metrics.emit(
+                metrics.event_processed,
+                name,
+                duration=time.perf_counter() - started,
+                success=success,
+            )
+        if success is None:
+            return  # a stop interrupted the retry backoff: unsettled, redelivered later
         self.events_handled += 1
         self.last_event_at = timezone.now()
         self._heartbeat.on_event()
 
+    def _attempt_loop(
+        self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool
+    ) -> bool | None:
+        """Run the handler until the event is settled: True on success, False when
+        it was skipped or parked in the DLQ, None when a stop interrupted a backoff.
+
+        Raises (leaving the event unsettled, so the stream restarts and it is
+        redelivered) when the filter fails, when the event failed for good without
+        a dead-letter queue, or when its DLQ write failed.
+        """
+        retry = self.spec.retry_policy or NO_RETRY
+        attempt = 1
+        while True:
+            ctx.attempt_number = attempt
+            error = self._try_once(handler, ctx, lifecycle)
+            if error is None:
+                return True
+            self.errors += 1
+            self.last_error = error
+            action = self._error_action(error, ctx)
+            if action is ErrorAction.SKIP:
+                self._event_error(error, ctx, will_retry=False)
+                logger.warning(
+                    "stream %r: skipped %s after: %r", self.spec.name, ctx.summary(), error
+                )
+                self._settle(ctx, lifecycle)
+                return False
+            if action is ErrorAction.RETRY:
+                again = attempt < retry.max_attempts
+            elif action is ErrorAction.RETHROW:
+                again = retry.should_retry(error, attempt)
+            else:
+                again = False
+            self._event_error(error, ctx, will_retry=again)
+            if not again:
+                self._dead_letter(error, ctx, lifecycle)
+                return False
+            delay = retry.delay(attempt) * (random.uniform(0.8, 1.2) if retry.jitter else 1.0)
+            logger.warning(
+                "stream %r: %s failed (%s); retry %d/%d in %.2fs",
+                self.spec.name,
+                ctx.summary(),
+                error,
+                attempt,
+                retry.max_attempts - 1,
+                delay,
+            )
+            self.retries += 1
+            if self._wait(delay):
+                return None
+            attempt += 1
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep the retry backoff; True if a stop request cut it short."""
+        if self._sleep is not None:
+            return self._sleep(seconds) or self._stop.is_set()
+        return self._stop.wait(seconds)
+
+    def _try_once(
+        self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool
+    ) -> Exception | None:
+        """One attempt; the handler's exception, or None once the event is settled.
+
+        A transactional stream runs the handler and the anchor write in one
+        transaction, so a failed attempt leaves no effects behind.
+        """
+        if self.spec.transactional and not lifecycle:
+            try:
+                with transaction.atomic(using=self.spec.transaction_using):
+                    self._dispatch(handler, ctx)
+                    if not ctx.saved_manually:
+                        self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=True)
+            except _HandlerFailed as failed:
+                return failed.error
+            return None
+        try:
+            self._dispatch(handler, ctx)
+        except _HandlerFailed as failed:
+            return failed.error
+        if not lifecycle and not ctx.saved_manually:
+            self.policy.on_settled(ctx.resume_token, _anchor_at(ctx))
+        return None
+
     def _dispatch(self, handler: Callable[..., Any] | None, ctx: ChangeContext) -> None:
         if handler is None:
             return  # no handler for this operation: settled
-        if self.spec.filter is not None and not self._caller.call(
-            self.spec.filter, ctx.full_document, ctx
-        ):
-            return  # rejected by the filter: settled
-        self._caller.call(handler, ctx.full_document, ctx)
+        if self.spec.filter is not None:
+            try:
+                accepted = self._caller.call(self.spec.filter, ctx.full_document, ctx)
+            except Exception as exc:
+                raise FilterError(f"stream {self.spec.name!r}: the filter raised {exc!r}") from exc
+            if not accepted:
+                return  # rejected by the filter: settled
+        try:
+            self._caller.call(handler, ctx.full_document, ctx)
+        except Exception as exc:
+            raise _HandlerFailed(exc) from exc
+
+    def _error_action(self, error: Exception, ctx: ChangeContext) -> ErrorAction:
+        """Ask the stream's ``on_error`` handler (exact type, parent, catch-all)."""
+        handler = self.spec.error_handler_for(error)
+        if handler is None:
+            return ErrorAction.RETHROW
+        try:
+            decision = handler(error, ctx)
+            return ErrorAction.RETHROW if decision is None else ErrorAction(decision)
+        except Exception:
+            logger.exception(
+                "stream %r: the on_error handler failed; applying the retry policy", self.spec.name
+            )
+            return ErrorAction.RETHROW
+
+    def _event_error(self, error: Exception, ctx: ChangeContext, *, will_retry: bool) -> None:
+        metrics.emit(
+            metrics.event_error,
+            self.spec.name,
+            error=error,
+            will_retry=will_retry,
+            attempt=ctx.attempt_number,
+            event_id=ctx.event_id,
+        )
+
+    def _settle(self, ctx: ChangeContext, lifecycle: bool) -> None:
+        if lifecycle or ctx.saved_manually:
+            return
+        strict = self.spec.transactional
+        self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=strict)
+
+    # -- the dead-letter queue ---------------------------------------------------------
+
+    @property
+    def dlq_store(self) -> DlqStore:
+        if self._dlq_store is None:
+            from .stores import dlq_stores
+
+            queue = self.spec.dead_letter_queue
+            self._dlq_store = dlq_stores[queue.store if queue is not None else "default"]
+        return self._dlq_store
+
+    def _dead_letter(self, error: Exception, ctx: ChangeContext, lifecycle: bool) -> None:
+        """Park the event and settle it (in one transaction for transactional streams)."""
+        queue = self.spec.dead_letter_queue
+        if queue is None or not queue.enabled:
+            logger.error(
+                "stream %r: %s failed for good and the stream has no dead-letter queue; "
+                "restarting to redeliver it",
+                self.spec.name,
+                ctx.summary(),
+            )
+            raise UnhandledEventError(
+                f"stream {self.spec.name!r}: {ctx.summary()} failed: {error!r}"
+            ) from error
+        policy = DlqPolicy(
+            queue.retention_days, queue.include_original_document, queue.include_stack_trace
+        )
+        info = make_error_info(error, include_stack_trace=queue.include_stack_trace)
+        if self.spec.transactional:
+            with transaction.atomic(using=self.spec.transaction_using):
+                self._write_dead_letter(ctx, info, policy)
+                self._settle(ctx, lifecycle)
+        else:
+            self._write_dead_letter(ctx, info, policy)
+            self._settle(ctx, lifecycle)
+
+    def _write_dead_letter(self, ctx: ChangeContext, info: ErrorInfo, policy: DlqPolicy) -> None:
+        now = timezone.now()
+        entry = DeadLetter(
+            id=dead_letter_id(self.spec.name, ctx.resume_token),
+            stream_name=self.spec.name,
+            operation_type=ctx.operation_type,
+            error=info,
+            attempts=ctx.attempt_number,
+            created_at=now,
+            first_attempt_at=now,
+            last_attempt_at=now,
+            document_key=ctx.document_key,
+            full_document=ctx.full_document if policy.include_original_document else None,
+            resume_token=ctx.resume_token,
+            expires_at=policy.compute_expires_at(now),
+            metadata=ctx.metadata,
+        )
+        try:
+            self.dlq_store.save(entry, policy)
+        except Exception as exc:
+            metrics.emit(metrics.event_dlq_failed, self.spec.name, error=exc)
+            logger.error("stream %r: the dead-letter write failed: %s", self.spec.name, exc)
+            raise DeadLetterWriteError(
+                f"stream {self.spec.name!r}: could not park {ctx.summary()}: {exc}"
+            ) from exc
+        self.dead_lettered += 1
+        self.dlq_dirty.set()
+        metrics.emit(metrics.event_sent_to_dlq, self.spec.name, entry_id=entry.id)
+        logger.error(
+            "stream %r: %s parked in the dead-letter queue as %s (%s: %s)",
+            self.spec.name,
+            ctx.summary(),
+            entry.id,
+            info.type,
+            info.message,
+        )
+
+    def _send_to_dlq(self, ctx: ChangeContext, reason: str) -> None:
+        """``ctx.send_to_dlq(reason)``: park now; a failed write raises into the handler."""
+        queue = self.spec.dead_letter_queue
+        policy = (
+            DlqPolicy(
+                queue.retention_days, queue.include_original_document, queue.include_stack_trace
+            )
+            if queue is not None
+            else DlqPolicy(0, True, True)
+        )
+        self._write_dead_letter(ctx, ErrorInfo(MANUAL_DLQ_TYPE, reason, None), policy)
+
+    def configuration(self) -> dict[str, Any]:
+        """The stream's settings as ``stream_started`` reports them."""
+        spec = self.spec
+        return {
+            "stream": spec.name,
+            "collection": spec.collection,
+            "database": spec.database,
+            "deployment_mode": spec.deployment_mode,
+            "checkpoint": dataclasses.asdict(spec.checkpoint),
+            "retry": None
+            if spec.retry_policy is None
+            else {
+                "max_attempts": spec.retry_policy.max_attempts,
+                "initial_delay": spec.retry_policy.initial_delay,
+                "max_delay": spec.retry_policy.max_delay,
+                "multiplier": spec.retry_policy.multiplier,
+                "jitter": spec.retry_policy.jitter,
+            },
+            "dlq": None
+            if spec.dead_letter_queue is None
+            else dataclasses.asdict(spec.dead_letter_queue),
+            "handlers": sorted(spec.handlers) + (["change"] if spec.on_change else []),
+        }
 
     def _save_now(self, ctx: ChangeContext) -> bool:
         operation = ctx.operation_type
@@ -384,6 +694,7 @@ class StreamConsumer:
     def _invalidated(self, event: Mapping[str, Any], source: ChangeSource) -> None:
         cause = self._invalidate_cause or "drop"
         name = self.spec.name
+        metrics.emit(metrics.stream_invalidated, name, cause=cause)
         # No anchor write may land between reading the dead anchor and the guarded
         # reset below: the flusher would defeat the guard.
         if self.policy is not None:
@@ -410,6 +721,14 @@ class StreamConsumer:
             f"stream {name!r}: the collection was {'renamed' if cause == 'rename' else 'dropped'}"
             " (invalidate); the stream stopped. Reset its checkpoint to start it again."
         )
+
+
+class _HandlerFailed(Exception):
+    """Carries a handler's exception out of ``_dispatch`` (and its atomic block)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _Opened:
@@ -472,8 +791,9 @@ class _Heartbeat:
                 store.save_heartbeat(name, at)
             else:
                 store.save_seen(name, position, at, heartbeat_at=at)
-        except Exception:
+        except Exception as exc:
             self.failures += 1
+            metrics.emit(metrics.heartbeat_failed, name, error=exc)
             logger.warning("stream %r: heartbeat write failed", name, exc_info=True)
             return
         self.certified = position

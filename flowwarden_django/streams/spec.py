@@ -171,6 +171,7 @@ class StreamSpec:
     collection: str
     database: str | None = None
     client: str = "default"
+    lock_service: str = "default"
     full_document: str = "default"
     full_document_before_change: str = "off"
     deployment_mode: str = "ALL_INSTANCES"

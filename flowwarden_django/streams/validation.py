@@ -7,6 +7,7 @@ Django system-check messages (``flowwarden_django.E1xx`` / ``W1xx``).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -83,12 +84,19 @@ def validate_spec(spec: StreamSpec) -> list[Problem]:
     )
     _choice(out, "deployment_mode", spec.deployment_mode, DEPLOYMENT_MODES)
     if spec.deployment_mode == "SINGLE_LEADER":
-        out.error(
-            "E104",
-            "deployment_mode",
-            "SINGLE_LEADER needs the lease service, which this version does not ship yet",
-            'Use deployment_mode="ALL_INSTANCES" and run the stream in one process.',
-        )
+        services: Mapping[str, Any] = fw_settings.LOCK_SERVICES or {}
+        if spec.lock_service not in services:
+            out.error(
+                "E104",
+                "lock_service",
+                f"{spec.lock_service!r} is not in FLOWWARDEN['LOCK_SERVICES'], which "
+                "SINGLE_LEADER needs for its lease",
+                f'Add FLOWWARDEN["LOCK_SERVICES"]["{spec.lock_service}"] = {{"BACKEND": '
+                '"flowwarden_django.streams.backends.orm.OrmLockService"}.',
+            )
+    _validate_retry_policy(out, spec)
+    _validate_dead_letter_queue(out, spec)
+    _validate_error_handlers(out, spec)
     _validate_connections(out, spec)
     return out.problems
 
@@ -123,14 +131,6 @@ def _validate_handlers(out: _Collector, spec: StreamSpec) -> None:
             "E107",
             "filter",
             "a filter cannot be combined with on_delete: delete events carry no document to filter",
-        )
-    if spec.on_error:
-        out.warning(
-            "W106",
-            "on_error",
-            "is declared but not applied yet: a handler that raises stops the event "
-            "unsettled, the stream restarts with its backoff and the event is redelivered",
-            "Error routing (SKIP, RETRY, DLQ, RETHROW) comes with the dead-letter queue.",
         )
     if spec.full_document_before_change != "off" and set(spec.handlers) == {"insert"}:
         out.warning(
@@ -206,6 +206,105 @@ def _validate_restart_policy(out: _Collector, spec: StreamSpec) -> None:
             "restart_policy.multiplier",
             f"must be at least 1, got {policy.multiplier!r}",
         )
+
+
+def _validate_retry_policy(out: _Collector, spec: StreamSpec) -> None:
+    policy = spec.retry_policy
+    if policy is None:
+        return
+    if isinstance(policy.max_attempts, bool) or not isinstance(policy.max_attempts, int):
+        out.error("E115", "retry_policy.max_attempts", "must be an integer")
+    elif policy.max_attempts < 1:
+        out.error(
+            "E115",
+            "retry_policy.max_attempts",
+            f"must be at least 1 (it counts the first attempt), got {policy.max_attempts}",
+        )
+    for attribute in ("initial_delay", "max_delay"):
+        try:
+            parse_duration(getattr(policy, attribute))
+        except ValueError as exc:
+            out.error("E115", f"retry_policy.{attribute}", str(exc))
+    if not isinstance(policy.multiplier, int | float) or policy.multiplier <= 0:
+        out.error(
+            "E115", "retry_policy.multiplier", f"must be more than 0, got {policy.multiplier!r}"
+        )
+    for attribute in ("retry_on", "no_retry_on"):
+        for kind in getattr(policy, attribute):
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                out.error(
+                    "E115", f"retry_policy.{attribute}", f"{kind!r} is not an exception class"
+                )
+
+
+def _validate_dead_letter_queue(out: _Collector, spec: StreamSpec) -> None:
+    queue = spec.dead_letter_queue
+    if queue is None:
+        if spec.retry_policy is not None or spec.on_error:
+            out.warning(
+                "W106",
+                "dead_letter_queue",
+                "none declared: an event that fails for good is not dropped; the stream "
+                "restarts and the event is redelivered until it succeeds",
+                "Add @dead_letter_queue() to park such events and keep the stream going.",
+            )
+        return
+    if (
+        isinstance(queue.retention_days, bool)
+        or not isinstance(queue.retention_days, int)
+        or queue.retention_days < 0
+    ):
+        out.error(
+            "E116",
+            "dead_letter_queue.retention_days",
+            f"must be a whole number of days, 0 or more (0 = forever), got "
+            f"{queue.retention_days!r}",
+        )
+    stores: Mapping[str, Any] = fw_settings.DLQ_STORES or {}
+    if queue.enabled and queue.store not in stores:
+        out.error(
+            "E116",
+            "dead_letter_queue.store",
+            f"{queue.store!r} is not in FLOWWARDEN['DLQ_STORES'] "
+            f"(configured: {', '.join(sorted(stores)) or 'none'})",
+        )
+
+
+def _validate_error_handlers(out: _Collector, spec: StreamSpec) -> None:
+    claimed: dict[Any, Any] = {}
+    for types, handler in spec.on_error:
+        name = getattr(handler, "__name__", repr(handler))
+        for kind in types or ("catch-all",):
+            if kind != "catch-all" and not (
+                isinstance(kind, type) and issubclass(kind, BaseException)
+            ):
+                out.error("E117", f"on_error ({name})", f"{kind!r} is not an exception class")
+                continue
+            if kind in claimed:
+                label = kind if kind == "catch-all" else kind.__name__
+                out.error(
+                    "E117",
+                    f"on_error ({name})",
+                    f"{label} is already handled by {claimed[kind]}",
+                    "Each exception type (and the catch-all) may have one error handler.",
+                )
+            claimed[kind] = name
+        function = getattr(handler, "_flowwarden_unbound", handler)
+        try:
+            parameters = [
+                p
+                for p in inspect.signature(function).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            continue
+        expected = 3 if function is not handler else 2  # an unbound method also takes self
+        if len(parameters) != expected:
+            out.error(
+                "E117",
+                f"on_error ({name})",
+                "an error handler takes (exc, ctx) and returns an ErrorAction",
+            )
 
 
 def _validate_connections(out: _Collector, spec: StreamSpec) -> None:

@@ -1,0 +1,100 @@
+"""The checkpoint store as one consumer sees it: every write reported as a metric
+signal and, for a ``SINGLE_LEADER`` stream, fenced by the stream's lease."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from . import metrics
+from .checkpoint import Checkpoint, CheckpointStore
+
+
+class ObservedCheckpointStore(CheckpointStore):
+    """Wraps a consumer's store: ``checkpoint_saved`` after each successful write,
+    ``checkpoint_failed`` for each failure, and each write inside ``fence()``.
+
+    ``fence`` is the lease guard of a ``SINGLE_LEADER`` stream: it raises
+    ``LeaseLostError`` when the consumer's fencing token is no longer current,
+    so a consumer that lost its lease cannot move the anchors of the new leader.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        stream_name: str,
+        fence: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> None:
+        self.inner = store
+        self.stream_name = stream_name
+        self.fence = fence or contextlib.nullcontext
+
+    def _write(self, anchor: str, token: Any, write: Callable[[], None]) -> None:
+        try:
+            with self.fence():
+                write()
+        except Exception as exc:
+            metrics.emit(metrics.checkpoint_failed, self.stream_name, anchor=anchor, error=exc)
+            raise
+        metrics.emit(metrics.checkpoint_saved, self.stream_name, anchor=anchor, token=token)
+
+    # -- reads and whole-record operations: straight through -------------------------
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self._write("record", None, lambda: self.inner.save(checkpoint))
+
+    def find(self, stream_name: str) -> Checkpoint | None:
+        return self.inner.find(stream_name)
+
+    def delete(self, stream_name: str) -> None:
+        self.inner.delete(stream_name)
+
+    def list_checkpoints(self) -> list[Checkpoint]:
+        return self.inner.list_checkpoints()
+
+    # -- the partial writes a consumer makes ------------------------------------------
+
+    def save_seen(
+        self,
+        stream_name: str,
+        token: Mapping[str, Any],
+        at: datetime,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._write(
+            "seen", token, lambda: self.inner.save_seen(stream_name, token, at, heartbeat_at)
+        )
+
+    def save_processed(
+        self,
+        stream_name: str,
+        token: Mapping[str, Any],
+        at: datetime,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._write(
+            "processed",
+            token,
+            lambda: self.inner.save_processed(stream_name, token, at, heartbeat_at),
+        )
+
+    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
+        self._write("heartbeat", None, lambda: self.inner.save_heartbeat(stream_name, at))
+
+    def reset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Mapping[str, Any] | None,
+        expected_dead_processed_token: Mapping[str, Any] | None,
+        at: datetime,
+    ) -> None:
+        self._write(
+            "reset",
+            fresh_seen_token,
+            lambda: self.inner.reset_after_history_lost(
+                stream_name, fresh_seen_token, expected_dead_processed_token, at
+            ),
+        )
