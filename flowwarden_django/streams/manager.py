@@ -1,24 +1,42 @@
 """Running declared streams: ``StreamManager`` starts, stops and restarts consumers,
-each on its own thread."""
+each on its own thread, and one supervisor thread per manager that
+
+* holds the leases of ``SINGLE_LEADER`` streams (acquire as standby, renew as
+  leader, stop the consumer the moment the lease is lost);
+* publishes this process's view of its streams (``StreamWorker`` rows) and the
+  DLQ backlog, for the health view, the status command and the admin;
+* applies operators' requests (``StreamControl``: pause, resume, restart).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from ..conf import fw_settings
+from . import metrics
 from .clients import mongo_clients
+from .leadership import Leadership
+from .observed_store import ObservedCheckpointStore
 from .registry import StreamRegistry, stream_registry
 from .runtime import StreamConsumer, StreamState
 from .source import ChangeSource, PymongoChangeSource
-from .spec import StreamSpec
-from .stores import checkpoint_stores
+from .spec import StreamSpec, parse_duration
+from .stores import checkpoint_stores, lock_services
 
 logger = logging.getLogger("flowwarden_django.streams")
+
+#: Seconds between two DLQ backlog counts of a stream with no new dead letters.
+BACKLOG_REFRESH_SECONDS = 60.0
 
 
 def pymongo_source(spec: StreamSpec) -> ChangeSource:
@@ -36,23 +54,62 @@ def pymongo_source(spec: StreamSpec) -> ChangeSource:
     )
 
 
+def default_instance_id() -> str:
+    """``FLOWWARDEN["INSTANCE_ID"]``, else ``<hostname>:<pid>``."""
+    return fw_settings.INSTANCE_ID or f"{socket.gethostname()}:{os.getpid()}"
+
+
 class StreamManager:
     """Starts and stops stream consumers by name; one thread per running stream.
 
     ``start(name)`` builds the stream's spec afresh (a new instance of its class),
-    so a restart picks up the current declaration.
+    so a restart picks up the current declaration. A ``SINGLE_LEADER`` stream
+    runs only while this process holds its lease; until then it stands by and
+    the supervisor polls for the lease.
     """
 
     def __init__(
         self,
         registry: StreamRegistry | None = None,
         source_factory: Callable[[StreamSpec], ChangeSource] = pymongo_source,
+        *,
+        instance_id: str | None = None,
+        publish_status: bool = True,
     ) -> None:
         self.registry = registry or stream_registry
         self.source_factory = source_factory
+        self.instance_id = instance_id or default_instance_id()
+        self.publish_status = publish_status
         self._consumers: dict[str, StreamConsumer] = {}
         self._threads: dict[str, threading.Thread] = {}
-        self._lock = threading.Lock()
+        self._leaderships: dict[str, Leadership] = {}
+        self._wanted: dict[str, bool] = {}  # name -> burst
+        self._paused: set[str] = set()
+        self._handled_restarts: dict[str, datetime] = {}
+        self._backlog_at: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self._closing = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._next_status = float("-inf")
+
+    # -- settings ----------------------------------------------------------------------
+
+    @staticmethod
+    def _seconds(key: str) -> float:
+        return parse_duration(getattr(fw_settings, key))
+
+    @property
+    def tick(self) -> float:
+        """How often the supervisor wakes up."""
+        intervals = [self._seconds("STATUS_INTERVAL")]
+        if self._leaderships:
+            intervals += [
+                self._seconds("LEADER_RENEW_INTERVAL"),
+                self._seconds("STANDBY_POLL_INTERVAL"),
+            ]
+        return max(0.05, min(1.0, *(i / 4 for i in intervals)))
+
+    # -- starting and stopping ---------------------------------------------------------
 
     def startable(self) -> list[str]:
         """Names of the enabled, auto-started streams."""
@@ -62,24 +119,68 @@ class StreamManager:
         """The consumer of a started stream."""
         return self._consumers.get(name)
 
-    def start(self, name: str, *, burst: bool = False) -> StreamConsumer:
-        """Start one stream on a new thread (no-op if it is running)."""
+    def leadership(self, name: str) -> Leadership | None:
+        """The lease state of a ``SINGLE_LEADER`` stream this manager runs."""
+        return self._leaderships.get(name)
+
+    def start(self, name: str, *, burst: bool = False) -> StreamConsumer | None:
+        """Start one stream (no-op if it is running). A ``SINGLE_LEADER`` stream
+        starts only if this process gets its lease; else it stands by (``None``)."""
+        spec = self.registry.get(name)
+        if not spec.enabled:
+            raise ValueError(f"stream {name!r} is disabled (enabled=False)")
         with self._lock:
-            thread = self._threads.get(name)
-            if thread is not None and thread.is_alive():
-                return self._consumers[name]
-            spec = self.registry.get(name)
-            if not spec.enabled:
-                raise ValueError(f"stream {name!r} is disabled (enabled=False)")
-            consumer = StreamConsumer(
-                spec, checkpoint_stores[spec.checkpoint_store], self.source_factory
+            supervisor = self._supervisor
+            if self._closing.is_set() and (supervisor is None or not supervisor.is_alive()):
+                self._closing.clear()  # started again after stop_all()
+            self._wanted[name] = burst
+            self._paused.discard(name)
+            if spec.deployment_mode == "SINGLE_LEADER":
+                leadership = self._leadership_for(spec)
+                if not leadership.is_valid() and not leadership.try_lead():
+                    self._ensure_supervisor()
+                    return None
+                consumer = self._launch(spec, burst, leadership)
+            else:
+                consumer = self._launch(spec, burst, None)
+        self._ensure_supervisor()
+        return consumer
+
+    def _leadership_for(self, spec: StreamSpec) -> Leadership:
+        leadership = self._leaderships.get(spec.name)
+        if leadership is None:
+            leadership = self._leaderships[spec.name] = Leadership(
+                spec.name,
+                lock_services[spec.lock_service],
+                self.instance_id,
+                ttl=self._seconds("LEADER_LEASE_TTL"),
+                renew_interval=self._seconds("LEADER_RENEW_INTERVAL"),
+                poll_interval=self._seconds("STANDBY_POLL_INTERVAL"),
             )
-            thread = threading.Thread(
-                target=self._run, args=(consumer, burst), name=f"fw-stream-{name}", daemon=False
-            )
-            self._consumers[name], self._threads[name] = consumer, thread
-            thread.start()
-            return consumer
+        return leadership
+
+    def _launch(
+        self, spec: StreamSpec, burst: bool, leadership: Leadership | None
+    ) -> StreamConsumer:
+        name = spec.name
+        thread = self._threads.get(name)
+        if thread is not None and thread.is_alive():
+            return self._consumers[name]
+        store = checkpoint_stores[spec.checkpoint_store]
+        if leadership is not None:
+            store = ObservedCheckpointStore(store, name, fence=leadership.fence)
+        consumer = StreamConsumer(
+            spec,
+            store,
+            self.source_factory,
+            lease_valid=leadership.is_valid if leadership is not None else None,
+        )
+        thread = threading.Thread(
+            target=self._run, args=(consumer, burst), name=f"fw-stream-{name}", daemon=False
+        )
+        self._consumers[name], self._threads[name] = consumer, thread
+        thread.start()
+        return consumer
 
     def _run(self, consumer: StreamConsumer, burst: bool) -> None:
         try:
@@ -95,46 +196,257 @@ class StreamManager:
             self.start(name, burst=burst)
 
     def stop(self, name: str, timeout: float | None = 30) -> None:
-        """Stop one stream gracefully (its dirty anchor is flushed) and wait for it."""
-        consumer, thread = self._consumers.get(name), self._threads.get(name)
-        if consumer is None or thread is None:
-            return
-        consumer.stop()
-        thread.join(timeout)
+        """Stop one stream gracefully (its dirty anchor is flushed), wait for it, and
+        give up its lease."""
+        with self._lock:
+            self._wanted.pop(name, None)
+        self._halt(name, timeout)
 
-    def restart(self, name: str) -> StreamConsumer:
+    def _halt(self, name: str, timeout: float | None) -> None:
+        consumer, thread = self._consumers.get(name), self._threads.get(name)
+        if consumer is not None and thread is not None:
+            consumer.stop()
+            thread.join(timeout)
+        leadership = self._leaderships.get(name)
+        if leadership is not None and (thread is None or not thread.is_alive()):
+            leadership.release()
+
+    def restart(self, name: str) -> StreamConsumer | None:
         """Stop then start one stream."""
+        burst = self._wanted.get(name, False)
         self.stop(name)
-        return self.start(name)
+        return self.start(name, burst=burst)
 
     def stop_all(self, timeout: float | None = 30) -> None:
-        """Stop every stream: ask all first, then wait for each."""
+        """Stop every stream: ask all first, then wait for each, then release leases."""
+        with self._lock:
+            self._wanted.clear()
+        self._closing.set()
         for consumer in list(self._consumers.values()):
             consumer.stop()
         for thread in list(self._threads.values()):
             if thread.is_alive():
                 thread.join(timeout)
+        for name, leadership in list(self._leaderships.items()):
+            thread = self._threads.get(name)
+            if thread is None or not thread.is_alive():
+                leadership.release()
+        supervisor = self._supervisor
+        if supervisor is not None and supervisor is not threading.current_thread():
+            supervisor.join(timeout)
 
     def any_running(self) -> bool:
-        """Whether any started stream's thread is still alive."""
-        return any(thread.is_alive() for thread in list(self._threads.values()))
+        """Whether any stream's thread is alive, or a stream stands by for its lease."""
+        if any(thread.is_alive() for thread in list(self._threads.values())):
+            return True
+        return any(not burst for burst in self._standing_by().values())
+
+    def _standing_by(self) -> dict[str, bool]:
+        with self._lock:
+            return {
+                name: burst
+                for name, burst in self._wanted.items()
+                if name in self._leaderships and name not in self._paused
+            }
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until every started stream's thread has ended."""
         for thread in list(self._threads.values()):
             thread.join(timeout)
 
+    # -- the supervisor ----------------------------------------------------------------
+
+    def _ensure_supervisor(self) -> None:
+        with self._lock:
+            if self._closing.is_set():
+                return
+            if self._supervisor is not None and self._supervisor.is_alive():
+                return
+            self._supervisor = threading.Thread(
+                target=self._supervise, name="fw-stream-supervisor", daemon=True
+            )
+            self._supervisor.start()
+
+    def _supervise(self) -> None:
+        try:
+            while not self._closing.wait(self.tick):
+                try:
+                    self.supervise_once()
+                except Exception:
+                    logger.exception("stream supervisor: a pass failed")
+                    close_old_connections()
+            self._publish(final=True)
+        finally:
+            connections.close_all()
+
+    def supervise_once(self) -> None:
+        """One supervisor pass: leases, then (when due) status, controls and backlog."""
+        for name in list(self._leaderships):
+            self._supervise_lease(name)
+        now = time.monotonic()
+        if now >= self._next_status:
+            self._next_status = now + self._seconds("STATUS_INTERVAL")
+            self._apply_controls()
+            self._refresh_backlogs()
+            self._publish()
+
+    def _supervise_lease(self, name: str) -> None:
+        leadership = self._leaderships[name]
+        with self._lock:
+            burst = self._wanted.get(name)
+            wanted = burst is not None and name not in self._paused
+        consumer, thread = self._consumers.get(name), self._threads.get(name)
+        alive = thread is not None and thread.is_alive()
+        if leadership.lease is not None:
+            if not wanted:
+                return
+            if not alive and consumer is not None and consumer.state is StreamState.CRASHED:
+                # Terminal (history lost, invalidated, out of restarts): let another
+                # process try instead of holding the stream hostage.
+                logger.error("stream %r crashed; releasing its lease", name)
+                leadership.release()
+                with self._lock:
+                    self._wanted.pop(name, None)
+                return
+            if leadership.due() and not leadership.renew() and consumer is not None:
+                consumer.stop()  # it also stops by itself before its next event
+            return
+        if alive:
+            consumer.stop()  # the lease was lost but the consumer has not noticed yet
+            return
+        if wanted and leadership.due() and leadership.try_lead():
+            with self._lock:
+                if self._wanted.get(name) is not None:
+                    self._launch(self.registry.get(name), bool(burst), leadership)
+
+    # -- operator requests -------------------------------------------------------------
+
+    def _apply_controls(self) -> None:
+        from ..models import StreamControl
+
+        with self._lock:
+            names = set(self._wanted) | self._paused
+        if not names:
+            return
+        controls = {c.stream_name: c for c in StreamControl.objects.filter(stream_name__in=names)}
+        for name in names:
+            control = controls.get(name)
+            if control is None:
+                continue
+            if control.paused and name not in self._paused:
+                logger.info("stream %r paused by %s", name, control.updated_by or "an operator")
+                with self._lock:
+                    self._paused.add(name)
+                self._halt(name, timeout=30)
+            elif not control.paused and name in self._paused:
+                logger.info("stream %r resumed by %s", name, control.updated_by or "an operator")
+                with self._lock:
+                    self._paused.discard(name)
+                    burst = self._wanted.get(name, False)
+                self._resume(name, burst)
+            requested = control.restart_requested_at
+            if requested is not None and requested != self._handled_restarts.get(name):
+                self._handled_restarts[name] = requested
+                consumer = self._consumers.get(name)
+                started = consumer.started_at if consumer is not None else None
+                if name not in self._paused and (started is None or requested > started):
+                    logger.info("stream %r: restart requested by %s", name, control.updated_by)
+                    self._halt(name, timeout=30)
+                    with self._lock:
+                        burst = self._wanted.setdefault(name, False)
+                    self._resume(name, burst)
+
+    def _resume(self, name: str, burst: bool) -> None:
+        try:
+            self.start(name, burst=burst)
+        except Exception:
+            logger.exception("stream %r could not be started", name)
+
+    # -- status and backlog ------------------------------------------------------------
+
+    def _refresh_backlogs(self) -> None:
+        """Count DLQ backlogs: after a dead-letter write, else once a minute (coalesced,
+        off the streams' threads)."""
+        now = time.monotonic()
+        for name, consumer in list(self._consumers.items()):
+            queue = consumer.spec.dead_letter_queue
+            if queue is None or not queue.enabled:
+                continue
+            due = now - self._backlog_at.get(name, float("-inf")) >= BACKLOG_REFRESH_SECONDS
+            if not (consumer.dlq_dirty.is_set() or due):
+                continue
+            consumer.dlq_dirty.clear()
+            self._backlog_at[name] = now
+            try:
+                pending = consumer.dlq_store.count(name)
+            except Exception:
+                logger.warning("stream %r: counting the DLQ backlog failed", name, exc_info=True)
+                continue
+            if pending >= 0:  # -1: the store cannot count; never report a made-up zero
+                metrics.emit(metrics.dlq_backlog, name, pending=pending)
+
+    def state_of(self, name: str) -> tuple[str, str]:
+        """This process's ``(state, role)`` of one stream, as published."""
+        consumer, thread = self._consumers.get(name), self._threads.get(name)
+        leadership = self._leaderships.get(name)
+        role = leadership.role if leadership is not None else ""
+        if name in self._paused:
+            return "paused", role
+        if consumer is not None and thread is not None and thread.is_alive():
+            return consumer.state.value, role
+        if leadership is not None and name in self._wanted:
+            return "standby", role
+        if consumer is not None:
+            return consumer.state.value, role
+        return StreamState.STOPPED.value, role
+
+    def _publish(self, *, final: bool = False) -> None:
+        if not self.publish_status:
+            return
+        from ..models import StreamWorker
+
+        names = set(self._consumers) | set(self._wanted) | self._paused
+        now = timezone.now()
+        for name in sorted(names):
+            consumer = self._consumers.get(name)
+            state, role = self.state_of(name)
+            if final and state not in ("crashed", "paused"):
+                state, role = StreamState.STOPPED.value, ""
+            try:
+                StreamWorker.objects.update_or_create(
+                    stream_name=name,
+                    instance_id=self.instance_id,
+                    defaults={
+                        "state": state,
+                        "role": role,
+                        "started_at": consumer.started_at if consumer else None,
+                        "last_event_at": consumer.last_event_at if consumer else None,
+                        "events": consumer.events_handled if consumer else 0,
+                        "errors": consumer.errors if consumer else 0,
+                        "retries": consumer.retries if consumer else 0,
+                        "dead_lettered": consumer.dead_lettered if consumer else 0,
+                        "restarts": consumer.restarts if consumer else 0,
+                        "last_error": str(consumer.last_error or "") if consumer else "",
+                        "updated_at": now,
+                    },
+                )
+            except Exception:
+                logger.warning("stream %r: publishing its status failed", name, exc_info=True)
+                close_old_connections()
+
     def status(self) -> list[dict[str, Any]]:
-        """One row per declared stream: state, counts, last event, last error."""
+        """One row per declared stream, as this process sees it."""
         rows = []
         for name, spec in self.registry.specs().items():
             consumer = self._consumers.get(name)
+            state, role = self.state_of(name)
             rows.append(
                 {
                     "name": name,
                     "collection": f"{spec.database or '(default db)'}.{spec.collection}",
                     "enabled": spec.enabled,
-                    "state": (consumer.state if consumer else StreamState.STOPPED).value,
+                    "state": state,
+                    "role": role,
                     "events": consumer.events_handled if consumer else 0,
                     "restarts": consumer.restarts if consumer else 0,
                     "last_event_at": consumer.last_event_at if consumer else None,

@@ -55,6 +55,12 @@ FLOWWARDEN = {
     },
     # Short polls: a consumer that has caught up notices new events at once.
     "STREAM_MAX_AWAIT_MS": 50,
+    # Leader mode (tests/test_stream_leader_kill.py): this process's name and short leases.
+    "INSTANCE_ID": os.environ.get("FLOWWARDEN_CRASH_INSTANCE"),
+    "LEADER_LEASE_TTL": os.environ.get("FLOWWARDEN_CRASH_LEASE_TTL", "60s"),
+    "LEADER_RENEW_INTERVAL": os.environ.get("FLOWWARDEN_CRASH_RENEW_INTERVAL", "15s"),
+    "STANDBY_POLL_INTERVAL": os.environ.get("FLOWWARDEN_CRASH_POLL_INTERVAL", "20s"),
+    "STATUS_INTERVAL": "500ms",
 }
 
 LOGGING = {

@@ -8,6 +8,9 @@ environment (see ``settings.py``):
   autocommitted on its own, so a re-delivered event leaves a second row.
 * ``transactional``: the row and the processed anchor are written in one
   transaction on the ``default`` database (the ORM store is on it too).
+* ``leader``: transactional and ``SINGLE_LEADER`` (the ORM lease is on the same
+  database, so each anchor write is fenced inside that transaction); each row
+  records which instance handled the event (``Effect.stream``).
 """
 
 import os
@@ -19,12 +22,25 @@ STREAM_NAME = "crash-orders"
 MODE = os.environ.get("FLOWWARDEN_CRASH_MODE", "count")
 SAVE_EVERY_N = int(os.environ.get("FLOWWARDEN_CRASH_SAVE_EVERY_N", "50"))
 
-if MODE not in ("count", "transactional"):
-    raise ValueError(f"FLOWWARDEN_CRASH_MODE must be 'count' or 'transactional', not {MODE!r}")
-TRANSACTIONAL = MODE == "transactional"
+if MODE not in ("count", "transactional", "leader"):
+    raise ValueError(
+        f"FLOWWARDEN_CRASH_MODE must be 'count', 'transactional' or 'leader', not {MODE!r}"
+    )
+#: What each row records: the instance in leader mode, else the stream.
+HANDLER_LABEL = (
+    os.environ.get("FLOWWARDEN_CRASH_INSTANCE", STREAM_NAME) if MODE == "leader" else STREAM_NAME
+)
+TRANSACTIONAL = MODE in ("transactional", "leader")
+LEADER = MODE == "leader"
 
 
-@change_stream(name=STREAM_NAME, database="app", collection="orders", transactional=TRANSACTIONAL)
+@change_stream(
+    name=STREAM_NAME,
+    database="app",
+    collection="orders",
+    transactional=TRANSACTIONAL,
+    deployment_mode="SINGLE_LEADER" if LEADER else "ALL_INSTANCES",
+)
 @checkpoint(
     # A transactional stream writes every anchor with its event (save_every_n is moot).
     save_every_n=1 if TRANSACTIONAL else SAVE_EVERY_N,
@@ -35,4 +51,4 @@ class CrashOrders:
     """One ``Effect`` row per delivered insert."""
 
     def on_insert(self, doc):
-        Effect.objects.create(order_id=doc["seq"], stream=STREAM_NAME)
+        Effect.objects.create(order_id=doc["seq"], stream=HANDLER_LABEL)
