@@ -5,6 +5,7 @@ The kill test with real processes is ``tests/test_stream_leader_kill.py``.
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -132,13 +133,10 @@ def test_checkpoint_writes_with_a_stale_fencing_token_are_refused():
     fenced = ObservedCheckpointStore(store, STREAM, fence=leadership.fence)
     fenced.save_processed(STREAM, {"_data": "01"}, now_ms())
     # The lease expires (the process stalled) and host-b takes it over.
-    from datetime import timedelta
-
     clock[0] += timedelta(seconds=10)
     assert service.try_acquire(STREAM, "host-b:1", 5).token == 2
-    with pytest.raises(LeaseLostError):
-        with service.guard(leadership.lease):
-            pass
+    with pytest.raises(LeaseLostError), service.guard(leadership.lease):
+        pass
     # Even while this process still believes it leads, the store's guard refuses:
     leadership._valid_until = float("inf")
     with pytest.raises(LeaseLostError):
