@@ -4,10 +4,11 @@ with the setting's path and the fix, not with a traceback at first use.
 Ids: E001 ``FLOWWARDEN``, ``CHECKPOINT_STORES``, ``DLQ_STORES`` or ``LOCK_SERVICES`` is not
 a dict; E002 a backend cannot be imported; E003 a backend is not of its SPI; E004 ``OPTIONS``
 do not fit the backend; E005 an optional extra is missing; E006 an alias named in
-``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value;
-E009 ``USE_TZ`` is off; W001 pymongo (``bson``) is missing, so no resume token can
-be stored. Declared streams: E101-E113 and W101-W106 (``streams/validation.py``);
-E114 a ``MONGO_CLIENTS`` alias without a MongoDB URL.
+``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value; E009
+``USE_TZ`` is off; E010 a lease or status interval is not a positive duration; E011 the
+lease renewal interval is more than half the TTL; W001 pymongo (``bson``) is missing, so
+no resume token can be stored. Declared streams: E101-E113, E115-E117 and W101-W106
+(``streams/validation.py``); E114 a ``MONGO_CLIENTS`` alias without a MongoDB URL.
 """
 
 from __future__ import annotations
@@ -215,4 +216,50 @@ def check_mongo_clients(app_configs: Any = None, **kwargs: Any) -> list[checks.C
                     id="flowwarden_django.E114",
                 )
             )
+    return errors
+
+
+_DURATION_SETTINGS = (
+    "LEADER_LEASE_TTL",
+    "LEADER_RENEW_INTERVAL",
+    "STANDBY_POLL_INTERVAL",
+    "STATUS_INTERVAL",
+)
+
+
+@checks.register()
+def check_intervals(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Lease and status intervals are positive durations, and a leader renews its lease
+    well before it expires."""
+    from .streams.spec import parse_duration
+
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    values: dict[str, float] = {}
+    errors: list[checks.CheckMessage] = []
+    for key in _DURATION_SETTINGS:
+        raw = getattr(fw_settings, key)
+        try:
+            values[key] = parse_duration(raw)
+        except (TypeError, ValueError):
+            values[key] = -1
+        if values[key] <= 0:
+            errors.append(
+                checks.Error(
+                    f'{SETTING_NAME}["{key}"] = {raw!r} is not a positive duration.',
+                    hint='Use a number of seconds or a string like "500ms", "15s" or "2m".',
+                    id="flowwarden_django.E010",
+                )
+            )
+    ttl, renew = values["LEADER_LEASE_TTL"], values["LEADER_RENEW_INTERVAL"]
+    if not errors and renew * 2 > ttl:
+        errors.append(
+            checks.Error(
+                f'{SETTING_NAME}["LEADER_RENEW_INTERVAL"] ({renew:g} s) must be at most half '
+                f'of {SETTING_NAME}["LEADER_LEASE_TTL"] ({ttl:g} s): one failed renewal would '
+                "otherwise lose the lease.",
+                hint="The defaults are a 60 s TTL renewed every 15 s.",
+                id="flowwarden_django.E011",
+            )
+        )
     return errors

@@ -128,3 +128,17 @@ def test_missing_pymongo_is_a_warning_naming_the_extra(monkeypatch):
     message = only(errors_for({"default": {"BACKEND": ORM}}))
     assert message.id == "flowwarden_django.W001"
     assert "flowwarden-django[mongo]" in message.hint
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"LEADER_LEASE_TTL": "soon"}, "flowwarden_django.E010"),
+        ({"STATUS_INTERVAL": 0}, "flowwarden_django.E010"),
+        ({"LEADER_LEASE_TTL": "10s", "LEADER_RENEW_INTERVAL": "6s"}, "flowwarden_django.E011"),
+    ],
+)
+def test_lease_and_status_intervals_are_checked(settings, changes, code):
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, **changes}
+    messages = [m for m in run_checks() if m.id in (code,)]
+    assert len(messages) == 1 and list(changes)[-1] in messages[0].msg
