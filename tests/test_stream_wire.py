@@ -1086,3 +1086,64 @@ def test_live_oplog_boundary_and_history_lost_code(live):
         finally:
             cursor.close()
     assert is_history_lost(info.value), info.value.details
+
+
+# -- 8. the dead-letter queue ---------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_poison_event_is_parked_after_its_retries_and_settles_when_replayed(server):
+    """The poison event is tried three times, parked in the ORM DLQ (with the anchor, in one
+    transaction), the stream goes on; after the handler is fixed, replaying the entry runs it
+    through the stream's handler once and marks it REPLAYED."""
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore, OrmDlqStore
+    from flowwarden_django.streams.registry import stream_registry
+    from flowwarden_django.streams.replay import replay_dead_letter
+    from flowwarden_django.streams.spec import DeadLetterQueueSpec, RetryPolicySpec
+    from tests.testapp.models import Effect
+
+    store, dlq = OrmCheckpointStore(), OrmDlqStore()
+    bootstrap(server, store)
+    server.insert(1, 2, 3)
+    fixed = threading.Event()
+    attempts: Counter[int] = Counter()
+    tokens: dict[int, Mapping[str, Any]] = {}
+
+    def handler(doc, ctx):
+        n = doc["_id"]
+        attempts[n] += 1
+        tokens[n] = ctx.resume_token
+        Effect.objects.create(order_id=n, stream=STREAM)
+        if n == 2 and not fixed.is_set():
+            raise RuntimeError("order 2 is poison")
+
+    spec = stream(
+        server,
+        handler,
+        transactional=True,
+        retry_policy=RetryPolicySpec(max_attempts=3, initial_delay="5ms", jitter=False),
+        dead_letter_queue=DeadLetterQueueSpec(retention_days=7),
+    )
+    stream_registry.add_spec(spec)
+    try:
+        running = burst(spec, store)
+        assert attempts == {1: 1, 2: 3, 3: 1} and running.restarts == 0
+        assert sorted(Effect.objects.values_list("order_id", flat=True)) == [1, 3]
+        assert store.find(STREAM).last_processed_token == tokens[3]
+        (entry,) = dlq.find_by_stream(STREAM)
+        assert (entry.status, entry.attempts, entry.operation_type) == ("PENDING", 3, "insert")
+        assert entry.error.message == "order 2 is poison" and "Traceback" in entry.error.stack_trace
+        assert entry.full_document == {"_id": 2, "n": 2} and entry.resume_token == tokens[2]
+        assert dlq.count(STREAM) == 1
+
+        fixed.set()  # the handler is fixed and deployed
+        outcome = replay_dead_letter(entry.id, by="operator")
+        assert outcome.succeeded and outcome.status == "REPLAYED"
+        assert sorted(Effect.objects.values_list("order_id", flat=True)) == [1, 2, 3]
+        replayed = dlq.find_by_id(entry.id)
+        assert replayed.status == "REPLAYED" and replayed.replay_count == 1
+        assert replayed.resolved_by == "operator" and dlq.count(STREAM) == 0
+        assert not replay_dead_letter(entry.id).succeeded  # settled: a second replay is refused
+        assert Effect.objects.filter(order_id=2).count() == 1
+    finally:
+        stream_registry.unregister(STREAM)

@@ -141,7 +141,15 @@ class DlqStore(ABC):
 
     @abstractmethod
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        """Upsert *entry* by id (a second save with the same id overwrites it)."""
+        """Upsert *entry* by id (a second save with the same id overwrites it).
+
+        One atomic operation: two concurrent saves of one id leave one entry. The
+        caller has applied the policy already (``include_*`` flags, ``expires_at``
+        from ``retention_days``); a store keeps ``expires_at`` as given and may
+        map it to native expiry. Raises ``TypeError``/``ValueError`` for an
+        invalid entry (naive datetimes, an unknown status, a non-document BSON
+        field), storing nothing.
+        """
 
     def find_by_id(self, entry_id: str) -> DeadLetter | None:
         """One entry, or ``None``."""
@@ -150,7 +158,8 @@ class DlqStore(ABC):
     def find_by_stream(
         self, stream_name: str, *, status: str | None = None, limit: int | None = None
     ) -> list[DeadLetter]:
-        """A stream's entries, newest first, optionally of one status."""
+        """A stream's entries, newest ``created_at`` first, optionally of one status;
+        *limit* keeps the newest."""
         return []
 
     def count(self, stream_name: str) -> int:
@@ -171,7 +180,9 @@ class DlqStore(ABC):
 
         False when the entry is missing or in another status. Settling statuses
         (``REPLAYED``/``ACKNOWLEDGED``/``DISCARDED``) also record ``resolved_at``
-        = *at*, ``resolved_by`` and ``note``; ``REPLAYED`` also counts the replay.
+        = *at*, ``resolved_by`` and ``note``; ``REPLAYED`` also counts the replay
+        (``replay_count`` + 1, ``last_replayed_at`` = *at*). Other target statuses
+        change the status alone. Two callers racing for the same move: one wins.
         """
         raise NotImplementedError(f"{type(self).__name__} does not support status changes")
 
@@ -181,7 +192,11 @@ class DlqStore(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not support replay")
 
     def purge_expired(self, now: datetime) -> int:
-        """Delete entries whose ``expires_at`` is past; return how many."""
+        """Delete entries whose ``expires_at`` is before *now*; return how many.
+
+        Backends that also expire entries natively (a MongoDB TTL index) may have
+        deleted some already, and then report fewer.
+        """
         return 0
 
     def delete(self, entry_id: str) -> None:  # noqa: B027  (optional hook)

@@ -9,7 +9,23 @@ while the lease is current, and a holder whose lease was taken over gets
 
 The service is stateless: callers pass the owner and the TTL on every call.
 ``try_acquire`` and ``renew`` turn transient backend errors into ``None`` (a
-failed renewal is treated as a lost lease); they do not raise.
+failed renewal is treated as a lost lease) and log a warning; they do not raise.
+Caller mistakes still raise: a TTL that is not positive or an empty owner is a
+``ValueError``.
+
+Rules every backend follows (``flowwarden_django.testkit.LockServiceContract``
+checks them):
+
+* A lease is valid while ``now < expires_at``; at ``expires_at`` it has expired.
+* Names and owners are compared exactly (case and trailing spaces count).
+* Tokens start at 1 and never restart for a name, even after a release.
+* A new tenure gets a new token: acquiring a free or expired lease, including
+  one whose lapsed holder is the same owner. Only re-acquiring a lease the owner
+  still validly holds keeps the token (and its ``acquired_at``) and moves
+  ``expires_at``.
+* Expiry is judged by the clock of the process making the call (the stores
+  keep absolute expiry times), so hosts sharing a lease need synchronized clocks
+  (NTP), and the TTL must be much larger than their skew.
 """
 
 from __future__ import annotations

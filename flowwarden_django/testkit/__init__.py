@@ -10,6 +10,8 @@
           def make_store(self):
               return MyStore(...)
 
+* ``LockServiceContract``: the same for lock services (``make_service``).
+* ``DlqStoreContract``: the same for dead-letter stores (``make_store``).
 * ``fake_source``: an in-process change source for fast stream tests.
 * ``scripted_mongo.ScriptedReplicaSet``: a wire-level fake replica-set primary that
   the real pymongo driver talks to (needs ``mockupdb``).
@@ -18,6 +20,8 @@
 from typing import Any
 
 __all__ = ["CheckpointStoreContract"]
+__all__ += ["LockServiceContract"]
+__all__ += ["DlqStoreContract"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +30,12 @@ def __getattr__(name: str) -> Any:
         from .checkpoint_store import CheckpointStoreContract
 
         return CheckpointStoreContract
+    if name == "LockServiceContract":
+        from .lock_service import LockServiceContract
+
+        return LockServiceContract
+    if name == "DlqStoreContract":
+        from .dlq_store import DlqStoreContract
+
+        return DlqStoreContract
     raise AttributeError(name)

@@ -1,10 +1,274 @@
-"""MongoDlqStore: being written (issue 4)."""
+"""Dead-letter store on MongoDB, in the reference's ``_fw_dlq`` layout.
 
-from ..dlq import DlqStore
+Document: ``{_id, streamName, operationType, documentKey, fullDocument,
+resumeToken, error: {type, message, stackTrace}, attempts, status,
+firstAttemptAt, lastAttemptAt, createdAt, expiresAt, metadata}`` plus the replay
+fields ``replayCount``, ``lastReplayedAt``, ``resolvedAt``, ``resolvedBy`` and
+``note``. BSON values are stored as BSON, so they keep their types.
+
+Indexes, created once on first use: a TTL index on ``expiresAt``
+(``expireAfterSeconds: 0``, so the server deletes an entry once it expires;
+the reference's rc.2 fix) and ``{streamName: 1, status: 1}`` for ``count``.
+``save`` is one ``replace_one(upsert=True)``; each status change is one
+``update_one`` whose filter holds the expected statuses, so it is a
+compare-and-set. ``count`` is ``count_documents`` (never an estimate).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core import checks
+
+from ..checkpoint import as_utc
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..stores import dlq_stores
+from ..tokens import normalize_token
+from ._dlq_common import (
+    check_aware,
+    check_entry,
+    check_error,
+    check_limit,
+    check_transition,
+    missing_extra,
+    settles,
+)
+from ._extras import ms_precision
+
+DEFAULT_COLLECTION = "_fw_dlq"
+DEFAULT_DATABASE = "flowwarden"
+
+#: The indexes the store creates: (keys, options).
+INDEXES = (
+    ([("expiresAt", 1)], {"expireAfterSeconds": 0}),
+    ([("streamName", 1), ("status", 1)], {}),
+)
+
+
+def _error(error: ErrorInfo) -> dict[str, Any]:
+    return {"type": error.type, "message": error.message, "stackTrace": error.stack_trace}
+
+
+def _document(entry: DeadLetter) -> dict[str, Any]:
+    return {
+        "streamName": entry.stream_name,
+        "operationType": entry.operation_type,
+        "documentKey": normalize_token(entry.document_key),
+        "fullDocument": normalize_token(entry.full_document),
+        "resumeToken": normalize_token(entry.resume_token),
+        "error": _error(entry.error),
+        "attempts": entry.attempts,
+        "status": entry.status,
+        "firstAttemptAt": ms_precision(entry.first_attempt_at),
+        "lastAttemptAt": ms_precision(entry.last_attempt_at),
+        "createdAt": ms_precision(entry.created_at),
+        "expiresAt": ms_precision(entry.expires_at),
+        "metadata": dict(entry.metadata),
+        "replayCount": entry.replay_count,
+        "lastReplayedAt": ms_precision(entry.last_replayed_at),
+        "resolvedAt": ms_precision(entry.resolved_at),
+        "resolvedBy": entry.resolved_by,
+        "note": entry.note,
+    }
+
+
+def _entry(document: Mapping[str, Any]) -> DeadLetter:
+    error = document.get("error") or {}
+    return DeadLetter(
+        id=document["_id"],
+        stream_name=document["streamName"],
+        operation_type=document["operationType"],
+        document_key=normalize_token(document.get("documentKey")),
+        full_document=normalize_token(document.get("fullDocument")),
+        resume_token=normalize_token(document.get("resumeToken")),
+        error=ErrorInfo(error.get("type", ""), error.get("message", ""), error.get("stackTrace")),
+        attempts=document.get("attempts", 0),
+        status=document.get("status", PENDING),
+        first_attempt_at=as_utc(document["firstAttemptAt"]),
+        last_attempt_at=as_utc(document["lastAttemptAt"]),
+        created_at=as_utc(document["createdAt"]),
+        expires_at=as_utc(document.get("expiresAt")),
+        metadata=document.get("metadata") or {},
+        replay_count=document.get("replayCount", 0),
+        last_replayed_at=as_utc(document.get("lastReplayedAt")),
+        resolved_at=as_utc(document.get("resolvedAt")),
+        resolved_by=document.get("resolvedBy", ""),
+        note=document.get("note", ""),
+    )
 
 
 class MongoDlqStore(DlqStore):
-    """Placeholder."""
+    """Stores dead letters in a MongoDB collection (``_fw_dlq`` by default).
 
-    def save(self, entry, policy):
-        raise NotImplementedError
+    Connect with a ``url`` (its default database is used unless ``database`` is
+    given) or hand over a ready pymongo-compatible ``client``. Writes use
+    ``w="majority"`` unless ``write_concern`` says otherwise. For a collection
+    per stream (the reference's ``@MongoDlqOptions``), configure one
+    ``DLQ_STORES`` alias per collection and name it in the stream's
+    ``dead_letter_queue(store=...)``.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        client: Any = None,
+        database: str | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        write_concern: str | int = "majority",
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if (url is None) == (client is None):
+            raise TypeError("give exactly one of url and client")
+        self.url = url
+        self.database_name = database
+        self.collection_name = collection
+        self.write_concern = write_concern
+        self.client_options = dict(client_options or {})
+        self._client = client
+        self._owns_client = client is None
+        self._collection: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def collection(self) -> Any:
+        """The pymongo collection, connected (and its indexes created) on first use."""
+        if self._collection is None:
+            with self._lock:
+                if self._collection is None:
+                    collection = self._open()
+                    self.create_indexes(collection)
+                    self._collection = collection
+        return self._collection
+
+    def _open(self) -> Any:
+        from bson.codec_options import CodecOptions
+        from pymongo.write_concern import WriteConcern
+
+        if self._client is None:
+            from pymongo import MongoClient
+
+            self._client = MongoClient(self.url, **self.client_options)
+        if self.database_name is not None:
+            database = self._client[self.database_name]
+        else:
+            database = self._client.get_default_database(default=DEFAULT_DATABASE)
+        return database.get_collection(
+            self.collection_name,
+            codec_options=CodecOptions(),
+            write_concern=WriteConcern(w=self.write_concern),
+        )
+
+    @staticmethod
+    def create_indexes(collection: Any) -> None:
+        """Create the TTL index on ``expiresAt`` and the ``{streamName, status}`` index
+        (a no-op when they exist)."""
+        for keys, options in INDEXES:
+            collection.create_index(keys, **options)
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        check_entry(entry)
+        self.collection.replace_one({"_id": entry.id}, _document(entry), upsert=True)
+
+    def find_by_id(self, entry_id: str) -> DeadLetter | None:
+        document = self.collection.find_one({"_id": entry_id})
+        return None if document is None else _entry(document)
+
+    def find_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        check_limit(limit)
+        if limit == 0:
+            return []  # a MongoDB limit of 0 means "no limit"
+        query: dict[str, Any] = {"streamName": stream_name}
+        if status is not None:
+            query["status"] = status
+        documents = self.collection.find(
+            query, sort=[("createdAt", -1), ("_id", 1)], limit=limit or 0
+        )
+        return [_entry(document) for document in documents]
+
+    def count(self, stream_name: str) -> int:
+        return self.collection.count_documents({"streamName": stream_name, "status": PENDING})
+
+    def transition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+        update: dict[str, Any] = {"$set": {"status": to_status}}
+        if settles(to_status):
+            update["$set"].update(resolvedAt=ms_precision(at), resolvedBy=by, note=note)
+        if to_status == REPLAYED:
+            update["$set"]["lastReplayedAt"] = ms_precision(at)
+            update["$inc"] = {"replayCount": 1}
+        result = self.collection.update_one(
+            {"_id": entry_id, "status": {"$in": list(allowed)}}, update
+        )
+        return result.matched_count == 1
+
+    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+        check_error(error)
+        check_aware(at, "at")
+        result = self.collection.update_one(
+            {"_id": entry_id, "status": REPLAYING},
+            {
+                "$set": {
+                    "status": PENDING,
+                    "error": _error(error),
+                    "lastReplayedAt": ms_precision(at),
+                },
+                "$inc": {"replayCount": 1},
+            },
+        )
+        return result.matched_count == 1
+
+    def purge_expired(self, now: datetime) -> int:
+        check_aware(now, "now")
+        return self.collection.delete_many({"expiresAt": {"$lt": now}}).deleted_count
+
+    def delete(self, entry_id: str) -> None:
+        self.collection.delete_one({"_id": entry_id})
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+        self._client = None if self._owns_client else self._client
+        self._collection = None
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        setting = dlq_stores.alias_setting(alias)
+        error = missing_extra(setting, "pymongo", "mongo", cls.__name__)
+        if error is not None:
+            return [error]
+        url = options.get("url")
+        if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
+            return [
+                checks.Error(
+                    f'{setting}["OPTIONS"]["url"] = {url!r} is not a MongoDB connection string.',
+                    hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
+                    id="flowwarden_django.E008",
+                )
+            ]
+        if url is None and options.get("client") is None:
+            return [
+                checks.Error(
+                    f'{setting}["OPTIONS"] needs "url".',
+                    hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
+                    id="flowwarden_django.E004",
+                )
+            ]
+        return []

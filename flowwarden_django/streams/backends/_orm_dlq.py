@@ -1,10 +1,215 @@
-"""OrmDlqStore: being written (issue 4)."""
+"""Dead-letter store on the Django database, through the ``DeadLetter`` model.
 
-from ..dlq import DlqStore
+``save`` is one upsert statement (``INSERT … ON CONFLICT DO UPDATE``, or ``… ON
+DUPLICATE KEY UPDATE`` on MySQL/MariaDB, through ``bulk_create``), so two saves of
+one id never collide. Each status change is ONE conditional ``UPDATE … WHERE id =
+… AND status IN (…)``: the database decides which of two racing claims matches,
+so exactly one wins. Called inside ``transaction.atomic()`` on the same database,
+the writes join the caller's transaction.
+
+BSON documents are stored as their BSON bytes, so they come back with their types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import connections, router
+from django.db.models import F
+
+from ...models import DeadLetter as DeadLetterRow
+from ..checkpoint import as_utc
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..stores import dlq_stores
+from ..tokens import decode_token, encode_token
+from ._dlq_common import (
+    check_aware,
+    check_entry,
+    check_error,
+    check_limit,
+    check_transition,
+    settles,
+)
+
+#: Every column but the primary key: what a second save of one id overwrites.
+_UPDATE_FIELDS = [
+    field.name for field in DeadLetterRow._meta.concrete_fields if not field.primary_key
+]
+
+
+def _row(entry: DeadLetter) -> DeadLetterRow:
+    return DeadLetterRow(
+        id=entry.id,
+        stream_name=entry.stream_name,
+        operation_type=entry.operation_type,
+        document_key=encode_token(entry.document_key),
+        full_document=encode_token(entry.full_document),
+        resume_token=encode_token(entry.resume_token),
+        error_type=entry.error.type,
+        error_message=entry.error.message,
+        stack_trace=entry.error.stack_trace,
+        attempts=entry.attempts,
+        status=entry.status,
+        first_attempt_at=entry.first_attempt_at,
+        last_attempt_at=entry.last_attempt_at,
+        created_at=entry.created_at,
+        expires_at=entry.expires_at,
+        metadata=dict(entry.metadata),
+        replay_count=entry.replay_count,
+        last_replayed_at=entry.last_replayed_at,
+        resolved_at=entry.resolved_at,
+        resolved_by=entry.resolved_by,
+        note=entry.note,
+    )
+
+
+def _entry(row: DeadLetterRow) -> DeadLetter:
+    return DeadLetter(
+        id=row.id,
+        stream_name=row.stream_name,
+        operation_type=row.operation_type,
+        document_key=decode_token(row.document_key),
+        full_document=decode_token(row.full_document),
+        resume_token=decode_token(row.resume_token),
+        error=ErrorInfo(row.error_type, row.error_message, row.stack_trace),
+        attempts=row.attempts,
+        status=row.status,
+        first_attempt_at=as_utc(row.first_attempt_at),
+        last_attempt_at=as_utc(row.last_attempt_at),
+        created_at=as_utc(row.created_at),
+        expires_at=as_utc(row.expires_at),
+        metadata=row.metadata or {},
+        replay_count=row.replay_count,
+        last_replayed_at=as_utc(row.last_replayed_at),
+        resolved_at=as_utc(row.resolved_at),
+        resolved_by=row.resolved_by,
+        note=row.note,
+    )
 
 
 class OrmDlqStore(DlqStore):
-    """Placeholder."""
+    """Stores dead letters in the ``DeadLetter`` table of a Django database.
 
-    def save(self, entry, policy):
-        raise NotImplementedError
+    ``using`` pins a database alias; by default the router's ``db_for_write``
+    chooses, for reads too (a status read from a lagging replica could show an
+    entry as still pending after it was claimed). Supported on PostgreSQL,
+    SQLite and MySQL/MariaDB. Nothing expires by itself: ``purge_expired`` (the
+    ``flowwarden`` purge operation) deletes rows past their ``expires_at``.
+    """
+
+    def __init__(self, using: str | None = None) -> None:
+        self.using = using
+
+    def _alias(self) -> str:
+        return self.using or router.db_for_write(DeadLetterRow)
+
+    def _rows(self) -> Any:
+        return DeadLetterRow.objects.using(self._alias())
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        check_entry(entry)
+        alias = self._alias()
+        with_target = connections[alias].features.supports_update_conflicts_with_target
+        DeadLetterRow.objects.using(alias).bulk_create(
+            [_row(entry)],
+            update_conflicts=True,
+            unique_fields=["id"] if with_target else None,
+            update_fields=_UPDATE_FIELDS,
+        )
+
+    def find_by_id(self, entry_id: str) -> DeadLetter | None:
+        row = self._rows().filter(pk=entry_id).first()
+        return None if row is None else _entry(row)
+
+    def find_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        check_limit(limit)
+        rows = self._rows().filter(stream_name=stream_name)
+        if status is not None:
+            rows = rows.filter(status=status)
+        rows = rows.order_by("-created_at", "id")
+        if limit is not None:
+            rows = rows[:limit]
+        return [_entry(row) for row in rows]
+
+    def count(self, stream_name: str) -> int:
+        return self._rows().filter(stream_name=stream_name, status=PENDING).count()
+
+    def transition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+        changes: dict[str, Any] = {"status": to_status}
+        if settles(to_status):
+            changes.update(resolved_at=at, resolved_by=by, note=note)
+        if to_status == REPLAYED:
+            changes.update(replay_count=F("replay_count") + 1, last_replayed_at=at)
+        matched = self._rows().filter(pk=entry_id, status__in=allowed).update(**changes)
+        return matched == 1
+
+    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+        check_error(error)
+        check_aware(at, "at")
+        matched = (
+            self._rows()
+            .filter(pk=entry_id, status=REPLAYING)
+            .update(
+                status=PENDING,
+                error_type=error.type,
+                error_message=error.message,
+                stack_trace=error.stack_trace,
+                replay_count=F("replay_count") + 1,
+                last_replayed_at=at,
+            )
+        )
+        return matched == 1
+
+    def purge_expired(self, now: datetime) -> int:
+        check_aware(now, "now")
+        deleted, _ = self._rows().filter(expires_at__lt=now).delete()
+        return deleted
+
+    def delete(self, entry_id: str) -> None:
+        self._rows().filter(pk=entry_id).delete()
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        using = options.get("using")
+        if using is None:
+            return []
+        setting = f'{dlq_stores.alias_setting(alias)}["OPTIONS"]["using"]'
+        if using not in settings.DATABASES:
+            return [
+                checks.Error(
+                    f"{setting} = {using!r} is not a database alias.",
+                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+                    id="flowwarden_django.E006",
+                )
+            ]
+        connection = connections[using]
+        if not connection.features.supports_update_conflicts:
+            return [
+                checks.Error(
+                    f"{setting} = {using!r} is a {connection.vendor} database, which "
+                    "OrmDlqStore does not support (it needs INSERT … ON CONFLICT).",
+                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB, or another DLQ backend.",
+                    id="flowwarden_django.E007",
+                )
+            ]
+        return []

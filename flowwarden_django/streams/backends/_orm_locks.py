@@ -1,19 +1,326 @@
-"""OrmLockService: being written (issue 4)."""
+"""Lock service on the Django database, through the ``StreamLease`` model.
 
-from ..locks import LockService
+Each operation is ONE conditional SQL statement, so it is atomic without an
+explicit transaction:
+
+* ``try_acquire``: an upsert (``INSERT … ON CONFLICT (name) DO UPDATE … WHERE …
+  RETURNING`` on PostgreSQL and SQLite, ``INSERT … ON DUPLICATE KEY UPDATE …
+  RETURNING`` on MariaDB) that takes the row only when it is free, expired or the
+  caller's, and adds one to the fencing token only when a new tenure starts.
+  MySQL has no ``RETURNING``: there the upsert is followed by a read of the row
+  on the same connection (see :meth:`OrmLockService._acquire_then_read`).
+* ``renew``: ``UPDATE … SET expires_at WHERE name, owner, token match AND
+  expires_at > now``.
+* ``release``: the same guarded ``UPDATE``, clearing ``owner`` and
+  ``expires_at``; the row stays, so tokens never restart.
+
+Times come from ``timezone.now()`` on the calling host and are passed as
+parameters: hosts sharing a lease need synchronized clocks (NTP), as in the
+reference. Call these methods outside ``transaction.atomic()``: inside one, the
+upsert holds the lease row locked until the caller's transaction ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import Error, connections, router, transaction
+from django.utils import timezone
+
+from ...models import StreamLease
+from ..locks import Lease, LeaseLostError, LockService, ttl_delta
+from ..stores import lock_services
+from ._lock_common import check_owner, warn_unavailable
+from .orm import _KEPT_CURSOR, _QUOTES, _kept_cursor
+
+_COLUMNS = ("name", "owner", "token", "acquired_at", "expires_at")
+
+
+@lru_cache(maxsize=8)
+def _acquire_sql(vendor: str, returning: bool) -> str:
+    """The acquire upsert for *vendor*; parameters: name, owner, now, expires_at.
+
+    The inserted ``acquired_at`` is the caller's "now", so the conflict branch
+    compares expiry against it instead of taking the time twice.
+    """
+    q = _QUOTES[vendor]
+    table = q(StreamLease._meta.db_table)
+    name, owner, token, acquired, expires = (q(c) for c in _COLUMNS)
+    insert = (
+        f"INSERT INTO {table} ({name}, {owner}, {token}, {acquired}, {expires}) "
+        "VALUES (%s, %s, 1, %s, %s) "
+    )
+    if vendor == "mysql":
+        new = "VALUES({})".format
+        # A new tenure: the row is free, or its holder's lease has lapsed.
+        tenure = f"({owner} = '' OR {expires} IS NULL OR {expires} <= {new(acquired)})"
+        ours = f"({tenure} OR {owner} = {new(owner)})"
+        # MySQL/MariaDB apply these left to right, each seeing the earlier new
+        # values: token and acquired_at read the old owner and expiry, owner reads
+        # the old expiry, and expires_at reads the new owner (ours if we took it).
+        sql = insert + (
+            "ON DUPLICATE KEY UPDATE "
+            f"{token} = IF({tenure}, {token} + 1, {token}), "
+            f"{acquired} = IF({tenure}, {new(acquired)}, {acquired}), "
+            f"{owner} = IF({ours}, {new(owner)}, {owner}), "
+            f"{expires} = IF({owner} = {new(owner)}, {new(expires)}, {expires})"
+        )
+    else:
+        old = f"{table}."
+        tenure = (
+            f"({old}{owner} = '' OR {old}{expires} IS NULL "
+            f"OR {old}{expires} <= EXCLUDED.{acquired})"
+        )
+        sql = insert + (
+            f"ON CONFLICT ({name}) DO UPDATE SET "
+            f"{token} = CASE WHEN {tenure} THEN {old}{token} + 1 ELSE {old}{token} END, "
+            f"{acquired} = CASE WHEN {tenure} THEN EXCLUDED.{acquired} ELSE {old}{acquired} END, "
+            f"{owner} = EXCLUDED.{owner}, {expires} = EXCLUDED.{expires} "
+            f"WHERE {tenure} OR {old}{owner} = EXCLUDED.{owner}"
+        )
+    if returning:
+        sql += f" RETURNING {owner}, {token}, {acquired}, {expires}"
+    return sql
+
+
+#: SET clauses as (column, value) pairs; ``{column}`` in a value is the column itself.
+Assignments = tuple[tuple[str, str], ...]
+_RENEW: Assignments = (("expires_at", "%s"),)
+_RELEASE: Assignments = (("owner", "''"), ("expires_at", "NULL"))
+_TOUCH: Assignments = (("token", "{column}"),)
+
+
+@lru_cache(maxsize=16)
+def _guarded_update_sql(vendor: str, assignments: Assignments) -> str:
+    """An ``UPDATE`` of one lease still held. Parameters: those of *assignments*,
+    then name, owner, token and now."""
+    q = _QUOTES[vendor]
+    sets = ", ".join(f"{q(c)} = {value.format(column=q(c))}" for c, value in assignments)
+    name, owner, token, _, expires = (q(c) for c in _COLUMNS)
+    return (
+        f"UPDATE {q(StreamLease._meta.db_table)} SET {sets} "
+        f"WHERE {name} = %s AND {owner} = %s AND {token} = %s AND {expires} > %s"
+    )
 
 
 class OrmLockService(LockService):
-    """Placeholder."""
+    """Leases in the ``StreamLease`` table of a Django database.
 
-    def try_acquire(self, name, owner, ttl):
-        raise NotImplementedError
+    ``using`` pins a database alias; by default the router's ``db_for_write``
+    chooses, for reads too (a replica could show a lease that has moved on).
+    Supported on PostgreSQL, SQLite and MySQL/MariaDB.
 
-    def renew(self, lease, ttl):
-        raise NotImplementedError
+    :meth:`guard` holds the lease row locked for the caller's transaction, so a
+    takeover waits until the guarded writes have committed (see there).
+    """
 
-    def release(self, lease):
-        raise NotImplementedError
+    def __init__(self, using: str | None = None) -> None:
+        self.using = using
 
-    def owner_of(self, name):
-        raise NotImplementedError
+    # -- helpers -----------------------------------------------------------------
+
+    def _alias(self) -> str:
+        return self.using or router.db_for_write(StreamLease)
+
+    def _connection(self) -> Any:
+        connection = connections[self._alias()]
+        if connection.vendor not in _QUOTES:
+            raise NotImplementedError(f"OrmLockService does not support {connection.vendor}")
+        return connection
+
+    @staticmethod
+    def _returning(connection: Any) -> bool:
+        """Whether the acquire upsert can return the row (all but MySQL proper)."""
+        if connection.vendor != "mysql":
+            return True
+        return connection.mysql_is_mariadb and connection.mysql_version >= (10, 5)
+
+    @staticmethod
+    def _run(connection: Any, sql: str, params: Sequence[Any], fetch: bool) -> Any:
+        """Execute one statement; the fetched rows, or the row count."""
+        if connection.queries_logged:  # DEBUG or CaptureQueriesContext: a logging cursor
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchall() if fetch else cursor.rowcount
+        cursor = _kept_cursor(connection)
+        try:
+            cursor.execute(sql, params)
+            # fetchall, not fetchone: SQLite keeps an unfinished statement's write
+            # lock, and MySQL refuses the next command until the rows are read.
+            return cursor.fetchall() if fetch else cursor.rowcount
+        except BaseException:
+            connection.__dict__.pop(_KEPT_CURSOR, None)
+            raise
+
+    @staticmethod
+    def _datetime(connection: Any, value: Any) -> datetime:
+        """A datetime read by raw SQL, as the model field would return it."""
+        convert = getattr(connection.ops, "convert_datetimefield_value", None)
+        return value if convert is None else convert(value, None, connection)
+
+    def _update(
+        self, connection: Any, assignments: Assignments, values: list[Any], lease: Lease
+    ) -> int:
+        """Run a guarded ``UPDATE`` of *lease*; the number of rows it matched."""
+        ops = connection.ops
+        sql = _guarded_update_sql(connection.vendor, assignments)
+        params = [
+            *values,
+            lease.name,
+            lease.owner,
+            lease.token,
+            ops.adapt_datetimefield_value(timezone.now()),
+        ]
+        return self._run(connection, sql, params, fetch=False)
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+        check_owner(owner)
+        delta = ttl_delta(ttl)
+        connection = self._connection()
+        now = timezone.now()
+        expires_at = now + delta
+        adapt = connection.ops.adapt_datetimefield_value
+        params = [name, owner, adapt(now), adapt(expires_at)]
+        try:
+            if self._returning(connection):
+                sql = _acquire_sql(connection.vendor, True)
+                rows = self._run(connection, sql, params, fetch=True)
+            else:
+                rows = self._acquire_then_read(connection, params)
+        except Error as error:
+            warn_unavailable("acquire", name, error)
+            return None
+        if not rows:
+            return None
+        held_by, token, acquired_at, stored_expiry = rows[0]
+        if held_by != owner or self._datetime(connection, stored_expiry) != expires_at:
+            return None
+        return Lease(name, owner, int(token), self._datetime(connection, acquired_at), expires_at)
+
+    def _acquire_then_read(self, connection: Any, params: list[Any]) -> list[Any]:
+        """MySQL without ``RETURNING``: the upsert, then a read of the row.
+
+        Two statements because MySQL cannot return the row from an upsert. The
+        write alone decides who holds the lease (it is atomic); the read, on the
+        same connection right after it, only tells whether it took: the row shows
+        our owner with our exact expiry only if our upsert set them. Should the
+        row change in between (only possible once our new lease has expired, or
+        through a concurrent call by the same owner), we report ``None``: at
+        worst a lease we hold goes unused until it expires, never a lease we do
+        not hold.
+        """
+        self._run(connection, _acquire_sql("mysql", False), params, fetch=False)
+        q = _QUOTES["mysql"]
+        sql = (
+            f"SELECT {q('owner')}, {q('token')}, {q('acquired_at')}, {q('expires_at')} "
+            f"FROM {q(StreamLease._meta.db_table)} WHERE {q('name')} = %s"
+        )
+        return self._run(connection, sql, params[:1], fetch=True)
+
+    def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+        delta = ttl_delta(ttl)
+        connection = self._connection()
+        expires_at = timezone.now() + delta
+        try:
+            updated = self._update(
+                connection, _RENEW, [connection.ops.adapt_datetimefield_value(expires_at)], lease
+            )
+        except Error as error:
+            warn_unavailable("renewal", lease.name, error)
+            return None
+        if updated != 1:
+            return None
+        return Lease(lease.name, lease.owner, lease.token, lease.acquired_at, expires_at)
+
+    def release(self, lease: Lease) -> bool:
+        return self._update(self._connection(), _RELEASE, [], lease) == 1
+
+    def owner_of(self, name: str) -> Lease | None:
+        row = (
+            StreamLease.objects.using(self._alias())
+            .filter(pk=name, expires_at__gt=timezone.now())
+            .exclude(owner="")
+            .first()
+        )
+        return None if row is None else _to_lease(row)
+
+    @contextlib.contextmanager
+    def guard(self, lease: Lease) -> Iterator[None]:
+        """Run the block in a transaction that holds the lease row locked.
+
+        Within ``transaction.atomic(using=<this service's database>)`` the row is
+        read with ``SELECT … FOR UPDATE`` and checked (same owner and token, not
+        expired); ``LeaseLostError`` is raised otherwise. Until the block's
+        transaction ends, another host's ``try_acquire`` waits on that row lock, so
+        a takeover cannot slip between the check and the block's writes to this
+        database: they commit under the old token, and the next holder's token is
+        bigger. Writes to other databases or systems get no such protection.
+
+        SQLite ignores ``FOR UPDATE``; there the check is a no-op ``UPDATE`` of the
+        row, which takes SQLite's single write lock for the whole transaction
+        (other writers, ``try_acquire`` included, wait on the busy timeout).
+        """
+        alias = self._alias()
+        connection = self._connection()
+        with transaction.atomic(using=alias):
+            if connection.vendor == "sqlite":
+                held = self._update(connection, _TOUCH, [], lease) == 1
+            else:
+                row = (
+                    StreamLease.objects.using(alias)
+                    .select_for_update()
+                    .filter(pk=lease.name)
+                    .first()
+                )
+                held = (
+                    row is not None
+                    and (row.owner, row.token) == (lease.owner, lease.token)
+                    and row.expires_at is not None
+                    and timezone.now() < row.expires_at
+                )
+            if not held:
+                raise LeaseLostError(
+                    f"the lease on {lease.name!r} (token {lease.token}) is no longer held by "
+                    f"{lease.owner!r}"
+                )
+            yield
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        using = options.get("using")
+        if using is None:
+            return []
+        setting = f'{lock_services.alias_setting(alias)}["OPTIONS"]["using"]'
+        if using not in settings.DATABASES:
+            return [
+                checks.Error(
+                    f"{setting} = {using!r} is not a database alias.",
+                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+                    id="flowwarden_django.E006",
+                )
+            ]
+        vendor = connections[using].vendor
+        if vendor not in _QUOTES:
+            return [
+                checks.Error(
+                    f"{setting} = {using!r} is a {vendor} database, which OrmLockService "
+                    "does not support.",
+                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB, or another lock service.",
+                    id="flowwarden_django.E007",
+                )
+            ]
+        return []
+
+
+def _to_lease(row: StreamLease) -> Lease:
+    return Lease(row.name, row.owner, row.token, row.acquired_at, row.expires_at)

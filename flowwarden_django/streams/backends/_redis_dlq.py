@@ -1,10 +1,548 @@
-"""RedisDlqStore: being written (issue 4)."""
+"""Dead-letter store on Redis: one hash per entry, native expiry, per-stream indexes.
 
-from ..dlq import DlqStore
+Keys (prefix ``fw:`` by default):
+
+* ``{prefix}dlq:{id}``: the entry, a hash. Fields ``streamName``,
+  ``operationType``, ``status``, ``resolvedBy``, ``note`` (text);
+  ``documentKey``, ``fullDocument``, ``resumeToken`` (base64 of the BSON bytes,
+  absent for ``None``); ``error`` (JSON ``{type, message, stackTrace}``);
+  ``metadata`` (JSON); ``attempts``, ``replayCount`` (integers);
+  ``firstAttemptAt``, ``lastAttemptAt``, ``createdAt``, ``expiresAt``,
+  ``lastReplayedAt``, ``resolvedAt`` (epoch milliseconds, absent for ``None``).
+  With an ``expiresAt``, the key gets ``PEXPIREAT`` at that instant: Redis
+  deletes the entry itself, as the reference maps retention natively.
+* ``{prefix}dlq:stream:{stream}``: sorted set of the stream's ids by ``createdAt``.
+* ``{prefix}dlq:pending:{stream}``: sorted set of the stream's ``PENDING`` ids,
+  scored by ``expiresAt`` (``+inf`` for never), so ``count`` drops the expired
+  ones with one ``ZREMRANGEBYSCORE`` and then is a ``ZCARD``.
+* ``{prefix}dlq:expiry:{stream}``: sorted set of ids by ``expiresAt``, and
+  ``{prefix}dlq:index:streams``, the set of stream names: ``purge_expired``
+  reads them to clean the indexes of the entries Redis expired.
+
+``save``, the status changes, ``delete`` and the purge are Lua scripts, so each
+is atomic (a status change is a compare-and-set on ``status``). Ids whose hash
+has expired are skipped by ``find_by_stream`` and removed from its index lazily.
+The scripts derive index keys from the prefix: on Redis Cluster, give a prefix
+with a hash tag (``"{fw}:"``) so that all keys share one slot. Use a
+``noeviction`` memory policy: entries with a TTL are eviction candidates.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..stores import dlq_stores
+from ..tokens import decode_token, encode_token
+from ._dlq_common import (
+    check_aware,
+    check_entry,
+    check_error,
+    check_limit,
+    check_transition,
+    missing_extra,
+    settles,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+#: How many ids one purge script handles before returning to the client.
+PURGE_BATCH = 500
+#: How many ids ``find_by_stream`` reads per round trip.
+READ_BATCH = 200
+
+# KEYS: entry, stream zset, pending zset, expiry zset, streams set.
+# ARGV: prefix, id, stream, createdAt ms, expiresAt ms or "", status, field, value, ...
+SAVE = """
+local prefix, id, stream, expires = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+local old = redis.call('HGET', KEYS[1], 'streamName')
+if old and old ~= stream then
+  redis.call('ZREM', prefix .. 'dlq:stream:' .. old, id)
+  redis.call('ZREM', prefix .. 'dlq:pending:' .. old, id)
+  redis.call('ZREM', prefix .. 'dlq:expiry:' .. old, id)
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+redis.call('ZADD', KEYS[2], ARGV[4], id)
+if ARGV[6] == 'PENDING' then
+  redis.call('ZADD', KEYS[3], expires == '' and '+inf' or expires, id)
+else
+  redis.call('ZREM', KEYS[3], id)
+end
+redis.call('SADD', KEYS[5], stream)
+if expires == '' then
+  redis.call('ZREM', KEYS[4], id)
+else
+  redis.call('ZADD', KEYS[4], expires, id)
+  redis.call('PEXPIREAT', KEYS[1], expires)
+end
+return 1
+"""
+
+# KEYS: entry. ARGV: prefix, id, new status, "1" to count a replay, n, n expected
+# statuses, then field, value, ... to set. Returns 1 when the status matched.
+CHANGE_STATUS = """
+local prefix, id, to = ARGV[1], ARGV[2], ARGV[3]
+local state = redis.call('HMGET', KEYS[1], 'status', 'streamName', 'expiresAt')
+if not state[1] then return 0 end
+local n = tonumber(ARGV[5])
+local allowed = false
+for i = 6, 5 + n do
+  if ARGV[i] == state[1] then allowed = true end
+end
+if not allowed then return 0 end
+redis.call('HSET', KEYS[1], 'status', to, unpack(ARGV, 6 + n))
+if ARGV[4] == '1' then redis.call('HINCRBY', KEYS[1], 'replayCount', 1) end
+local pending = prefix .. 'dlq:pending:' .. state[2]
+if to == 'PENDING' then
+  local expires = state[3]
+  if not expires or expires == '' then expires = '+inf' end
+  redis.call('ZADD', pending, expires, id)
+else
+  redis.call('ZREM', pending, id)
+end
+return 1
+"""
+
+# KEYS: entry. ARGV: prefix, id.
+DELETE = """
+local stream = redis.call('HGET', KEYS[1], 'streamName')
+redis.call('DEL', KEYS[1])
+if stream then
+  redis.call('ZREM', ARGV[1] .. 'dlq:stream:' .. stream, ARGV[2])
+  redis.call('ZREM', ARGV[1] .. 'dlq:pending:' .. stream, ARGV[2])
+  redis.call('ZREM', ARGV[1] .. 'dlq:expiry:' .. stream, ARGV[2])
+end
+return 1
+"""
+
+# KEYS: pending zset. The entries Redis expired leave the backlog first.
+COUNT_PENDING = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', ms))
+return redis.call('ZCARD', KEYS[1])
+"""
+
+# KEYS: stream zset. ARGV: prefix, stream, ids seen without a hash of this stream.
+# Checked again here: the id may have been saved again since it was read.
+DROP_STALE = """
+local removed = 0
+for i = 3, #ARGV do
+  local owner = redis.call('HGET', ARGV[1] .. 'dlq:' .. ARGV[i], 'streamName')
+  if owner ~= ARGV[2] then removed = removed + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return removed
+"""
+
+# KEYS: streams set. ARGV: prefix, now ms, batch size.
+# Returns {purged, examined}: entries whose expiresAt < now are deleted (or were
+# deleted by Redis already) and leave every index.
+PURGE = """
+local prefix, now, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local purged, examined = 0, 0
+for _, stream in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if examined >= budget then break end
+  local expiry = prefix .. 'dlq:expiry:' .. stream
+  local ids = redis.call('ZRANGEBYSCORE', expiry, '-inf', '(' .. now, 'LIMIT', 0, budget - examined)
+  for _, id in ipairs(ids) do
+    examined = examined + 1
+    local key = prefix .. 'dlq:' .. id
+    local owner = redis.call('HGET', key, 'streamName')
+    if owner == false or owner == stream then
+      redis.call('DEL', key)
+      purged = purged + 1
+    end
+    redis.call('ZREM', expiry, id)
+    redis.call('ZREM', prefix .. 'dlq:stream:' .. stream, id)
+    redis.call('ZREM', prefix .. 'dlq:pending:' .. stream, id)
+  end
+  if redis.call('EXISTS', prefix .. 'dlq:stream:' .. stream) == 0 then
+    redis.call('SREM', KEYS[1], stream)
+  end
+end
+return {purged, examined}
+"""
+
+
+def _encode_document(document: Mapping[str, Any] | None) -> str | None:
+    data = encode_token(document)
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _decode_document(value: bytes | None) -> dict[str, Any] | None:
+    return None if value is None else decode_token(base64.b64decode(value))
+
+
+def epoch_ms(value: datetime) -> int:
+    """*value* (timezone-aware) as whole epoch milliseconds, truncated."""
+    return (value - _EPOCH) // _MS
+
+
+def _encode_time(value: datetime | None) -> str | None:
+    return None if value is None else str(epoch_ms(value))
+
+
+def _decode_time(value: bytes | None) -> datetime | None:
+    return None if not value else _EPOCH + int(value) * _MS
+
+
+def _error_json(error: ErrorInfo) -> str:
+    return json.dumps(
+        {"type": error.type, "message": error.message, "stackTrace": error.stack_trace}
+    )
+
+
+def _fields(entry: DeadLetter) -> dict[str, str]:
+    fields = {
+        "streamName": entry.stream_name,
+        "operationType": entry.operation_type,
+        "documentKey": _encode_document(entry.document_key),
+        "fullDocument": _encode_document(entry.full_document),
+        "resumeToken": _encode_document(entry.resume_token),
+        "error": _error_json(entry.error),
+        "attempts": str(entry.attempts),
+        "status": entry.status,
+        "firstAttemptAt": _encode_time(entry.first_attempt_at),
+        "lastAttemptAt": _encode_time(entry.last_attempt_at),
+        "createdAt": _encode_time(entry.created_at),
+        "expiresAt": _encode_time(entry.expires_at),
+        "metadata": json.dumps(dict(entry.metadata)),
+        "replayCount": str(entry.replay_count),
+        "lastReplayedAt": _encode_time(entry.last_replayed_at),
+        "resolvedAt": _encode_time(entry.resolved_at),
+        "resolvedBy": entry.resolved_by,
+        "note": entry.note,
+    }
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _entry(entry_id: str, raw: Mapping[bytes, bytes]) -> DeadLetter:
+    def text(name: str) -> str:
+        return raw.get(name.encode(), b"").decode()
+
+    error = json.loads(raw[b"error"])
+    return DeadLetter(
+        id=entry_id,
+        stream_name=text("streamName"),
+        operation_type=text("operationType"),
+        document_key=_decode_document(raw.get(b"documentKey")),
+        full_document=_decode_document(raw.get(b"fullDocument")),
+        resume_token=_decode_document(raw.get(b"resumeToken")),
+        error=ErrorInfo(error["type"], error["message"], error.get("stackTrace")),
+        attempts=int(raw.get(b"attempts", 0)),
+        status=text("status"),
+        first_attempt_at=_decode_time(raw.get(b"firstAttemptAt")),
+        last_attempt_at=_decode_time(raw.get(b"lastAttemptAt")),
+        created_at=_decode_time(raw.get(b"createdAt")),
+        expires_at=_decode_time(raw.get(b"expiresAt")),
+        metadata=json.loads(raw.get(b"metadata") or b"{}"),
+        replay_count=int(raw.get(b"replayCount", 0)),
+        last_replayed_at=_decode_time(raw.get(b"lastReplayedAt")),
+        resolved_at=_decode_time(raw.get(b"resolvedAt")),
+        resolved_by=text("resolvedBy"),
+        note=text("note"),
+    )
+
+
+class RedisConnection:
+    """One redis-py client, from a django-redis cache alias (``cache``, ``"default"``
+    when nothing is given), a ``url``, or a ready ``client``; connected on first use.
+
+    The options and their meaning are those of ``RedisCheckpointStore``.
+    """
+
+    def __init__(self, cache: str | None = None, url: str | None = None, client: Any = None):
+        if sum(x is not None for x in (cache, url, client)) > 1:
+            raise TypeError("give only one of cache, url and client")
+        self.cache = cache if (url is None and client is None) else None
+        self.url = url
+        self._client = client
+        self._owns_client = False
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._connect()
+        return self._client
+
+    def _connect(self) -> Any:
+        if self.url is not None:
+            import redis
+
+            self._owns_client = True
+            return redis.Redis.from_url(self.url)
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(self.cache or "default")
+
+    def close(self) -> None:
+        """Close a client this object opened (a cache's or a given one stays open)."""
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def check_connection_options(
+    setting: str, backend: str, options: Mapping[str, Any]
+) -> list[checks.CheckMessage]:
+    """System-check messages about Redis connection ``OPTIONS`` (``cache``/``url``/``client``)
+    of the alias whose setting path is *setting*."""
+    error = missing_extra(setting, "redis", "redis", backend)
+    if error is not None:
+        return [error]
+    if options.get("url") is not None or options.get("client") is not None:
+        return []
+    cache = options.get("cache") or "default"
+    where = f'{setting}["OPTIONS"]["cache"]'
+    error = missing_extra(setting, "django_redis", "redis", backend)
+    if error is not None:
+        return [error]
+    if cache not in settings.CACHES:
+        return [
+            checks.Error(
+                f"{where} = {cache!r} is not a cache alias in CACHES.",
+                hint="Name a django-redis cache alias, or give OPTIONS "
+                '{"url": "redis://host:6379/0"} instead.',
+                id="flowwarden_django.E006",
+            )
+        ]
+    cache_backend = settings.CACHES[cache].get("BACKEND", "")
+    if not cache_backend.startswith("django_redis."):
+        return [
+            checks.Error(
+                f"{where} = {cache!r} is a {cache_backend} cache, not a django-redis one.",
+                hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
+                'OPTIONS {"url": "redis://host:6379/0"} instead.',
+                id="flowwarden_django.E008",
+            )
+        ]
+    return []
 
 
 class RedisDlqStore(DlqStore):
-    """Placeholder."""
+    """Stores dead letters in Redis hashes that expire natively (see the module docs).
 
-    def save(self, entry, policy):
-        raise NotImplementedError
+    Connect like ``RedisCheckpointStore``: a django-redis cache alias
+    (``cache="default"``, the default), a ``url`` such as
+    ``redis://127.0.0.1:6379/0``, or a ready ``client``. Timestamps keep
+    millisecond precision. Entry ids must not contain ``":"`` (index keys do).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        cache: str | None = None,
+        key_prefix: str = "fw:",
+        client: Any = None,
+    ) -> None:
+        self._connection = RedisConnection(cache=cache, url=url, client=client)
+        self.key_prefix = key_prefix
+        self._scripts: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str | None:
+        """The Redis URL given, if any."""
+        return self._connection.url
+
+    @property
+    def cache(self) -> str | None:
+        """The django-redis cache alias used, if any."""
+        return self._connection.cache
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client, connected on first use."""
+        return self._connection.client
+
+    def _script(self, source: str) -> Any:
+        script = self._scripts.get(source)
+        if script is None:
+            with self._lock:
+                script = self._scripts.get(source)
+                if script is None:
+                    script = self._scripts[source] = self.client.register_script(source)
+        return script
+
+    # -- keys --------------------------------------------------------------------
+
+    def key(self, entry_id: str) -> str:
+        """The hash key of one entry."""
+        return f"{self.key_prefix}dlq:{entry_id}"
+
+    def stream_key(self, stream_name: str) -> str:
+        """The sorted set of a stream's entry ids, by creation time."""
+        return f"{self.key_prefix}dlq:stream:{stream_name}"
+
+    def pending_key(self, stream_name: str) -> str:
+        """The sorted set of a stream's pending ids, by expiry time."""
+        return f"{self.key_prefix}dlq:pending:{stream_name}"
+
+    def expiry_key(self, stream_name: str) -> str:
+        """The sorted set of a stream's ids that expire, by expiry time."""
+        return f"{self.key_prefix}dlq:expiry:{stream_name}"
+
+    def streams_key(self) -> str:
+        """The set of stream names that have (or had) entries."""
+        return f"{self.key_prefix}dlq:index:streams"
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        check_entry(entry)
+        if ":" in entry.id:
+            raise ValueError(f"RedisDlqStore entry ids cannot contain ':' ({entry.id!r})")
+        fields = _fields(entry)
+        pairs = [item for pair in fields.items() for item in pair]
+        stream = entry.stream_name
+        self._script(SAVE)(
+            keys=[
+                self.key(entry.id),
+                self.stream_key(stream),
+                self.pending_key(stream),
+                self.expiry_key(stream),
+                self.streams_key(),
+            ],
+            args=[
+                self.key_prefix,
+                entry.id,
+                stream,
+                fields["createdAt"],
+                fields.get("expiresAt", ""),
+                entry.status,
+                *pairs,
+            ],
+        )
+
+    def find_by_id(self, entry_id: str) -> DeadLetter | None:
+        if not isinstance(entry_id, str) or not entry_id or ":" in entry_id:
+            return None
+        raw = self.client.hgetall(self.key(entry_id))
+        return _entry(entry_id, raw) if raw else None
+
+    def find_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        check_limit(limit)
+        found: list[DeadLetter] = []
+        stale: list[bytes] = []
+        stream_key = self.stream_key(stream_name)
+        start = 0
+        while limit is None or len(found) < limit:
+            ids = self.client.zrevrange(stream_key, start, start + READ_BATCH - 1)
+            if not ids:
+                break
+            start += len(ids)
+            with self.client.pipeline(transaction=False) as pipe:
+                for entry_id in ids:
+                    pipe.hgetall(self.key(entry_id.decode()))
+                records = pipe.execute()
+            for entry_id, raw in zip(ids, records, strict=True):
+                if not raw or raw.get(b"streamName") != stream_name.encode():
+                    stale.append(entry_id)
+                    continue
+                if status is not None and raw.get(b"status") != status.encode():
+                    continue
+                found.append(_entry(entry_id.decode(), raw))
+                if limit is not None and len(found) == limit:
+                    break
+        if stale:
+            self._script(DROP_STALE)(keys=[stream_key], args=[self.key_prefix, stream_name, *stale])
+        return found
+
+    def count(self, stream_name: str) -> int:
+        return int(self._script(COUNT_PENDING)(keys=[self.pending_key(stream_name)]))
+
+    def transition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+        fields: dict[str, str] = {}
+        stamp = str(epoch_ms(at))
+        if settles(to_status):
+            fields.update(resolvedAt=stamp, resolvedBy=by, note=note)
+        if to_status == REPLAYED:
+            fields["lastReplayedAt"] = stamp
+        return self._change_status(
+            entry_id, to_status, allowed, fields, count_replay=to_status == REPLAYED
+        )
+
+    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+        check_error(error)
+        check_aware(at, "at")
+        fields = {"error": _error_json(error), "lastReplayedAt": str(epoch_ms(at))}
+        return self._change_status(entry_id, PENDING, (REPLAYING,), fields, count_replay=True)
+
+    def _change_status(
+        self,
+        entry_id: str,
+        to_status: str,
+        allowed: Sequence[str],
+        fields: Mapping[str, str],
+        *,
+        count_replay: bool,
+    ) -> bool:
+        if ":" in entry_id:
+            return False
+        pairs = [item for pair in fields.items() for item in pair]
+        changed = self._script(CHANGE_STATUS)(
+            keys=[self.key(entry_id)],
+            args=[
+                self.key_prefix,
+                entry_id,
+                to_status,
+                "1" if count_replay else "0",
+                len(allowed),
+                *allowed,
+                *pairs,
+            ],
+        )
+        return changed == 1
+
+    def purge_expired(self, now: datetime) -> int:
+        check_aware(now, "now")
+        purged = 0
+        while True:
+            done, examined = self._script(PURGE)(
+                keys=[self.streams_key()],
+                args=[self.key_prefix, epoch_ms(now), PURGE_BATCH],
+            )
+            purged += int(done)
+            if int(examined) < PURGE_BATCH:
+                return purged
+
+    def delete(self, entry_id: str) -> None:
+        if ":" in entry_id:
+            return
+        self._script(DELETE)(keys=[self.key(entry_id)], args=[self.key_prefix, entry_id])
+
+    def close(self) -> None:
+        self._connection.close()
+        self._scripts.clear()
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        return check_connection_options(dlq_stores.alias_setting(alias), cls.__name__, options)

@@ -1,19 +1,205 @@
-"""RedisLockService: being written (issue 4)."""
+"""Lock service on Redis: one hash per lease, the reference's layout plus a token.
 
-from ..locks import LockService
+Key ``{key_prefix}lock:{name}``: a hash of ``owner``, ``token``, ``acquiredAt``
+and ``expiresAt`` (epoch milliseconds), with ``PEXPIREAT`` at ``expiresAt`` so
+Redis drops lapsed leases itself. Key ``{key_prefix}lock:{name}:fence``: the
+fencing counter, never expiring, ``INCR``-ed whenever a new tenure starts, so
+tokens do not restart after a release or an expiry. Acquire, renew and release
+are Lua scripts, each atomic on the server.
+
+Expiry is judged against the caller's clock (``ARGV`` "now"), as in the other
+backends; Redis's own clock only decides when the key disappears. On Redis
+Cluster both keys of a lease must share a slot: put a hash tag in the prefix
+(``key_prefix="fw:{locks}:"``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.core import checks
+from django.utils import timezone
+
+from ..locks import Lease, LockService, ttl_delta
+from ._lock_common import check_owner, renamed_checks, warn_unavailable
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+# KEYS: lease hash, fence counter. ARGV: owner, now (ms), expiresAt (ms).
+# Returns {token, acquiredAt} or nil when another owner holds an unexpired lease.
+ACQUIRE = """
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquiredAt', 'expiresAt')
+local valid = cur[1] and cur[4] and tonumber(cur[4]) > tonumber(ARGV[2])
+if valid and cur[1] ~= ARGV[1] then return nil end
+local token, acquired
+if valid then
+  token, acquired = cur[2], cur[3]
+else
+  token, acquired = tostring(redis.call('INCR', KEYS[2])), ARGV[2]
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'acquiredAt', acquired,
+           'expiresAt', ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+return {token, acquired}
+"""
+
+# KEYS: lease hash. ARGV: owner, token, now (ms), then the new expiresAt (ms) for a
+# renewal or nothing for a release. Returns 1 when the lease was still held.
+RENEW_OR_RELEASE = """
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expiresAt')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or not cur[3]
+   or tonumber(cur[3]) <= tonumber(ARGV[3]) then
+  return 0
+end
+if ARGV[4] then
+  redis.call('HSET', KEYS[1], 'expiresAt', ARGV[4])
+  redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+
+
+def _ms(value: datetime) -> int:
+    return (value - _EPOCH) // _MS
+
+
+def _time(ms: int | bytes) -> datetime:
+    return _EPOCH + int(ms) * _MS
+
+
+def _now_ms() -> int:
+    return _ms(timezone.now())
 
 
 class RedisLockService(LockService):
-    """Placeholder."""
+    """Leases in Redis hashes, with a fencing counter per name.
 
-    def try_acquire(self, name, owner, ttl):
-        raise NotImplementedError
+    Connect as ``RedisCheckpointStore`` does: a django-redis cache alias
+    (``cache="default"``, the default), a ``url`` such as
+    ``redis://127.0.0.1:6379/0``, or a ready redis-py ``client``.
+    Times are kept in whole milliseconds.
+    """
 
-    def renew(self, lease, ttl):
-        raise NotImplementedError
+    def __init__(
+        self,
+        url: str | None = None,
+        cache: str | None = None,
+        key_prefix: str = "fw:",
+        client: Any = None,
+    ) -> None:
+        if sum(x is not None for x in (cache, url, client)) > 1:
+            raise TypeError("give only one of cache, url and client")
+        self.cache = cache if (url is None and client is None) else None
+        self.url = url
+        self.key_prefix = key_prefix
+        self._client = client
+        self._owns_client = False
+        self._lock = threading.Lock()
+        self._scripts: dict[str, Any] = {}
 
-    def release(self, lease):
-        raise NotImplementedError
+    @property
+    def client(self) -> Any:
+        """The redis-py client, connected on first use."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._connect()
+        return self._client
 
-    def owner_of(self, name):
-        raise NotImplementedError
+    def _connect(self) -> Any:
+        if self.url is not None:
+            import redis
+
+            self._owns_client = True
+            return redis.Redis.from_url(self.url)
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(self.cache or "default")
+
+    def _script(self, source: str) -> Any:
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.client.register_script(source)
+        return script
+
+    def key(self, name: str) -> str:
+        """The hash key of one lease."""
+        return f"{self.key_prefix}lock:{name}"
+
+    def fence_key(self, name: str) -> str:
+        """The key of one lease's fencing counter."""
+        return f"{self.key(name)}:fence"
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+        from redis.exceptions import RedisError
+
+        check_owner(owner)
+        delta = ttl_delta(ttl)
+        now = _now_ms()
+        expires = now + delta // _MS
+        try:
+            result = self._script(ACQUIRE)(
+                keys=[self.key(name), self.fence_key(name)], args=[owner, now, expires]
+            )
+        except RedisError as error:
+            warn_unavailable("acquire", name, error)
+            return None
+        if result is None:
+            return None
+        token, acquired = result
+        return Lease(name, owner, int(token), _time(acquired), _time(expires))
+
+    def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+        from redis.exceptions import RedisError
+
+        delta = ttl_delta(ttl)
+        now = _now_ms()
+        expires = now + delta // _MS
+        try:
+            renewed = self._renew_or_release(lease, now, expires)
+        except RedisError as error:
+            warn_unavailable("renewal", lease.name, error)
+            return None
+        if not renewed:
+            return None
+        return Lease(lease.name, lease.owner, lease.token, lease.acquired_at, _time(expires))
+
+    def release(self, lease: Lease) -> bool:
+        return self._renew_or_release(lease, _now_ms(), None)
+
+    def _renew_or_release(self, lease: Lease, now: int, expires: int | None) -> bool:
+        args: list[Any] = [lease.owner, str(lease.token), now]
+        if expires is not None:
+            args.append(expires)
+        return self._script(RENEW_OR_RELEASE)(keys=[self.key(lease.name)], args=args) == 1
+
+    def owner_of(self, name: str) -> Lease | None:
+        owner, token, acquired, expires = self.client.hmget(
+            self.key(name), "owner", "token", "acquiredAt", "expiresAt"
+        )
+        if not owner or expires is None or int(expires) <= _now_ms():
+            return None
+        return Lease(name, owner.decode(), int(token), _time(acquired), _time(expires))
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+        self._scripts.clear()
+
+    # -- configuration checks ----------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        """The same checks as ``RedisCheckpointStore``, named for ``LOCK_SERVICES``."""
+        from .redis import RedisCheckpointStore
+
+        return renamed_checks(RedisCheckpointStore.check_options.__func__, cls, alias, options)

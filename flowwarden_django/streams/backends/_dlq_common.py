@@ -1,0 +1,158 @@
+"""What every dead-letter store shares: argument checks, the BSON round trip of an
+entry, and the system-check message for a missing optional package.
+
+Every backend validates the same way before writing, so a bad entry fails with
+the same message whichever store is configured, and nothing half-valid is stored.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from importlib.util import find_spec
+
+from django.core import checks
+
+from ..checkpoint import as_utc, check_stream_name
+from ..dlq import SETTLED_STATUSES, STATUSES, DeadLetter, ErrorInfo
+from ..tokens import check_token, normalize_token
+
+#: Column lengths of the ``DeadLetter`` model, enforced on every backend alike.
+MAX_ID_LENGTH = 64
+MAX_OPERATION_LENGTH = 32
+MAX_ERROR_TYPE_LENGTH = 255
+MAX_RESOLVED_BY_LENGTH = 150
+
+#: The entry fields holding BSON documents.
+BSON_FIELDS = ("document_key", "full_document", "resume_token")
+
+
+def _text(value: object, argument: str, longest: int, *, empty: bool = False) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a string, not {type(value).__name__}")
+    if not value and not empty:
+        raise ValueError(f"{argument} must not be empty")
+    if len(value) > longest:
+        raise ValueError(f"{argument} is {len(value)} characters long; the most is {longest}")
+
+
+def check_aware(value: object, argument: str, *, required: bool = True) -> None:
+    """Raise unless *value* is a timezone-aware datetime (or ``None`` when not *required*)."""
+    if value is None:
+        if required:
+            raise TypeError(f"{argument} is required")
+        return
+    if not isinstance(value, datetime):
+        raise TypeError(f"{argument} must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{argument} must be timezone-aware (use django.utils.timezone.now())")
+
+
+def check_entry_id(entry_id: object) -> None:
+    """Raise unless *entry_id* is a non-empty string of at most 64 characters."""
+    _text(entry_id, "id", MAX_ID_LENGTH)
+
+
+def check_status(status: object, argument: str = "status") -> None:
+    """Raise ``ValueError`` unless *status* is one of ``dlq.STATUSES``."""
+    if status not in STATUSES:
+        raise ValueError(f"{argument} must be one of {', '.join(STATUSES)}, not {status!r}")
+
+
+def check_error(error: object) -> None:
+    """Raise unless *error* is an ``ErrorInfo`` with text fields."""
+    if not isinstance(error, ErrorInfo):
+        raise TypeError(f"error must be an ErrorInfo, not {type(error).__name__}")
+    _text(error.type, "error.type", MAX_ERROR_TYPE_LENGTH)
+    if not isinstance(error.message, str):
+        raise TypeError(f"error.message must be a string, not {type(error.message).__name__}")
+    if error.stack_trace is not None and not isinstance(error.stack_trace, str):
+        raise TypeError("error.stack_trace must be a string or None")
+
+
+def _count(value: object, argument: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{argument} must be an integer >= 0, not {value!r}")
+
+
+def check_entry(entry: object) -> None:
+    """Validate a ``DeadLetter`` before it is written; raise ``TypeError``/``ValueError``."""
+    if not isinstance(entry, DeadLetter):
+        raise TypeError(f"entry must be a DeadLetter, not {type(entry).__name__}")
+    check_entry_id(entry.id)
+    check_stream_name(entry.stream_name)
+    _text(entry.operation_type, "operation_type", MAX_OPERATION_LENGTH)
+    check_error(entry.error)
+    _count(entry.attempts, "attempts")
+    _count(entry.replay_count, "replay_count")
+    check_status(entry.status)
+    for name in BSON_FIELDS:
+        check_token(getattr(entry, name), name)
+    for name in ("created_at", "first_attempt_at", "last_attempt_at"):
+        check_aware(getattr(entry, name), name)
+    for name in ("expires_at", "last_replayed_at", "resolved_at"):
+        check_aware(getattr(entry, name), name, required=False)
+    if not isinstance(entry.metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping, not {type(entry.metadata).__name__}")
+    _text(entry.resolved_by, "resolved_by", MAX_RESOLVED_BY_LENGTH, empty=True)
+    if not isinstance(entry.note, str):
+        raise TypeError(f"note must be a string, not {type(entry.note).__name__}")
+
+
+def check_transition(
+    entry_id: object, to_status: object, from_statuses: Sequence[str], at: object, by: object
+) -> tuple[str, ...]:
+    """Validate the arguments of ``DlqStore.transition``; return *from_statuses* as a tuple."""
+    if not isinstance(entry_id, str):
+        raise TypeError(f"entry_id must be a string, not {type(entry_id).__name__}")
+    check_status(to_status, "to_status")
+    if isinstance(from_statuses, str):
+        raise TypeError("from_statuses must be a sequence of statuses, not one string")
+    statuses = tuple(from_statuses)
+    if not statuses:
+        raise ValueError("from_statuses must name at least one status")
+    for status in statuses:
+        check_status(status, "from_statuses")
+    check_aware(at, "at")
+    _text(by, "by", MAX_RESOLVED_BY_LENGTH, empty=True)
+    return statuses
+
+
+def check_limit(limit: object) -> None:
+    """Raise unless *limit* is ``None`` or an integer >= 0."""
+    if limit is not None:
+        _count(limit, "limit")
+
+
+def settles(to_status: str) -> bool:
+    """True when moving to *to_status* records ``resolved_at``/``resolved_by``/``note``."""
+    return to_status in SETTLED_STATUSES
+
+
+def normalized(entry: DeadLetter) -> DeadLetter:
+    """A copy as the other backends return it: BSON documents after a BSON round trip,
+    timestamps in UTC, and a metadata dict of its own."""
+    return entry.replace(
+        document_key=normalize_token(entry.document_key),
+        full_document=normalize_token(entry.full_document),
+        resume_token=normalize_token(entry.resume_token),
+        created_at=as_utc(entry.created_at),
+        first_attempt_at=as_utc(entry.first_attempt_at),
+        last_attempt_at=as_utc(entry.last_attempt_at),
+        expires_at=as_utc(entry.expires_at),
+        last_replayed_at=as_utc(entry.last_replayed_at),
+        resolved_at=as_utc(entry.resolved_at),
+        metadata=copy.deepcopy(dict(entry.metadata)),
+    )
+
+
+def missing_extra(setting: str, package: str, extra: str, backend: str) -> checks.Error | None:
+    """An E005 error naming *setting* when *package* cannot be imported, else ``None``."""
+    if find_spec(package) is not None:
+        return None
+    return checks.Error(
+        f"{setting} uses {backend}, which needs the '{package}' package.",
+        hint=f'pip install "flowwarden-django[{extra}]"',
+        id="flowwarden_django.E005",
+    )
