@@ -1,5 +1,9 @@
 """``manage.py flowwarden_streams``: run change-stream consumers, or show their status.
 
+``status`` shows every declared stream as all processes report it (their
+``StreamWorker`` rows), with its checkpoint ages and DLQ backlog; ``--json`` prints
+the health view's JSON.
+
 ``run`` starts the declared streams (or those named with ``--stream``), each on its
 own thread, until SIGTERM/SIGINT stops them gracefully (every dirty processed
 anchor is flushed). ``--burst`` processes what is there, then stops.
@@ -10,23 +14,28 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from ...formatting import NONE_TEXT, age_text, format_table
+from ...formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...streams.manager import StreamManager
 from ...streams.registry import DuplicateStreamError, stream_registry
 from ...streams.runtime import StreamState
-from ...streams.stores import checkpoint_stores
+from ...streams.spec import StreamSpec
+from ...streams.status import StreamStatus, health_report, stream_status
 
 
 class Command(BaseCommand):
-    """Runs stream consumers in this process, or reports their checkpoints."""
+    """Runs stream consumers in this process, or reports every stream's status."""
 
-    help = "Run change-stream consumers (run [--stream NAME ...] [--burst]) or show status."
+    help = (
+        "Run change-stream consumers (run [--stream NAME ...] [--burst]) "
+        "or show their status (status [--json])."
+    )
 
     #: Seconds between progress lines while running.
     progress_interval = 30.0
@@ -42,14 +51,21 @@ class Command(BaseCommand):
             help="Run only this stream (repeatable). Default: every enabled auto-start stream.",
         )
         run.add_argument("--burst", action="store_true", help="Process what is there, then stop.")
-        actions.add_parser("status", help="Show each declared stream and its checkpoint.")
+        status = actions.add_parser(
+            "status", help="Show every declared stream as all processes report it."
+        )
+        status.add_argument(
+            "--json",
+            action="store_true",
+            help="Print the health report (the /flowwarden/health/ JSON) instead of a table.",
+        )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         try:
             if action == "run":
                 self.handle_run(options.get("streams"), options["burst"])
             else:
-                self.handle_status()
+                self.handle_status(as_json=options["json"])
         except (DuplicateStreamError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
 
@@ -131,31 +147,59 @@ class Command(BaseCommand):
         if crashed:
             raise CommandError(f"Stream(s) stopped on an error: {', '.join(crashed)}")
 
-    def handle_status(self) -> None:
+    def handle_status(self, *, as_json: bool = False) -> None:
+        now = timezone.now()
+        if as_json:
+            report = health_report(now)
+            if "error" in report:
+                raise CommandError(f"Cannot read the stream status: {report['error']}")
+            self.stdout.write(dump_json(report))
+            return
         specs = stream_registry.specs()
         if not specs:
             self.stdout.write("No streams declared.")
             return
-        now = timezone.now()
-        rows = []
-        for name, spec in specs.items():
-            try:
-                saved = checkpoint_stores[spec.checkpoint_store].find(name)
-            except Exception as exc:  # one unreachable store must not hide the others
-                saved, note = None, f"store error: {exc}"
-            else:
-                note = "" if spec.enabled else "disabled"
-            rows.append(
-                (
-                    name,
-                    f"{spec.database or '-'}.{spec.collection}",
-                    spec.deployment_mode,
-                    age_text(saved.last_processed_at, now) if saved else NONE_TEXT,
-                    age_text(saved.last_seen_at, now) if saved else NONE_TEXT,
-                    age_text(saved.last_heartbeat_at, now) if saved else NONE_TEXT,
-                    note,
-                )
-            )
-        headers = ("STREAM", "NAMESPACE", "MODE", "PROCESSED", "SEEN", "HEARTBEAT", "")
+        rows = [_status_row(status, specs[status.name], now) for status in stream_status(now)]
+        headers = (
+            "STREAM",
+            "NAMESPACE",
+            "MODE",
+            "STATE",
+            "LEADER",
+            "INSTANCES",
+            "LAST EVENT",
+            "CHECKPOINT",
+            "HEARTBEAT",
+            "DLQ",
+            "",
+        )
         for line in format_table(headers, rows):
             self.stdout.write(line.rstrip())
+
+
+def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[str, ...]:
+    """One line of ``status``: the cross-process state, ages and backlog of a stream."""
+    notes = []
+    if not spec.enabled:
+        notes.append("disabled")
+    elif not spec.auto_start:
+        notes.append("no auto-start")
+    if status.paused and status.state != "paused":
+        notes.append("pause requested")
+    if status.stale_instances:
+        notes.append(f"{len(status.stale_instances)} gone")
+    if status.error:
+        notes.append(f"error: {status.error}")
+    return (
+        status.name,
+        f"{spec.database or '-'}.{spec.collection}",
+        spec.deployment_mode,
+        status.state,
+        status.leader or NONE_TEXT,
+        str(len(status.instances)),
+        age_text(status.last_event_time, now),
+        age_text(status.checkpoint_at, now),
+        age_text(status.heartbeat_at, now),
+        NONE_TEXT if status.dlq_backlog is None else str(status.dlq_backlog),
+        "; ".join(notes),
+    )

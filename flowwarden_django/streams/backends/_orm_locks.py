@@ -270,7 +270,10 @@ class OrmLockService(LockService):
         """
         alias = self._alias()
         connection = self._connection()
-        with transaction.atomic(using=alias):
+        # No savepoint: inside the caller's transaction (a transactional stream's
+        # event) a lost lease must roll the whole transaction back anyway, and two
+        # round trips per guarded write are saved.
+        with transaction.atomic(using=alias, savepoint=False):
             if connection.vendor == "sqlite":
                 held = self._update(connection, _TOUCH, [], lease) == 1
             else:

@@ -1,0 +1,287 @@
+"""What every declared stream is doing, across processes.
+
+Each process running streams publishes one ``StreamWorker`` row per stream it runs
+(or stands by for) every ``FLOWWARDEN["STATUS_INTERVAL"]``; operators' requests sit
+in ``StreamControl``. :func:`stream_status` joins those rows with the declared
+streams, their checkpoints and their dead-letter backlogs, so the health view,
+``manage.py flowwarden_streams status``, the Prometheus exporter and the admin
+console all tell the same story, whichever process asks.
+
+A worker row not refreshed for three ``STATUS_INTERVAL``s belongs to a process that
+is gone: it is *stale* and no longer counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from ..conf import fw_settings
+from ..models import StreamControl, StreamWorker
+from .registry import StreamRegistry, stream_registry
+from .spec import StreamSpec, parse_duration
+from .stores import checkpoint_stores, dlq_stores
+
+logger = logging.getLogger("flowwarden_django.streams.status")
+
+#: Stream states, from :func:`stream_state`.
+RUNNING = "running"
+RESTARTING = "restarting"
+STARTING = "starting"
+PAUSED = "paused"
+CRASHED = "crashed"
+STANDBY = "standby"
+STOPPED = "stopped"
+
+LEADER = "LEADER"
+
+#: A worker row older than this many status intervals is stale.
+STALE_AFTER_INTERVALS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStatus:
+    """One process's report about one stream (a fresh ``StreamWorker`` row)."""
+
+    instance_id: str
+    state: str
+    role: str
+    started_at: datetime | None
+    last_event_at: datetime | None
+    updated_at: datetime
+    events: int = 0
+    errors: int = 0
+    retries: int = 0
+    dead_lettered: int = 0
+    restarts: int = 0
+    last_error: str = ""
+
+    @classmethod
+    def from_row(cls, row: Any) -> WorkerStatus:
+        """Copy a ``StreamWorker`` row."""
+        return cls(**{field.name: getattr(row, field.name) for field in dataclasses.fields(cls)})
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-compatible values (timestamps as ISO 8601 strings)."""
+        return {
+            field.name: _json_value(getattr(self, field.name)) for field in dataclasses.fields(self)
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStatus:
+    """One declared stream as every process sees it.
+
+    ``state`` is one of ``running``, ``restarting``, ``starting``, ``paused``,
+    ``crashed``, ``standby`` and ``stopped`` (see :func:`stream_state`).
+    ``checkpoint_at`` is the processed anchor's time, else the seen anchor's;
+    ``checkpoint_age_seconds`` and ``heartbeat_age_seconds`` are measured from
+    ``now``. ``dlq_backlog`` is ``None`` when the stream has no dead-letter queue or
+    its store cannot count. ``error`` says which read failed (checkpoint or DLQ
+    store); the other fields are still filled in.
+    """
+
+    name: str
+    state: str
+    deployment_mode: str
+    enabled: bool
+    auto_start: bool
+    paused: bool
+    healthy: bool
+    leader: str | None = None
+    instances: tuple[WorkerStatus, ...] = ()
+    stale_instances: tuple[str, ...] = ()
+    last_event_time: datetime | None = None
+    checkpoint_at: datetime | None = None
+    checkpoint_age_seconds: float | None = None
+    heartbeat_at: datetime | None = None
+    heartbeat_age_seconds: float | None = None
+    dlq_backlog: int | None = None
+    dlq_store: str | None = None
+    restart_requested_at: datetime | None = None
+    error: str | None = None
+
+    @property
+    def required(self) -> bool:
+        """Whether health needs this stream running (enabled and auto-start)."""
+        return self.enabled and self.auto_start
+
+    def to_json(self) -> dict[str, Any]:
+        """The stream's entry in :func:`health_report` (``status`` is the reference's UP/DOWN)."""
+        return {
+            "state": self.state,
+            "status": "UP" if self.state == RUNNING else "DOWN",
+            "healthy": self.healthy,
+            "mode": self.deployment_mode,
+            "enabled": self.enabled,
+            "auto_start": self.auto_start,
+            "paused": self.paused,
+            "leader": self.leader,
+            "instances": [instance.to_json() for instance in self.instances],
+            "stale_instances": list(self.stale_instances),
+            "last_event_time": _json_value(self.last_event_time),
+            "checkpoint_at": _json_value(self.checkpoint_at),
+            "checkpoint_age_seconds": self.checkpoint_age_seconds,
+            "heartbeat_at": _json_value(self.heartbeat_at),
+            "heartbeat_age_seconds": self.heartbeat_age_seconds,
+            "dlq_backlog": self.dlq_backlog,
+            "restart_requested_at": _json_value(self.restart_requested_at),
+            "error": self.error,
+        }
+
+
+def status_interval() -> float:
+    """``FLOWWARDEN["STATUS_INTERVAL"]`` in seconds."""
+    return parse_duration(fw_settings.STATUS_INTERVAL)
+
+
+def stale_before(now: datetime) -> datetime:
+    """Worker rows last updated before this time are stale."""
+    return now - timedelta(seconds=STALE_AFTER_INTERVALS * status_interval())
+
+
+def stream_state(instances: Iterable[WorkerStatus], paused: bool) -> tuple[str, str | None]:
+    """The stream's state and its leader's instance id, from its fresh worker rows.
+
+    In order: ``running`` when a fresh row runs it (with ``SINGLE_LEADER``, only
+    the leader runs it, standbys report ``standby``); ``restarting`` or
+    ``starting`` while a process is bringing it up; ``paused`` when an operator
+    stopped it; ``crashed`` when a process reports a crash (with nobody running
+    it); ``standby`` when processes only wait for the lease; else ``stopped``.
+    """
+    instances = list(instances)
+    states = {instance.state for instance in instances}
+    leaders = [i for i in instances if i.role == LEADER]
+    # Prefer a running leader; between equals, the freshest report.
+    leaders.sort(key=lambda i: (i.state == RUNNING, i.updated_at), reverse=True)
+    leader = leaders[0].instance_id if leaders else None
+    for state in (RUNNING, RESTARTING, STARTING):
+        if state in states:
+            return state, leader
+    if paused or PAUSED in states:
+        return PAUSED, leader
+    for state in (CRASHED, STANDBY):
+        if state in states:
+            return state, leader
+    return STOPPED, leader
+
+
+def stream_status(
+    now: datetime | None = None, registry: StreamRegistry | None = None
+) -> list[StreamStatus]:
+    """The status of every declared stream, in declaration order.
+
+    Reads the worker and control rows once, then each stream's checkpoint and DLQ
+    backlog. A failing checkpoint or DLQ store is reported in that stream's
+    ``error``; a failing database (worker rows) or a duplicate declaration raises.
+    """
+    now = now or timezone.now()
+    specs = (registry or stream_registry).specs()
+    fresh_after = stale_before(now)
+    rows: dict[str, list[Any]] = {}
+    for row in StreamWorker.objects.filter(stream_name__in=list(specs)):
+        rows.setdefault(row.stream_name, []).append(row)
+    controls = {c.stream_name: c for c in StreamControl.objects.filter(stream_name__in=list(specs))}
+    return [
+        _one_stream(spec, rows.get(name, []), controls.get(name), now, fresh_after)
+        for name, spec in specs.items()
+    ]
+
+
+def _one_stream(
+    spec: StreamSpec,
+    rows: list[Any],
+    control: Any,
+    now: datetime,
+    fresh_after: datetime,
+) -> StreamStatus:
+    fresh = tuple(WorkerStatus.from_row(r) for r in rows if r.updated_at >= fresh_after)
+    stale = tuple(r.instance_id for r in rows if r.updated_at < fresh_after)
+    paused = bool(control and control.paused)
+    state, leader = stream_state(fresh, paused)
+    # A gone process's last event is still the stream's last event.
+    event_times = [r.last_event_at for r in rows if r.last_event_at is not None]
+    errors: list[str] = []
+    checkpoint_at, heartbeat_at = _checkpoint_times(spec, errors)
+    backlog = _dlq_backlog(spec, errors)
+    return StreamStatus(
+        name=spec.name,
+        state=state,
+        deployment_mode=spec.deployment_mode,
+        enabled=spec.enabled,
+        auto_start=spec.auto_start,
+        paused=paused,
+        healthy=state == RUNNING or not (spec.enabled and spec.auto_start),
+        leader=leader,
+        instances=fresh,
+        stale_instances=stale,
+        last_event_time=max(event_times, default=None),
+        checkpoint_at=checkpoint_at,
+        checkpoint_age_seconds=_age(checkpoint_at, now),
+        heartbeat_at=heartbeat_at,
+        heartbeat_age_seconds=_age(heartbeat_at, now),
+        dlq_backlog=backlog,
+        dlq_store=spec.dead_letter_queue.store if spec.dead_letter_queue else None,
+        restart_requested_at=control.restart_requested_at if control else None,
+        error="; ".join(errors) or None,
+    )
+
+
+def _checkpoint_times(
+    spec: StreamSpec, errors: list[str]
+) -> tuple[datetime | None, datetime | None]:
+    try:
+        saved = checkpoint_stores[spec.checkpoint_store].find(spec.name)
+    except Exception as exc:  # one unreachable store must not hide the other streams
+        errors.append(f"checkpoint store {spec.checkpoint_store!r}: {exc}")
+        return None, None
+    if saved is None:
+        return None, None
+    return saved.last_processed_at or saved.last_seen_at, saved.last_heartbeat_at
+
+
+def _dlq_backlog(spec: StreamSpec, errors: list[str]) -> int | None:
+    if spec.dead_letter_queue is None:
+        return None
+    alias = spec.dead_letter_queue.store
+    try:
+        count = dlq_stores[alias].count(spec.name)
+    except Exception as exc:
+        errors.append(f"dead-letter store {alias!r}: {exc}")
+        return None
+    # -1: the store cannot count; saying 0 would be a lie.
+    return None if count is None or count < 0 else int(count)
+
+
+def health_report(
+    now: datetime | None = None, registry: StreamRegistry | None = None
+) -> dict[str, Any]:
+    """``{"healthy": bool, "streams": {name: {...}}}``, ready for ``json.dumps``.
+
+    Healthy when every enabled, auto-start stream is running somewhere. Standby
+    instances of a ``SINGLE_LEADER`` stream do not count against health: the
+    stream is judged by its leader, wherever it runs. When the status cannot be
+    read at all (database down), the report is unhealthy with an ``error``.
+    """
+    try:
+        statuses = stream_status(now, registry)
+    except Exception as exc:
+        logger.warning("cannot read the stream status", exc_info=True)
+        return {"healthy": False, "streams": {}, "error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "healthy": all(status.healthy for status in statuses),
+        "streams": {status.name: status.to_json() for status in statuses},
+    }
+
+
+def _age(at: datetime | None, now: datetime) -> float | None:
+    return None if at is None else (now - at).total_seconds()
+
+
+def _json_value(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value

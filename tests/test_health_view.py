@@ -1,0 +1,202 @@
+"""``/flowwarden/health/`` and ``/flowwarden/metrics/`` through the Django test client.
+
+The clock is pinned to ``NOW`` so the reported ages are exact.
+"""
+
+import json
+
+import pytest
+from bson import Timestamp
+from django.urls import reverse
+from django.utils import timezone
+
+from flowwarden_django import prometheus
+from flowwarden_django.streams import metrics
+from flowwarden_django.streams.registry import register_stream, stream_registry
+from flowwarden_django.streams.spec import DeadLetterQueueSpec
+from tests.status_rows import NOW, ago, checkpoint, dead_letter, worker
+
+pytestmark = pytest.mark.django_db
+
+HEALTH = "/flowwarden/health/"
+METRICS = "/flowwarden/metrics/"
+
+
+@pytest.fixture(autouse=True)
+def frozen_now(monkeypatch):
+    monkeypatch.setattr(timezone, "now", lambda: NOW)
+
+
+@pytest.fixture
+def declare():
+    names = []
+
+    def declare(name, **options):
+        names.append(name)
+        return register_stream(name, "orders", on_insert=lambda doc: None, **options)
+
+    yield declare
+    for name in names:
+        stream_registry.unregister(name)
+
+
+def metric_lines(body: bytes) -> set[str]:
+    return set(body.decode().splitlines())
+
+
+def test_urls_are_namespaced():
+    assert reverse("flowwarden:health") == HEALTH
+    assert reverse("flowwarden:metrics") == METRICS
+
+
+def test_healthy_is_200_with_the_report(client, declare):
+    declare("hv-orders", dead_letter_queue=DeadLetterQueueSpec())
+    worker("hv-orders", "host-a:1", "running", last_event=3)
+    checkpoint("hv-orders", processed=42, heartbeat=10)
+    dead_letter("hv-orders")
+    dead_letter("hv-orders")
+    response = client.get(HEALTH)  # anonymous: it is a probe
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert "no-cache" in response["Cache-Control"]
+    report = response.json()
+    assert report["healthy"] is True
+    entry = report["streams"]["hv-orders"]
+    assert (entry["state"], entry["status"], entry["mode"]) == ("running", "UP", "ALL_INSTANCES")
+    assert entry["checkpoint_age_seconds"] == 42.0
+    assert entry["heartbeat_age_seconds"] == 10.0
+    assert entry["dlq_backlog"] == 2
+    assert entry["last_event_time"] == ago(3).isoformat()
+    assert [i["instance_id"] for i in entry["instances"]] == ["host-a:1"]
+
+
+def test_unhealthy_is_503(client, declare):
+    declare("hv-orders")
+    declare("hv-payments")
+    worker("hv-orders", "host-a:1", "running")
+    worker("hv-payments", "host-a:1", "crashed", last_error="boom")
+    response = client.get(HEALTH)
+    assert response.status_code == 503
+    report = json.loads(response.content)
+    assert report["healthy"] is False
+    assert report["streams"]["hv-orders"]["healthy"] is True
+    assert report["streams"]["hv-payments"]["state"] == "crashed"
+    assert report["streams"]["hv-payments"]["status"] == "DOWN"
+
+
+def test_a_status_that_cannot_be_read_is_503_not_500(client, declare):
+    declare("hv-orders")
+    declare("hv-orders")
+    response = client.get(HEALTH)
+    assert response.status_code == 503
+    assert "declared twice" in response.json()["error"]
+
+
+def test_only_reads_are_allowed(client):
+    assert client.post(HEALTH).status_code == 405
+    assert client.head(HEALTH).status_code in (200, 503)
+
+
+def test_metrics_report_checkpoint_age_and_dlq_backlog(client, declare):
+    declare("pm-orders", dead_letter_queue=DeadLetterQueueSpec())
+    declare("pm-idle")
+    worker("pm-orders", "host-a:1", "running", last_event=3, events=7, errors=2)
+    checkpoint("pm-orders", processed=42, heartbeat=10)
+    dead_letter("pm-orders")
+    dead_letter("pm-orders")
+    response = client.get(METRICS)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    lines = metric_lines(response.content)
+    for expected in (
+        'flowwarden_checkpoint_age_seconds{stream="pm-orders"} 42.0',
+        'flowwarden_heartbeat_age_seconds{stream="pm-orders"} 10.0',
+        'flowwarden_dlq_backlog{stream="pm-orders"} 2.0',
+        'flowwarden_stream_up{stream="pm-orders"} 1.0',
+        'flowwarden_stream_up{stream="pm-idle"} 0.0',
+        'flowwarden_stream_healthy{stream="pm-idle"} 0.0',
+        'flowwarden_stream_state{state="running",stream="pm-orders"} 1.0',
+        'flowwarden_stream_state{state="stopped",stream="pm-orders"} 0.0',
+        'flowwarden_stream_state{state="stopped",stream="pm-idle"} 1.0',
+        'flowwarden_stream_instances{stream="pm-orders"} 1.0',
+        'flowwarden_instance_events_total{instance="host-a:1",stream="pm-orders"} 7.0',
+        'flowwarden_instance_errors_total{instance="host-a:1",stream="pm-orders"} 2.0',
+        # Without an event seen in this process, the lag is the checkpoint age.
+        'flowwarden_stream_lag_seconds{stream="pm-orders"} 42.0',
+        "flowwarden_status_up 1.0",
+    ):
+        assert expected in lines, expected
+    # Unknown values have no sample: no checkpoint, no DLQ declared.
+    body = response.content.decode()
+    assert 'flowwarden_checkpoint_age_seconds{stream="pm-idle"}' not in body
+    assert 'flowwarden_dlq_backlog{stream="pm-idle"}' not in body
+
+
+def test_metrics_count_the_stream_signals(client, declare):
+    declare("pm-signals")
+    stream = "pm-signals"
+    metrics.emit(
+        metrics.event_received, stream, cluster_time=Timestamp(int(ago(30).timestamp()), 1)
+    )
+    metrics.emit(metrics.event_processed, stream, duration=0.25, success=True)
+    metrics.emit(metrics.event_processed, stream, duration=0.5, success=False)
+    metrics.emit(metrics.event_error, stream, error=RuntimeError("x"), will_retry=True, attempt=1)
+    metrics.emit(metrics.event_error, stream, error=RuntimeError("x"), will_retry=False, attempt=2)
+    metrics.emit(metrics.event_sent_to_dlq, stream, entry_id="e1")
+    metrics.emit(metrics.event_dlq_failed, stream, error=OSError("x"))
+    metrics.emit(metrics.checkpoint_saved, stream, anchor="processed", token={"_data": "82"})
+    metrics.emit(metrics.checkpoint_failed, stream, anchor="seen", error=OSError("x"))
+    metrics.emit(metrics.stream_restarted, stream, attempt=1, cause=OSError("x"))
+    metrics.emit(metrics.stream_stopped, stream, reason="CRASHED", cause=OSError("x"))
+    lines = metric_lines(client.get(METRICS).content)
+    for expected in (
+        'flowwarden_events_received_total{stream="pm-signals"} 1.0',
+        'flowwarden_events_processed_total{stream="pm-signals",success="true"} 1.0',
+        'flowwarden_events_processed_total{stream="pm-signals",success="false"} 1.0',
+        'flowwarden_event_duration_seconds_count{stream="pm-signals"} 2.0',
+        'flowwarden_event_duration_seconds_sum{stream="pm-signals"} 0.75',
+        'flowwarden_event_errors_total{stream="pm-signals",will_retry="true"} 1.0',
+        'flowwarden_event_errors_total{stream="pm-signals",will_retry="false"} 1.0',
+        'flowwarden_event_retries_total{stream="pm-signals"} 1.0',
+        'flowwarden_events_sent_to_dlq_total{stream="pm-signals"} 1.0',
+        'flowwarden_dlq_failures_total{stream="pm-signals"} 1.0',
+        'flowwarden_checkpoints_saved_total{anchor="processed",stream="pm-signals"} 1.0',
+        'flowwarden_checkpoint_failures_total{anchor="seen",stream="pm-signals"} 1.0',
+        'flowwarden_stream_restarts_total{stream="pm-signals"} 1.0',
+        'flowwarden_stream_stops_total{reason="CRASHED",stream="pm-signals"} 1.0',
+        # The last event's cluster time was 30 s before now.
+        'flowwarden_stream_lag_seconds{stream="pm-signals"} 30.0',
+    ):
+        assert expected in lines, expected
+
+
+def test_receivers_are_installed_once(client, declare):
+    declare("pm-once")
+    prometheus.install_receivers()
+    prometheus.install_receivers()
+    metrics.emit(metrics.event_sent_to_dlq, "pm-once", entry_id="e1")
+    lines = metric_lines(client.get(METRICS).content)
+    assert 'flowwarden_events_sent_to_dlq_total{stream="pm-once"} 1.0' in lines
+
+
+def test_openmetrics_when_asked(client, declare):
+    declare("pm-orders")
+    response = client.get(METRICS, headers={"accept": "application/openmetrics-text"})
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    assert response.content.decode().rstrip().endswith("# EOF")
+
+
+def test_a_status_that_cannot_be_read_is_reported_in_metrics(client, declare):
+    declare("pm-orders")
+    declare("pm-orders")
+    lines = metric_lines(client.get(METRICS).content)
+    assert "flowwarden_status_up 0.0" in lines
+
+
+def test_metrics_without_prometheus_client_is_404(client, monkeypatch):
+    from flowwarden_django import views
+
+    monkeypatch.setattr(views, "find_spec", lambda name: None)
+    response = client.get(METRICS)
+    assert response.status_code == 404
+    assert 'pip install "flowwarden-django[prometheus]"' in response.content.decode()
