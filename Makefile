@@ -31,6 +31,7 @@ serve: $(VENV)/.demo-installed
 bench: $(VENV)/.test-installed
 	$(PY) bench/checkpoint_writes.py
 	$(PY) bench/stream_throughput.py
+	$(PY) bench/leader_fencing.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)

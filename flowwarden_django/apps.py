@@ -1,11 +1,14 @@
 """App configuration."""
 
+from importlib.util import find_spec
+
 from django.apps import AppConfig
 
 
 class FlowwardenConfig(AppConfig):
-    """Connects the system checks and the settings-reload signal, and imports each
-    installed app's ``streams`` module; nothing else at start-up."""
+    """Connects the system checks and the settings-reload signal, imports each
+    installed app's ``streams`` module, and connects the Prometheus counters when
+    prometheus-client is installed; nothing else at start-up."""
 
     name = "flowwarden_django"
     verbose_name = "Flowwarden"
@@ -18,3 +21,7 @@ class FlowwardenConfig(AppConfig):
 
         # Streams declared in each installed app's streams.py register themselves.
         autodiscover_modules("streams")
+        if find_spec("prometheus_client") is not None:
+            # Count the metric signals of this process's streams (the exporter's
+            # counters); the gauges are read from the database at scrape time.
+            from . import prometheus  # noqa: F401

@@ -69,9 +69,16 @@ class StreamsBootstep(bootsteps.StartStopStep):
 
     def start(self, parent: Any) -> None:
         # Imported here: the app module imports this one before Django is set up.
-        from .streams.manager import StreamManager
+        from .conf import fw_settings
+        from .streams.manager import StreamManager, default_instance_id
 
-        manager = StreamManager()
+        # The worker's node name (celery@host) plus the pid names this process in
+        # leases and status rows, unless FLOWWARDEN["INSTANCE_ID"] is set.
+        hostname = getattr(parent, "hostname", None)
+        instance_id = fw_settings.INSTANCE_ID or (
+            f"{hostname}:{os.getpid()}" if hostname else default_instance_id()
+        )
+        manager = StreamManager(instance_id=instance_id)
         try:
             manager.start_all()
         except BaseException:

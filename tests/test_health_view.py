@@ -200,3 +200,21 @@ def test_metrics_without_prometheus_client_is_404(client, monkeypatch):
     response = client.get(METRICS)
     assert response.status_code == 404
     assert 'pip install "flowwarden-django[prometheus]"' in response.content.decode()
+
+
+def test_run_can_serve_its_processs_metrics():
+    import socket
+    import urllib.request
+
+    from django.core.management.base import CommandError
+
+    from flowwarden_django.management.commands.flowwarden_streams import Command
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    Command().serve_metrics(port)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "flowwarden_events_processed_total" in body
+    with pytest.raises(CommandError, match="Pick a free port"):
+        Command().serve_metrics(port)  # taken now

@@ -218,10 +218,16 @@ def waiting_on_a_lock(alias, connection_id):
                 "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", [connection_id]
             )
         else:
+            # innodb_trx does not always list an autocommit statement that waits (it
+            # is a cache refreshed at most every 100 ms, and MariaDB may register the
+            # transaction late), so the session list is asked too: the contender's
+            # session still executing its statement is a session blocked on the row.
             cursor.execute(
-                "SELECT count(*) FROM information_schema.innodb_trx "
-                "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
-                [connection_id],
+                "SELECT (SELECT count(*) FROM information_schema.innodb_trx "
+                "        WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT')"
+                " + (SELECT count(*) FROM information_schema.processlist "
+                "    WHERE id = %s AND command = 'Query' AND info LIKE 'INSERT%%')",
+                [connection_id, connection_id],
             )
         return cursor.fetchone()[0] > 0
 

@@ -127,12 +127,12 @@ def test_only_standbys_means_standby_and_unhealthy(registry):
     assert status.stale_instances == ("host-b:1",)
 
 
-def test_paused_by_an_operator(registry):
+def test_paused_by_an_operator_is_reported_but_not_unhealthy(registry):
     declare(registry, "orders")
     control("orders", paused=True)
     worker("orders", "host-a:1", "paused")
     status = status_of(registry, "orders")
-    assert (status.state, status.paused, status.healthy) == ("paused", True, False)
+    assert (status.state, status.paused, status.healthy) == ("paused", True, True)
 
 
 def test_a_pause_not_yet_applied_still_shows_running(registry):

@@ -216,7 +216,9 @@ def _one_stream(
         enabled=spec.enabled,
         auto_start=spec.auto_start,
         paused=paused,
-        healthy=state == RUNNING or not (spec.enabled and spec.auto_start),
+        # An operator's pause is not an outage: a liveness probe must not restart
+        # processes because someone stopped a stream on purpose.
+        healthy=state == RUNNING or paused or not (spec.enabled and spec.auto_start),
         leader=leader,
         instances=fresh,
         stale_instances=stale,

@@ -6,7 +6,9 @@ the health view's JSON.
 
 ``run`` starts the declared streams (or those named with ``--stream``), each on its
 own thread, until SIGTERM/SIGINT stops them gracefully (every dirty processed
-anchor is flushed). ``--burst`` processes what is there, then stops.
+anchor is flushed). ``--burst`` processes what is there, then stops. A
+``SINGLE_LEADER`` stream whose lease another process holds stands by until it can
+take it. ``--metrics-port`` serves this process's Prometheus counters.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class Command(BaseCommand):
             help="Run only this stream (repeatable). Default: every enabled auto-start stream.",
         )
         run.add_argument("--burst", action="store_true", help="Process what is there, then stop.")
+        run.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="Serve this process's Prometheus metrics on PORT (needs prometheus-client).",
+        )
         status = actions.add_parser(
             "status", help="Show every declared stream as all processes report it."
         )
@@ -63,6 +71,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         try:
             if action == "run":
+                self.serve_metrics(options.get("metrics_port"))
                 self.handle_run(options.get("streams"), options["burst"])
             else:
                 self.handle_status(as_json=options["json"])
@@ -106,7 +115,11 @@ class Command(BaseCommand):
                     f"Starting {name} ({spec.database or 'default db'}.{spec.collection})"
                     + (" in burst mode" if burst else "")
                 )
-                manager.start(name, burst=burst)
+                if manager.start(name, burst=burst) is None:
+                    self.stdout.write(
+                        f"  {name} is SINGLE_LEADER and another process holds its lease: "
+                        "standing by"
+                    )
             self._wait(manager, names, stop)
         finally:
             for sig, handler in previous.items():
@@ -131,6 +144,27 @@ class Command(BaseCommand):
                 )
         # A stop requested while streams were starting reaches those started after it.
         manager.stop_all(timeout=None)
+
+    def serve_metrics(self, port: int | None) -> None:
+        """Expose this process's stream counters to Prometheus on *port*."""
+        if port is None:
+            return
+        try:
+            from prometheus_client import start_http_server
+
+            from ...prometheus import REGISTRY
+        except ImportError as exc:
+            raise CommandError(
+                "--metrics-port needs prometheus-client: "
+                'pip install "flowwarden-django[prometheus]"'
+            ) from exc
+        try:
+            start_http_server(port, registry=REGISTRY)
+        except OSError as exc:
+            raise CommandError(
+                f"Cannot serve metrics on port {port}: {exc}. Pick a free port."
+            ) from exc
+        self.stdout.write(f"Prometheus metrics on http://0.0.0.0:{port}/metrics")
 
     def _report(self, manager: StreamManager, names: list[str]) -> None:
         crashed = []
