@@ -2,7 +2,8 @@
 
 The live server runs in this process (pytest-django's ``live_server`` thread), so
 "fixing" the poison handler is flipping a flag here; the replay the browser
-starts then runs the fixed handler in the server thread.
+starts then runs the fixed handler in the server thread. The poison entry is parked
+by the stream runtime itself, after its retry policy.
 """
 
 import os
@@ -10,9 +11,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from bson import ObjectId
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from flowwarden_django.models import DeadLetter as DeadLetterRow
+from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
+from flowwarden_django.streams.dlq import DeadLetter
+from flowwarden_django.streams.registry import replace_spec, stream_registry
+from flowwarden_django.streams.runtime import StreamConsumer
+from flowwarden_django.streams.spec import DeadLetterQueueSpec, RetryPolicySpec
+from flowwarden_django.streams.stores import dlq_stores
+from flowwarden_django.testkit.fake_source import FakeChangeSource
 from tests.lanes import on_lane
 from tests.test_admin_browser import start_chrome
 from tests.test_dlq_admin import PoisonStream, park
@@ -20,6 +30,28 @@ from tests.testapp.models import Effect
 
 STREAM = "dlq-browser-orders"
 OTHER_STREAM = "dlq-browser-payments"
+
+
+def park_through_the_runtime(stream: str, order_id: int) -> DeadLetter:
+    """Deliver one insert to the stream's consumer (fake change source, retry policy
+    of three attempts, the ORM DLQ): the handler fails every attempt, the runtime
+    parks the event, and the stream goes on to the next one."""
+    oid = ObjectId(f"65a1b2c3d4e5f6{order_id:010x}")
+    source = FakeChangeSource()
+    checkpoints = InMemoryCheckpointStore()
+    at = timezone.now()
+    checkpoints.save_seen(stream, source.initial_position(), at, heartbeat_at=at)
+    source.oplog.insert({"_id": oid, "orderId": order_id})
+    spec = replace_spec(
+        stream_registry.get(stream),
+        retry_policy=RetryPolicySpec(max_attempts=3, initial_delay="1ms", jitter=False),
+        dead_letter_queue=DeadLetterQueueSpec(),
+    )
+    consumer = StreamConsumer(spec, checkpoints, lambda s: source)
+    consumer.run(burst=True)
+    assert (consumer.errors, consumer.dead_lettered, consumer.restarts) == (3, 1, 0)
+    (entry,) = dlq_stores["default"].find_by_stream(stream)
+    return entry
 
 
 def artifact_dir(tmp_path: Path) -> Path:
@@ -51,7 +83,8 @@ def test_replay_a_poison_event_after_fixing_its_handler(live_server, tmp_path, p
 
     orders, _ = poison_streams
     User.objects.create_superuser("operator", "operator@example.com", "s3cret-pass")
-    poison = park(STREAM, 42)
+    poison = park_through_the_runtime(STREAM, 42)
+    assert poison.attempts == 3 and poison.status == "PENDING"
     park(OTHER_STREAM, 7)
 
     artifacts = artifact_dir(tmp_path)
