@@ -65,7 +65,8 @@ class StreamManager:
     ``start(name)`` builds the stream's spec afresh (a new instance of its class),
     so a restart picks up the current declaration. A ``SINGLE_LEADER`` stream
     runs only while this process holds its lease; until then it stands by and
-    the supervisor polls for the lease.
+    the supervisor polls for the lease. ``publish_status=False`` keeps the manager
+    off the database: no status rows, no operator requests (tests, embedded use).
     """
 
     def __init__(
@@ -286,9 +287,10 @@ class StreamManager:
         now = time.monotonic()
         if now >= self._next_status:
             self._next_status = now + self._seconds("STATUS_INTERVAL")
-            self._apply_controls()
             self._refresh_backlogs()
-            self._publish()
+            if self.publish_status:
+                self._apply_controls()
+                self._publish()
 
     def _supervise_lease(self, name: str) -> None:
         leadership = self._leaderships[name]
@@ -308,8 +310,16 @@ class StreamManager:
                 with self._lock:
                     self._wanted.pop(name, None)
                 return
-            if leadership.due() and not leadership.renew() and consumer is not None:
-                consumer.stop()  # it also stops by itself before its next event
+            if leadership.due() and not leadership.renew():
+                if consumer is not None:
+                    consumer.stop()  # it also stops by itself before its next event
+                return
+            if not alive and leadership.is_valid():
+                # The consumer stopped while the lease was in doubt (a late renewal):
+                # the lease is good again, so the stream runs again.
+                with self._lock:
+                    if self._wanted.get(name) is not None and not burst:
+                        self._launch(self.registry.get(name), False, leadership)
             return
         if alive:
             consumer.stop()  # the lease was lost but the consumer has not noticed yet

@@ -56,7 +56,7 @@ class FakeOplog:
         self.db, self.coll = db, coll
         self._events: list[tuple[int, dict[str, Any]]] = []
         self._positions = itertools.count(1)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.oldest = 1
         self.last_position = 0
         self.invalidate_positions: set[int] = set()
@@ -128,6 +128,15 @@ class FakeOplog:
                     return event_position, event
             return None
 
+    def next_or_idle(self, position: int, *, advance: bool) -> tuple[int, dict[str, Any] | None]:
+        """The first event after *position*, or (with *advance*) a fresh idle position,
+        decided under one lock: an event appended meanwhile is never skipped."""
+        with self._lock:
+            found = self.after(position)
+            if found is not None:
+                return found
+            return (self._next_position() if advance else position), None
+
     def oldest_time(self) -> Timestamp:
         return Timestamp(_BASE_TIME + self.oldest, 1)
 
@@ -147,13 +156,12 @@ class FakeCursor:
             return None
         if self.source.errors:
             raise self.source.errors.popleft()
-        found = self.source.oplog.after(self.position)
-        if found is None:
-            if self.source.idle_advances:
-                self.position = self.source.oplog.noop()
+        self.position, event = self.source.oplog.next_or_idle(
+            self.position, advance=self.source.idle_advances
+        )
+        if event is None:
             self.resume_token = fake_token(self.position)
             return None
-        self.position, event = found
         self.resume_token = dict(event["_id"])
         if event["operationType"] == "invalidate":
             self.alive = False

@@ -109,6 +109,17 @@ def _guarded_update_sql(vendor: str, assignments: Assignments) -> str:
     )
 
 
+@lru_cache(maxsize=4)
+def _locking_read_sql(vendor: str) -> str:
+    """Lock the row of a lease still held. Parameters: name, owner, token and now."""
+    q = _QUOTES[vendor]
+    name, owner, token, _, expires = (q(c) for c in _COLUMNS)
+    return (
+        f"SELECT 1 FROM {q(StreamLease._meta.db_table)} "
+        f"WHERE {name} = %s AND {owner} = %s AND {token} = %s AND {expires} > %s FOR UPDATE"
+    )
+
+
 class OrmLockService(LockService):
     """Leases in the ``StreamLease`` table of a Django database.
 
@@ -256,9 +267,9 @@ class OrmLockService(LockService):
     def guard(self, lease: Lease) -> Iterator[None]:
         """Run the block in a transaction that holds the lease row locked.
 
-        Within ``transaction.atomic(using=<this service's database>)`` the row is
-        read with ``SELECT … FOR UPDATE`` and checked (same owner and token, not
-        expired); ``LeaseLostError`` is raised otherwise. Until the block's
+        Within ``transaction.atomic(using=<this service's database>)`` one
+        ``SELECT … FOR UPDATE`` locks the row if it is still held (same owner and
+        token, not expired); ``LeaseLostError`` is raised otherwise. Until the block's
         transaction ends, another host's ``try_acquire`` waits on that row lock, so
         a takeover cannot slip between the check and the block's writes to this
         database: they commit under the old token, and the next holder's token is
@@ -277,18 +288,16 @@ class OrmLockService(LockService):
             if connection.vendor == "sqlite":
                 held = self._update(connection, _TOUCH, [], lease) == 1
             else:
-                row = (
-                    StreamLease.objects.using(alias)
-                    .select_for_update()
-                    .filter(pk=lease.name)
-                    .first()
-                )
-                held = (
-                    row is not None
-                    and (row.owner, row.token) == (lease.owner, lease.token)
-                    and row.expires_at is not None
-                    and timezone.now() < row.expires_at
-                )
+                # Raw SQL on the kept cursor: this runs before every fenced write,
+                # and a queryset costs about a millisecond more per call.
+                params = [
+                    lease.name,
+                    lease.owner,
+                    lease.token,
+                    connection.ops.adapt_datetimefield_value(timezone.now()),
+                ]
+                sql = _locking_read_sql(connection.vendor)
+                held = bool(self._run(connection, sql, params, fetch=True))
             if not held:
                 raise LeaseLostError(
                     f"the lease on {lease.name!r} (token {lease.token}) is no longer held by "
