@@ -438,3 +438,34 @@ def test_a_raising_metrics_receiver_never_disturbs_the_stream():
     finally:
         metrics.event_received.disconnect(broken, sender="orders")
     assert handler.handled == [1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manual_save_rolled_back_with_a_failed_attempt_is_written_again():
+    """Transactional: attempt 1 saves its anchor early, then fails (both roll back);
+    attempt 2 succeeds, so its anchor must be committed with its effects."""
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+    from tests.testapp.models import Effect
+
+    attempts = []
+
+    def handler(doc, ctx):
+        attempts.append(ctx.attempt_number)
+        Effect.objects.create(order_id=doc["_id"], stream="orders")
+        if ctx.attempt_number == 1:
+            ctx.save_checkpoint_now()  # an early acknowledgement, then a failure
+            raise ConnectionError("flaky downstream")
+
+    source = fresh_source()
+    store = OrmCheckpointStore()
+    at = now_ms()
+    store.save_seen("orders", source.initial_position(), at, heartbeat_at=at)
+    events = insert(source, 1)
+    consume(
+        make_spec(handler, retry=RetryPolicySpec(max_attempts=2, jitter=False), transactional=True),
+        source,
+        store=store,
+    )
+    assert attempts == [1, 2]
+    assert list(Effect.objects.values_list("order_id", flat=True)) == [1]
+    assert store.find("orders").last_processed_token == events[0]["_id"]

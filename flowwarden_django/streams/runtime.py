@@ -510,12 +510,17 @@ class StreamConsumer:
         transaction, so a failed attempt leaves no effects behind.
         """
         if self.spec.transactional and not lifecycle:
+            confirmed = self.policy.confirmed_token
             try:
                 with transaction.atomic(using=self.spec.transaction_using):
                     self._dispatch(handler, ctx)
                     if not ctx.saved_manually:
                         self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=True)
             except _HandlerFailed as failed:
+                # A save_checkpoint_now() of this attempt rolled back with it: the next
+                # attempt (or the DLQ decision) must write the anchor again.
+                ctx.saved_manually = False
+                self.policy.confirmed_token = confirmed
                 return failed.error
             return None
         try:
