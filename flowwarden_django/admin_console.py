@@ -240,13 +240,8 @@ class StreamConsoleAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(self.console_url())
         if request.method == "POST":
             now = timezone.now()
-            StreamControl.objects.update_or_create(
-                stream_name=stream_name,
-                defaults={
-                    **chosen.changes(now),
-                    "updated_by": request.user.get_username(),
-                    "updated_at": now,
-                },
+            StreamControl.request(
+                stream_name, by=request.user.get_username(), at=now, **chosen.changes(now)
             )
             messages.success(request, chosen.done % names)
             return HttpResponseRedirect(self.console_url())

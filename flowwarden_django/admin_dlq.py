@@ -195,10 +195,14 @@ class Operation:
     done: Any  # ngettext_lazy(..., "count")
     failed: Any
     takes_note: bool = False
+    #: The statuses it applies to: a replay needs a pending entry; acknowledging or
+    #: discarding also settles one left replaying by a replay that died midway.
+    applies_to: tuple[str, ...] = (DeadLetter.Status.PENDING, DeadLetter.Status.REPLAYING)
 
 
 REPLAY = Operation(
     name="replay",
+    applies_to=(DeadLetter.Status.PENDING,),
     label=_("Replay"),
     past=_("Replayed from the dead-letter console."),
     permission="replay",
@@ -270,7 +274,7 @@ def perform(
     """
     report = Report()
     for entry in sorted(entries, key=lambda e: (e.created_at, e.pk)):
-        if entry.status != PENDING:
+        if entry.status not in operation.applies_to:
             report.skipped.append((entry, entry.status))
             continue
         try:
@@ -448,11 +452,11 @@ class DeadLetterAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         entry = self.get_object(request, unquote(object_id))
         tools = []
-        if entry is not None and entry.status == PENDING and dlq_admin_stores().alias:
+        if entry is not None and dlq_admin_stores().alias:
             tools = [
                 (operation, self._operation_url(operation, entry))
                 for operation in OPERATIONS
-                if self._allowed(request, operation)
+                if self._allowed(request, operation) and entry.status in operation.applies_to
             ]
         context = {"dlq_operations": tools, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)
@@ -592,7 +596,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
                 "document_key": short_document_key(row.document_key),
                 "error_type": _last_name(row.error_type),
                 "status": status_badge(row.status),
-                "pending": row.status == PENDING,
+                "pending": row.status in operation.applies_to,
             }
             for row in entries
         ]

@@ -1,5 +1,7 @@
 """Database models of flowwarden-django."""
 
+from datetime import datetime
+
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -167,3 +169,25 @@ class StreamControl(models.Model):
 
     def __str__(self) -> str:
         return self.stream_name
+
+    @classmethod
+    def request(
+        cls, stream_name: str, *, by: str = "", at: datetime | None = None, **changes: object
+    ) -> None:
+        """Record an operator's request (``paused=...``, ``restart_requested_at=...``).
+
+        One autocommitted statement at a time, never a read-then-write transaction:
+        on SQLite such a transaction fails at once while a stream process writes
+        its status, where a plain statement waits for its turn.
+        """
+        from django.db import IntegrityError
+        from django.utils import timezone
+
+        values = {**changes, "updated_by": by, "updated_at": at or timezone.now()}
+        rows = cls.objects.filter(stream_name=stream_name)
+        if rows.update(**values):
+            return
+        try:
+            cls.objects.create(stream_name=stream_name, **values)
+        except IntegrityError:  # created meanwhile by another request
+            rows.update(**values)

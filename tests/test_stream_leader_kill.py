@@ -107,7 +107,7 @@ def test_standby_takes_over_after_the_leader_is_killed(tmp_path, capsys, record_
 
         leader.start()
         _wait(
-            lambda: (lease := _lease()) is not None and lease.owner == LEADER,
+            lambda: (lease := _lease()) is not None and lease.owner.startswith(LEADER + "#"),
             START_TIMEOUT,
             "the first consumer to lead",
             leader,
@@ -133,7 +133,12 @@ def test_standby_takes_over_after_the_leader_is_killed(tmp_path, capsys, record_
         leader.kill()
         killed_at = time.monotonic()
         rows_at_kill = _rows()
-        _wait(lambda: _lease().owner == STANDBY, TTL + POLL + 30, "the standby to lead", standby)
+        _wait(
+            lambda: _lease().owner.startswith(STANDBY + "#"),
+            TTL + POLL + 30,
+            "the standby to lead",
+            standby,
+        )
         takeover = time.monotonic() - killed_at
         _wait(
             lambda: (

@@ -10,10 +10,10 @@ believing in its lease before the lease's expiry time passes anywhere else
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import metrics
@@ -116,12 +116,30 @@ class Leadership:
             except Exception:
                 logger.warning("stream %r: releasing the lease failed", self.stream_name)
 
-    def fence(self) -> AbstractContextManager[Any]:
-        """The guard a checkpoint write runs in: refused unless the lease is current."""
+    @contextlib.contextmanager
+    def fence(self) -> Iterator[None]:
+        """The guard a checkpoint write runs in: refused unless the lease is current.
+
+        A refusal from the lock service means another process took the lease over:
+        this process forgets it at once, so its consumer stops before its next
+        event and the supervisor does not start it again.
+        """
         lease = self.lease
         if lease is None or not self.is_valid():
             raise LeaseLostError(f"stream {self.stream_name!r}: {self.owner} holds no valid lease")
-        return self.service.guard(lease)
+        try:
+            with self.service.guard(lease):
+                yield
+        except LeaseLostError:
+            if self.lease is lease:
+                logger.warning(
+                    "stream %r: the lock service refused token %d; %s no longer leads",
+                    self.stream_name,
+                    lease.token,
+                    self.owner,
+                )
+                self.lose()
+            raise
 
     def _hold(self, lease: Lease, sent: float) -> None:
         self.lease = lease

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -80,6 +81,9 @@ class StreamManager:
         self.registry = registry or stream_registry
         self.source_factory = source_factory
         self.instance_id = instance_id or default_instance_id()
+        # Leases are held under a name unique to this manager: two processes given
+        # the same INSTANCE_ID (one shared settings file) must never share a lease.
+        self.lease_owner = f"{self.instance_id}#{uuid.uuid4().hex[:8]}"
         self.publish_status = publish_status
         self._consumers: dict[str, StreamConsumer] = {}
         self._threads: dict[str, threading.Thread] = {}
@@ -87,6 +91,7 @@ class StreamManager:
         self._wanted: dict[str, bool] = {}  # name -> burst
         self._paused: set[str] = set()
         self._handled_restarts: dict[str, datetime] = {}
+        self._restart_pending: set[str] = set()
         self._backlog_at: dict[str, float] = {}
         self._lock = threading.RLock()
         self._closing = threading.Event()
@@ -153,7 +158,7 @@ class StreamManager:
             leadership = self._leaderships[spec.name] = Leadership(
                 spec.name,
                 lock_services[spec.lock_service],
-                self.instance_id,
+                self.lease_owner,
                 ttl=self._seconds("LEADER_LEASE_TTL"),
                 renew_interval=self._seconds("LEADER_RENEW_INTERVAL"),
                 poll_interval=self._seconds("STANDBY_POLL_INTERVAL"),
@@ -281,9 +286,18 @@ class StreamManager:
             connections.close_all()
 
     def supervise_once(self) -> None:
-        """One supervisor pass: leases, then (when due) status, controls and backlog."""
-        for name in list(self._leaderships):
-            self._supervise_lease(name)
+        """One supervisor pass: each stream (lease, relaunch), then (when due) the DLQ
+        backlog, operators' requests and this process's status rows."""
+        with self._lock:
+            names = set(self._wanted) | set(self._leaderships) | self._restart_pending
+        for name in sorted(names):
+            try:
+                self._supervise_stream(name)
+            except Exception:
+                # One stream's trouble (its declaration gone, its store misconfigured)
+                # must not stop the renewal of the others' leases.
+                logger.exception("stream %r: supervising it failed", name)
+                self._give_up_lease_if_idle(name)
         now = time.monotonic()
         if now >= self._next_status:
             self._next_status = now + self._seconds("STATUS_INTERVAL")
@@ -291,6 +305,35 @@ class StreamManager:
             if self.publish_status:
                 self._apply_controls()
                 self._publish()
+
+    def _supervise_stream(self, name: str) -> None:
+        if name in self._leaderships:
+            self._supervise_lease(name)
+            return
+        if self._should_relaunch(name):
+            with self._lock:
+                self._restart_pending.discard(name)
+                self._launch(self.registry.get(name), False, None)
+
+    def _should_relaunch(self, name: str) -> bool:
+        """A wanted, continuous stream whose thread ended without a terminal crash
+        (stopped for a restart or while its lease was in doubt) runs again."""
+        with self._lock:
+            burst = self._wanted.get(name)
+            if burst is None or burst or name in self._paused:
+                return False
+            restart = name in self._restart_pending
+        thread = self._threads.get(name)
+        if thread is not None and thread.is_alive():
+            return False
+        consumer = self._consumers.get(name)
+        return restart or consumer is None or consumer.state is not StreamState.CRASHED
+
+    def _give_up_lease_if_idle(self, name: str) -> None:
+        leadership = self._leaderships.get(name)
+        thread = self._threads.get(name)
+        if leadership is not None and (thread is None or not thread.is_alive()):
+            leadership.release()
 
     def _supervise_lease(self, name: str) -> None:
         leadership = self._leaderships[name]
@@ -301,8 +344,11 @@ class StreamManager:
         alive = thread is not None and thread.is_alive()
         if leadership.lease is not None:
             if not wanted:
+                if not alive:
+                    leadership.release()  # paused or stopped: let another process lead
                 return
-            if not alive and consumer is not None and consumer.state is StreamState.CRASHED:
+            crashed = consumer is not None and consumer.state is StreamState.CRASHED
+            if not alive and crashed and name not in self._restart_pending:
                 # Terminal (history lost, invalidated, out of restarts): let another
                 # process try instead of holding the stream hostage.
                 logger.error("stream %r crashed; releasing its lease", name)
@@ -314,12 +360,10 @@ class StreamManager:
                 if consumer is not None:
                     consumer.stop()  # it also stops by itself before its next event
                 return
-            if not alive and leadership.is_valid():
-                # The consumer stopped while the lease was in doubt (a late renewal):
-                # the lease is good again, so the stream runs again.
+            if leadership.is_valid() and self._should_relaunch(name):
                 with self._lock:
-                    if self._wanted.get(name) is not None and not burst:
-                        self._launch(self.registry.get(name), False, leadership)
+                    self._restart_pending.discard(name)
+                    self._launch(self.registry.get(name), False, leadership)
             return
         if alive:
             consumer.stop()  # the lease was lost but the consumer has not noticed yet
@@ -327,11 +371,15 @@ class StreamManager:
         if wanted and leadership.due() and leadership.try_lead():
             with self._lock:
                 if self._wanted.get(name) is not None:
+                    self._restart_pending.discard(name)
                     self._launch(self.registry.get(name), bool(burst), leadership)
 
     # -- operator requests -------------------------------------------------------------
 
     def _apply_controls(self) -> None:
+        """Apply pauses, resumptions and restart requests. Nothing here waits for a
+        consumer: it is asked to stop, and later passes start it again or release
+        its lease once its thread has ended (leases keep being renewed meanwhile)."""
         from ..models import StreamControl
 
         with self._lock:
@@ -343,34 +391,30 @@ class StreamManager:
             control = controls.get(name)
             if control is None:
                 continue
+            consumer = self._consumers.get(name)
             if control.paused and name not in self._paused:
                 logger.info("stream %r paused by %s", name, control.updated_by or "an operator")
                 with self._lock:
                     self._paused.add(name)
-                self._halt(name, timeout=30)
+                if consumer is not None:
+                    consumer.stop()
             elif not control.paused and name in self._paused:
                 logger.info("stream %r resumed by %s", name, control.updated_by or "an operator")
                 with self._lock:
                     self._paused.discard(name)
-                    burst = self._wanted.get(name, False)
-                self._resume(name, burst)
+                    self._wanted.setdefault(name, False)
+                    self._restart_pending.add(name)  # even after a crash
             requested = control.restart_requested_at
             if requested is not None and requested != self._handled_restarts.get(name):
                 self._handled_restarts[name] = requested
-                consumer = self._consumers.get(name)
                 started = consumer.started_at if consumer is not None else None
                 if name not in self._paused and (started is None or requested > started):
                     logger.info("stream %r: restart requested by %s", name, control.updated_by)
-                    self._halt(name, timeout=30)
                     with self._lock:
-                        burst = self._wanted.setdefault(name, False)
-                    self._resume(name, burst)
-
-    def _resume(self, name: str, burst: bool) -> None:
-        try:
-            self.start(name, burst=burst)
-        except Exception:
-            logger.exception("stream %r could not be started", name)
+                        self._wanted.setdefault(name, False)
+                        self._restart_pending.add(name)
+                    if consumer is not None:
+                        consumer.stop()
 
     # -- status and backlog ------------------------------------------------------------
 
@@ -422,24 +466,28 @@ class StreamManager:
             state, role = self.state_of(name)
             if final and state not in ("crashed", "paused"):
                 state, role = StreamState.STOPPED.value, ""
+            values = {
+                "state": state,
+                "role": role,
+                "started_at": consumer.started_at if consumer else None,
+                "last_event_at": consumer.last_event_at if consumer else None,
+                "events": consumer.events_handled if consumer else 0,
+                "errors": consumer.errors if consumer else 0,
+                "retries": consumer.retries if consumer else 0,
+                "dead_lettered": consumer.dead_lettered if consumer else 0,
+                "restarts": consumer.restarts if consumer else 0,
+                "last_error": str(consumer.last_error or "") if consumer else "",
+                "updated_at": now,
+            }
             try:
-                StreamWorker.objects.update_or_create(
-                    stream_name=name,
-                    instance_id=self.instance_id,
-                    defaults={
-                        "state": state,
-                        "role": role,
-                        "started_at": consumer.started_at if consumer else None,
-                        "last_event_at": consumer.last_event_at if consumer else None,
-                        "events": consumer.events_handled if consumer else 0,
-                        "errors": consumer.errors if consumer else 0,
-                        "retries": consumer.retries if consumer else 0,
-                        "dead_lettered": consumer.dead_lettered if consumer else 0,
-                        "restarts": consumer.restarts if consumer else 0,
-                        "last_error": str(consumer.last_error or "") if consumer else "",
-                        "updated_at": now,
-                    },
-                )
+                # Two autocommitted statements, no transaction: on SQLite a
+                # read-then-write transaction fails at once when another process
+                # writes, where a plain statement waits for its turn.
+                mine = StreamWorker.objects.filter(stream_name=name, instance_id=self.instance_id)
+                if not mine.update(**values):
+                    StreamWorker.objects.create(
+                        stream_name=name, instance_id=self.instance_id, **values
+                    )
             except Exception:
                 logger.warning("stream %r: publishing its status failed", name, exc_info=True)
                 close_old_connections()

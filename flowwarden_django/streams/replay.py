@@ -5,7 +5,10 @@ in this process, on the caller's thread. It first claims the entry
 (``PENDING`` → ``REPLAYING``), so two operators replaying the same entry at once
 run it once. Success settles it as ``REPLAYED``; a failure puts it back to
 ``PENDING`` with the new error and one more replay counted. Replays never touch
-the stream's checkpoint: the event was settled when it was parked.
+the stream's checkpoint: the event was settled when it was parked. For a
+transactional stream the handler's effects and the ``REPLAYED`` mark commit in one
+transaction when the ORM DLQ store is on the stream's database. An entry left
+``REPLAYING`` by a replay that died midway can still be acknowledged or discarded.
 
 The handler gets what the entry kept: operation, document key, resume token and,
 if the stream's policy kept it, the full document. Update descriptions and
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -74,9 +77,16 @@ def _refuse_dlq(ctx: ChangeContext, reason: str) -> None:
     raise ReplayDeadLetteredError(f"the handler sent the event to the DLQ again: {reason}")
 
 
-def run_handlers(spec: StreamSpec, entry: DeadLetter, caller: HandlerCaller | None = None) -> None:
-    """Run *entry* through *spec*'s filter and handler once (in one transaction for
-    transactional streams); raise what the handler raises."""
+def run_handlers(
+    spec: StreamSpec,
+    entry: DeadLetter,
+    caller: HandlerCaller | None = None,
+    then: Callable[[], None] | None = None,
+) -> None:
+    """Run *entry* through *spec*'s filter and handler once; raise what the handler
+    raises. *then* runs after a success, inside the same transaction for
+    transactional streams (so the handler's effects and what *then* records commit
+    together)."""
     event = event_from_dead_letter(entry, spec)
     ctx = ChangeContext(
         event,
@@ -87,20 +97,27 @@ def run_handlers(spec: StreamSpec, entry: DeadLetter, caller: HandlerCaller | No
     for key, value in (entry.metadata or {}).items():
         ctx.add_metadata(key, value)
     handler = spec.handler_for(entry.operation_type)
-    if handler is None:
-        return
     caller = caller or HandlerCaller()
 
     def call() -> None:
-        if spec.filter is not None and not caller.call(spec.filter, ctx.full_document, ctx):
-            return
-        caller.call(handler, ctx.full_document, ctx)
+        accepted = handler is not None and (
+            spec.filter is None or caller.call(spec.filter, ctx.full_document, ctx)
+        )
+        if accepted:
+            caller.call(handler, ctx.full_document, ctx)
+        if then is not None:
+            then()
 
     if spec.transactional:
         with transaction.atomic(using=spec.transaction_using):
             call()
     else:
         call()
+
+
+class ReplayConflictError(RuntimeError):
+    """The entry left ``REPLAYING`` while it was being replayed (acknowledged or
+    discarded meanwhile): the replay's outcome is not recorded."""
 
 
 def replay_dead_letter(
@@ -120,21 +137,28 @@ def replay_dead_letter(
         current = dlq.find_by_id(entry_id)
         status = current.status if current else ""
         return ReplayOutcome(entry_id, False, status, f"not pending (status {status or 'gone'})")
+
+    def mark_replayed() -> None:
+        if not dlq.transition(
+            entry_id,
+            REPLAYED,
+            from_statuses=(REPLAYING,),
+            at=timezone.now(),
+            by=by,
+            note="replayed",
+        ):
+            raise ReplayConflictError(f"dead letter {entry_id} left REPLAYING during its replay")
+
     try:
         spec = registry.get(entry.stream_name)
-        run_handlers(spec, entry)
+        run_handlers(spec, entry, then=mark_replayed)
+    except ReplayConflictError as exc:
+        current = dlq.find_by_id(entry_id)
+        return ReplayOutcome(entry_id, False, current.status if current else "", str(exc))
     except Exception as exc:
         logger.warning("replay of dead letter %s (%s) failed: %s", entry_id, entry.stream_name, exc)
         dlq.record_replay_failure(entry_id, error_info(exc), at=timezone.now())
         return ReplayOutcome(entry_id, False, PENDING, f"{type(exc).__name__}: {exc}")
-    dlq.transition(
-        entry_id,
-        REPLAYED,
-        from_statuses=(REPLAYING,),
-        at=timezone.now(),
-        by=by,
-        note="replayed",
-    )
     logger.info("dead letter %s (%s) replayed", entry_id, entry.stream_name)
     return ReplayOutcome(entry_id, True, REPLAYED)
 
@@ -164,18 +188,37 @@ def replay_stream(
     return replay_dead_letters(ids, store=store, by=by, registry=registry)
 
 
+#: Statuses an operator may settle by hand: a replay that died midway (its process
+#: killed) leaves an entry ``REPLAYING`` for good otherwise.
+RESOLVABLE_STATUSES = (PENDING, REPLAYING)
+
+
 def acknowledge_dead_letter(
     entry_id: str, *, store: str = "default", by: str = "", note: str = ""
 ) -> bool:
-    """Mark a pending entry handled by hand; False if it is not pending."""
-    return dlq_stores[store].transition(entry_id, ACKNOWLEDGED, at=timezone.now(), by=by, note=note)
+    """Mark a pending (or stuck replaying) entry handled by hand; False otherwise."""
+    return dlq_stores[store].transition(
+        entry_id,
+        ACKNOWLEDGED,
+        from_statuses=RESOLVABLE_STATUSES,
+        at=timezone.now(),
+        by=by,
+        note=note,
+    )
 
 
 def discard_dead_letter(
     entry_id: str, *, store: str = "default", by: str = "", note: str = ""
 ) -> bool:
-    """Mark a pending entry as not worth handling; False if it is not pending."""
-    return dlq_stores[store].transition(entry_id, DISCARDED, at=timezone.now(), by=by, note=note)
+    """Mark a pending (or stuck replaying) entry as not worth handling; False otherwise."""
+    return dlq_stores[store].transition(
+        entry_id,
+        DISCARDED,
+        from_statuses=RESOLVABLE_STATUSES,
+        at=timezone.now(),
+        by=by,
+        note=note,
+    )
 
 
 def purge_expired_dead_letters(now: datetime | None = None) -> dict[str, int]:

@@ -265,9 +265,14 @@ class StreamConsumer:
                     if burst:
                         break
                     continue
-                if self.lease_valid is not None and not self.lease_valid():
-                    raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
-                self._handle(event, source)
+                self._check_lease()
+                if not self._handle(event, source):
+                    # Unsettled (a stop or a lost lease cut its retries short): nothing
+                    # after it may be handled in this generation.
+                    self._check_lease()
+                    if self._stop.is_set():
+                        break
+                    raise ConnectionError("an event was left unsettled; resubscribing")
                 event = None
                 self.policy.flush_if_due()
         finally:
@@ -403,7 +408,12 @@ class StreamConsumer:
 
     # -- one event --------------------------------------------------------------------
 
-    def _handle(self, event: Mapping[str, Any], source: ChangeSource) -> None:
+    def _check_lease(self) -> None:
+        if self.lease_valid is not None and not self.lease_valid():
+            raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
+
+    def _handle(self, event: Mapping[str, Any], source: ChangeSource) -> bool:
+        """Handle one event; False when it was left unsettled."""
         operation = event.get("operationType", "")
         if operation == "invalidate":
             self._invalidated(event, source)
@@ -438,10 +448,11 @@ class StreamConsumer:
                 success=success,
             )
         if success is None:
-            return  # a stop interrupted the retry backoff: unsettled, redelivered later
+            return False  # a stop interrupted the retries: unsettled, redelivered later
         self.events_handled += 1
         self.last_event_at = timezone.now()
         self._heartbeat.on_event()
+        return True
 
     def _attempt_loop(
         self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool
@@ -495,11 +506,21 @@ class StreamConsumer:
                 return None
             attempt += 1
 
+    def _interrupted(self) -> bool:
+        """A stop was asked for, or this process no longer holds the stream's lease."""
+        return self._stop.is_set() or (self.lease_valid is not None and not self.lease_valid())
+
     def _wait(self, seconds: float) -> bool:
-        """Sleep the retry backoff; True if a stop request cut it short."""
+        """Sleep the retry backoff; True if a stop or a lost lease cut it short."""
         if self._sleep is not None:
-            return self._sleep(seconds) or self._stop.is_set()
-        return self._stop.wait(seconds)
+            return self._sleep(seconds) or self._interrupted()
+        deadline = time.monotonic() + seconds  # real time, whatever clock the policy uses
+        while not self._interrupted():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._stop.wait(min(left, 0.25))
+        return True
 
     def _try_once(
         self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool

@@ -1,0 +1,105 @@
+"""The manager's supervisor on the database: status rows, operators' pause/resume and
+restart requests (``StreamControl``), for an ordinary and a SINGLE_LEADER stream."""
+
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from flowwarden_django.models import StreamControl, StreamWorker
+from flowwarden_django.streams import register_stream, stream_registry
+from flowwarden_django.streams.manager import StreamManager
+from flowwarden_django.streams.spec import CheckpointSpec
+from flowwarden_django.streams.stores import lock_services
+from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog
+
+MEMORY = "flowwarden_django.streams.backends.memory."
+
+
+@pytest.fixture
+def fast_settings(settings):
+    settings.FLOWWARDEN = {
+        **settings.FLOWWARDEN,
+        "CHECKPOINT_STORES": {"default": {"BACKEND": MEMORY + "InMemoryCheckpointStore"}},
+        "LOCK_SERVICES": {"default": {"BACKEND": MEMORY + "InMemoryLockService"}},
+        "STATUS_INTERVAL": "100ms",
+        "LEADER_LEASE_TTL": "3s",
+        "LEADER_RENEW_INTERVAL": "200ms",
+        "STANDBY_POLL_INTERVAL": "200ms",
+    }
+    return settings
+
+
+@pytest.fixture(params=["ALL_INSTANCES", "SINGLE_LEADER"])
+def stream(request, fast_settings):
+    handled = []
+    lock = threading.Lock()
+
+    def on_insert(doc):
+        with lock:
+            handled.append(doc["_id"])
+
+    register_stream(
+        "managed",
+        "orders",
+        on_insert=on_insert,
+        deployment_mode=request.param,
+        checkpoint=CheckpointSpec(save_interval_seconds=0),
+    )
+    oplog = FakeOplog()
+    oplog.handled = handled
+    manager = StreamManager(source_factory=lambda spec: FakeChangeSource(oplog), instance_id="i1")
+    yield manager, oplog
+    manager.stop_all(timeout=10)
+    stream_registry.unregister("managed")
+
+
+def wait_until(condition, what, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def row():
+    return StreamWorker.objects.filter(stream_name="managed", instance_id="i1").first()
+
+
+def control(**fields):
+    """What the admin console writes."""
+    StreamControl.request("managed", by="op", **fields)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_rows_pause_resume_and_restart(stream):
+    manager, oplog = stream
+    manager.start("managed")
+    wait_until(lambda: (r := row()) is not None and r.state == "running", "a running row")
+    oplog.insert({"_id": 1})
+    wait_until(lambda: oplog.handled == [1], "event 1")
+    wait_until(lambda: row().events == 1, "the event counted in the row")
+    if manager.leadership("managed") is not None:
+        assert row().role == "LEADER"
+
+    control(paused=True)
+    wait_until(lambda: row().state == "paused", "paused")
+    oplog.insert({"_id": 2})
+    time.sleep(0.3)
+    assert oplog.handled == [1]  # paused: nothing is handled
+    if manager.leadership("managed") is not None:
+        wait_until(lambda: lock_services["default"].owner_of("managed") is None, "lease released")
+
+    control(paused=False)
+    wait_until(lambda: oplog.handled == [1, 2], "event 2 after the pause")
+    first = manager.consumer("managed")
+
+    control(restart_requested_at=timezone.now())
+    wait_until(lambda: manager.consumer("managed") is not first, "a restarted consumer")
+    wait_until(lambda: row().state == "running", "running again")
+    oplog.insert({"_id": 3})
+    wait_until(lambda: oplog.handled == [1, 2, 3], "event 3 after the restart")
+
+    manager.stop_all(timeout=10)
+    assert row().state == "stopped"
