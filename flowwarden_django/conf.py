@@ -15,6 +15,7 @@ SETTING_NAME = "FLOWWARDEN"
 DEFAULT_CHECKPOINT_BACKEND = "flowwarden_django.streams.backends.orm.OrmCheckpointStore"
 DEFAULT_DLQ_BACKEND = "flowwarden_django.streams.backends.orm.OrmDlqStore"
 DEFAULT_LOCK_BACKEND = "flowwarden_django.streams.backends.orm.OrmLockService"
+DEFAULT_SNAPSHOT_BACKEND = "flowwarden_django.workflows.backends.orm.OrmSnapshotStore"
 
 DEFAULTS: dict[str, Any] = {
     # Checkpoint stores by alias, shaped like CACHES: {"BACKEND": dotted path, "OPTIONS": {...}}.
@@ -36,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "INSTANCE_ID": None,
     # Run the registered streams inside every `celery worker` (see flowwarden_django.celery).
     "CELERY_RUN_STREAMS": False,
+    # Workflow snapshot stores by alias, shaped like CHECKPOINT_STORES.
+    "SNAPSHOT_STORES": {"default": {"BACKEND": DEFAULT_SNAPSHOT_BACKEND}},
 }
 
 

@@ -191,3 +191,87 @@ class StreamControl(models.Model):
             cls.objects.create(stream_name=stream_name, **values)
         except IntegrityError:  # created meanwhile by another request
             rows.update(**values)
+
+
+class SnapshotRecord(models.Model):
+    """The ORM snapshot store's row: one ``WorkflowSnapshot``.
+
+    ``(coordination_id, seq)`` is unique: a coordination's snapshots are ordered by
+    ``seq``, and a second runner that tries to write the same step fails on it.
+    ``state`` and ``metadata`` hold the serializer's text (encrypted when the store
+    has a key: ``enc:v1:...``).
+    """
+
+    id = models.CharField(_("id"), max_length=64, primary_key=True)
+    parent_id = models.CharField(_("parent"), max_length=64, null=True, blank=True)  # noqa: DJ001
+    coordination_id = models.CharField(_("coordination"), max_length=255)
+    seq = models.BigIntegerField(_("sequence"))
+    agent_name = models.CharField(_("agent"), max_length=255, null=True, blank=True)  # noqa: DJ001
+    state = models.TextField(_("state"), null=True, blank=True)  # noqa: DJ001
+    state_type = models.CharField(_("state type"), max_length=255, blank=True)
+    metadata = models.TextField(_("metadata"), blank=True)
+    created_at = models.DateTimeField(_("created at"))
+
+    class Meta:
+        verbose_name = _("workflow snapshot")
+        verbose_name_plural = _("workflow snapshots")
+        ordering = ["coordination_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["coordination_id", "seq"], name="fw_snapshot_coordination_seq"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], name="fw_snapshot_created"),
+            models.Index(fields=["agent_name"], name="fw_snapshot_agent"),
+            models.Index(fields=["parent_id"], name="fw_snapshot_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.coordination_id}#{self.seq}"
+
+
+class WorkflowRun(models.Model):
+    """One workflow run (a coordination): its status, where it is, and who runs it.
+
+    The engine claims the run (``runner``, ``claimed_until``) with one conditional
+    ``UPDATE`` before advancing it, so two runners cannot drive one coordination.
+    ``idempotency_key`` is unique: ``Workflow.start(..., idempotency_key=...)``
+    starts at most one run per key.
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running", _("running")
+        HIBERNATED = "hibernated", _("hibernated")
+        WAITING = "waiting", _("waiting for approval")
+        COMPLETED = "completed", _("completed")
+        FAILED = "failed", _("failed")
+
+    coordination_id = models.CharField(_("coordination"), max_length=255, primary_key=True)
+    workflow_name = models.CharField(_("workflow"), max_length=255)
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.RUNNING
+    )
+    last_step = models.CharField(_("last step"), max_length=255, blank=True)
+    head_snapshot_id = models.CharField(  # noqa: DJ001
+        _("head snapshot"), max_length=64, null=True, blank=True
+    )
+    idempotency_key = models.CharField(
+        _("idempotency key"), max_length=255, null=True, blank=True, unique=True
+    )
+    failure_reason = models.TextField(_("failure reason"), blank=True)
+    resume_input = models.JSONField(_("resume input"), null=True, blank=True)
+    runner = models.CharField(_("runner"), max_length=255, blank=True)
+    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    created_at = models.DateTimeField(_("created at"))
+    updated_at = models.DateTimeField(_("updated at"))
+
+    class Meta:
+        verbose_name = _("workflow run")
+        verbose_name_plural = _("workflow runs")
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["status", "updated_at"], name="fw_run_status")]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name} {self.coordination_id}"

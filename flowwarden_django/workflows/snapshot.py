@@ -1,0 +1,176 @@
+"""What a workflow's history is made of: ``WorkflowSnapshot``, ``CheckpointQuery`` and
+the lifecycle events stores emit (``Saved``, ``Loaded``, ``Forked``, ``Deleted``).
+
+A coordination (one workflow run) is a chain of snapshots: each links to the one it
+was derived from (``parent_id``), and a fork is a branch off any of them. Inside a
+coordination, snapshots are ordered by ``seq``, a monotonic integer the store
+assigns and keeps unique per coordination: never by wall-clock time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+
+def new_snapshot_id() -> str:
+    """A fresh snapshot id (a UUID4 hex string)."""
+    return uuid.uuid4().hex
+
+
+def check_id(value: object, argument: str = "id") -> str:
+    """Raise unless *value* is a non-blank string of at most 64 characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{argument} must be a non-blank string, not {value!r}")
+    if len(value) > 64:
+        raise ValueError(f"{argument} is {len(value)} characters long; the most is 64")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowSnapshot:
+    """One immutable point in a workflow's history.
+
+    ``state`` is the application's (any value the store's serializer handles);
+    ``metadata`` maps strings to strings. ``seq`` is ``None`` until a store has
+    saved it; the store then returns a copy with its position in the coordination.
+    """
+
+    id: str
+    coordination_id: str
+    state: Any = None
+    parent_id: str | None = None
+    agent_name: str | None = None
+    seq: int | None = None
+    metadata: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    created_at: datetime = dataclasses.field(default_factory=timezone.now)
+
+    def __post_init__(self) -> None:
+        check_id(self.id)
+        if self.parent_id is not None:
+            check_id(self.parent_id, "parent_id")
+        if not isinstance(self.coordination_id, str) or not self.coordination_id.strip():
+            raise ValueError(
+                f"coordination_id must be a non-blank string, not {self.coordination_id!r}"
+            )
+        if len(self.coordination_id) > 255:
+            raise ValueError("coordination_id is longer than 255 characters")
+        for key, value in dict(self.metadata).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError(f"metadata maps str to str; got {key!r}: {value!r}")
+        object.__setattr__(self, "metadata", dict(self.metadata))
+        if self.created_at.tzinfo is None:
+            raise ValueError("created_at must be timezone-aware")
+
+    @property
+    def is_root(self) -> bool:
+        """Whether it starts a chain (no parent)."""
+        return self.parent_id is None
+
+    @classmethod
+    def root(
+        cls,
+        coordination_id: str,
+        state: Any = None,
+        *,
+        agent_name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> WorkflowSnapshot:
+        """A new first snapshot of *coordination_id* (not saved)."""
+        return cls(
+            id=new_snapshot_id(),
+            coordination_id=coordination_id,
+            state=state,
+            agent_name=agent_name,
+            metadata=dict(metadata or {}),
+        )
+
+    def derive_with(self, state: Any, **changes: Any) -> WorkflowSnapshot:
+        """The next snapshot after this one: a new id, this one as parent, the same
+        coordination, agent and metadata (plus *changes*), *state*. Not saved."""
+        values = {
+            "id": new_snapshot_id(),
+            "coordination_id": self.coordination_id,
+            "state": state,
+            "parent_id": self.id,
+            "agent_name": self.agent_name,
+            "seq": None,
+            "metadata": dict(self.metadata),
+            "created_at": timezone.now(),
+        }
+        values.update(changes)
+        return WorkflowSnapshot(**values)
+
+    def replace(self, **changes: Any) -> WorkflowSnapshot:
+        """A copy with *changes* (same id unless changed)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointQuery:
+    """Which snapshots ``SnapshotStore.list`` returns, in which order.
+
+    ``since``/``until`` are inclusive bounds on ``created_at``; ``limit`` 0 means
+    all. Order: oldest first by (``created_at``, ``coordination_id``, ``seq``), or
+    newest first with ``newest_first`` (a limit then returns the NEWEST rows).
+    Paging: pass the last snapshot of a page as ``after`` to get the next page in
+    the same order (keyset paging; stable while rows are added).
+    """
+
+    coordination_id: str | None = None
+    agent_name: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 0
+    newest_first: bool = False
+    after: WorkflowSnapshot | None = None
+
+    @classmethod
+    def for_coordination(cls, coordination_id: str, **options: Any) -> CheckpointQuery:
+        return cls(coordination_id=coordination_id, **options)
+
+    def next_page(self, page: list[WorkflowSnapshot]) -> CheckpointQuery | None:
+        """The query of the page after *page*, or ``None`` when *page* was the last."""
+        if not page or (self.limit and len(page) < self.limit) or not self.limit:
+            return None
+        return dataclasses.replace(self, after=page[-1])
+
+    def sort_key(self, snapshot: WorkflowSnapshot) -> tuple[Any, ...]:
+        """The key this query orders by (ascending; reversed for ``newest_first``)."""
+        return (snapshot.created_at, snapshot.coordination_id, snapshot.seq or 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotEvent:
+    """Something a store did to a snapshot; ``timestamp`` is when it was reported."""
+
+    snapshot_id: str
+    coordination_id: str
+    timestamp: datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Saved(SnapshotEvent):
+    """A snapshot was written (new or replaced)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded(SnapshotEvent):
+    """A snapshot was read by id."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Forked(SnapshotEvent):
+    """``snapshot_id`` was forked off ``source_id``."""
+
+    source_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deleted(SnapshotEvent):
+    """A snapshot was removed (by ``delete``, ``delete_coordination`` or ``prune``)."""

@@ -1,0 +1,150 @@
+"""The ``SnapshotStore`` SPI: where workflow snapshots live.
+
+Backends: ``backends.memory.InMemorySnapshotStore`` and ``backends.orm.OrmSnapshotStore``,
+chosen by alias in ``FLOWWARDEN["SNAPSHOT_STORES"]`` (see ``snapshot_stores``).
+Every backend emits the same events for the same operations, to its listeners and
+as Django signals (``workflows/signals.py``); a failing listener is logged and
+never aborts the operation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+from django.utils import timezone
+
+from .snapshot import (
+    CheckpointQuery,
+    Deleted,
+    Forked,
+    Loaded,
+    Saved,
+    SnapshotEvent,
+    WorkflowSnapshot,
+)
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+Listener = Callable[[SnapshotEvent], None]
+
+
+class UnknownSnapshotError(ValueError):
+    """``fork`` (or another operation) named a snapshot id the store does not have."""
+
+
+class SnapshotConflictError(RuntimeError):
+    """A save would give a coordination two snapshots at one ``seq``: another runner
+    advanced the coordination first."""
+
+
+class SnapshotStore(ABC):
+    """Persists ``WorkflowSnapshot``s. Thread-safe.
+
+    * ``save(snapshot)``: upsert by id (the same id replaces its snapshot, keeping its
+      ``seq`` unless one is given). A snapshot without ``seq`` gets the next one of its
+      coordination; one with ``seq`` set keeps it, and ``SnapshotConflictError`` is
+      raised when another snapshot of the coordination already has it. Returns the
+      stored snapshot (with its ``seq``). Emits ``Saved``.
+    * ``load(id)``: the snapshot or ``None`` (``Loaded`` only on a hit).
+    * ``fork(source_id, new_state)``: a new snapshot whose parent is the source, with
+      the source's coordination, agent and metadata; ``UnknownSnapshotError`` for an
+      unknown source. Emits ``Forked`` (and ``Saved``).
+    * ``list(query)``: matches in the query's order (see ``CheckpointQuery``).
+    * ``latest(coordination_id)``: the snapshot with the highest ``seq``, or ``None``.
+    * ``delete(id)`` → bool; ``delete_coordination(cid)`` → count: ``Deleted`` for
+      every removed snapshot.
+    """
+
+    #: Whether state and metadata are encrypted where they are stored.
+    encrypts_at_rest: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+        self._listeners_lock = threading.Lock()
+
+    # -- the SPI -----------------------------------------------------------------------
+
+    @abstractmethod
+    def save(self, snapshot: WorkflowSnapshot) -> WorkflowSnapshot:
+        """Store *snapshot*; return it as stored (with its ``seq``)."""
+
+    @abstractmethod
+    def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
+        """The snapshot *snapshot_id*, or ``None``."""
+
+    @abstractmethod
+    def list(self, query: CheckpointQuery | None = None) -> list[WorkflowSnapshot]:
+        """The snapshots matching *query* (all when ``None``)."""
+
+    @abstractmethod
+    def latest(self, coordination_id: str) -> WorkflowSnapshot | None:
+        """The newest snapshot of a coordination (highest ``seq``)."""
+
+    @abstractmethod
+    def delete(self, snapshot_id: str) -> bool:
+        """Remove one snapshot; True if it existed."""
+
+    @abstractmethod
+    def delete_coordination(self, coordination_id: str) -> int:
+        """Remove every snapshot of a coordination; how many."""
+
+    def fork(self, source_id: str, new_state: Any) -> WorkflowSnapshot:
+        """Branch off *source_id* with *new_state* (saved)."""
+        source = self.load(source_id)
+        if source is None:
+            raise UnknownSnapshotError(f"unknown source snapshot: {source_id!r}")
+        child = self.save(source.derive_with(new_state))
+        self._emit(Forked, child, source_id=source.id)
+        return child
+
+    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
+        """Release connections (called when settings change)."""
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:
+        """System-check messages about this backend's ``OPTIONS`` (none by default)."""
+        return []
+
+    # -- listeners and events ----------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call *listener(event)* after each operation, on the calling thread."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling *listener* (no error if it was never added)."""
+        with self._listeners_lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _emit(self, kind: type[SnapshotEvent], snapshot: WorkflowSnapshot, **fields: Any) -> None:
+        self._emit_event(kind(snapshot.id, snapshot.coordination_id, timezone.now(), **fields))
+
+    def _emit_deleted(self, removed: Iterable[tuple[str, str]]) -> None:
+        """``Deleted`` for each ``(snapshot_id, coordination_id)`` removed."""
+        now = timezone.now()
+        for snapshot_id, coordination_id in removed:
+            self._emit_event(Deleted(snapshot_id, coordination_id, now))
+
+    def _emit_event(self, event: SnapshotEvent) -> None:
+        from . import signals
+
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.warning("snapshot listener %r failed on %r", listener, event, exc_info=True)
+        signals.send(self, event)
+
+
+#: Snapshot stores by alias: ``snapshot_stores["default"]``.
+snapshot_stores: BackendAliases[SnapshotStore] = BackendAliases(
+    "SNAPSHOT_STORES", SnapshotStore, "snapshot store"
+)
