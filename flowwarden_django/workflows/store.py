@@ -21,8 +21,6 @@ from .snapshot import (
     CheckpointQuery,
     Deleted,
     Forked,
-    Loaded,
-    Saved,
     SnapshotEvent,
     WorkflowSnapshot,
 )
