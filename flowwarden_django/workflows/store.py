@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from django.utils import timezone
 
+from ..streams.stores import BackendAliases
 from .snapshot import (
     CheckpointQuery,
     Deleted,
