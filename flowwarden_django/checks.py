@@ -1,13 +1,14 @@
 """System checks: a misconfigured ``FLOWWARDEN`` setting fails ``manage.py check``
 with the setting's path and the fix, not with a traceback at first use.
 
-Ids: E001 ``FLOWWARDEN``, ``CHECKPOINT_STORES``, ``DLQ_STORES`` or ``LOCK_SERVICES`` is not
-a dict; E002 a backend cannot be imported; E003 a backend is not of its SPI; E004 ``OPTIONS``
-do not fit the backend; E005 an optional extra is missing; E006 an alias named in
-``OPTIONS`` does not exist; E007 unsupported database; E008 bad option value; E009
-``USE_TZ`` is off; E010 a lease or status interval is not a positive duration; E011 the
-lease renewal interval is more than half the TTL; W001 pymongo (``bson``) is missing, so
-no resume token can be stored. Declared streams: E101-E113, E115-E117 and W101-W106
+Ids: E001 ``FLOWWARDEN``, ``CHECKPOINT_STORES``, ``DLQ_STORES``, ``LOCK_SERVICES`` or
+``SNAPSHOT_STORES`` is not a dict; E002 a backend cannot be imported; E003 a backend is not
+of its SPI; E004 ``OPTIONS`` do not fit the backend; E005 an optional extra is missing; E006
+an alias named in ``OPTIONS`` does not exist; E007 unsupported database; E008 bad option
+value; E009 ``USE_TZ`` is off; E010 a lease or status interval is not a positive duration;
+E011 the lease renewal interval is more than half the TTL; W001 pymongo (``bson``) is
+missing, so no resume token can be stored; W201 (``check --deploy`` only) a snapshot store
+writes workflow state in plaintext. Declared streams: E101-E113, E115-E117 and W101-W106
 (``streams/validation.py``); E114 a ``MONGO_CLIENTS`` alias without a MongoDB URL.
 """
 
@@ -85,19 +86,23 @@ _EXAMPLES = {
         "flowwarden_django.streams.backends.orm.OrmLockService, …redis.RedisLockService, "
         "…mongo.MongoLockService or …memory.InMemoryLockService"
     ),
+    "SNAPSHOT_STORES": (
+        "flowwarden_django.workflows.backends.orm.OrmSnapshotStore, …memory.InMemorySnapshotStore"
+    ),
 }
 
 
 def _registries() -> list[BackendAliases[Any]]:
     from .streams.stores import checkpoint_stores, dlq_stores, lock_services
+    from .workflows.store import snapshot_stores
 
-    return [checkpoint_stores, dlq_stores, lock_services]
+    return [checkpoint_stores, dlq_stores, lock_services, snapshot_stores]
 
 
 @checks.register()
 def check_checkpoint_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Every checkpoint store, DLQ store and lock service alias names an importable
-    backend with fitting options."""
+    """Every checkpoint store, DLQ store, lock service and snapshot store alias names
+    an importable backend with fitting options."""
     if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
         return []
     errors: list[checks.CheckMessage] = []
@@ -155,6 +160,29 @@ def _check_store(
             )
         ]
     return list(backend.check_options(alias, options))
+
+
+@checks.register(deploy=True)
+def check_snapshot_encryption(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``check --deploy``: W201 for each snapshot store that writes plaintext."""
+    from .workflows.store import snapshot_stores
+
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    configured = snapshot_stores.settings
+    if not isinstance(configured, Mapping):
+        return []
+    messages: list[checks.CheckMessage] = []
+    for alias, config in configured.items():
+        try:
+            backend = snapshot_stores.load_backend_class(alias, config)
+            options = snapshot_stores.options(alias, config)
+        except InvalidCheckpointStoreError:
+            continue  # reported by check_checkpoint_stores
+        check = getattr(backend, "check_deploy_options", None)
+        if check is not None:
+            messages.extend(check(alias, options))
+    return messages
 
 
 @checks.register()

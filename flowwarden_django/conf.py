@@ -39,6 +39,10 @@ DEFAULTS: dict[str, Any] = {
     "CELERY_RUN_STREAMS": False,
     # Workflow snapshot stores by alias, shaped like CHECKPOINT_STORES.
     "SNAPSHOT_STORES": {"default": {"BACKEND": DEFAULT_SNAPSHOT_BACKEND}},
+    # Where workflow steps run: "inprocess", "celery" or an ExecutionProvider dotted path.
+    "WORKFLOW_EXECUTION": "inprocess",
+    # How long a runner's claim on a workflow run lasts; renewed before each step.
+    "WORKFLOW_RUN_LEASE": "10m",
 }
 
 

@@ -12,6 +12,7 @@
 
 * ``LockServiceContract``: the same for lock services (``make_service``).
 * ``DlqStoreContract``: the same for dead-letter stores (``make_store``).
+* ``SnapshotStoreContract``: the same for workflow snapshot stores (``make_store``).
 * ``fake_source``: an in-process change source for fast stream tests.
 * ``scripted_mongo.ScriptedReplicaSet``: a wire-level fake replica-set primary that
   the real pymongo driver talks to (needs ``mockupdb``).
@@ -22,6 +23,7 @@ from typing import Any
 __all__ = ["CheckpointStoreContract"]
 __all__ += ["LockServiceContract"]
 __all__ += ["DlqStoreContract"]
+__all__ += ["SnapshotStoreContract"]
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +40,8 @@ def __getattr__(name: str) -> Any:
         from .dlq_store import DlqStoreContract
 
         return DlqStoreContract
+    if name == "SnapshotStoreContract":
+        from .snapshot_store import SnapshotStoreContract
+
+        return SnapshotStoreContract
     raise AttributeError(name)

@@ -2,3 +2,80 @@
 
 Nothing in this package imports the admin, DRF or Celery.
 """
+
+from .engine import (
+    Completed,
+    Failed,
+    Hibernated,
+    Running,
+    StartedRun,
+    StepTimeoutError,
+    Workflow,
+    WorkflowDefinition,
+    WorkflowResult,
+    workflow_registry,
+)
+from .execution import ExecutionProvider, InProcessProvider, resolve_provider
+from .runs import ConcurrentRunError, LeaseLostError, RunConflictError, RunStatus, UnknownRunError
+from .snapshot import CheckpointQuery, WorkflowSnapshot
+from .steps import (
+    Advance,
+    Done,
+    Fail,
+    Hibernate,
+    Pause,
+    StepContext,
+    StepOutcome,
+    WorkflowStep,
+    advance,
+    done,
+    fail,
+    hibernate,
+    step,
+)
+from .store import (
+    SnapshotConflictError,
+    SnapshotStore,
+    UnknownSnapshotError,
+    snapshot_stores,
+)
+
+__all__ = [
+    "Advance",
+    "CheckpointQuery",
+    "Completed",
+    "ConcurrentRunError",
+    "Done",
+    "ExecutionProvider",
+    "Fail",
+    "Failed",
+    "Hibernate",
+    "Hibernated",
+    "InProcessProvider",
+    "LeaseLostError",
+    "Pause",
+    "RunConflictError",
+    "RunStatus",
+    "Running",
+    "SnapshotConflictError",
+    "SnapshotStore",
+    "StartedRun",
+    "StepContext",
+    "StepOutcome",
+    "StepTimeoutError",
+    "UnknownRunError",
+    "UnknownSnapshotError",
+    "Workflow",
+    "WorkflowDefinition",
+    "WorkflowResult",
+    "WorkflowSnapshot",
+    "WorkflowStep",
+    "advance",
+    "done",
+    "fail",
+    "hibernate",
+    "resolve_provider",
+    "snapshot_stores",
+    "step",
+    "workflow_registry",
+]

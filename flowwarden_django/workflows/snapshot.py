@@ -116,8 +116,10 @@ class CheckpointQuery:
     """Which snapshots ``SnapshotStore.list`` returns, in which order.
 
     ``since``/``until`` are inclusive bounds on ``created_at``; ``limit`` 0 means
-    all. Order: oldest first by (``created_at``, ``coordination_id``, ``seq``), or
-    newest first with ``newest_first`` (a limit then returns the NEWEST rows).
+    all. Order: within one coordination (``coordination_id`` set) by ``seq`` (never
+    by wall-clock time); across coordinations by (``created_at``,
+    ``coordination_id``, ``seq``). Oldest first, or newest first with
+    ``newest_first`` (a limit then returns the NEWEST rows).
     Paging: pass the last snapshot of a page as ``after`` to get the next page in
     the same order (keyset paging; stable while rows are added).
     """
@@ -142,6 +144,8 @@ class CheckpointQuery:
 
     def sort_key(self, snapshot: WorkflowSnapshot) -> tuple[Any, ...]:
         """The key this query orders by (ascending; reversed for ``newest_first``)."""
+        if self.coordination_id is not None:
+            return (snapshot.seq or 0,)
         return (snapshot.created_at, snapshot.coordination_id, snapshot.seq or 0)
 
 

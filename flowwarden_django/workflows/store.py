@@ -13,6 +13,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from django.utils import timezone
@@ -56,6 +57,10 @@ class SnapshotStore(ABC):
     * ``latest(coordination_id)``: the snapshot with the highest ``seq``, or ``None``.
     * ``delete(id)`` → bool; ``delete_coordination(cid)`` → count: ``Deleted`` for
       every removed snapshot.
+    * ``prune(keep_last=, older_than=, coordination_id=)`` → count: retention that
+      never removes a coordination's newest snapshot, an ancestor of a kept fork, or
+      a snapshot waiting for approval (``workflows/retention.py``); ``Deleted`` for
+      every removed snapshot.
     """
 
     #: Whether state and metadata are encrypted where they are stored.
@@ -91,14 +96,36 @@ class SnapshotStore(ABC):
     def delete_coordination(self, coordination_id: str) -> int:
         """Remove every snapshot of a coordination; how many."""
 
+    def prune(
+        self,
+        keep_last: int | None = None,
+        older_than: timedelta | None = None,
+        coordination_id: str | None = None,
+        *,
+        protected_ids: Iterable[str] = (),
+    ) -> int:
+        """Remove old snapshots (of one coordination, or of all); how many.
+
+        ``keep_last`` keeps each coordination's N newest, ``older_than`` those younger
+        than that age; a snapshot either rule keeps stays. Never removed: each
+        coordination's newest snapshot, the ancestors of a kept fork, the head of a
+        run waiting for approval, and *protected_ids*. Emits ``Deleted`` per snapshot.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support prune")
+
     def fork(self, source_id: str, new_state: Any) -> WorkflowSnapshot:
         """Branch off *source_id* with *new_state* (saved)."""
-        source = self.load(source_id)
+        source = self._get(source_id)
         if source is None:
             raise UnknownSnapshotError(f"unknown source snapshot: {source_id!r}")
         child = self.save(source.derive_with(new_state))
         self._emit(Forked, child, source_id=source.id)
         return child
+
+    def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
+        """``load`` without the ``Loaded`` event: ``fork`` emits only ``Saved`` and
+        ``Forked``. Backends override it; the default calls ``load``."""
+        return self.load(snapshot_id)
 
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections (called when settings change)."""

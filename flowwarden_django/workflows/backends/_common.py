@@ -1,0 +1,58 @@
+"""What the snapshot store backends share: query checks and the metadata text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from django.core import checks
+
+from ..serializers import resolve_serializer
+from ..snapshot import CheckpointQuery
+
+
+def check_query(query: CheckpointQuery | None) -> CheckpointQuery:
+    """*query* (or "everything"), after checking what the dataclass does not."""
+    if query is None:
+        return CheckpointQuery()
+    for name in ("since", "until"):
+        moment = getattr(query, name)
+        if moment is not None and moment.tzinfo is None:
+            raise ValueError(f"CheckpointQuery.{name} must be timezone-aware")
+    if not isinstance(query.limit, int) or query.limit < 0:
+        raise ValueError(f"CheckpointQuery.limit must be 0 (all) or more, not {query.limit!r}")
+    if query.after is not None and query.after.seq is None:
+        raise ValueError("CheckpointQuery.after must be a snapshot returned by the store")
+    return query
+
+
+def dump_metadata(metadata: Mapping[str, str]) -> str:
+    """The stored text of a snapshot's metadata (a JSON object)."""
+    return json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def load_metadata(text: str | None) -> dict[str, str]:
+    """The metadata a stored text holds (``{}`` for empty text)."""
+    if not text:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("stored snapshot metadata is not a JSON object")
+    return value
+
+
+def check_serializer_option(where: str, value: Any) -> list[checks.CheckMessage]:
+    """An E008 error when ``OPTIONS["serializer"]`` names no serializer."""
+    try:
+        resolve_serializer(value)
+    except ValueError as exc:
+        return [
+            checks.Error(
+                f'{where}["serializer"] = {value!r} {exc}.',
+                hint="Use the dotted path of a StateSerializer subclass, for example "
+                "flowwarden_django.workflows.serializers.JsonStateSerializer.",
+                id="flowwarden_django.E008",
+            )
+        ]
+    return []

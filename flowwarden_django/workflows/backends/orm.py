@@ -1,0 +1,470 @@
+"""Snapshot store on the Django database, through the ``SnapshotRecord`` model.
+
+Supported on PostgreSQL, SQLite and MySQL/MariaDB. Each coordination's ``seq`` is
+assigned in the save's transaction as the coordination's highest ``seq`` + 1; the
+unique ``(coordination_id, seq)`` guarantees that two writers never get the same
+one. Writers of one coordination are queued (PostgreSQL: a transaction-scoped
+advisory lock on the coordination; MySQL/MariaDB: a locking read of its highest
+row; SQLite: ``BEGIN IMMEDIATE``, one writer at a time), and a save that still
+collides (or is chosen as a deadlock victim) is retried.
+
+Called inside the caller's ``transaction.atomic()`` on the same database, every
+operation joins that transaction; events are then emitted before it commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from datetime import timedelta
+from importlib.util import find_spec
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import IntegrityError, OperationalError, connections, router, transaction
+from django.db.models import Count, Min, Q, QuerySet
+from django.utils import timezone
+
+from ...models import SnapshotRecord, WorkflowRun
+from ..encryption import AesGcmCipher, decode_key, reveal
+from ..retention import PruneRow, check_prune_arguments, plan_prune
+from ..serializers import StateSerializer, resolve_serializer
+from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
+from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
+from ._common import check_query, check_serializer_option, dump_metadata, load_metadata
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
+
+#: ``list`` order across coordinations (within one: ``seq``).
+_ORDER = ("created_at", "coordination_id", "seq")
+
+#: Ids per ``DELETE ... WHERE id IN (...)`` statement.
+_CHUNK = 500
+
+#: Driver error codes of a transaction worth retrying: MySQL deadlock and lock wait
+#: timeout, PostgreSQL deadlock and serialization failure.
+_MYSQL_RETRY = (1213, 1205)
+_PG_RETRY = ("40P01", "40001")
+
+
+@contextmanager
+def write_transaction(using: str) -> Iterator[None]:
+    """``transaction.atomic(using=using)`` that, on SQLite, takes the write lock when
+    it begins (``BEGIN IMMEDIATE``).
+
+    A deferred SQLite transaction that reads and then writes fails at once with
+    "database is locked" when another connection is writing; an immediate one waits
+    for the lock (the database's ``timeout``). Inside an existing transaction this is
+    a plain savepoint.
+    """
+    connection = connections[using]
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        # Connect first: connecting sets transaction_mode from the settings.
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+    if (
+        connection.vendor != "sqlite"
+        or connection.in_atomic_block
+        or not hasattr(connection, "transaction_mode")
+    ):
+        with transaction.atomic(using=using):
+            yield
+        return
+    with ExitStack() as stack:
+        previous = connection.transaction_mode
+        connection.transaction_mode = "IMMEDIATE"
+        try:
+            stack.enter_context(transaction.atomic(using=using))
+        finally:
+            connection.transaction_mode = previous
+        yield
+
+
+def _retryable(exc: OperationalError) -> bool:
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _PG_RETRY:
+        return True
+    args = getattr(cause, "args", ())
+    return bool(args) and args[0] in _MYSQL_RETRY
+
+
+#: The first key of the two-key PostgreSQL advisory locks this store takes (the second
+#: is the coordination's hash). Two-key locks never collide with one-key (bigint) ones.
+_LOCK_NAMESPACE = 0x46570001
+
+
+def _lock_key(coordination_id: str) -> int:
+    """A signed 32-bit advisory-lock key for a coordination."""
+    digest = hashlib.blake2b(coordination_id.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _aad(snapshot_id: str, column: str) -> bytes:
+    """Binds an encrypted value to its row and column."""
+    return f"flowwarden:snapshot:{snapshot_id}:{column}".encode()
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+class OrmSnapshotStore(SnapshotStore):
+    """Stores snapshots in the ``SnapshotRecord`` table of a Django database.
+
+    ``using`` pins a database alias; by default ``router.db_for_write(SnapshotRecord)``
+    chooses, for reads too (a lagging replica could miss the newest step).
+    ``serializer`` turns state into text (default ``JsonStateSerializer``; an
+    instance, a class or a dotted path). ``encryption_keys`` (one key or a list,
+    base64 text of 32 bytes; the first encrypts, all decrypt) turns on AES-256-GCM
+    encryption of state and metadata; rows written without it stay readable.
+
+    ``prune`` also keeps the ``head_snapshot_id`` of every ``WorkflowRun`` waiting for
+    approval, read from the same database.
+    """
+
+    #: How many times one save is tried when concurrent writers collide.
+    save_attempts = 30
+
+    def __init__(
+        self,
+        using: str | None = None,
+        serializer: StateSerializer | str | None = None,
+        encryption_keys: str | bytes | Sequence[str | bytes] | None = None,
+    ) -> None:
+        super().__init__()
+        self.using = using
+        self.serializer = resolve_serializer(serializer)
+        self.cipher = None if encryption_keys is None else AesGcmCipher.from_keys(encryption_keys)
+
+    @property
+    def encrypts_at_rest(self) -> bool:  # type: ignore[override]
+        """Whether state and metadata are written encrypted."""
+        return self.cipher is not None
+
+    # -- the SPI -----------------------------------------------------------------------
+
+    def save(self, snapshot: WorkflowSnapshot) -> WorkflowSnapshot:
+        columns = self._columns(snapshot)
+        alias = self._alias()
+        nested = connections[alias].in_atomic_block
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with write_transaction(alias):
+                    seq = self._write(alias, snapshot, columns)
+                break
+            except IntegrityError as exc:
+                if snapshot.seq is not None:
+                    holder = self._seq_holder(alias, snapshot)
+                    if holder is not None:
+                        raise self._conflict(snapshot, holder) from exc
+                if attempt >= self.save_attempts:
+                    raise
+            except OperationalError as exc:
+                if nested or not _retryable(exc) or attempt >= self.save_attempts:
+                    raise
+            time.sleep(random.uniform(0, 0.002 * attempt))
+        stored = snapshot.replace(seq=seq)
+        self._emit(Saved, stored)
+        return stored
+
+    def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
+        snapshot = self._get(snapshot_id)
+        if snapshot is not None:
+            self._emit(Loaded, snapshot)
+        return snapshot
+
+    def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
+        row = self._rows().filter(pk=snapshot_id).first()
+        return None if row is None else self._decode(row)
+
+    def list(self, query: CheckpointQuery | None = None) -> list[WorkflowSnapshot]:
+        query = check_query(query)
+        rows = self._rows()
+        if query.coordination_id is not None:
+            rows = rows.filter(coordination_id=query.coordination_id)
+        if query.agent_name is not None:
+            rows = rows.filter(agent_name=query.agent_name)
+        if query.since is not None:
+            rows = rows.filter(created_at__gte=query.since)
+        if query.until is not None:
+            rows = rows.filter(created_at__lte=query.until)
+        # One coordination: by seq alone, never by wall-clock time (CheckpointQuery).
+        order = ("seq",) if query.coordination_id is not None else _ORDER
+        if query.after is not None:
+            rows = rows.filter(_after(query.after, order, query.newest_first))
+        if query.newest_first:
+            order = tuple(f"-{field}" for field in order)
+        rows = rows.order_by(*order)
+        if query.limit:
+            rows = rows[: query.limit]
+        return [self._decode(row) for row in rows]
+
+    def latest(self, coordination_id: str) -> WorkflowSnapshot | None:
+        row = self._rows().filter(coordination_id=coordination_id).order_by("-seq").first()
+        return None if row is None else self._decode(row)
+
+    def delete(self, snapshot_id: str) -> bool:
+        alias = self._alias()
+        rows = self._rows(alias)
+        with write_transaction(alias):
+            found = rows.filter(pk=snapshot_id).select_for_update()
+            coordination_id = found.values_list("coordination_id", flat=True).first()
+            if coordination_id is not None:
+                rows.filter(pk=snapshot_id).delete()
+        if coordination_id is None:
+            return False
+        self._emit_deleted([(snapshot_id, coordination_id)])
+        return True
+
+    def delete_coordination(self, coordination_id: str) -> int:
+        alias = self._alias()
+        rows = self._rows(alias)
+        with write_transaction(alias):
+            found = rows.filter(coordination_id=coordination_id).order_by("seq")
+            ids = list(found.select_for_update().values_list("pk", flat=True))
+            for chunk in _chunks(ids):
+                rows.filter(pk__in=chunk).delete()
+        self._emit_deleted((snapshot_id, coordination_id) for snapshot_id in ids)
+        return len(ids)
+
+    def prune(
+        self,
+        keep_last: int | None = None,
+        older_than: timedelta | None = None,
+        coordination_id: str | None = None,
+        *,
+        protected_ids: Iterable[str] = (),
+    ) -> int:
+        check_prune_arguments(keep_last, older_than)
+        alias = self._alias()
+        rows = self._rows(alias)
+        cutoff = timezone.now() - older_than if older_than is not None else None
+        protected = set(protected_ids)
+        waiting = WorkflowRun.objects.using(alias).filter(status=WorkflowRun.Status.WAITING)
+        protected.update(
+            waiting.exclude(head_snapshot_id=None).values_list("head_snapshot_id", flat=True)
+        )
+        removed = 0
+        for cid in self._prune_scope(alias, keep_last, cutoff, coordination_id):
+            with write_transaction(alias):
+                found = rows.filter(coordination_id=cid).select_for_update()
+                plan = plan_prune(
+                    [
+                        PruneRow(*r)
+                        for r in found.values_list("pk", "parent_id", "seq", "created_at")
+                    ],
+                    keep_last=keep_last,
+                    cutoff=cutoff,
+                    protected=protected,
+                )
+                for chunk in _chunks(plan):
+                    rows.filter(pk__in=chunk).delete()
+            self._emit_deleted((snapshot_id, cid) for snapshot_id in plan)
+            removed += len(plan)
+        return removed
+
+    # -- configuration checks ----------------------------------------------------------
+
+    @classmethod
+    def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
+        where = f'{snapshot_stores.alias_setting(alias)}["OPTIONS"]'
+        messages: list[checks.CheckMessage] = []
+        using = options.get("using")
+        if using is not None and using not in settings.DATABASES:
+            messages.append(
+                checks.Error(
+                    f'{where}["using"] = {using!r} is not a database alias.',
+                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+                    id="flowwarden_django.E006",
+                )
+            )
+        elif using is not None and connections[using].vendor not in SUPPORTED_VENDORS:
+            messages.append(
+                checks.Error(
+                    f'{where}["using"] = {using!r} is a {connections[using].vendor} database, '
+                    "which OrmSnapshotStore does not support.",
+                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB.",
+                    id="flowwarden_django.E007",
+                )
+            )
+        if options.get("serializer") is not None:
+            messages.extend(check_serializer_option(where, options["serializer"]))
+        if options.get("encryption_keys") is not None:
+            messages.extend(_check_keys(where, options["encryption_keys"]))
+        return messages
+
+    @classmethod
+    def check_deploy_options(
+        cls, alias: str, options: Mapping[str, Any]
+    ) -> list[checks.CheckMessage]:
+        """``manage.py check --deploy``: a warning when snapshots are stored in plaintext."""
+        if options.get("encryption_keys") is not None:
+            return []
+        return [
+            checks.Warning(
+                f"{snapshot_stores.alias_setting(alias)} stores workflow state and metadata "
+                "in plaintext.",
+                hint='Set its OPTIONS["encryption_keys"] to a list of base64 32-byte keys '
+                "(make one with flowwarden_django.workflows.encryption.generate_key()) and "
+                'pip install "flowwarden-django[crypto]".',
+                id="flowwarden_django.W201",
+            )
+        ]
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _alias(self) -> str:
+        return self.using or router.db_for_write(SnapshotRecord)
+
+    def _rows(self, alias: str | None = None) -> QuerySet[SnapshotRecord]:
+        return SnapshotRecord.objects.using(alias or self._alias())
+
+    def _columns(self, snapshot: WorkflowSnapshot) -> dict[str, Any]:
+        text, label = self.serializer.dumps(snapshot.state)
+        metadata = dump_metadata(snapshot.metadata)
+        if self.cipher is not None:
+            text = self.cipher.encrypt(text, _aad(snapshot.id, "state"))
+            metadata = self.cipher.encrypt(metadata, _aad(snapshot.id, "metadata"))
+        return {
+            "parent_id": snapshot.parent_id,
+            "coordination_id": snapshot.coordination_id,
+            "agent_name": snapshot.agent_name,
+            "state": text,
+            "state_type": label[:255],
+            "metadata": metadata,
+            "created_at": snapshot.created_at,
+        }
+
+    def _decode(self, row: SnapshotRecord) -> WorkflowSnapshot:
+        text = reveal(row.state, self.cipher, _aad(row.id, "state"))
+        metadata = reveal(row.metadata, self.cipher, _aad(row.id, "metadata"))
+        return WorkflowSnapshot(
+            id=row.id,
+            coordination_id=row.coordination_id,
+            state=None if text is None else self.serializer.loads(text, row.state_type),
+            parent_id=row.parent_id,
+            agent_name=row.agent_name,
+            seq=row.seq,
+            metadata=load_metadata(metadata),
+            created_at=row.created_at,
+        )
+
+    def _write(self, alias: str, snapshot: WorkflowSnapshot, columns: dict[str, Any]) -> int:
+        """One attempt of ``save``, inside its transaction; returns the ``seq``."""
+        rows = self._rows(alias)
+        cid = snapshot.coordination_id
+        connection = connections[alias]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, _lock_key(cid)]
+                )
+        existing = rows.filter(pk=snapshot.id).values_list("coordination_id", "seq").first()
+        if snapshot.seq is not None:
+            seq = snapshot.seq
+            holder = self._seq_holder(alias, snapshot)
+            if holder is not None:
+                raise self._conflict(snapshot, holder)
+        elif existing is not None and existing[0] == cid:
+            seq = existing[1]
+        else:
+            highest = rows.filter(coordination_id=cid).order_by("-seq").select_for_update()
+            seq = (highest.values_list("seq", flat=True).first() or 0) + 1
+        if existing is None or not rows.filter(pk=snapshot.id).update(seq=seq, **columns):
+            rows.create(id=snapshot.id, seq=seq, **columns)
+        return seq
+
+    def _seq_holder(self, alias: str, snapshot: WorkflowSnapshot) -> str | None:
+        """The id of another snapshot at *snapshot*'s coordination and seq, if any."""
+        taken = self._rows(alias).filter(coordination_id=snapshot.coordination_id, seq=snapshot.seq)
+        return taken.exclude(pk=snapshot.id).values_list("pk", flat=True).first()
+
+    @staticmethod
+    def _conflict(snapshot: WorkflowSnapshot, holder: str) -> SnapshotConflictError:
+        return SnapshotConflictError(
+            f"coordination {snapshot.coordination_id!r} already has snapshot {holder!r} "
+            f"at seq {snapshot.seq}"
+        )
+
+    def _prune_scope(
+        self,
+        alias: str,
+        keep_last: int | None,
+        cutoff: Any,
+        coordination_id: str | None,
+    ) -> Iterator[str]:
+        """Coordinations with something prune might remove, a page at a time."""
+        rows = self._rows(alias)
+        if coordination_id is not None:
+            rows = rows.filter(coordination_id=coordination_id)
+        last = None
+        while True:
+            page = rows if last is None else rows.filter(coordination_id__gt=last)
+            groups = page.values("coordination_id").annotate(
+                n=Count("pk"), oldest=Min("created_at")
+            )
+            groups = groups.filter(n__gt=keep_last or 1)
+            if cutoff is not None:
+                groups = groups.filter(oldest__lt=cutoff)
+            batch = [g["coordination_id"] for g in groups.order_by("coordination_id")[:_CHUNK]]
+            yield from batch
+            if len(batch) < _CHUNK:
+                return
+            last = batch[-1]
+
+
+def _after(mark: WorkflowSnapshot, order: Sequence[str], newest_first: bool) -> Q:
+    """Rows after *mark* in the (ascending or descending) *order* of its fields."""
+    op = "lt" if newest_first else "gt"
+    condition = Q()
+    for index, field in enumerate(order):
+        ties = {name: getattr(mark, name) for name in order[:index]}
+        condition |= Q(**ties, **{f"{field}__{op}": getattr(mark, field)})
+    return condition
+
+
+def _check_keys(where: str, keys: Any) -> list[checks.CheckMessage]:
+    setting = f'{where}["encryption_keys"]'
+    if isinstance(keys, str | bytes | bytearray):
+        keys = [keys]
+    if not isinstance(keys, list | tuple) or not keys:
+        return [
+            checks.Error(
+                f"{setting} must be a key or a non-empty list of keys.",
+                hint="Leave it out (or None) to store snapshots in plaintext.",
+                id="flowwarden_django.E008",
+            )
+        ]
+    messages = []
+    if find_spec("cryptography") is None:
+        messages.append(
+            checks.Error(
+                f"{setting} is set but the cryptography package is not installed.",
+                hint='pip install "flowwarden-django[crypto]"',
+                id="flowwarden_django.E005",
+            )
+        )
+    for index, key in enumerate(keys):
+        try:
+            decode_key(key)
+        except ValueError as exc:
+            # Never echo the key itself.
+            messages.append(
+                checks.Error(
+                    f"{setting}[{index}] {exc}.",
+                    hint="Each key is base64 text of 32 random bytes, for example from "
+                    "flowwarden_django.workflows.encryption.generate_key().",
+                    id="flowwarden_django.E008",
+                )
+            )
+    return messages

@@ -1,0 +1,759 @@
+"""The workflow engine: ``Workflow``, its results, and the step loop.
+
+A workflow is a named, ordered list of steps; a *coordination* is one run of it. The
+run's history is a chain of snapshots in a ``SnapshotStore``: a seed snapshot with the
+initial state (``workflow.lastStep = ""``), then one per completed step, each derived
+from the previous one (``parent_id``) and saved at the next ``seq``. The run's status
+and its current runner live in a ``WorkflowRun`` row (``runs.py``).
+
+``run()`` resumes from the latest snapshot (highest ``seq``): it executes the steps
+after ``workflow.lastStep`` until one hibernates, finishes or fails, or the list ends.
+
+* ``advance(state)``: snapshot, go on. ``hibernate(state)``: snapshot, status
+  ``hibernated``, return ``Hibernated``; the next run starts at the following step.
+* ``done(state)``: snapshot with ``workflow.done = "true"``, status ``completed``; a
+  later run returns ``Completed`` without running anything (even after a middle step).
+* ``fail(reason)``, or an exception on every attempt: status ``failed``, nothing
+  persisted, so a later run executes the same step again.
+* Falling off the end of the list is ``Completed``.
+
+Two runners of one coordination cannot both advance it: ``run()`` first claims the run
+record (one conditional ``UPDATE``); the loser gets ``ConcurrentRunError`` and writes
+nothing. Each step snapshot is also saved with an explicit ``seq``, so a runner that
+lost its lease and then tries to write a step another runner already wrote fails on
+the store's unique ``(coordination, seq)`` instead of forking the chain.
+
+Steps must be idempotent: a retry repeats a step, and a crash between a step's side
+effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.db import connections, transaction
+
+from .runs import (
+    ConcurrentRunError,
+    RunRecords,
+    RunStatus,
+    UnknownRunError,
+    new_runner_token,
+    run_lease,
+)
+from .snapshot import CheckpointQuery, WorkflowSnapshot, check_id
+from .steps import (
+    Advance,
+    Done,
+    Fail,
+    FunctionStep,
+    Pause,
+    StepContext,
+    StepOutcome,
+    WorkflowStep,
+)
+from .store import SnapshotConflictError, SnapshotStore, snapshot_stores
+
+if TYPE_CHECKING:
+    from ..models import WorkflowRun
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+#: Metadata keys of every snapshot the engine writes.
+LAST_STEP = "workflow.lastStep"
+WORKFLOW_NAME = "workflow.name"
+WORKFLOW_DONE = "workflow.done"
+
+
+class StepTimeoutError(TimeoutError):
+    """A step attempt ran longer than its ``timeout``.
+
+    The attempt counts as failed (and is retried within ``max_retries``). Python
+    cannot stop a thread, so the timed-out attempt keeps running in its daemon thread
+    until it returns on its own; its outcome is ignored. Steps with a timeout must
+    therefore be idempotent like any other (the Celery provider can use a hard
+    ``time_limit`` instead).
+    """
+
+
+# -- results -------------------------------------------------------------------------
+
+
+class WorkflowResult:
+    """What ``run()`` / ``resume()`` returned: ``Completed``, ``Hibernated``, ``Failed``
+    or ``Running``. ``status`` is the run's status afterwards."""
+
+    coordination_id: str
+    status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Completed(WorkflowResult):
+    """The workflow finished (a ``done`` outcome, or the last step advanced)."""
+
+    final_state: Any
+    coordination_id: str
+    status: ClassVar[str] = RunStatus.COMPLETED
+
+
+@dataclasses.dataclass(frozen=True)
+class Hibernated(WorkflowResult):
+    """A step paused the run (``hibernated``, or ``waiting`` for an approval); run or
+    resume it later to continue at the step after ``last_step_name``."""
+
+    saved_state: Any
+    coordination_id: str
+    last_step_name: str
+    status: str = RunStatus.HIBERNATED
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed(WorkflowResult):
+    """Step ``last_step_name`` failed; ``last_state`` is the state it was given. Nothing
+    was persisted for it: a later run executes it again."""
+
+    last_state: Any
+    coordination_id: str
+    last_step_name: str
+    reason: str
+    status: ClassVar[str] = RunStatus.FAILED
+
+
+@dataclasses.dataclass(frozen=True)
+class Running(WorkflowResult):
+    """The run is not finished and not paused: an execution provider queued its next
+    step, ``max_steps`` was reached, or another runner is driving it.
+    ``last_step_name`` is the last completed step (``""`` before the first)."""
+
+    state: Any
+    coordination_id: str
+    last_step_name: str
+    status: ClassVar[str] = RunStatus.RUNNING
+
+
+@dataclasses.dataclass(frozen=True)
+class StartedRun:
+    """What ``Workflow.start`` returned. ``created`` is False when the idempotency key
+    (or the coordination) already had a run: nothing was started or run again, and
+    ``result`` is that run's current result (``Running`` while it is in flight)."""
+
+    coordination_id: str
+    created: bool
+    result: WorkflowResult | None
+
+
+# -- the workflow --------------------------------------------------------------------
+
+
+def _as_step(value: WorkflowStep | Callable[..., StepOutcome]) -> WorkflowStep:
+    if isinstance(value, WorkflowStep):
+        return value
+    if callable(value):
+        return FunctionStep(value)
+    raise TypeError(f"a workflow step must be a WorkflowStep or a function, not {value!r}")
+
+
+def _check_steps(name: str, steps: Iterable[Any]) -> tuple[WorkflowStep, ...]:
+    checked = tuple(_as_step(s) for s in steps)
+    if not checked:
+        raise ValueError(f"workflow {name!r} has no steps")
+    seen: set[str] = set()
+    for s in checked:
+        if s.name in seen:
+            raise ValueError(f"duplicate step name {s.name!r} in workflow {name!r}")
+        seen.add(s.name)
+    return checked
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise ValueError(f"a workflow name is a non-blank string of <= 255 chars, not {name!r}")
+    return name
+
+
+class Workflow:
+    """One coordination of a workflow: ``Workflow(name, coordination_id, steps, store)``.
+
+    *steps* is a non-empty sequence of ``WorkflowStep`` (or functions, made into steps
+    named after them) with unique names. *store* is a ``SnapshotStore`` or an alias of
+    ``FLOWWARDEN["SNAPSHOT_STORES"]``. The ``WorkflowRun`` row lives in database
+    *using*: by default the store's own database when it has one (``store.using``),
+    else the router's choice.
+
+    ``run()`` and ``resume(input=...)`` go through the configured execution provider
+    (``FLOWWARDEN["WORKFLOW_EXECUTION"]``); ``run_local()`` is the in-process engine
+    that providers call. ``Workflow.start(name, ...)`` starts a registered workflow
+    at most once per idempotency key (see ``Workflow.define``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        coordination_id: str,
+        steps: Sequence[WorkflowStep | Callable[..., StepOutcome]],
+        store: SnapshotStore | str = "default",
+        *,
+        using: str | None = None,
+    ) -> None:
+        self._name = _check_name(name)
+        if not isinstance(coordination_id, str) or not coordination_id.strip():
+            raise ValueError(f"coordination_id must be a non-blank string, not {coordination_id!r}")
+        if len(coordination_id) > 255:
+            raise ValueError("coordination_id is longer than 255 characters")
+        self._coordination_id = coordination_id
+        self._steps = _check_steps(name, steps)
+        if not isinstance(store, SnapshotStore | str):
+            raise TypeError(f"store must be a SnapshotStore or an alias, not {store!r}")
+        self._store = store
+        self._using = using
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self._name!r} {self._coordination_id!r}>"
+
+    # -- accessors -------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def coordination_id(self) -> str:
+        return self._coordination_id
+
+    @property
+    def steps(self) -> tuple[WorkflowStep, ...]:
+        return self._steps
+
+    @property
+    def store(self) -> SnapshotStore:
+        if isinstance(self._store, str):
+            return snapshot_stores[self._store]
+        return self._store
+
+    @property
+    def runs(self) -> RunRecords:
+        """The ``WorkflowRun`` records this workflow reads and writes."""
+        return RunRecords(self._using or getattr(self.store, "using", None))
+
+    def step_named(self, name: str) -> WorkflowStep | None:
+        return next((s for s in self._steps if s.name == name), None)
+
+    # -- running ---------------------------------------------------------------------
+
+    def run(self, initial_state: Any = None) -> WorkflowResult:
+        """Run (or continue) this coordination with the configured execution provider.
+
+        *initial_state* only matters on the very first run (it becomes the seed
+        snapshot); afterwards the latest snapshot's state is used.
+        ``ConcurrentRunError`` when another runner holds the run. Store errors
+        propagate.
+        """
+        from .execution import resolve_provider
+
+        return resolve_provider().run(self, initial_state, None)
+
+    def resume(self, input: Any = None) -> WorkflowResult:
+        """Continue a paused (or failed) run, handing *input* (JSON-serialisable: a
+        decision, a payload) to the next step as ``ctx.input``.
+
+        The input is stored on the run with the claim, and cleared once the step that
+        received it has its snapshot; if that step fails, the retry sees it again. A
+        completed run returns ``Completed`` and runs nothing.
+        """
+        from .execution import resolve_provider
+
+        return resolve_provider().run(self, None, input)
+
+    def run_local(
+        self, initial_state: Any = None, input: Any = None, *, max_steps: int | None = None
+    ) -> WorkflowResult:
+        """The in-process engine: claim the run, execute steps in this thread, release.
+
+        Execution providers call this (never ``run()``). *max_steps* stops after that
+        many steps with ``Running`` (the run stays ``running`` and unclaimed) so a
+        provider can execute one step per task.
+        """
+        if max_steps is not None and max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        runs = self.runs
+        lease = run_lease()
+        token = new_runner_token()
+        record = self._claim(runs, token, lease, input)
+        try:
+            return _Execution(self, runs, token, lease, record).run(initial_state, max_steps)
+        finally:
+            runs.release(self._coordination_id, token)
+
+    def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
+        cid, name = self._coordination_id, self._name
+        try:
+            return runs.claim(cid, token, lease, resume_input=input, workflow_name=name)
+        except UnknownRunError:
+            pass
+        record, created = runs.create(cid, name, runner=token, lease=lease)
+        if not created:  # another runner created it at the same moment
+            return runs.claim(cid, token, lease, resume_input=input, workflow_name=name)
+        if input is not None:
+            runs.update(cid, token, lease, resume_input=input)
+            record.resume_input = input
+        return record
+
+    def seed(self, initial_state: Any = None) -> WorkflowSnapshot:
+        """Make sure the run exists and has its seed snapshot; return the latest snapshot.
+
+        For execution providers that run elsewhere: after this, any process can
+        continue the run without being handed *initial_state*.
+        ``ConcurrentRunError`` when another runner holds the run.
+        """
+        runs = self.runs
+        lease = run_lease()
+        token = new_runner_token()
+        self._claim(runs, token, lease, None)
+        try:
+            head = self.store.latest(self._coordination_id)
+            if head is None:
+                head = _save_seed(self, initial_state)
+                runs.update(self._coordination_id, token, lease, head_snapshot_id=head.id)
+            return head
+        finally:
+            runs.release(self._coordination_id, token)
+
+    # -- reading the run -------------------------------------------------------------
+
+    def run_record(self) -> WorkflowRun | None:
+        """The ``WorkflowRun`` row, or ``None`` before the first run."""
+        return self.runs.get(self._coordination_id)
+
+    def status(self) -> str | None:
+        """``running``, ``hibernated``, ``waiting``, ``completed``, ``failed``, or ``None``."""
+        record = self.run_record()
+        return None if record is None else record.status
+
+    def history(self) -> list[WorkflowSnapshot]:
+        """Every snapshot of the coordination, in ``seq`` order (forks included)."""
+        snapshots = self.store.list(CheckpointQuery.for_coordination(self._coordination_id))
+        return sorted(snapshots, key=lambda s: s.seq or 0)
+
+    def current_result(self) -> WorkflowResult | None:
+        """The run's result as of now, from its record and latest snapshot (``None``
+        before the first run). Runs nothing."""
+        record = self.run_record()
+        if record is None:
+            return None
+        head = self.store.latest(self._coordination_id)
+        state = None if head is None else head.state
+        last_step = "" if head is None else head.metadata.get(LAST_STEP, "")
+        cid = self._coordination_id
+        if record.status == RunStatus.COMPLETED:
+            return Completed(state, cid)
+        if record.status in RunStatus.PAUSED:
+            return Hibernated(state, cid, last_step, record.status)
+        if record.status == RunStatus.FAILED:
+            index = self._start_index(last_step)
+            failed = self._steps[index].name if index < len(self._steps) else last_step
+            return Failed(state, cid, failed, record.failure_reason)
+        return Running(state, cid, last_step)
+
+    def _start_index(self, last_step: str) -> int:
+        if not last_step:
+            return 0
+        for index, s in enumerate(self._steps):
+            if s.name == last_step:
+                return index + 1
+        logger.warning(
+            "workflow %s (%s): the last completed step %r is not a step any more; "
+            "restarting from the first step with its state",
+            self._name,
+            self._coordination_id,
+            last_step,
+        )
+        return 0
+
+    # -- snapshots -------------------------------------------------------------------
+
+    def fork(self, snapshot_id: str, new_state: Any) -> WorkflowSnapshot:
+        """Branch the coordination off one of its snapshots: a new snapshot whose parent
+        is *snapshot_id*, with *new_state*, saved at the next ``seq``. It becomes the
+        latest snapshot, so the next ``run()`` continues from it (at the step after the
+        source's ``workflow.lastStep``): a way to redo steps from an earlier point."""
+        source = self.store.load(check_id(snapshot_id, "snapshot_id"))
+        if source is None or source.coordination_id != self._coordination_id:
+            from .store import UnknownSnapshotError
+
+            raise UnknownSnapshotError(
+                f"coordination {self._coordination_id!r} has no snapshot {snapshot_id!r}"
+            )
+        return self.store.fork(snapshot_id, new_state)
+
+    def delete_all_snapshots(self) -> int:
+        """Delete every snapshot of the coordination (the next run starts over)."""
+        return self.store.delete_coordination(self._coordination_id)
+
+    # -- registered workflows --------------------------------------------------------
+
+    @classmethod
+    def define(
+        cls,
+        name: str,
+        steps: Sequence[WorkflowStep | Callable[..., StepOutcome]],
+        store: SnapshotStore | str = "default",
+        *,
+        using: str | None = None,
+        register: bool = True,
+    ) -> WorkflowDefinition:
+        """Declare a workflow by name (registered, so ``Workflow.start(name)`` and
+        ``Workflow.for_coordination(cid)`` find it, in any process that imports it)."""
+        definition = WorkflowDefinition(name, steps, store, using=using)
+        if register:
+            workflow_registry.register(definition)
+        return definition
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        initial_state: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        coordination_id: str | None = None,
+    ) -> StartedRun:
+        """Start registered workflow *name* at most once per *idempotency_key*; see
+        ``WorkflowDefinition.start``."""
+        return workflow_registry.get(name).start(
+            initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+        )
+
+    @classmethod
+    def for_coordination(cls, coordination_id: str, *, using: str | None = None) -> Workflow:
+        """The ``Workflow`` of an existing run, from its record's registered workflow.
+        ``UnknownRunError`` / ``LookupError`` when the run or its workflow is unknown."""
+        record = RunRecords(using).get(coordination_id)
+        if record is None:
+            raise UnknownRunError(f"no workflow run {coordination_id!r}")
+        return workflow_registry.get(record.workflow_name).workflow(coordination_id)
+
+
+def _seed_snapshot(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
+    return WorkflowSnapshot.root(
+        workflow.coordination_id,
+        initial_state,
+        agent_name=workflow.name,
+        metadata={LAST_STEP: "", WORKFLOW_NAME: workflow.name, WORKFLOW_DONE: "false"},
+    ).replace(seq=1)
+
+
+def _save_seed(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
+    try:
+        return workflow.store.save(_seed_snapshot(workflow, initial_state))
+    except SnapshotConflictError as exc:
+        raise ConcurrentRunError(workflow.coordination_id) from exc
+
+
+class _Execution:
+    """One claimed ``run_local`` call: the step loop and its run-record writes."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        runs: RunRecords,
+        token: str,
+        lease: Any,
+        record: WorkflowRun,
+    ) -> None:
+        self.workflow = workflow
+        self.runs = runs
+        self.token = token
+        self.lease = lease
+        self.record = record
+        self.cid = workflow.coordination_id
+
+    def update(self, **fields: Any) -> None:
+        self.runs.update(self.cid, self.token, self.lease, **fields)
+
+    def finish(self, **fields: Any) -> None:
+        self.runs.finish(self.cid, self.token, **fields)
+
+    def run(self, initial_state: Any, max_steps: int | None) -> WorkflowResult:
+        wf, record = self.workflow, self.record
+        store = wf.store
+        head = store.latest(self.cid)
+        if head is None:
+            head = _save_seed(wf, initial_state)
+            self.update(head_snapshot_id=head.id, last_step="")
+        last_step = head.metadata.get(LAST_STEP, "")
+        pending_input = record.resume_input
+
+        if head.metadata.get(WORKFLOW_DONE) == "true":
+            return self.complete(head, pending_input)
+        start = wf._start_index(last_step)
+        if start >= len(wf.steps):
+            return self.complete(head, pending_input)
+        if record.status == RunStatus.WAITING and pending_input is None:
+            # Waiting for a decision: only resume(input=...) continues it.
+            self.finish()
+            return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING)
+        if record.status != RunStatus.RUNNING or record.head_snapshot_id != head.id:
+            self.update(status=RunStatus.RUNNING, head_snapshot_id=head.id, last_step=last_step)
+
+        for executed, index in enumerate(range(start, len(wf.steps))):
+            if max_steps is not None and executed >= max_steps:
+                self.finish()
+                return Running(head.state, self.cid, last_step)
+            current = wf.steps[index]
+            outcome = self.execute(current, head.state, pending_input)
+            if isinstance(outcome, Fail):
+                self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
+                return Failed(head.state, self.cid, current.name, outcome.reason)
+            head = self.persist(head, current, outcome, consumed_input=pending_input is not None)
+            last_step = current.name
+            pending_input = None
+            if isinstance(outcome, Done):
+                return Completed(head.state, self.cid)
+            if isinstance(outcome, Pause):
+                return Hibernated(head.state, self.cid, current.name, outcome.status)
+        self.finish(status=RunStatus.COMPLETED, failure_reason="")
+        return Completed(head.state, self.cid)
+
+    def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:
+        fields: dict[str, Any] = {"status": RunStatus.COMPLETED, "head_snapshot_id": head.id}
+        if pending_input is not None:
+            fields["resume_input"] = None
+        self.finish(**fields)
+        return Completed(head.state, self.cid)
+
+    def persist(
+        self,
+        head: WorkflowSnapshot,
+        current: WorkflowStep,
+        outcome: StepOutcome,
+        *,
+        consumed_input: bool,
+    ) -> WorkflowSnapshot:
+        """Save the step's snapshot (parent: *head*, ``seq``: head's + 1) and move the
+        run record to it."""
+        is_done = isinstance(outcome, Done)
+        metadata = {
+            LAST_STEP: current.name,
+            WORKFLOW_NAME: self.workflow.name,
+            WORKFLOW_DONE: "true" if is_done else "false",
+        }
+        if isinstance(outcome, Pause):
+            metadata.update(outcome.snapshot_metadata())
+        snapshot = head.derive_with(
+            outcome.state,  # type: ignore[attr-defined]
+            seq=(head.seq or 0) + 1,
+            agent_name=self.workflow.name,
+            metadata=metadata,
+        )
+        try:
+            saved = self.workflow.store.save(snapshot)
+        except SnapshotConflictError as exc:
+            raise ConcurrentRunError(self.cid, "another runner") from exc
+        fields: dict[str, Any] = {"head_snapshot_id": saved.id, "last_step": current.name}
+        if consumed_input:
+            fields["resume_input"] = None
+        if is_done:
+            self.finish(status=RunStatus.COMPLETED, failure_reason="", **fields)
+        elif isinstance(outcome, Pause):
+            self.finish(status=outcome.status, failure_reason="", **fields)
+            outcome.on_paused(self.workflow, saved)
+        else:
+            self.update(**fields)
+        return saved
+
+    def execute(self, current: WorkflowStep, state: Any, step_input: Any) -> StepOutcome:
+        """Run one step with its retries and timeout; a ``Fail`` when attempts run out."""
+        attempts = current.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                self.update()  # renew the lease; LeaseLostError if it was taken over
+            ctx = StepContext(
+                coordination_id=self.cid,
+                workflow_name=self.workflow.name,
+                step_name=current.name,
+                attempt=attempt,
+                input=step_input,
+            )
+            try:
+                outcome = _call_step(current, state, ctx)
+                if not isinstance(outcome, Advance | Pause | Done | Fail):
+                    raise TypeError(
+                        f"step {current.name!r} returned {outcome!r}; return advance(), "
+                        "hibernate(), done() or fail()"
+                    )
+                return outcome
+            except Exception as exc:
+                logger.warning(
+                    "workflow %s (%s): step %r attempt %d/%d failed: %r",
+                    self.workflow.name,
+                    self.cid,
+                    current.name,
+                    attempt,
+                    attempts,
+                    exc,
+                    exc_info=not isinstance(exc, StepTimeoutError),
+                )
+                if attempt == attempts:
+                    return Fail(f"unhandled exception: {type(exc).__name__}: {exc}")
+                if current.retry_delay:
+                    time.sleep(current.retry_delay)
+        raise AssertionError("unreachable")
+
+
+def _call_step(current: WorkflowStep, state: Any, ctx: StepContext) -> StepOutcome:
+    if current.timeout is None:
+        return current.execute(state, ctx)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["outcome"] = current.execute(state, ctx)
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    thread = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(target,),
+        name=f"fw-step-{current.name}",
+        daemon=True,  # a step that never returns must not keep the process alive
+    )
+    thread.start()
+    thread.join(current.timeout)
+    if thread.is_alive():
+        raise StepTimeoutError(
+            f"step {current.name!r} did not finish within {current.timeout:g}s "
+            f"(attempt {ctx.attempt})"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["outcome"]
+
+
+# -- definitions and the registry ----------------------------------------------------
+
+
+class WorkflowDefinition:
+    """A named workflow (its steps and store) without a coordination; it makes
+    ``Workflow``s and starts runs. Made by ``Workflow.define``."""
+
+    def __init__(
+        self,
+        name: str,
+        steps: Sequence[WorkflowStep | Callable[..., StepOutcome]],
+        store: SnapshotStore | str = "default",
+        *,
+        using: str | None = None,
+    ) -> None:
+        self.name = _check_name(name)
+        self.steps = _check_steps(name, steps)
+        self.store = store
+        self.using = using
+
+    def __repr__(self) -> str:
+        return f"<WorkflowDefinition {self.name!r} {[s.name for s in self.steps]}>"
+
+    def workflow(self, coordination_id: str) -> Workflow:
+        """The ``Workflow`` of one coordination."""
+        return Workflow(self.name, coordination_id, self.steps, self.store, using=self.using)
+
+    def start(
+        self,
+        initial_state: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        coordination_id: str | None = None,
+    ) -> StartedRun:
+        """Create a run with its seed snapshot and run it, at most once per
+        *idempotency_key* (and per *coordination_id*; a new UUID when omitted).
+
+        The run row is one ``INSERT`` on the unique key: of any number of racing
+        starts with one key, exactly one creates (and runs) the run; the others get
+        ``StartedRun(created=False)`` with that run's current result.
+
+        Inside ``transaction.atomic`` (a stream handler in transactional mode, say)
+        the run and its seed commit with the caller's transaction, and the run is
+        executed once it commits (``transaction.on_commit``); ``result`` is then
+        ``Running``. An ORM snapshot store on the run's database commits the seed and
+        the run row together.
+        """
+        cid = coordination_id or uuid.uuid4().hex
+        wf = self.workflow(cid)
+        runs = wf.runs
+        with transaction.atomic(using=runs.db):
+            record, created = runs.create(cid, self.name, idempotency_key=idempotency_key)
+            if created:
+                head = wf.store.latest(cid) or _save_seed(wf, initial_state)
+                runs.set_head(cid, head.id)
+        if not created:
+            existing = self.workflow(record.coordination_id)
+            return StartedRun(record.coordination_id, False, existing.current_result())
+        connection = connections[runs.db]
+        if connection.in_atomic_block:
+            transaction.on_commit(lambda: _run_started(wf), using=runs.db)
+            return StartedRun(cid, True, Running(initial_state, cid, ""))
+        return StartedRun(cid, True, _run_started(wf))
+
+
+def _run_started(workflow: Workflow) -> WorkflowResult:
+    try:
+        return workflow.run()
+    except ConcurrentRunError:
+        # Someone else is driving the run we just created: it is running, not lost.
+        logger.info("workflow %s (%s) was started and is run elsewhere", workflow.name, workflow)
+        return workflow.current_result() or Running(None, workflow.coordination_id, "")
+
+
+class WorkflowRegistry:
+    """Workflow definitions by name (``Workflow.define`` registers). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._definitions: dict[str, WorkflowDefinition] = {}
+        self._lock = threading.Lock()
+
+    def register(self, definition: WorkflowDefinition) -> None:
+        """Add *definition* (a later one with the same name replaces it, with a warning
+        when its steps differ: the same module imported twice is normal)."""
+        with self._lock:
+            previous = self._definitions.get(definition.name)
+            if previous is not None and [s.name for s in previous.steps] != [
+                s.name for s in definition.steps
+            ]:
+                logger.warning("workflow %r is defined again with other steps", definition.name)
+            self._definitions[definition.name] = definition
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._definitions.pop(name, None)
+
+    def get(self, name: str) -> WorkflowDefinition:
+        """The definition of *name*; ``LookupError`` naming the known ones otherwise."""
+        with self._lock:
+            definition = self._definitions.get(name)
+            known = sorted(self._definitions)
+        if definition is None:
+            raise LookupError(
+                f"no workflow named {name!r} is defined (known: {', '.join(known) or 'none'}); "
+                "define it with Workflow.define() in a module your app imports"
+            )
+        return definition
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._definitions)
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._definitions
+
+
+#: The process's registered workflow definitions.
+workflow_registry = WorkflowRegistry()

@@ -1,0 +1,166 @@
+"""Execution providers: where a workflow's steps run.
+
+``FLOWWARDEN["WORKFLOW_EXECUTION"]`` picks one: ``"inprocess"`` (the default: steps run
+in the calling thread), ``"celery"``, or the dotted path of an ``ExecutionProvider``
+subclass. ``resolve_provider()`` runs on every ``Workflow.run()`` / ``resume()``: when
+the configured provider says it is not available (``is_available()`` is False or
+raises: its broker is down, say), the run falls back to the in-process engine and
+the fallback is logged (a WARNING when it starts, again when it ends).
+
+A provider must never call ``Workflow.run()`` or ``resume()`` (they resolve the
+provider again); it calls ``Workflow.run_local()``, in this process or in a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from ..conf import SETTING_NAME, fw_settings
+
+if TYPE_CHECKING:
+    from .engine import Workflow, WorkflowResult
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+SETTING = f'{SETTING_NAME}["WORKFLOW_EXECUTION"]'
+
+#: Short names accepted by the setting.
+PROVIDER_ALIASES = {
+    "inprocess": "flowwarden_django.workflows.execution.InProcessProvider",
+    "celery": "flowwarden_django.celery.CeleryExecutionProvider",
+}
+
+
+class InvalidExecutionProviderError(ImproperlyConfigured):
+    """``FLOWWARDEN["WORKFLOW_EXECUTION"]`` names no usable provider."""
+
+
+class ExecutionProvider(ABC):
+    """Runs workflows somewhere. Subclasses set ``name`` and implement ``run``.
+
+    * ``is_available()``: whether it can run workflows right now (runtime truth: a
+      reachable broker, say). Called on every run, so cache a failed probe for a
+      while. Not available means the in-process engine runs the workflow instead.
+    * ``run(workflow, initial_state, input)``: run or continue *workflow* (through
+      ``workflow.run_local``, never ``workflow.run``) and return its
+      ``WorkflowResult``. An asynchronous provider persists what the run needs
+      first (``workflow.seed(initial_state)``), queues the work (each step can be
+      ``run_local(input=..., max_steps=1)`` in a worker, with the workflow rebuilt by
+      ``Workflow.for_coordination(cid)``) and returns ``Running``.
+    """
+
+    name: ClassVar[str] = ""
+
+    def is_available(self) -> bool:
+        return True
+
+    @abstractmethod
+    def run(
+        self,
+        workflow: Workflow,
+        initial_state: Any = None,
+        input: Any = None,
+    ) -> WorkflowResult:
+        """Run or continue *workflow*; see the class docstring."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class InProcessProvider(ExecutionProvider):
+    """Runs the steps in the calling thread (``Workflow.run_local``). Always available."""
+
+    name = "inprocess"
+
+    def run(
+        self,
+        workflow: Workflow,
+        initial_state: Any = None,
+        input: Any = None,
+    ) -> WorkflowResult:
+        return workflow.run_local(initial_state, input)
+
+
+_in_process = InProcessProvider()
+_providers: dict[Any, ExecutionProvider] = {}
+_falling_back: set[Any] = set()
+_lock = threading.Lock()
+
+
+def configured_provider() -> ExecutionProvider:
+    """The provider ``FLOWWARDEN["WORKFLOW_EXECUTION"]`` names (one instance per value),
+    without checking that it is available. ``InvalidExecutionProviderError`` when the
+    setting names nothing usable."""
+    value = fw_settings.WORKFLOW_EXECUTION
+    if isinstance(value, ExecutionProvider):
+        return value
+    with _lock:
+        provider = _providers.get(value)
+        if provider is None:
+            provider = _providers[value] = _build(value)
+        return provider
+
+
+def _build(value: Any) -> ExecutionProvider:
+    cls = value
+    if isinstance(value, str):
+        path = PROVIDER_ALIASES.get(value, value)
+        if path == PROVIDER_ALIASES["inprocess"]:
+            return _in_process
+        try:
+            cls = import_string(path)
+        except ImportError as exc:
+            hint = "" if "." in value else f" (use one of: {', '.join(PROVIDER_ALIASES)})"
+            raise InvalidExecutionProviderError(
+                f"{SETTING} = {value!r} cannot be imported: {exc}{hint}"
+            ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
+        raise InvalidExecutionProviderError(
+            f"{SETTING} = {value!r} is not an ExecutionProvider subclass"
+        )
+    return cls()
+
+
+def resolve_provider() -> ExecutionProvider:
+    """The provider for the next run: the configured one when it is available, else
+    the in-process one (logged)."""
+    provider = configured_provider()
+    if isinstance(provider, InProcessProvider):
+        return provider
+    try:
+        available = bool(provider.is_available())
+        problem = "is not available"
+    except Exception as exc:
+        available = False
+        problem = f"failed its health check ({exc!r})"
+    key = id(provider)
+    with _lock:
+        was_falling_back = key in _falling_back
+        if available:
+            _falling_back.discard(key)
+        else:
+            _falling_back.add(key)
+    if available:
+        if was_falling_back:
+            logger.warning("workflow execution provider %r is available again", provider.name)
+        return provider
+    log = logger.debug if was_falling_back else logger.warning
+    log(
+        "workflow execution provider %r %s; running workflows in-process instead",
+        provider.name,
+        problem,
+    )
+    return _in_process
+
+
+def reset_providers() -> None:
+    """Forget provider instances (tests; ``FLOWWARDEN`` changes)."""
+    with _lock:
+        _providers.clear()
+        _falling_back.clear()

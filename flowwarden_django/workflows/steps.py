@@ -1,0 +1,243 @@
+"""Workflow steps: the ``WorkflowStep`` base class, the ``@step`` decorator, the
+``StepContext`` a step may ask for, and the outcomes a step returns.
+
+A step receives the state and returns one of ``advance(state)``, ``hibernate(state)``,
+``done(state)`` or ``fail(reason)``. Steps must be idempotent: a retry runs the step
+again, and so does a resume after a crash between the step's side effect and its
+snapshot. ``ctx.idempotency_key`` is the same for every attempt and every run of one
+step of one coordination, so a side effect keyed on it happens once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar, overload
+
+from .runs import RunStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """What a step knows about its run.
+
+    ``input`` is the value handed to ``Workflow.resume(input=...)`` (for the first
+    step a resumed run executes; ``None`` for the others). ``attempt`` counts from 1
+    within one run of the step (``max_retries + 1`` at most). ``idempotency_key`` is
+    ``"<coordination_id>:<step_name>"``: stable across attempts, runs and processes.
+    """
+
+    coordination_id: str
+    workflow_name: str
+    step_name: str
+    attempt: int = 1
+    input: Any = None
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.coordination_id}:{self.step_name}"
+
+
+# -- outcomes ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    """What a step decided. Use the factories ``advance``, ``hibernate``, ``done``, ``fail``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Advance(StepOutcome):
+    """Persist *state* and continue with the next step."""
+
+    state: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pause(StepOutcome):
+    """Persist *state* and return to the caller; the run continues at the next step
+    when run or resumed again. No thread or task is held meanwhile.
+
+    Subclasses set ``status`` (the run's status while paused) and may add snapshot
+    metadata (``snapshot_metadata``) and act once it is persisted (``on_paused``):
+    this is how waiting for an approval (status ``waiting``) plugs in. A run paused with
+    status ``waiting`` only continues when resumed with input.
+    """
+
+    state: Any = None
+    status: ClassVar[str] = RunStatus.HIBERNATED
+
+    def snapshot_metadata(self) -> dict[str, str]:
+        """Extra metadata for the paused step's snapshot."""
+        return {}
+
+    def on_paused(self, workflow: Any, snapshot: Any) -> None:
+        """Called once the pause is persisted (the snapshot saved, the run's status set
+        and its runner released), in the runner's thread: arm a reminder, notify
+        someone. An exception propagates out of ``run()``; the pause stays persisted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Hibernate(Pause):
+    """Persist *state* and return ``Hibernated``; resume starts at the next step."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Done(StepOutcome):
+    """Persist *state* and end the run (``Completed``), even before the last step."""
+
+    state: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Fail(StepOutcome):
+    """End this run as ``Failed`` without retrying and without persisting anything:
+    a later run executes this step again."""
+
+    reason: str = ""
+
+
+def advance(state: Any) -> Advance:
+    """Continue with the next step from *state*."""
+    return Advance(state)
+
+
+def hibernate(state: Any) -> Hibernate:
+    """Persist *state* and stop until the workflow is run or resumed again."""
+    return Hibernate(state)
+
+
+def done(state: Any) -> Done:
+    """Finish the workflow with *state*."""
+    return Done(state)
+
+
+def fail(reason: str) -> Fail:
+    """Fail the run with *reason* (not retried; nothing persisted)."""
+    return Fail(str(reason))
+
+
+# -- steps ---------------------------------------------------------------------------
+
+
+class WorkflowStep:
+    """One step of a workflow. Subclass and implement ``execute(state, ctx)``.
+
+    ``name`` is the stable resume key (renaming a step makes runs paused after it
+    restart from the first step). ``max_retries``: extra attempts after an exception
+    (a returned ``fail`` is never retried); ``retry_delay``: seconds between attempts;
+    ``timeout``: seconds an attempt may take (``None`` = no limit), see
+    ``StepTimeoutError``.
+    """
+
+    name: str = ""
+    max_retries: int = 0
+    retry_delay: float = 0.1
+    timeout: float | None = None
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if name is not None:
+            self.name = name
+        if max_retries is not None:
+            self.max_retries = max_retries
+        if retry_delay is not None:
+            self.retry_delay = retry_delay
+        if timeout is not None:
+            self.timeout = timeout
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a step needs a non-blank name, not {self.name!r}")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"max_retries must be an int >= 0, not {self.max_retries!r}")
+        if self.retry_delay < 0:
+            raise ValueError(f"retry_delay must be >= 0, not {self.retry_delay!r}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, not {self.timeout!r}")
+
+    def execute(self, state: Any, ctx: StepContext) -> StepOutcome:
+        """Do the step's work on *state*; return an outcome."""
+        raise NotImplementedError(f"{type(self).__name__}.execute")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionStep(WorkflowStep):
+    """A step made from a function ``fn(state)`` or ``fn(state, ctx)`` (see ``step``)."""
+
+    def __init__(self, fn: Callable[..., StepOutcome], name: str | None = None, **options: Any):
+        self.fn = fn
+        self._wants_ctx = _accepts_two_arguments(fn)
+        super().__init__(name or getattr(fn, "__name__", None), **options)
+
+    def execute(self, state: Any, ctx: StepContext) -> StepOutcome:
+        return self.fn(state, ctx) if self._wants_ctx else self.fn(state)
+
+    def __call__(self, state: Any, ctx: StepContext | None = None) -> StepOutcome:
+        """Call the function directly (handy in unit tests of a step)."""
+        if ctx is None:
+            ctx = StepContext("test", "test", self.name)
+        return self.execute(state, ctx)
+
+
+def _accepts_two_arguments(fn: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    return len(positional) >= 2 or variadic
+
+
+@overload
+def step(name: Callable[..., StepOutcome], /) -> FunctionStep: ...
+
+
+@overload
+def step(
+    name: str | None = None,
+    *,
+    max_retries: int = 0,
+    retry_delay: float = 0.1,
+    timeout: float | None = None,
+) -> Callable[[Callable[..., StepOutcome]], FunctionStep]: ...
+
+
+def step(
+    name: str | Callable[..., StepOutcome] | None = None,
+    *,
+    max_retries: int = 0,
+    retry_delay: float = 0.1,
+    timeout: float | None = None,
+) -> FunctionStep | Callable[[Callable[..., StepOutcome]], FunctionStep]:
+    """Make a ``WorkflowStep`` from a function::
+
+        @step("charge", max_retries=2, timeout=30)
+        def charge(state, ctx):
+            payments.charge(state["order"], idempotency_key=ctx.idempotency_key)
+            return advance({**state, "charged": True})
+
+    The function takes ``(state)`` or ``(state, ctx)``; the name defaults to the
+    function's. ``@step`` without arguments works too.
+    """
+    if callable(name):
+        return FunctionStep(name)
+
+    def decorate(fn: Callable[..., StepOutcome]) -> FunctionStep:
+        return FunctionStep(
+            fn, name, max_retries=max_retries, retry_delay=retry_delay, timeout=timeout
+        )
+
+    return decorate
