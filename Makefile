@@ -32,6 +32,7 @@ bench: $(VENV)/.test-installed
 	$(PY) bench/checkpoint_writes.py
 	$(PY) bench/stream_throughput.py
 	$(PY) bench/leader_fencing.py
+	$(PY) bench/workflow_steps.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)

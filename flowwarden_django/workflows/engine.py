@@ -42,6 +42,7 @@ from django.db import connections, transaction
 
 from .runs import (
     ConcurrentRunError,
+    LeaseLostError,
     RunRecords,
     RunStatus,
     UnknownRunError,
@@ -286,10 +287,11 @@ class Workflow:
         lease = run_lease()
         token = new_runner_token()
         record = self._claim(runs, token, lease, input)
+        execution = _Execution(self, runs, token, lease, record)
         try:
-            return _Execution(self, runs, token, lease, record).run(initial_state, max_steps)
+            return execution.run(initial_state, max_steps)
         finally:
-            runs.release(self._coordination_id, token)
+            execution.release()
 
     def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
         cid, name = self._coordination_id, self._name
@@ -473,20 +475,47 @@ class _Execution:
         self.lease = lease
         self.record = record
         self.cid = workflow.coordination_id
+        #: Whether the run record was already released (finished) by this execution.
+        self.released = False
+        #: The head and last step not yet written to the run record (see _save_step).
+        self.unsynced: dict[str, Any] = {}
+        self.renewed_at = time.monotonic()
 
     def update(self, **fields: Any) -> None:
-        self.runs.update(self.cid, self.token, self.lease, **fields)
+        self.runs.update(self.cid, self.token, self.lease, **{**self.unsynced, **fields})
+        self.unsynced = {}
+        self.renewed_at = time.monotonic()
 
     def finish(self, **fields: Any) -> None:
-        self.runs.finish(self.cid, self.token, **fields)
+        self.runs.finish(self.cid, self.token, **{**self.unsynced, **fields})
+        self.unsynced = {}
+        self.released = True
+
+    def release(self) -> None:
+        """Let go of the run if still held, writing the head it has not written yet."""
+        if self.released:
+            return
+        if self.unsynced:
+            try:
+                self.finish()
+                return
+            except LeaseLostError:
+                return
+        self.runs.release(self.cid, self.token)
+        self.released = True
 
     def run(self, initial_state: Any, max_steps: int | None) -> WorkflowResult:
         wf, record = self.workflow, self.record
         store = wf.store
         head = store.latest(self.cid)
         if head is None:
-            head = _save_seed(wf, initial_state)
-            self.update(head_snapshot_id=head.id, last_step="")
+            seed = _seed_snapshot(wf, initial_state)
+            fields = {"head_snapshot_id": seed.id, "last_step": "", "status": RunStatus.RUNNING}
+            try:
+                head = self._save_step(seed, fields)
+            except SnapshotConflictError as exc:
+                raise ConcurrentRunError(self.cid) from exc
+            record.head_snapshot_id, record.status = head.id, RunStatus.RUNNING
         last_step = head.metadata.get(LAST_STEP, "")
         pending_input = record.resume_input
 
@@ -552,20 +581,58 @@ class _Execution:
             agent_name=self.workflow.name,
             metadata=metadata,
         )
-        try:
-            saved = self.workflow.store.save(snapshot)
-        except SnapshotConflictError as exc:
-            raise ConcurrentRunError(self.cid, "another runner") from exc
-        fields: dict[str, Any] = {"head_snapshot_id": saved.id, "last_step": current.name}
+        fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": current.name}
         if consumed_input:
             fields["resume_input"] = None
+        finishing = is_done or isinstance(outcome, Pause)
         if is_done:
-            self.finish(status=RunStatus.COMPLETED, failure_reason="", **fields)
+            fields.update(status=RunStatus.COMPLETED, failure_reason="")
         elif isinstance(outcome, Pause):
-            self.finish(status=outcome.status, failure_reason="", **fields)
+            fields.update(status=outcome.status, failure_reason="")
+        try:
+            saved = self._save_step(snapshot, fields, finishing=finishing)
+        except SnapshotConflictError as exc:
+            raise ConcurrentRunError(self.cid, "another runner") from exc
+        if isinstance(outcome, Pause):
             outcome.on_paused(self.workflow, saved)
-        else:
-            self.update(**fields)
+        return saved
+
+    def _save_step(
+        self, snapshot: WorkflowSnapshot, fields: dict[str, Any], *, finishing: bool = False
+    ) -> WorkflowSnapshot:
+        """Save a step's snapshot and move the run record to it.
+
+        A plain step (only the head moves, the lease is young) saves the snapshot
+        alone: its explicit ``seq`` already keeps a second runner from writing the
+        step, and the run record catches up at the next status change, input
+        consumption, lease renewal (after a third of the lease) or the end of this
+        execution. Otherwise both are committed together: one statement where the
+        store can (the ORM store on PostgreSQL), else one transaction.
+        """
+        head_only = set(fields) <= {"head_snapshot_id", "last_step"}
+        young = time.monotonic() - self.renewed_at < self.lease.total_seconds() / 3
+        if head_only and young and not finishing:
+            saved = self.workflow.store.save(snapshot)
+            self.unsynced.update(fields)
+            return saved
+        fields = {**self.unsynced, **fields}
+        advance = getattr(self.workflow.store, "save_advancing_run", None)
+        if advance is not None:
+            lease = None if finishing else self.lease.total_seconds()
+            saved = advance(snapshot, runner=self.token, lease_seconds=lease, run_fields=fields)
+            if saved is not None:
+                self.unsynced = {}
+                self.released = finishing
+                self.renewed_at = time.monotonic()
+                return saved
+        from .backends.orm import write_transaction  # SQLite: take the write lock first
+
+        with write_transaction(self.runs.db):
+            saved = self.workflow.store.save(snapshot)
+            if finishing:
+                self.finish(**fields)
+            else:
+                self.update(**fields)
         return saved
 
     def execute(self, current: WorkflowStep, state: Any, step_input: Any) -> StepOutcome:

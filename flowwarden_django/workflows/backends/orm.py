@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
+from functools import lru_cache
 from importlib.util import find_spec
 from typing import Any
 
@@ -52,6 +53,50 @@ _CHUNK = 500
 #: timeout, PostgreSQL deadlock and serialization failure.
 _MYSQL_RETRY = (1213, 1205)
 _PG_RETRY = ("40P01", "40001")
+
+
+@lru_cache(maxsize=64)
+def _advance_sql(run_fields: tuple[str, ...], renew: bool) -> str:
+    """PostgreSQL: update the held run, then insert the step's snapshot if it matched."""
+    run, snap = WorkflowRun._meta.db_table, SnapshotRecord._meta.db_table
+    sets = [f'"{name}" = %s' for name in run_fields]
+    if renew:
+        sets.append('"claimed_until" = NOW() + make_interval(secs => %s)')
+    else:
+        sets += ["\"runner\" = ''", '"claimed_until" = NULL']
+    sets.append('"updated_at" = %s')
+    quoted = ", ".join(f'"{c}"' for c in _SNAPSHOT_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(_SNAPSHOT_COLUMNS))
+    return (
+        f'WITH run AS (UPDATE "{run}" SET {", ".join(sets)} '
+        'WHERE "coordination_id" = %s AND "runner" = %s RETURNING 1) '
+        f'INSERT INTO "{snap}" ({quoted}) '
+        f"SELECT {placeholders} WHERE EXISTS (SELECT 1 FROM run)"
+    )
+
+
+_SNAPSHOT_COLUMNS = (
+    "id",
+    "parent_id",
+    "coordination_id",
+    "seq",
+    "agent_name",
+    "state",
+    "state_type",
+    "metadata",
+    "created_at",
+)
+
+
+@lru_cache(maxsize=1)
+def _insert_new_sql() -> str:
+    """PostgreSQL and SQLite: insert a snapshot unless its id or (coordination, seq) is taken."""
+    quoted = ", ".join(f'"{c}"' for c in _SNAPSHOT_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(_SNAPSHOT_COLUMNS))
+    return (
+        f'INSERT INTO "{SnapshotRecord._meta.db_table}" ({quoted}) VALUES ({placeholders}) '
+        "ON CONFLICT DO NOTHING"
+    )
 
 
 @contextmanager
@@ -154,6 +199,10 @@ class OrmSnapshotStore(SnapshotStore):
     def save(self, snapshot: WorkflowSnapshot) -> WorkflowSnapshot:
         columns = self._columns(snapshot)
         alias = self._alias()
+        if self._insert_new(alias, snapshot, columns):
+            stored = snapshot.replace(seq=snapshot.seq)
+            self._emit(Saved, stored)
+            return stored
         nested = connections[alias].in_atomic_block
         attempt = 0
         while True:
@@ -174,6 +223,77 @@ class OrmSnapshotStore(SnapshotStore):
                     raise
             time.sleep(random.uniform(0, 0.002 * attempt))
         stored = snapshot.replace(seq=seq)
+        self._emit(Saved, stored)
+        return stored
+
+    def save_advancing_run(
+        self,
+        snapshot: WorkflowSnapshot,
+        *,
+        runner: str,
+        lease_seconds: float | None,
+        run_fields: Mapping[str, Any],
+    ) -> WorkflowSnapshot | None:
+        """Save a workflow step's snapshot and move its run in ONE statement.
+
+        The run row (``WorkflowRun``, same database) gets *run_fields*, and either a
+        renewed lease (``lease_seconds``) or none (``None``: the run is released), but
+        only while *runner* holds it; the snapshot is inserted at its explicit ``seq``
+        only if that update matched. Returns the stored snapshot; ``None`` when this
+        path does not apply (not PostgreSQL, inside a transaction, or the snapshot has
+        no ``seq``) and the caller must use ``save`` and its own run update. Raises
+        ``SnapshotConflictError`` when the ``seq`` is taken and ``LeaseLostError``
+        (from ``workflows.runs``) when the run is no longer held.
+        """
+        alias = self._alias()
+        connection = connections[alias]
+        if (
+            snapshot.seq is None
+            or connection.vendor != "postgresql"
+            or connection.in_atomic_block
+            or router.db_for_write(WorkflowRun) != alias
+        ):
+            return None
+        from ...streams.backends.orm import _kept_cursor
+        from ..runs import LeaseLostError
+
+        names = tuple(sorted(run_fields))
+        sql = _advance_sql(names, lease_seconds is not None)
+        columns = self._columns(snapshot)
+        ops = connection.ops
+        run_values = [
+            ops.adapt_json_value(run_fields[n], None) if n == "resume_input" else run_fields[n]
+            for n in names
+        ]
+        params = [
+            *run_values,
+            *([lease_seconds] if lease_seconds is not None else []),
+            ops.adapt_datetimefield_value(timezone.now()),
+            snapshot.coordination_id,
+            runner,
+            snapshot.id,
+            columns["parent_id"],
+            snapshot.coordination_id,
+            snapshot.seq,
+            columns["agent_name"],
+            columns["state"],
+            columns["state_type"],
+            columns["metadata"],
+            ops.adapt_datetimefield_value(columns["created_at"]),
+        ]
+        try:
+            connection.close_if_health_check_failed()
+            cursor = _kept_cursor(connection)
+            cursor.execute(sql, params)
+            inserted = cursor.rowcount
+        except IntegrityError as exc:
+            holder = self._seq_holder(alias, snapshot)
+            if holder is not None:
+                raise self._conflict(snapshot, holder) from exc
+            raise
+        if inserted != 1:
+            raise LeaseLostError(snapshot.coordination_id, runner)
+        stored = snapshot.replace(seq=snapshot.seq)
         self._emit(Saved, stored)
         return stored
 
@@ -383,6 +503,37 @@ class OrmSnapshotStore(SnapshotStore):
         if existing is None or not rows.filter(pk=snapshot.id).update(seq=seq, **columns):
             rows.create(id=snapshot.id, seq=seq, **columns)
         return seq
+
+    def _insert_new(self, alias: str, snapshot: WorkflowSnapshot, columns: dict[str, Any]) -> bool:
+        """The common case in one statement: a new snapshot at an explicit ``seq``
+        (every workflow step), inserted unless its id or its seq is taken. False when
+        it does not apply or was not inserted: ``save``'s general path then replaces
+        the same id or reports the conflict."""
+        connection = connections[alias]
+        if (
+            snapshot.seq is None
+            or connection.vendor not in ("postgresql", "sqlite")
+            or connection.in_atomic_block
+        ):
+            return False
+        from ...streams.backends.orm import _kept_cursor
+
+        ops = connection.ops
+        params = [
+            snapshot.id,
+            columns["parent_id"],
+            snapshot.coordination_id,
+            snapshot.seq,
+            columns["agent_name"],
+            columns["state"],
+            columns["state_type"],
+            columns["metadata"],
+            ops.adapt_datetimefield_value(columns["created_at"]),
+        ]
+        connection.close_if_health_check_failed()
+        cursor = _kept_cursor(connection)
+        cursor.execute(_insert_new_sql(), params)
+        return cursor.rowcount == 1
 
     def _seq_holder(self, alias: str, snapshot: WorkflowSnapshot) -> str | None:
         """The id of another snapshot at *snapshot*'s coordination and seq, if any."""

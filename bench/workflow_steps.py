@@ -1,0 +1,380 @@
+"""Steps per second of a 20-step workflow on the ORM snapshot store, against raw
+single-row INSERTs of the same snapshot rows.
+
+Run from the repository root::
+
+    .venv/bin/python bench/workflow_steps.py [--runs N] [--rounds N] [--warmup N]
+
+What is measured
+----------------
+1. **Engine**: ``Workflow(name, cid, steps, OrmSnapshotStore(using="default")).run(state)``
+   with the in-process execution provider, on PostgreSQL, for a fresh coordination
+   each time. The workflow has 20 trivial steps (each returns ``advance`` of the state
+   with one counter incremented), so the time is the engine's own: creating and
+   claiming the ``WorkflowRun``, the seed snapshot, then per step the snapshot save
+   (its own transaction, committed before the next step starts) and the run-record
+   update that moves the head and renews the lease, and finally releasing the run.
+   Steps per second = 20 x runs / elapsed; the per-run work (create, claim, seed,
+   release) is counted in, spread over the 20 steps.
+2. **Raw**: the same snapshot rows (id, parent_id, coordination_id, seq, agent_name,
+   state text, state_type, metadata text, created_at: the columns and values the
+   store writes, 21 rows per run: the seed and one per step) inserted into the same
+   table with one autocommitted ``INSERT`` each, on a psycopg connection.
+   Inserts per second.
+
+The ratio (engine steps / raw inserts) is the share of the database's plain
+single-row write rate that the engine turns into durable workflow steps.
+
+Why the baseline is fair
+------------------------
+The raw connection is opened with the keyword arguments Django itself uses
+(``get_connection_params()``: client-side binding with Django's cursor base class,
+no prepared statements), with autocommit on and the session time zone set as
+Django sets it (see ``bench/_postgres.py``). The raw loop builds each row the way
+the engine must: a fresh UUID hex id, the previous row as parent, the state and
+the metadata serialized to JSON text, a fresh aware timestamp; one cursor per
+``INSERT``, as ``conn.execute()`` does. Before measuring, the script checks that
+a row the raw loop writes has the same column values as the row the engine wrote
+at the same position (apart from ids and timestamps), and that every step's
+snapshot is committed (visible to the raw connection) before the next step
+starts. Each round runs both paths, alternating which goes first, after a warm-up
+of each; the median over rounds is reported. The engine does more than one
+statement per step (``statements per step`` is printed): that is what it costs,
+not an unfairness of the baseline, which is the least any durable step needs.
+
+PostgreSQL defaults to 127.0.0.1:5432, user ``postgres``, database ``fw_bench``
+(created if missing); override with FLOWWARDEN_BENCH_PG_HOST, FLOWWARDEN_BENCH_PG_PORT,
+FLOWWARDEN_BENCH_PG_USER and FLOWWARDEN_BENCH_PG_DB. The benchmark's rows are deleted
+at the start and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
+    ALIAS,
+    configure_django,
+    ensure_database,
+    open_raw_connection,
+    pg_target,
+    server_info,
+)
+
+WORKFLOW = "bench.workflow_steps"
+STEPS = 20
+#: Every coordination id of the benchmark starts with this (cleanup deletes them).
+PREFIX = "bench-wfs-"
+COLUMNS = (
+    "id",
+    "parent_id",
+    "coordination_id",
+    "seq",
+    "agent_name",
+    "state",
+    "state_type",
+    "metadata",
+    "created_at",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the command-line options."""
+
+    def positive(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError("must be at least 1")
+        return value
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--runs", type=positive, default=25, help=f"workflow runs ({STEPS} steps each) per round"
+    )
+    parser.add_argument("--rounds", type=positive, default=7, help="rounds per path")
+    parser.add_argument("--warmup", type=positive, default=3, help="untimed runs per path")
+    return parser.parse_args(argv)
+
+
+def initial_state() -> dict[str, Any]:
+    """The state every run starts from."""
+    return {"order": 42, "n": 0}
+
+
+def make_steps() -> list[Any]:
+    """Twenty trivial steps: each increments the state's counter."""
+    from flowwarden_django.workflows import advance, step
+
+    def make(number: int) -> Any:
+        @step(f"s{number:02d}")
+        def bump(state: dict[str, Any]) -> Any:
+            return advance({**state, "n": state["n"] + 1})
+
+        return bump
+
+    return [make(number) for number in range(1, STEPS + 1)]
+
+
+def new_cid() -> str:
+    """A fresh coordination id of the benchmark."""
+    return f"{PREFIX}{uuid.uuid4().hex}"
+
+
+# -- the engine path -------------------------------------------------------------------
+
+
+def engine_run(steps: list[Any], store: Any) -> str:
+    """Run one fresh coordination to completion; return its id."""
+    from flowwarden_django.workflows import Completed, Workflow
+
+    cid = new_cid()
+    result = Workflow(WORKFLOW, cid, steps, store).run(initial_state())
+    if not isinstance(result, Completed) or result.final_state["n"] != STEPS:
+        sys.exit(f"the benchmark workflow did not complete: {result!r}")
+    return cid
+
+
+def engine_round(steps: list[Any], store: Any, runs: int) -> float:
+    """Run *runs* workflows; return the rate in steps per second."""
+    start = time.perf_counter()
+    for _ in range(runs):
+        engine_run(steps, store)
+    return runs * STEPS / (time.perf_counter() - start)
+
+
+# -- the raw path ----------------------------------------------------------------------
+
+
+def insert_sql(table: str) -> str:
+    """The single-row ``INSERT`` of a snapshot row."""
+    names = ", ".join(f'"{column}"' for column in COLUMNS)
+    return f'INSERT INTO "{table}" ({names}) VALUES ({", ".join(["%s"] * len(COLUMNS))})'
+
+
+def metadata_text(last_step: str, is_done: bool = False) -> str:
+    """The metadata text of a step's snapshot, serialized as the store serializes it."""
+    metadata = {
+        "workflow.done": "true" if is_done else "false",
+        "workflow.lastStep": last_step,
+        "workflow.name": WORKFLOW,
+    }
+    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def raw_rows(cid: str) -> list[tuple[Any, ...]]:
+    """The 21 rows of one run as the raw loop builds them (seed, then each step)."""
+    rows = []
+    state, parent = initial_state(), None
+    for seq in range(1, STEPS + 2):
+        if seq > 1:
+            state = {**state, "n": state["n"] + 1}
+        row_id = uuid.uuid4().hex
+        rows.append(
+            (
+                row_id,
+                parent,
+                cid,
+                seq,
+                WORKFLOW,
+                json.dumps(state, ensure_ascii=False, separators=(",", ":")),
+                "dict",
+                metadata_text("" if seq == 1 else f"s{seq - 1:02d}"),
+                datetime.now(UTC),
+            )
+        )
+        parent = row_id
+    return rows
+
+
+def raw_round(conn: psycopg.Connection[Any], sql: str, runs: int) -> float:
+    """Insert the rows of *runs* runs one by one; return the rate in inserts per second."""
+    inserts = 0
+    start = time.perf_counter()
+    for _ in range(runs):
+        for row in raw_rows(new_cid()):
+            with conn.cursor() as cursor:
+                cursor.execute(sql, row)
+            inserts += 1
+    return inserts / (time.perf_counter() - start)
+
+
+# -- checks before measuring ------------------------------------------------------------
+
+
+def check_same_rows(steps: list[Any], store: Any, conn: psycopg.Connection[Any], sql: str) -> None:
+    """Exit 1 unless the raw loop writes the rows the engine writes (ids and times aside)."""
+    from flowwarden_django.models import SnapshotRecord
+
+    cid = engine_run(steps, store)
+    engine = list(
+        SnapshotRecord.objects.using(ALIAS)
+        .filter(coordination_id=cid)
+        .order_by("seq")
+        .values_list("seq", "agent_name", "state", "state_type", "metadata")
+    )
+    raw_cid = new_cid()
+    for row in raw_rows(raw_cid):
+        with conn.cursor() as cursor:
+            cursor.execute(sql, row)
+    raw = list(
+        SnapshotRecord.objects.using(ALIAS)
+        .filter(coordination_id=raw_cid)
+        .order_by("seq")
+        .values_list("seq", "agent_name", "state", "state_type", "metadata")
+    )
+    if engine != raw:
+        sys.exit(f"the raw rows differ from the engine's:\n  engine: {engine!r}\n  raw: {raw!r}")
+    chained = SnapshotRecord.objects.using(ALIAS).filter(coordination_id__in=[cid, raw_cid])
+    links: dict[str, dict[int, tuple[str, str | None]]] = {cid: {}, raw_cid: {}}
+    for record in chained:
+        links[record.coordination_id][record.seq] = (record.id, record.parent_id)
+    for rows in links.values():
+        for seq in range(2, STEPS + 2):
+            if rows[seq][1] != rows[seq - 1][0]:
+                sys.exit(f"seq {seq} is not chained to seq {seq - 1}: {rows!r}")
+
+
+def check_committed_per_step(store: Any, conn: psycopg.Connection[Any]) -> None:
+    """Exit 1 unless each step sees, from another connection, the previous step's
+    snapshot committed: the engine does not batch steps into one transaction."""
+    from flowwarden_django.models import SnapshotRecord
+    from flowwarden_django.workflows import Completed, Workflow, advance, step
+
+    table = SnapshotRecord._meta.db_table
+    seen: list[int] = []
+    cid = new_cid()
+
+    def make(number: int) -> Any:
+        @step(f"s{number:02d}")
+        def look(state: dict[str, Any]) -> Any:
+            count = conn.execute(
+                f'SELECT count(*) FROM "{table}" WHERE coordination_id = %s', [cid]
+            ).fetchone()
+            seen.append(count[0])
+            return advance({**state, "n": state["n"] + 1})
+
+        return look
+
+    steps = [make(number) for number in range(1, STEPS + 1)]
+    result = Workflow(WORKFLOW, cid, steps, store).run(initial_state())
+    if not isinstance(result, Completed) or seen != list(range(1, STEPS + 1)):
+        sys.exit(f"steps did not see each earlier snapshot committed: {seen!r} ({result!r})")
+
+
+def statements_per_run(steps: list[Any], store: Any) -> Counter[str]:
+    """The SQL statements one run sends, by kind (Django's log, BEGIN and COMMIT included)."""
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connections[ALIAS]) as captured:
+        engine_run(steps, store)
+    kinds: Counter[str] = Counter()
+    for query in captured.captured_queries:
+        sql = query["sql"].lstrip().upper()
+        if "PG_ADVISORY_XACT_LOCK" in sql:
+            kinds["advisory lock"] += 1
+        else:
+            kinds[sql.split(None, 1)[0]] += 1
+    return kinds
+
+
+def cleanup(conn: psycopg.Connection[Any]) -> None:
+    """Delete the benchmark's snapshot rows and runs."""
+    from flowwarden_django.models import SnapshotRecord, WorkflowRun
+
+    for model in (SnapshotRecord, WorkflowRun):
+        conn.execute(
+            f'DELETE FROM "{model._meta.db_table}" WHERE coordination_id LIKE %s',
+            [f"{PREFIX}%"],
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its results."""
+    args = parse_args(argv)
+    target = pg_target()
+    ensure_database(target)
+    configure_django(target)
+
+    from django.core.management import call_command
+    from django.db import connections
+
+    from flowwarden_django.models import SnapshotRecord
+    from flowwarden_django.workflows import InProcessProvider, resolve_provider
+    from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+
+    call_command("migrate", verbosity=0)
+    if not isinstance(resolve_provider(), InProcessProvider):
+        sys.exit("the benchmark needs the in-process execution provider")
+    version, synchronous_commit = server_info()
+    print(
+        f"PostgreSQL {version} at {target['host']}:{target['port']}/{target['dbname']}, "
+        f"synchronous_commit={synchronous_commit}; {args.rounds} rounds x {args.runs} runs "
+        f"of {STEPS} steps per path ({args.runs * (STEPS + 1)} raw inserts), "
+        f"{args.warmup} warm-up runs each",
+        flush=True,
+    )
+
+    store = OrmSnapshotStore(using=ALIAS)
+    steps = make_steps()
+    conn = open_raw_connection()
+    sql = insert_sql(SnapshotRecord._meta.db_table)
+    try:
+        cleanup(conn)
+        check_same_rows(steps, store, conn, sql)
+        check_committed_per_step(store, conn)
+        kinds = statements_per_run(steps, store)
+        per_step = sum(kinds.values()) / STEPS
+        breakdown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+        print(
+            f"engine statements per run: {breakdown} ({per_step:.2f} per step); "
+            "raw: 1 INSERT per row",
+            flush=True,
+        )
+        engine_round(steps, store, args.warmup)
+        raw_round(conn, sql, args.warmup)
+        engine_rates: list[float] = []
+        raw_rates: list[float] = []
+        for number in range(1, args.rounds + 1):
+            # Alternate which path goes first, so neither always follows the other.
+            if number % 2:
+                engine_rates.append(engine_round(steps, store, args.runs))
+                raw_rates.append(raw_round(conn, sql, args.runs))
+            else:
+                raw_rates.append(raw_round(conn, sql, args.runs))
+                engine_rates.append(engine_round(steps, store, args.runs))
+            print(
+                f"round {number}/{args.rounds}: engine {engine_rates[-1]:.0f} steps/s "
+                f"raw {raw_rates[-1]:.0f} inserts/s",
+                flush=True,
+            )
+    finally:
+        cleanup(conn)
+        conn.close()
+        connections.close_all()
+
+    engine = statistics.median(engine_rates)
+    raw = statistics.median(raw_rates)
+    print(f"engine (in-process, ORM store): {engine:.0f} steps/s")
+    print(f"raw psycopg single-row INSERT:  {raw:.0f} inserts/s")
+    print(f"ratio (engine steps / raw inserts): {engine / raw:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
