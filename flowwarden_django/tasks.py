@@ -1,13 +1,19 @@
-"""Celery tasks: thin wrappers of the dead-letter operations of ``streams/replay.py``.
+"""Celery tasks: thin wrappers of the dead-letter operations of ``streams/replay.py``,
+and the workflow step and recovery tasks of ``celery_workflows.py``.
 
 Found by ``app.autodiscover_tasks()`` (or registered by
 ``flowwarden_django.celery.install(app)``). Each returns plain JSON-serializable
-data, so any result backend can keep it. ``purge_dead_letters`` is meant for beat::
+data, so any result backend can keep it. ``purge_dead_letters`` and
+``recover_workflows`` are meant for beat::
 
     CELERY_BEAT_SCHEDULE = {
         "flowwarden-purge-dead-letters": {
             "task": "flowwarden_django.purge_dead_letters",
             "schedule": 3600.0,
+        },
+        "flowwarden-recover-workflows": {
+            "task": "flowwarden_django.recover_workflows",
+            "schedule": 60.0,
         },
     }
 
@@ -18,14 +24,15 @@ Importing this module also connects the ``CELERY_RUN_STREAMS`` hook (see
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
 
 from . import celery as _celery_integration  # noqa: F401  (connects the settings hook)
 
-# The tasks import ``streams.replay`` when they run: ``install(app)`` imports this module
-# from the Celery app module, before Django is set up.
+# The tasks import ``streams.replay`` and ``celery_workflows`` when they run:
+# ``install(app)`` imports this module from the Celery app module, before Django is set up.
 
 
 def _outcomes(outcomes: list[Any]) -> list[dict[str, Any]]:
@@ -56,3 +63,39 @@ def purge_dead_letters() -> dict[str, int]:
     from .streams import replay
 
     return replay.purge_expired_dead_letters()
+
+
+@shared_task(
+    name="flowwarden_django.run_workflow_step",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=None,  # run_step bounds its own retries
+)
+def run_workflow_step(
+    self: Any,
+    coordination_id: str,
+    workflow: str | None = None,
+    head: str | None = None,
+    origin: str = "run",
+    input: Any = None,
+) -> dict[str, Any]:
+    """Execute the next step of one workflow run and queue the step after it on
+    commit; queued by ``CeleryExecutionProvider`` (see ``celery_workflows``)."""
+    from .celery_workflows import run_step
+
+    return run_step(self, coordination_id, workflow=workflow, head=head, origin=origin, input=input)
+
+
+@shared_task(name="flowwarden_django.recover_workflows", bind=True)
+def recover_workflows(
+    self: Any, older_than: float | None = None, limit: int | None = 100
+) -> list[str]:
+    """Queue the next step of every stalled running workflow run (unclaimed, or its
+    claim expired, and unchanged for *older_than* seconds, by default
+    ``WORKFLOW_RUN_LEASE``); the coordination ids queued."""
+    from .celery_workflows import recover_workflows as sweep
+
+    age = None if older_than is None else timedelta(seconds=older_than)
+    return sweep(self.app, older_than=age, limit=limit)

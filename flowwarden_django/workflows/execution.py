@@ -33,7 +33,7 @@ SETTING = f'{SETTING_NAME}["WORKFLOW_EXECUTION"]'
 #: Short names accepted by the setting.
 PROVIDER_ALIASES = {
     "inprocess": "flowwarden_django.workflows.execution.InProcessProvider",
-    "celery": "flowwarden_django.celery.CeleryExecutionProvider",
+    "celery": "flowwarden_django.celery_workflows.CeleryExecutionProvider",
 }
 
 

@@ -1,0 +1,101 @@
+"""The recovery sweep: find running workflow runs that nothing is advancing.
+
+An asynchronous execution provider (Celery) keeps a run moving by queueing one task
+per step. A run stalls when that chain breaks: the worker running a step died (its
+claim on the run is left behind until the lease ends), or the next step's task was
+never published or was lost by the broker (the run is ``running`` and unclaimed). A
+stalled run is one with status ``running``, no live claim (no runner, or a lease that
+has ended) and no change for *older_than* (by default ``WORKFLOW_RUN_LEASE``: a
+queued step usually starts much sooner).
+
+``recover_stalled_runs(enqueue)`` hands each stalled run to *enqueue* (which queues
+its next step) and returns their coordination ids. It is idempotent: before queueing,
+it moves the run's ``updated_at`` with one conditional ``UPDATE``, so a concurrent or
+repeated sweep skips it for another *older_than*; and a step task that finds the run
+already moved on does nothing, so a run that was not stalled after all loses nothing.
+Hibernated, waiting, completed and failed runs are never touched.
+
+This module knows nothing of Celery: ``flowwarden_django.celery_workflows`` passes
+the function that queues a step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from .engine import workflow_registry
+from .runs import RunRecords, RunStatus, run_lease
+
+if TYPE_CHECKING:
+    from ..models import WorkflowRun
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+
+def stalled_runs(
+    *, older_than: timedelta | None = None, using: str | None = None, limit: int | None = 100
+) -> list[WorkflowRun]:
+    """Running runs without a live claim and unchanged for *older_than*, oldest first
+    (at most *limit*)."""
+    from ..models import WorkflowRun
+
+    age = run_lease() if older_than is None else older_than
+    if age < timedelta(0):
+        raise ValueError(f"older_than must be >= 0, not {age!r}")
+    unclaimed = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+    rows = (
+        WorkflowRun.objects.using(RunRecords(using).db)
+        .filter(unclaimed, status=RunStatus.RUNNING, updated_at__lte=timezone.now() - age)
+        .order_by("updated_at", "coordination_id")
+    )
+    return list(rows if limit is None else rows[:limit])
+
+
+def recover_stalled_runs(
+    enqueue: Callable[[WorkflowRun], None],
+    *,
+    older_than: timedelta | None = None,
+    using: str | None = None,
+    limit: int | None = 100,
+) -> list[str]:
+    """Call *enqueue(run)* for each stalled run of a workflow this process knows
+    (``workflow_registry``); the coordination ids handed over, in order.
+
+    A run another sweep (or a runner) touched since it was read is skipped. An
+    exception from *enqueue* propagates; that run is tried again after *older_than*.
+    """
+    from ..models import WorkflowRun
+
+    db = RunRecords(using).db
+    recovered: list[str] = []
+    for run in stalled_runs(older_than=older_than, using=using, limit=limit):
+        if run.workflow_name not in workflow_registry:
+            logger.warning(
+                "workflow run %s is stalled, but its workflow %r is not defined in this "
+                "process; not recovering it",
+                run.coordination_id,
+                run.workflow_name,
+            )
+            continue
+        claimed = WorkflowRun.objects.using(db).filter(
+            pk=run.pk, status=RunStatus.RUNNING, runner=run.runner, updated_at=run.updated_at
+        )
+        if claimed.update(updated_at=timezone.now()) != 1:
+            continue
+        logger.warning(
+            "workflow %s (%s) stalled after step %r%s; queueing its next step",
+            run.workflow_name,
+            run.coordination_id,
+            run.last_step,
+            f" (runner {run.runner} did not finish it)" if run.runner else "",
+        )
+        enqueue(run)
+        recovered.append(run.coordination_id)
+    return recovered
