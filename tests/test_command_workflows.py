@@ -681,3 +681,26 @@ def test_prune_and_show_on_the_in_memory_store(monkeypatch: pytest.MonkeyPatch) 
         "Deleted 6 snapshots from 3 coordinations in snapshot store 'mem'."
     )
     assert sorted(s.seq for s in store.list() if s.coordination_id == cids[1]) == [3, 4]
+
+
+# -- recover ---------------------------------------------------------------------------
+
+
+def test_recover_continues_a_stalled_run_and_leaves_the_others() -> None:
+    hibernated = start(ORDERS)  # paused on purpose: never touched by recover
+    stalled = start(FLAKY)  # failed at "pick"; made to look like a run whose process died
+    long_ago = timezone.now() - timedelta(hours=1)
+    WorkflowRun.objects.filter(pk=stalled).update(
+        status=RunStatus.RUNNING, runner="", claimed_until=None, updated_at=long_ago
+    )
+    STOCK["available"] = True
+
+    out, _ = run("recover", "--dry-run")
+    assert stalled in out and hibernated not in out and "1 stalled run(s)" in out
+    assert WorkflowRun.objects.get(pk=stalled).status == RunStatus.RUNNING
+
+    out, _ = run("recover")
+    assert f"Continuing {stalled}" in out and "Completed" in out
+    assert WorkflowRun.objects.get(pk=stalled).status == RunStatus.COMPLETED
+    assert WorkflowRun.objects.get(pk=hibernated).status == RunStatus.HIBERNATED
+    assert "0 stalled run(s) continued." in run("recover")[0]

@@ -146,7 +146,23 @@ class Command(BaseCommand):
             "--dry-run", action="store_true", help="Show what would be deleted; delete nothing."
         )
 
-        for sub in (listing, show, resume):
+        recover = actions.add_parser(
+            "recover",
+            help="Continue running runs that stalled (no live claim, unchanged for AGE): "
+            "a process or message lost mid-run.",
+        )
+        recover.add_argument(
+            "--older-than",
+            metavar="AGE",
+            help="How long a run must be unchanged (default: the run lease, "
+            "FLOWWARDEN['WORKFLOW_RUN_LEASE']).",
+        )
+        recover.add_argument("--limit", type=_positive, default=100, metavar="N")
+        recover.add_argument(
+            "--dry-run", action="store_true", help="List the stalled runs; change nothing."
+        )
+
+        for sub in (listing, show, resume, recover):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",
@@ -185,6 +201,41 @@ class Command(BaseCommand):
                 f"The workflow tables could not be read or written: {exc}. "
                 "Has `manage.py migrate` been run?"
             ) from exc
+
+    # -- recover -------------------------------------------------------------------
+
+    def handle_recover(
+        self,
+        *,
+        older_than: str | None,
+        limit: int,
+        dry_run: bool,
+        database: str | None,
+        **options: Any,
+    ) -> None:
+        """Hand each stalled run to the configured execution provider (in this process,
+        or as a Celery step task), as the ``recover_workflows`` beat task does."""
+        from ...workflows.recovery import recover_stalled_runs, stalled_runs
+
+        age = None if older_than is None else _parse_age(older_than)
+        if dry_run:
+            runs = stalled_runs(older_than=age, using=database, limit=limit)
+            now = timezone.now()
+            for run in runs:
+                self.stdout.write(
+                    f"{run.coordination_id}  {run.workflow_name}  after step "
+                    f"{run.last_step or '(seed)'}  unchanged for {age_text(run.updated_at, now)}"
+                )
+            self.stdout.write(f"{len(runs)} stalled run(s); nothing changed (--dry-run).")
+            return
+
+        def continue_run(run: WorkflowRun) -> None:
+            self.stdout.write(f"Continuing {run.coordination_id} ({run.workflow_name})...")
+            result = Workflow.for_coordination(run.coordination_id, using=database).run()
+            self.stdout.write(f"  {type(result).__name__}")
+
+        recovered = recover_stalled_runs(continue_run, older_than=age, using=database, limit=limit)
+        self.stdout.write(self.style.SUCCESS(f"{len(recovered)} stalled run(s) continued."))
 
     # -- list ----------------------------------------------------------------------
 
