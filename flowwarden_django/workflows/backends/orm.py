@@ -99,6 +99,20 @@ def _insert_new_sql() -> str:
     )
 
 
+def _execute(connection: Any, sql: str, params: Sequence[Any]) -> int:
+    """Run one statement on the connection's kept cursor (a logging cursor when
+    queries are being logged: DEBUG, ``assertNumQueries``); its row count."""
+    from ...streams.backends.orm import _kept_cursor
+
+    if connection.queries_logged:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    cursor = _kept_cursor(connection)
+    cursor.execute(sql, params)
+    return cursor.rowcount
+
+
 @contextmanager
 def write_transaction(using: str) -> Iterator[None]:
     """``transaction.atomic(using=using)`` that, on SQLite, takes the write lock when
@@ -254,7 +268,6 @@ class OrmSnapshotStore(SnapshotStore):
             or router.db_for_write(WorkflowRun) != alias
         ):
             return None
-        from ...streams.backends.orm import _kept_cursor
         from ..runs import LeaseLostError
 
         names = tuple(sorted(run_fields))
@@ -282,10 +295,7 @@ class OrmSnapshotStore(SnapshotStore):
             ops.adapt_datetimefield_value(columns["created_at"]),
         ]
         try:
-            connection.close_if_health_check_failed()
-            cursor = _kept_cursor(connection)
-            cursor.execute(sql, params)
-            inserted = cursor.rowcount
+            inserted = _execute(connection, sql, params)
         except IntegrityError as exc:
             holder = self._seq_holder(alias, snapshot)
             if holder is not None:
@@ -516,8 +526,6 @@ class OrmSnapshotStore(SnapshotStore):
             or connection.in_atomic_block
         ):
             return False
-        from ...streams.backends.orm import _kept_cursor
-
         ops = connection.ops
         params = [
             snapshot.id,
@@ -530,10 +538,7 @@ class OrmSnapshotStore(SnapshotStore):
             columns["metadata"],
             ops.adapt_datetimefield_value(columns["created_at"]),
         ]
-        connection.close_if_health_check_failed()
-        cursor = _kept_cursor(connection)
-        cursor.execute(_insert_new_sql(), params)
-        return cursor.rowcount == 1
+        return _execute(connection, _insert_new_sql(), params) == 1
 
     def _seq_holder(self, alias: str, snapshot: WorkflowSnapshot) -> str | None:
         """The id of another snapshot at *snapshot*'s coordination and seq, if any."""
