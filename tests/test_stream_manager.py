@@ -103,3 +103,37 @@ def test_status_rows_pause_resume_and_restart(stream):
 
     manager.stop_all(timeout=10)
     assert row().state == "stopped"
+
+
+@pytest.mark.parametrize(("broken", "status"), [(False, "OK"), (True, "ERROR")])
+def test_oplog_window_reported_per_client(fast_settings, broken, status):
+    from flowwarden_django.streams import metrics
+
+    class Source(FakeChangeSource):
+        def oplog_window(self):
+            if broken:
+                raise ConnectionError("oplog unreadable")
+            return super().oplog_window()
+
+    register_stream("windowed", "orders", on_insert=lambda doc: None)
+    oplog = FakeOplog()
+    for n in range(3):
+        oplog.insert({"_id": n})
+    reports = []
+
+    def receiver(sender, **kwargs):
+        reports.append((sender, kwargs["status"], kwargs["hours"]))
+
+    metrics.oplog_stats.connect(receiver, sender="default")
+    manager = StreamManager(source_factory=lambda spec: Source(oplog), publish_status=False)
+    try:
+        manager.start("windowed")
+        wait_until(lambda: reports, "an oplog report")
+    finally:
+        manager.stop_all(timeout=10)
+        metrics.oplog_stats.disconnect(receiver, sender="default")
+        stream_registry.unregister("windowed")
+    sender, reported, hours = reports[0]
+    assert (sender, reported) == ("default", status)
+    # Positions are a second apart in the fake oplog, and idle polls add no-op entries.
+    assert (hours is None) if broken else hours > 0

@@ -38,6 +38,8 @@ logger = logging.getLogger("flowwarden_django.streams")
 
 #: Seconds between two DLQ backlog counts of a stream with no new dead letters.
 BACKLOG_REFRESH_SECONDS = 60.0
+#: Seconds between two oplog window reports per MongoDB client (reference: 60 s).
+OPLOG_STATS_SECONDS = 60.0
 
 
 def pymongo_source(spec: StreamSpec) -> ChangeSource:
@@ -93,6 +95,7 @@ class StreamManager:
         self._handled_restarts: dict[str, datetime] = {}
         self._restart_pending: set[str] = set()
         self._backlog_at: dict[str, float] = {}
+        self._oplog_at: dict[str, float] = {}
         self._lock = threading.RLock()
         self._closing = threading.Event()
         self._supervisor: threading.Thread | None = None
@@ -302,6 +305,7 @@ class StreamManager:
         if now >= self._next_status:
             self._next_status = now + self._seconds("STATUS_INTERVAL")
             self._refresh_backlogs()
+            self._report_oplog_windows()
             if self.publish_status:
                 self._apply_controls()
                 self._publish()
@@ -438,6 +442,32 @@ class StreamManager:
                 continue
             if pending >= 0:  # -1: the store cannot count; never report a made-up zero
                 metrics.emit(metrics.dlq_backlog, name, pending=pending)
+
+    def _report_oplog_windows(self) -> None:
+        """``oplog_stats`` (sender: the client alias) once a minute per MongoDB client
+        this process reads: the hours between the oldest and newest oplog entries, with
+        ``OK``, ``UNAVAILABLE`` (no readable oplog) or ``ERROR``."""
+        now = time.monotonic()
+        specs: dict[str, StreamSpec] = {}
+        for consumer in list(self._consumers.values()):
+            specs.setdefault(consumer.spec.client, consumer.spec)
+        for alias, spec in specs.items():
+            if now - self._oplog_at.get(alias, float("-inf")) < OPLOG_STATS_SECONDS:
+                continue
+            self._oplog_at[alias] = now
+            if not metrics.oplog_stats.has_listeners(alias):
+                continue
+            hours, status = None, "UNAVAILABLE"
+            try:
+                read = getattr(self.source_factory(spec), "oplog_window", None)
+                window = read() if read is not None else None
+                if window is not None and None not in window:
+                    oldest, newest = window
+                    hours, status = (newest.time - oldest.time) / 3600, "OK"
+            except Exception:
+                logger.warning("client %r: reading the oplog window failed", alias, exc_info=True)
+                status = "ERROR"
+            metrics.emit(metrics.oplog_stats, alias, hours=hours, status=status)
 
     def state_of(self, name: str) -> tuple[str, str]:
         """This process's ``(state, role)`` of one stream, as published."""

@@ -143,3 +143,19 @@ class PymongoChangeSource:
         except PyMongoError:
             return None
         return None if first is None else first.get("ts")
+
+    def oplog_window(self) -> tuple[Any, Any] | None:
+        """The oldest and newest operation times of the oplog (``bson.Timestamp``),
+        or ``None`` when it cannot be read as a plain oplog (no ``local.oplog.rs``,
+        not allowed); other errors are raised."""
+        from pymongo.errors import OperationFailure
+
+        oplog = self.client.local["oplog.rs"]
+        try:
+            first = oplog.find_one({}, {"ts": 1}, sort=[("$natural", 1)])
+            last = oplog.find_one({}, {"ts": 1}, sort=[("$natural", -1)])
+        except OperationFailure:
+            return None
+        if first is None or last is None:
+            return None
+        return first.get("ts"), last.get("ts")

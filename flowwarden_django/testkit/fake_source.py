@@ -223,3 +223,7 @@ class FakeChangeSource:
 
     def oldest_oplog_time(self) -> Any:
         return self.oplog.oldest_time()
+
+    def oplog_window(self) -> tuple[Any, Any] | None:
+        """The oldest and newest positions as times (like ``local.oplog.rs``'s ``ts``)."""
+        return self.oplog.oldest_time(), Timestamp(_BASE_TIME + self.oplog.last_position, 1)
