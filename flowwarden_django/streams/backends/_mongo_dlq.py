@@ -16,7 +16,6 @@ compare-and-set. ``count`` is ``count_documents`` (never an estimate).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -37,9 +36,9 @@ from ._dlq_common import (
     settles,
 )
 from ._extras import ms_precision
+from ._mongo_common import MongoCollection
 
 DEFAULT_COLLECTION = "_fw_dlq"
-DEFAULT_DATABASE = "flowwarden"
 
 #: The indexes the store creates: (keys, options).
 INDEXES = (
@@ -100,7 +99,7 @@ def _entry(document: Mapping[str, Any]) -> DeadLetter:
     )
 
 
-class MongoDlqStore(DlqStore):
+class MongoDlqStore(MongoCollection, DlqStore):
     """Stores dead letters in a MongoDB collection (``_fw_dlq`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
@@ -120,46 +119,13 @@ class MongoDlqStore(DlqStore):
         write_concern: str | int = "majority",
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if (url is None) == (client is None):
-            raise TypeError("give exactly one of url and client")
-        self.url = url
-        self.database_name = database
-        self.collection_name = collection
-        self.write_concern = write_concern
-        self.client_options = dict(client_options or {})
-        self._client = client
-        self._owns_client = client is None
-        self._collection: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def collection(self) -> Any:
-        """The pymongo collection, connected (and its indexes created) on first use."""
-        if self._collection is None:
-            with self._lock:
-                if self._collection is None:
-                    collection = self._open()
-                    self.create_indexes(collection)
-                    self._collection = collection
-        return self._collection
-
-    def _open(self) -> Any:
-        from bson.codec_options import CodecOptions
-        from pymongo.write_concern import WriteConcern
-
-        if self._client is None:
-            from pymongo import MongoClient
-
-            self._client = MongoClient(self.url, **self.client_options)
-        if self.database_name is not None:
-            database = self._client[self.database_name]
-        else:
-            database = self._client.get_default_database(default=DEFAULT_DATABASE)
-        return database.get_collection(
-            self.collection_name,
-            codec_options=CodecOptions(),
-            write_concern=WriteConcern(w=self.write_concern),
+        MongoCollection.__init__(
+            self, url, client, database, collection, write_concern, client_options
         )
+
+    def prepare(self, collection: Any) -> None:
+        """Create the indexes when the collection is first opened."""
+        self.create_indexes(collection)
 
     @staticmethod
     def create_indexes(collection: Any) -> None:
@@ -239,12 +205,6 @@ class MongoDlqStore(DlqStore):
 
     def delete(self, entry_id: str) -> None:
         self.collection.delete_one({"_id": entry_id})
-
-    def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
-        self._client = None if self._owns_client else self._client
-        self._collection = None
 
     # -- configuration checks ----------------------------------------------------
 

@@ -20,7 +20,6 @@ mongomock (which evaluates the same pipeline) and, when
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,9 +30,9 @@ from django.utils import timezone
 from ..checkpoint import as_utc
 from ..locks import Lease, LockService, ttl_delta
 from ._lock_common import check_owner, renamed_checks, warn_unavailable
+from ._mongo_common import MongoCollection
 
 DEFAULT_COLLECTION = "_fw_locks"
-DEFAULT_DATABASE = "flowwarden"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -60,7 +59,7 @@ def _acquire_update(owner: str, now: datetime, expires_at: datetime) -> list[dic
     ]
 
 
-class MongoLockService(LockService):
+class MongoLockService(MongoCollection, LockService):
     """Leases in a MongoDB collection (``_fw_locks`` by default).
 
     Options as ``MongoCheckpointStore``: a ``url`` (its default database is used
@@ -78,43 +77,8 @@ class MongoLockService(LockService):
         write_concern: str | int = "majority",
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if (url is None) == (client is None):
-            raise TypeError("give exactly one of url and client")
-        self.url = url
-        self.database_name = database
-        self.collection_name = collection
-        self.write_concern = write_concern
-        self.client_options = dict(client_options or {})
-        self._client = client
-        self._owns_client = client is None
-        self._collection: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def collection(self) -> Any:
-        """The pymongo collection, connected on first use."""
-        if self._collection is None:
-            with self._lock:
-                if self._collection is None:
-                    self._collection = self._open()
-        return self._collection
-
-    def _open(self) -> Any:
-        from bson.codec_options import CodecOptions
-        from pymongo.write_concern import WriteConcern
-
-        if self._client is None:
-            from pymongo import MongoClient
-
-            self._client = MongoClient(self.url, **self.client_options)
-        if self.database_name is not None:
-            database = self._client[self.database_name]
-        else:
-            database = self._client.get_default_database(default=DEFAULT_DATABASE)
-        return database.get_collection(
-            self.collection_name,
-            codec_options=CodecOptions(),
-            write_concern=WriteConcern(w=self.write_concern),
+        MongoCollection.__init__(
+            self, url, client, database, collection, write_concern, client_options
         )
 
     @staticmethod
@@ -194,12 +158,6 @@ class MongoLockService(LockService):
             acquired_at=as_utc(document["acquiredAt"]),
             expires_at=as_utc(document["expiresAt"]),
         )
-
-    def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
-        self._client = None if self._owns_client else self._client
-        self._collection = None
 
     # -- configuration checks ----------------------------------------------------
 

@@ -15,7 +15,6 @@ processed anchor is never removed.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -33,9 +32,9 @@ from ..checkpoint import (
 from ..stores import store_setting
 from ..tokens import Token, encode_token, normalize_token
 from ._extras import missing_extra, ms_precision
+from ._mongo_common import MongoCollection
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
-DEFAULT_DATABASE = "flowwarden"
 
 SEEN_TOKEN, SEEN_AT = "lastSeenToken", "lastSeenTimestamp"
 PROCESSED_TOKEN, PROCESSED_AT, PROCESSED_KEY = (
@@ -69,7 +68,7 @@ def _processed_equals(expected: Token | None) -> dict[str, Any]:
     }
 
 
-class MongoCheckpointStore(CheckpointStore):
+class MongoCheckpointStore(MongoCollection, CheckpointStore):
     """Stores checkpoints in a MongoDB collection (``_fw_checkpoints`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
@@ -88,43 +87,8 @@ class MongoCheckpointStore(CheckpointStore):
         write_concern: str | int = "majority",
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if (url is None) == (client is None):
-            raise TypeError("give exactly one of url and client")
-        self.url = url
-        self.database_name = database
-        self.collection_name = collection
-        self.write_concern = write_concern
-        self.client_options = dict(client_options or {})
-        self._client = client
-        self._owns_client = client is None
-        self._collection: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def collection(self) -> Any:
-        """The pymongo collection, connected on first use."""
-        if self._collection is None:
-            with self._lock:
-                if self._collection is None:
-                    self._collection = self._open()
-        return self._collection
-
-    def _open(self) -> Any:
-        from bson.codec_options import CodecOptions
-        from pymongo.write_concern import WriteConcern
-
-        if self._client is None:
-            from pymongo import MongoClient
-
-            self._client = MongoClient(self.url, **self.client_options)
-        if self.database_name is not None:
-            database = self._client[self.database_name]
-        else:
-            database = self._client.get_default_database(default=DEFAULT_DATABASE)
-        return database.get_collection(
-            self.collection_name,
-            codec_options=CodecOptions(),
-            write_concern=WriteConcern(w=self.write_concern),
+        MongoCollection.__init__(
+            self, url, client, database, collection, write_concern, client_options
         )
 
     # -- the SPI -----------------------------------------------------------------
@@ -224,12 +188,6 @@ class MongoCheckpointStore(CheckpointStore):
         if self.collection.update_one(guard, guarded).matched_count == 0:
             # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
             self.collection.update_one({"_id": stream_name}, seen, upsert=True)
-
-    def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
-        self._client = None if self._owns_client else self._client
-        self._collection = None
 
     # -- configuration checks ----------------------------------------------------
 
