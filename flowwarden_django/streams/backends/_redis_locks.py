@@ -15,7 +15,6 @@ Cluster both keys of a lease must share a slot: put a hash tag in the prefix
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +24,7 @@ from django.utils import timezone
 
 from ..locks import Lease, LockService, ttl_delta
 from ._lock_common import check_owner, renamed_checks, warn_unavailable
+from ._redis_common import RedisConnection
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -77,7 +77,7 @@ def _now_ms() -> int:
     return _ms(timezone.now())
 
 
-class RedisLockService(LockService):
+class RedisLockService(RedisConnection, LockService):
     """Leases in Redis hashes, with a fencing counter per name.
 
     Connect as ``RedisCheckpointStore`` does: a django-redis cache alias
@@ -93,34 +93,9 @@ class RedisLockService(LockService):
         key_prefix: str = "fw:",
         client: Any = None,
     ) -> None:
-        if sum(x is not None for x in (cache, url, client)) > 1:
-            raise TypeError("give only one of cache, url and client")
-        self.cache = cache if (url is None and client is None) else None
-        self.url = url
+        RedisConnection.__init__(self, cache=cache, url=url, client=client)
         self.key_prefix = key_prefix
-        self._client = client
-        self._owns_client = False
-        self._lock = threading.Lock()
         self._scripts: dict[str, Any] = {}
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client, connected on first use."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._connect()
-        return self._client
-
-    def _connect(self) -> Any:
-        if self.url is not None:
-            import redis
-
-            self._owns_client = True
-            return redis.Redis.from_url(self.url)
-        from django_redis import get_redis_connection
-
-        return get_redis_connection(self.cache or "default")
 
     def _script(self, source: str) -> Any:
         script = self._scripts.get(source)
@@ -190,9 +165,7 @@ class RedisLockService(LockService):
         return Lease(name, owner.decode(), int(token), _time(acquired), _time(expires))
 
     def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
-            self._client = None
+        RedisConnection.close(self)
         self._scripts.clear()
 
     # -- configuration checks ----------------------------------------------------

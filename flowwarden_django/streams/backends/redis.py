@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +32,7 @@ from ..checkpoint import (
 from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
 from ._extras import missing_extra
+from ._redis_common import RedisConnection
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -83,7 +83,7 @@ def _escape_glob(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
-class RedisCheckpointStore(CheckpointStore):
+class RedisCheckpointStore(RedisConnection, CheckpointStore):
     """Stores checkpoints in Redis hashes.
 
     Connect through a django-redis cache alias (``cache="default"``, the default),
@@ -99,34 +99,9 @@ class RedisCheckpointStore(CheckpointStore):
         key_prefix: str = "fw:",
         client: Any = None,
     ) -> None:
-        if sum(x is not None for x in (cache, url, client)) > 1:
-            raise TypeError("give only one of cache, url and client")
-        self.cache = cache if (url is None and client is None) else None
-        self.url = url
+        RedisConnection.__init__(self, cache=cache, url=url, client=client)
         self.key_prefix = key_prefix
-        self._client = client
-        self._owns_client = False
-        self._lock = threading.Lock()
         self._reset_script: Any = None
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client, connected on first use."""
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._connect()
-        return self._client
-
-    def _connect(self) -> Any:
-        if self.url is not None:
-            import redis
-
-            self._owns_client = True
-            return redis.Redis.from_url(self.url)
-        from django_redis import get_redis_connection
-
-        return get_redis_connection(self.cache or "default")
 
     def key(self, stream_name: str) -> str:
         """The hash key of one stream."""
@@ -255,11 +230,6 @@ class RedisCheckpointStore(CheckpointStore):
                 _encode_time(at),
             ],
         )
-
-    def close(self) -> None:
-        if self._owns_client and self._client is not None:
-            self._client.close()
-            self._client = None
 
     # -- configuration checks ----------------------------------------------------
 
