@@ -42,6 +42,14 @@ def parse_duration(value: str | float | int) -> float:
     return number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
 
 
+def backoff_delay(
+    initial: str | float, multiplier: float, maximum: str | float, attempt: int
+) -> float:
+    """``min(initial * multiplier ** (attempt - 1), maximum)`` in seconds (durations as
+    ``parse_duration`` reads them)."""
+    return min(parse_duration(initial) * multiplier ** (attempt - 1), parse_duration(maximum))
+
+
 def kebab_case(name: str) -> str:
     """``OrderEvents`` → ``order-events``: the default stream name of a class."""
     return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
@@ -82,8 +90,7 @@ class RestartPolicySpec:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before restart *attempt* (1-based), before jitter."""
-        initial = parse_duration(self.initial_delay)
-        return min(initial * self.multiplier ** (attempt - 1), parse_duration(self.max_delay))
+        return backoff_delay(self.initial_delay, self.multiplier, self.max_delay, attempt)
 
 
 class ErrorAction(enum.StrEnum):
@@ -130,8 +137,7 @@ class RetryPolicySpec:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt *attempt* (1-based), before jitter."""
-        initial = parse_duration(self.initial_delay)
-        return min(initial * self.multiplier ** (attempt - 1), parse_duration(self.max_delay))
+        return backoff_delay(self.initial_delay, self.multiplier, self.max_delay, attempt)
 
 
 #: A stream without ``@retry_policy`` tries each event once.
