@@ -24,12 +24,12 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .conf import fw_settings
+from .admin_stores import sort_store_aliases
 from .formatting import NONE_TEXT
 from .formatting import short_token as shorten_token
 from .models import StreamCheckpoint
 from .streams.backends.orm import OrmCheckpointStore
-from .streams.stores import load_backend_class, store_options
+from .streams.stores import checkpoint_stores
 from .streams.tokens import decode_token, token_to_json
 
 
@@ -61,29 +61,9 @@ def admin_stores() -> AdminStores:
     backends, and ORM aliases on another database, are listed as hidden. Aliases
     whose backend cannot be loaded are skipped; the system checks report them.
     """
-    orm: dict[str, str | None] = {}
-    others: list[HiddenStore] = []
-    for alias, config in fw_settings.CHECKPOINT_STORES.items():
-        try:
-            backend = load_backend_class(alias, config)
-            using = store_options(alias, config).get("using")
-        except Exception:  # a broken alias must not break this page
-            continue
-        if issubclass(backend, OrmCheckpointStore):
-            orm[alias] = using
-        else:
-            others.append(HiddenStore(alias, backend.__name__))
-    if not orm:
-        return AdminStores(None, tuple(others))
-    shown = "default" if "default" in orm else next(iter(orm))
-    using = orm[shown]
     routed = router.db_for_read(StreamCheckpoint)
-    elsewhere = [
-        HiddenStore(alias, f"{OrmCheckpointStore.__name__} on database {db or routed!r}")
-        for alias, db in orm.items()
-        if (db or routed) != (using or routed)
-    ]
-    return AdminStores(using, (*others, *elsewhere))
+    _, using, hidden = sort_store_aliases(checkpoint_stores, OrmCheckpointStore, routed)
+    return AdminStores(using, tuple(HiddenStore(alias, what) for alias, what in hidden))
 
 
 def _decode(data: bytes | memoryview | None) -> tuple[dict[str, Any] | None, str | None]:

@@ -32,6 +32,7 @@ from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .admin import age, timestamp
+from .admin_stores import sort_store_aliases
 from .formatting import NONE_TEXT, truncate
 from .models import DeadLetter
 from .streams.backends.orm import OrmDlqStore
@@ -86,29 +87,13 @@ def dlq_admin_stores() -> DlqAdminStores:
     aliases on another database, are listed as hidden. Aliases whose backend
     cannot be loaded are skipped; the system checks report them.
     """
-    orm: dict[str, str | None] = {}
-    others: list[HiddenDlqStore] = []
-    for alias, config in dlq_stores.settings.items():
-        try:
-            backend = dlq_stores.load_backend_class(alias, config)
-            using = dlq_stores.options(alias, config).get("using")
-        except Exception:  # a broken alias must not break this page
-            continue
-        if issubclass(backend, OrmDlqStore):
-            orm[alias] = using
-        else:
-            others.append(HiddenDlqStore(alias, backend.__name__))
-    if not orm:
-        return DlqAdminStores(None, None, tuple(others))
-    shown = "default" if "default" in orm else next(iter(orm))
     routed = router.db_for_write(DeadLetter)
-    using = orm[shown] or routed
-    elsewhere = [
-        HiddenDlqStore(alias, f"{OrmDlqStore.__name__} on database {db or routed!r}")
-        for alias, db in orm.items()
-        if (db or routed) != using
-    ]
-    return DlqAdminStores(shown, using, (*others, *elsewhere))
+    shown, using, hidden = sort_store_aliases(dlq_stores, OrmDlqStore, routed)
+    return DlqAdminStores(
+        shown,
+        (using or routed) if shown is not None else None,
+        tuple(HiddenDlqStore(alias, what) for alias, what in hidden),
+    )
 
 
 # -- rendering BSON values ---------------------------------------------------------------
