@@ -7,7 +7,7 @@ from django.apps import AppConfig
 
 class FlowwardenConfig(AppConfig):
     """Connects the system checks and the settings-reload signal, imports each
-    installed app's ``streams`` module, and connects the Prometheus counters when
+    installed app's ``streams`` and ``workflows`` modules, and connects the Prometheus counters when
     prometheus-client is installed; nothing else at start-up."""
 
     name = "flowwarden_django"
@@ -21,6 +21,9 @@ class FlowwardenConfig(AppConfig):
 
         # Streams declared in each installed app's streams.py register themselves.
         autodiscover_modules("streams")
+        # So are workflows defined in workflows.py (Workflow.define), in every process:
+        # the web process deciding an approval and the worker running the steps.
+        autodiscover_modules("workflows")
         if find_spec("prometheus_client") is not None:
             # Count the metric signals of this process's streams (the exporter's
             # counters); the gauges are read from the database at scrape time.

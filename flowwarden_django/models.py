@@ -2,6 +2,7 @@
 
 from datetime import datetime
 
+from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -271,7 +272,131 @@ class WorkflowRun(models.Model):
         verbose_name = _("workflow run")
         verbose_name_plural = _("workflow runs")
         ordering = ["-updated_at"]
+        permissions = [("fork_workflowrun", _("Can fork a workflow run from a snapshot"))]
         indexes = [models.Index(fields=["status", "updated_at"], name="fw_run_status")]
 
     def __str__(self) -> str:
         return f"{self.workflow_name} {self.coordination_id}"
+
+
+class Approval(models.Model):
+    """A workflow run waiting for a person: made when a step returns
+    ``await_approval(...)``, decided once (approved or rejected), or expired or
+    cancelled. The decision is handed to the next step when the run resumes.
+
+    Who may decide: the ``assignees`` (usernames), members of ``group``, holders of
+    ``permission`` ("app_label.codename"), and holders of ``decide_approval``.
+    Decisions go through ``flowwarden_django.workflows.approvals`` (never a plain
+    ``save()``), which makes them idempotent and audits them as ``ApprovalEvent``s.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        APPROVED = "approved", _("approved")
+        REJECTED = "rejected", _("rejected")
+        EXPIRED = "expired", _("expired")
+        CANCELLED = "cancelled", _("cancelled")
+
+    class OnExpiry(models.TextChoices):
+        RESUME = "resume", _("resume with an expired decision")
+        FAIL = "fail", _("fail the run")
+
+    id = models.UUIDField(_("id"), primary_key=True)
+    coordination_id = models.CharField(_("coordination"), max_length=255)
+    workflow_name = models.CharField(_("workflow"), max_length=255)
+    step_name = models.CharField(_("step"), max_length=255)
+    snapshot_id = models.CharField(_("snapshot"), max_length=64, unique=True)
+    prompt = models.TextField(_("prompt"), blank=True)
+    group = models.CharField(_("group"), max_length=150, blank=True)
+    permission = models.CharField(_("permission"), max_length=255, blank=True)
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.PENDING
+    )
+    requested_at = models.DateTimeField(_("requested at"))
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    on_expiry = models.CharField(
+        _("on expiry"), max_length=8, choices=OnExpiry.choices, default=OnExpiry.RESUME
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("decided by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    comment = models.TextField(_("comment"), blank=True)
+    payload = models.JSONField(_("decision payload"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("approval")
+        verbose_name_plural = _("approvals")
+        ordering = ["-requested_at", "id"]
+        permissions = [("decide_approval", _("Can decide any approval"))]
+        indexes = [
+            models.Index(fields=["status", "requested_at"], name="fw_approval_status"),
+            models.Index(fields=["coordination_id"], name="fw_approval_coordination"),
+            models.Index(fields=["status", "expires_at"], name="fw_approval_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name} {self.coordination_id} @ {self.step_name} ({self.status})"
+
+    @property
+    def assignees(self) -> list[str]:
+        """The usernames the approval is assigned to, sorted."""
+        return sorted(a.username for a in self.assignments.all())
+
+    @property
+    def is_decided(self) -> bool:
+        return self.status != self.Status.PENDING
+
+
+class ApprovalAssignee(models.Model):
+    """One username an ``Approval`` is assigned to (a row, so "mine" is one indexed
+    query on every database)."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="assignments")
+    username = models.CharField(_("username"), max_length=150)
+
+    class Meta:
+        verbose_name = _("approval assignee")
+        verbose_name_plural = _("approval assignees")
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "username"], name="fw_approval_assignee")
+        ]
+        indexes = [models.Index(fields=["username"], name="fw_assignee_username")]
+
+    def __str__(self) -> str:
+        return self.username
+
+
+class ApprovalEvent(models.Model):
+    """The audit trail of an ``Approval``: its request, every decision, expiry and
+    cancellation, and every refused attempt (a conflicting or late decision)."""
+
+    class Action(models.TextChoices):
+        REQUESTED = "requested", _("requested")
+        APPROVED = "approved", _("approved")
+        REJECTED = "rejected", _("rejected")
+        EXPIRED = "expired", _("expired")
+        CANCELLED = "cancelled", _("cancelled")
+        REPEATED = "repeated", _("same decision repeated")
+        REFUSED = "refused", _("decision refused")
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="events")
+    action = models.CharField(_("action"), max_length=16, choices=Action.choices)
+    actor = models.CharField(_("actor"), max_length=150, blank=True)
+    at = models.DateTimeField(_("at"))
+    comment = models.TextField(_("comment"), blank=True)
+    payload = models.JSONField(_("payload"), null=True, blank=True)
+    detail = models.TextField(_("detail"), blank=True)
+
+    class Meta:
+        verbose_name = _("approval event")
+        verbose_name_plural = _("approval events")
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor or 'system'} at {self.at:%Y-%m-%d %H:%M:%S}"

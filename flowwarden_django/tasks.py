@@ -99,3 +99,13 @@ def recover_workflows(
 
     age = None if older_than is None else timedelta(seconds=older_than)
     return sweep(self.app, older_than=age, limit=limit)
+
+
+@shared_task(name="flowwarden_django.expire_approvals")
+def expire_approvals(limit: int = 500) -> dict[str, list[str]]:
+    """The approval sweep (beat it every minute or so): expire due approvals (their
+    runs resume with an ``expired`` decision or fail, per the step), cancel those
+    whose run moved on, restore missing ones. What it did, by kind."""
+    from .workflows.approvals import sweep_approvals
+
+    return sweep_approvals(limit=limit).as_dict()

@@ -2,29 +2,19 @@
 
 from django.db import migrations, models
 
+from ._exact import exact_columns
+
 EXACT_COLUMNS = [
-    ("DeadLetter", "stream_name", "NOT NULL"),
-    ("StreamLease", "name", "NOT NULL"),
-    ("StreamLease", "owner", "NOT NULL"),
-    ("StreamWorker", "stream_name", "NOT NULL"),
-    ("StreamWorker", "instance_id", "NOT NULL"),
-    ("StreamControl", "stream_name", "NOT NULL"),
+    ("DeadLetter", "stream_name", 255, "NOT NULL"),
+    ("StreamLease", "name", 255, "NOT NULL"),
+    ("StreamLease", "owner", 255, "NOT NULL"),
+    ("StreamWorker", "stream_name", 255, "NOT NULL"),
+    ("StreamWorker", "instance_id", 255, "NOT NULL"),
+    ("StreamControl", "stream_name", 255, "NOT NULL"),
 ]
 
 
-def exact_names(apps, schema_editor):
-    """On MySQL/MariaDB, compare stream, lease and instance names byte for byte
-    (the default collations ignore case and trailing spaces), as 0001 does."""
-    connection = schema_editor.connection
-    if connection.vendor != "mysql":
-        return
-    collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
-    for model, column, nullability in EXACT_COLUMNS:
-        table = apps.get_model("flowwarden_django", model)._meta.db_table
-        schema_editor.execute(
-            f"ALTER TABLE {schema_editor.quote_name(table)} MODIFY {column} "
-            f"varchar(255) CHARACTER SET utf8mb4 COLLATE {collation} {nullability}"
-        )
+exact_names = exact_columns(EXACT_COLUMNS)
 
 
 class Migration(migrations.Migration):

@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from ._exact import exact_columns
+
 EXACT_COLUMNS = [
     ("SnapshotRecord", "id", 64, "NOT NULL"),
     ("SnapshotRecord", "parent_id", 64, "NULL"),
@@ -12,19 +14,7 @@ EXACT_COLUMNS = [
 ]
 
 
-def exact_ids(apps, schema_editor):
-    """On MySQL/MariaDB, compare ids, coordinations and idempotency keys byte for byte
-    (the default collations ignore case and trailing spaces), as 0001 does."""
-    connection = schema_editor.connection
-    if connection.vendor != "mysql":
-        return
-    collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
-    for model, column, length, nullability in EXACT_COLUMNS:
-        table = apps.get_model("flowwarden_django", model)._meta.db_table
-        schema_editor.execute(
-            f"ALTER TABLE {schema_editor.quote_name(table)} MODIFY {column} "
-            f"varchar({length}) CHARACTER SET utf8mb4 COLLATE {collation} {nullability}"
-        )
+exact_ids = exact_columns(EXACT_COLUMNS)
 
 
 class Migration(migrations.Migration):

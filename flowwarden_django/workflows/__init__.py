@@ -3,6 +3,7 @@
 Nothing in this package imports the admin, DRF or Celery.
 """
 
+from .approvals import ApprovalDecision, await_approval
 from .engine import (
     Completed,
     Failed,
@@ -42,6 +43,7 @@ from .store import (
 
 __all__ = [
     "Advance",
+    "ApprovalDecision",
     "CheckpointQuery",
     "Completed",
     "ConcurrentRunError",
@@ -71,6 +73,7 @@ __all__ = [
     "WorkflowSnapshot",
     "WorkflowStep",
     "advance",
+    "await_approval",
     "done",
     "fail",
     "hibernate",

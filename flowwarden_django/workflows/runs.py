@@ -252,6 +252,34 @@ class RunRecords:
             head_snapshot_id=snapshot_id, updated_at=timezone.now()
         )
 
+    def accept_decision(self, coordination_id: str, head: str, resume_input: Any) -> bool:
+        """Move a run waiting at snapshot *head* (and not claimed) to ``running`` with
+        *resume_input* stored (one conditional ``UPDATE``); False when it is not
+        waiting there any more. From then on any runner, or the recovery sweep,
+        continues it with that input."""
+        return (
+            self._waiting_at(coordination_id, head).update(
+                status=RunStatus.RUNNING, resume_input=resume_input, updated_at=timezone.now()
+            )
+            == 1
+        )
+
+    def fail_waiting(self, coordination_id: str, head: str, reason: str) -> bool:
+        """Fail a run waiting at snapshot *head* (not claimed); False when it is not
+        waiting there any more."""
+        return (
+            self._waiting_at(coordination_id, head).update(
+                status=RunStatus.FAILED, failure_reason=reason, updated_at=timezone.now()
+            )
+            == 1
+        )
+
+    def _waiting_at(self, coordination_id: str, head: str) -> Any:
+        free = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+        return self._rows().filter(
+            free, pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
+        )
+
     def release(self, coordination_id: str, runner: str) -> bool:
         """Let go of the run if *runner* holds it (status unchanged); True if it did."""
         held = self._rows().filter(pk=coordination_id, runner=runner)

@@ -38,6 +38,14 @@ class StepContext:
     def idempotency_key(self) -> str:
         return f"{self.coordination_id}:{self.step_name}"
 
+    @property
+    def decision(self) -> Any:
+        """The ``ApprovalDecision`` this step was resumed with (after a step that
+        returned ``await_approval``), or ``None``."""
+        from .approvals.decision import ApprovalDecision
+
+        return ApprovalDecision.from_input(self.input)
+
 
 # -- outcomes ------------------------------------------------------------------------
 

@@ -1,0 +1,42 @@
+"""Human-in-the-loop approvals for workflows.
+
+A step returns ``await_approval(state, prompt, assignees=..., group=...,
+permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waiting``)
+with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited);
+the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
+``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
+"""
+
+from .access import assigned_approvals, can_decide, visible_approvals
+from .deciding import DecisionResult, approve, decide, reject
+from .decision import ApprovalDecision
+from .errors import (
+    ApprovalConflictError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalPermissionError,
+    UnknownApprovalError,
+)
+from .request import AwaitApproval, await_approval, request_approval
+from .sweep import SweepResult, sweep_approvals
+
+__all__ = [
+    "ApprovalConflictError",
+    "ApprovalDecision",
+    "ApprovalError",
+    "ApprovalExpiredError",
+    "ApprovalPermissionError",
+    "AwaitApproval",
+    "DecisionResult",
+    "SweepResult",
+    "UnknownApprovalError",
+    "approve",
+    "assigned_approvals",
+    "await_approval",
+    "can_decide",
+    "decide",
+    "reject",
+    "request_approval",
+    "sweep_approvals",
+    "visible_approvals",
+]

@@ -1,0 +1,191 @@
+"""Deciding approvals: ``approve``, ``reject`` (and ``decide``).
+
+A decision locks the approval's row, so of two racing decisions exactly one is
+made. The same decision again returns the first one (``repeated``); the other
+decision raises ``ApprovalConflictError`` (``approval_already_decided``); a late
+one ``ApprovalExpiredError``. In the decision's transaction the run moves from
+``waiting`` to ``running`` with the decision as its input, so a crash after the
+commit loses nothing: the recovery sweep (or the next ``run()``) continues it.
+Every attempt, refused ones included, is audited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from ..backends.orm import write_transaction
+from ..runs import RunRecords
+from .access import can_decide
+from .decision import ApprovalDecision
+from .errors import (
+    ApprovalConflictError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalPermissionError,
+    UnknownApprovalError,
+)
+from .transitions import (
+    ResumeOutcome,
+    cancel_locked,
+    expire_locked,
+    record_event,
+    resume_on_commit,
+    run_waits_for,
+)
+
+if TYPE_CHECKING:
+    from ...models import Approval
+    from ..engine import WorkflowResult
+
+DECISIONS = ("approved", "rejected")
+
+
+@dataclasses.dataclass
+class DecisionResult:
+    """A decision that stands: the approval as decided, whether this call only
+    repeated an earlier identical decision, and (when the run was resumed in this
+    process, after the commit) the run's result."""
+
+    approval: Approval
+    repeated: bool = False
+    resumed: ResumeOutcome | None = None
+
+    @property
+    def run_result(self) -> WorkflowResult | None:
+        return None if self.resumed is None else self.resumed.result
+
+
+def approve(
+    approval_id: Any, user: Any, *, comment: str = "", payload: Any = None, **options: Any
+) -> DecisionResult:
+    """Approve; see ``decide``."""
+    return decide(approval_id, "approved", user, comment=comment, payload=payload, **options)
+
+
+def reject(
+    approval_id: Any, user: Any, *, comment: str = "", payload: Any = None, **options: Any
+) -> DecisionResult:
+    """Reject; see ``decide``."""
+    return decide(approval_id, "rejected", user, comment=comment, payload=payload, **options)
+
+
+def _load_locked(approval_id: Any, using: str) -> Approval:
+    from ...models import Approval
+
+    try:
+        key = approval_id if isinstance(approval_id, uuid.UUID) else uuid.UUID(str(approval_id))
+        return Approval.objects.using(using).select_for_update().get(pk=key)
+    except (ValueError, Approval.DoesNotExist):
+        raise UnknownApprovalError(f"no approval {approval_id!r}") from None
+
+
+def decide(
+    approval_id: Any,
+    decision: str,
+    user: Any,
+    *,
+    comment: str = "",
+    payload: Any = None,
+    using: str | None = None,
+    check_permission: bool = True,
+) -> DecisionResult:
+    """Make *decision* (``"approved"`` or ``"rejected"``) on an approval as *user*
+    (``None``: the system; then *check_permission* must be False), with a
+    *comment* and a JSON *payload* handed to the next step.
+
+    Raises ``UnknownApprovalError``, ``ApprovalPermissionError``,
+    ``ApprovalConflictError`` or ``ApprovalExpiredError`` (see the module).
+    """
+    from ...models import Approval
+
+    if decision not in DECISIONS:
+        raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
+    db = RunRecords(using).db
+    actor = "" if user is None else user.get_username()
+    refusal: ApprovalError | None = None
+    with write_transaction(db):
+        approval = _load_locked(approval_id, db)
+        key = str(approval.pk)
+        if check_permission and not can_decide(user, approval):
+            raise ApprovalPermissionError(
+                f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
+            )
+        now = timezone.now()
+        result = DecisionResult(approval)
+        status = approval.status
+        if status == Approval.Status.PENDING and approval.expires_at and approval.expires_at <= now:
+            expire_locked(approval, now, db)
+            refusal = ApprovalExpiredError(f"approval {key} expired at {approval.expires_at}")
+        elif status == Approval.Status.PENDING:
+            refusal = _decide_pending(approval, decision, user, comment, payload, now, db, result)
+        elif status == decision:
+            result.repeated = True
+            record_event(approval, "repeated", using=db, actor=actor, at=now, comment=comment)
+        elif status == Approval.Status.EXPIRED:
+            refusal = ApprovalExpiredError(f"approval {key} expired at {approval.decided_at}")
+        elif status == Approval.Status.CANCELLED:
+            refusal = ApprovalConflictError(
+                f"approval {key} was cancelled: its run moved on", code="approval_cancelled"
+            )
+        else:
+            refusal = ApprovalConflictError(f"approval {key} was already {status}")
+        if refusal is not None:
+            refusal.approval_id, refusal.status = key, approval.status
+            record_event(
+                approval,
+                "refused",
+                using=db,
+                actor=actor,
+                at=now,
+                comment=comment,
+                payload={"decision": decision, "payload": payload},
+                detail=f"{refusal.code}: {refusal}",
+            )
+    if refusal is not None:
+        raise refusal
+    return result
+
+
+def _decide_pending(
+    approval: Approval,
+    decision: str,
+    user: Any,
+    comment: str,
+    payload: Any,
+    now: Any,
+    db: str,
+    result: DecisionResult,
+) -> ApprovalError | None:
+    """Decide pending *approval* (row locked); the refusal when it cannot be."""
+    key = str(approval.pk)
+    actor = "" if user is None else user.get_username()
+    decided = ApprovalDecision(key, decision, payload, comment, actor or None, now.isoformat())
+    if not RunRecords(db).accept_decision(
+        approval.coordination_id, approval.snapshot_id, decided.as_input()
+    ):
+        waiting = run_waits_for(approval, db)
+        if waiting is None:
+            return ApprovalConflictError(
+                f"run {approval.coordination_id} is busy; try again", code="run_busy"
+            )
+        cancel_locked(approval, now, db, "the run was not waiting for it any more")
+        return ApprovalConflictError(
+            f"approval {key} was cancelled: its run moved on", code="approval_cancelled"
+        )
+    approval.status = decision
+    approval.decided_by = user if user is not None and user.pk is not None else None
+    approval.decided_at = now
+    approval.comment = comment
+    approval.payload = payload
+    approval.save(
+        using=db, update_fields=["status", "decided_by", "decided_at", "comment", "payload"]
+    )
+    record_event(
+        approval, decision, using=db, actor=actor, at=now, comment=comment, payload=payload
+    )
+    result.resumed = resume_on_commit(approval, decided, db)
+    return None

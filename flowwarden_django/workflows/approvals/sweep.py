@@ -1,0 +1,126 @@
+"""The approval sweep (``flowwarden_approvals sweep``, the ``expire_approvals``
+task): expire due approvals, cancel the ones whose run moved on, and restore the
+approval of a run left waiting without one.
+
+Idempotent and safe to run from several processes at once: every change is made
+with the approval's row locked, after checking again that it is still due.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import datetime
+
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from ..backends.orm import write_transaction
+from ..runs import RunRecords, RunStatus
+from .request import request_approval, request_from_snapshot
+from .transitions import cancel_locked, expire_locked, run_waits_for
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What one sweep did (approval ids, and coordination ids for ``restored``)."""
+
+    expired: list[str] = dataclasses.field(default_factory=list)
+    cancelled: list[str] = dataclasses.field(default_factory=list)
+    restored: list[str] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return dataclasses.asdict(self)
+
+
+def sweep_approvals(
+    *, now: datetime | None = None, using: str | None = None, limit: int = 500
+) -> SweepResult:
+    """Restore missing approvals, then expire due ones and cancel stale ones (at most
+    *limit* of each per call)."""
+    db = RunRecords(using).db
+    now = now or timezone.now()
+    result = SweepResult()
+    result.restored = restore_missing_approvals(using=db, limit=limit)
+    result.expired = expire_due_approvals(now=now, using=db, limit=limit)
+    result.cancelled = cancel_stale_approvals(using=db, limit=limit)
+    return result
+
+
+def expire_due_approvals(
+    *, now: datetime | None = None, using: str | None = None, limit: int = 500
+) -> list[str]:
+    """Expire pending approvals whose ``expires_at`` has passed; their ids."""
+    from ...models import Approval
+
+    db = RunRecords(using).db
+    now = now or timezone.now()
+    due = Approval.objects.using(db).filter(status=Approval.Status.PENDING, expires_at__lte=now)
+    expired = []
+    for pk in due.order_by("expires_at").values_list("pk", flat=True)[:limit]:
+        with write_transaction(db):
+            approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
+            if approval is None or approval.status != Approval.Status.PENDING:
+                continue
+            if approval.expires_at is None or approval.expires_at > now:
+                continue
+            expire_locked(approval, now, db)
+        expired.append(str(pk))
+        logger.info("approval %s of run %s expired", pk, approval.coordination_id)
+    return expired
+
+
+def cancel_stale_approvals(*, using: str | None = None, limit: int = 500) -> list[str]:
+    """Cancel pending approvals whose run is no longer waiting at their snapshot
+    (it was forked, resumed by hand, or deleted); their ids."""
+    from ...models import Approval, WorkflowRun
+
+    db = RunRecords(using).db
+    waiting_here = WorkflowRun.objects.using(db).filter(
+        pk=OuterRef("coordination_id"),
+        status=RunStatus.WAITING,
+        head_snapshot_id=OuterRef("snapshot_id"),
+    )
+    stale = Approval.objects.using(db).filter(status=Approval.Status.PENDING)
+    stale = stale.filter(~Exists(waiting_here)).order_by("requested_at")
+    cancelled = []
+    for pk in stale.values_list("pk", flat=True)[:limit]:
+        with write_transaction(db):
+            approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
+            if approval is None or approval.status != Approval.Status.PENDING:
+                continue
+            if run_waits_for(approval, db) is not False:
+                continue
+            cancel_locked(approval, timezone.now(), db, "the run was not waiting for it any more")
+        cancelled.append(str(pk))
+        logger.info("approval %s cancelled: run %s moved on", pk, approval.coordination_id)
+    return cancelled
+
+
+def restore_missing_approvals(*, using: str | None = None, limit: int = 500) -> list[str]:
+    """Make the approval of each waiting run whose head snapshot asks for one but has
+    none (the process died between the pause and the approval); their coordinations.
+    Runs of workflows this process does not define are skipped."""
+    from ...models import Approval, WorkflowRun
+    from ..engine import workflow_registry
+
+    db = RunRecords(using).db
+    has_approval = Approval.objects.using(db).filter(snapshot_id=OuterRef("head_snapshot_id"))
+    orphans = WorkflowRun.objects.using(db).filter(
+        ~Exists(has_approval), status=RunStatus.WAITING, head_snapshot_id__isnull=False
+    )
+    restored = []
+    for run in orphans.order_by("updated_at")[:limit]:
+        if run.workflow_name not in workflow_registry:
+            continue
+        workflow = workflow_registry.get(run.workflow_name).workflow(run.coordination_id)
+        snapshot = workflow.store.load(run.head_snapshot_id)
+        request = None if snapshot is None else request_from_snapshot(snapshot)
+        if snapshot is None or request is None:
+            continue
+        request_approval(snapshot, request, using=db)
+        restored.append(run.coordination_id)
+        logger.warning("run %s was waiting without its approval; restored it", run.pk)
+    return restored
