@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test lint format serve bench clean
+.PHONY: demo test lint format serve serve-demo bench clean
 
 ## demo: set up and run the sample project on SQLite (no servers needed)
 demo: $(VENV)/.demo-installed
@@ -28,11 +28,17 @@ format: $(VENV)/.test-installed
 serve: $(VENV)/.demo-installed
 	$(PY) manage.py runserver
 
+## serve-demo: run the story, leave one approval pending, start the site with demo logins
+serve-demo: $(VENV)/.demo-installed
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py demo --serve
+
 bench: $(VENV)/.test-installed
 	$(PY) bench/checkpoint_writes.py
 	$(PY) bench/stream_throughput.py
 	$(PY) bench/leader_fencing.py
 	$(PY) bench/workflow_steps.py
+	$(PY) bench/approval_decisions.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +46,7 @@ $(VENV)/.venv-created:
 	touch $@
 
 $(VENV)/.demo-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
-	$(PIP) install --quiet -e ".[testkit]"
+	$(PIP) install --quiet -e ".[testkit,drf]"
 	touch $@
 
 # mysqlclient compiles against libmariadb-dev; without it the MariaDB lane skips.

@@ -234,5 +234,6 @@ class StreamCheckpointAdmin(admin.ModelAdmin):
         return format_html("<pre>{}</pre>", text)
 
 
-# The operations console: stream status and control, and the dead-letter queue.
-from . import admin_console, admin_dlq  # noqa: E402, F401
+# The operations console: stream status and control, and the dead-letter queue; the
+# workflow half: runs with their snapshot trees, and approvals.
+from . import admin_approvals, admin_console, admin_dlq, admin_workflows  # noqa: E402, F401

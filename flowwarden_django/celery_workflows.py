@@ -247,7 +247,9 @@ class CeleryExecutionProvider(ExecutionProvider):
         record = workflow.run_record()
         assert record is not None  # seed() made it
         if record.status == RunStatus.COMPLETED or (
-            record.status == RunStatus.WAITING and input is None
+            record.status == RunStatus.WAITING
+            and input is None
+            and record.head_snapshot_id == head.id
         ):
             result = workflow.current_result()
             assert result is not None

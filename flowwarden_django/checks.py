@@ -8,8 +8,10 @@ an alias named in ``OPTIONS`` does not exist; E007 unsupported database; E008 ba
 value; E009 ``USE_TZ`` is off; E010 a lease or status interval is not a positive duration;
 E011 the lease renewal interval is more than half the TTL; W001 pymongo (``bson``) is
 missing, so no resume token can be stored; W201 (``check --deploy`` only) a snapshot store
-writes workflow state in plaintext. Declared streams: E101-E113, E115-E117 and W101-W106
-(``streams/validation.py``); E114 a ``MONGO_CLIENTS`` alias without a MongoDB URL.
+writes workflow state in plaintext; E202 ``WORKFLOW_EXECUTION`` names no usable execution
+provider; W202 it is ``"celery"`` but no Celery app is loaded. Declared streams:
+E101-E113, E115-E117 and W101-W106 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
+alias without a MongoDB URL.
 """
 
 from __future__ import annotations
@@ -160,6 +162,42 @@ def _check_store(
             )
         ]
     return list(backend.check_options(alias, options))
+
+
+@checks.register()
+def check_workflow_execution(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E202 when ``WORKFLOW_EXECUTION`` names no usable provider; W202 when it is the
+    Celery provider and no Celery app is loaded: steps would be published with
+    Celery's fallback app (amqp://localhost, queue "celery") that no worker may read."""
+    from .workflows.execution import InvalidExecutionProviderError, configured_provider
+
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    try:
+        provider = configured_provider()
+    except InvalidExecutionProviderError as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint='Use "inprocess", "celery" or the dotted path of an ExecutionProvider.',
+                id="flowwarden_django.E202",
+            )
+        ]
+    if getattr(provider, "name", "") != "celery" or getattr(provider, "_app", None) is not None:
+        return []
+    from celery import _state
+
+    if any(app.set_as_current for app in _state._get_active_apps()):
+        return []
+    return [
+        checks.Warning(
+            f'{SETTING_NAME}["WORKFLOW_EXECUTION"] is "celery", but no Celery app is loaded: '
+            "workflow steps would be sent with Celery's default app, which no worker may read.",
+            hint="Load your Celery app when Django starts, as Celery's Django guide does: "
+            "in your project package's __init__.py, `from .celery import app as celery_app`.",
+            id="flowwarden_django.W202",
+        )
+    ]
 
 
 @checks.register(deploy=True)

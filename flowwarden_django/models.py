@@ -2,7 +2,6 @@
 
 from datetime import datetime
 
-from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -317,14 +316,10 @@ class Approval(models.Model):
     on_expiry = models.CharField(
         _("on expiry"), max_length=8, choices=OnExpiry.choices, default=OnExpiry.RESUME
     )
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        verbose_name=_("decided by"),
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
+    #: The decider's username ("" until decided, and for an expiry). A name, not a
+    #: foreign key: the audit outlives the account, and the stream half of this app
+    #: must not need ``django.contrib.auth``.
+    decided_by = models.CharField(_("decided by"), max_length=150, blank=True)
     decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
     comment = models.TextField(_("comment"), blank=True)
     payload = models.JSONField(_("decision payload"), null=True, blank=True)
@@ -347,6 +342,11 @@ class Approval(models.Model):
     def assignees(self) -> list[str]:
         """The usernames the approval is assigned to, sorted."""
         return sorted(a.username for a in self.assignments.all())
+
+    @property
+    def decider(self) -> str | None:
+        """The decider's username, or ``None``."""
+        return self.decided_by or None
 
     @property
     def is_decided(self) -> bool:

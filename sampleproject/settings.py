@@ -20,6 +20,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
     "flowwarden_django",
     "sampleproject.shop",
 ]
@@ -52,10 +56,21 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("SAMPLEPROJECT_DB", str(BASE_DIR / "db.sqlite3")),
+        # The stream's thread, its checkpoint flusher and the workflow steps write
+        # concurrently: transactions take the write lock when they begin and wait
+        # for it (instead of failing with "database is locked" when they upgrade).
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
     }
 }
 
 STATIC_URL = "/static/"
+
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {"TITLE": "flowwarden-django sample API", "VERSION": "1"}
 
 # Without FLOWWARDEN_MONGO_URL, `manage.py demo` feeds the streams from a scripted
 # replica set it starts itself (flowwarden_django.testkit.scripted_mongo).

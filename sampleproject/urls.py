@@ -1,4 +1,8 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/", include("flowwarden_django.api.urls")),
+    path("flowwarden/", include("flowwarden_django.urls")),
+]

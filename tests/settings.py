@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from importlib.util import find_spec
 
 from tests.services import SERVICES, available
 
@@ -24,6 +25,13 @@ INSTALLED_APPS = [
     "flowwarden_django",
     "tests.testapp",
 ]
+
+# The REST API (the "drf" extra); absent in tests/test_optional_extras.py's child.
+if all(find_spec(m) for m in ("rest_framework", "drf_spectacular", "django_filters")):
+    INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular"]
+    INSTALLED_APPS += ["django_filters"]
+    REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+    SPECTACULAR_SETTINGS = {"TITLE": "flowwarden-django API"}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

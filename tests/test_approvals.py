@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
@@ -43,6 +43,7 @@ from flowwarden_django.workflows.approvals import (
     visible_approvals,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.runs import RunRecords, new_runner_token
 from tests.lanes import lane_marks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -146,7 +147,7 @@ def test_a_step_waits_and_the_approval_resumes_it(refunds: Any) -> None:
     )
     assert seen_decisions == [expected]
     approval.refresh_from_db()
-    assert approval.status == "approved" and approval.decided_by == people["alice"]
+    assert approval.status == "approved" and approval.decided_by == "alice"
     assert approval.comment == "ok" and approval.payload == {"note": "vip"}
     assert WorkflowRun.objects.get(pk=cid).status == RunStatus.COMPLETED
     chain = refunds.workflow(cid).history()
@@ -169,7 +170,7 @@ def test_the_same_decision_again_returns_the_first(refunds: Any) -> None:
     first = approve(approval.pk, people["bob"], comment="first", payload={"note": "a"})
     again = approve(approval.pk, people["alice"], comment="second", payload={"note": "b"})
     assert again.repeated and again.run_result is None
-    assert again.approval.decided_by == people["bob"]
+    assert again.approval.decided_by == "bob"
     assert again.approval.comment == "first" and again.approval.payload == {"note": "a"}
     assert first.approval.decided_at == again.approval.decided_at
     assert len(seen_decisions) == 1  # the run resumed once
@@ -291,17 +292,89 @@ def test_a_late_decision_expires_the_approval(refunds: Any) -> None:
     ]
 
 
-def test_an_approval_of_a_run_that_moved_on_is_cancelled(refunds: Any) -> None:
+def test_a_fork_cancels_the_pending_approval(refunds: Any) -> None:
+    """A decision must never apply to a state its approver did not see."""
     people = users()
     cid, approval = pending(refunds)
     workflow = refunds.workflow(cid)
-    seed = workflow.history()[0]
-    workflow.fork(seed.id, {"amount": 1})  # an operator redoes the run from the start
-    WorkflowRun.objects.filter(pk=cid).update(status=RunStatus.HIBERNATED)
+    workflow.fork(approval.snapshot_id, {"amount": 999_999, "review": "manual"})
+    assert Approval.objects.get(pk=approval.pk).status == "cancelled"
+    assert WorkflowRun.objects.get(pk=cid).status == RunStatus.HIBERNATED
+    with pytest.raises(ApprovalConflictError) as caught:
+        approve(approval.pk, people["alice"])
+    assert caught.value.code == "approval_cancelled"
+    assert seen_decisions == []
+
+
+def test_an_approval_of_a_run_that_moved_on_is_cancelled(refunds: Any) -> None:
+    people = users()
+    cid, approval = pending(refunds)
+    WorkflowRun.objects.filter(pk=cid).update(status=RunStatus.FAILED)  # failed by hand
     with pytest.raises(ApprovalConflictError) as caught:
         approve(approval.pk, people["alice"])
     assert caught.value.code == "approval_cancelled"
     assert Approval.objects.get(pk=approval.pk).status == "cancelled"
+
+
+def test_a_decision_while_a_runner_holds_the_run_is_refused_and_kept(refunds: Any) -> None:
+    people = users()
+    cid, approval = pending(refunds)
+    runs, token = RunRecords(), new_runner_token()
+    runs.claim(cid, token, timedelta(minutes=5))  # a run() of the waiting run, say
+    with pytest.raises(ApprovalConflictError) as caught:
+        approve(approval.pk, people["alice"])
+    assert caught.value.code == "run_busy"
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    runs.release(cid, token)
+    assert isinstance(approve(approval.pk, people["alice"]).run_result, Completed)
+
+
+def test_expiry_waits_while_a_runner_holds_the_run(refunds: Any) -> None:
+    cid, approval = pending(refunds, expires_in=1)
+    later = timezone.now() + timedelta(seconds=2)
+    runs, token = RunRecords(), new_runner_token()
+    runs.claim(cid, token, timedelta(minutes=5))
+    assert sweep_approvals(now=later).expired == []
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    runs.release(cid, token)
+    assert sweep_approvals(now=later).expired == [str(approval.pk)]
+    assert WorkflowRun.objects.get(pk=cid).status == RunStatus.COMPLETED
+
+
+def test_a_refused_user_is_audited(refunds: Any) -> None:
+    people = users()
+    _, approval = pending(refunds)
+    with pytest.raises(ApprovalPermissionError):
+        reject(approval.pk, people["carol"], comment="let me")
+    event = approval.events.get(action="refused")
+    assert event.actor == "carol" and "approval_forbidden" in event.detail
+
+
+@step("second")
+def second_review(state: dict[str, Any]) -> Any:
+    return await_approval({**state, "second": True}, "And a second look?", assignees=["bob"])
+
+
+def test_a_late_resume_never_hands_an_old_decision_to_a_later_approval(refunds: Any) -> None:
+    """The resume after a decision's commit runs the run without input: if another
+    runner continued it first to a second approval, it finds it waiting and stops."""
+    people = users()
+    Workflow.define("two-looks", [review, second_review, settle], OrmSnapshotStore())
+    try:
+        started = Workflow.start("two-looks", {"amount": 500})
+        first = Approval.objects.get(coordination_id=started.coordination_id)
+        workflow = workflow_registry.get("two-looks").workflow(started.coordination_id)
+        with transaction.atomic():
+            transaction.on_commit(workflow.run)  # another runner, first in line
+            approve(first.pk, people["alice"])
+        run = WorkflowRun.objects.get(pk=started.coordination_id)
+        assert run.status == RunStatus.WAITING
+        second = Approval.objects.get(coordination_id=started.coordination_id, status="pending")
+        assert second.step_name == "second" and seen_decisions == []
+        assert isinstance(approve(second.pk, people["bob"]).run_result, Completed)
+        assert seen_decisions[0].approval_id == str(second.pk)
+    finally:
+        workflow_registry.unregister("two-looks")
 
 
 def test_the_sweep_cancels_stale_approvals_and_restores_missing_ones(refunds: Any) -> None:
@@ -430,3 +503,14 @@ def test_command_and_task_expire(refunds: Any) -> None:
         "cancelled": [],
         "restored": [],
     }
+
+
+def test_a_fork_of_a_waiting_run_continues_and_cancels_its_approval(refunds: Any) -> None:
+    cid, approval = pending(refunds)
+    workflow = refunds.workflow(cid)
+    waiting = workflow.history()[-1]
+    workflow.fork(waiting.id, {**waiting.state, "amount": 5, "outcome": "forked"})
+    assert Approval.objects.get(pk=approval.pk).status == "cancelled"
+    result = workflow.run()  # continues from the fork, at the step after review
+    assert isinstance(result, Completed)
+    assert seen_decisions == [None]

@@ -34,21 +34,41 @@ def sample_env(tmp_path):
     return env
 
 
-def test_demo_runs_the_stream_and_shows_checkpoints(sample_env):
+def test_demo_runs_the_whole_story(sample_env):
+    """README command 1: the stream, the workflows it starts once per order, two
+    approvals decided, the snapshot chain and the decision printed."""
     for _ in range(2):  # a second run works on the existing data
         result = run("demo", "--orders", "120", env=sample_env)
         assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "scripted replica set" in out
     assert "first start" in out and ": 0 events handled" in out
-    assert re.search(r"second start: .*: 147 events handled", out), out
-    assert "Order table: 117 orders, 21 paid" in out
-    assert "re-processed 0 of the 147 events" in out
+    assert re.search(r"second start: .*: 149 events handled", out), out
+    assert "Order table: 119 orders, 21 paid" in out
+    assert (
+        "Workflow 'order-approval': 122 runs started (one per new order); "
+        "120 completed without approval, 2 waiting for approval"
+    ) in out
+    assert "re-processed 0 of the 149 events" in out
+    assert "workflow runs started by the restart: 0" in out
+    assert (
+        "delivered again (as after a crash before the checkpoint): no new run; runs for it: 1"
+        in out
+    )
+    assert "approved by approver: run completed, order 121 approval='approved'" in out
+    assert "rejected by approver: run completed, order 122 approval='rejected'" in out
+    chain = re.findall(r"^  #(\d) \w{12}  (\S+)\s+(root|<- #\d)", out, re.MULTILINE)
+    assert chain == [("1", "(seed)", "root"), ("2", "review", "<- #1"), ("3", "fulfil", "<- #2")]
+    assert "[waited for approval" in out and "outcome='fulfilled', decided_by='approver'" in out
+    assert "Decision: approved by approver at " in out and "{'ship': 'express'}" in out
+    assert "Audit: requested by system; approved by approver" in out
     for stream in ("orders", "inventory", "payments"):
         assert stream in out
     assert "/admin/flowwarden_django/streamcheckpoint/" in out
     shown = run("flowwarden_checkpoints", "show", "orders", env=sample_env)
     assert shown.returncode == 0, shown.stderr
+    approvals = run("flowwarden_approvals", "list", "--status", "approved", env=sample_env)
+    assert approvals.returncode == 0 and "order-approval" in approvals.stdout
     assert run("check", env=sample_env).returncode == 0
 
 

@@ -1,3 +1,4 @@
+from django.apps import apps
 from django.contrib import admin
 from django.urls import include, path
 
@@ -5,3 +6,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("flowwarden/", include("flowwarden_django.urls")),
 ]
+
+if apps.is_installed("rest_framework"):  # the "drf" extra
+    urlpatterns.append(path("api/", include("flowwarden_django.api.urls")))

@@ -384,7 +384,9 @@ class Workflow:
         """Branch the coordination off one of its snapshots: a new snapshot whose parent
         is *snapshot_id*, with *new_state*, saved at the next ``seq``. It becomes the
         latest snapshot, so the next ``run()`` continues from it (at the step after the
-        source's ``workflow.lastStep``): a way to redo steps from an earlier point."""
+        source's ``workflow.lastStep``): a way to redo steps from an earlier point.
+        A run waiting for an approval becomes ``hibernated`` and the approval is
+        cancelled (``forking.fork_snapshot``)."""
         source = self.store.load(check_id(snapshot_id, "snapshot_id"))
         if source is None or source.coordination_id != self._coordination_id:
             from .store import UnknownSnapshotError
@@ -392,7 +394,9 @@ class Workflow:
             raise UnknownSnapshotError(
                 f"coordination {self._coordination_id!r} has no snapshot {snapshot_id!r}"
             )
-        return self.store.fork(snapshot_id, new_state)
+        from .forking import fork_snapshot
+
+        return fork_snapshot(self.store, snapshot_id, new_state, using=self.runs.db)
 
     def delete_all_snapshots(self) -> int:
         """Delete every snapshot of the coordination (the next run starts over)."""
@@ -524,8 +528,13 @@ class _Execution:
         start = wf._start_index(last_step)
         if start >= len(wf.steps):
             return self.complete(head, pending_input)
-        if record.status == RunStatus.WAITING and pending_input is None:
-            # Waiting for a decision: only resume(input=...) continues it.
+        if (
+            record.status == RunStatus.WAITING
+            and pending_input is None
+            and record.head_snapshot_id == head.id
+        ):
+            # Waiting for a decision: only resume(input=...) continues it (or a fork,
+            # which moves the latest snapshot off the one that asked).
             self.finish()
             return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING)
         if record.status != RunStatus.RUNNING or record.head_snapshot_id != head.id:

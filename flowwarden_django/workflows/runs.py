@@ -264,6 +264,12 @@ class RunRecords:
             == 1
         )
 
+    def leave_waiting(self, coordination_id: str) -> bool:
+        """Make a waiting run ``hibernated`` (it was forked: ``run()`` continues it
+        from the fork); False when it was not waiting."""
+        rows = self._rows().filter(pk=coordination_id, status=RunStatus.WAITING)
+        return rows.update(status=RunStatus.HIBERNATED, updated_at=timezone.now()) == 1
+
     def fail_waiting(self, coordination_id: str, head: str, reason: str) -> bool:
         """Fail a run waiting at snapshot *head* (not claimed); False when it is not
         waiting there any more."""

@@ -10,6 +10,9 @@ class Order(models.Model):
     customer = models.CharField(max_length=100, default="")
     status = models.CharField(max_length=20, default="new")
     total_cents = models.IntegerField(default=0)
+    #: Set by the order-approval workflow: "not needed", "waiting", "approved",
+    #: "rejected" or "expired" ("" before its first step).
+    approval = models.CharField(max_length=20, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -1,7 +1,9 @@
 """The shop's change streams (discovered at start-up: apps' ``streams`` modules are imported).
 
-``orders`` mirrors MongoDB's ``shop.orders`` collection into the ``Order`` model.
-Handlers are idempotent (upserts and deletes by id), as at-least-once delivery needs.
+``orders`` mirrors MongoDB's ``shop.orders`` collection into the ``Order`` model and
+starts each new order's approval workflow. Handlers are idempotent (upserts and
+deletes by id; the workflow is started with the order's key, so at most once), as
+at-least-once delivery needs.
 """
 
 from typing import Any
@@ -10,6 +12,7 @@ from flowwarden_django.streams.context import ChangeContext
 from flowwarden_django.streams.registry import change_stream, checkpoint
 
 from .models import Order
+from .workflows import start_for_order
 
 
 @change_stream("orders", collection="orders", database="shop", full_document="updateLookup")
@@ -19,6 +22,7 @@ class OrderProjection:
 
     def on_insert(self, doc: dict[str, Any]) -> None:
         self._upsert(doc)
+        start_for_order(doc)
 
     def on_replace(self, doc: dict[str, Any]) -> None:
         self._upsert(doc)

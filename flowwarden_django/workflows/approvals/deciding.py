@@ -6,7 +6,7 @@ decision raises ``ApprovalConflictError`` (``approval_already_decided``); a late
 one ``ApprovalExpiredError``. In the decision's transaction the run moves from
 ``waiting`` to ``running`` with the decision as its input, so a crash after the
 commit loses nothing: the recovery sweep (or the next ``run()``) continues it.
-Every attempt, refused ones included, is audited.
+Every attempt, refused ones included (a user who may not decide, too), is audited.
 """
 
 from __future__ import annotations
@@ -110,16 +110,18 @@ def decide(
     with write_transaction(db):
         approval = _load_locked(approval_id, db)
         key = str(approval.pk)
-        if check_permission and not can_decide(user, approval):
-            raise ApprovalPermissionError(
-                f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
-            )
         now = timezone.now()
         result = DecisionResult(approval)
         status = approval.status
-        if status == Approval.Status.PENDING and approval.expires_at and approval.expires_at <= now:
-            expire_locked(approval, now, db)
-            refusal = ApprovalExpiredError(f"approval {key} expired at {approval.expires_at}")
+        if check_permission and not can_decide(user, approval):
+            refusal = ApprovalPermissionError(
+                f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
+            )
+        elif status == Approval.Status.PENDING and _due(approval, now):
+            if expire_locked(approval, now, db):
+                refusal = ApprovalExpiredError(f"approval {key} expired at {approval.expires_at}")
+            else:
+                refusal = _busy(approval)
         elif status == Approval.Status.PENDING:
             refusal = _decide_pending(approval, decision, user, comment, payload, now, db, result)
         elif status == decision:
@@ -167,17 +169,14 @@ def _decide_pending(
     if not RunRecords(db).accept_decision(
         approval.coordination_id, approval.snapshot_id, decided.as_input()
     ):
-        waiting = run_waits_for(approval, db)
-        if waiting is None:
-            return ApprovalConflictError(
-                f"run {approval.coordination_id} is busy; try again", code="run_busy"
-            )
+        if run_waits_for(approval, db) is not False:
+            return _busy(approval)  # claimed at this instant (or released meanwhile)
         cancel_locked(approval, now, db, "the run was not waiting for it any more")
         return ApprovalConflictError(
             f"approval {key} was cancelled: its run moved on", code="approval_cancelled"
         )
     approval.status = decision
-    approval.decided_by = user if user is not None and user.pk is not None else None
+    approval.decided_by = actor
     approval.decided_at = now
     approval.comment = comment
     approval.payload = payload
@@ -187,5 +186,16 @@ def _decide_pending(
     record_event(
         approval, decision, using=db, actor=actor, at=now, comment=comment, payload=payload
     )
-    result.resumed = resume_on_commit(approval, decided, db)
+    result.resumed = resume_on_commit(approval, db)
     return None
+
+
+def _busy(approval: Approval) -> ApprovalConflictError:
+    return ApprovalConflictError(
+        f"run {approval.coordination_id} is being run at this instant; try again",
+        code="run_busy",
+    )
+
+
+def _due(approval: Approval, now: Any) -> bool:
+    return approval.expires_at is not None and approval.expires_at <= now

@@ -113,6 +113,13 @@ def await_approval(
     names = tuple(sorted({str(name).strip() for name in assignees} - {""}))
     if permission and "." not in permission:
         raise ValueError(f"permission must look like 'app_label.codename', not {permission!r}")
+    for what, value, most in [
+        ("group", group or "", 150),
+        ("permission", permission or "", 255),
+        *(("assignee", name, 150) for name in names),
+    ]:
+        if len(value) > most or "\x00" in value:
+            raise ValueError(f"{what} {value[:40]!r} must be at most {most} characters, no NUL")
     return AwaitApproval(
         state,
         prompt=str(prompt),

@@ -60,21 +60,29 @@ def expire_due_approvals(
     due = Approval.objects.using(db).filter(status=Approval.Status.PENDING, expires_at__lte=now)
     expired = []
     for pk in due.order_by("expires_at").values_list("pk", flat=True)[:limit]:
-        with write_transaction(db):
-            approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
-            if approval is None or approval.status != Approval.Status.PENDING:
-                continue
-            if approval.expires_at is None or approval.expires_at > now:
-                continue
-            expire_locked(approval, now, db)
+        try:
+            with write_transaction(db):
+                approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
+                if approval is None or approval.status != Approval.Status.PENDING:
+                    continue
+                if approval.expires_at is None or approval.expires_at > now:
+                    continue
+                if not expire_locked(approval, now, db):
+                    continue  # its run is being run right now: the next sweep
+        except Exception:  # one bad row must not stop the sweep
+            logger.exception("approval %s could not be expired", pk)
+            continue
         expired.append(str(pk))
         logger.info("approval %s of run %s expired", pk, approval.coordination_id)
     return expired
 
 
-def cancel_stale_approvals(*, using: str | None = None, limit: int = 500) -> list[str]:
+def cancel_stale_approvals(
+    *, using: str | None = None, limit: int = 500, coordination_id: str | None = None
+) -> list[str]:
     """Cancel pending approvals whose run is no longer waiting at their snapshot
-    (it was forked, resumed by hand, or deleted); their ids."""
+    (it was forked, resumed by hand, or deleted), of one coordination or all; their
+    ids."""
     from ...models import Approval, WorkflowRun
 
     db = RunRecords(using).db
@@ -85,15 +93,22 @@ def cancel_stale_approvals(*, using: str | None = None, limit: int = 500) -> lis
     )
     stale = Approval.objects.using(db).filter(status=Approval.Status.PENDING)
     stale = stale.filter(~Exists(waiting_here)).order_by("requested_at")
+    if coordination_id is not None:
+        stale = stale.filter(coordination_id=coordination_id)
     cancelled = []
     for pk in stale.values_list("pk", flat=True)[:limit]:
-        with write_transaction(db):
-            approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
-            if approval is None or approval.status != Approval.Status.PENDING:
-                continue
-            if run_waits_for(approval, db) is not False:
-                continue
-            cancel_locked(approval, timezone.now(), db, "the run was not waiting for it any more")
+        try:
+            with write_transaction(db):
+                approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
+                if approval is None or approval.status != Approval.Status.PENDING:
+                    continue
+                if run_waits_for(approval, db) is not False:
+                    continue
+                reason = "the run was not waiting for it any more"
+                cancel_locked(approval, timezone.now(), db, reason)
+        except Exception:
+            logger.exception("approval %s could not be cancelled", pk)
+            continue
         cancelled.append(str(pk))
         logger.info("approval %s cancelled: run %s moved on", pk, approval.coordination_id)
     return cancelled
@@ -112,15 +127,18 @@ def restore_missing_approvals(*, using: str | None = None, limit: int = 500) -> 
         ~Exists(has_approval), status=RunStatus.WAITING, head_snapshot_id__isnull=False
     )
     restored = []
-    for run in orphans.order_by("updated_at")[:limit]:
-        if run.workflow_name not in workflow_registry:
+    known = workflow_registry.names()
+    for run in orphans.filter(workflow_name__in=known).order_by("updated_at")[:limit]:
+        try:
+            workflow = workflow_registry.get(run.workflow_name).workflow(run.coordination_id)
+            snapshot = workflow.store.load(run.head_snapshot_id)
+            request = None if snapshot is None else request_from_snapshot(snapshot)
+            if snapshot is None or request is None:
+                continue
+            request_approval(snapshot, request, using=db)
+        except Exception:
+            logger.exception("the approval of waiting run %s could not be restored", run.pk)
             continue
-        workflow = workflow_registry.get(run.workflow_name).workflow(run.coordination_id)
-        snapshot = workflow.store.load(run.head_snapshot_id)
-        request = None if snapshot is None else request_from_snapshot(snapshot)
-        if snapshot is None or request is None:
-            continue
-        request_approval(snapshot, request, using=db)
         restored.append(run.coordination_id)
         logger.warning("run %s was waiting without its approval; restored it", run.pk)
     return restored

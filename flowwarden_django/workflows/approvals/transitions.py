@@ -55,11 +55,14 @@ def record_event(
     )
 
 
-def resume_on_commit(approval: Approval, decision: ApprovalDecision, using: str) -> ResumeOutcome:
-    """Resume *approval*'s run with *decision* once the current transaction commits.
+def resume_on_commit(approval: Approval, using: str) -> ResumeOutcome:
+    """Continue *approval*'s run once the current transaction commits.
 
-    The run already holds the decision as its input (``accept_decision``), so when
-    this process cannot resume it (its workflow is not defined here, the broker is
+    The run already holds the decision as its input (``accept_decision``), so it is
+    continued with ``run()``, not ``resume(input)``: if another runner continued it
+    first (and it waits again, for another approval), this call finds it waiting and
+    does nothing, instead of handing it this old decision. When this process cannot
+    resume it (its workflow is not defined here, the broker is
     down, another runner holds it), the recovery sweep or the next ``run()``
     continues it; that is logged, never raised.
     """
@@ -81,7 +84,7 @@ def resume_on_commit(approval: Approval, decision: ApprovalDecision, using: str)
             )
             return
         try:
-            outcome.result = workflow.resume(decision.as_input())
+            outcome.result = workflow.run()
         except ConcurrentRunError as exc:
             logger.info("approval %s: run %s is being run elsewhere: %s", approval.pk, cid, exc)
         except Exception:
@@ -96,30 +99,32 @@ def resume_on_commit(approval: Approval, decision: ApprovalDecision, using: str)
     return outcome
 
 
-def expire_locked(approval: Approval, now: datetime, using: str) -> ResumeOutcome | None:
+def expire_locked(approval: Approval, now: datetime, using: str) -> bool:
     """Expire pending *approval* (its row locked): resume its run with an ``expired``
-    decision or fail it, per the approval's ``on_expiry``."""
+    decision or fail it, per the approval's ``on_expiry``. False (nothing changed)
+    when a runner holds the run right now: try again later."""
     from ...models import Approval
 
+    runs = RunRecords(using)
+    cid, head = approval.coordination_id, approval.snapshot_id
+    decision = ApprovalDecision(str(approval.pk), "expired", decided_at=now.isoformat())
+    if approval.on_expiry == Approval.OnExpiry.FAIL:
+        moved = runs.fail_waiting(cid, head, f"approval {approval.pk} expired")
+        detail = "the run failed"
+    else:
+        moved = runs.accept_decision(cid, head, decision.as_input())
+        detail = "the run resumes with an expired decision"
+    if not moved:
+        if run_waits_for(approval, using) is not False:
+            return False  # claimed at this instant (or released meanwhile): not decided
+        detail = "the run was not waiting for it any more"
     approval.status = Approval.Status.EXPIRED
     approval.decided_at = now
     approval.save(using=using, update_fields=["status", "decided_at"])
-    runs = RunRecords(using)
-    cid, head = approval.coordination_id, approval.snapshot_id
-    outcome = None
-    if approval.on_expiry == Approval.OnExpiry.FAIL:
-        moved = runs.fail_waiting(cid, head, f"approval {approval.pk} expired")
-        detail = "the run failed" if moved else "the run was not waiting for it any more"
-    else:
-        decision = ApprovalDecision(str(approval.pk), "expired", decided_at=now.isoformat())
-        moved = runs.accept_decision(cid, head, decision.as_input())
-        detail = "the run resumes with an expired decision"
-        if moved:
-            outcome = resume_on_commit(approval, decision, using)
-        else:
-            detail = "the run was not waiting for it any more"
     record_event(approval, "expired", using=using, at=now, detail=detail)
-    return outcome
+    if moved and approval.on_expiry != Approval.OnExpiry.FAIL:
+        resume_on_commit(approval, using)
+    return True
 
 
 def cancel_locked(approval: Approval, now: datetime, using: str, reason: str) -> None:

@@ -1,12 +1,20 @@
-"""``manage.py demo``: the ``orders`` stream end to end, then the checkpoint API.
+"""``manage.py demo``: the sample's whole story, on SQLite with no servers.
 
 1. Starts a scripted MongoDB replica set (or uses ``FLOWWARDEN_MONGO_URL``), runs
    the ``orders`` stream once to bootstrap its position, writes orders to
-   MongoDB, and runs the stream again in burst mode: the ``Order`` table follows.
-   A third run resumes after the saved anchor and re-processes nothing.
-2. Writes checkpoints of two more streams through the public API (an idle
+   MongoDB, and runs the stream again in burst mode: the ``Order`` table follows,
+   and every new order starts its ``order-approval`` workflow run (small orders
+   complete at once, two large ones wait for an approver). A third run resumes
+   after the saved anchor and re-processes nothing; a redelivered insert starts
+   no second run.
+2. An approver approves one large order and rejects the other; each run resumes
+   and completes. Prints the approved run's snapshot chain and the decision.
+3. Writes checkpoints of two more streams through the public API (an idle
    ``inventory`` stream kept alive by heartbeats, a ``payments`` stream whose
-   history was lost), lists every checkpoint and says where the admin shows them.
+   history was lost) and lists every checkpoint.
+
+``--serve`` leaves the second large order waiting, makes demo logins and starts the
+development server, so a person can approve it in the admin or through the API.
 """
 
 from __future__ import annotations
@@ -17,16 +25,24 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from flowwarden_django.models import Approval, SnapshotRecord, WorkflowRun
 from flowwarden_django.streams import checkpoint_stores
 from flowwarden_django.streams.manager import StreamManager
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
+from flowwarden_django.workflows import Workflow
+from flowwarden_django.workflows.approvals import approve, reject
 
 from ...models import Order
+from ...workflows import APPROVERS_GROUP, WORKFLOW, start_for_order
+
+#: The large orders written after the small ones: they wait for an approver.
+LARGE_ORDERS = ((250_000, "acme"), (180_000, "globex"))
 
 DB, COLLECTION, STREAM = "shop", "orders", "orders"
 
@@ -87,17 +103,30 @@ class Command(BaseCommand):
     help = "Run the orders stream against a scripted (or real) MongoDB, then show checkpoints."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--orders", type=int, default=500, help="orders to write")
+        parser.add_argument("--orders", type=int, default=500, help="small orders to write")
+        parser.add_argument(
+            "--serve",
+            action="store_true",
+            help="Leave one large order waiting, make demo logins and start the server.",
+        )
+        parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where --serve listens.")
 
-    def handle(self, *args: Any, orders: int, **options: Any) -> None:
-        self.stream_demo(orders)
+    def handle(self, *args: Any, orders: int, serve: bool, addrport: str, **options: Any) -> None:
+        if orders < 0:
+            raise CommandError("--orders must be 0 or more")
+        large = self.stream_demo(orders)
+        self.approval_demo(large, leave_pending=serve)
         self.checkpoint_api_demo()
         call_command("flowwarden_checkpoints", "list", stdout=self.stdout)
-        self.admin_instructions()
+        if serve:
+            self.serve(addrport)
+        else:
+            self.admin_instructions()
 
     # -- 1. the orders stream ------------------------------------------------------------
 
-    def stream_demo(self, count: int) -> None:
+    def stream_demo(self, count: int) -> list[int]:
+        """Run the orders stream; the ids of the large orders it wrote."""
         url = settings.MONGO_URL
         if url:
             shop: ScriptedShop | MongoShop = MongoShop(url)
@@ -115,6 +144,7 @@ class Command(BaseCommand):
             # A new scripted server has a new history: start the stream afresh.
             checkpoint_stores["default"].delete(STREAM)
             Order.objects.all().delete()
+            forget_order_runs()
             first_id = 1
         clients = {"default": {"URL": shop.uri, "OPTIONS": {"serverSelectionTimeoutMS": 5000}}}
         try:
@@ -127,24 +157,115 @@ class Command(BaseCommand):
                             "_id": order_id,
                             "customer": f"c{order_id % 37}",
                             "status": "new",
-                            "total_cents": 100 * order_id,
+                            "total_cents": 1_000 + (order_id * 3_700) % 90_000,
+                        }
+                    )
+                large = list(range(first_id + count, first_id + count + len(LARGE_ORDERS)))
+                for order_id, (cents, customer) in zip(large, LARGE_ORDERS, strict=True):
+                    shop.insert(
+                        {
+                            "_id": order_id,
+                            "customer": customer,
+                            "status": "new",
+                            "total_cents": cents,
                         }
                     )
                 for order_id in ids[::5]:
                     shop.update(order_id, {"status": "paid"})
                 for order_id in ids[::50]:
                     shop.delete(order_id)
-                writes = len(ids) + len(ids[::5]) + len(ids[::50])
+                writes = len(ids) + len(large) + len(ids[::5]) + len(ids[::50])
                 self.stdout.write(f"Wrote {writes} changes to {DB}.{COLLECTION} in MongoDB")
                 handled = self.run_burst("second start: resumes after the saved position")
                 self.stdout.write(
                     f"  Order table: {Order.objects.count()} orders, "
                     f"{Order.objects.filter(status='paid').count()} paid"
                 )
+                self.report_runs(first_id)
+                runs_before = order_runs(first_id).count()
                 again = self.run_burst("third start: resumes after the processed anchor")
                 self.stdout.write(f"  re-processed {again} of the {handled} events")
+                self.stdout.write(
+                    f"  workflow runs started by the restart: "
+                    f"{order_runs(first_id).count() - runs_before}"
+                )
+                redelivered = start_for_order({"_id": large[0], "total_cents": 1})
+                self.stdout.write(
+                    f"  the insert of order {large[0]} delivered again (as after a crash "
+                    f"before the checkpoint): {'started a run' if redelivered else 'no new run'}"
+                    f"; runs for it: {order_runs(first_id, [large[0]]).count()}"
+                )
         finally:
             shop.close()
+        return large
+
+    def report_runs(self, first_id: int) -> None:
+        runs = order_runs(first_id)
+        by_status = {s: runs.filter(status=s).count() for s in ("completed", "waiting")}
+        self.stdout.write(
+            f"  Workflow {WORKFLOW!r}: {runs.count()} runs started (one per new order); "
+            f"{by_status['completed']} completed without approval, "
+            f"{by_status['waiting']} waiting for approval"
+        )
+
+    # -- 2. approvals --------------------------------------------------------------------
+
+    def approval_demo(self, large: list[int], *, leave_pending: bool) -> None:
+        approver = demo_approver()
+        self.stdout.write(
+            f"\nApprovals (deciding as {approver.username!r}, in {APPROVERS_GROUP!r}):"
+        )
+        decisions = [("approve", "Checked the customer's credit", {"ship": "express"})]
+        decisions.append(("leave", "", None) if leave_pending else ("reject", "Over budget", None))
+        for order_id, (verb, comment, payload) in zip(large, decisions, strict=True):
+            approval = pending_approval(order_id)
+            self.stdout.write(f"  {approval.prompt}  (approval {approval.pk}, pending)")
+            if verb == "leave":
+                self.stdout.write("    left pending for you: see below")
+                continue
+            decide = approve if verb == "approve" else reject
+            result = decide(approval.pk, approver, comment=comment, payload=payload)
+            run = WorkflowRun.objects.get(pk=approval.coordination_id)
+            order = Order.objects.get(order_id=order_id)
+            self.stdout.write(
+                f"    {result.approval.status} by {approver.username}: run {run.status}, "
+                f"order {order_id} approval={order.approval!r}"
+            )
+        approved = Approval.objects.filter(
+            workflow_name=WORKFLOW, status=Approval.Status.APPROVED
+        ).order_by("-decided_at")[0]
+        self.print_chain(approved)
+
+    def print_chain(self, approval: Approval) -> None:
+        workflow = Workflow.for_coordination(approval.coordination_id)
+        chain = workflow.history()
+        seqs = {snapshot.id: snapshot.seq for snapshot in chain}
+        self.stdout.write(
+            f"\nRun {approval.coordination_id} ({WORKFLOW}): {workflow.status()}; "
+            "its snapshot chain:"
+        )
+        for snapshot in chain:
+            step_name = snapshot.metadata.get("workflow.lastStep") or "(seed)"
+            parent = f"<- #{seqs[snapshot.parent_id]}" if snapshot.parent_id else "root"
+            note = ""
+            if snapshot.id == approval.snapshot_id:
+                note = f"  [waited for approval {approval.pk}]"
+            state = snapshot.state or {}
+            summary = ", ".join(
+                f"{key}={state[key]!r}"
+                for key in ("order_id", "total_cents", "review", "outcome", "decided_by")
+                if key in state
+            )
+            self.stdout.write(
+                f"  #{snapshot.seq} {snapshot.id[:12]}  {step_name:<8} {parent:<6} {summary}{note}"
+            )
+        self.stdout.write(
+            f"Decision: {approval.status} by {approval.decided_by} at "
+            f"{approval.decided_at:%Y-%m-%d %H:%M:%S}, comment {approval.comment!r}, "
+            f"payload {approval.payload!r}"
+        )
+        trail = "; ".join(f"{e.action} by {e.actor or 'system'}" for e in approval.events.all())
+        self.stdout.write(f"Audit: {trail}\n")
 
     def run_burst(self, label: str) -> int:
         manager = StreamManager()
@@ -155,7 +276,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Stream {STREAM!r}, {label}: {consumer.events_handled} events handled")
         return consumer.events_handled
 
-    # -- 2. the checkpoint API -----------------------------------------------------------
+    # -- 3. the checkpoint API -----------------------------------------------------------
 
     def checkpoint_api_demo(self) -> None:
         store, now = checkpoint_stores["default"], timezone.now()
@@ -170,17 +291,89 @@ class Command(BaseCommand):
         self.stdout.write("'payments' lost its history and was reset (the guarded reset).\n")
 
     def admin_instructions(self) -> None:
-        password = secrets.token_urlsafe(9)
-        user, _ = get_user_model().objects.get_or_create(
-            username="admin", defaults={"is_staff": True, "is_superuser": True}
-        )
-        user.is_staff = user.is_superuser = True
-        user.set_password(password)
-        user.save()
+        password = demo_login("admin", superuser=True)
         self.stdout.write(
             self.style.SUCCESS("\nSee them in the admin:")
             + "\n  make serve   (that is: .venv/bin/python manage.py runserver)"
             + "\n  http://127.0.0.1:8000/admin/flowwarden_django/streamcheckpoint/"
             + f"\n  log in as admin / {password}   (a new password each demo run)"
             + "\n  or: python manage.py flowwarden_checkpoints show orders"
+            + "\nand the workflow runs and approvals at /admin/flowwarden_django/workflowrun/ "
+            + "and /admin/flowwarden_django/approval/;"
+            + "\n  python manage.py demo --serve   leaves an approval pending for you"
         )
+
+    def serve(self, addrport: str) -> None:
+        admin_password = demo_login("admin", superuser=True)
+        approver_password = demo_login("approver")
+        base = f"http://{addrport}"
+        self.stdout.write(
+            self.style.SUCCESS("\nThe site is starting. Click through the story:")
+            + f"\n  {base}/admin/flowwarden_django/approval/   the pending approval"
+            + f"\n  {base}/admin/flowwarden_django/workflowrun/   runs and snapshot trees"
+            + f"\n  {base}/api/v1/approvals/mine/   the API (session or token auth)"
+            + f"\n  {base}/api/v1/schema/   its OpenAPI schema"
+            + f"\n  log in as approver / {approver_password}  (decides approvals)"
+            + f"\n  or as admin / {admin_password}  (superuser)"
+            + "\n  (new passwords each run; Ctrl-C stops the server)\n"
+        )
+        call_command("runserver", addrport, use_reloader=False)
+
+
+def order_runs(first_id: int, order_ids: list[int] | None = None) -> Any:
+    """This demo's order-approval runs (orders from *first_id* on)."""
+    runs = WorkflowRun.objects.filter(workflow_name=WORKFLOW)
+    if order_ids is None:
+        return runs.filter(idempotency_key__in=_keys_from(first_id))
+    return runs.filter(idempotency_key__in=[f"shop.orders:{i}" for i in order_ids])
+
+
+def _keys_from(first_id: int) -> Any:
+    last = Order.objects.order_by("-order_id").values_list("order_id", flat=True).first() or 0
+    # Deleted orders keep their runs: count by key over the whole id range.
+    return [f"shop.orders:{i}" for i in range(first_id, max(last, first_id) + 1)]
+
+
+def forget_order_runs() -> None:
+    """Delete the order-approval runs, snapshots and approvals of an earlier demo (a
+    new scripted server starts order ids from 1 again)."""
+    runs = WorkflowRun.objects.filter(workflow_name=WORKFLOW)
+    coordinations = list(runs.values_list("coordination_id", flat=True))
+    SnapshotRecord.objects.filter(coordination_id__in=coordinations).delete()
+    Approval.objects.filter(coordination_id__in=coordinations).delete()
+    runs.delete()
+
+
+def pending_approval(order_id: int) -> Approval:
+    run = WorkflowRun.objects.get(idempotency_key=f"shop.orders:{order_id}")
+    try:
+        return Approval.objects.get(coordination_id=run.pk, status=Approval.Status.PENDING)
+    except Approval.DoesNotExist:
+        raise CommandError(
+            f"order {order_id} has no pending approval; its run is {run.status}"
+        ) from None
+
+
+def demo_approver() -> Any:
+    """The ``approver`` user, in the approvers group (it decides the demo's approvals)."""
+    group, _ = Group.objects.get_or_create(name=APPROVERS_GROUP)
+    user, _ = get_user_model().objects.get_or_create(username="approver")
+    user.groups.add(group)
+    return user
+
+
+def demo_login(username: str, *, superuser: bool = False) -> str:
+    """Give *username* a new random password and admin access; return the password.
+    The approver may see runs, snapshots and approvals in the admin."""
+    password = secrets.token_urlsafe(9)
+    user = demo_approver() if username == "approver" else None
+    if user is None:
+        user, _ = get_user_model().objects.get_or_create(username=username)
+    user.is_staff = True
+    user.is_superuser = superuser
+    user.set_password(password)
+    user.save()
+    if not superuser:
+        codenames = ["view_approval", "view_workflowrun", "view_snapshotrecord"]
+        user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    return password

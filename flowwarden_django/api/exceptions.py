@@ -1,0 +1,74 @@
+"""How the API renders errors.
+
+Every error but a validation error is ``{"code": "<stable code>", "detail": "<text>"}``;
+a validation error is DRF's usual ``{"field": ["message", ...]}`` (400). Refused
+decisions keep the approvals core's codes: ``approval_not_found`` (404),
+``approval_forbidden`` (403), ``approval_already_decided`` / ``approval_cancelled`` /
+``run_busy`` (409) and ``approval_expired`` (410).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.translation import gettext_lazy as _
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from ..workflows.approvals import (
+    ApprovalConflictError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalPermissionError,
+    UnknownApprovalError,
+)
+from ..workflows.store import UnknownSnapshotError
+
+
+class Conflict(exceptions.APIException):
+    """409: the request conflicts with the resource's state (a decision already made)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = _("The request conflicts with the current state of the resource.")
+    default_code = "conflict"
+
+
+class Gone(exceptions.APIException):
+    """410: the resource can no longer be acted on (an approval that expired)."""
+
+    status_code = status.HTTP_410_GONE
+    default_detail = _("The resource is no longer available.")
+    default_code = "gone"
+
+
+#: The status of each refused decision (the first matching class wins).
+_APPROVAL_ERRORS: list[tuple[type[ApprovalError], type[exceptions.APIException]]] = [
+    (UnknownApprovalError, exceptions.NotFound),
+    (ApprovalPermissionError, exceptions.PermissionDenied),
+    (ApprovalExpiredError, Gone),
+    (ApprovalConflictError, Conflict),
+]
+
+
+def api_error(exc: Exception) -> Exception:
+    """The DRF exception an error of the workflow core stands for (else *exc*)."""
+    if isinstance(exc, ApprovalError):
+        kind = next((k for error, k in _APPROVAL_ERRORS if isinstance(exc, error)), Conflict)
+        return kind(str(exc), code=exc.code)
+    if isinstance(exc, UnknownSnapshotError):
+        return exceptions.NotFound(str(exc), code="snapshot_not_found")
+    return exc
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, with core errors translated and ``code`` added to the body."""
+    exc = api_error(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None or isinstance(exc, exceptions.ValidationError):
+        return response
+    detail = response.data.get("detail") if isinstance(response.data, dict) else None
+    if detail is not None:
+        code = getattr(detail, "code", None) or "error"
+        response.data = {"code": code, "detail": str(detail)}
+    return response

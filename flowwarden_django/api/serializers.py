@@ -1,0 +1,271 @@
+"""What the API sends and accepts: runs, snapshots, approvals, decisions, errors."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import logging
+import math
+import uuid
+from collections.abc import Mapping
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..models import Approval, ApprovalEvent, WorkflowRun
+from ..workflows.approvals import can_decide
+from ..workflows.snapshot import WorkflowSnapshot
+from .permissions import readable_approvals
+from .stores import store_for_workflow
+
+logger = logging.getLogger("flowwarden_django.api")
+
+# -- workflow state as JSON ------------------------------------------------------------
+
+
+def json_safe(value: Any) -> Any:
+    """*value* (a workflow state, decoded by its store) as plain JSON.
+
+    Values plain JSON lacks are shown in their usual text form: date and time types
+    in ISO 8601, ``Decimal`` and ``UUID`` as strings, ``timedelta`` in seconds,
+    ``bytes`` in base64, sets and tuples as arrays, dataclasses as objects, enums as
+    their value, non-string keys as strings, NaN and infinities as strings. Anything
+    else is shown as ``str(value)``.
+    """
+    if isinstance(value, enum.Enum):
+        return json_safe(value.value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {_json_key(key): json_safe(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_safe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_safe(item) for item in value]
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    return str(value)
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    safe = json_safe(key)
+    return safe if isinstance(safe, str) else str(safe)
+
+
+@extend_schema_field(OpenApiTypes.ANY)
+class StateField(serializers.Field):
+    """A workflow state, read-only, as plain JSON (see ``json_safe``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        return json_safe(value)
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """A workflow run in a list."""
+
+    workflow = serializers.CharField(source="workflow_name", read_only=True)
+
+    class Meta:
+        model = WorkflowRun
+        fields = [
+            "coordination_id",
+            "workflow",
+            "status",
+            "last_step",
+            "head_snapshot_id",
+            "failure_reason",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    """A workflow run, with the ids of its pending approvals the user may see."""
+
+    pending_approvals = serializers.SerializerMethodField(
+        help_text=_("Ids of the run's pending approvals visible to you.")
+    )
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "pending_approvals"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
+    def get_pending_approvals(self, run: WorkflowRun) -> list[str]:
+        user = self.context["request"].user
+        rows = readable_approvals(user).filter(
+            coordination_id=run.coordination_id, status=Approval.Status.PENDING
+        )
+        return [str(pk) for pk in rows.values_list("pk", flat=True)]
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+
+class SnapshotSerializer(serializers.Serializer):
+    """A snapshot in a list: where it sits, not what it holds."""
+
+    id = serializers.CharField(read_only=True)
+    coordination_id = serializers.CharField(read_only=True)
+    parent_id = serializers.CharField(read_only=True, allow_null=True)
+    agent_name = serializers.CharField(read_only=True, allow_null=True)
+    seq = serializers.IntegerField(read_only=True, allow_null=True)
+    is_root = serializers.BooleanField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class SnapshotDetailSerializer(SnapshotSerializer):
+    """A snapshot with its metadata and state (as JSON)."""
+
+    metadata = serializers.DictField(child=serializers.CharField(), read_only=True)
+    state = StateField()
+
+
+class ForkSerializer(serializers.Serializer):
+    """``POST .../fork/``: the new branch's state (any JSON, null included)."""
+
+    state = serializers.JSONField(allow_null=True, help_text=_("The forked snapshot's state."))
+
+
+def snapshot_data(snapshot: WorkflowSnapshot, detail: bool = False) -> dict[str, Any]:
+    """The representation of one snapshot (with state and metadata when *detail*)."""
+    kind = SnapshotDetailSerializer if detail else SnapshotSerializer
+    return kind(snapshot).data
+
+
+# -- approvals -------------------------------------------------------------------------
+
+
+class ApprovalEventSerializer(serializers.ModelSerializer):
+    """One entry of an approval's audit trail."""
+
+    class Meta:
+        model = ApprovalEvent
+        fields = ["action", "actor", "at", "comment", "payload", "detail"]
+        read_only_fields = fields
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    """An approval in a list."""
+
+    workflow = serializers.CharField(source="workflow_name", read_only=True)
+    step = serializers.CharField(source="step_name", read_only=True)
+    assignees = serializers.ListField(child=serializers.CharField(), read_only=True)
+    decided_by = serializers.CharField(
+        source="decider",
+        read_only=True,
+        allow_null=True,
+        help_text=_("Username of the decider (null until decided, and for an expiry)."),
+    )
+
+    class Meta:
+        model = Approval
+        fields = [
+            "id",
+            "coordination_id",
+            "workflow",
+            "step",
+            "snapshot_id",
+            "prompt",
+            "status",
+            "assignees",
+            "group",
+            "permission",
+            "requested_at",
+            "expires_at",
+            "on_expiry",
+            "decided_at",
+            "decided_by",
+            "comment",
+            "payload",
+        ]
+        read_only_fields = fields
+
+
+class ApprovalDecidedSerializer(ApprovalSerializer):
+    """An approval with the paused run's state and whether the user may decide it:
+    what a decision returns (the same body for a repeated decision)."""
+
+    state = serializers.SerializerMethodField(
+        help_text=_("The state of the paused snapshot (null when it is gone).")
+    )
+    can_decide = serializers.SerializerMethodField()
+
+    class Meta(ApprovalSerializer.Meta):
+        fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide"]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.ANY)
+    def get_state(self, approval: Approval) -> Any:
+        try:
+            snapshot = store_for_workflow(approval.workflow_name).load(approval.snapshot_id)
+        except Exception:  # an unreadable store must not hide the approval (or a decision)
+            logger.exception("the snapshot of approval %s could not be read", approval.pk)
+            return None
+        return None if snapshot is None else json_safe(snapshot.state)
+
+    def get_can_decide(self, approval: Approval) -> bool:
+        return can_decide(self.context["request"].user, approval)
+
+
+class ApprovalDetailSerializer(ApprovalDecidedSerializer):
+    """An approval with its audit trail."""
+
+    events = ApprovalEventSerializer(many=True, read_only=True)
+
+    class Meta(ApprovalDecidedSerializer.Meta):
+        fields = [*ApprovalDecidedSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+class DecisionSerializer(serializers.Serializer):
+    """``POST .../approve/`` or ``.../reject/``: an optional comment and payload (a JSON
+    object handed to the next step)."""
+
+    comment = serializers.CharField(max_length=2000, allow_blank=True, default="")
+    payload = serializers.DictField(allow_null=True, default=None)
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error body but a validation error's."""
+
+    code = serializers.CharField(help_text=_("A stable machine-readable code."))
+    detail = serializers.CharField(help_text=_("A human-readable message."))
+
+
+#: The body of a 400: the messages of each invalid field (``non_field_errors`` for the
+#: body as a whole), or ``{"code", "detail"}`` when the body is not JSON.
+VALIDATION_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": 'Field errors ({"field": ["message"]}) or {"code", "detail"}.',
+    "additionalProperties": {
+        "oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]
+    },
+}

@@ -1,0 +1,29 @@
+"""URLs of the REST API: ``path("api/", include("flowwarden_django.api.urls"))``.
+
+Everything is under ``v1/`` (namespace ``flowwarden-api``):
+
+* ``v1/``: links to the rest (``api-root``)
+* ``v1/runs/``, ``v1/runs/<coordination_id>/``
+* ``v1/snapshots/``, ``v1/snapshots/<id>/``, ``v1/snapshots/<id>/fork/``
+* ``v1/approvals/``, ``v1/approvals/mine/``, ``v1/approvals/<id>/``,
+  ``v1/approvals/<id>/approve/``, ``v1/approvals/<id>/reject/``
+* ``v1/schema/``: the OpenAPI 3 schema
+"""
+
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
+
+from .views import ApiRootView, ApprovalViewSet, RunViewSet, SchemaView, SnapshotViewSet
+
+app_name = "flowwarden-api"
+
+router = SimpleRouter()
+router.register("runs", RunViewSet, basename="run")
+router.register("snapshots", SnapshotViewSet, basename="snapshot")
+router.register("approvals", ApprovalViewSet, basename="approval")
+
+urlpatterns = [
+    path("v1/", ApiRootView.as_view(), name="api-root"),
+    path("v1/schema/", SchemaView.as_view(), name="schema"),
+    path("v1/", include(router.urls)),
+]

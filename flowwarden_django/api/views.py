@@ -1,0 +1,454 @@
+"""The API's views: runs, snapshots, approvals, the root and the OpenAPI schema.
+
+Authentication (token, then session with CSRF) and the error rendering are set
+here on every view, so a project's ``REST_FRAMEWORK`` defaults do not change them.
+Token authentication comes first so that an anonymous request gets 401 with a
+``WWW-Authenticate: Token`` header rather than 403.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+from django.http import Http404
+from django.utils.decorators import method_decorator
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework import exceptions, mixins, status, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
+
+from ..models import Approval, WorkflowRun
+from ..workflows.approvals import assigned_approvals, decide
+from ..workflows.snapshot import WorkflowSnapshot
+from ..workflows.store import SnapshotStore
+from .exceptions import exception_handler
+from .filters import ApprovalFilter, RunFilter, SnapshotFilter, StoreParameter
+from .pagination import PagePagination, SnapshotCursorPagination
+from .parsers import StorableJSONParser
+from .permissions import (
+    CanDecideApproval,
+    CanForkRuns,
+    SnapshotAccess,
+    api_database,
+    readable_approvals,
+    readable_runs,
+)
+from .serializers import (
+    VALIDATION_ERROR_SCHEMA,
+    ApprovalDecidedSerializer,
+    ApprovalDetailSerializer,
+    ApprovalSerializer,
+    DecisionSerializer,
+    ErrorSerializer,
+    ForkSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    SnapshotDetailSerializer,
+    SnapshotSerializer,
+    snapshot_data,
+)
+from .stores import fork_snapshot
+
+#: Path segments: anything but "/" (coordination ids may hold ":" or ".").
+SEGMENT = r"[^/]+"
+
+
+def api_reverse(request: Request, name: str, **kwargs: Any) -> str:
+    """The absolute URL of this API's view *name*, in the namespace it was reached by."""
+    namespace = request.resolver_match.namespace if request.resolver_match else ""
+    return reverse(f"{namespace}:{name}" if namespace else name, kwargs=kwargs, request=request)
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
+BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR_SCHEMA, description="Invalid parameters or body.")
+UNAUTHENTICATED = _error("Not authenticated (no or an invalid session or token).")
+NOT_FOUND = _error("No such object, or not visible to you.")
+CONFLICT = _error("approval_already_decided, approval_cancelled or run_busy.")
+GONE = _error("approval_expired: the approval expired before it was decided.")
+READ_ERRORS = {401: UNAUTHENTICATED}
+LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: _error("No such page.")}
+DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
+
+
+class ApiAuthentication:
+    """Mixin: the API's authentication, permission and error rendering."""
+
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated]
+    versioning_class = None  # the version is the URL prefix (v1/)
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        return exception_handler
+
+
+class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
+    """Base of the API's viewsets: JSON in, JSON out."""
+
+    renderer_classes = [JSONRenderer]
+    parser_classes = [StorableJSONParser]
+    filter_backends: list[Any] = []
+    pagination_class = PagePagination
+    #: The ``code`` of this viewset's 404.
+    not_found_code = "not_found"
+
+    def get_object(self) -> Any:
+        # PostgreSQL refuses NUL in a query parameter (an error, not "no rows").
+        if "\x00" in str(self.kwargs.get(self.lookup_url_kwarg or self.lookup_field, "")):
+            raise exceptions.NotFound(code=self.not_found_code)
+        try:
+            return super().get_object()
+        except Http404:
+            raise exceptions.NotFound(code=self.not_found_code) from None
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(
+        operation_id="runs_list",
+        summary="Workflow runs, most recently updated first",
+        description="The runs you may see: all with `view_workflowrun`, else those of "
+        "coordinations with an approval visible to you.",
+        responses={200: RunSerializer(many=True), **LIST_ERRORS},
+    ),
+    retrieve=extend_schema(
+        operation_id="runs_retrieve",
+        summary="One workflow run",
+        description="404 when the run does not exist or is not visible to you.",
+        responses={200: RunDetailSerializer, **DETAIL_ERRORS},
+    ),
+)
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
+    """Workflow runs (``WorkflowRun``) visible to the user."""
+
+    lookup_field = "coordination_id"
+    lookup_value_regex = SEGMENT
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RunFilter
+    not_found_code = "run_not_found"
+    queryset = WorkflowRun.objects.none()  # for the schema; see get_queryset
+
+    def get_queryset(self) -> Any:
+        return readable_runs(self.request.user).order_by("-updated_at", "coordination_id")
+
+    def get_serializer_class(self) -> Any:
+        return RunDetailSerializer if self.action == "retrieve" else RunSerializer
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+SNAPSHOT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="A snapshot id.")
+
+
+@extend_schema_view(
+    list=extend_schema(
+        operation_id="snapshots_list",
+        summary="Snapshots, newest first (keyset paging)",
+        description="Rows without their state. Follow `next` to page; a page may be "
+        "short (even empty) yet have a `next` when only some runs are visible to you.",
+        parameters=[SnapshotFilter],
+        responses={200: SnapshotSerializer(many=True), **LIST_ERRORS},
+    ),
+    retrieve=extend_schema(
+        operation_id="snapshots_retrieve",
+        summary="One snapshot, with its state and metadata",
+        description="404 when the snapshot does not exist or is not visible to you.",
+        parameters=[SNAPSHOT_ID, StoreParameter],
+        responses={200: SnapshotDetailSerializer, 400: BAD_REQUEST, **DETAIL_ERRORS},
+    ),
+    fork=extend_schema(
+        operation_id="snapshots_fork",
+        summary="Branch the run off this snapshot with a new state",
+        description="Needs `fork_workflowrun` (403 without it). The new snapshot becomes "
+        "the run's latest: the next run continues from it.",
+        parameters=[SNAPSHOT_ID, StoreParameter],
+        request=ForkSerializer,
+        responses={
+            201: SnapshotDetailSerializer,
+            400: BAD_REQUEST,
+            **DETAIL_ERRORS,
+            403: _error("fork_forbidden: you may not fork (or no CSRF token)."),
+        },
+    ),
+)
+class SnapshotViewSet(ApiViewSet):
+    """Workflow snapshots of a ``SnapshotStore`` (``?store=<alias>``, default
+    ``default``), read through the store's SPI."""
+
+    lookup_field = "id"
+    lookup_value_regex = SEGMENT
+    pagination_class = SnapshotCursorPagination
+    not_found_code = "snapshot_not_found"
+
+    def get_serializer_class(self) -> Any:
+        if self.action == "list":
+            return SnapshotSerializer
+        return ForkSerializer if self.action == "fork" else SnapshotDetailSerializer
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.action == "fork":
+            return [IsAuthenticated(), CanForkRuns()]
+        return super().get_permissions()
+
+    def list(self, request: Request) -> Response:
+        params = SnapshotFilter(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        query = params.query()
+        access = SnapshotAccess.of(request.user)
+        paginator: SnapshotCursorPagination = self.paginator  # type: ignore[assignment]
+        if query.coordination_id is not None and not access.allows(query.coordination_id):
+            return paginator.get_paginated_response([])
+        if access.nothing:
+            return paginator.get_paginated_response([])
+        # One readable coordination asked for: the store filters, nothing to skip.
+        allows = None if access.everything or query.coordination_id else access.allows
+        page = paginator.paginate_store(params.snapshot_store.list, query, request, allows)
+        return paginator.get_paginated_response([snapshot_data(s) for s in page])
+
+    def retrieve(self, request: Request, id: str) -> Response:
+        _store, snapshot = self.get_snapshot(id)
+        return Response(snapshot_data(snapshot, detail=True))
+
+    @action(detail=True, methods=["post"])
+    def fork(self, request: Request, id: str) -> Response:
+        store, source = self.get_snapshot(id)
+        body = ForkSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        child = fork_snapshot(store, source, body.validated_data["state"])
+        location = api_reverse(request, "snapshot-detail", id=child.id)
+        if "store" in request.query_params:
+            location = replace_query_param(location, "store", request.query_params["store"])
+        data = snapshot_data(child, detail=True)
+        return Response(data, status=status.HTTP_201_CREATED, headers={"Location": location})
+
+    def get_snapshot(self, snapshot_id: str) -> tuple[SnapshotStore, WorkflowSnapshot]:
+        """The store and the snapshot the URL names: 404 unless it exists and is
+        visible; then the object permissions (fork)."""
+        params = StoreParameter(data=self.request.query_params)
+        params.is_valid(raise_exception=True)
+        store = params.snapshot_store
+        snapshot = None
+        if len(snapshot_id) <= 64 and "\x00" not in snapshot_id:
+            snapshot = store.load(snapshot_id)
+        if snapshot is None or not SnapshotAccess.of(self.request.user).allows(
+            snapshot.coordination_id
+        ):
+            raise exceptions.NotFound(code=self.not_found_code)
+        self.check_object_permissions(self.request, snapshot)
+        return store, snapshot
+
+
+# -- approvals -------------------------------------------------------------------------
+
+APPROVAL_ID = OpenApiParameter(
+    "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="An approval id."
+)
+APPROVAL_LIST = {200: ApprovalSerializer(many=True), **LIST_ERRORS}
+DECISION_RESPONSES = {
+    200: ApprovalDecidedSerializer,
+    400: BAD_REQUEST,
+    401: UNAUTHENTICATED,
+    403: _error("approval_forbidden: you may not decide it (or no CSRF token)."),
+    404: NOT_FOUND,
+    409: CONFLICT,
+    410: GONE,
+}
+
+
+def _decision_schema(decision: str) -> Any:
+    return extend_schema(
+        operation_id=f"approvals_{decision}",
+        summary=f"{decision.capitalize()} the approval (idempotent)",
+        description=(
+            "The same decision again returns 200 with the first decision's "
+            "representation; the other decision is refused with 409."
+        ),
+        parameters=[APPROVAL_ID],
+        request=DecisionSerializer,
+        responses=DECISION_RESPONSES,
+    )
+
+
+def non_atomic_everywhere(view: Callable[..., Any]) -> Callable[..., Any]:
+    """``transaction.non_atomic_requests`` for every database (approvals may be
+    routed to any of them)."""
+    for alias in connections:
+        view = transaction.non_atomic_requests(using=alias)(view)
+    return view
+
+
+@extend_schema_view(
+    list=extend_schema(
+        operation_id="approvals_list",
+        summary="Approvals visible to you",
+        description="Newest request first.",
+        responses=APPROVAL_LIST,
+    ),
+    mine=extend_schema(
+        operation_id="approvals_mine",
+        summary="Pending approvals assigned to you",
+        description="Assigned to you by username, group or permission (not every "
+        "approval `decide_approval` lets you decide).",
+        responses=APPROVAL_LIST,
+    ),
+    retrieve=extend_schema(
+        operation_id="approvals_retrieve",
+        summary="One approval, with the paused state and its audit trail",
+        description="404 when the approval does not exist or is not visible to you.",
+        parameters=[APPROVAL_ID],
+        responses={200: ApprovalDetailSerializer, **DETAIL_ERRORS},
+    ),
+    approve=_decision_schema("approve"),
+    reject=_decision_schema("reject"),
+)
+# Never inside ATOMIC_REQUESTS: a decision commits on its own (and resumes the run
+# after its commit), and a refused one keeps its audit event.
+@method_decorator(non_atomic_everywhere, name="dispatch")
+class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
+    """Approvals visible to the user, and their decisions."""
+
+    lookup_value_regex = SEGMENT
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = ApprovalFilter
+    not_found_code = "approval_not_found"
+    queryset = Approval.objects.none()  # for the schema; see get_queryset
+
+    def get_queryset(self) -> Any:
+        user = self.request.user
+        if self.action == "mine":
+            rows = assigned_approvals(user, using=api_database())
+        else:
+            rows = readable_approvals(user)
+        rows = rows.prefetch_related("assignments")
+        if self.action == "retrieve":
+            rows = rows.prefetch_related("events")
+        return rows.order_by("-requested_at", "id")
+
+    def get_serializer_class(self) -> Any:
+        if self.action == "retrieve":
+            return ApprovalDetailSerializer
+        if self.action in ("approve", "reject"):
+            return DecisionSerializer
+        return ApprovalSerializer
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.action in ("approve", "reject"):
+            return [IsAuthenticated(), CanDecideApproval()]
+        return super().get_permissions()
+
+    @action(detail=False)
+    def mine(self, request: Request) -> Response:
+        return self.list(request)
+
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        return self.make_decision(request, "approved")
+
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        return self.make_decision(request, "rejected")
+
+    def make_decision(self, request: Request, decision: str) -> Response:
+        """Decide the approval: 404 unless visible, 403 unless the user may decide,
+        400 for a bad body, then the core's verdict (409, 410)."""
+        approval = self.get_object()
+        body = DecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        db = api_database()
+        result = decide(
+            approval.pk,
+            decision,
+            request.user,
+            comment=body.validated_data["comment"],
+            payload=body.validated_data["payload"],
+            using=db,
+        )
+        # Read back as stored, so a repeated decision returns the very same body.
+        rows = Approval.objects.using(db)
+        decided = rows.prefetch_related("assignments").filter(pk=approval.pk).first()
+        serializer = ApprovalDecidedSerializer(
+            decided or result.approval, context={"request": request}
+        )
+        return Response(serializer.data)
+
+
+# -- the root and the schema -----------------------------------------------------------
+
+
+class ApiRootView(ApiAuthentication, APIView):
+    """``GET v1/``: links to the collections and the schema."""
+
+    renderer_classes = [JSONRenderer]
+    links = {
+        "runs": "run-list",
+        "snapshots": "snapshot-list",
+        "approvals": "approval-list",
+        "my_approvals": "approval-mine",
+        "schema": "schema",
+    }
+
+    @extend_schema(
+        operation_id="api_root",
+        summary="Links to the API's collections",
+        description="Absolute URLs by name.",
+        responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        return Response({key: api_reverse(request, name) for key, name in self.links.items()})
+
+
+def only_this_api(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple[Any, ...]]:
+    """drf-spectacular preprocessing hook: keep the endpoints of this package only
+    (a project may serve other DRF APIs)."""
+    package = __name__.rpartition(".")[0]
+    return [
+        e
+        for e in endpoints
+        if getattr(getattr(e[3], "cls", None), "__module__", "").startswith(f"{package}.")
+    ]
+
+
+class SchemaView(ApiAuthentication, SpectacularAPIView):
+    """``GET v1/schema/``: the OpenAPI 3 schema of this API (YAML, or JSON with
+    ``?format=json`` or ``Accept: application/vnd.oai.openapi+json``)."""
+
+    custom_settings = {
+        "TITLE": "flowwarden-django API",
+        "DESCRIPTION": "Workflow runs, snapshots and approvals of flowwarden-django.",
+        "VERSION": "1",
+        "PREPROCESSING_HOOKS": [f"{__name__}.only_this_api"],
+        "ENUM_NAME_OVERRIDES": {
+            "RunStatusEnum": "flowwarden_django.models.WorkflowRun.Status",
+            "ApprovalStatusEnum": "flowwarden_django.models.Approval.Status",
+        },
+    }
+
+    @extend_schema(
+        operation_id="schema_retrieve",
+        summary="This OpenAPI schema",
+        description="YAML by default; JSON with `?format=json`.",
+        responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
