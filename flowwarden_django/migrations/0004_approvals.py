@@ -8,6 +8,8 @@ from ._exact import exact_columns
 EXACT_COLUMNS = [
     ("Approval", "coordination_id", 255, "NOT NULL"),
     ("Approval", "snapshot_id", 64, "NOT NULL"),
+    ("Approval", "group", 150, "NOT NULL"),
+    ("Approval", "permission", 255, "NOT NULL"),
     ("ApprovalAssignee", "username", 150, "NOT NULL"),
 ]
 

@@ -24,7 +24,8 @@ def exact_columns(columns: Sequence[Column]) -> Callable[[Any, Any], None]:
         for model, column, length, nullability in columns:
             table = apps.get_model("flowwarden_django", model)._meta.db_table
             schema_editor.execute(
-                f"ALTER TABLE {schema_editor.quote_name(table)} MODIFY {column} "
+                f"ALTER TABLE {schema_editor.quote_name(table)} "
+                f"MODIFY {schema_editor.quote_name(column)} "
                 f"varchar({length}) CHARACTER SET utf8mb4 COLLATE {collation} {nullability}"
             )
 

@@ -155,7 +155,8 @@ def request_approval(
     existing = Approval.objects.using(using).filter(snapshot_id=snapshot.id).first()
     if existing is not None:
         return existing
-    now = timezone.now()
+    # From the pause, not from now: an approval restored by the sweep keeps its deadline.
+    now = snapshot.created_at or timezone.now()
     seconds = request.get("expires_in")
     approval = Approval(
         id=uuid.uuid4(),
