@@ -623,8 +623,11 @@ def test_prune_older_than_one_coordination() -> None:
 def test_prune_keeps_the_head_of_a_waiting_run_and_a_forks_ancestors() -> None:
     waiting = start(APPROVAL)  # seed, prepare, wait: waiting at #3
     forked = start(ORDERS)
-    for cid in (waiting, forked):
-        Workflow.for_coordination(cid).fork(history(cid)[0].id, {"x": 1})  # #4, off #1
+    # #4, off #1. Workflow.fork would end the wait (the run hibernates, its approval is
+    # cancelled); a fork made in the store alone leaves the run waiting at #3.
+    store = Workflow.for_coordination(waiting).store
+    store.fork(history(waiting)[0].id, {"x": 1})
+    Workflow.for_coordination(forked).fork(history(forked)[0].id, {"x": 1})
 
     out, _ = run("prune", "--keep-last", "1", "--dry-run")
     assert "Would delete 3 snapshots from 2 of 2 coordinations" in out
