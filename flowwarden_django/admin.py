@@ -24,6 +24,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from .admin_base import ReadOnlyAdminMixin
 from .admin_stores import sort_store_aliases
 from .formatting import NONE_TEXT
 from .formatting import short_token as shorten_token
@@ -117,7 +118,7 @@ def timestamp(value: datetime | None) -> SafeString | str:
 
 
 @admin.register(StreamCheckpoint)
-class StreamCheckpointAdmin(admin.ModelAdmin):
+class StreamCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """View-only list and detail of ``StreamCheckpoint`` rows (the ORM checkpoint store).
 
     Rows are read from the database of the ORM store alias ``"default"`` when its
@@ -155,17 +156,6 @@ class StreamCheckpointAdmin(admin.ModelAdmin):
         "heartbeat_at",
         "metadata_json",
     ]
-
-    # -- permissions: view only --------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     # -- data ----------------------------------------------------------------------
 

@@ -23,8 +23,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.templatetags.static import static
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
@@ -32,6 +31,7 @@ from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .admin import timestamp
+from .admin_base import ObjectOperationsMixin, ReadOnlyAdminMixin, status_badge
 from .admin_workflows import pretty_json, run_status_badge, run_store
 from .formatting import NONE_TEXT, truncate
 from .models import Approval, ApprovalEvent, WorkflowRun
@@ -66,14 +66,9 @@ TEMPLATES = "admin/flowwarden_django/approval"
 
 def approval_status_badge(status: str) -> SafeString:
     """The approval status as the admin shows booleans: an icon, then the label."""
-    label = str(dict(Approval.Status.choices).get(status, status))
-    icon = STATUS_ICONS.get(status, "admin/img/icon-unknown.svg")
-    return format_html(
-        '<span class="flowwarden-approval-status" data-status="{0}">'
-        '<img src="{1}" alt="{0}"> {2}</span>',
-        status,
-        static(icon),
-        capfirst(label),
+    labels = dict(Approval.Status.choices)
+    return status_badge(
+        status, labels=labels, icons=STATUS_ICONS, css_class="flowwarden-approval-status"
     )
 
 
@@ -219,7 +214,7 @@ def _status_label(status: str) -> str:
 
 
 @admin.register(Approval)
-class ApprovalAdmin(admin.ModelAdmin):
+class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin):
     """Approvals: list and inspect what paused runs wait for, with the audit trail,
     and approve or reject them.
 
@@ -296,16 +291,9 @@ class ApprovalAdmin(admin.ModelAdmin):
         "paused_state",
     ]
 
+    object_operations = DECISIONS
+
     # -- permissions -----------------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Deciders need no model permission: the queryset holds what they may see.
@@ -332,26 +320,6 @@ class ApprovalAdmin(admin.ModelAdmin):
         return queryset
 
     # -- urls ------------------------------------------------------------------------
-
-    def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        urls = [
-            path(
-                f"<path:object_id>/{decision.name}/",
-                self.admin_site.admin_view(partial(self.decision_view, decision=decision)),
-                name="{}_{}_{}".format(*info, decision.name),
-            )
-            for decision in DECISIONS
-        ]
-        return urls + super().get_urls()
-
-    def _change_url(self, approval: Approval) -> str:
-        name = f"admin:{self.opts.app_label}_{self.opts.model_name}_change"
-        return reverse(name, args=[quote(approval.pk)], current_app=self.admin_site.name)
-
-    def _decision_url(self, decision: Decision, approval: Approval) -> str:
-        name = f"admin:{self.opts.app_label}_{self.opts.model_name}_{decision.name}"
-        return reverse(name, args=[quote(approval.pk)], current_app=self.admin_site.name)
 
     def _run_url(self, coordination_id: str) -> str:
         return reverse(
@@ -486,7 +454,7 @@ class ApprovalAdmin(admin.ModelAdmin):
         if approval is not None:
             if approval.status == PENDING and can_decide(request.user, approval):
                 context["approval_decisions"] = [
-                    (decision, self._decision_url(decision, approval)) for decision in DECISIONS
+                    (decision, self.object_url(approval, decision)) for decision in DECISIONS
                 ]
             events = ApprovalEvent.objects.using(approval._state.db).filter(approval=approval)
             context["approval_events"] = [
@@ -524,16 +492,18 @@ class ApprovalAdmin(admin.ModelAdmin):
         self._decide_and_report(request, decision, approvals, comment=comment)
         return None  # back to the changelist
 
-    def decision_view(
-        self, request: HttpRequest, object_id: str, *, decision: Decision
+    def operation_view(
+        self, request: HttpRequest, object_id: str, *, operation: Decision
     ) -> HttpResponse:
-        """Confirm (GET), then make (POST ``post=yes``) *decision* on one approval."""
+        """Confirm (GET), then make (POST ``post=yes``) decision *operation* on one
+        approval."""
+        decision = operation
         approval = self.get_object(request, unquote(object_id))
         if approval is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not can_decide(request.user, approval):
             raise PermissionDenied
-        change_url = self._change_url(approval)
+        change_url = self.object_url(approval)
         if request.method != "POST" or request.POST.get("post") != "yes":
             if approval.status != PENDING:
                 text = gettext("This approval is %(status)s: there is nothing to decide.")
@@ -586,7 +556,7 @@ class ApprovalAdmin(admin.ModelAdmin):
             rows.append(
                 {
                     "approval": row,
-                    "url": self._change_url(row),
+                    "url": self.object_url(row),
                     "prompt": _prompt(row),
                     "run_url": self._run_url(row.coordination_id),
                     "status": approval_status_badge(row.status),

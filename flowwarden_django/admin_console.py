@@ -28,6 +28,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from .admin_base import ReadOnlyAdminMixin
 from .formatting import NONE_TEXT
 from .models import StreamControl, StreamWorker
 from .streams.registry import stream_registry
@@ -148,7 +149,7 @@ def dead_letters_url(stream_name: str | None = None) -> str | None:
 
 
 @admin.register(StreamWorker)
-class StreamConsoleAdmin(admin.ModelAdmin):
+class StreamConsoleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The "Streams" console, in place of the stream workers' changelist.
 
     Lists :func:`~flowwarden_django.streams.status.stream_status` (state, leader,
@@ -157,15 +158,6 @@ class StreamConsoleAdmin(admin.ModelAdmin):
     """
 
     # -- permissions -----------------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return super().has_view_permission(request, obj) or self.has_control_permission(request)

@@ -17,21 +17,20 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.templatetags.static import static
-from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .admin import age, timestamp
+from .admin_base import ObjectOperationsMixin, ReadOnlyAdminMixin, status_badge
 from .admin_stores import sort_store_aliases
 from .formatting import NONE_TEXT, truncate
 from .models import DeadLetter
@@ -150,16 +149,11 @@ def status_label(status: str) -> str:
     return str(dict(DeadLetter.Status.choices).get(status, status))
 
 
-def status_badge(status: str) -> SafeString:
+def dlq_status_badge(status: str) -> SafeString:
     """The status as the admin shows booleans: an icon, then the label."""
-    label = status_label(status)
-    icon = STATUS_ICONS.get(status, "admin/img/icon-unknown.svg")
-    return format_html(
-        '<span class="flowwarden-dlq-status" data-status="{0}">'
-        '<img src="{1}" alt="{0}"> {2}</span>',
-        status,
-        static(icon),
-        label.capitalize(),
+    labels = dict(DeadLetter.Status.choices)
+    return status_badge(
+        status, labels=labels, icons=STATUS_ICONS, css_class="flowwarden-dlq-status"
     )
 
 
@@ -290,7 +284,7 @@ def _perform_one(
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):
+class DeadLetterAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin):
     """The dead-letter console: list, filter and inspect parked events, and replay,
     acknowledge or discard them.
 
@@ -378,16 +372,9 @@ class DeadLetterAdmin(admin.ModelAdmin):
         "note",
     ]
 
+    object_operations = OPERATIONS
+
     # -- permissions: view, plus the operations ------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def _has_perm(self, request: HttpRequest, action: str) -> bool:
         codename = get_permission_codename(action, self.opts)
@@ -439,7 +426,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         tools = []
         if entry is not None and dlq_admin_stores().alias:
             tools = [
-                (operation, self._operation_url(operation, entry))
+                (operation, self.object_url(entry, operation))
                 for operation in OPERATIONS
                 if self._allowed(request, operation) and entry.status in operation.applies_to
             ]
@@ -462,7 +449,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_icon(self, obj: DeadLetter) -> SafeString:
-        return status_badge(obj.status)
+        return dlq_status_badge(obj.status)
 
     # -- detail fields ---------------------------------------------------------------
 
@@ -528,26 +515,6 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     # -- the same operations from an entry's page ---------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        urls = [
-            path(
-                f"<path:object_id>/{operation.name}/",
-                self.admin_site.admin_view(partial(self.operation_view, operation=operation)),
-                name="{}_{}_{}".format(*info, operation.name),
-            )
-            for operation in OPERATIONS
-        ]
-        return urls + super().get_urls()
-
-    def _change_url(self, entry: DeadLetter) -> str:
-        name = f"admin:{self.opts.app_label}_{self.opts.model_name}_change"
-        return reverse(name, args=[quote(entry.pk)], current_app=self.admin_site.name)
-
-    def _operation_url(self, operation: Operation, entry: DeadLetter) -> str:
-        name = f"admin:{self.opts.app_label}_{self.opts.model_name}_{operation.name}"
-        return reverse(name, args=[quote(entry.pk)], current_app=self.admin_site.name)
-
     def operation_view(
         self, request: HttpRequest, object_id: str, *, operation: Operation
     ) -> HttpResponse:
@@ -559,8 +526,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
             raise PermissionDenied
         if request.method == "POST" and request.POST.get("post") == "yes":
             self._perform_and_report(request, operation, [entry])
-            return HttpResponseRedirect(self._change_url(entry))
-        return self._confirmation(request, operation, [entry], self._change_url(entry), entry=entry)
+            return HttpResponseRedirect(self.object_url(entry))
+        return self._confirmation(request, operation, [entry], self.object_url(entry), entry=entry)
 
     # -- shared steps ------------------------------------------------------------------
 
@@ -577,10 +544,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
         rows = [
             {
                 "entry": row,
-                "url": self._change_url(row),
+                "url": self.object_url(row),
                 "document_key": short_document_key(row.document_key),
                 "error_type": _last_name(row.error_type),
-                "status": status_badge(row.status),
+                "status": dlq_status_badge(row.status),
                 "pending": row.status in operation.applies_to,
             }
             for row in entries

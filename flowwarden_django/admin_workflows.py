@@ -24,16 +24,15 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.templatetags.static import static
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
-from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .admin import age, timestamp
+from .admin_base import ReadOnlyAdminMixin, status_badge
 from .formatting import NONE_TEXT, truncate
 from .models import Approval, WorkflowRun
 from .snapshot_diff import DiffLine, state_diff, state_json
@@ -79,14 +78,9 @@ TEMPLATES = "admin/flowwarden_django/workflowrun"
 
 def run_status_badge(status: str) -> SafeString:
     """The run status as the admin shows booleans: an icon, then the label."""
-    label = str(dict(WorkflowRun.Status.choices).get(status, status))
-    icon = RUN_STATUS_ICONS.get(status, "admin/img/icon-unknown.svg")
-    return format_html(
-        '<span class="flowwarden-run-status" data-status="{0}">'
-        '<img src="{1}" alt="{0}"> {2}</span>',
-        status,
-        static(icon),
-        capfirst(label),
+    labels = dict(WorkflowRun.Status.choices)
+    return status_badge(
+        status, labels=labels, icons=RUN_STATUS_ICONS, css_class="flowwarden-run-status"
     )
 
 
@@ -136,7 +130,7 @@ def fork_snapshot(run: WorkflowRun, found: RunStore, snapshot_id: str, state: An
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(admin.ModelAdmin):
+class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Workflow runs: list, filter and inspect them, browse each run's snapshot tree,
     read a snapshot's state and its diff against its parent, and fork a run.
 
@@ -204,15 +198,6 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     ]
 
     # -- permissions: view, plus fork ------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_fork_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """May the user fork runs from a snapshot (``fork_workflowrun``)?"""
