@@ -20,9 +20,9 @@ from flowwarden_django.workflows.approvals import (
     ApprovalPermissionError,
     UnknownApprovalError,
 )
+from tests.refund_workflow import seen_decisions as SEEN
 from tests.test_api_helpers import (
     API,
-    SEEN,
     WORKFLOW,
     People,
     make_people,

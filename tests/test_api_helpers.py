@@ -2,7 +2,8 @@
 
 A workflow ``api-refund`` asks for an approval when the amount is 100 or more
 (assigned to ``alice`` and the group ``finance``); its next step records the
-decision it was given in ``SEEN``, so tests can tell how often a run resumed.
+decision it was given in ``tests.refund_workflow.seen_decisions``, so tests can tell
+how often a run resumed.
 """
 
 from __future__ import annotations
@@ -22,47 +23,20 @@ from flowwarden_django.models import Approval
 from flowwarden_django.workflows import (
     Hibernated,
     RunStatus,
-    Workflow,
     WorkflowDefinition,
-    advance,
-    await_approval,
-    done,
-    step,
     workflow_registry,
 )
 from tests.lanes import lane_marks
+from tests.refund_workflow import define_refunds
 
 API = "/api/v1"
 WORKFLOW = "api-refund"
-SEEN: list[Any] = []
-
-
-@step
-def review(state: dict[str, Any]) -> Any:
-    if state["amount"] < 100:
-        return advance({**state, "review": "automatic"})
-    return await_approval(
-        {**state, "review": "manual"},
-        f"Refund {state['amount']}?",
-        assignees=["alice"],
-        group="finance",
-        expires_in=state.get("expires_in"),
-    )
-
-
-@step
-def settle(state: dict[str, Any], ctx: Any) -> Any:
-    decision = ctx.decision
-    SEEN.append(decision)
-    outcome = "refunded" if decision is None or decision.approved else decision.decision
-    return done({**state, "outcome": outcome})
 
 
 @pytest.fixture
 def refunds() -> Iterator[WorkflowDefinition]:
     """The ``api-refund`` workflow, on the ``default`` snapshot store alias."""
-    SEEN.clear()
-    definition = Workflow.define(WORKFLOW, [review, settle])
+    definition = define_refunds(WORKFLOW)
     yield definition
     workflow_registry.unregister(WORKFLOW)
 

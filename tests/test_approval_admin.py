@@ -18,14 +18,14 @@ from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import (
     Hibernated,
     Workflow,
-    advance,
     await_approval,
-    done,
     step,
     workflow_registry,
 )
 from flowwarden_django.workflows.approvals import reject
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests.refund_workflow import define_refunds, settle
+from tests.refund_workflow import seen_decisions as SEEN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,36 +48,11 @@ def page(response: Any) -> str:
     return response.content.decode()
 
 
-#: The decisions ``settle`` was handed, in order.
-SEEN: list[Any] = []
-
-
-@step
-def review(state: dict[str, Any]) -> Any:
-    if state["amount"] < 100:
-        return advance(state)
-    return await_approval(
-        {**state, "review": "manual"},
-        f"Refund {state['amount']}?",
-        assignees=["alice"],
-        group="finance",
-        expires_in=state.get("expires_in"),
-    )
-
-
-@step
-def settle(state: dict[str, Any], ctx: Any) -> Any:
-    SEEN.append(ctx.decision)
-    outcome = "refunded" if ctx.decision is None or ctx.decision.approved else "refused"
-    return done({**state, "outcome": outcome})
-
-
 @pytest.fixture
 def refunds() -> Any:
     """``review`` asks alice or the finance group when the amount is 100 or more;
     ``settle`` records the decision."""
-    SEEN.clear()
-    definition = Workflow.define("refund", [review, settle], OrmSnapshotStore())
+    definition = define_refunds("refund", OrmSnapshotStore())
     yield definition
     workflow_registry.unregister("refund")
 

@@ -23,9 +23,7 @@ from flowwarden_django.workflows import (
     Hibernated,
     RunStatus,
     Workflow,
-    advance,
     await_approval,
-    done,
     step,
     workflow_registry,
 )
@@ -45,6 +43,7 @@ from flowwarden_django.workflows.approvals import (
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.runs import RunRecords, new_runner_token
 from tests.lanes import lane_marks
+from tests.refund_workflow import define_refunds, review, seen_decisions, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,46 +54,11 @@ SERVER_DATABASES = [
     for alias in ("postgres", "mariadb")
 ]
 
-seen_decisions: list[Any] = []
-
-
-@step
-def review(state: dict[str, Any]) -> Any:
-    if state["amount"] < 100:
-        return advance({**state, "review": "automatic"})
-    return await_approval(
-        {**state, "review": "manual"},
-        f"Refund {state['amount']}?",
-        assignees=["alice"],
-        group="finance",
-        expires_in=state.get("expires_in"),
-        on_expiry=state.get("on_expiry", "resume"),
-    )
-
-
-@step
-def settle(state: dict[str, Any], ctx: Any) -> Any:
-    decision = ctx.decision
-    seen_decisions.append(decision)
-    if decision is None:
-        return done({**state, "outcome": "refunded"})
-    return done(
-        {
-            **state,
-            "outcome": "refunded" if decision.approved else decision.decision,
-            "note": (decision.payload or {}).get("note"),
-            "by": decision.decided_by,
-        }
-    )
-
 
 @pytest.fixture
 def refunds(request: pytest.FixtureRequest) -> Any:
     alias = getattr(request, "param", "default")
-    seen_decisions.clear()
-    definition = Workflow.define(
-        "refund", [review, settle], OrmSnapshotStore(using=alias), using=alias
-    )
+    definition = define_refunds("refund", OrmSnapshotStore(using=alias), using=alias)
     yield definition
     workflow_registry.unregister("refund")
 
@@ -440,8 +404,7 @@ def race_decisions(approval: Approval, people: dict[str, User], alias: str) -> l
 def test_racing_decisions_make_exactly_one(alias: str) -> None:
     """Eight threads decide one approval at once, half approving, half rejecting:
     one decision is made, the same decision repeats it, the other conflicts."""
-    seen_decisions.clear()
-    Workflow.define("refund", [review, settle], OrmSnapshotStore(using=alias), using=alias)
+    define_refunds("refund", OrmSnapshotStore(using=alias), using=alias)
     try:
         people = users(alias)
         for _ in range(10):
