@@ -123,7 +123,7 @@ def decide(
             else:
                 refusal = _busy(approval)
         elif status == Approval.Status.PENDING:
-            refusal = _decide_pending(approval, decision, user, comment, payload, now, db, result)
+            refusal = _decide_pending(approval, decision, actor, comment, payload, now, db, result)
         elif status == decision:
             result.repeated = True
             record_event(approval, "repeated", using=db, actor=actor, at=now, comment=comment)
@@ -155,7 +155,7 @@ def decide(
 def _decide_pending(
     approval: Approval,
     decision: str,
-    user: Any,
+    actor: str,
     comment: str,
     payload: Any,
     now: Any,
@@ -164,7 +164,6 @@ def _decide_pending(
 ) -> ApprovalError | None:
     """Decide pending *approval* (row locked); the refusal when it cannot be."""
     key = str(approval.pk)
-    actor = "" if user is None else user.get_username()
     decided = ApprovalDecision(key, decision, payload, comment, actor or None, now.isoformat())
     if not RunRecords(db).accept_decision(
         approval.coordination_id, approval.snapshot_id, decided.as_input()
