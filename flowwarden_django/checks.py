@@ -9,7 +9,10 @@ value; E009 ``USE_TZ`` is off; E010 a lease or status interval is not a positive
 E011 the lease renewal interval is more than half the TTL; W001 pymongo (``bson``) is
 missing, so no resume token can be stored; W201 (``check --deploy`` only) a snapshot store
 writes workflow state in plaintext; E202 ``WORKFLOW_EXECUTION`` names no usable execution
-provider; W202 it is ``"celery"`` but no Celery app is loaded. Declared streams:
+provider; W202 it is ``"celery"`` but no Celery app is loaded; E301 ``HEALTH_DETAILS``
+is not ``"staff"``, ``"none"``, ``"all"`` or a permission of an installed app; W301 no
+model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`` is
+``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens. Declared streams:
 E101-E113, E115-E117 and W101-W106 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL.
 """
@@ -21,6 +24,7 @@ from collections.abc import Mapping
 from importlib.util import find_spec
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
@@ -329,3 +333,102 @@ def check_intervals(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         )
     return errors
+
+
+@checks.register()
+def check_endpoint_access(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Who may read the health details and the metrics: ``HEALTH_DETAILS`` is a rule or
+    a declared permission, ``METRICS_TOKEN`` is ``None``, a token or a list of tokens."""
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    return _check_health_details(fw_settings.HEALTH_DETAILS) + _check_metrics_token(
+        fw_settings.METRICS_TOKEN
+    )
+
+
+def _check_health_details(value: Any) -> list[checks.CheckMessage]:
+    from .views import HEALTH_DETAILS_RULES, is_permission_name
+
+    if value in HEALTH_DETAILS_RULES:
+        return []
+    setting = f'{SETTING_NAME}["HEALTH_DETAILS"]'
+    declared = _declared_permissions(value.split(".")[0]) if is_permission_name(value) else None
+    if declared is None:
+        return [
+            checks.Error(
+                f"{setting} = {value!r} is not a rule nor a permission of an installed app: "
+                "nobody gets the health details.",
+                hint='Use "staff" (the default), "none", "all" or a permission '
+                '"app_label.codename", such as "flowwarden_django.view_streamworker".',
+                id="flowwarden_django.E301",
+            )
+        ]
+    if value.split(".", 1)[1] not in declared:
+        return [
+            checks.Warning(
+                f"{setting} = {value!r}: no model of {value.split('.')[0]!r} declares "
+                "this permission, so only superusers get the health details.",
+                hint="Check the codename, or declare it in a model's Meta.permissions.",
+                id="flowwarden_django.W301",
+            )
+        ]
+    return []
+
+
+def _declared_permissions(app_label: str) -> set[str] | None:
+    """The codenames of *app_label*'s models' permissions; ``None`` if no such app."""
+    try:
+        config = apps.get_app_config(app_label)
+    except LookupError:
+        return None
+    codenames: set[str] = set()
+    for model in config.get_models():
+        opts = model._meta
+        codenames.update(f"{action}_{opts.model_name}" for action in opts.default_permissions)
+        codenames.update(codename for codename, _name in opts.permissions)
+    return codenames
+
+
+def _is_metrics_token_setting(value: Any) -> bool:
+    """``None``, or one or more non-empty tokens without surrounding spaces."""
+    if value is None:
+        return True
+    tokens = [value] if isinstance(value, str) else value
+    if not isinstance(tokens, list | tuple) or not tokens:
+        return False
+    return all(isinstance(token, str) and token and token == token.strip() for token in tokens)
+
+
+def _check_metrics_token(value: Any) -> list[checks.CheckMessage]:
+    if _is_metrics_token_setting(value):
+        return []
+    return [
+        checks.Error(
+            f'{SETTING_NAME}["METRICS_TOKEN"] = {value!r} is not a token: '
+            "/flowwarden/metrics/ refuses every request.",
+            hint="Use None (open metrics), a non-empty string without surrounding spaces, "
+            'or a list of them to rotate, e.g. os.environ["FLOWWARDEN_METRICS_TOKEN"].',
+            id="flowwarden_django.E302",
+        )
+    ]
+
+
+@checks.register(deploy=True)
+def check_public_health_details(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """``check --deploy``: W302 when anyone may read the health details."""
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    if fw_settings.HEALTH_DETAILS != "all":
+        return []
+    return [
+        checks.Warning(
+            f'{SETTING_NAME}["HEALTH_DETAILS"] is "all": /flowwarden/health/ shows anyone '
+            "the error texts (which may quote event data and connection strings) and the "
+            "instance ids (host names).",
+            hint='Use "staff" (the default) or a permission, and give the monitoring '
+            "that needs details a staff account.",
+            id="flowwarden_django.W302",
+        )
+    ]

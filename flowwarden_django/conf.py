@@ -43,6 +43,13 @@ DEFAULTS: dict[str, Any] = {
     "WORKFLOW_EXECUTION": "inprocess",
     # How long a runner's claim on a workflow run lasts; renewed before each step.
     "WORKFLOW_RUN_LEASE": "10m",
+    # Who gets error texts and instance ids from /flowwarden/health/ (others get status and
+    # counts): "staff" (active staff users), "none", "all" (anyone, even anonymous) or a
+    # permission "app_label.codename".
+    "HEALTH_DETAILS": "staff",
+    # When set, /flowwarden/metrics/ needs "Authorization: Bearer <token>"; a list of tokens
+    # accepts each (to rotate). None: open, as a scrape target usually is.
+    "METRICS_TOKEN": None,
 }
 
 

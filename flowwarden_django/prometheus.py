@@ -11,6 +11,12 @@ Two kinds of metrics, all named ``flowwarden_*``:
   count what happens *in this process*: scrape the processes that run streams to
   see them (``prometheus_client.start_http_server(port, registry=REGISTRY)``).
 
+Labels carry names and fixed values only: stream names, store and client
+aliases, states, anchors, reasons. The ``instance`` label is the process's
+:func:`~flowwarden_django.streams.status.instance_key` (an opaque keyed hash), not
+its ``<hostname>:<pid>`` id: the detailed health report (staff) maps one to the
+other. No error text becomes a label or a sample.
+
 Everything is exposed through :data:`REGISTRY`. To add the same metrics to another
 registry (the global one, django-prometheus), register a :class:`FlowwardenCollector`
 there. :func:`install_receivers` connects the signal receivers; importing this
@@ -282,7 +288,7 @@ class FlowwardenCollector:
                 families[metric].add_metric([name], value)
         for instance in status.instances:
             for column, metric, _help in INSTANCE_COUNTERS:
-                families[metric].add_metric([name, instance.instance_id], getattr(instance, column))
+                families[metric].add_metric([name, instance.key], getattr(instance, column))
 
     def _lag(self, status: StreamStatus, now: datetime) -> float | None:
         last = self.signals.last_cluster_time.get(status.name)

@@ -146,3 +146,9 @@ def on_lane(lane: str) -> Iterator[None]:
     with override_settings(DATABASE_ROUTERS=[f"{__name__}.EverythingOnPostgres"]):
         yield
     connections["postgres"].close()
+
+
+def field_errors(body: dict[str, Any]) -> list[str]:
+    """The fields a 400 body reports (its ``code`` is ``invalid``, with a ``detail``)."""
+    assert body["code"] == "invalid" and body["detail"], body
+    return [name for name in body if name not in ("code", "detail")]

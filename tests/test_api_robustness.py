@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from flowwarden_django.models import Approval, SnapshotRecord
-from tests.test_api_helpers import API, make_people, pending, postgres_lane, token_client
+from tests.test_api_helpers import (
+    API,
+    field_errors,
+    make_people,
+    pending,
+    postgres_lane,
+    token_client,
+)
 
 pytest_plugins = ["tests.test_api_helpers"]  # the refunds and on_lane fixtures
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,7 +76,8 @@ def test_odd_queries_are_400_or_404(lane: str, on_lane: None, refunds: Any) -> N
     for forged in FORGED_CURSORS:
         response = client.get(f"{API}/snapshots/?cursor={forged}")
         assert response.status_code == 400, forged
-        assert response.json() == {"cursor": ["Invalid cursor."]}
+        assert response.json()["cursor"] == ["Invalid cursor."]
+        assert field_errors(response.json()) == ["cursor"]
     for url, status in [
         ("/runs/%00/", 404),
         ("/runs/" + "x" * 300 + "/", 404),

@@ -261,9 +261,10 @@ def test_a_fork_cancels_the_pending_approval(refunds: Any) -> None:
     people = users()
     cid, approval = pending(refunds)
     workflow = refunds.workflow(cid)
-    workflow.fork(approval.snapshot_id, {"amount": 999_999, "review": "manual"})
+    fork = workflow.fork(approval.snapshot_id, {"amount": 999_999, "review": "manual"})
     assert Approval.objects.get(pk=approval.pk).status == "cancelled"
-    assert WorkflowRun.objects.get(pk=cid).status == RunStatus.HIBERNATED
+    run = WorkflowRun.objects.get(pk=cid)
+    assert (run.status, run.head_snapshot_id) == (RunStatus.WAITING, fork.id)
     with pytest.raises(ApprovalConflictError) as caught:
         approve(approval.pk, people["alice"])
     assert caught.value.code == "approval_cancelled"
@@ -468,12 +469,16 @@ def test_command_and_task_expire(refunds: Any) -> None:
     }
 
 
-def test_a_fork_of_a_waiting_run_continues_and_cancels_its_approval(refunds: Any) -> None:
+def test_a_fork_of_a_waiting_run_asks_again_and_cancels_its_approval(refunds: Any) -> None:
+    people = users()
     cid, approval = pending(refunds)
     workflow = refunds.workflow(cid)
     waiting = workflow.history()[-1]
-    workflow.fork(waiting.id, {**waiting.state, "amount": 5, "outcome": "forked"})
+    fork = workflow.fork(waiting.id, {**waiting.state, "amount": 5, "outcome": "forked"})
     assert Approval.objects.get(pk=approval.pk).status == "cancelled"
-    result = workflow.run()  # continues from the fork, at the step after review
-    assert isinstance(result, Completed)
-    assert seen_decisions == [None]
+    result = workflow.run()  # the fork repeats review's request: no step runs
+    assert isinstance(result, Hibernated) and result.status == RunStatus.WAITING
+    assert seen_decisions == []
+    again = Approval.objects.get(snapshot_id=fork.id, status=Approval.Status.PENDING)
+    assert approve(again.pk, people["alice"]).run_result.final_state["amount"] == 5
+    assert [d.decision for d in seen_decisions] == ["approved"]

@@ -14,6 +14,7 @@ from flowwarden_django import prometheus
 from flowwarden_django.streams import metrics
 from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
+from flowwarden_django.streams.status import instance_key
 from tests.status_rows import NOW, ago, checkpoint, dead_letter, worker
 
 pytestmark = pytest.mark.django_db
@@ -67,7 +68,9 @@ def test_healthy_is_200_with_the_report(client, declare):
     assert entry["heartbeat_age_seconds"] == 10.0
     assert entry["dlq_backlog"] == 2
     assert entry["last_event_time"] == ago(3).isoformat()
-    assert [i["instance_id"] for i in entry["instances"]] == ["host-a:1"]
+    # Anonymous: the instance's opaque key, not its id (a host name).
+    assert [i["key"] for i in entry["instances"]] == [instance_key("host-a:1")]
+    assert "instance_id" not in entry["instances"][0]
 
 
 def test_unhealthy_is_503(client, declare):
@@ -84,9 +87,14 @@ def test_unhealthy_is_503(client, declare):
     assert report["streams"]["hv-payments"]["status"] == "DOWN"
 
 
-def test_a_status_that_cannot_be_read_is_503_not_500(client, declare):
+def test_a_status_that_cannot_be_read_is_503_not_500(client, declare, django_user_model):
     declare("hv-orders")
     declare("hv-orders")
+    response = client.get(HEALTH)
+    assert response.status_code == 503
+    # Anonymous: what failed, not the message (it names source files).
+    assert response.json()["error"] == "stream status unavailable (DuplicateStreamError)"
+    client.force_login(django_user_model.objects.create_user("ops", is_staff=True))
     response = client.get(HEALTH)
     assert response.status_code == 503
     assert "declared twice" in response.json()["error"]
@@ -108,6 +116,7 @@ def test_metrics_report_checkpoint_age_and_dlq_backlog(client, declare):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     lines = metric_lines(response.content)
+    key = instance_key("host-a:1")  # the instance label names no host
     for expected in (
         'flowwarden_checkpoint_age_seconds{stream="pm-orders"} 42.0',
         'flowwarden_heartbeat_age_seconds{stream="pm-orders"} 10.0',
@@ -119,8 +128,8 @@ def test_metrics_report_checkpoint_age_and_dlq_backlog(client, declare):
         'flowwarden_stream_state{state="stopped",stream="pm-orders"} 0.0',
         'flowwarden_stream_state{state="stopped",stream="pm-idle"} 1.0',
         'flowwarden_stream_instances{stream="pm-orders"} 1.0',
-        'flowwarden_instance_events_total{instance="host-a:1",stream="pm-orders"} 7.0',
-        'flowwarden_instance_errors_total{instance="host-a:1",stream="pm-orders"} 2.0',
+        f'flowwarden_instance_events_total{{instance="{key}",stream="pm-orders"}} 7.0',
+        f'flowwarden_instance_errors_total{{instance="{key}",stream="pm-orders"}} 2.0',
         # Without an event seen in this process, the lag is the checkpoint age.
         'flowwarden_stream_lag_seconds{stream="pm-orders"} 42.0',
         "flowwarden_status_up 1.0",

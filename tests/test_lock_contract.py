@@ -334,7 +334,8 @@ class TestRedisSpecifics:
     def test_layout(self, service):
         lease = service.try_acquire("orders", A, 60)
         raw = service.client.hgetall(service.key("orders"))
-        assert service.key("orders") == f"{service.key_prefix}lock:orders"
+        assert service.key("orders") == f"{service.key_prefix}lease:orders"
+        assert service.fence_key("orders") == f"{service.key_prefix}fence:orders"
         assert raw == {
             b"owner": A.encode(),
             b"token": str(lease.token).encode(),
@@ -371,7 +372,7 @@ class TestRedisSpecifics:
 
     def test_default_prefix_and_cache_alias(self):
         service = RedisLockService(cache="redis")
-        assert service.key("x") == "fw:lock:x"
+        assert service.key("x") == "fw:lease:x"
         assert service.client.ping()
 
 

@@ -107,12 +107,16 @@ class OrmContract(SnapshotStoreContract):
         )
         return {}
 
-    def make_encrypting_store(self, keys):
-        return OrmSnapshotStore(using=self.alias, encryption_keys=keys)
+    def make_encrypting_store(self, keys, **options):
+        return OrmSnapshotStore(using=self.alias, encryption_keys=keys, **options)
 
     def raw_texts(self, store, snapshot_id):
         row = SnapshotRecord.objects.using(self.alias).get(pk=snapshot_id)
         return row.state, row.metadata
+
+    def move_row(self, store, snapshot_id, coordination_id):
+        rows = SnapshotRecord.objects.using(self.alias).filter(pk=snapshot_id)
+        return rows.update(coordination_id=coordination_id) == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ from flowwarden_django.models import DeadLetter
 from flowwarden_django.streams.dlq import DlqStore
 from flowwarden_django.streams.registry import StreamRegistry, register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
-from flowwarden_django.streams.status import health_report, stream_status
+from flowwarden_django.streams.status import health_report, instance_key, stream_status
 from tests.status_rows import NOW, ago, checkpoint, control, dead_letter, worker
 
 pytestmark = pytest.mark.django_db
@@ -260,6 +260,7 @@ def test_health_report_shape(registry):
         "leader": None,
         "instances": [
             {
+                "key": instance_key("host-a:1"),
                 "instance_id": "host-a:1",
                 "state": "running",
                 "role": "",

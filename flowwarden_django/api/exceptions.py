@@ -1,7 +1,8 @@
 """How the API renders errors.
 
-Every error but a validation error is ``{"code": "<stable code>", "detail": "<text>"}``;
-a validation error is DRF's usual ``{"field": ["message", ...]}`` (400). Refused
+Every error is ``{"code": "<stable code>", "detail": "<text>"}``; a validation error
+(400) also keeps DRF's usual field messages beside them, ``{"code": "invalid",
+"detail": "Invalid input: field, ...", "field": ["message", ...]}``. Refused
 decisions keep the approvals core's codes: ``approval_not_found`` (404),
 ``approval_forbidden`` (403), ``approval_already_decided`` / ``approval_cancelled`` /
 ``run_busy`` (409) and ``approval_expired`` (410).
@@ -42,6 +43,13 @@ class Gone(exceptions.APIException):
     default_code = "gone"
 
 
+class SnapshotUnreadable(Conflict):
+    """409: the store cannot read the snapshot (a wrong key, tampered data)."""
+
+    default_detail = _("The snapshot cannot be read.")
+    default_code = "snapshot_unreadable"
+
+
 #: The status of each refused decision (the first matching class wins).
 _APPROVAL_ERRORS: list[tuple[type[ApprovalError], type[exceptions.APIException]]] = [
     (UnknownApprovalError, exceptions.NotFound),
@@ -65,10 +73,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler, with core errors translated and ``code`` added to the body."""
     exc = api_error(exc)
     response = drf_exception_handler(exc, context)
-    if response is None or isinstance(exc, exceptions.ValidationError):
+    if response is None:
+        return response
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = _validation_body(response.data)
         return response
     detail = response.data.get("detail") if isinstance(response.data, dict) else None
     if detail is not None:
         code = getattr(detail, "code", None) or "error"
         response.data = {"code": code, "detail": str(detail)}
     return response
+
+
+def _validation_body(errors: Any) -> dict[str, Any]:
+    """A validation error's body: ``code`` and ``detail`` with the field messages."""
+    if not isinstance(errors, dict):
+        errors = {"non_field_errors": errors if isinstance(errors, list) else [errors]}
+    fields = ", ".join(str(name) for name in errors)
+    return {"code": "invalid", "detail": f"Invalid input: {fields}.", **errors}

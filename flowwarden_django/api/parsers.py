@@ -5,14 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from ..workflows.user_json import MAX_STATE_BYTES, UserJSONError, parse_user_json
+
+#: The largest body read: a fork's state at its limit, plus the object around it.
+MAX_BODY_BYTES = MAX_STATE_BYTES + 4096
+
 
 class StorableJSONParser(JSONParser):
-    """DRF's JSON parser, refusing (400) what would fail only when written: strings
-    with NUL characters (PostgreSQL text and jsonb cannot hold them) or unpaired
-    surrogates (``"\\ud800"``, not encodable as UTF-8), and absurdly deep nesting."""
+    """JSON bodies through ``workflows.user_json`` (400 ``parse_error``): finite
+    numbers only (``1e309`` and ``NaN`` are refused), at most ``MAX_DEPTH`` levels,
+    at most ``MAX_BODY_BYTES``, no NUL characters or unpaired surrogates (PostgreSQL
+    text and jsonb cannot hold them)."""
 
     def parse(
         self,
@@ -20,31 +27,16 @@ class StorableJSONParser(JSONParser):
         media_type: str | None = None,
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
+        parser_context = parser_context or {}
+        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
+        raw = stream.read(MAX_BODY_BYTES + 1) if stream is not None else b""
+        if len(raw) > MAX_BODY_BYTES:
+            raise ParseError(f"JSON parse error - the body is over {MAX_BODY_BYTES} bytes")
         try:
-            data = super().parse(stream, media_type, parser_context)
-        except RecursionError:
-            raise ParseError("JSON parse error - nested too deeply") from None
-        problem = unstorable_text(data)
-        if problem is not None:
-            raise ParseError(f"JSON parse error - {problem} in a string")
-        return data
-
-
-def unstorable_text(data: Any) -> str | None:
-    """What makes a string (or key) in the JSON value *data* unstorable, or ``None``."""
-    pending = [data]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            if "\x00" in item:
-                return "a NUL character"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "an unpaired surrogate"
-    return None
+            text = raw.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None
+        try:
+            return parse_user_json(text, what="the body", max_bytes=MAX_BODY_BYTES)
+        except UserJSONError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from None

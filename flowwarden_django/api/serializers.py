@@ -20,7 +20,14 @@ from rest_framework import serializers
 
 from ..models import Approval, ApprovalEvent, WorkflowRun
 from ..workflows.approvals import can_decide
-from ..workflows.snapshot import WorkflowSnapshot
+from ..workflows.snapshot import UnreadableSnapshot, WorkflowSnapshot
+from ..workflows.user_json import (
+    MAX_COMMENT_CHARS,
+    MAX_PAYLOAD_BYTES,
+    UserJSONError,
+    check_comment,
+    check_user_json,
+)
 from .permissions import readable_approvals
 from .stores import store_for_workflow
 
@@ -80,6 +87,13 @@ class StateField(serializers.Field):
         return json_safe(value)
 
 
+class ErrorSerializer(serializers.Serializer):
+    """An error body: a stable code and a message (validation errors add field messages)."""
+
+    code = serializers.CharField(help_text=_("A stable machine-readable code."))
+    detail = serializers.CharField(help_text=_("A human-readable message."))
+
+
 # -- runs ------------------------------------------------------------------------------
 
 
@@ -136,6 +150,18 @@ class SnapshotSerializer(serializers.Serializer):
     seq = serializers.IntegerField(read_only=True, allow_null=True)
     is_root = serializers.BooleanField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
+    error = serializers.SerializerMethodField(
+        help_text=_(
+            "null, or {code: snapshot_unreadable, detail} when the store cannot read the "
+            "row (a wrong key, tampered data)."
+        )
+    )
+
+    @extend_schema_field(ErrorSerializer(allow_null=True))
+    def get_error(self, snapshot: WorkflowSnapshot) -> dict[str, str] | None:
+        if not isinstance(snapshot, UnreadableSnapshot):
+            return None
+        return {"code": "snapshot_unreadable", "detail": snapshot.error}
 
 
 class SnapshotDetailSerializer(SnapshotSerializer):
@@ -145,10 +171,22 @@ class SnapshotDetailSerializer(SnapshotSerializer):
     state = StateField()
 
 
+def _checked(value: Any, **limits: Any) -> Any:
+    """*value* through ``check_user_json`` (a field error when refused)."""
+    try:
+        return check_user_json(value, **limits)
+    except UserJSONError as exc:
+        raise serializers.ValidationError(str(exc), code=exc.code) from None
+
+
 class ForkSerializer(serializers.Serializer):
-    """``POST .../fork/``: the new branch's state (any JSON, null included)."""
+    """``POST .../fork/``: the new branch's state (any JSON, null included, within
+    the limits of ``workflows.user_json``)."""
 
     state = serializers.JSONField(allow_null=True, help_text=_("The forked snapshot's state."))
+
+    def validate_state(self, value: Any) -> Any:
+        return _checked(value, what="state")
 
 
 def snapshot_data(snapshot: WorkflowSnapshot, detail: bool = False) -> dict[str, Any]:
@@ -244,20 +282,22 @@ class ApprovalDetailSerializer(ApprovalDecidedSerializer):
 
 class DecisionSerializer(serializers.Serializer):
     """``POST .../approve/`` or ``.../reject/``: an optional comment and payload (a JSON
-    object handed to the next step)."""
+    object handed to the next step, at most ``MAX_PAYLOAD_BYTES`` serialised)."""
 
-    comment = serializers.CharField(max_length=2000, allow_blank=True, default="")
+    comment = serializers.CharField(max_length=MAX_COMMENT_CHARS, allow_blank=True, default="")
     payload = serializers.DictField(allow_null=True, default=None)
+
+    def validate_comment(self, value: str) -> str:
+        try:
+            return check_comment(value)
+        except UserJSONError as exc:
+            raise serializers.ValidationError(str(exc), code=exc.code) from None
+
+    def validate_payload(self, value: Any) -> Any:
+        return _checked(value, what="payload", max_bytes=MAX_PAYLOAD_BYTES, require_object=True)
 
 
 # -- errors ----------------------------------------------------------------------------
-
-
-class ErrorSerializer(serializers.Serializer):
-    """Every error body but a validation error's."""
-
-    code = serializers.CharField(help_text=_("A stable machine-readable code."))
-    detail = serializers.CharField(help_text=_("A human-readable message."))
 
 
 #: The body of a 400: the messages of each invalid field (``non_field_errors`` for the

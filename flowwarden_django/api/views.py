@@ -8,6 +8,7 @@ Token authentication comes first so that an anonymous request gets 401 with a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -36,9 +37,11 @@ from rest_framework.views import APIView
 
 from ..models import Approval, WorkflowRun
 from ..workflows.approvals import assigned_approvals, decide
+from ..workflows.encryption import SnapshotDecryptionError
+from ..workflows.serializers import StateDecodeError
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore
-from .exceptions import exception_handler
+from .exceptions import SnapshotUnreadable, exception_handler
 from .filters import ApprovalFilter, RunFilter, SnapshotFilter, StoreParameter
 from .pagination import PagePagination, SnapshotCursorPagination
 from .parsers import StorableJSONParser
@@ -165,17 +168,24 @@ SNAPSHOT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="A 
     list=extend_schema(
         operation_id="snapshots_list",
         summary="Snapshots, newest first (keyset paging)",
-        description="Rows without their state. Follow `next` to page; a page may be "
-        "short (even empty) yet have a `next` when only some runs are visible to you.",
+        description="Rows without their state, of the runs visible to you. Follow `next` "
+        "to page. A row the store cannot read (a wrong key, tampered data) is listed with "
+        "an `error`.",
         parameters=[SnapshotFilter],
         responses={200: SnapshotSerializer(many=True), **LIST_ERRORS},
     ),
     retrieve=extend_schema(
         operation_id="snapshots_retrieve",
         summary="One snapshot, with its state and metadata",
-        description="404 when the snapshot does not exist or is not visible to you.",
+        description="404 when the snapshot does not exist or is not visible to you; "
+        "409 `snapshot_unreadable` when the store cannot read it.",
         parameters=[SNAPSHOT_ID, StoreParameter],
-        responses={200: SnapshotDetailSerializer, 400: BAD_REQUEST, **DETAIL_ERRORS},
+        responses={
+            200: SnapshotDetailSerializer,
+            400: BAD_REQUEST,
+            **DETAIL_ERRORS,
+            409: _error("snapshot_unreadable: a wrong key or tampered data."),
+        },
     ),
     fork=extend_schema(
         operation_id="snapshots_fork",
@@ -221,9 +231,10 @@ class SnapshotViewSet(ApiViewSet):
             return paginator.get_paginated_response([])
         if access.nothing:
             return paginator.get_paginated_response([])
-        # One readable coordination asked for: the store filters, nothing to skip.
-        allows = None if access.everything or query.coordination_id else access.allows
-        page = paginator.paginate_store(params.snapshot_store.list, query, request, allows)
+        query = dataclasses.replace(query, with_state=False)
+        if not access.everything and query.coordination_id is None:
+            query = dataclasses.replace(query, coordination_ids=access.coordinations)
+        page = paginator.paginate_store(params.snapshot_store.list, query, request)
         return paginator.get_paginated_response([snapshot_data(s) for s in page])
 
     def retrieve(self, request: Request, id: str) -> Response:
@@ -249,11 +260,17 @@ class SnapshotViewSet(ApiViewSet):
         params.is_valid(raise_exception=True)
         store = params.snapshot_store
         snapshot = None
+        access = SnapshotAccess.of(self.request.user)
         if len(snapshot_id) <= 64 and "\x00" not in snapshot_id:
-            snapshot = store.load(snapshot_id)
-        if snapshot is None or not SnapshotAccess.of(self.request.user).allows(
-            snapshot.coordination_id
-        ):
+            try:
+                snapshot = store.load(snapshot_id)
+            except (SnapshotDecryptionError, StateDecodeError) as exc:
+                # Where it belongs cannot be read either: only a reader of every
+                # run learns that it exists.
+                if not access.everything:
+                    raise exceptions.NotFound(code=self.not_found_code) from None
+                raise SnapshotUnreadable(f"{type(exc).__name__}: {exc}") from None
+        if snapshot is None or not access.allows(snapshot.coordination_id):
             raise exceptions.NotFound(code=self.not_found_code)
         self.check_object_permissions(self.request, snapshot)
         return store, snapshot

@@ -9,6 +9,14 @@ console all tell the same story, whichever process asks.
 
 A worker row not refreshed for three ``STATUS_INTERVAL``s belongs to a process that
 is gone: it is *stale* and no longer counts.
+
+Reports come in two views. With details (``manage.py flowwarden_streams status``,
+staff on ``/flowwarden/health/``): instance ids (``<hostname>:<pid>``) and error
+texts, which may quote event data, hosts or connection strings. Without
+(anonymous callers): status and counts only; each instance id is replaced by
+its :func:`instance_key`, an opaque name that is also the Prometheus ``instance``
+label, and each error text by a summary naming what failed and the exception's
+class.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import DatabaseError
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from ..conf import fw_settings
 from ..models import StreamControl, StreamWorker
@@ -42,6 +52,18 @@ LEADER = "LEADER"
 
 #: A worker row older than this many status intervals is stale.
 STALE_AFTER_INTERVALS = 3
+
+#: Fields of a worker's report shown only with details.
+WORKER_DETAIL_FIELDS = ("instance_id", "last_error")
+
+
+def instance_key(instance_id: str) -> str:
+    """An opaque, stable name for *instance_id* (a keyed hash: it reveals no host).
+
+    Keyed with ``SECRET_KEY``, so it cannot be reversed by hashing likely host
+    names. The detailed health report lists it next to each instance id.
+    """
+    return salted_hmac("flowwarden_django.instance_key", instance_id).hexdigest()[:12]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +88,22 @@ class WorkerStatus:
         """Copy a ``StreamWorker`` row."""
         return cls(**{field.name: getattr(row, field.name) for field in dataclasses.fields(cls)})
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON-compatible values (timestamps as ISO 8601 strings)."""
-        return {
-            field.name: _json_value(getattr(self, field.name)) for field in dataclasses.fields(self)
+    @property
+    def key(self) -> str:
+        """This instance's :func:`instance_key`."""
+        return instance_key(self.instance_id)
+
+    def to_json(self, *, details: bool = True) -> dict[str, Any]:
+        """JSON-compatible values (timestamps as ISO 8601 strings), plus ``key``.
+
+        Without *details*, no ``instance_id`` and no ``last_error``.
+        """
+        values = {
+            field.name: _json_value(getattr(self, field.name))
+            for field in dataclasses.fields(self)
+            if details or field.name not in WORKER_DETAIL_FIELDS
         }
+        return {"key": self.key, **values}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +116,8 @@ class StreamStatus:
     ``checkpoint_age_seconds`` and ``heartbeat_age_seconds`` are measured from
     ``now``. ``dlq_backlog`` is ``None`` when the stream has no dead-letter queue or
     its store cannot count. ``error`` says which read failed (checkpoint or DLQ
-    store); the other fields are still filled in.
+    store) and why; ``error_summary`` says the same without the exceptions'
+    messages (which may name hosts). The other fields are still filled in.
     """
 
     name: str
@@ -105,14 +139,19 @@ class StreamStatus:
     dlq_store: str | None = None
     restart_requested_at: datetime | None = None
     error: str | None = None
+    error_summary: str | None = None
 
     @property
     def required(self) -> bool:
         """Whether health needs this stream running (enabled and auto-start)."""
         return self.enabled and self.auto_start
 
-    def to_json(self) -> dict[str, Any]:
-        """The stream's entry in :func:`health_report` (``status`` is the reference's UP/DOWN)."""
+    def to_json(self, *, details: bool = True) -> dict[str, Any]:
+        """The stream's entry in :func:`health_report` (``status`` is the reference's UP/DOWN).
+
+        Without *details*, ``leader`` and ``stale_instances`` give instance keys
+        instead of ids, and ``error`` is the :attr:`error_summary`.
+        """
         return {
             "state": self.state,
             "status": "UP" if self.state == RUNNING else "DOWN",
@@ -121,9 +160,11 @@ class StreamStatus:
             "enabled": self.enabled,
             "auto_start": self.auto_start,
             "paused": self.paused,
-            "leader": self.leader,
-            "instances": [instance.to_json() for instance in self.instances],
-            "stale_instances": list(self.stale_instances),
+            "leader": self.leader if details or self.leader is None else instance_key(self.leader),
+            "instances": [instance.to_json(details=details) for instance in self.instances],
+            "stale_instances": [
+                instance if details else instance_key(instance) for instance in self.stale_instances
+            ],
             "last_event_time": _json_value(self.last_event_time),
             "checkpoint_at": _json_value(self.checkpoint_at),
             "checkpoint_age_seconds": self.checkpoint_age_seconds,
@@ -131,7 +172,7 @@ class StreamStatus:
             "heartbeat_age_seconds": self.heartbeat_age_seconds,
             "dlq_backlog": self.dlq_backlog,
             "restart_requested_at": _json_value(self.restart_requested_at),
-            "error": self.error,
+            "error": self.error if details else self.error_summary,
         }
 
 
@@ -206,7 +247,7 @@ def _one_stream(
     state, leader = stream_state(fresh, paused)
     # A gone process's last event is still the stream's last event.
     event_times = [r.last_event_at for r in rows if r.last_event_at is not None]
-    errors: list[str] = []
+    errors: list[_StoreError] = []
     checkpoint_at, heartbeat_at = _checkpoint_times(spec, errors)
     backlog = _dlq_backlog(spec, errors)
     return StreamStatus(
@@ -230,38 +271,58 @@ def _one_stream(
         dlq_backlog=backlog,
         dlq_store=spec.dead_letter_queue.store if spec.dead_letter_queue else None,
         restart_requested_at=control.restart_requested_at if control else None,
-        error="; ".join(errors) or None,
+        error="; ".join(e.text for e in errors) or None,
+        error_summary="; ".join(e.summary for e in errors) or None,
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _StoreError:
+    """A store that could not be read: what (``checkpoint store 'default'``) and why."""
+
+    what: str
+    exc: Exception
+
+    @property
+    def text(self) -> str:
+        return f"{self.what}: {self.exc}"
+
+    @property
+    def summary(self) -> str:
+        return f"{self.what} unavailable ({type(self.exc).__name__})"
+
+
 def _checkpoint_times(
-    spec: StreamSpec, errors: list[str]
+    spec: StreamSpec, errors: list[_StoreError]
 ) -> tuple[datetime | None, datetime | None]:
     try:
         saved = checkpoint_stores[spec.checkpoint_store].find(spec.name)
     except Exception as exc:  # one unreachable store must not hide the other streams
-        errors.append(f"checkpoint store {spec.checkpoint_store!r}: {exc}")
+        errors.append(_StoreError(f"checkpoint store {spec.checkpoint_store!r}", exc))
         return None, None
     if saved is None:
         return None, None
     return saved.last_processed_at or saved.last_seen_at, saved.last_heartbeat_at
 
 
-def _dlq_backlog(spec: StreamSpec, errors: list[str]) -> int | None:
+def _dlq_backlog(spec: StreamSpec, errors: list[_StoreError]) -> int | None:
     if spec.dead_letter_queue is None:
         return None
     alias = spec.dead_letter_queue.store
     try:
         count = dlq_stores[alias].count(spec.name)
     except Exception as exc:
-        errors.append(f"dead-letter store {alias!r}: {exc}")
+        errors.append(_StoreError(f"dead-letter store {alias!r}", exc))
         return None
     # -1: the store cannot count; saying 0 would be a lie.
     return None if count is None or count < 0 else int(count)
 
 
 def health_report(
-    now: datetime | None = None, registry: StreamRegistry | None = None
+    now: datetime | None = None,
+    registry: StreamRegistry | None = None,
+    *,
+    details: bool = True,
 ) -> dict[str, Any]:
     """``{"healthy": bool, "streams": {name: {...}}}``, ready for ``json.dumps``.
 
@@ -269,16 +330,31 @@ def health_report(
     instances of a ``SINGLE_LEADER`` stream do not count against health: the
     stream is judged by its leader, wherever it runs. When the status cannot be
     read at all (database down), the report is unhealthy with an ``error``.
+
+    Without *details* (what anonymous callers get), the report has status and
+    counts only: see :meth:`StreamStatus.to_json` and :func:`status_error`.
     """
     try:
         statuses = stream_status(now, registry)
     except Exception as exc:
         logger.warning("cannot read the stream status", exc_info=True)
-        return {"healthy": False, "streams": {}, "error": f"{type(exc).__name__}: {exc}"}
+        return {"healthy": False, "streams": {}, "error": status_error(exc, details=details)}
     return {
         "healthy": all(status.healthy for status in statuses),
-        "streams": {status.name: status.to_json() for status in statuses},
+        "streams": {status.name: status.to_json(details=details) for status in statuses},
     }
+
+
+def status_error(exc: Exception, *, details: bool = True) -> str:
+    """Why the status could not be read: the exception, or without *details* a summary.
+
+    The summary names the exception's class only: a driver's message may carry
+    the database's host, port and user.
+    """
+    if details:
+        return f"{type(exc).__name__}: {exc}"
+    what = "database unavailable" if isinstance(exc, DatabaseError) else "stream status unavailable"
+    return f"{what} ({type(exc).__name__})"
 
 
 def _age(at: datetime | None, now: datetime) -> float | None:

@@ -32,6 +32,7 @@ from ..workflows.snapshot import (
     Loaded,
     Saved,
     SnapshotEvent,
+    UnreadableSnapshot,
     WorkflowSnapshot,
 )
 from ..workflows.store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError
@@ -97,14 +98,20 @@ class SnapshotStoreContract:
         ``prune`` arguments. By default: ``{"protected_ids": {snapshot.id}}``."""
         return {"protected_ids": {snapshot.id}}
 
-    def make_encrypting_store(self, keys: list[str] | None) -> SnapshotStore | None:
+    def make_encrypting_store(self, keys: list[str] | None, **options: Any) -> SnapshotStore | None:
         """A store on the same storage as :meth:`make_store` with these encryption keys
-        (``None``: no encryption), or ``None`` when the backend does not encrypt."""
+        (``None``: no encryption) and *options* (``require_encryption``), or ``None``
+        when the backend does not encrypt."""
         return None
 
     def raw_texts(self, store: SnapshotStore, snapshot_id: str) -> tuple[str, str] | None:
         """The stored (state, metadata) text of a snapshot, or ``None`` if unknown."""
         return None
+
+    def move_row(self, store: SnapshotStore, snapshot_id: str, coordination_id: str) -> bool:
+        """Move a stored snapshot to another coordination behind the store's back, as
+        someone with write access to the storage could; False if unsupported."""
+        return False
 
     # -- fixtures and helpers ----------------------------------------------------------
 
@@ -415,6 +422,42 @@ class SnapshotStoreContract:
         assert self.ids(store.list(CheckpointQuery(agent_name=agent))) == expected
         newest = store.list(CheckpointQuery(agent_name=agent, newest_first=True, limit=3))
         assert self.ids(newest) == expected[::-1][:3]
+
+    @pytest.mark.parametrize("newest_first", [False, True], ids=["oldest-first", "newest-first"])
+    def test_list_keeps_only_the_given_coordinations(
+        self, store: SnapshotStore, cid: str, newest_first: bool
+    ) -> None:
+        agent = f"agent-{cid}"
+        kept = self.chain(store, f"{cid}-a", 4, agent_name=agent)
+        kept += self.chain(
+            store, f"{cid}-c", 3, start=BASE + timedelta(seconds=1), agent_name=agent
+        )
+        self.chain(store, f"{cid}-b", 5, agent_name=agent)
+        wanted = frozenset({f"{cid}-a", f"{cid}-c", f"{cid}-missing"})
+        query = CheckpointQuery(
+            agent_name=agent, coordination_ids=wanted, limit=2, newest_first=newest_first
+        )
+        expected = sorted(kept, key=query.sort_key, reverse=newest_first)
+        visited: list[str] = []
+        next_query: CheckpointQuery | None = query
+        while next_query is not None:
+            page = store.list(next_query)
+            visited += [s.id for s in page]
+            next_query = next_query.next_page(page)
+        assert visited == self.ids(expected)
+        assert store.list(CheckpointQuery(agent_name=agent, coordination_ids=frozenset())) == []
+        with pytest.raises(ValueError):
+            store.list(CheckpointQuery(coordination_ids=f"{cid}-a"))  # type: ignore[arg-type]
+
+    def test_list_without_states_gives_the_same_rows(self, store: SnapshotStore, cid: str) -> None:
+        saved = self.chain(store, cid, 4)
+        full = store.list(CheckpointQuery(coordination_id=cid, newest_first=True))
+        bare = store.list(CheckpointQuery(coordination_id=cid, newest_first=True, with_state=False))
+        assert self.ids(bare) == self.ids(full) == self.ids(saved[::-1])
+        assert all(s.state is None for s in bare)
+        assert [(s.seq, s.parent_id, s.created_at) for s in bare] == [
+            (s.seq, s.parent_id, s.created_at) for s in full
+        ]
 
     @pytest.mark.parametrize("newest_first", [False, True], ids=["oldest-first", "newest-first"])
     @pytest.mark.parametrize("by", ["coordination", "agent"])
@@ -739,8 +782,8 @@ class SnapshotStoreContract:
 
     # -- encryption at rest (stores that encrypt) --------------------------------------
 
-    def _encrypting(self, keys: list[str] | None) -> SnapshotStore:
-        store = self.make_encrypting_store(keys)
+    def _encrypting(self, keys: list[str] | None, **options: Any) -> SnapshotStore:
+        store = self.make_encrypting_store(keys, **options)
         if store is None:
             pytest.skip("this store does not encrypt at rest")
         return store
@@ -763,7 +806,7 @@ class SnapshotStoreContract:
         )
         raw = self.raw_texts(encrypting, stored.id)
         if raw is not None:
-            assert all(text.startswith("enc:v1:") for text in raw)
+            assert all(text.startswith("enc:v2:") for text in raw)
             assert "s3cr3t" not in "".join(raw)
         plain = self._encrypting(None)
         assert not plain.encrypts_at_rest
@@ -781,15 +824,45 @@ class SnapshotStoreContract:
         other = self._encrypting([wrong])
         with pytest.raises(SnapshotDecryptionError):
             other.load(stored.id)
+        # A listing reports the row it cannot read instead of failing as a whole.
+        for with_state in (True, False):
+            query = CheckpointQuery(coordination_id=cid, with_state=with_state)
+            (row,) = other.list(query)
+            assert isinstance(row, UnreadableSnapshot) and row.error
+            assert (row.id, row.seq, row.state) == (stored.id, stored.seq, None)
+
+    def test_plaintext_rows_are_refused_by_an_encrypting_store(self, cid: str) -> None:
+        from ..workflows.encryption import SnapshotDecryptionError
+
+        key, _ = self._keys()
+        planted = self._encrypting(None).save(WorkflowSnapshot.root(cid, {"v": "planted"}))
+        encrypting = self._encrypting([key])
+        with pytest.raises(SnapshotDecryptionError, match="plaintext"):
+            encrypting.load(planted.id)
         with pytest.raises(SnapshotDecryptionError):
-            other.list(CheckpointQuery(coordination_id=cid))
+            encrypting.latest(cid)
+        (row,) = encrypting.list(CheckpointQuery(coordination_id=cid))
+        assert isinstance(row, UnreadableSnapshot)
+
+    def test_an_encrypted_row_moved_to_another_coordination_does_not_decrypt(
+        self, cid: str
+    ) -> None:
+        from ..workflows.encryption import SnapshotDecryptionError
+
+        key, _ = self._keys()
+        encrypting = self._encrypting([key])
+        secret = encrypting.save(WorkflowSnapshot.root(cid, {"v": "approved amount"}))
+        if not self.move_row(encrypting, secret.id, f"{cid}-other"):
+            pytest.skip("this contract cannot rewrite stored rows")
+        with pytest.raises(SnapshotDecryptionError):
+            encrypting.load(secret.id)
 
     def test_plaintext_rows_stay_readable_after_enabling(self, cid: str) -> None:
         key, _ = self._keys()
         old = self._encrypting(None).save(
             WorkflowSnapshot.root(cid, {"v": "plain"}, metadata={"m": "1"})
         )
-        encrypting = self._encrypting([key])
+        encrypting = self._encrypting([key], require_encryption=False)
         assert encrypting.load(old.id) == old
         new = encrypting.save(old.derive_with({"v": "sealed"}))
         assert self.ids(encrypting.list(CheckpointQuery(coordination_id=cid))) == [old.id, new.id]

@@ -1,10 +1,16 @@
 """Encryption at rest of snapshot state and metadata: AES-256-GCM.
 
-An encrypted value is the text ``enc:v1:`` + base64(12-byte nonce ‖ ciphertext ‖
-16-byte tag), with a fresh random nonce per value. A value without the prefix is
-legacy plaintext and is returned as it is, so turning encryption on keeps older rows
-readable (they are encrypted when next saved). State and metadata text written by
-the stores never starts with ``enc:`` (JSON starts with ``{ [ " n t f`` or a digit).
+An encrypted value is the text ``enc:v2:`` + base64(12-byte nonce ‖ ciphertext ‖
+16-byte tag), with a fresh random nonce per value. The version names the associated
+data the store bound the value to: ``v2`` values (written now) are bound to their
+coordination, row and column, ``v1`` values (written before) to their row and
+column only; both stay readable. State and metadata text written by the stores never
+starts with ``enc:`` (JSON starts with ``{ [ " n t f`` or a digit).
+
+A value without the prefix is plaintext. A store that encrypts refuses it
+(``require_encryption``, the default), so nobody who can write to the table can slip
+in a state unnoticed; with ``require_encryption=False`` plaintext rows written
+before encryption was turned on stay readable until they are saved again.
 
 Reading fails closed: a wrong key, tampered data, or an encrypted value read by a
 store without a key raises ``SnapshotDecryptionError``, never returns garbage.
@@ -23,7 +29,9 @@ from typing import Any
 
 from ..exceptions import MissingExtraError
 
-PREFIX = "enc:v1:"
+PREFIX = "enc:v2:"
+#: The envelopes a cipher opens, newest first.
+PREFIXES = (PREFIX, "enc:v1:")
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
@@ -34,8 +42,18 @@ class SnapshotDecryptionError(RuntimeError):
 
 
 def is_encrypted(text: str | None) -> bool:
-    """Whether *text* is an encrypted envelope (``enc:v1:...``)."""
-    return text is not None and text.startswith(PREFIX)
+    """Whether *text* is an encrypted envelope (``enc:v2:...`` or ``enc:v1:...``)."""
+    return text is not None and text.startswith(PREFIXES)
+
+
+def envelope_version(text: str | None) -> int | None:
+    """2 or 1 for an envelope of that version, ``None`` for plaintext."""
+    if text is None:
+        return None
+    for prefix in PREFIXES:
+        if text.startswith(prefix):
+            return int(prefix[len("enc:v") : -1])
+    return None
 
 
 def decode_key(value: str | bytes) -> bytes:
@@ -125,8 +143,9 @@ class AesGcmCipher:
             return text
         from cryptography.exceptions import InvalidTag
 
+        body = text.split(":", 2)[2]
         try:
-            blob = base64.b64decode(text[len(PREFIX) :].encode("ascii"), validate=True)
+            blob = base64.b64decode(body.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError, ValueError):
             raise SnapshotDecryptionError("encrypted snapshot value is not valid base64") from None
         if len(blob) < NONCE_BYTES + TAG_BYTES:
@@ -144,13 +163,23 @@ class AesGcmCipher:
 
 
 def reveal(
-    text: str | None, cipher: AesGcmCipher | None, associated_data: bytes | None = None
+    text: str | None,
+    cipher: AesGcmCipher | None,
+    associated_data: bytes | None = None,
+    *,
+    require_encryption: bool = False,
 ) -> str | None:
-    """Plaintext of a stored value: decrypted with *cipher*, legacy plaintext as it is.
+    """Plaintext of a stored value: decrypted with *cipher*; plaintext as it is unless
+    *require_encryption* (then it raises ``SnapshotDecryptionError``).
 
     An encrypted value and no cipher raises ``SnapshotDecryptionError`` (fail closed).
     """
     if cipher is not None:
+        if require_encryption and not is_encrypted(text):
+            raise SnapshotDecryptionError(
+                "a plaintext value in a store that requires encryption (written by "
+                "someone without the key, or before encryption was turned on)"
+            )
         return cipher.decrypt(text, associated_data)
     if is_encrypted(text):
         raise SnapshotDecryptionError(

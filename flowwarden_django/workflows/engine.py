@@ -525,6 +525,9 @@ class _Execution:
 
         if head.metadata.get(WORKFLOW_DONE) == "true":
             return self.complete(head, pending_input)
+        asked = self.decision_asked(head, pending_input)
+        if asked is not None:
+            return asked
         start = wf._start_index(last_step)
         if start >= len(wf.steps):
             return self.complete(head, pending_input)
@@ -549,7 +552,9 @@ class _Execution:
             if isinstance(outcome, Fail):
                 self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
-            head = self.persist(head, current, outcome, consumed_input=pending_input is not None)
+            head = self.persist(
+                head, current.name, outcome, consumed_input=pending_input is not None
+            )
             last_step = current.name
             pending_input = None
             if isinstance(outcome, Done):
@@ -558,6 +563,39 @@ class _Execution:
                 return Hibernated(head.state, self.cid, current.name, outcome.status)
         self.finish(status=RunStatus.COMPLETED, failure_reason="")
         return Completed(head.state, self.cid)
+
+    def decision_asked(self, head: WorkflowSnapshot, pending_input: Any) -> Hibernated | None:
+        """Keep the run at *head* when its step asked for a decision and the run has
+        none for it: ``Hibernated`` (status ``waiting``), or ``None`` to go on.
+
+        Only a decision on the approval of this very snapshot lets the run pass (any
+        other input is dropped), however the run got here: a fork of the paused
+        snapshot, a resume by hand, a runner racing a fork. The approval is made when
+        missing; when it was closed without a decision the run can use (cancelled,
+        say), the step's request is repeated in a new snapshot, with a new approval.
+        """
+        from .approvals.request import AwaitApproval, decision_fits, request_from_snapshot
+
+        request = request_from_snapshot(head)
+        if request is None or decision_fits(head, pending_input, using=self.runs.db):
+            return None
+        last_step = head.metadata.get(LAST_STEP, "")
+        if pending_input is not None:
+            logger.warning(
+                "workflow %s (%s): the input given is not a decision on the approval "
+                "step %r asked for; ignored, the run waits for that decision",
+                self.workflow.name,
+                self.cid,
+                last_step,
+            )
+        outcome = AwaitApproval.from_request(head.state, request)
+        approval = _approval_of(head, self.runs.db)
+        if approval is None or approval.status == approval.Status.PENDING:
+            self.finish(status=RunStatus.WAITING, head_snapshot_id=head.id, resume_input=None)
+            outcome.on_paused(self.workflow, head)
+        else:  # closed: ask again
+            head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
+        return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING)
 
     def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:
         fields: dict[str, Any] = {"status": RunStatus.COMPLETED, "head_snapshot_id": head.id}
@@ -569,16 +607,16 @@ class _Execution:
     def persist(
         self,
         head: WorkflowSnapshot,
-        current: WorkflowStep,
+        step_name: str,
         outcome: StepOutcome,
         *,
         consumed_input: bool,
     ) -> WorkflowSnapshot:
-        """Save the step's snapshot (parent: *head*, ``seq``: head's + 1) and move the
-        run record to it."""
+        """Save the snapshot of step *step_name* (parent: *head*, ``seq``: head's + 1)
+        and move the run record to it."""
         is_done = isinstance(outcome, Done)
         metadata = {
-            LAST_STEP: current.name,
+            LAST_STEP: step_name,
             WORKFLOW_NAME: self.workflow.name,
             WORKFLOW_DONE: "true" if is_done else "false",
         }
@@ -590,7 +628,7 @@ class _Execution:
             agent_name=self.workflow.name,
             metadata=metadata,
         )
-        fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": current.name}
+        fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": step_name}
         if consumed_input:
             fields["resume_input"] = None
         finishing = is_done or isinstance(outcome, Pause)
@@ -681,6 +719,13 @@ class _Execution:
                 if current.retry_delay:
                     time.sleep(current.retry_delay)
         raise AssertionError("unreachable")
+
+
+def _approval_of(snapshot: WorkflowSnapshot, using: str) -> Any:
+    """The ``Approval`` row of paused *snapshot*, or ``None``."""
+    from ..models import Approval
+
+    return Approval.objects.using(using).filter(snapshot_id=snapshot.id).first()
 
 
 def _call_step(current: WorkflowStep, state: Any, ctx: StepContext) -> StepOutcome:

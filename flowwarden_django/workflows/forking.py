@@ -16,13 +16,26 @@ def fork_snapshot(
     store: SnapshotStore, snapshot_id: str, new_state: Any, *, using: str | None = None
 ) -> WorkflowSnapshot:
     """Fork *snapshot_id* in *store* with *new_state* (the new latest snapshot of its
-    coordination). A run that was waiting for an approval becomes ``hibernated`` (the
-    next ``run()`` continues from the fork) and its pending approval is cancelled:
-    a decision must never apply to a state its approver did not see."""
+    coordination).
+
+    A pending approval of the run is cancelled: a decision must never apply to a
+    state its approver did not see. When the source is a snapshot whose step asked
+    for a decision (``await_approval``), the fork asks again: the run waits at the
+    fork with a fresh approval of the new state, so a fork never takes a run past
+    that step without a decision (the engine holds it there too, whoever runs it).
+    Otherwise a run that was waiting becomes ``hibernated``, and the next ``run()``
+    continues from the fork.
+    """
+    from .approvals.request import request_approval, request_from_snapshot
     from .approvals.sweep import cancel_stale_approvals
 
     forked = store.fork(snapshot_id, new_state)
+    cid = forked.coordination_id
     runs = RunRecords(using)
-    runs.leave_waiting(forked.coordination_id)
-    cancel_stale_approvals(using=runs.db, coordination_id=forked.coordination_id)
+    request = request_from_snapshot(forked)
+    if request is None:
+        runs.leave_waiting(cid)
+    elif runs.wait_at(cid, forked.id):
+        request_approval(forked, request, using=runs.db)
+    cancel_stale_approvals(using=runs.db, coordination_id=cid)
     return forked

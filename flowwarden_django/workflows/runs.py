@@ -109,6 +109,11 @@ def _model() -> type[WorkflowRun]:
     return WorkflowRun
 
 
+def _unclaimed() -> Q:
+    """Runs no runner holds (none, or its lease ran out)."""
+    return Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+
+
 def _lease_end(lease: timedelta) -> ExpressionWrapper:
     return ExpressionWrapper(Now() + Value(lease), output_field=DateTimeField())
 
@@ -215,8 +220,7 @@ class RunRecords:
         }
         if resume_input is not None:
             fields["resume_input"] = resume_input
-        free = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
-        rows = self._rows().filter(free, pk=coordination_id)
+        rows = self._rows().filter(_unclaimed(), pk=coordination_id)
         if workflow_name is not None:
             rows = rows.filter(workflow_name=workflow_name)
         if rows.update(**fields) != 1:
@@ -270,6 +274,14 @@ class RunRecords:
         rows = self._rows().filter(pk=coordination_id, status=RunStatus.WAITING)
         return rows.update(status=RunStatus.HIBERNATED, updated_at=timezone.now()) == 1
 
+    def wait_at(self, coordination_id: str, head: str) -> bool:
+        """Make an unclaimed run wait for a decision at snapshot *head* (a fork of a
+        snapshot that asked for one), dropping any input it held; False when a runner
+        holds it (the engine then makes it wait when it reaches *head*)."""
+        rows = self._rows().filter(_unclaimed(), pk=coordination_id)
+        fields = {"status": RunStatus.WAITING, "head_snapshot_id": head, "resume_input": None}
+        return rows.update(**fields, failure_reason="", updated_at=timezone.now()) == 1
+
     def fail_waiting(self, coordination_id: str, head: str, reason: str) -> bool:
         """Fail a run waiting at snapshot *head* (not claimed); False when it is not
         waiting there any more."""
@@ -281,9 +293,8 @@ class RunRecords:
         )
 
     def _waiting_at(self, coordination_id: str, head: str) -> Any:
-        free = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
         return self._rows().filter(
-            free, pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
+            _unclaimed(), pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
         )
 
     def release(self, coordination_id: str, runner: str) -> bool:

@@ -112,6 +112,19 @@ class WorkflowSnapshot:
 
 
 @dataclasses.dataclass(frozen=True)
+class UnreadableSnapshot(WorkflowSnapshot):
+    """A listed snapshot whose stored state or metadata could not be read (a wrong
+    key, tampered data, a serializer that refuses the text): its place in the chain,
+    with ``state`` ``None``, empty ``metadata`` and ``error``, a short reason.
+
+    ``SnapshotStore.list`` returns one instead of failing the whole listing for one
+    bad row; ``load`` and ``latest`` still raise, since a run must not continue
+    from a state it cannot read."""
+
+    error: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointQuery:
     """Which snapshots ``SnapshotStore.list`` returns, in which order.
 
@@ -122,9 +135,16 @@ class CheckpointQuery:
     ``newest_first`` (a limit then returns the NEWEST rows).
     Paging: pass the last snapshot of a page as ``after`` to get the next page in
     the same order (keyset paging; stable while rows are added).
+
+    ``coordination_ids`` keeps only those coordinations (the store filters, so a
+    caller who may see a few runs never reads the others' rows); an empty set lists
+    nothing. ``with_state=False`` lists positions only: the store need not read,
+    decrypt or decode the states, and the snapshots' ``state`` is ``None``.
     """
 
     coordination_id: str | None = None
+    coordination_ids: frozenset[str] | None = None
+    with_state: bool = True
     agent_name: str | None = None
     since: datetime | None = None
     until: datetime | None = None

@@ -1,15 +1,29 @@
-"""Lock service on Redis: one hash per lease, the reference's layout plus a token.
+"""Lock service on Redis: one hash per lease, the reference's fields plus a token.
 
-Key ``{key_prefix}lock:{name}``: a hash of ``owner``, ``token``, ``acquiredAt``
-and ``expiresAt`` (epoch milliseconds), with ``PEXPIREAT`` at ``expiresAt`` so
-Redis drops lapsed leases itself. Key ``{key_prefix}lock:{name}:fence``: the
-fencing counter, never expiring, ``INCR``-ed whenever a new tenure starts, so
-tokens do not restart after a release or an expiry. Acquire, renew and release
-are Lua scripts, each atomic on the server.
+Keys (prefix ``fw:`` by default), each kind in a namespace of its own, so no
+lease name can reach another lease's keys or another kind of key:
+
+* ``{key_prefix}lease:{name}``: a hash of ``owner``, ``token``, ``acquiredAt``
+  and ``expiresAt`` (epoch milliseconds), with ``PEXPIREAT`` at ``expiresAt`` so
+  Redis drops lapsed leases itself.
+* ``{key_prefix}fence:{name}``: the fencing counter, never expiring, ``INCR``-ed
+  whenever a new tenure starts, so tokens do not restart after a release or an
+  expiry.
+
+Acquire, renew and release are Lua scripts, each atomic on the server.
+
+Earlier versions kept the lease hash at ``{key_prefix}lock:{name}`` and its counter at
+``{key_prefix}lock:{name}:fence``, so the lease named ``orders:fence`` was the
+counter of ``orders`` (``WRONGTYPE``, for good: the counter never expires). The
+first tenure of a name under the new layout starts above that old counter
+(:data:`ACQUIRE` reads it once, when the new counter does not exist yet), so
+tokens keep growing across the upgrade. Old lease hashes are not read: stop
+every process of the old version before starting the new one (a lease lasts one
+TTL). The old ``lock:*`` keys are then unused and may be deleted.
 
 Expiry is judged against the caller's clock (``ARGV`` "now"), as in the other
 backends; Redis's own clock only decides when the key disappears. On Redis
-Cluster both keys of a lease must share a slot: put a hash tag in the prefix
+Cluster the keys of a lease must share a slot: put a hash tag in the prefix
 (``key_prefix="fw:{locks}:"``).
 """
 
@@ -29,7 +43,8 @@ from ._redis_common import RedisConnection
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
-# KEYS: lease hash, fence counter. ARGV: owner, now (ms), expiresAt (ms).
+# KEYS: lease hash, fence counter, the counter's pre-namespace key (read once).
+# ARGV: owner, now (ms), expiresAt (ms).
 # Returns {token, acquiredAt} or nil when another owner holds an unexpired lease.
 ACQUIRE = """
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquiredAt', 'expiresAt')
@@ -39,6 +54,11 @@ local token, acquired
 if valid then
   token, acquired = cur[2], cur[3]
 else
+  if redis.call('EXISTS', KEYS[2]) == 0
+     and redis.call('TYPE', KEYS[3])['ok'] == 'string' then
+    local old = tonumber(redis.call('GET', KEYS[3]))
+    if old then redis.call('SET', KEYS[2], string.format('%d', old)) end
+  end
   token, acquired = tostring(redis.call('INCR', KEYS[2])), ARGV[2]
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token, 'acquiredAt', acquired,
@@ -105,11 +125,15 @@ class RedisLockService(RedisConnection, LockService):
 
     def key(self, name: str) -> str:
         """The hash key of one lease."""
-        return f"{self.key_prefix}lock:{name}"
+        return f"{self.key_prefix}lease:{name}"
 
     def fence_key(self, name: str) -> str:
         """The key of one lease's fencing counter."""
-        return f"{self.key(name)}:fence"
+        return f"{self.key_prefix}fence:{name}"
+
+    def legacy_fence_key(self, name: str) -> str:
+        """Where the fencing counter was before each kind of key had its namespace."""
+        return f"{self.key_prefix}lock:{name}:fence"
 
     # -- the SPI -----------------------------------------------------------------
 
@@ -122,7 +146,8 @@ class RedisLockService(RedisConnection, LockService):
         expires = now + delta // _MS
         try:
             result = self._script(ACQUIRE)(
-                keys=[self.key(name), self.fence_key(name)], args=[owner, now, expires]
+                keys=[self.key(name), self.fence_key(name), self.legacy_fence_key(name)],
+                args=[owner, now, expires],
             )
         except RedisError as error:
             warn_unavailable("acquire", name, error)

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ..runs import RunStatus
 from ..steps import Pause
+from .decision import ApprovalDecision
 
 if TYPE_CHECKING:
     from ...models import Approval
@@ -57,6 +58,19 @@ class AwaitApproval(Pause):
     expires_in: float | None = None
     on_expiry: str = "resume"
     status: ClassVar[str] = RunStatus.WAITING
+
+    @classmethod
+    def from_request(cls, state: Any, request: dict[str, Any]) -> AwaitApproval:
+        """The pause that asks *request* (from ``request``) again, for *state*."""
+        return cls(
+            state,
+            prompt=str(request.get("prompt") or ""),
+            assignees=tuple(request.get("assignees") or ()),
+            group=str(request.get("group") or ""),
+            permission=str(request.get("permission") or ""),
+            expires_in=request.get("expires_in"),
+            on_expiry=request.get("on_expiry") or "resume",
+        )
 
     def request(self) -> dict[str, Any]:
         """The request as JSON-able data (kept in the paused snapshot's metadata)."""
@@ -142,6 +156,27 @@ def request_from_snapshot(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
         logger.warning("snapshot %s has an unreadable approval request %r", snapshot.id, raw)
         return None
     return request if isinstance(request, dict) else None
+
+
+def decision_fits(snapshot: WorkflowSnapshot, resume_input: Any, *, using: str) -> bool:
+    """Whether *resume_input* is the decision on the approval of paused *snapshot*
+    (approved, rejected or expired): the only input that lets a run past a step
+    that asked for a decision."""
+    from ...models import Approval
+
+    decision = ApprovalDecision.from_input(resume_input)
+    if decision is None:
+        return False
+    decided = (Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED)
+    rows = Approval.objects.using(using).filter(snapshot_id=snapshot.id, status__in=decided)
+    return rows.filter(pk=_uuid_or_none(decision.approval_id)).exists()
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
 
 
 def request_approval(

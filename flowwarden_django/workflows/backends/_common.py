@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from django.core import checks
 
 from ..serializers import resolve_serializer
-from ..snapshot import CheckpointQuery
+from ..snapshot import CheckpointQuery, UnreadableSnapshot, WorkflowSnapshot
+
+logger = logging.getLogger("flowwarden_django.workflows")
 
 
 def check_query(query: CheckpointQuery | None) -> CheckpointQuery:
@@ -24,7 +28,33 @@ def check_query(query: CheckpointQuery | None) -> CheckpointQuery:
         raise ValueError(f"CheckpointQuery.limit must be 0 (all) or more, not {query.limit!r}")
     if query.after is not None and query.after.seq is None:
         raise ValueError("CheckpointQuery.after must be a snapshot returned by the store")
+    if query.coordination_ids is not None:
+        if isinstance(query.coordination_ids, str) or not all(
+            isinstance(cid, str) for cid in query.coordination_ids
+        ):
+            raise ValueError("CheckpointQuery.coordination_ids must be a set of strings")
+        query = dataclasses.replace(query, coordination_ids=frozenset(query.coordination_ids))
     return query
+
+
+def unreadable(snapshot: WorkflowSnapshot, exc: Exception) -> UnreadableSnapshot:
+    """The listing row of *snapshot* whose stored text could not be read."""
+    logger.warning(
+        "snapshot %s of %s cannot be read: %s: %s",
+        snapshot.id,
+        snapshot.coordination_id,
+        type(exc).__name__,
+        exc,
+    )
+    return UnreadableSnapshot(
+        id=snapshot.id,
+        coordination_id=snapshot.coordination_id,
+        parent_id=snapshot.parent_id,
+        agent_name=snapshot.agent_name,
+        seq=snapshot.seq,
+        created_at=snapshot.created_at,
+        error=f"{type(exc).__name__}: {exc}"[:200],
+    )
 
 
 def dump_metadata(metadata: Mapping[str, str]) -> str:

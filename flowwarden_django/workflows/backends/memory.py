@@ -20,7 +20,7 @@ from ..retention import PruneRow, check_prune_arguments, plan_prune
 from ..serializers import StateSerializer, resolve_serializer
 from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
 from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
-from ._common import check_query, check_serializer_option
+from ._common import check_query, check_serializer_option, unreadable
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -127,7 +127,9 @@ class InMemorySnapshotStore(SnapshotStore):
                 matches = [e for e in matches if query.sort_key(e.snapshot) > mark]
         if query.limit:
             matches = matches[: query.limit]
-        return [self._decode(e) for e in matches]
+        if not query.with_state:
+            return [e.snapshot.replace(state=None) for e in matches]
+        return [self._decode_listed(e) for e in matches]
 
     def latest(self, coordination_id: str) -> WorkflowSnapshot | None:
         with self._lock:
@@ -208,6 +210,12 @@ class InMemorySnapshotStore(SnapshotStore):
             state=self.serializer.loads(entry.state_text, entry.state_type)
         )
 
+    def _decode_listed(self, entry: _Entry) -> WorkflowSnapshot:
+        try:
+            return self._decode(entry)
+        except Exception as exc:  # one bad row must not fail the listing
+            return unreadable(entry.snapshot, exc)
+
     def _remove(self, snapshot_id: str) -> tuple[str, str] | None:
         entry = self._entries.pop(snapshot_id, None)
         if entry is None:
@@ -248,7 +256,8 @@ class InMemorySnapshotStore(SnapshotStore):
 
 def _matches(snapshot: WorkflowSnapshot, query: CheckpointQuery) -> bool:
     return (
-        (query.agent_name is None or snapshot.agent_name == query.agent_name)
+        (query.coordination_ids is None or snapshot.coordination_id in query.coordination_ids)
+        and (query.agent_name is None or snapshot.agent_name == query.agent_name)
         and (query.since is None or snapshot.created_at >= query.since)
         and (query.until is None or snapshot.created_at <= query.until)
     )

@@ -32,12 +32,18 @@ from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from ...models import SnapshotRecord, WorkflowRun
-from ..encryption import AesGcmCipher, decode_key, reveal
+from ..encryption import AesGcmCipher, decode_key, envelope_version, reveal
 from ..retention import PruneRow, check_prune_arguments, plan_prune
 from ..serializers import StateSerializer, resolve_serializer
 from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
 from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
-from ._common import check_query, check_serializer_option, dump_metadata, load_metadata
+from ._common import (
+    check_query,
+    check_serializer_option,
+    dump_metadata,
+    load_metadata,
+    unreadable,
+)
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -45,6 +51,17 @@ SUPPORTED_VENDORS = ("postgresql", "sqlite", "mysql")
 
 #: ``list`` order across coordinations (within one: ``seq``).
 _ORDER = ("created_at", "coordination_id", "seq")
+
+#: The columns of a listing without states.
+_LISTED_COLUMNS = (
+    "id",
+    "parent_id",
+    "coordination_id",
+    "seq",
+    "agent_name",
+    "metadata",
+    "created_at",
+)
 
 #: Ids per ``DELETE ... WHERE id IN (...)`` statement.
 _CHUNK = 500
@@ -165,9 +182,13 @@ def _lock_key(coordination_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _aad(snapshot_id: str, column: str) -> bytes:
-    """Binds an encrypted value to its row and column."""
-    return f"flowwarden:snapshot:{snapshot_id}:{column}".encode()
+def _aad(coordination_id: str, snapshot_id: str, column: str, version: int | None = 2) -> bytes:
+    """Binds an encrypted value to its coordination, row and column (``enc:v1:``
+    values, written before, to their row and column only)."""
+    if version == 1:
+        return f"flowwarden:snapshot:{snapshot_id}:{column}".encode()
+    coordination = f"{len(coordination_id)}:{coordination_id}"
+    return f"flowwarden:snapshot:v2:{coordination}:{snapshot_id}:{column}".encode()
 
 
 def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -183,7 +204,10 @@ class OrmSnapshotStore(SnapshotStore):
     ``serializer`` turns state into text (default ``JsonStateSerializer``; an
     instance, a class or a dotted path). ``encryption_keys`` (one key or a list,
     base64 text of 32 bytes; the first encrypts, all decrypt) turns on AES-256-GCM
-    encryption of state and metadata; rows written without it stay readable.
+    encryption of state and metadata, each value bound to its coordination, row and
+    column. With a key, a plaintext row is refused (``SnapshotDecryptionError``)
+    unless ``require_encryption=False``, which keeps rows written before encryption
+    was turned on readable while they are re-saved.
 
     ``prune`` also keeps the ``head_snapshot_id`` of every ``WorkflowRun`` waiting for
     approval, read from the same database.
@@ -197,11 +221,14 @@ class OrmSnapshotStore(SnapshotStore):
         using: str | None = None,
         serializer: StateSerializer | str | None = None,
         encryption_keys: str | bytes | Sequence[str | bytes] | None = None,
+        require_encryption: bool = True,
     ) -> None:
         super().__init__()
         self.using = using
         self.serializer = resolve_serializer(serializer)
         self.cipher = None if encryption_keys is None else AesGcmCipher.from_keys(encryption_keys)
+        #: Whether a plaintext row is refused (only when the store has a key).
+        self.require_encryption = bool(require_encryption)
 
     @property
     def encrypts_at_rest(self) -> bool:  # type: ignore[override]
@@ -322,6 +349,10 @@ class OrmSnapshotStore(SnapshotStore):
         rows = self._rows()
         if query.coordination_id is not None:
             rows = rows.filter(coordination_id=query.coordination_id)
+        if query.coordination_ids is not None:
+            if not query.coordination_ids:
+                return []
+            rows = rows.filter(coordination_id__in=sorted(query.coordination_ids))
         if query.agent_name is not None:
             rows = rows.filter(agent_name=query.agent_name)
         if query.since is not None:
@@ -337,7 +368,9 @@ class OrmSnapshotStore(SnapshotStore):
         rows = rows.order_by(*order)
         if query.limit:
             rows = rows[: query.limit]
-        return [self._decode(row) for row in rows]
+        if not query.with_state:
+            rows = rows.only(*_LISTED_COLUMNS)
+        return [self._decode_listed(row, query.with_state) for row in rows]
 
     def latest(self, coordination_id: str) -> WorkflowSnapshot | None:
         row = self._rows().filter(coordination_id=coordination_id).order_by("-seq").first()
@@ -431,6 +464,16 @@ class OrmSnapshotStore(SnapshotStore):
             messages.extend(check_serializer_option(where, options["serializer"]))
         if options.get("encryption_keys") is not None:
             messages.extend(_check_keys(where, options["encryption_keys"]))
+        require = options.get("require_encryption", True)
+        if not isinstance(require, bool):
+            messages.append(
+                checks.Error(
+                    f'{where}["require_encryption"] = {require!r} is not True or False.',
+                    hint="True (the default) refuses plaintext rows in an encrypting store; "
+                    "False reads them while you re-save them.",
+                    id="flowwarden_django.E008",
+                )
+            )
         return messages
 
     @classmethod
@@ -463,8 +506,9 @@ class OrmSnapshotStore(SnapshotStore):
         text, label = self.serializer.dumps(snapshot.state)
         metadata = dump_metadata(snapshot.metadata)
         if self.cipher is not None:
-            text = self.cipher.encrypt(text, _aad(snapshot.id, "state"))
-            metadata = self.cipher.encrypt(metadata, _aad(snapshot.id, "metadata"))
+            cid = snapshot.coordination_id
+            text = self.cipher.encrypt(text, _aad(cid, snapshot.id, "state"))
+            metadata = self.cipher.encrypt(metadata, _aad(cid, snapshot.id, "metadata"))
         return {
             "parent_id": snapshot.parent_id,
             "coordination_id": snapshot.coordination_id,
@@ -475,13 +519,35 @@ class OrmSnapshotStore(SnapshotStore):
             "created_at": snapshot.created_at,
         }
 
-    def _decode(self, row: SnapshotRecord) -> WorkflowSnapshot:
-        text = reveal(row.state, self.cipher, _aad(row.id, "state"))
-        metadata = reveal(row.metadata, self.cipher, _aad(row.id, "metadata"))
+    def _reveal(self, row: SnapshotRecord, column: str) -> str | None:
+        text = getattr(row, column)
+        aad = _aad(row.coordination_id, row.id, column, envelope_version(text))
+        return reveal(text, self.cipher, aad, require_encryption=self.require_encryption)
+
+    def _decode_listed(self, row: SnapshotRecord, with_state: bool) -> WorkflowSnapshot:
+        try:
+            return self._decode(row, with_state)
+        except Exception as exc:  # one bad row must not fail the listing
+            position = WorkflowSnapshot(
+                id=row.id,
+                coordination_id=row.coordination_id,
+                parent_id=row.parent_id,
+                agent_name=row.agent_name,
+                seq=row.seq,
+                created_at=row.created_at,
+            )
+            return unreadable(position, exc)
+
+    def _decode(self, row: SnapshotRecord, with_state: bool = True) -> WorkflowSnapshot:
+        state = None
+        if with_state:
+            text = self._reveal(row, "state")
+            state = None if text is None else self.serializer.loads(text, row.state_type)
+        metadata = self._reveal(row, "metadata")
         return WorkflowSnapshot(
             id=row.id,
             coordination_id=row.coordination_id,
-            state=None if text is None else self.serializer.loads(text, row.state_type),
+            state=state,
             parent_id=row.parent_id,
             agent_name=row.agent_name,
             seq=row.seq,
