@@ -9,8 +9,8 @@ actions. Who may see and decide what is ``workflows.approvals.access``'s call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -42,10 +42,12 @@ from .workflows.approvals import (
     approve,
     assigned_approvals,
     can_decide,
+    check_may_decide,
     reject,
     visible_approvals,
 )
 from .workflows.approvals.access import DECIDE_ANY
+from .workflows.user_json import UserJSONError, check_comment, parse_decision_payload
 
 logger = logging.getLogger("flowwarden_django.admin")
 
@@ -489,6 +491,19 @@ class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin)
                 request, decision, approvals, request.get_full_path(), action=action
             )
         comment = request.POST.get("comment", "").strip()
+        try:
+            check_comment(comment)
+        except UserJSONError as exc:
+            action = f"{decision.name}_selected"
+            return self._confirmation(
+                request,
+                decision,
+                approvals,
+                request.get_full_path(),
+                action=action,
+                comment=comment,
+                comment_error=capfirst(str(exc)),
+            )
         self._decide_and_report(request, decision, approvals, comment=comment)
         return None  # back to the changelist
 
@@ -502,6 +517,10 @@ class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin)
         if approval is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if not can_decide(request.user, approval):
+            if request.method == "POST":  # an attempt: audited, as the core audits refusals
+                with contextlib.suppress(ApprovalPermissionError):
+                    db = approval._state.db
+                    check_may_decide(approval, str(decision.status), request.user, using=db)
             raise PermissionDenied
         change_url = self.object_url(approval)
         if request.method != "POST" or request.POST.get("post") != "yes":
@@ -513,22 +532,24 @@ class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin)
             return self._confirmation(request, decision, [approval], change_url, approval=approval)
         comment = request.POST.get("comment", "").strip()
         payload_text = request.POST.get("payload", "").strip()
-        payload = None
-        if payload_text:
-            try:
-                payload = json.loads(payload_text)
-            except ValueError as exc:
-                error = gettext("Not valid JSON: %(error)s") % {"error": exc}
-                return self._confirmation(
-                    request,
-                    decision,
-                    [approval],
-                    change_url,
-                    approval=approval,
-                    comment=comment,
-                    payload_text=payload_text,
-                    payload_error=error,
-                )
+        form = partial(
+            self._confirmation,
+            request,
+            decision,
+            [approval],
+            change_url,
+            approval=approval,
+            comment=comment,
+            payload_text=payload_text,
+        )
+        try:
+            check_comment(comment)
+        except UserJSONError as exc:
+            return form(comment_error=capfirst(str(exc)))
+        try:
+            payload = parse_decision_payload(payload_text)
+        except UserJSONError as exc:
+            return form(payload_error=capfirst(str(exc)))
         self._decide_and_report(request, decision, [approval], comment=comment, payload=payload)
         return HttpResponseRedirect(change_url)
 
@@ -544,6 +565,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin)
         comment: str = "",
         payload_text: str = "",
         payload_error: str | None = None,
+        comment_error: str | None = None,
     ) -> TemplateResponse:
         rows = []
         for row in approvals:
@@ -586,6 +608,7 @@ class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin)
             "comment": comment,
             "payload_text": payload_text,
             "payload_error": payload_error,
+            "comment_error": comment_error,
             "state_text": state_text,
             "state_error": state_error,
             "media": self.media,

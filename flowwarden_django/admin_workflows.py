@@ -28,6 +28,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -51,11 +52,13 @@ from .workflows.engine import workflow_registry
 from .workflows.forking import fork_snapshot as fork_snapshot_in_store
 from .workflows.snapshot import WorkflowSnapshot
 from .workflows.store import SnapshotStore, snapshot_stores
+from .workflows.user_json import UserJSONError, parse_user_json
 
 logger = logging.getLogger("flowwarden_django.admin")
 
 #: The permission the fork action needs.
 FORK_PERMISSION = "flowwarden_django.fork_workflowrun"
+VIEW_SNAPSHOTS_PERMISSION = "flowwarden_django.view_snapshotrecord"
 
 #: The admin icon shown next to each run status.
 RUN_STATUS_ICONS = {
@@ -186,6 +189,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "status_icon",
         "last_step_text",
         "head_snapshot",
+        "head_snapshot_id",
         "idempotency_key",
         "failure_reason_text",
         "approvals_list",
@@ -202,6 +206,19 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def has_fork_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """May the user fork runs from a snapshot (``fork_workflowrun``)?"""
         return request.user.has_perm(FORK_PERMISSION)
+
+    def has_snapshot_permission(self, request: HttpRequest) -> bool:
+        """May the user read snapshots (``view_snapshotrecord``), as in the API?"""
+        return request.user.has_perm(VIEW_SNAPSHOTS_PERMISSION)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if self.has_snapshot_permission(request):
+            return self.fieldsets
+        # The head's id without the links to the snapshot pages the user may not open.
+        return [
+            (name, {**options, "fields": [_no_link(f) for f in options["fields"]]})
+            for name, options in self.fieldsets
+        ]
 
     # -- data ------------------------------------------------------------------------
 
@@ -364,7 +381,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ) -> HttpResponse:
         run = self.get_object(request, unquote(object_id))
         tools: list[tuple[str, str, str]] = []
-        if run is not None:
+        if run is not None and self.has_snapshot_permission(request):
             tools.append(("tree", self.tree_url(run.pk), gettext("Snapshot tree")))
             pending = Approval.objects.using(run._state.db).filter(
                 coordination_id=run.pk, status=Approval.Status.PENDING
@@ -383,7 +400,7 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         run = self.get_object(request, unquote(object_id))
         if run is None:
             return None, self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_view_permission(request, run):
+        if not self.has_view_permission(request, run) or not self.has_snapshot_permission(request):
             raise PermissionDenied
         return run, None
 
@@ -619,9 +636,9 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return render(state_json(snapshot.state))
         text = request.POST.get("state", "")
         try:
-            state = json.loads(text)
-        except ValueError as exc:
-            return render(text, error=gettext("Not valid JSON: %(error)s") % {"error": exc})
+            state = parse_user_json(text, what="the state")
+        except UserJSONError as exc:
+            return render(text, error=capfirst(str(exc)))
         if request.POST.get("post") != "yes":
             return render(text, state=state, confirm=True)
         try:
@@ -681,6 +698,10 @@ class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 diff=state_diff(state_json(snapshot.state), pretty),
             )
         return TemplateResponse(request, f"{TEMPLATES}/fork.html", context)
+
+
+def _no_link(field: str) -> str:
+    return "head_snapshot_id" if field == "head_snapshot" else field
 
 
 def _int_param(request: HttpRequest, name: str) -> int:

@@ -213,7 +213,9 @@ class TestApprove:
         response = client.post(url, {"post": "yes", "comment": "c", "payload": "{nope"})
         assert response.status_code == 200
         body = page(response)
-        assert '<ul class="errorlist" id="id_payload_error"><li>Not valid JSON:' in body
+        assert (
+            '<ul class="errorlist" id="id_payload_error"><li>The payload is not valid JSON:' in body
+        )
         assert "{nope</textarea>" in body and "\nc</textarea>" in body
         assert Approval.objects.get(pk=approval.pk).status == "pending"
 

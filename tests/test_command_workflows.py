@@ -427,7 +427,7 @@ def test_resume_bad_input() -> None:
     with pytest.raises(CommandError) as caught:
         run("resume", cid, "--input", "{approved: true}")
     message = str(caught.value)
-    assert message.startswith("--input is not valid JSON (Expecting property name")
+    assert message.startswith("--input is not valid JSON: Expecting property name")
     assert "'{approved: true}'" in message
     assert "Quote it for the shell" in message and "--input '{\"approved\": true}'" in message
     assert WorkflowRun.objects.get(pk=cid).status == RunStatus.HIBERNATED
@@ -521,7 +521,7 @@ def test_fork_warns_when_a_runner_holds_the_run() -> None:
 
 def test_fork_bad_input() -> None:
     cid = start(ORDERS)
-    with pytest.raises(CommandError, match=r"--state is not valid JSON .*Quote it for the shell"):
+    with pytest.raises(CommandError, match=r"--state is not valid JSON: .*Quote it for the shell"):
         run("fork", history(cid)[0].id, "--state", "nope", "--yes")
     with pytest.raises(CommandError) as caught:
         run("fork", "missing", "--state", "{}", "--yes")

@@ -408,7 +408,7 @@ class TestFork:
         response = admin_client.post(url, {"state": '{"amount": 5,'})
         assert response.status_code == 200
         body = page(response)
-        assert '<ul class="errorlist" id="id_state_error"><li>Not valid JSON:' in body
+        assert '<ul class="errorlist" id="id_state_error"><li>The state is not valid JSON:' in body
         assert "{&quot;amount&quot;: 5," in body  # what was typed is kept
         assert SnapshotRecord.objects.filter(coordination_id=cid).count() == 4
 
@@ -459,7 +459,7 @@ class TestFork:
     def test_needs_the_fork_permission(self, client, orders):
         cid, history = completed_run(orders)
         url = fork_url(cid, history[1].id)
-        client.force_login(staff("viewer", "view_workflowrun"))
+        client.force_login(staff("viewer", "view_workflowrun", "view_snapshotrecord"))
         body = page(client.get(snapshot_url(cid, history[1].id)))
         assert "&quot;reserved&quot;: true" in body
         assert url not in body and "Fork from this snapshot" not in body
@@ -467,10 +467,27 @@ class TestFork:
         assert client.post(url, {"state": "{}", "post": "yes"}).status_code == 403
         assert SnapshotRecord.objects.filter(coordination_id=cid).count() == 4
 
-        client.force_login(staff("forker", "view_workflowrun", "fork_workflowrun"))
+        client.force_login(
+            staff("forker", "view_workflowrun", "view_snapshotrecord", "fork_workflowrun")
+        )
         body = page(client.get(snapshot_url(cid, history[1].id)))
         assert f'href="{url}" class="flowwarden-fork"' in body
         assert client.get(url).status_code == 200
+
+    def test_snapshot_pages_need_the_snapshot_permission(self, client, orders):
+        """As in the API: ``view_workflowrun`` shows the run, not its states."""
+        cid, history = completed_run(orders)
+        client.force_login(staff("runs-only", "view_workflowrun", "fork_workflowrun"))
+        body = page(client.get(run_url(cid)))
+        assert tree_url(cid) not in body
+        assert client.get(tree_url(cid)).status_code == 403
+        assert client.get(nodes_url(cid)).status_code == 403
+        response = client.get(snapshot_url(cid, history[1].id))
+        assert response.status_code == 403 and b"reserved" not in response.content
+        assert client.get(fork_url(cid, history[1].id)).status_code == 403
+        client.force_login(staff("reader", "view_workflowrun", "view_snapshotrecord"))
+        assert tree_url(cid) in page(client.get(run_url(cid)))
+        assert client.get(snapshot_url(cid, history[1].id)).status_code == 200
 
     def test_without_view_permission_nothing_is_shown(self, client, orders):
         cid, history = completed_run(orders)

@@ -5,7 +5,8 @@
   (``visible_approvals``), so an approver can read what they decide.
 * Snapshots: the same, with ``flowwarden_django.view_snapshotrecord``. Forking needs
   ``flowwarden_django.fork_workflowrun`` as well.
-* Approvals: ``visible_approvals(user)``; deciding needs ``can_decide``.
+* Approvals: ``visible_approvals(user)``; deciding needs ``can_decide`` (checked, and
+  a refusal audited, by ``check_may_decide``).
 
 An object the user may not see is "not found" (404), never "forbidden": only an
 action on a visible object is refused with 403.
@@ -22,7 +23,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from ..models import Approval, WorkflowRun
-from ..workflows.approvals import can_decide, visible_approvals
+from ..workflows.approvals import visible_approvals
 from ..workflows.runs import RunRecords
 
 VIEW_RUNS = "flowwarden_django.view_workflowrun"
@@ -86,13 +87,3 @@ class CanForkRuns(BasePermission):
 
     def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
         return bool(request.user.has_perm(FORK_RUNS))
-
-
-class CanDecideApproval(BasePermission):
-    """Deciding a (visible) approval needs ``can_decide``."""
-
-    message = _("You may not decide this approval.")
-    code = "approval_forbidden"
-
-    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
-        return can_decide(request.user, obj)

@@ -36,7 +36,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from ..models import Approval, WorkflowRun
-from ..workflows.approvals import assigned_approvals, decide
+from ..workflows.approvals import assigned_approvals, check_may_decide, decide
 from ..workflows.encryption import SnapshotDecryptionError
 from ..workflows.serializers import StateDecodeError
 from ..workflows.snapshot import WorkflowSnapshot
@@ -46,7 +46,6 @@ from .filters import ApprovalFilter, RunFilter, SnapshotFilter, StoreParameter
 from .pagination import PagePagination, SnapshotCursorPagination
 from .parsers import StorableJSONParser
 from .permissions import (
-    CanDecideApproval,
     CanForkRuns,
     SnapshotAccess,
     api_database,
@@ -369,11 +368,6 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewS
             return DecisionSerializer
         return ApprovalSerializer
 
-    def get_permissions(self) -> list[BasePermission]:
-        if self.action in ("approve", "reject"):
-            return [IsAuthenticated(), CanDecideApproval()]
-        return super().get_permissions()
-
     @action(detail=False)
     def mine(self, request: Request) -> Response:
         return self.list(request)
@@ -391,8 +385,21 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewS
         400 for a bad body, then the core's verdict (409, 410)."""
         approval = self.get_object()
         body = DecisionSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        valid = body.is_valid()
         db = api_database()
+        # A user who may not decide is refused (403) before the body is judged, and
+        # the attempt is audited like every refused decision.
+        attempt = body.validated_data if valid else {}
+        check_may_decide(
+            approval,
+            decision,
+            request.user,
+            comment=attempt.get("comment", ""),
+            payload=attempt.get("payload"),
+            using=db,
+        )
+        if not valid:
+            raise exceptions.ValidationError(body.errors)
         result = decide(
             approval.pk,
             decision,

@@ -575,6 +575,7 @@ class _Execution:
         say), the step's request is repeated in a new snapshot, with a new approval.
         """
         from .approvals.request import AwaitApproval, decision_fits, request_from_snapshot
+        from .approvals.sweep import cancel_stale_approvals
 
         request = request_from_snapshot(head)
         if request is None or decision_fits(head, pending_input, using=self.runs.db):
@@ -595,6 +596,7 @@ class _Execution:
             outcome.on_paused(self.workflow, head)
         else:  # closed: ask again
             head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
+        cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
         return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING)
 
     def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:

@@ -105,6 +105,15 @@ def check_user_json(
     return value
 
 
+def parse_decision_payload(text: str, *, what: str = "the payload") -> Any:
+    """A decision payload typed by a person: empty text is ``None``, else a JSON object
+    of at most ``MAX_PAYLOAD_BYTES``."""
+    if not text.strip():
+        return None
+    value = parse_user_json(text, what=what, max_bytes=MAX_PAYLOAD_BYTES)
+    return check_user_json(value, what=what, max_bytes=MAX_PAYLOAD_BYTES, require_object=True)
+
+
 def check_comment(text: Any, *, what: str = "comment") -> str:
     """A decision comment: text of at most ``MAX_COMMENT_CHARS``, storable."""
     if not isinstance(text, str):

@@ -6,7 +6,6 @@ audited under the ``--by`` user's name, like decisions made in the admin or the 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -23,6 +22,7 @@ from ...workflows.approvals import (
     decide,
     sweep_approvals,
 )
+from ...workflows.user_json import UserJSONError, check_comment, parse_decision_payload
 
 STATUSES = tuple(Approval.Status.values)
 LIST_HEADERS = ("ID", "WORKFLOW", "COORDINATION", "STEP", "STATUS", "REQUESTED", "EXPIRES")
@@ -166,6 +166,7 @@ class Command(BaseCommand):
     ) -> None:
         user = _user(by)
         value = _parse_payload(payload)
+        comment = _check_comment(comment)
         try:
             result: DecisionResult = decide(
                 approval, decision, user, comment=comment, payload=value, check_permission=not force
@@ -219,9 +220,18 @@ def _parse_payload(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise CommandError(f"--payload is not valid JSON: {exc}") from exc
+        return parse_decision_payload(text, what="--payload")
+    except UserJSONError as exc:
+        raise CommandError(
+            f'{exc}. Give a JSON object, for example --payload \'{{"note": "ok"}}\'.'
+        ) from exc
+
+
+def _check_comment(text: str) -> str:
+    try:
+        return check_comment(text, what="--comment")
+    except UserJSONError as exc:
+        raise CommandError(f"{exc}.") from exc
 
 
 def _approval_json(approval: Approval, *, events: bool = False) -> dict[str, Any]:

@@ -47,6 +47,12 @@ from ...workflows.engine import LAST_STEP
 from ...workflows.retention import PruneRow, plan_prune
 from ...workflows.runs import RunRecords
 from ...workflows.snapshot import Saved, SnapshotEvent
+from ...workflows.user_json import (
+    MAX_PAYLOAD_BYTES,
+    MAX_STATE_BYTES,
+    UserJSONError,
+    parse_user_json,
+)
 
 COMMAND = "manage.py flowwarden_workflows"
 LIST_HEADERS = (
@@ -393,7 +399,7 @@ class Command(BaseCommand):
     def handle_resume(
         self, *, coordination: str, input: str | None, database: str | None, **options: Any
     ) -> None:
-        payload = _parse_json("--input", input)
+        payload = _parse_json("--input", input, MAX_PAYLOAD_BYTES)
         record = RunRecords(database).get(coordination)
         if record is None:
             raise CommandError(
@@ -734,14 +740,16 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _parse_json(option: str, text: str | None) -> Any:
+def _parse_json(option: str, text: str | None, max_bytes: int = MAX_STATE_BYTES) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return parse_user_json(text, what=option, max_bytes=max_bytes)
+    except UserJSONError as exc:
+        if exc.code != "json_invalid":
+            raise CommandError(f"{exc}: {truncate(text, 60)!r}.") from exc
         raise CommandError(
-            f"{option} is not valid JSON ({exc}): {truncate(text, 60)!r}. Quote it for the "
+            f"{exc}: {truncate(text, 60)!r}. Quote it for the "
             f"shell and use JSON syntax, for example {option} '{{\"approved\": true}}' "
             f"(strings in double quotes: {option} '\"text\"')."
         ) from exc

@@ -8,7 +8,7 @@ the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision`
 """
 
 from .access import assigned_approvals, can_decide, visible_approvals
-from .deciding import DecisionResult, approve, decide, reject
+from .deciding import DecisionResult, approve, check_may_decide, decide, reject
 from .decision import ApprovalDecision
 from .errors import (
     ApprovalConflictError,
@@ -34,6 +34,7 @@ __all__ = [
     "assigned_approvals",
     "await_approval",
     "can_decide",
+    "check_may_decide",
     "decide",
     "reject",
     "request_approval",

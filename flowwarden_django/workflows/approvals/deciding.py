@@ -136,20 +136,58 @@ def decide(
         else:
             refusal = ApprovalConflictError(f"approval {key} was already {status}")
         if refusal is not None:
-            refusal.approval_id, refusal.status = key, approval.status
-            record_event(
-                approval,
-                "refused",
-                using=db,
-                actor=actor,
-                at=now,
-                comment=comment,
-                payload={"decision": decision, "payload": payload},
-                detail=f"{refusal.code}: {refusal}",
-            )
+            _audit_refusal(approval, refusal, decision, actor, comment, payload, now, db)
     if refusal is not None:
         raise refusal
     return result
+
+
+def check_may_decide(
+    approval: Approval,
+    decision: str,
+    user: Any,
+    *,
+    comment: str = "",
+    payload: Any = None,
+    using: str | None = None,
+) -> None:
+    """Raise ``ApprovalPermissionError`` unless *user* may decide *approval*, after
+    recording the refused attempt in its audit trail (as ``decide`` does). For
+    front ends (the API, the admin) that refuse before they would call ``decide``."""
+    if can_decide(user, approval):
+        return
+    db = RunRecords(using).db
+    actor = "" if user is None else user.get_username()
+    key = str(approval.pk)
+    refusal = ApprovalPermissionError(
+        f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
+    )
+    _audit_refusal(approval, refusal, decision, actor, comment, payload, timezone.now(), db)
+    raise refusal
+
+
+def _audit_refusal(
+    approval: Approval,
+    refusal: ApprovalError,
+    decision: str,
+    actor: str,
+    comment: str,
+    payload: Any,
+    now: Any,
+    db: str,
+) -> None:
+    """Record refused attempt *refusal* in *approval*'s audit trail."""
+    refusal.approval_id, refusal.status = str(approval.pk), approval.status
+    record_event(
+        approval,
+        "refused",
+        using=db,
+        actor=actor,
+        at=now,
+        comment=comment,
+        payload={"decision": decision, "payload": payload},
+        detail=f"{refusal.code}: {refusal}",
+    )
 
 
 def _decide_pending(
