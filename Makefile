@@ -39,6 +39,7 @@ bench: $(VENV)/.test-installed
 	$(PY) bench/leader_fencing.py
 	$(PY) bench/workflow_steps.py
 	$(PY) bench/approval_decisions.py
+	$(PY) bench/snapshot_listing.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)

@@ -51,8 +51,11 @@ def ensure_database(target: dict[str, str]) -> None:
             conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(target["dbname"])))
 
 
-def configure_django(target: dict[str, str]) -> None:
-    """Configure and set up Django with the benchmark database as ``default``."""
+def configure_django(
+    target: dict[str, str], extra_apps: tuple[str, ...] = (), **extra_settings: Any
+) -> None:
+    """Configure and set up Django with the benchmark database as ``default`` (plus
+    *extra_apps* and *extra_settings*)."""
     import django
     from django.conf import settings
 
@@ -60,6 +63,7 @@ def configure_django(target: dict[str, str]) -> None:
         INSTALLED_APPS=[
             "django.contrib.contenttypes",
             "django.contrib.auth",
+            *extra_apps,
             "flowwarden_django",
         ],
         DATABASES={
@@ -73,6 +77,7 @@ def configure_django(target: dict[str, str]) -> None:
         },
         USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        **extra_settings,
     )
     django.setup()
 

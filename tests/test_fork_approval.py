@@ -28,7 +28,6 @@ from tests.test_api_helpers import (
     API,
     People,
     pending,
-    perms,
     post_json,
     postgres_lane,
     token_client,
@@ -195,9 +194,3 @@ def test_an_admin_fork_leaves_the_run_waiting(
         "requested",
     ]
 
-
-def test_perms_helper_is_shared(lane: str, on_lane: None, people: People) -> None:
-    """The forker of these tests may fork and read, not decide."""
-    forker = perms(people.forker)
-    assert forker.has_perm("flowwarden_django.fork_workflowrun")
-    assert not forker.has_perm("flowwarden_django.decide_approval")

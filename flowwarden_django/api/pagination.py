@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core import signing
@@ -166,7 +166,7 @@ def decode_cursor(text: str) -> WorkflowSnapshot:
             id=snapshot_id,
             coordination_id=coordination_id,
             seq=seq,
-            created_at=datetime.fromisoformat(created_at),
+            created_at=datetime.fromisoformat(created_at).astimezone(UTC),
         )
     except (signing.BadSignature, TypeError, ValueError, OverflowError) as exc:
         raise ValueError("not a cursor") from exc
