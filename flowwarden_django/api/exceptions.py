@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -59,8 +60,19 @@ _APPROVAL_ERRORS: list[tuple[type[ApprovalError], type[exceptions.APIException]]
 ]
 
 
+class RequestTooLarge(exceptions.APIException):
+    """413: the request body is over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = _("The request body is too large.")
+    default_code = "request_too_large"
+
+
 def api_error(exc: Exception) -> Exception:
-    """The DRF exception an error of the workflow core stands for (else *exc*)."""
+    """The DRF exception an error of the workflow core (or Django's request size
+    limit) stands for (else *exc*)."""
+    if isinstance(exc, RequestDataTooBig):
+        return RequestTooLarge()
     if isinstance(exc, ApprovalError):
         kind = next((k for error, k in _APPROVAL_ERRORS if isinstance(exc, error)), Conflict)
         return kind(str(exc), code=exc.code)

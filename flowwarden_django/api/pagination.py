@@ -162,6 +162,11 @@ def decode_cursor(text: str) -> WorkflowSnapshot:
     try:
         mark = signing.loads(text, salt=CURSOR_SALT)
         snapshot_id, coordination_id, seq, created_at = mark
+        texts = (snapshot_id, coordination_id, created_at)
+        if not all(isinstance(t, str) and "\x00" not in t for t in texts):
+            raise ValueError("not a cursor")
+        if not isinstance(seq, int) or not 0 <= seq < 2**63:  # a 64-bit column
+            raise ValueError("not a cursor")
         return WorkflowSnapshot(
             id=snapshot_id,
             coordination_id=coordination_id,

@@ -15,6 +15,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.http import Http404
 from django.utils.decorators import method_decorator
+from django.utils.translation import gettext_lazy as _
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -92,10 +93,20 @@ LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: _error("No such page.")}
 DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
 
 
+class StrictTokenAuthentication(TokenAuthentication):
+    """DRF's token authentication, refusing a key no token can have (a NUL, which
+    PostgreSQL would refuse in the query) as an invalid token (401)."""
+
+    def authenticate_credentials(self, key: str) -> Any:
+        if "\x00" in key or len(key) > 128:
+            raise exceptions.AuthenticationFailed(_("Invalid token."))
+        return super().authenticate_credentials(key)
+
+
 class ApiAuthentication:
     """Mixin: the API's authentication, permission and error rendering."""
 
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [StrictTokenAuthentication, SessionAuthentication]
     permission_classes: list[type[BasePermission]] = [IsAuthenticated]
     versioning_class = None  # the version is the URL prefix (v1/)
 

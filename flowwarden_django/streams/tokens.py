@@ -76,6 +76,8 @@ def token_from_json(text: str) -> dict[str, Any]:
         value = json_util.loads(text)
     except ValueError as exc:
         raise ValueError(f"not valid Extended JSON: {exc}") from exc
+    except RecursionError:
+        raise ValueError("not a resume token: nested too deeply") from None
     if not isinstance(value, Mapping):
         raise ValueError('a resume token must be a JSON object, such as {"_data": "8263…"}')
     return dict(value)

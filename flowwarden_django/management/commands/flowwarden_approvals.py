@@ -10,8 +10,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from ...formatting import NONE_TEXT, dump_json, format_table, timestamp_text, truncate
@@ -23,13 +22,16 @@ from ...workflows.approvals import (
     sweep_approvals,
 )
 from ...workflows.user_json import UserJSONError, check_comment, parse_decision_payload
+from ..base import ActionCommand, positive_int
 
 STATUSES = tuple(Approval.Status.values)
 LIST_HEADERS = ("ID", "WORKFLOW", "COORDINATION", "STEP", "STATUS", "REQUESTED", "EXPIRES")
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
     """Operators' view of approvals, and the expiry sweep."""
+
+    database_subject = "The approval tables"
 
     help = (
         "Work with workflow approvals: list them, show one with its audit trail, approve or "
@@ -75,16 +77,9 @@ class Command(BaseCommand):
             "expire",
             help="Expire due approvals, cancel those whose run moved on, restore missing ones.",
         )
-        expire.add_argument("--limit", type=int, default=500, help="At most N of each kind.")
-
-    def handle(self, *args: Any, action: str, **options: Any) -> None:
-        try:
-            getattr(self, f"handle_{action}")(**options)
-        except DatabaseError as exc:
-            raise CommandError(
-                f"The approval tables could not be read or written: {exc}. "
-                "Has `manage.py migrate` been run?"
-            ) from exc
+        expire.add_argument(
+            "--limit", type=positive_int, default=500, help="At most N of each kind."
+        )
 
     def handle_list(self, *, status: str | None, limit: int, json: bool, **_: Any) -> None:
         rows = Approval.objects.all()

@@ -9,9 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from ...exceptions import InvalidCheckpointStoreError
@@ -27,6 +25,7 @@ from ...formatting import (
 )
 from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
 from ...streams.tokens import Token, token_from_json, token_to_json
+from ..base import ActionCommand
 
 COMMAND = "manage.py flowwarden_checkpoints"
 LIST_HEADERS = (
@@ -40,7 +39,7 @@ LIST_HEADERS = (
 )
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
     """Operators' view of the change-stream checkpoints of one store."""
 
     help = (
@@ -107,16 +106,10 @@ class Command(BaseCommand):
                 help="Do not ask for confirmation (same as --yes for reset and delete).",
             )
 
-    def handle(self, *args: Any, action: str, **options: Any) -> None:
-        try:
-            getattr(self, f"handle_{action}")(**options)
-        except ImproperlyConfigured as exc:
-            raise CommandError(str(exc)) from exc
-        except DatabaseError as exc:
-            raise CommandError(
-                f"The checkpoint store {options['store']!r} could not be read or written: {exc}. "
-                "If it is the ORM store, has `manage.py migrate` been run?"
-            ) from exc
+    database_hint = "If it is the ORM store, has `manage.py migrate` been run?"
+
+    def database_subject_of(self, options: dict[str, Any]) -> str:
+        return f"The checkpoint store {options['store']!r}"
 
     # -- actions -------------------------------------------------------------------
 

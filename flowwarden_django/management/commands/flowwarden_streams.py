@@ -29,6 +29,7 @@ from ...streams.registry import DuplicateStreamError, stream_registry
 from ...streams.runtime import StreamState
 from ...streams.spec import StreamSpec
 from ...streams.status import StreamStatus, health_report, stream_status
+from ..base import port_number
 
 
 class Command(BaseCommand):
@@ -55,7 +56,7 @@ class Command(BaseCommand):
         run.add_argument("--burst", action="store_true", help="Process what is there, then stop.")
         run.add_argument(
             "--metrics-port",
-            type=int,
+            type=port_number,
             metavar="PORT",
             help="Serve this process's Prometheus metrics on PORT (needs prometheus-client).",
         )

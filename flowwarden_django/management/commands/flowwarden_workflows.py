@@ -20,8 +20,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, router
+from django.core.management.base import CommandError, CommandParser
+from django.db import router
 from django.db.models import Count
 from django.utils import timezone
 
@@ -53,6 +53,7 @@ from ...workflows.user_json import (
     UserJSONError,
     parse_user_json,
 )
+from ..base import ActionCommand, positive_int
 
 COMMAND = "manage.py flowwarden_workflows"
 LIST_HEADERS = (
@@ -68,12 +69,16 @@ STATUSES = tuple(WorkflowRun.Status.values)
 #: ``--older-than`` units, in seconds.
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+#: The longest ``--older-than``: older than anything a database keeps.
+MAX_AGE = timedelta(days=36500)
 #: Snapshots per page when a store is read through ``list``.
 PAGE = 500
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
     """Operators' view of workflow runs and their snapshot trees."""
+
+    database_subject = "The workflow tables"
 
     help = (
         "Inspect and operate workflow runs: list them, show one with its snapshot tree, "
@@ -138,7 +143,7 @@ class Command(BaseCommand):
         )
         prune.add_argument(
             "--keep-last",
-            type=_positive,
+            type=positive_int,
             metavar="N",
             help="Keep each coordination's N newest snapshots.",
         )
@@ -163,7 +168,7 @@ class Command(BaseCommand):
             help="How long a run must be unchanged (default: the run lease, "
             "FLOWWARDEN['WORKFLOW_RUN_LEASE']).",
         )
-        recover.add_argument("--limit", type=_positive, default=100, metavar="N")
+        recover.add_argument("--limit", type=positive_int, default=100, metavar="N")
         recover.add_argument(
             "--dry-run", action="store_true", help="List the stalled runs; change nothing."
         )
@@ -196,17 +201,6 @@ class Command(BaseCommand):
                 dest="interactive",
                 help="Do not ask for confirmation (same as --yes).",
             )
-
-    def handle(self, *args: Any, action: str, **options: Any) -> None:
-        try:
-            getattr(self, f"handle_{action}")(**options)
-        except ImproperlyConfigured as exc:
-            raise CommandError(str(exc)) from exc
-        except DatabaseError as exc:
-            raise CommandError(
-                f"The workflow tables could not be read or written: {exc}. "
-                "Has `manage.py migrate` been run?"
-            ) from exc
 
     # -- recover -------------------------------------------------------------------
 
@@ -723,13 +717,6 @@ def snapshot_tree(snapshots: list[WorkflowSnapshot]) -> list[tuple[int, bool, Wo
 # -- small helpers -----------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
@@ -762,7 +749,12 @@ def _parse_age(text: str) -> timedelta:
             f"--older-than {text!r} is not an age: use a number with s, m, h, d or w, "
             "for example --older-than 30d or --older-than 12h."
         )
-    return timedelta(seconds=float(match.group(1)) * AGE_UNITS[match.group(2)])
+    seconds = float(match.group(1)) * AGE_UNITS[match.group(2)]
+    if seconds > MAX_AGE.total_seconds():
+        raise CommandError(
+            f"--older-than {text!r} is longer than anything kept: the most is 36500d (100 years)."
+        )
+    return timedelta(seconds=seconds)
 
 
 def _rules_text(keep_last: int | None, older_than: str | None) -> str:

@@ -1,0 +1,79 @@
+"""What the ``flowwarden_*`` management commands share: sub-actions dispatched to
+``handle_<action>``, user-supplied text checked before any query, and errors that
+say what to fix instead of a traceback."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connections
+from django.utils.connection import ConnectionDoesNotExist
+
+
+class ActionCommand(BaseCommand):
+    """A command of sub-actions: ``manage.py <command> <action> ...`` runs
+    ``handle_<action>(**options)``.
+
+    Before it runs, every text option is checked for NUL characters (no id or name
+    can hold one, and PostgreSQL refuses them in a query). A bad setting, an unknown
+    database alias and a database error become ``CommandError``s.
+    """
+
+    #: What a database error is about, for its message.
+    database_subject = "The tables"
+    #: What to check when the database refuses.
+    database_hint = "Has `manage.py migrate` been run?"
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        refuse_nul(options)
+        try:
+            getattr(self, f"handle_{action}")(**options)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        except ConnectionDoesNotExist as exc:
+            raise CommandError(
+                f"{exc}. Use one of the DATABASES aliases: {', '.join(connections)}."
+            ) from exc
+        except DatabaseError as exc:
+            raise CommandError(
+                f"{self.database_subject_of(options)} could not be read or written: {exc}. "
+                f"{self.database_hint}"
+            ) from exc
+
+    def database_subject_of(self, options: dict[str, Any]) -> str:
+        """What a database error is about (override to name a store)."""
+        return self.database_subject
+
+
+def refuse_nul(options: dict[str, Any]) -> None:
+    """``CommandError`` when an option's text holds a NUL character."""
+    for name, value in options.items():
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(item, str) and "\x00" in item for item in values):
+            option = name.replace("_", "-")
+            raise CommandError(f"{option} holds a NUL character; no id, name or value can.")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: any free port)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
+    return value
