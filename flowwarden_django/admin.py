@@ -24,7 +24,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .admin_base import ReadOnlyAdminMixin
+from .admin_base import GuardedLookupsMixin, ReadOnlyAdminMixin
 from .admin_stores import sort_store_aliases
 from .formatting import NONE_TEXT
 from .formatting import short_token as shorten_token
@@ -118,7 +118,7 @@ def timestamp(value: datetime | None) -> SafeString | str:
 
 
 @admin.register(StreamCheckpoint)
-class StreamCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """View-only list and detail of ``StreamCheckpoint`` rows (the ORM checkpoint store).
 
     Rows are read from the database of the ORM store alias ``"default"`` when its

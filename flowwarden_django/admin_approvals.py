@@ -31,7 +31,12 @@ from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .admin import timestamp
-from .admin_base import ObjectOperationsMixin, ReadOnlyAdminMixin, status_badge
+from .admin_base import (
+    GuardedLookupsMixin,
+    ObjectOperationsMixin,
+    ReadOnlyAdminMixin,
+    status_badge,
+)
 from .admin_workflows import pretty_json, run_status_badge, run_store
 from .formatting import NONE_TEXT, truncate
 from .models import Approval, ApprovalEvent, WorkflowRun
@@ -216,7 +221,9 @@ def _status_label(status: str) -> str:
 
 
 @admin.register(Approval)
-class ApprovalAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin):
+class ApprovalAdmin(
+    GuardedLookupsMixin, ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin
+):
     """Approvals: list and inspect what paused runs wait for, with the audit trail,
     and approve or reject them.
 

@@ -1,19 +1,28 @@
-"""Pieces the flowwarden admin pages share: read-only model admins, status badges,
-and pages that run one operation (approve, replay...) on one object."""
+"""Pieces the flowwarden admin pages share: read-only model admins, guards against
+hostile ids and filters, status badges, and pages that run one operation (approve,
+replay...) on one object."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from django.contrib import messages
+from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
-from django.http import HttpRequest
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
+from django.db.models import Field
+from django.http import HttpRequest, HttpResponse
 from django.templatetags.static import static
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
+from django.utils.translation import ngettext
 
 UNKNOWN_ICON = "admin/img/icon-unknown.svg"
 
@@ -29,6 +38,97 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def possible_value(field: Field[Any, Any], value: Any) -> bool:
+    """Whether *value* (from a URL or a form) could be stored in *field*: it converts
+    to the field's type and holds no NUL (which PostgreSQL refuses even to compare)."""
+    if isinstance(value, str) and "\x00" in value:
+        return False
+    try:
+        python = field.to_python(value)
+    except (ValidationError, ValueError, TypeError):
+        return False
+    return not (isinstance(python, str) and "\x00" in python)
+
+
+class GuardedChangeList(ChangeList):
+    """A changelist that refuses, as ``IncorrectLookupParameters`` (Django then
+    redirects to ``?e=1``), the filter parameters its model admin does not offer:
+
+    * any parameter that no ``list_filter`` nor the ``date_hierarchy`` consumes
+      (``?prompt__regex=(``, ``?pk__in=…``): Django would pass it to the database;
+    * a NUL in a filter parameter (PostgreSQL raises ``DataError`` on it);
+    * a ``date_hierarchy`` date whose range the database cannot hold (the year
+      9999, whose end is in the year 10000).
+    """
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        params = self.get_filters_params()
+        for key, values in params.items():
+            if "\x00" in key or any("\x00" in value for value in values):
+                raise IncorrectLookupParameters(f"NUL in the filter {key!r}")
+        try:
+            filters = super().get_filters(request)
+        except (ValueError, OverflowError) as exc:  # the date hierarchy's range overflowed
+            raise IncorrectLookupParameters(exc) from exc
+        remaining: dict[str, list[Any]] = filters[2]
+        bounds: set[str] = set()
+        if self.date_hierarchy and f"{self.date_hierarchy}__year" in params:
+            bounds = {f"{self.date_hierarchy}__gte", f"{self.date_hierarchy}__lt"}
+        unknown = sorted(set(remaining) - bounds)
+        if unknown:
+            raise IncorrectLookupParameters(f"unknown filters: {', '.join(unknown)}")
+        for key in bounds & set(remaining):
+            for value in remaining[key]:
+                _check_storable(value)
+        return filters
+
+
+def _check_storable(value: Any) -> None:
+    """Raise ``IncorrectLookupParameters`` when the aware datetime *value* falls outside
+    the years 1 to 9999 in UTC (as the database adapters convert it)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except (ValueError, OverflowError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class GuardedLookupsMixin:
+    """Hostile ids and filters get a "not found", a redirect with a message, or
+    Django's ``?e=1`` redirect, never a server error:
+
+    * an object id the primary key cannot hold (not a UUID, a NUL...) is "not found"
+      on every page that loads one object (``get_object``);
+    * a bulk action with such a selected id changes nothing (``response_action``);
+    * the changelist accepts only the filters it offers (:class:`GuardedChangeList`).
+    """
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Any:
+        opts = self.opts  # type: ignore[attr-defined]
+        field = opts.pk if from_field is None else opts.get_field(from_field)
+        if not possible_value(field, object_id):
+            return None
+        return super().get_object(request, object_id, from_field)  # type: ignore[misc]
+
+    def response_action(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        invalid = [value for value in selected if not possible_value(self.opts.pk, value)]  # type: ignore[attr-defined]
+        if invalid:
+            text = ngettext(
+                "%(count)d selected item has an invalid id. No items have been changed.",
+                "%(count)d selected items have an invalid id. No items have been changed.",
+                len(invalid),
+            )
+            self.message_user(request, text % {"count": len(invalid)}, messages.ERROR)  # type: ignore[attr-defined]
+            return None  # the changelist redirects back to itself
+        return super().response_action(request, queryset)  # type: ignore[misc]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return GuardedChangeList
 
 
 def status_badge(

@@ -28,7 +28,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .admin_base import ReadOnlyAdminMixin
+from .admin_base import GuardedLookupsMixin, ReadOnlyAdminMixin
 from .formatting import NONE_TEXT
 from .models import StreamControl, StreamWorker
 from .streams.registry import stream_registry
@@ -149,7 +149,7 @@ def dead_letters_url(stream_name: str | None = None) -> str | None:
 
 
 @admin.register(StreamWorker)
-class StreamConsoleAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """The "Streams" console, in place of the stream workers' changelist.
 
     Lists :func:`~flowwarden_django.streams.status.stream_status` (state, leader,

@@ -30,7 +30,12 @@ from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from .admin import age, timestamp
-from .admin_base import ObjectOperationsMixin, ReadOnlyAdminMixin, status_badge
+from .admin_base import (
+    GuardedLookupsMixin,
+    ObjectOperationsMixin,
+    ReadOnlyAdminMixin,
+    status_badge,
+)
 from .admin_stores import sort_store_aliases
 from .formatting import NONE_TEXT, truncate
 from .models import DeadLetter
@@ -284,7 +289,9 @@ def _perform_one(
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin):
+class DeadLetterAdmin(
+    GuardedLookupsMixin, ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin
+):
     """The dead-letter console: list, filter and inspect parked events, and replay,
     acknowledge or discard them.
 

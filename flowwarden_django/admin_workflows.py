@@ -33,7 +33,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .admin import age, timestamp
-from .admin_base import ReadOnlyAdminMixin, status_badge
+from .admin_base import GuardedLookupsMixin, ReadOnlyAdminMixin, status_badge
 from .formatting import NONE_TEXT, truncate
 from .models import Approval, WorkflowRun
 from .snapshot_diff import DiffLine, state_diff, state_json
@@ -133,7 +133,7 @@ def fork_snapshot(run: WorkflowRun, found: RunStore, snapshot_id: str, state: An
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class WorkflowRunAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Workflow runs: list, filter and inspect them, browse each run's snapshot tree,
     read a snapshot's state and its diff against its parent, and fork a run.
 

@@ -38,9 +38,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, current_app
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from .common.failure_log import FailureLog
 from .workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
 from .workflows.execution import ExecutionProvider
 from .workflows.recovery import recover_stalled_runs
@@ -129,8 +130,13 @@ def send_step(
     origin: str,
     input: Any = None,
 ) -> None:
-    """Publish the task that executes the step after *last_step* (now, not on commit)."""
-    options: dict[str, Any] = {}
+    """Publish the task that executes the step after *last_step* (now, not on commit).
+
+    A broker that does not answer is retried with kombu's retry policy
+    (``PUBLISH_RETRY_POLICY``: about 3 s in all) before the error is raised; the
+    recovery sweep queues what could not be published.
+    """
+    options: dict[str, Any] = {"retry": True, "retry_policy": PUBLISH_RETRY_POLICY}
     limit = step_time_limit(next_step(definition.steps, last_step))
     if limit is not None:
         options["time_limit"] = limit
@@ -147,19 +153,31 @@ def send_step(
     )
 
 
+#: kombu's retry policy for publishing a step: 4 tries over about 3 s.
+PUBLISH_RETRY_POLICY = {
+    "max_retries": 3,
+    "interval_start": 0.25,
+    "interval_step": 0.5,
+    "interval_max": 1.5,
+}
+
+#: Step publications that failed in this process (logged once per outage).
+publish_failures = FailureLog(
+    logger,
+    "workflows on Celery: queueing a step (the recovery sweep, "
+    "flowwarden_django.recover_workflows, queues what could not be)",
+    level=logging.ERROR,
+)
+
+
 def _send_or_log(app: Celery, definition: WorkflowDefinition, cid: str, **fields: Any) -> None:
     """``send_step`` for a running run; a failure is logged (the sweep recovers it)."""
     try:
         send_step(app, definition, cid, **fields)
-    except Exception:
-        logger.error(
-            "workflow %s (%s): could not queue the step after %r; the recovery sweep "
-            "(flowwarden_django.recover_workflows) will queue it",
-            definition.name,
-            cid,
-            fields["last_step"],
-            exc_info=True,
-        )
+    except Exception as exc:
+        publish_failures.failed(exc)
+    else:
+        publish_failures.succeeded()
 
 
 def _on_commit(using: str, callback: Any) -> None:
@@ -182,8 +200,9 @@ class CeleryExecutionProvider(ExecutionProvider):
     """
 
     name = "celery"
-    #: Seconds a failed broker check is trusted (the runs meanwhile go in-process).
-    failure_ttl: float = 30.0
+    #: Seconds a failed broker check is trusted (the runs meanwhile go in-process): the
+    #: broker is probed again this often, so its return is noticed within seconds.
+    failure_ttl: float = 2.0
     #: Seconds a good broker check is trusted.
     success_ttl: float = 5.0
     #: Seconds the broker check may take.
@@ -266,29 +285,20 @@ class CeleryExecutionProvider(ExecutionProvider):
             input=input,
         )
         db = workflow.runs.db
-        if connections[db].in_atomic_block:
-            # Published once the caller's transaction commits; a failure is logged.
-            _on_commit(db, partial(self._send_after_commit, send, workflow))
-        else:
-            try:
-                send()
-            except Exception as exc:
-                self._publish_failed(exc)
-                raise
+        # Published once the caller's transaction commits (at once outside one). A
+        # broker error never reaches the caller: the run is seeded and ``running``, so
+        # the recovery sweep queues its step once the broker answers again.
+        _on_commit(db, partial(self._send_after_commit, send))
         return Running(head.state, workflow.coordination_id, last_step)
 
-    def _send_after_commit(self, send: Callable[[], None], workflow: Workflow) -> None:
+    def _send_after_commit(self, send: Callable[[], None]) -> None:
         try:
             send()
         except Exception as exc:
             self._publish_failed(exc)
-            logger.error(
-                "workflow %s (%s): its next step could not be queued after the "
-                "transaction committed; run() or resume() it again",
-                workflow.name,
-                workflow.coordination_id,
-                exc_info=True,
-            )
+            publish_failures.failed(exc)
+        else:
+            publish_failures.succeeded()
 
     def _publish_failed(self, exc: Exception) -> None:
         # The next runs go in-process until the broker answers a check again.

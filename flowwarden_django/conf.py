@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "WORKFLOW_EXECUTION": "inprocess",
     # How long a runner's claim on a workflow run lasts; renewed before each step.
     "WORKFLOW_RUN_LEASE": "10m",
+    # The recovery sweep continues a running run that no runner holds and that has not
+    # moved for this long (its next step was never queued, or was lost).
+    "WORKFLOW_RECOVER_AFTER": "10s",
     # Who gets error texts and instance ids from /flowwarden/health/ (others get status and
     # counts): "staff" (active staff users), "none", "all" (anyone, even anonymous) or a
     # permission "app_label.codename".

@@ -325,3 +325,56 @@ class TestActions:
         assert "Could not approve “Refund 500?”: you may not decide it." in body
         assert "Approved “Refund 800?”." in body
         assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+class TestHostileInput:
+    def test_a_bad_selected_id_changes_nothing(self, admin_client, refunds, people):
+        _, approval = pending(refunds)
+        for bad in ("not-a-uuid", "\x00", "e" * 300):
+            data = {
+                "action": "approve_selected",
+                "post": "yes",
+                helpers.ACTION_CHECKBOX_NAME: [str(approval.pk), bad],
+            }
+            response = admin_client.post(CHANGELIST, data, follow=True)
+            assert response.redirect_chain[-1] == (CHANGELIST, 302)
+            assert "1 selected item has an invalid id. No items have been changed." in page(
+                response
+            )
+        assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "prompt__regex=(",
+            "status__regex=(",
+            "pk__in=x,y",
+            "requested_at__gte=2020-01-01",
+            "status__exact=%00",
+            "workflow_name=%00",
+            "requested_at__year=9999",
+            "requested_at__year=9999&requested_at__month=12",
+            "requested_at__year=9999&requested_at__month=12&requested_at__day=31",
+        ],
+    )
+    def test_filters_it_does_not_offer_redirect_to_the_error_flag(self, admin_client, query):
+        response = admin_client.get(f"{CHANGELIST}?{query}")
+        assert (response.status_code, response["Location"]) == (302, f"{CHANGELIST}?e=1")
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "status__exact=pending",
+            "workflow_name=refund",
+            "workflow_name__isnull=True",
+            "requested_at__year=9998&requested_at__month=12&requested_at__day=31",
+        ],
+    )
+    def test_its_own_filters_still_work(self, admin_client, refunds, query):
+        pending(refunds)
+        assert admin_client.get(f"{CHANGELIST}?{query}").status_code == 200
+
+    def test_a_nul_id_is_not_found(self, admin_client):
+        for url in (f"{CHANGELIST}%00/change/", f"{CHANGELIST}%00/approve/"):
+            response = admin_client.get(url, follow=True)
+            assert "doesn\u2019t exist" in page(response)

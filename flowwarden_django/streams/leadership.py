@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..common.connections import discard_unusable_connections
+from ..common.failure_log import FailureLog
 from . import metrics
 from .locks import Lease, LeaseLostError, LockService
 
@@ -47,6 +49,7 @@ class Leadership:
         self._valid_until = float("-inf")
         self.next_attempt = float("-inf")
         self.failures = 0
+        self.failure_log = FailureLog(logger, f"stream {stream_name!r}: the lease service")
 
     @property
     def margin(self) -> float:
@@ -150,11 +153,14 @@ class Leadership:
         # The SPI turns transient errors into None; a backend that raises anyway is
         # treated the same way (a renew that raises is a lost lease).
         try:
-            return method(*args)
-        except Exception:
+            lease = method(*args)
+        except Exception as exc:
             self.failures += 1
-            logger.warning("stream %r: lease service call failed", self.stream_name, exc_info=True)
+            self.failure_log.failed(exc)
+            discard_unusable_connections()
             return None
+        self.failure_log.succeeded()
+        return lease
 
     def _announce(self, role: str) -> None:
         metrics.emit(

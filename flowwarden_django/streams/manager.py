@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 from django.utils import timezone
 
+from ..common.connections import discard_unusable_connections
+from ..common.failure_log import FailureLog
 from ..conf import fw_settings
 from . import metrics
 from .clients import mongo_clients
@@ -93,6 +95,8 @@ class StreamManager:
         self._wanted: dict[str, bool] = {}  # name -> burst
         self._paused: set[str] = set()
         self._handled_restarts: dict[str, datetime] = {}
+        self._supervisor_failures = FailureLog(logger, "stream supervisor: a pass")
+        self._publish_failures = FailureLog(logger, "streams: publishing this process's status")
         self._restart_pending: set[str] = set()
         self._backlog_at: dict[str, float] = {}
         self._oplog_at: dict[str, float] = {}
@@ -281,9 +285,11 @@ class StreamManager:
             while not self._closing.wait(self.tick):
                 try:
                     self.supervise_once()
-                except Exception:
-                    logger.exception("stream supervisor: a pass failed")
-                    close_old_connections()
+                except Exception as exc:
+                    self._supervisor_failures.failed(exc)
+                    discard_unusable_connections()
+                else:
+                    self._supervisor_failures.succeeded()
             self._publish(final=True)
         finally:
             connections.close_all()
@@ -518,9 +524,11 @@ class StreamManager:
                     StreamWorker.objects.create(
                         stream_name=name, instance_id=self.instance_id, **values
                     )
-            except Exception:
-                logger.warning("stream %r: publishing its status failed", name, exc_info=True)
-                close_old_connections()
+            except Exception as exc:
+                self._publish_failures.failed(exc)
+                discard_unusable_connections()
+            else:
+                self._publish_failures.succeeded()
 
     def status(self) -> list[dict[str, Any]]:
         """One row per declared stream, as this process sees it."""

@@ -17,6 +17,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..common.connections import discard_unusable_connections
+from ..common.failure_log import FailureLog
 from .checkpoint import CheckpointStore
 from .tokens import tokens_equal
 
@@ -54,6 +56,9 @@ class ProcessedAnchorPolicy:
         self.writes = 0
         self.failures = 0
         self._cancelled = False
+        self.failure_log = FailureLog(
+            logger, f"stream {stream_name!r}: saving the processed anchor (it stays dirty)"
+        )
 
     def cancel(self) -> None:
         """Refuse every later write (the stream's anchors are being replaced)."""
@@ -115,7 +120,7 @@ class ProcessedAnchorPolicy:
         token, at = self._pending
         try:
             self.store.save_processed(self.stream_name, token, at, heartbeat_at=timezone.now())
-        except Exception:
+        except Exception as exc:
             self.failures += 1
             if strict:
                 # The anchor belongs to the caller's transaction, which rolls back with
@@ -125,12 +130,10 @@ class ProcessedAnchorPolicy:
                 self._settled_since_confirmed = 0
                 self._dirty_since = None
                 raise
-            logger.warning(
-                "stream %r: saving the processed anchor failed; it stays dirty and is retried",
-                self.stream_name,
-                exc_info=True,
-            )
+            self.failure_log.failed(exc)
+            discard_unusable_connections()  # outside any transaction: strict raised above
             return False
+        self.failure_log.succeeded()
         self.writes += 1
         self.confirmed_token = token
         self._pending = None

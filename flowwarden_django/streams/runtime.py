@@ -23,6 +23,9 @@ from typing import Any
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
+from ..common.connections import discard_unusable_connections
+from ..common.failure_log import FailureLog
+from ..common.outages import error_summary, is_outage
 from . import metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
@@ -105,6 +108,10 @@ class StreamConsumer:
 
     #: How often the flusher thread looks for a dirty anchor past its age threshold.
     flush_tick_seconds = 1.0
+    #: The longest wait between two restarts while a server does not answer (an
+    #: outage, see ``common.outages``), whatever the restart policy's ``max_delay``:
+    #: the stream notices the server's return within this many seconds.
+    outage_restart_max_seconds = 2.0
 
     def __init__(
         self,
@@ -145,6 +152,10 @@ class StreamConsumer:
         self.dlq_dirty = threading.Event()
         self.policy: ProcessedAnchorPolicy | None = None
         self._restart_cause: tuple[int, BaseException] | None = None
+        #: When the stream started restarting (``None`` while it runs).
+        self.restarting_since: datetime | None = None
+        self._restart_error: type[BaseException] | None = None
+        self._dlq_failures = FailureLog(logger, f"stream {spec.name!r}: writing a dead letter")
 
     # -- control ---------------------------------------------------------------------
 
@@ -189,16 +200,25 @@ class StreamConsumer:
                     if policy.max_attempts and attempt > policy.max_attempts:
                         self._crash(exc)
                         raise
+                    # Django drops broken connections only around requests: without
+                    # this, every restart would fail again on the dead connection.
+                    discard_unusable_connections()
                     self.last_error = exc
+                    if self.restarting_since is None:
+                        self.restarting_since = timezone.now()
                     self.state = StreamState.RESTARTING
-                    delay = self._restart_delay(attempt)
+                    delay = self._restart_delay(attempt, exc)
+                    # One traceback when the trouble starts or changes, not one a restart.
+                    changed = type(exc) is not self._restart_error
+                    self._restart_error = type(exc)
                     logger.warning(
-                        "stream %r: stopped by an error (%s); restart %d in %.1fs",
+                        "stream %r: stopped by %s (%s); restart %d in %.1fs",
                         self.spec.name,
+                        error_summary(exc),
                         exc,
                         attempt,
                         delay,
-                        exc_info=not isinstance(exc, OSError),
+                        exc_info=changed,
                     )
                     self.restarts += 1
                     self._restart_cause = (attempt, exc)
@@ -219,11 +239,13 @@ class StreamConsumer:
         self.state = StreamState.STOPPED
         metrics.emit(metrics.stream_stopped, self.spec.name, reason="GRACEFUL", cause=None)
 
-    def _restart_delay(self, attempt: int) -> float:
+    def _restart_delay(self, attempt: int, exc: BaseException | None = None) -> float:
         policy = self.spec.restart_policy
         delay = policy.delay(attempt)
         if policy.jitter:
             delay *= random.uniform(0.8, 1.2)
+        if exc is not None and is_outage(exc):
+            delay = min(delay, self.outage_restart_max_seconds)
         return delay
 
     # -- one generation: open, consume, close ----------------------------------------
@@ -233,6 +255,13 @@ class StreamConsumer:
         opened = self._open(source)
         self.state = StreamState.RUNNING
         self.started_at = timezone.now()
+        if self.restarting_since is not None:
+            logger.info(
+                "stream %r: running again (restarting since %s)",
+                self.spec.name,
+                self.restarting_since.isoformat(timespec="seconds"),
+            )
+            self.restarting_since, self._restart_error = None, None
         metrics.emit(metrics.stream_started, self.spec.name, config=self.configuration())
         if self._restart_cause is not None:
             attempt, cause = self._restart_cause
@@ -654,10 +683,11 @@ class StreamConsumer:
             self.dlq_store.save(entry, policy)
         except Exception as exc:
             metrics.emit(metrics.event_dlq_failed, self.spec.name, error=exc)
-            logger.error("stream %r: the dead-letter write failed: %s", self.spec.name, exc)
+            self._dlq_failures.failed(exc)
             raise DeadLetterWriteError(
                 f"stream {self.spec.name!r}: could not park {ctx.summary()}: {exc}"
             ) from exc
+        self._dlq_failures.succeeded()
         self.dead_lettered += 1
         self.dlq_dirty.set()
         metrics.emit(metrics.event_sent_to_dlq, self.spec.name, entry_id=entry.id)
@@ -793,6 +823,7 @@ class _Heartbeat:
         self.last_activity = now
         self.last_write = now
         self.failures = 0
+        self.failure_log = FailureLog(logger, f"stream {consumer.spec.name!r}: the heartbeat write")
 
     def on_event(self) -> None:
         self.last_activity = self.consumer._monotonic()
@@ -820,7 +851,9 @@ class _Heartbeat:
         except Exception as exc:
             self.failures += 1
             metrics.emit(metrics.heartbeat_failed, name, error=exc)
-            logger.warning("stream %r: heartbeat write failed", name, exc_info=True)
+            self.failure_log.failed(exc)
+            discard_unusable_connections()
             return
+        self.failure_log.succeeded()
         self.certified = position
         self.last_write = now

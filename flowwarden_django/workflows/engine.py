@@ -42,7 +42,6 @@ from django.db import connections, transaction
 
 from .runs import (
     ConcurrentRunError,
-    LeaseLostError,
     RunRecords,
     RunStatus,
     UnknownRunError,
@@ -325,7 +324,9 @@ class Workflow:
                 runs.update(self._coordination_id, token, lease, head_snapshot_id=head.id)
             return head
         finally:
-            runs.release(self._coordination_id, token)
+            from .releases import release_or_defer
+
+            release_or_defer(runs, self._coordination_id, token, {})
 
     # -- reading the run -------------------------------------------------------------
 
@@ -496,17 +497,20 @@ class _Execution:
         self.released = True
 
     def release(self) -> None:
-        """Let go of the run if still held, writing the head it has not written yet."""
+        """Let go of the run if still held, writing the head it has not written yet.
+
+        Never raises: the caller's own error (or result) is what matters. When the
+        database does not answer, the release is left to ``pending_releases``, which
+        makes it (leaving ``updated_at`` alone, so the sweep takes the run at once)
+        when the database is back.
+        """
         if self.released:
             return
-        if self.unsynced:
-            try:
-                self.finish()
-                return
-            except LeaseLostError:
-                return
-        self.runs.release(self.cid, self.token)
+        from .releases import release_or_defer
+
         self.released = True
+        release_or_defer(self.runs, self.cid, self.token, self.unsynced)
+        self.unsynced = {}
 
     def run(self, initial_state: Any, max_steps: int | None) -> WorkflowResult:
         wf, record = self.workflow, self.record

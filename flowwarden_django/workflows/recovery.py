@@ -5,8 +5,13 @@ per step. A run stalls when that chain breaks: the worker running a step died (i
 claim on the run is left behind until the lease ends), or the next step's task was
 never published or was lost by the broker (the run is ``running`` and unclaimed). A
 stalled run is one with status ``running``, no live claim (no runner, or a lease that
-has ended) and no change for *older_than* (by default ``WORKFLOW_RUN_LEASE``: a
-queued step usually starts much sooner).
+has ended) and no change for *older_than* (by default ``WORKFLOW_RECOVER_AFTER``,
+10 s: a queued step usually starts much sooner, and a duplicate of a step that was
+only slow to start does nothing). The run's state says it, not the lease alone: a
+runner that lost its database lets go of its claim as soon as the database answers
+again (``workflows.releases``), without touching ``updated_at``, so the next sweep
+takes the run. Only a runner that died holding its claim keeps the run until the
+claim's lease (``WORKFLOW_RUN_LEASE``) ends.
 
 ``recover_stalled_runs(enqueue)`` hands each stalled run to *enqueue* (which queues
 its next step) and returns their coordination ids. It is idempotent: before queueing,
@@ -30,8 +35,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .engine import workflow_registry
-from .runs import RunRecords, RunStatus, run_lease
+from .engine import LAST_STEP, workflow_registry
+from .runs import RunRecords, RunStatus, recover_after
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun
@@ -46,7 +51,7 @@ def stalled_runs(
     (at most *limit*)."""
     from ..models import WorkflowRun
 
-    age = run_lease() if older_than is None else older_than
+    age = recover_after() if older_than is None else older_than
     if age < timedelta(0):
         raise ValueError(f"older_than must be >= 0, not {age!r}")
     unclaimed = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
@@ -56,6 +61,16 @@ def stalled_runs(
         .order_by("updated_at", "coordination_id")
     )
     return list(rows if limit is None else rows[:limit])
+
+
+def last_step_of(run: WorkflowRun) -> str:
+    """The last completed step of *run*, from its newest snapshot: the run record
+    catches up with plain steps only now and then (see the engine's ``_save_step``)."""
+    try:
+        head = workflow_registry.get(run.workflow_name).workflow(run.pk).store.latest(run.pk)
+    except Exception:  # an unknown workflow or an unreadable store: the record's word
+        return run.last_step
+    return run.last_step if head is None else head.metadata.get(LAST_STEP, run.last_step)
 
 
 def recover_stalled_runs(
@@ -93,7 +108,7 @@ def recover_stalled_runs(
             "workflow %s (%s) stalled after step %r%s; queueing its next step",
             run.workflow_name,
             run.coordination_id,
-            run.last_step,
+            last_step_of(run),
             f" (runner {run.runner} did not finish it)" if run.runner else "",
         )
         enqueue(run)

@@ -93,6 +93,13 @@ def run_lease() -> timedelta:
     return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RUN_LEASE))
 
 
+def recover_after() -> timedelta:
+    """``FLOWWARDEN["WORKFLOW_RECOVER_AFTER"]`` as a ``timedelta``."""
+    from ..streams.spec import parse_duration
+
+    return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RECOVER_AFTER))
+
+
 def new_runner_token() -> str:
     """A name for one ``run()`` call: ``<instance>:<thread>:<random>``.
 
@@ -297,10 +304,18 @@ class RunRecords:
             _unclaimed(), pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
         )
 
-    def release(self, coordination_id: str, runner: str) -> bool:
-        """Let go of the run if *runner* holds it (status unchanged); True if it did."""
+    def release(
+        self, coordination_id: str, runner: str, *, touch: bool = True, **fields: Any
+    ) -> bool:
+        """Let go of the run if *runner* holds it (status unchanged, *fields* set);
+        True if it did. ``touch=False`` keeps ``updated_at``: a run let go after an
+        interrupted execution has not moved, and the recovery sweep may take it
+        at once."""
         held = self._rows().filter(pk=coordination_id, runner=runner)
-        return held.update(runner="", claimed_until=None, updated_at=timezone.now()) == 1
+        fields.update(runner="", claimed_until=None)
+        if touch:
+            fields["updated_at"] = timezone.now()
+        return held.update(**fields) == 1
 
     def _update_held(self, coordination_id: str, runner: str, fields: dict[str, Any]) -> None:
         if self._rows().filter(pk=coordination_id, runner=runner).update(**fields) != 1:

@@ -1,0 +1,65 @@
+"""Telling an infrastructure outage from a bug, and saying where an error arose.
+
+An outage (a database, Redis or MongoDB server that does not answer) heals by
+itself: whoever retries should retry often enough to notice the server's return
+within seconds. A bug does not heal: its retries should back off.
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+
+#: Exception class names (anywhere in the class's MRO) that mean "the server did not
+#: answer": Django's and the drivers' (psycopg, MySQLdb, redis-py, pymongo, kombu).
+OUTAGE_CLASS_NAMES = frozenset(
+    {
+        "OperationalError",
+        "InterfaceError",
+        "ConnectionError",
+        "ConnectionFailure",
+        "AutoReconnect",
+        "ServerSelectionTimeoutError",
+        "NetworkTimeout",
+        "TimeoutError",
+        "BusyLoadingError",
+    }
+)
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether *exc* (or what caused it) says that a server did not answer."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            return True
+        if any(cls.__name__ in OUTAGE_CLASS_NAMES for cls in type(current).__mro__):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def error_where(exc: BaseException) -> str:
+    """The innermost function of this package that *exc* passed through (for example
+    ``OrmCheckpointStore.save_processed``), or ``""``: where it arose, without data."""
+    where = ""
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.abspath(code.co_filename).startswith(_PACKAGE_DIR):
+            where = getattr(code, "co_qualname", code.co_name)
+        tb = tb.tb_next
+    return where
+
+
+def error_summary(exc: BaseException | None) -> str:
+    """``"OperationalError in OrmCheckpointStore.save_processed"``: the error's class
+    and where it arose, never its message (which may quote event data)."""
+    if exc is None:
+        return ""
+    where = error_where(exc)
+    return f"{type(exc).__name__} in {where}" if where else type(exc).__name__
