@@ -287,6 +287,8 @@ def _notes(status: StreamStatus) -> tuple[str, ...]:
         notes.append(gettext("no auto-start"))
     if status.paused and status.state != PAUSED:
         notes.append(gettext("pause requested"))
+    if status.restart_note():
+        notes.append(status.restart_note())
     if status.stale_instances:
         notes.append(
             gettext("no report from %(instances)s")

@@ -133,6 +133,10 @@ class StreamWorker(models.Model):
     dead_lettered = models.BigIntegerField(_("dead-lettered"), default=0)
     restarts = models.BigIntegerField(_("restarts"), default=0)
     last_error = models.TextField(_("last error"), blank=True)
+    #: The last error's class and where it arose, without its message (may be shown
+    #: to anyone: it quotes no event data).
+    error_kind = models.CharField(_("error kind"), max_length=255, blank=True)
+    restarting_since = models.DateTimeField(_("restarting since"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated at"))
 
     class Meta:

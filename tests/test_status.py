@@ -273,6 +273,8 @@ def test_health_report_shape(registry):
                 "dead_lettered": 0,
                 "restarts": 0,
                 "last_error": "",
+                "error_kind": "",
+                "restarting_since": None,
             }
         ],
         "stale_instances": [],

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from ..common.connections import discard_unusable_connections
 from ..common.failure_log import FailureLog
+from ..common.outages import error_summary
 from ..conf import fw_settings
 from . import metrics
 from .clients import mongo_clients
@@ -513,6 +514,8 @@ class StreamManager:
                 "dead_lettered": consumer.dead_lettered if consumer else 0,
                 "restarts": consumer.restarts if consumer else 0,
                 "last_error": str(consumer.last_error or "") if consumer else "",
+                "error_kind": error_summary(consumer.last_error)[:255] if consumer else "",
+                "restarting_since": consumer.restarting_since if consumer else None,
                 "updated_at": now,
             }
             try:

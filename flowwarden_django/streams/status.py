@@ -82,6 +82,10 @@ class WorkerStatus:
     dead_lettered: int = 0
     restarts: int = 0
     last_error: str = ""
+    #: The last error's class and where it arose (no message: safe to show anyone).
+    error_kind: str = ""
+    #: When this instance started restarting the stream (``None`` unless restarting).
+    restarting_since: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> WorkerStatus:
@@ -145,6 +149,18 @@ class StreamStatus:
     def required(self) -> bool:
         """Whether health needs this stream running (enabled and auto-start)."""
         return self.enabled and self.auto_start
+
+    def restart_note(self) -> str:
+        """Why and since when the stream is restarting, from its instances (for
+        example ``"restarting since 10:23:01 UTC: OperationalError in
+        OrmCheckpointStore.save_processed"``), or ``""``."""
+        restarting = [i for i in self.instances if i.state == RESTARTING]
+        if not restarting:
+            return ""
+        first = min(restarting, key=lambda i: i.restarting_since or i.updated_at)
+        since = first.restarting_since or first.updated_at
+        note = f"restarting since {since.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}"
+        return f"{note}: {first.error_kind}" if first.error_kind else note
 
     def to_json(self, *, details: bool = True) -> dict[str, Any]:
         """The stream's entry in :func:`health_report` (``status`` is the reference's UP/DOWN).

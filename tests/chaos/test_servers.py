@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 
@@ -13,9 +14,11 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from tests.chaos.conftest import require
 from tests.chaos.servers import (
     PrivatePostgres,
+    PrivateRabbitMQ,
     PrivateRedis,
     PrivateServer,
     postgres_unavailable_reason,
+    rabbitmq_unavailable_reason,
     redis_unavailable_reason,
 )
 from tests.testapp.models import Effect
@@ -192,6 +195,49 @@ def test_redis_data_across_a_restart(appendonly: bool, mode: str, kept: bool) ->
         assert r.is_up()
         assert (client.get("key") == b"value") is kept
         client.close()
+
+
+# -- RabbitMQ --------------------------------------------------------------------------
+
+
+def test_rabbitmq_keeps_durable_messages_across_a_crash() -> None:
+    import amqp
+
+    require(rabbitmq_unavailable_reason())
+    shared_before = _answers_tcp(5672)
+    with PrivateRabbitMQ() as rmq:
+        assert rmq.port != 5672
+        conn = rmq.connect()
+        channel = conn.channel()
+        channel.queue_declare("durable", durable=True, auto_delete=False)
+        channel.queue_declare("transient", durable=False, auto_delete=False)
+        channel.basic_publish(amqp.Message("kept", delivery_mode=2), routing_key="durable")
+        channel.basic_publish(amqp.Message("lost"), routing_key="transient")
+        conn.close()
+
+        rmq.restart(mode="kill")
+
+        assert len(rmq.outages) == 1
+        conn = rmq.connect()
+        channel = conn.channel()
+        assert channel.basic_get("durable", no_ack=True).body == "kept"
+        with pytest.raises(amqp.exceptions.NotFound):
+            channel.queue_declare("transient", passive=True)
+        conn.close()
+        assert rmq.epmd_is_up()
+    # Nothing left: no node, no private epmd, no directory; the shared node untouched.
+    assert all(_group_gone(pid) for pid in rmq.pids)
+    assert not rmq.epmd_is_up()
+    assert not rmq.directory.exists()
+    assert _answers_tcp(5672) == shared_before
+
+
+def _answers_tcp(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 # -- cleanup ---------------------------------------------------------------------------

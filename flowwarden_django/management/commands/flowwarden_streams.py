@@ -221,6 +221,8 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
         notes.append("no auto-start")
     if status.paused and status.state != "paused":
         notes.append("pause requested")
+    if status.restart_note():
+        notes.append(status.restart_note())
     if status.stale_instances:
         notes.append(f"{len(status.stale_instances)} gone")
     if status.error:
