@@ -135,6 +135,8 @@ def test_missing_pymongo_is_a_warning_naming_the_extra(monkeypatch):
     [
         ({"LEADER_LEASE_TTL": "soon"}, "flowwarden_django.E010"),
         ({"STATUS_INTERVAL": 0}, "flowwarden_django.E010"),
+        ({"WORKFLOW_RECOVER_AFTER": "soon"}, "flowwarden_django.E010"),
+        ({"WORKFLOW_RUN_LEASE": -5}, "flowwarden_django.E010"),
         ({"LEADER_LEASE_TTL": "10s", "LEADER_RENEW_INTERVAL": "6s"}, "flowwarden_django.E011"),
     ],
 )

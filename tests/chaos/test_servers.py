@@ -209,6 +209,8 @@ def test_rabbitmq_keeps_durable_messages_across_a_crash() -> None:
         assert rmq.port != 5672
         conn = rmq.connect()
         channel = conn.channel()
+        # Only a confirmed message is safe from a crash: basic_publish waits for its ack.
+        channel.confirm_select()
         channel.queue_declare("durable", durable=True, auto_delete=False)
         channel.queue_declare("transient", durable=False, auto_delete=False)
         channel.basic_publish(amqp.Message("kept", delivery_mode=2), routing_key="durable")
