@@ -1,7 +1,8 @@
-"""Private PostgreSQL and Redis servers that a chaos test starts, stops and restarts at will.
+"""Private PostgreSQL, Redis and RabbitMQ servers that a chaos test stops and restarts at will.
 
-The shared servers on the standard ports (PostgreSQL 5432, Redis 6379) serve the
-other tests, so a test that kills its database runs against a server of its own:
+The shared servers on the standard ports (PostgreSQL 5432, Redis 6379, RabbitMQ
+5672) serve the other tests, so a test that kills its database or broker runs
+against a server of its own, in a temporary directory, on a free port of 127.0.0.1:
 
 * :class:`PrivatePostgres` makes a PostgreSQL cluster with ``initdb`` in a temporary
   directory and serves it on a free port of 127.0.0.1 (trust auth, user
@@ -16,8 +17,10 @@ other tests, so a test that kills its database runs against a server of its own:
   without persistence (``--save "" --appendonly no``: a restart loses the data, as
   in the incident of issue 17), or with ``appendonly=True`` (an AOF: a restart
   keeps it).
+* :class:`PrivateRabbitMQ` runs a RabbitMQ node with its own node name, ports
+  (AMQP, distribution, epmd), config, plugins, data and log; ~6 s to start.
 
-Both have ``start()``, ``stop(mode)``, ``restart(down_seconds)``, ``is_up()``,
+All have ``start()``, ``stop(mode)``, ``restart(down_seconds)``, ``is_up()``,
 ``close()`` (stop, then remove the directory; also the context manager's exit), a
 :meth:`~PrivateServer.down` context manager (stopped inside the block) and
 :meth:`~PrivateServer.restart_in_background`, which restarts the server from a
@@ -29,13 +32,16 @@ just before the stop signal, *came_back* when the server first answered again. S
 
 Using the private PostgreSQL from Django
 ----------------------------------------
-``override_settings(DATABASES=...)`` is not supported by Django (the connection
-handler reads ``DATABASES`` once). What works is adding an alias to the handler's
-settings, which are the very ``settings.DATABASES`` dict, then letting
-``connections[alias]`` create the connection on first use::
+``override_settings(DATABASES=...)`` does not work (Django's connection handler
+reads ``DATABASES`` once, and Django warns against overriding it). What works is
+adding an alias to the handler's settings (normally the very ``settings.DATABASES``
+dict, which the project's checks of aliases read), then letting ``connections[alias]``
+create the connection on first use, in each thread::
 
-    from django.db import close_old_connections, connections
-    from tests.chaos.servers import PrivatePostgres, add_database_alias, migrate
+    from tests.chaos.servers import (
+        PrivatePostgres, add_database_alias, migrate, remove_database_alias,
+    )
+    from tests.testapp.models import Effect
 
     with PrivatePostgres() as pg:  # or the private_postgres fixture
         pg.create_database("chaos")
@@ -44,7 +50,7 @@ settings, which are the very ``settings.DATABASES`` dict, then letting
             migrate("chaos")  # the project's migrations on the private server
             Effect.objects.using("chaos").create(order_id=1)
             pg.restart_in_background(after=0.5, down=2.0)  # while the load runs
-            ...  # load through .using("chaos"); settings name "chaos" as its database
+            ...  # the load, through .using("chaos") or a store configured with it
             pg.join_background()
         finally:
             remove_database_alias("chaos")
@@ -80,7 +86,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 HOST = "127.0.0.1"
 
@@ -129,9 +135,12 @@ _LIVE_LOCK = threading.Lock()
 
 @atexit.register
 def _close_leftovers() -> None:
-    """Stop servers a test forgot to close, so no process outlives the test run."""
+    """Stop servers a test forgot to close, so no process outlives the test run.
+
+    Only in the process that made them: a forked child exiting must not stop them.
+    """
     with _LIVE_LOCK:
-        leftovers = list(_LIVE)
+        leftovers = [server for server in _LIVE if server.owner_pid == os.getpid()]
     for server in leftovers:
         with contextlib.suppress(Exception):
             server.close()
@@ -161,6 +170,7 @@ class PrivateServer:
         self._threads: list[threading.Thread] = []
         self._lock = threading.RLock()
         self._closed = False
+        self.owner_pid = os.getpid()
         with _LIVE_LOCK:
             _LIVE.add(self)
 
@@ -343,7 +353,7 @@ class PrivateServer:
                 with _LIVE_LOCK:
                     _LIVE.discard(self)
 
-    def __enter__(self) -> PrivateServer:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:
@@ -366,14 +376,17 @@ def postgres_bindir() -> Path | None:
     """Where ``initdb`` and ``postgres`` are: ``$FLOWWARDEN_TEST_PG_BINDIR``, PATH, or
     the newest ``/usr/lib/postgresql/<version>/bin``."""
     env = os.environ.get("FLOWWARDEN_TEST_PG_BINDIR")
-    candidates = [Path(env)] if env else []
-    on_path = shutil.which("initdb")
-    if on_path:
-        candidates.append(Path(on_path).resolve().parent)
-    versions = Path("/usr/lib/postgresql").glob("*/bin")
-    candidates += sorted(
-        versions, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0
-    )[::-1]
+    if env:
+        candidates = [Path(env)]
+    else:
+        on_path = shutil.which("initdb")
+        candidates = [Path(on_path).resolve().parent] if on_path else []
+        versions = Path("/usr/lib/postgresql").glob("*/bin")
+        candidates += sorted(
+            versions,
+            key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+            reverse=True,
+        )
     for bindir in candidates:
         if (bindir / "initdb").is_file() and (bindir / "postgres").is_file():
             return bindir
@@ -734,8 +747,11 @@ class PrivateRabbitMQ(PrivateServer):
     """A RabbitMQ node of its own: own node name, AMQP, distribution and epmd ports,
     own config, plugins (none), data (mnesia) and log; the shared node is untouched.
 
-    It starts in ~7 s the first time and ~5 s on a restart (on 2 cores). Durable
-    queues and persistent messages survive a restart (the data directory is kept).
+    It starts in ~6 s the first time and ~5 s on a restart (on 2 cores). Durable
+    queues and persistent messages survive a restart (the data directory is kept);
+    after a ``"kill"``, only the messages whose publish was confirmed (publisher
+    confirms: ``connect(confirm_publish=True)``) are sure to be there, as with a real
+    crash.
     Stop modes: ``"term"`` (SIGTERM, a clean shutdown, ~1 s) and ``"kill"`` (SIGKILL
     to the Erlang VM and its helpers). Its epmd (on a private port, so the node's
     name is registered nowhere the shared node looks) is stopped by :meth:`close`.

@@ -207,10 +207,9 @@ def test_rabbitmq_keeps_durable_messages_across_a_crash() -> None:
     shared_before = _answers_tcp(5672)
     with PrivateRabbitMQ() as rmq:
         assert rmq.port != 5672
-        conn = rmq.connect()
-        channel = conn.channel()
         # Only a confirmed message is safe from a crash: basic_publish waits for its ack.
-        channel.confirm_select()
+        conn = rmq.connect(confirm_publish=True)
+        channel = conn.channel()
         channel.queue_declare("durable", durable=True, auto_delete=False)
         channel.queue_declare("transient", durable=False, auto_delete=False)
         channel.basic_publish(amqp.Message("kept", delivery_mode=2), routing_key="durable")
