@@ -6,7 +6,9 @@ Ids: E001 ``FLOWWARDEN``, ``CHECKPOINT_STORES``, ``DLQ_STORES``, ``LOCK_SERVICES
 of its SPI; E004 ``OPTIONS`` do not fit the backend; E005 an optional extra is missing; E006
 an alias named in ``OPTIONS`` does not exist; E007 unsupported database; E008 bad option
 value; E009 ``USE_TZ`` is off; E010 a lease or status interval is not a positive duration;
-E011 the lease renewal interval is more than half the TTL; W001 pymongo (``bson``) is
+E011 the lease renewal interval is more than half the TTL; E012 a simple setting has
+a value of the wrong form; W002 an unknown ``FLOWWARDEN`` key (with the nearest known
+one); W001 pymongo (``bson``) is
 missing, so no resume token can be stored; W201 (``check --deploy`` only) a snapshot store
 writes workflow state in plaintext; E202 ``WORKFLOW_EXECUTION`` names no usable execution
 provider; W202 it is ``"celery"`` but no Celery app is loaded; E301 ``HEALTH_DETAILS``
@@ -19,8 +21,9 @@ alias without a MongoDB URL.
 
 from __future__ import annotations
 
+import difflib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.util import find_spec
 from typing import Any
 
@@ -28,7 +31,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from .conf import SETTING_NAME, fw_settings
+from .conf import DEFAULTS, SETTING_NAME, fw_settings
 from .exceptions import InvalidCheckpointStoreError
 from .streams.stores import BackendAliases
 
@@ -46,6 +49,73 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         ]
     return []
+
+
+@checks.register()
+def check_setting_keys(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W002 for a ``FLOWWARDEN`` key the app does not know (with the nearest known one);
+    E012 for a mistyped value of a simple key (the stores, clients, durations and the
+    endpoint settings have checks of their own)."""
+    configured = getattr(settings, SETTING_NAME, {})
+    if not isinstance(configured, Mapping):
+        return []
+    messages: list[checks.CheckMessage] = []
+    for key in configured:
+        if key in DEFAULTS:
+            continue
+        close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1, cutoff=0.6)
+        hint = (
+            f'Did you mean "{close[0]}"?'
+            if close
+            else f"The settings are: {', '.join(sorted(DEFAULTS))}."
+        )
+        messages.append(
+            checks.Warning(
+                f"{SETTING_NAME}[{key!r}] is not a flowwarden_django setting; it is ignored.",
+                hint=hint,
+                id="flowwarden_django.W002",
+            )
+        )
+    for key, (valid, form) in _VALUE_FORMS.items():
+        if key in configured and not valid(configured[key]):
+            messages.append(
+                checks.Error(
+                    f'{SETTING_NAME}["{key}"] = {configured[key]!r} is not {form}.',
+                    hint=f"Use {form}, or leave it out for the default ({DEFAULTS[key]!r}).",
+                    id="flowwarden_django.E012",
+                )
+            )
+    return messages
+
+
+def _positive_duration(value: Any) -> bool:
+    from .streams.spec import parse_duration
+
+    try:
+        return parse_duration(value) > 0
+    except ValueError:
+        return False
+
+
+def _instance_id(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, str) and 0 < len(value) <= 200 and value.strip() and "\x00" not in value
+    )
+
+
+#: Simple keys: (is the value valid, the expected form).
+_VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "STREAM_MAX_AWAIT_MS": (
+        _positive_duration,
+        "a positive number of milliseconds or a duration like '200ms'",
+    ),
+    "CELERY_RUN_STREAMS": (lambda value: isinstance(value, bool), "True or False"),
+    "INSTANCE_ID": (_instance_id, "None or a name of 1 to 200 characters"),
+    "WORKFLOW_EXECUTION": (
+        lambda value: isinstance(value, str) and bool(value.strip()),
+        '"inprocess", "celery" or the dotted path of an ExecutionProvider',
+    ),
+}
 
 
 @checks.register()

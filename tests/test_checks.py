@@ -144,3 +144,67 @@ def test_lease_and_status_intervals_are_checked(settings, changes, code):
     settings.FLOWWARDEN = {**settings.FLOWWARDEN, **changes}
     messages = [m for m in run_checks() if m.id in (code,)]
     assert len(messages) == 1 and list(changes)[-1] in messages[0].msg
+
+
+#: A bad value for every documented FLOWWARDEN key (``conf.DEFAULTS``).
+BAD_VALUES = {
+    "CHECKPOINT_STORES": 5,
+    "MONGO_CLIENTS": ["mongodb://x"],
+    "STREAM_MAX_AWAIT_MS": "200 millis",
+    "DLQ_STORES": [],
+    "LOCK_SERVICES": "redis",
+    "LEADER_LEASE_TTL": "soon",
+    "LEADER_RENEW_INTERVAL": 0,
+    "STANDBY_POLL_INTERVAL": "20 seconds",
+    "STATUS_INTERVAL": float("inf"),
+    "INSTANCE_ID": 5,
+    "CELERY_RUN_STREAMS": "yes",
+    "SNAPSHOT_STORES": None,
+    "WORKFLOW_EXECUTION": "nope",
+    "WORKFLOW_RUN_LEASE": "10 minutes",
+    "WORKFLOW_RECOVER_AFTER": -1,
+    "HEALTH_DETAILS": 5,
+    "METRICS_TOKEN": 5,
+}
+
+
+def test_every_documented_key_has_a_bad_value_here():
+    from flowwarden_django.conf import DEFAULTS
+
+    assert set(BAD_VALUES) == set(DEFAULTS)
+
+
+@pytest.mark.parametrize(("key", "value"), sorted(BAD_VALUES.items()), ids=sorted(BAD_VALUES))
+def test_a_bad_value_of_every_key_is_an_error_naming_the_key(settings, key, value):
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, key: value}
+    errors = [m for m in run_checks() if m.is_serious()]
+    assert any(key in m.msg for m in errors), [m.msg for m in errors]
+    assert all(m.hint for m in errors if key in m.msg)
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [
+        ("CHECKPOINT_STORE", "CHECKPOINT_STORES"),
+        ("STREAM_MAX_AWAIT_MSEC", "STREAM_MAX_AWAIT_MS"),
+        ("WORKFLOW_RUN_LEASES", "WORKFLOW_RUN_LEASE"),
+        ("health_details", None),
+    ],
+)
+def test_an_unknown_key_is_a_warning_with_a_suggestion(settings, key, suggestion):
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, key: {}}
+    (warning,) = [m for m in run_checks() if m.id == "flowwarden_django.W002"]
+    assert repr(key) in warning.msg and not warning.is_serious()
+    if suggestion:
+        assert warning.hint == f'Did you mean "{suggestion}"?'
+    else:
+        assert "The settings are: CELERY_RUN_STREAMS" in warning.hint
+
+
+def test_stream_max_await_accepts_milliseconds_and_durations(settings):
+    from flowwarden_django.streams.manager import max_await_ms
+
+    assert (max_await_ms(200), max_await_ms("200ms"), max_await_ms("1s")) == (200, 200, 1000)
+    for good in (200, "200ms", "1.5s"):
+        settings.FLOWWARDEN = {**settings.FLOWWARDEN, "STREAM_MAX_AWAIT_MS": good}
+        assert not [m for m in run_checks() if "STREAM_MAX_AWAIT_MS" in m.msg]

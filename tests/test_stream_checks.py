@@ -172,8 +172,11 @@ def test_parse_duration():
     assert parse_duration("30s") == 30
     assert parse_duration("2m") == 120
     assert parse_duration(1.5) == 1.5
-    with pytest.raises(ValueError, match="invalid duration"):
-        parse_duration("1h")
+    assert parse_duration("1h") == 3600
+    assert parse_duration("7d") == 7 * 86400
+    for bad in ["1y", "soon", "", "-1s", True, float("nan"), float("inf")]:
+        with pytest.raises(ValueError, match="invalid duration"):
+            parse_duration(bad)
 
 
 @pytest.mark.parametrize(
@@ -211,7 +214,7 @@ def test_retry_and_dlq_bounds_are_checked():
         "bounds",
         "x",
         on_insert=lambda doc: None,
-        retry_policy=RetryPolicySpec(max_attempts=0, initial_delay="5h", multiplier=0),
+        retry_policy=RetryPolicySpec(max_attempts=0, initial_delay="5 hours", multiplier=0),
         dead_letter_queue=DeadLetterQueueSpec(retention_days=-1, store="nope"),
     )
     texts = [m.msg for m in stream_messages() if m.level >= 40]

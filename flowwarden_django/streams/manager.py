@@ -56,8 +56,16 @@ def pymongo_source(spec: StreamSpec) -> ChangeSource:
         pipeline=pipeline,
         full_document=spec.full_document,
         full_document_before_change=spec.full_document_before_change,
-        max_await_ms=int(fw_settings.STREAM_MAX_AWAIT_MS),
+        max_await_ms=max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS),
     )
+
+
+def max_await_ms(value: str | float) -> int:
+    """``STREAM_MAX_AWAIT_MS`` in milliseconds: a number is milliseconds, text a
+    duration (``"200ms"``, ``"1s"``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return max(1, int(value))
+    return max(1, int(parse_duration(value) * 1000))
 
 
 def default_instance_id() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,20 +27,27 @@ DEPLOYMENT_MODES = ("ALL_INSTANCES", "SINGLE_LEADER")
 START_POSITIONS = ("RESUME", "LATEST")
 HISTORY_LOST_STRATEGIES = ("FAIL", "RESUME_FROM_NOW", "RESUME_FROM_OPLOG_START")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+#: Seconds per duration unit.
+DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_duration(value: str | float | int) -> float:
-    """Seconds from ``"500ms"``, ``"30s"``, ``"2m"`` or a number of seconds."""
+    """Seconds from ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"7d"``, ``"2w"`` or a
+    (finite) number of seconds: the one form of every duration of the app."""
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"invalid duration {value!r}: not a finite number")
         return float(value)
     match = _DURATION.match(str(value))
     if not match:
-        raise ValueError(f"invalid duration {value!r}: use a number with ms, s or m, like '500ms'")
-    number, unit = float(match.group(1)), match.group(2)
-    return number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
+        raise ValueError(
+            f"invalid duration {value!r}: use a number of seconds or a number with "
+            "ms, s, m, h, d or w, like '500ms' or '30s'"
+        )
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
 def backoff_delay(

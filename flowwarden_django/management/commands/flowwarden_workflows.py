@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections import defaultdict
@@ -27,6 +26,7 @@ from django.utils import timezone
 
 from ...formatting import NONE_TEXT, age_text, dump_json, format_table, timestamp_text, truncate
 from ...models import SnapshotRecord, WorkflowRun
+from ...streams.spec import parse_duration
 from ...workflows import (
     CheckpointQuery,
     Completed,
@@ -67,8 +67,6 @@ LIST_HEADERS = (
 )
 STATUSES = tuple(WorkflowRun.Status.values)
 #: ``--older-than`` units, in seconds.
-AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 #: The longest ``--older-than``: older than anything a database keeps.
 MAX_AGE = timedelta(days=36500)
 #: Snapshots per page when a store is read through ``list``.
@@ -743,13 +741,15 @@ def _parse_json(option: str, text: str | None, max_bytes: int = MAX_STATE_BYTES)
 
 
 def _parse_age(text: str) -> timedelta:
-    match = _AGE.match(text)
-    if not match:
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
         raise CommandError(
             f"--older-than {text!r} is not an age: use a number with s, m, h, d or w, "
             "for example --older-than 30d or --older-than 12h."
-        )
-    seconds = float(match.group(1)) * AGE_UNITS[match.group(2)]
+        ) from None
+    if seconds < 0:
+        raise CommandError(f"--older-than {text!r} is negative: give an age, like 30d.")
     if seconds > MAX_AGE.total_seconds():
         raise CommandError(
             f"--older-than {text!r} is longer than anything kept: the most is 36500d (100 years)."
