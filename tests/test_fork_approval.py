@@ -193,4 +193,3 @@ def test_an_admin_fork_leaves_the_run_waiting(
         "requested",
         "requested",
     ]
-
