@@ -20,13 +20,12 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
-from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .admin_base import GuardedLookupsMixin, ReadOnlyAdminMixin
 from .admin_stores import sort_store_aliases
-from .formatting import NONE_TEXT
+from .formatting import NONE_TEXT, relative_time
 from .formatting import short_token as shorten_token
 from .models import StreamCheckpoint
 from .streams.backends.orm import OrmCheckpointStore
@@ -103,10 +102,11 @@ def full_token(data: bytes | memoryview | None) -> SafeString | str:
 
 
 def age(value: datetime | None) -> SafeString | str:
-    """``"3 minutes ago"`` with the exact ISO timestamp as a title; ``"—"`` for ``None``."""
+    """``"3 minutes ago"`` (``"in 2 days"`` for a time to come) with the exact ISO
+    timestamp as a title; ``"—"`` for ``None``."""
     if value is None:
         return NONE_TEXT
-    text = gettext("%(delta)s ago") % {"delta": timesince(value)}
+    text = relative_time(value)
     return format_html('<time datetime="{0}" title="{0}">{1}</time>', value.isoformat(), text)
 
 

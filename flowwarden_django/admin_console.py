@@ -24,12 +24,11 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
-from django.utils.timesince import timesince
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .admin_base import GuardedLookupsMixin, ReadOnlyAdminMixin
-from .formatting import NONE_TEXT
+from .formatting import NONE_TEXT, relative_time
 from .models import StreamControl, StreamWorker
 from .streams.registry import stream_registry
 from .streams.spec import StreamSpec
@@ -130,7 +129,7 @@ def age_html(at: datetime | None, now: datetime) -> SafeString | str:
     """``"3 minutes ago"`` in a ``<time>`` with the ISO timestamp as title; ``"—"`` if unknown."""
     if at is None:
         return NONE_TEXT
-    text = gettext("%(delta)s ago") % {"delta": timesince(at, now)}
+    text = relative_time(at, now)
     return format_html('<time datetime="{0}" title="{0}">{1}</time>', at.isoformat(), text)
 
 

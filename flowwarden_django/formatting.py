@@ -23,6 +23,19 @@ SHORT_TOKEN_WIDTH = 20
 _UNITS = ((86400, "d"), (3600, "h"), (60, "m"))
 
 
+def relative_time(at: datetime, now: datetime | None = None) -> str:
+    """``"3 minutes ago"``, or ``"in 2 days"`` for a time still to come (an expiry),
+    in words the admin uses (translated)."""
+    from django.utils import timezone
+    from django.utils.timesince import timesince, timeuntil
+    from django.utils.translation import gettext
+
+    now = now or timezone.now()
+    if at > now:
+        return gettext("in %(delta)s") % {"delta": timeuntil(at, now)}
+    return gettext("%(delta)s ago") % {"delta": timesince(at, now)}
+
+
 def age_text(at: datetime | None, now: datetime) -> str:
     """How long ago *at* was, in its largest whole unit: ``"12s ago"``, ``"3m ago"``, ``"4d ago"``.
 
