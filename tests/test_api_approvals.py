@@ -53,10 +53,12 @@ def test_who_sees_which_approvals(refunds: Any, people: People) -> None:
         assert ids(people.client(name).get(f"{API}/approvals/")) == newest_first, name
     for name in ("carol", "viewer"):
         assert ids(people.client(name).get(f"{API}/approvals/")) == [], name
-    # Mine: assigned by name or group, pending only; not everything a superuser may decide.
+    # Mine: pending ones the user may decide: assigned by name or group, or all of them
+    # with decide_approval (a superuser holds it); a viewer of approvals decides none.
     assert ids(people.client("alice").get(f"{API}/approvals/mine/")) == newest_first
     assert ids(people.client("bob").get(f"{API}/approvals/mine/")) == newest_first
-    assert ids(people.client("admin").get(f"{API}/approvals/mine/")) == []
+    assert ids(people.client("admin").get(f"{API}/approvals/mine/")) == newest_first
+    assert ids(people.client("auditor").get(f"{API}/approvals/mine/")) == []
     decided = post_json(token_client(people.alice), f"{API}/approvals/{first.pk}/approve/", {})
     assert decided.status_code == 200
     assert ids(people.client("bob").get(f"{API}/approvals/mine/")) == [str(second.pk)]

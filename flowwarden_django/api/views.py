@@ -37,7 +37,7 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from ..models import Approval, WorkflowRun
-from ..workflows.approvals import assigned_approvals, check_may_decide, decide
+from ..workflows.approvals import check_may_decide, decidable_approvals, decide
 from ..workflows.encryption import SnapshotDecryptionError
 from ..workflows.serializers import StateDecodeError
 from ..workflows.snapshot import WorkflowSnapshot
@@ -334,9 +334,9 @@ def non_atomic_everywhere(view: Callable[..., Any]) -> Callable[..., Any]:
     ),
     mine=extend_schema(
         operation_id="approvals_mine",
-        summary="Pending approvals assigned to you",
-        description="Assigned to you by username, group or permission (not every "
-        "approval `decide_approval` lets you decide).",
+        summary="Pending approvals you may decide",
+        description="Assigned to you by username, group or permission; every pending "
+        "approval for holders of `decide_approval`.",
         responses=APPROVAL_LIST,
     ),
     retrieve=extend_schema(
@@ -364,7 +364,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewS
     def get_queryset(self) -> Any:
         user = self.request.user
         if self.action == "mine":
-            rows = assigned_approvals(user, using=api_database())
+            rows = decidable_approvals(user, using=api_database())
         else:
             rows = readable_approvals(user)
         rows = rows.prefetch_related("assignments")

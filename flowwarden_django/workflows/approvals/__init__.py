@@ -7,7 +7,7 @@ the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision`
 ``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
 """
 
-from .access import assigned_approvals, can_decide, visible_approvals
+from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
 from .deciding import DecisionResult, approve, check_may_decide, decide, reject
 from .decision import ApprovalDecision
 from .errors import (
@@ -35,6 +35,7 @@ __all__ = [
     "await_approval",
     "can_decide",
     "check_may_decide",
+    "decidable_approvals",
     "decide",
     "reject",
     "request_approval",

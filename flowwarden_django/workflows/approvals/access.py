@@ -64,6 +64,16 @@ def assigned_approvals(user: Any, *, using: str | None = None) -> QuerySet[Appro
     return rows.filter(pk__in=mine)
 
 
+def decidable_approvals(user: Any, *, using: str | None = None) -> QuerySet[Approval]:
+    """Pending approvals *user* may decide: every pending one for holders of
+    ``flowwarden_django.decide_approval``, else those assigned to them."""
+    from ...models import Approval
+
+    if _active(user) and user.has_perm(DECIDE_ANY):
+        return _all(using).filter(status=Approval.Status.PENDING)
+    return assigned_approvals(user, using=using)
+
+
 def can_decide(user: Any, approval: Approval) -> bool:
     """Whether *user* may approve or reject *approval* (whatever its status)."""
     if not _active(user):
