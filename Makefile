@@ -53,8 +53,12 @@ $(VENV)/.demo-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
 # mysqlclient compiles against libmariadb-dev; without it the MariaDB lane skips.
 $(VENV)/.test-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
 	$(PIP) install --quiet -e ".[all,test]"
-	$(PIP) install --quiet "mysqlclient>=2.2" || \
-		echo "mysqlclient did not build (apt-get install libmariadb-dev pkg-config): the MariaDB lane will skip"
+	@if pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mariadb 2>/dev/null; then \
+		$(PIP) install --quiet "mysqlclient>=2.2" >$(VENV)/mysqlclient-build.log 2>&1 \
+		|| echo "mysqlclient did not build (see $(VENV)/mysqlclient-build.log): the MariaDB lane will skip"; \
+	else \
+		echo "MariaDB lane: apt-get install libmariadb-dev pkg-config, then rerun make test (it skips until then)"; \
+	fi
 	touch $(VENV)/.demo-installed $@
 
 clean:

@@ -43,6 +43,12 @@ SERVICES = {
     )
 }
 
+#: What the MariaDB lane needs, in one line (``make test`` prints it too).
+MARIADB_HINT = (
+    "it builds against MariaDB's client library: apt-get install libmariadb-dev pkg-config, "
+    "then rerun make test"
+)
+
 _DRIVERS = {"postgres": "psycopg", "mariadb": "MySQLdb", "redis": "redis"}
 
 
@@ -72,6 +78,8 @@ def unavailable_reason(name: str) -> str | None:
     try:
         __import__(driver)
     except ImportError:
+        if name == "mariadb":
+            return f"mariadb lane: mysqlclient is not installed; {MARIADB_HINT}"
         return f"{name} lane: the Python driver {driver!r} is not installed (make test installs it)"
     try:
         with socket.create_connection((service.host, service.port), timeout=1.5):
