@@ -351,6 +351,7 @@ def test_status_command_prints_the_cross_process_table(declared, frozen_now):
         "CHECKPOINT",
         "HEARTBEAT",
         "DLQ",
+        "NOTES",
     ]
     orders = next(line for line in lines if line.startswith("cmd-orders"))
     assert orders.split() == [
@@ -368,7 +369,11 @@ def test_status_command_prints_the_cross_process_table(declared, frozen_now):
         "ago",
         "2",
         "1",
-        "gone",
+        "instance",
+        "silent",
+        "(no",
+        "recent",
+        "report)",
     ]
     off = next(line for line in lines if line.startswith("cmd-off"))
     assert off.split()[3:5] == ["stopped", "—"] and off.endswith("disabled")

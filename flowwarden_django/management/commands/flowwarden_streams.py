@@ -206,7 +206,7 @@ class Command(BaseCommand):
             "CHECKPOINT",
             "HEARTBEAT",
             "DLQ",
-            "",
+            "NOTES",
         )
         for line in format_table(headers, rows):
             self.stdout.write(line.rstrip())
@@ -224,7 +224,8 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
     if status.restart_note():
         notes.append(status.restart_note())
     if status.stale_instances:
-        notes.append(f"{len(status.stale_instances)} gone")
+        count = len(status.stale_instances)
+        notes.append(f"{count} instance{'s' if count > 1 else ''} silent (no recent report)")
     if status.error:
         notes.append(f"error: {status.error}")
     return (
