@@ -68,6 +68,8 @@ STATUS_ICONS = {
 }
 
 PROMPT_WIDTH = 60
+#: Characters of a prompt in the changelist (the whole one is its tooltip).
+LIST_WIDTH = 40
 TEMPLATES = "admin/flowwarden_django/approval"
 
 
@@ -107,7 +109,7 @@ class Decision:
     label: Any
     title: Any
     question: Any
-    #: The question on one approval's page (``%(prompt)s``).
+    #: The question on one approval's page (its prompt is shown below it).
     question_one: Any
     button: Any
     done: Any  # ngettext_lazy(..., "count")
@@ -125,8 +127,8 @@ APPROVE = Decision(
         "after the one that asked."
     ),
     question_one=_(
-        "Approve “%(prompt)s”? The run resumes with the decision at the step after the "
-        "one that asked."
+        "Approve the request below? The run resumes with the decision at the step "
+        "after the one that asked."
     ),
     button=_("Yes, approve"),
     done=ngettext_lazy("Approved %(count)d approval.", "Approved %(count)d approvals.", "count"),
@@ -143,8 +145,8 @@ REJECT = Decision(
         "the one that asked, which decides what a rejection means."
     ),
     question_one=_(
-        "Reject “%(prompt)s”? The run resumes with the decision at the step after the one "
-        "that asked, which decides what a rejection means."
+        "Reject the request below? The run resumes with the decision at the step after "
+        "the one that asked, which decides what a rejection means."
     ),
     button=_("Yes, reject"),
     done=ngettext_lazy("Rejected %(count)d approval.", "Rejected %(count)d approvals.", "count"),
@@ -347,8 +349,9 @@ class ApprovalAdmin(
     # -- changelist columns ----------------------------------------------------------
 
     @admin.display(description=_("prompt"), ordering="prompt")
-    def prompt_short(self, obj: Approval) -> str:
-        return _prompt(obj)
+    def prompt_short(self, obj: Approval) -> SafeString:
+        # Short enough for a 1280 px changelist; the whole prompt is the tooltip.
+        return format_html('<span title="{}">{}</span>', obj.prompt, _prompt(obj, LIST_WIDTH))
 
     @admin.display(description=_("coordination"), ordering="coordination_id")
     def coordination(self, obj: Approval) -> SafeString:
@@ -599,11 +602,7 @@ class ApprovalAdmin(
             **self.admin_site.each_context(request),
             "title": decision.title,
             "subtitle": None,
-            "question": (
-                decision.question_one % {"prompt": _prompt(approval)}
-                if approval is not None
-                else decision.question
-            ),
+            "question": decision.question_one if approval is not None else decision.question,
             "opts": self.opts,
             "decision": decision,
             "rows": rows,

@@ -150,6 +150,7 @@ class WorkflowRunAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin
 
     list_display = [
         "coordination_id",
+        "run_key",
         "workflow_name",
         "status_icon",
         "last_step_text",
@@ -309,6 +310,15 @@ class WorkflowRunAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin
         return age(obj.updated_at)
 
     # -- detail fields ---------------------------------------------------------------
+
+    @admin.display(description=_("key"), ordering="idempotency_key")
+    def run_key(self, obj: WorkflowRun) -> SafeString | str:
+        """The run's idempotency key (``shop.orders:502``): what people know it by."""
+        if not obj.idempotency_key:
+            return NONE_TEXT
+        return format_html(
+            '<span title="{}">{}</span>', obj.idempotency_key, truncate(obj.idempotency_key, 32)
+        )
 
     @admin.display(description=_("head snapshot"))
     def head_snapshot(self, obj: WorkflowRun) -> SafeString | str:

@@ -106,6 +106,7 @@ class TestChangelist:
         assert "<h1>Select approval to view</h1>" in body
         for header in ("Prompt", "Workflow", "Coordination", "Step", "Status", "Who may decide"):
             assert header in body
+        assert '<span title="Refund 500?">Refund 500?</span>' in body  # the full prompt
         for header in ("Requested at", "Expires at", "Decided"):
             assert header in body
         assert f'href="{change_url(approval)}' in body and "Refund 500?" in body
@@ -183,6 +184,8 @@ class TestApprove:
         url = decision_url(approval, "approve")
         confirmation = page(client.get(url))
         assert "<h1>Approve</h1>" in confirmation and 'class="breadcrumbs"' in confirmation
+        # The question does not quote the prompt (which may end with "?" itself).
+        assert "<strong>Approve the request below?" in confirmation
         assert 'name="comment"' in confirmation and 'name="payload"' in confirmation
         assert '<input type="hidden" name="post" value="yes">' in confirmation
         assert "&quot;amount&quot;: 500" in confirmation

@@ -164,8 +164,16 @@ class TestChangelist:
         assert response.status_code == 200
         body = page(response)
         assert "<h1>Select workflow run to view</h1>" in body
-        for header in ("Coordination", "Workflow", "Status", "Last step", "Pending approval"):
+        for header in (
+            "Coordination",
+            "Key",
+            "Workflow",
+            "Status",
+            "Last step",
+            "Pending approval",
+        ):
             assert header in body
+        assert '<span title="order-42">order-42</span>' in body  # what people know it by
         assert f'href="{run_url(cid)}"' in body and "legacy-run" in body
         assert 'data-status="completed"' in body and "icon-yes.svg" in body
         assert 'data-status="hibernated"' in body
