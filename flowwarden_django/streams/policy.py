@@ -25,6 +25,13 @@ from .tokens import tokens_equal
 logger = logging.getLogger("flowwarden_django.streams")
 
 
+def anchor_failure_log(stream_name: str) -> FailureLog:
+    """The ``FailureLog`` of a stream's processed-anchor writes."""
+    return FailureLog(
+        logger, f"stream {stream_name!r}: saving the processed anchor (it stays dirty)"
+    )
+
+
 class ProcessedAnchorPolicy:
     """Decides and performs the ``save_processed`` writes of one stream.
 
@@ -42,6 +49,7 @@ class ProcessedAnchorPolicy:
         save_interval_seconds: float = 5,
         confirmed_token: Mapping[str, Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        failure_log: FailureLog | None = None,
     ) -> None:
         self.store = store
         self.stream_name = stream_name
@@ -56,9 +64,9 @@ class ProcessedAnchorPolicy:
         self.writes = 0
         self.failures = 0
         self._cancelled = False
-        self.failure_log = FailureLog(
-            logger, f"stream {stream_name!r}: saving the processed anchor (it stays dirty)"
-        )
+        #: The consumer passes its own, which outlives this generation's policy: a
+        #: failure that ends a generation is reported once, and its recovery too.
+        self.failure_log = failure_log or anchor_failure_log(stream_name)
 
     def cancel(self) -> None:
         """Refuse every later write (the stream's anchors are being replaced)."""

@@ -34,7 +34,7 @@ from .dlq import MANUAL_DLQ_TYPE, DeadLetter, DlqPolicy, DlqStore, ErrorInfo, de
 from .dlq import error_info as make_error_info
 from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
-from .policy import ProcessedAnchorPolicy
+from .policy import ProcessedAnchorPolicy, anchor_failure_log
 from .source import ChangeCursor, ChangeSource, is_history_lost
 from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
 from .tokens import tokens_equal
@@ -156,6 +156,10 @@ class StreamConsumer:
         self.restarting_since: datetime | None = None
         self._restart_error: type[BaseException] | None = None
         self._dlq_failures = FailureLog(logger, f"stream {spec.name!r}: writing a dead letter")
+        # These outlive a generation's policy and heartbeat: a failure that ends a
+        # generation (an outage) is logged once, and its recovery in the next one.
+        self._anchor_failures = anchor_failure_log(spec.name)
+        self._heartbeat_failures = FailureLog(logger, f"stream {spec.name!r}: the heartbeat write")
 
     # -- control ---------------------------------------------------------------------
 
@@ -275,6 +279,7 @@ class StreamConsumer:
             save_interval_seconds=checkpoint.save_interval_seconds,
             confirmed_token=opened.confirmed_processed,
             monotonic=self._monotonic,
+            failure_log=self._anchor_failures,
         )
         self._heartbeat = _Heartbeat(self, opened.recovery_expected)
         self._heartbeat.certified = opened.certified
@@ -823,7 +828,7 @@ class _Heartbeat:
         self.last_activity = now
         self.last_write = now
         self.failures = 0
-        self.failure_log = FailureLog(logger, f"stream {consumer.spec.name!r}: the heartbeat write")
+        self.failure_log = consumer._heartbeat_failures
 
     def on_event(self) -> None:
         self.last_activity = self.consumer._monotonic()
