@@ -198,3 +198,28 @@ def test_a_claim_that_could_not_be_released_is_released_later(monkeypatch) -> No
     assert (run.runner, run.claimed_until, run.last_step) == ("", None, "b")
     assert run.status == RunStatus.RUNNING
     assert run.updated_at == old  # untouched: the sweep may take it at once
+
+
+def test_failing_anchor_saves_are_retried_after_a_pause_not_per_event() -> None:
+    from flowwarden_django.streams.policy import ProcessedAnchorPolicy
+
+    class DownStore:
+        up = False
+        calls = 0
+
+        def save_processed(self, *args: Any, **kwargs: Any) -> None:
+            self.calls += 1
+            if not self.up:
+                raise ConnectionError("redis is down")
+
+    store, clock = DownStore(), Clock()
+    policy = ProcessedAnchorPolicy(store, "s", save_every_n=1, monotonic=clock)  # type: ignore[arg-type]
+    for n in range(100):  # 100 events in 0.99 s
+        policy.on_settled({"_data": f"{n:04d}"}, NOW)
+        clock.now += 0.01
+    assert store.calls == 2 and policy.dirty  # at 0 s and at 0.5 s
+    store.up = True
+    clock.now += 0.5
+    policy.on_settled({"_data": "0100"}, NOW)
+    assert store.calls == 3 and not policy.dirty
+    assert policy.flush()  # a graceful stop always tries at once

@@ -3,7 +3,8 @@
 One lock serializes its three writers (count threshold, age threshold, manual
 save), so an older write can never land after a newer one. The count means
 "settled since the last CONFIRMED write": a failed write leaves the anchor dirty
-and due, and the next settlement retries it.
+and due, and the next settlement retries it (while saves fail, at most every
+``retry_pause_seconds``, so a store that is down is not hammered once per event).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class ProcessedAnchorPolicy:
     (0 = never by age). Each write carries the heartbeat, in the same operation.
     """
 
+    #: While saves fail, the seconds between two tries made by settling events (a
+    #: store that is down is not hammered once per event; the anchor stays dirty).
+    retry_pause_seconds = 0.5
+
     def __init__(
         self,
         store: CheckpointStore,
@@ -66,6 +71,7 @@ class ProcessedAnchorPolicy:
         self._cancelled = False
         #: The consumer passes its own, which outlives this generation's policy: a
         #: failure that ends a generation is reported once, and its recovery too.
+        self._failed_at: float | None = None
         self.failure_log = failure_log or anchor_failure_log(stream_name)
 
     def cancel(self) -> None:
@@ -112,19 +118,25 @@ class ProcessedAnchorPolicy:
     def flush(self) -> bool:
         """Persist a dirty anchor now (graceful stop); ``True`` if nothing is left dirty."""
         with self._lock:
-            return self._pending is None or self._persist()
+            return self._pending is None or self._persist(force=True)
 
     def save_now(self, token: Mapping[str, Any], at: datetime, *, strict: bool = False) -> bool:
         """Persist *token* immediately (``ctx.save_checkpoint_now()``)."""
         with self._lock:
             self._pending = (token, at)
-            return self._persist(strict=strict)
+            return self._persist(strict=strict, force=True)
 
-    def _persist(self, *, strict: bool = False) -> bool:
+    def _persist(self, *, strict: bool = False, force: bool = False) -> bool:
         if self._cancelled:
             self._pending = None
             return False
         assert self._pending is not None
+        if (
+            not (strict or force)
+            and self._failed_at is not None
+            and self._monotonic() - self._failed_at < self.retry_pause_seconds
+        ):
+            return False  # failing: the next settlement tries again after a pause
         token, at = self._pending
         try:
             self.store.save_processed(self.stream_name, token, at, heartbeat_at=timezone.now())
@@ -139,8 +151,10 @@ class ProcessedAnchorPolicy:
                 self._dirty_since = None
                 raise
             self.failure_log.failed(exc)
+            self._failed_at = self._monotonic()
             discard_unusable_connections()  # outside any transaction: strict raised above
             return False
+        self._failed_at = None
         self.failure_log.succeeded()
         self.writes += 1
         self.confirmed_token = token
