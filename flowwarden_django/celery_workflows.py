@@ -23,7 +23,8 @@ Each task carries the head snapshot it continues from and where it came from. It
 checks both *under its claim on the run* and does nothing when the run has moved on,
 so a duplicate (a redelivery, a sweep, a retry) never runs a step twice in a row and
 never resumes a paused run; only the task queued by ``run()`` / ``resume()`` may
-continue a paused or failed run.
+continue a paused or failed run. A task already stale when it starts does not even
+claim the run, so it leaves its ``updated_at`` (what the sweep goes by) alone.
 """
 
 from __future__ import annotations
@@ -329,6 +330,13 @@ class _StepWorkflow(Workflow):
         # Never creates the run (the engine's _claim would, for an unknown one), and
         # stores the input only once the task is known to be current.
         cid = self.coordination_id
+        # A task already stale (a redelivery, a duplicate) leaves the run untouched:
+        # claiming it would move its ``updated_at`` and hide a stalled run from the
+        # recovery sweep for another WORKFLOW_RECOVER_AFTER.
+        current = runs.get(cid)
+        reason = "" if current is None else _stale_reason(current, self.expected_head, self.origin)
+        if reason:
+            raise StaleStepError(reason)
         record = runs.claim(cid, token, lease, workflow_name=self.name)
         reason = _stale_reason(record, self.expected_head, self.origin)
         if reason:

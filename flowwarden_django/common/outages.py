@@ -56,6 +56,13 @@ def error_where(exc: BaseException) -> str:
     return where
 
 
+def short_message(exc: BaseException, most: int = 200) -> str:
+    """The first line of *exc*'s message, at most *most* characters (pymongo's
+    server-selection errors append a whole topology description)."""
+    first = (str(exc).splitlines() or [""])[0].split(", Timeout:")[0]
+    return first if len(first) <= most else first[: most - 1] + "…"
+
+
 def error_summary(exc: BaseException | None) -> str:
     """``"OperationalError in OrmCheckpointStore.save_processed"``: the error's class
     and where it arose, never its message (which may quote event data)."""

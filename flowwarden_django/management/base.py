@@ -68,6 +68,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a duration in seconds (or with a unit: ``"500ms"``, ``"2m"``),
+    more than 0."""
+    from ..streams.spec import parse_duration
+
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text!r}")
+    return value
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 to 65535 (0: any free port)."""
     try:

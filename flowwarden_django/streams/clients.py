@@ -53,3 +53,45 @@ class MongoClientHandler:
 
 
 mongo_clients = MongoClientHandler()
+
+
+def client_hosts(alias: str) -> str:
+    """``"127.0.0.1:27017"``: where client *alias* connects, without credentials."""
+    config = (fw_settings.MONGO_CLIENTS or {}).get(alias) or {}
+    url = str(config.get("URL") or "")
+    try:
+        from pymongo.uri_parser import parse_uri
+
+        nodes = parse_uri(url, validate=False, warn=True).get("nodelist") or []
+    except Exception:  # an unparsable URL (the checks report it): say no more than that
+        return "(an unreadable URL)"
+    return ",".join(f"{host}:{port}" for host, port in nodes) or "(no host)"
+
+
+def probe(alias: str, timeout: float = 3.0) -> str | None:
+    """``None`` when client *alias*'s MongoDB answers a ``ping`` within *timeout*
+    seconds, else a one-line reason (a fresh client, so the shared one keeps its own
+    timeouts)."""
+    config = (fw_settings.MONGO_CLIENTS or {}).get(alias)
+    if config is None:
+        return f"no MongoDB client {alias!r} in FLOWWARDEN['MONGO_CLIENTS']"
+    try:
+        from pymongo import MongoClient
+    except ImportError as exc:
+        raise MissingExtraError("pymongo", "mongo", "Change streams") from exc
+    options = {
+        **dict(config.get("OPTIONS") or {}),
+        "serverSelectionTimeoutMS": int(timeout * 1000),
+        "connectTimeoutMS": int(timeout * 1000),
+    }
+    client = None
+    try:
+        client = MongoClient(config["URL"], **options)
+        client.admin.command("ping")
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return f"{type(exc).__name__}: {first.split(', Timeout:')[0][:200]}"
+    finally:
+        if client is not None:
+            client.close()
+    return None

@@ -105,6 +105,7 @@ class StreamManager:
         self._paused: set[str] = set()
         self._handled_restarts: dict[str, datetime] = {}
         self._supervisor_failures = FailureLog(logger, "stream supervisor: a pass")
+        self._oplog_failures: dict[str, FailureLog] = {}
         self._publish_failures = FailureLog(logger, "streams: publishing this process's status")
         self._restart_pending: set[str] = set()
         self._backlog_at: dict[str, float] = {}
@@ -479,9 +480,14 @@ class StreamManager:
                 if window is not None and None not in window:
                     oldest, newest = window
                     hours, status = (newest.time - oldest.time) / 3600, "OK"
-            except Exception:
-                logger.warning("client %r: reading the oplog window failed", alias, exc_info=True)
+            except Exception as exc:
+                self._oplog_failures.setdefault(
+                    alias, FailureLog(logger, f"client {alias!r}: reading the oplog window")
+                ).failed(exc)
                 status = "ERROR"
+            else:
+                if alias in self._oplog_failures:
+                    self._oplog_failures[alias].succeeded()
             metrics.emit(metrics.oplog_stats, alias, hours=hours, status=status)
 
     def state_of(self, name: str) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from ..common.connections import discard_unusable_connections
 from ..common.failure_log import FailureLog
-from ..common.outages import error_summary, is_outage
+from ..common.outages import error_summary, is_outage, short_message
 from . import metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
@@ -219,7 +219,7 @@ class StreamConsumer:
                         "stream %r: stopped by %s (%s); restart %d in %.1fs",
                         self.spec.name,
                         error_summary(exc),
-                        exc,
+                        short_message(exc),
                         attempt,
                         delay,
                         exc_info=changed,

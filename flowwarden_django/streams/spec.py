@@ -27,14 +27,15 @@ DEPLOYMENT_MODES = ("ALL_INSTANCES", "SINGLE_LEADER")
 START_POSITIONS = ("RESUME", "LATEST")
 HISTORY_LOST_STRATEGIES = ("FAIL", "RESUME_FROM_NOW", "RESUME_FROM_OPLOG_START")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 #: Seconds per duration unit.
 DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_duration(value: str | float | int) -> float:
-    """Seconds from ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"7d"``, ``"2w"`` or a
-    (finite) number of seconds: the one form of every duration of the app."""
+    """Seconds from ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"7d"``, ``"2w"``, or a
+    (finite) number of seconds, as a number or text (``"30"``): the one form of every
+    duration of the app."""
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, int | float):
@@ -47,7 +48,7 @@ def parse_duration(value: str | float | int) -> float:
             f"invalid duration {value!r}: use a number of seconds or a number with "
             "ms, s, m, h, d or w, like '500ms' or '30s'"
         )
-    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    return float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
 
 
 def backoff_delay(

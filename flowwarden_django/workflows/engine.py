@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from .runs import (
     ConcurrentRunError,
@@ -285,12 +285,24 @@ class Workflow:
         runs = self.runs
         lease = run_lease()
         token = new_runner_token()
-        record = self._claim(runs, token, lease, input)
+        record = self._take(runs, token, lease, input)
         execution = _Execution(self, runs, token, lease, record)
         try:
             return execution.run(initial_state, max_steps)
         finally:
             execution.release()
+
+    def _take(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
+        """``_claim``, and when a database error breaks it off, let go of the claim it
+        may have taken already (the ``UPDATE`` committed, then reading the row back
+        failed): nobody else knows *token*, so the run would wait for the whole lease."""
+        try:
+            return self._claim(runs, token, lease, input)
+        except DatabaseError:
+            from .releases import release_after_failed_claim
+
+            release_after_failed_claim(runs, self._coordination_id, token)
+            raise
 
     def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
         cid, name = self._coordination_id, self._name
@@ -316,7 +328,7 @@ class Workflow:
         runs = self.runs
         lease = run_lease()
         token = new_runner_token()
-        self._claim(runs, token, lease, None)
+        self._take(runs, token, lease, None)
         try:
             head = self.store.latest(self._coordination_id)
             if head is None:

@@ -18,6 +18,8 @@ its next step) and returns their coordination ids. It is idempotent: before queu
 it moves the run's ``updated_at`` with one conditional ``UPDATE``, so a concurrent or
 repeated sweep skips it for another *older_than*; and a step task that finds the run
 already moved on does nothing, so a run that was not stalled after all loses nothing.
+When queueing fails (the broker is still down), the run gets its ``updated_at`` back,
+so the next sweep takes it again at once, not after another *older_than*.
 Hibernated, waiting, completed and failed runs are never touched.
 
 This module knows nothing of Celery: ``flowwarden_django.celery_workflows`` passes
@@ -28,8 +30,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -84,7 +86,8 @@ def recover_stalled_runs(
     (``workflow_registry``); the coordination ids handed over, in order.
 
     A run another sweep (or a runner) touched since it was read is skipped. An
-    exception from *enqueue* propagates; that run is tried again after *older_than*.
+    exception from *enqueue* propagates, and the run gets its ``updated_at`` back (if
+    nothing touched it meanwhile), so the next sweep tries it again at once.
     """
     from ..models import WorkflowRun
 
@@ -99,10 +102,10 @@ def recover_stalled_runs(
                 run.workflow_name,
             )
             continue
-        claimed = WorkflowRun.objects.using(db).filter(
-            pk=run.pk, status=RunStatus.RUNNING, runner=run.runner, updated_at=run.updated_at
-        )
-        if claimed.update(updated_at=timezone.now()) != 1:
+        unchanged = {"pk": run.pk, "status": RunStatus.RUNNING, "runner": run.runner}
+        taken_at = timezone.now()
+        claimed = WorkflowRun.objects.using(db).filter(**unchanged, updated_at=run.updated_at)
+        if claimed.update(updated_at=taken_at) != 1:
             continue
         logger.warning(
             "workflow %s (%s) stalled after step %r%s; queueing its next step",
@@ -111,6 +114,26 @@ def recover_stalled_runs(
             last_step_of(run),
             f" (runner {run.runner} did not finish it)" if run.runner else "",
         )
-        enqueue(run)
+        try:
+            enqueue(run)
+        except Exception:
+            _give_back(db, unchanged, taken_at, run.updated_at)
+            raise
         recovered.append(run.coordination_id)
     return recovered
+
+
+def _give_back(
+    db: str, unchanged: dict[str, Any], taken_at: datetime, updated_at: datetime
+) -> None:
+    """Put back the ``updated_at`` of a run the sweep took but could not hand over (the
+    broker or the database is down), if nothing touched the run since: the next sweep
+    then takes it at once instead of after another *older_than*. Never raises."""
+    from ..models import WorkflowRun
+
+    try:
+        WorkflowRun.objects.using(db).filter(**unchanged, updated_at=taken_at).update(
+            updated_at=updated_at
+        )
+    except Exception:  # the database is down too: the run waits for another older_than
+        logger.debug("workflow recovery: giving back a run failed", exc_info=True)

@@ -116,3 +116,21 @@ def release_or_defer(
         )
         discard_unusable_connections()
         pending_releases.add(runs.db, coordination_id, runner, fields)
+
+
+def release_after_failed_claim(runs: RunRecords, coordination_id: str, runner: str) -> None:
+    """After a database error broke off claiming the run for *runner* (a new token
+    nobody else knows): the claim may have been taken before the error, say the
+    ``UPDATE`` committed and reading the row back failed. ``pending_releases`` lets go
+    of it once the database answers (a no-op when there was no claim). Nothing is
+    queued when the error came from connecting (no statement was sent). Never raises,
+    logs nothing: the caller gets the error."""
+    from django.db import connections
+
+    try:
+        sent = connections[runs.db].connection is not None
+    except Exception:
+        sent = True
+    discard_unusable_connections()
+    if sent:
+        pending_releases.add(runs.db, coordination_id, runner, {})

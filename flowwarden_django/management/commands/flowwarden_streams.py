@@ -6,7 +6,10 @@ the health view's JSON.
 
 ``run`` starts the declared streams (or those named with ``--stream``), each on its
 own thread, until SIGTERM/SIGINT stops them gracefully (every dirty processed
-anchor is flushed). ``--burst`` processes what is there, then stops. A
+anchor is flushed). It first checks that each MongoDB client answers and says how
+to fix it when one does not (then keeps retrying, one line a retry). ``--burst``
+processes what is there, then stops; it gives up (exit status 1) when MongoDB does
+not answer, or when it has not caught up within ``--timeout`` seconds. A
 ``SINGLE_LEADER`` stream whose lease another process holds stands by until it can
 take it. ``--metrics-port`` serves this process's Prometheus counters.
 """
@@ -23,13 +26,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from ...common.outages import error_summary
 from ...formatting import NONE_TEXT, age_text, dump_json, format_table
+from ...streams.clients import client_hosts, probe
 from ...streams.manager import StreamManager
 from ...streams.registry import DuplicateStreamError, stream_registry
 from ...streams.runtime import StreamState
 from ...streams.spec import StreamSpec
 from ...streams.status import StreamStatus, health_report, stream_status
-from ..base import port_number
+from ..base import port_number, positive_seconds
 
 
 class Command(BaseCommand):
@@ -55,6 +60,13 @@ class Command(BaseCommand):
         )
         run.add_argument("--burst", action="store_true", help="Process what is there, then stop.")
         run.add_argument(
+            "--timeout",
+            type=positive_seconds,
+            default=30.0,
+            metavar="SECONDS",
+            help="With --burst: give up (exit status 1) after this long (default 30).",
+        )
+        run.add_argument(
             "--metrics-port",
             type=port_number,
             metavar="PORT",
@@ -73,13 +85,13 @@ class Command(BaseCommand):
         try:
             if action == "run":
                 self.serve_metrics(options.get("metrics_port"))
-                self.handle_run(options.get("streams"), options["burst"])
+                self.handle_run(options.get("streams"), options["burst"], options["timeout"])
             else:
                 self.handle_status(as_json=options["json"])
         except (DuplicateStreamError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
 
-    def handle_run(self, names: list[str] | None, burst: bool) -> None:
+    def handle_run(self, names: list[str] | None, burst: bool, timeout: float = 30.0) -> None:
         manager = StreamManager()
         declared = stream_registry.specs()
         if names:
@@ -97,7 +109,9 @@ class Command(BaseCommand):
                 "No stream to run: declare one with @change_stream in an app's streams.py "
                 "(and enabled=True, auto_start=True), or name it with --stream."
             )
+        self._check_mongodb(sorted({declared[n].client for n in names}), burst, timeout)
         stop = threading.Event()
+        deadline = time.monotonic() + timeout if burst else None
 
         def request_stop(signum: int, frame: Any) -> None:
             self.stdout.write(f"Received {signal.Signals(signum).name}: stopping gracefully...")
@@ -121,17 +135,52 @@ class Command(BaseCommand):
                         f"  {name} is SINGLE_LEADER and another process holds its lease: "
                         "standing by"
                     )
-            self._wait(manager, names, stop)
+            self._wait(manager, names, stop, deadline)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             manager.stop_all()
         self._report(manager, names)
+        if deadline is not None and time.monotonic() > deadline:
+            raise CommandError(
+                f"--burst gave up after {timeout:g} s without catching up: "
+                + "; ".join(self._why_not(manager, names))
+            )
 
-    def _wait(self, manager: StreamManager, names: list[str], stop: threading.Event) -> None:
+    def _check_mongodb(self, aliases: list[str], burst: bool, timeout: float) -> None:
+        """Say at once, and how to fix it, when a MongoDB client does not answer; in
+        burst mode that ends the command."""
+        for alias in aliases:
+            reason = probe(alias, timeout=min(timeout, 5.0))
+            if reason is None:
+                continue
+            message = unreachable_message(alias, reason)
+            if burst:
+                raise CommandError(message)
+            self.stderr.write(self.style.WARNING(f"{message} Retrying until it answers."))
+
+    def _why_not(self, manager: StreamManager, names: list[str]) -> list[str]:
+        reasons = []
+        for name in names:
+            consumer = manager.consumer(name)
+            if consumer is not None and consumer.last_error is not None:
+                reasons.append(f"{name}: {error_summary(consumer.last_error)}")
+            else:
+                reasons.append(f"{name}: {consumer.state.value if consumer else 'not started'}")
+        return reasons
+
+    def _wait(
+        self,
+        manager: StreamManager,
+        names: list[str],
+        stop: threading.Event,
+        deadline: float | None = None,
+    ) -> None:
         last_report = time.monotonic()
         while manager.any_running():
             if stop.wait(0.2):
+                break
+            if deadline is not None and time.monotonic() > deadline:
                 break
             if time.monotonic() - last_report >= self.progress_interval:
                 last_report = time.monotonic()
@@ -240,4 +289,14 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
         age_text(status.heartbeat_at, now),
         NONE_TEXT if status.dlq_backlog is None else str(status.dlq_backlog),
         "; ".join(notes),
+    )
+
+
+def unreachable_message(alias: str, reason: str) -> str:
+    """What to do about MongoDB client *alias* that does not answer (*reason*)."""
+    return (
+        f"MongoDB at {client_hosts(alias)} (client {alias!r}) is unreachable: {reason}. "
+        f"Start it, or point FLOWWARDEN['MONGO_CLIENTS'][{alias!r}]['URL'] at a replica set "
+        "(the sample project reads FLOWWARDEN_MONGO_URL); `manage.py demo` runs the sample's "
+        "streams without MongoDB."
     )
