@@ -15,8 +15,9 @@ broker gives the message back, after the Redis ``visibility_timeout`` say). The 
 runner's claim on the run lives until its lease (``WORKFLOW_RUN_LEASE``) ends: a
 redelivered task that finds the claim alive retries once the lease is over. The
 beat task ``flowwarden_django.recover_workflows`` (``workflows/recovery.py``) queues
-the next step of every running run that has no live claim and has not moved for a
-lease, which also covers a message the broker lost or a publish that failed. Steps
+the next step of every running run that has no live claim and has not moved for
+``WORKFLOW_RECOVER_AFTER`` (10 s), which also covers a message the broker lost or a
+publish that failed. Steps
 must be idempotent: a killed step runs again.
 
 Each task carries the head snapshot it continues from and where it came from. It

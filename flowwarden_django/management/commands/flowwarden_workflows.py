@@ -163,8 +163,8 @@ class Command(ActionCommand):
         recover.add_argument(
             "--older-than",
             metavar="AGE",
-            help="How long a run must be unchanged (default: the run lease, "
-            "FLOWWARDEN['WORKFLOW_RUN_LEASE']).",
+            help="How long a run must be unchanged (default: "
+            "FLOWWARDEN['WORKFLOW_RECOVER_AFTER'], 10s).",
         )
         recover.add_argument("--limit", type=positive_int, default=100, metavar="N")
         recover.add_argument(
