@@ -7,7 +7,7 @@ Missing binaries skip the test with a one-line reason, or fail it when
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from pytest_django import DjangoDbBlocker
@@ -126,3 +126,13 @@ def private_postgres_alias(
     with django_db_blocker.unblock():
         yield _postgres_alias
         connections[_postgres_alias].close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Repeat the chaos tests' figures at the end of the run (CI shows them)."""
+    from tests.chaos.report import LINES
+
+    if LINES:
+        terminalreporter.section("chaos figures")
+        for line in LINES:
+            terminalreporter.write_line(line)

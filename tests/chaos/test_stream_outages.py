@@ -42,6 +42,7 @@ from flowwarden_django.streams.backends.redis import RedisCheckpointStore
 from flowwarden_django.streams.checkpoint import CheckpointStore
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
 from flowwarden_django.streams.spec import CheckpointSpec, StreamSpec
+from tests.chaos.report import report
 from tests.chaos.servers import PrivatePostgres, PrivateRedis, PrivateServer
 from tests.chaos.stream_feed import (
     AwaitingSource,
@@ -269,7 +270,7 @@ def test_non_transactional_stream_heals_across_two_postgres_restarts(
     connections[alias].close()
     after_anchor = {n for n, position in positions.items() if position > anchor}
 
-    print(
+    report(
         "\n"
         + scenario.line(
             lost=len(lost),
@@ -331,7 +332,7 @@ def test_transactional_stream_has_no_duplicate_across_two_postgres_restarts(
     connections[alias].close()
     recovery = scenario.recovery(deliveries.first_after)
 
-    print(
+    report(
         "\n"
         + scenario.line(
             lost=len(lost),
@@ -377,7 +378,7 @@ def test_redis_checkpoint_store_rewrites_the_checkpoint_after_a_redis_restart(
     rewritten = scenario.recovery(lambda moment: scenario.writes.first_after(moment))
     anchor = token_position(saved.last_processed_token if saved else None)
 
-    print(
+    report(
         "\n"
         + scenario.line(
             lost=len(lost),

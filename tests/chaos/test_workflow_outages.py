@@ -71,6 +71,7 @@ from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.releases import pending_releases
 from flowwarden_django.workflows.runs import RunRecords, recover_after
 from tests.chaos import workflow_app
+from tests.chaos.report import report
 from tests.chaos.servers import PrivatePostgres, PrivateServer
 
 pytestmark = pytest.mark.chaos
@@ -227,7 +228,7 @@ def unfinished(alias: str, keys: list[str], errors: dict[str, list[BaseException
 
 
 def note(line: str) -> None:
-    print(f"\n{line}", file=sys.stderr, flush=True)
+    report(line)
 
 
 # -- 1. in-process runs, PostgreSQL restarted ---------------------------------------------
