@@ -267,7 +267,8 @@ class WorkflowRun(models.Model):
     resume_input = models.JSONField(_("resume input"), null=True, blank=True)
     runner = models.CharField(_("runner"), max_length=255, blank=True)
     claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
-    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    #: Retries: a failed run run again, or a dead runner's claim taken over.
+    attempts = models.PositiveIntegerField(_("retries"), default=0)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"))
 

@@ -97,6 +97,7 @@ def test_a_step_waits_and_the_approval_resumes_it(refunds: Any) -> None:
     assert approval.workflow_name == "refund"
     run = WorkflowRun.objects.get(pk=cid)
     assert run.status == RunStatus.WAITING and run.head_snapshot_id == approval.snapshot_id
+    assert run.attempts == 0  # waiting is not a retry (nor is the resume below)
 
     # Running it again without a decision changes nothing.
     assert isinstance(refunds.workflow(cid).run(), Hibernated)
@@ -104,6 +105,7 @@ def test_a_step_waits_and_the_approval_resumes_it(refunds: Any) -> None:
     result = approve(approval.pk, people["alice"], comment="ok", payload={"note": "vip"})
     assert not result.repeated
     assert isinstance(result.run_result, Completed)
+    assert WorkflowRun.objects.get(pk=cid).attempts == 0
     state = result.run_result.final_state
     assert state["outcome"] == "refunded" and state["note"] == "vip" and state["by"] == "alice"
     expected = ApprovalDecision(

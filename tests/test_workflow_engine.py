@@ -369,6 +369,10 @@ def test_exhausted_retries_fail_the_run(store: Any, caplog: pytest.LogCaptureFix
     assert len([r for r in caplog.records if "attempt" in r.getMessage()]) == 3
     assert wf.status() == RunStatus.FAILED
     assert [s.metadata[LAST_STEP] for s in wf.history()] == ["", "a"]
+    # The run record counts retries of the run, not its executions or steps.
+    assert wf.run_record().attempts == 0
+    wf.resume()  # a failed run run again: a retry
+    assert wf.run_record().attempts == 1
 
 
 def test_a_step_returning_no_outcome_fails(store: Any) -> None:
@@ -507,7 +511,7 @@ def test_a_live_claim_refuses_a_second_runner_and_an_expired_one_is_taken_over(
     first, second = new_runner_token(), new_runner_token()
     lease = timedelta(minutes=5)
     run, created = runs.create(cid, "w", runner=first, lease=lease)
-    assert created and (run.runner, run.attempts) == (first, 1)
+    assert created and (run.runner, run.attempts) == (first, 0)
 
     with pytest.raises(ConcurrentRunError, match=f"is being run by {re.escape(first)} until "):
         runs.claim(cid, second, lease)
@@ -519,7 +523,8 @@ def test_a_live_claim_refuses_a_second_runner_and_an_expired_one_is_taken_over(
         claimed_until=timezone.now() - timedelta(seconds=1)
     )
     run = runs.claim(cid, second, lease, resume_input={"decision": "yes"})
-    assert (run.runner, run.attempts, run.resume_input) == (second, 2, {"decision": "yes"})
+    # Taking over a claim that ran out is a retry.
+    assert (run.runner, run.attempts, run.resume_input) == (second, 1, {"decision": "yes"})
     assert run.claimed_until > timezone.now() + timedelta(minutes=4)
     with pytest.raises(LeaseLostError):
         runs.update(cid, first, lease, last_step="x")
@@ -546,7 +551,7 @@ def test_a_coordination_belongs_to_one_workflow(store: Any) -> None:
     Workflow("first", cid, [appending("a", Calls())], store).run("s")
     with pytest.raises(ValueError, match="is a run of workflow 'first', not 'second'"):
         Workflow("second", cid, [appending("a", Calls())], store).run("s")
-    assert (record(cid).runner, record(cid).attempts) == ("", 1)  # nothing written
+    assert (record(cid).runner, record(cid).attempts) == ("", 0)  # nothing written
 
 
 # -- start -------------------------------------------------------------------------------

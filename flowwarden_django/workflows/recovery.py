@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -105,7 +105,7 @@ def recover_stalled_runs(
         unchanged = {"pk": run.pk, "status": RunStatus.RUNNING, "runner": run.runner}
         taken_at = timezone.now()
         claimed = WorkflowRun.objects.using(db).filter(**unchanged, updated_at=run.updated_at)
-        if claimed.update(updated_at=taken_at) != 1:
+        if claimed.update(updated_at=taken_at, attempts=F("attempts") + 1) != 1:
             continue
         logger.warning(
             "workflow %s (%s) stalled after step %r%s; queueing its next step",

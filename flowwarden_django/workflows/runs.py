@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, router, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
+from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -176,7 +176,7 @@ class RunRecords:
             idempotency_key=idempotency_key,
             runner=runner,
             claimed_until=now + lease if runner and lease is not None else None,
-            attempts=1 if runner else 0,
+            attempts=0,
             created_at=now,
             updated_at=now,
         )
@@ -219,10 +219,15 @@ class RunRecords:
         statement. ``ConcurrentRunError`` when another runner's lease is live;
         ``UnknownRunError`` when there is no such run; ``RunConflictError`` when
         *workflow_name* is given and the run belongs to another workflow."""
+        # A retry: a failed run run again, or a claim that ran out taken over (its
+        # runner died); not a first run, a resume, or the next step of a run.
+        retry = Case(
+            When(Q(status=RunStatus.FAILED) | ~Q(runner=""), then=Value(1)), default=Value(0)
+        )
         fields: dict[str, Any] = {
             "runner": runner,
             "claimed_until": _lease_end(lease),
-            "attempts": F("attempts") + 1,
+            "attempts": F("attempts") + retry,
             "updated_at": timezone.now(),
         }
         if resume_input is not None:
