@@ -52,6 +52,13 @@ MARIADB_HINT = (
 _DRIVERS = {"postgres": "psycopg", "mariadb": "MySQLdb", "redis": "redis"}
 
 
+def missing_driver_reason(name: str, driver: str) -> str:
+    """Why lane *name* skips when its Python *driver* cannot be imported."""
+    if name == "mariadb":
+        return f"mariadb lane: mysqlclient is not installed; {MARIADB_HINT}"
+    return f"{name} lane: the Python driver {driver!r} is not installed (make test installs it)"
+
+
 @cache
 def unavailable_reason(name: str) -> str | None:
     """``None`` when the lane can run, else why not (one line)."""
@@ -78,9 +85,7 @@ def unavailable_reason(name: str) -> str | None:
     try:
         __import__(driver)
     except ImportError:
-        if name == "mariadb":
-            return f"mariadb lane: mysqlclient is not installed; {MARIADB_HINT}"
-        return f"{name} lane: the Python driver {driver!r} is not installed (make test installs it)"
+        return missing_driver_reason(name, driver)
     try:
         with socket.create_connection((service.host, service.port), timeout=1.5):
             pass

@@ -165,6 +165,14 @@ class TestDetail:
         assert f'href="{decision_url(approval, "approve")}" class="flowwarden-approve"' in body
         assert f'href="{decision_url(approval, "reject")}" class="flowwarden-reject"' in body
 
+    def test_a_future_expiry_reads_as_time_to_come(self, client, refunds, people):
+        _, approval = pending(refunds, expires_in=2 * 86400 + 60)
+        client.force_login(people["alice"])
+        body = page(client.get(change_url(approval)))
+        expires = body[body.index("field-expires_at_text") :]
+        expires = expires[: expires.index("</time>")]
+        assert "in 2\xa0days" in expires and "ago" not in expires, expires
+
     def test_no_buttons_for_viewers_or_decided_approvals(self, client, refunds, people):
         _, approval = pending(refunds)
         client.force_login(people["victor"])

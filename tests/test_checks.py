@@ -208,3 +208,10 @@ def test_stream_max_await_accepts_milliseconds_and_durations(settings):
     for good in (200, "200ms", "1.5s"):
         settings.FLOWWARDEN = {**settings.FLOWWARDEN, "STREAM_MAX_AWAIT_MS": good}
         assert not [m for m in run_checks() if "STREAM_MAX_AWAIT_MS" in m.msg]
+
+
+def test_the_mariadb_lane_says_what_to_install():
+    from tests.services import missing_driver_reason
+
+    reason = missing_driver_reason("mariadb", "MySQLdb")
+    assert "apt-get install libmariadb-dev pkg-config" in reason and "make test" in reason
