@@ -218,7 +218,7 @@ def test_list_counts_snapshots_of_unregistered_workflows_in_the_default_store() 
 def test_list_bad_arguments() -> None:
     with pytest.raises(CommandError, match="invalid choice: 'asleep'"):
         run("list", "--status", "asleep")
-    with pytest.raises(CommandError, match="must be 0 or more, not -1"):
+    with pytest.raises(CommandError, match="must be at least 0, not -1"):
         run("list", "--limit", "-1")
     with pytest.raises(CommandError, match="'many' is not a whole number"):
         run("list", "--limit", "many")

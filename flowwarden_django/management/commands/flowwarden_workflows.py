@@ -9,7 +9,6 @@ the store of the run's registered workflow, else from ``--store`` (default
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -53,7 +52,7 @@ from ...workflows.user_json import (
     UserJSONError,
     parse_user_json,
 )
-from ..base import ActionCommand, positive_int
+from ..base import ActionCommand, non_negative_int, positive_int
 
 COMMAND = "manage.py flowwarden_workflows"
 LIST_HEADERS = (
@@ -101,7 +100,7 @@ class Command(ActionCommand):
         listing.add_argument("--workflow", metavar="NAME", help="Only runs of this workflow.")
         listing.add_argument(
             "--limit",
-            type=_non_negative,
+            type=non_negative_int,
             default=50,
             metavar="N",
             help="Show at most N runs (default 50; 0 = all).",
@@ -713,16 +712,6 @@ def snapshot_tree(snapshots: list[WorkflowSnapshot]) -> list[tuple[int, bool, Wo
 
 
 # -- small helpers -----------------------------------------------------------------------
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
 
 
 def _parse_json(option: str, text: str | None, max_bytes: int = MAX_STATE_BYTES) -> Any:

@@ -37,8 +37,9 @@ def check_query(query: CheckpointQuery | None) -> CheckpointQuery:
     return query
 
 
-def unreadable(snapshot: WorkflowSnapshot, exc: Exception) -> UnreadableSnapshot:
-    """The listing row of *snapshot* whose stored text could not be read."""
+def unreadable(snapshot: WorkflowSnapshot | Any, exc: Exception) -> UnreadableSnapshot:
+    """The listing row of *snapshot* (a snapshot, or a stored row with the same
+    fields) whose stored text could not be read."""
     logger.warning(
         "snapshot %s of %s cannot be read: %s: %s",
         snapshot.id,

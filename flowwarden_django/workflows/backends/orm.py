@@ -528,15 +528,7 @@ class OrmSnapshotStore(SnapshotStore):
         try:
             return self._decode(row, with_state)
         except Exception as exc:  # one bad row must not fail the listing
-            position = WorkflowSnapshot(
-                id=row.id,
-                coordination_id=row.coordination_id,
-                parent_id=row.parent_id,
-                agent_name=row.agent_name,
-                seq=row.seq,
-                created_at=row.created_at,
-            )
-            return unreadable(position, exc)
+            return unreadable(row, exc)
 
     def _decode(self, row: SnapshotRecord, with_state: bool = True) -> WorkflowSnapshot:
         state = None
