@@ -49,6 +49,10 @@ def test_demo_runs_the_whole_story(sample_env):
         "Workflow 'order-approval': 122 runs started (one per new order); "
         "120 completed without approval, 2 waiting for approval"
     ) in out
+    assert (
+        "Why runs and orders differ: each of the 122 inserted orders started one run "
+        "(keyed by its order id); 3 of them were deleted afterwards"
+    ) in out
     assert "re-processed 0 of the 149 events" in out
     assert "workflow runs started by the restart: 0" in out
     assert (
@@ -65,6 +69,10 @@ def test_demo_runs_the_whole_story(sample_env):
     for stream in ("orders", "inventory", "payments"):
         assert stream in out
     assert "/admin/flowwarden_django/streamcheckpoint/" in out
+    # The hints name this venv's python (or make targets), never a bare "python".
+    python = os.path.relpath(sys.executable, ROOT)
+    assert f"{python} manage.py flowwarden_checkpoints show orders" in out
+    assert "python manage.py" not in out.replace(f"{python} manage.py", "")
     shown = run("flowwarden_checkpoints", "show", "orders", env=sample_env)
     assert shown.returncode == 0, shown.stderr
     approvals = run("flowwarden_approvals", "list", "--status", "approved", env=sample_env)

@@ -4,23 +4,49 @@
 starts each new order's approval workflow. Handlers are idempotent (upserts and
 deletes by id; the workflow is started with the order's key, so at most once), as
 at-least-once delivery needs.
+
+An order the handler cannot take (a negative amount, or one on hold until a later
+time) raises :class:`OrderRejected`; the stream parks it in the dead-letter queue
+and goes on. In the admin's Dead letters list it can be replayed (an order on hold
+goes through once its hold has passed) or discarded.
 """
 
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from flowwarden_django.streams.context import ChangeContext
-from flowwarden_django.streams.registry import change_stream, checkpoint
+from flowwarden_django.streams.registry import change_stream, checkpoint, dead_letter_queue
 
 from .models import Order
 from .workflows import start_for_order
 
 
+class OrderRejected(ValueError):
+    """An order the shop cannot take (yet): the stream parks its event as a dead letter."""
+
+
+def check_order(doc: dict[str, Any]) -> None:
+    """Refuse a negative amount, and an order whose ``hold_until`` (Unix seconds) is ahead."""
+    cents = doc.get("total_cents", 0)
+    if cents < 0:
+        raise OrderRejected(f"order {doc['_id']} has a negative amount ({cents} cents)")
+    hold_until = doc.get("hold_until")
+    if hold_until is not None and time.time() < hold_until:
+        until = datetime.fromtimestamp(hold_until, UTC)
+        raise OrderRejected(
+            f"order {doc['_id']} is on hold until {until:%H:%M:%S} UTC; replay it after that"
+        )
+
+
 @change_stream("orders", collection="orders", database="shop", full_document="updateLookup")
 @checkpoint(save_every_n=100, save_interval_seconds=5, idle_heartbeat_interval_seconds=60)
+@dead_letter_queue(retention_days=30)
 class OrderProjection:
     """Keeps ``Order`` rows equal to the documents of ``shop.orders``."""
 
     def on_insert(self, doc: dict[str, Any]) -> None:
+        check_order(doc)
         self._upsert(doc)
         start_for_order(doc)
 

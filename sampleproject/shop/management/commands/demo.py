@@ -14,13 +14,25 @@
    history was lost) and lists every checkpoint.
 
 ``--serve`` leaves the second large order waiting, makes demo logins and starts the
-development server, so a person can approve it in the admin or through the API.
+development server, so a person can approve it in the admin or through the API. The
+served process keeps the scripted replica set and runs the ``orders`` stream on it
+(a ``StreamManager``: the admin's Streams console shows it running), and a feeder
+thread writes an order every few seconds. The feeder's first two orders are refused
+by the handler and parked as dead letters, to replay or discard in the admin.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
-from datetime import datetime, timedelta
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -31,10 +43,19 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from flowwarden_django.models import Approval, SnapshotRecord, WorkflowRun
+from flowwarden_django.conf import fw_settings
+from flowwarden_django.models import (
+    Approval,
+    DeadLetter,
+    SnapshotRecord,
+    StreamWorker,
+    WorkflowRun,
+)
 from flowwarden_django.streams import checkpoint_stores
-from flowwarden_django.streams.manager import StreamManager
+from flowwarden_django.streams.manager import StreamManager, max_await_ms
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
+from flowwarden_django.streams.source import ChangeSource, PymongoChangeSource
+from flowwarden_django.streams.spec import StreamSpec
 from flowwarden_django.workflows import Workflow
 from flowwarden_django.workflows.approvals import approve, reject
 
@@ -45,6 +66,11 @@ from ...workflows import APPROVERS_GROUP, WORKFLOW, start_for_order
 LARGE_ORDERS = ((250_000, "acme"), (180_000, "globex"))
 
 DB, COLLECTION, STREAM = "shop", "orders", "orders"
+
+#: ``--serve``: seconds between two orders of the feeder, and how long its order on
+#: hold is refused (a replay after that goes through).
+FEED_INTERVAL = 3.0
+HOLD_SECONDS = 15
 
 
 def resume_token(at: datetime, counter: int) -> dict[str, str]:
@@ -109,24 +135,39 @@ class Command(BaseCommand):
             action="store_true",
             help="Leave one large order waiting, make demo logins and start the server.",
         )
-        parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where --serve listens.")
+        parser.add_argument(
+            "--addrport",
+            default="127.0.0.1:8000",
+            metavar="[HOST:]PORT",
+            help="Where --serve listens: [host:]port, e.g. 8001 or 127.0.0.1:8001 "
+            "(default 127.0.0.1:8000; the host defaults to 127.0.0.1). The port must be "
+            "free: it is checked before the story runs.",
+        )
 
     def handle(self, *args: Any, orders: int, serve: bool, addrport: str, **options: Any) -> None:
         if orders < 0:
             raise CommandError("--orders must be 0 or more")
-        large = self.stream_demo(orders)
-        self.approval_demo(large, leave_pending=serve)
-        self.checkpoint_api_demo()
-        call_command("flowwarden_checkpoints", "list", stdout=self.stdout)
-        if serve:
-            self.serve(addrport)
-        else:
-            self.admin_instructions()
+        host, port = check_port(addrport) if serve else ("", 0)
+        shop, first_id = self.open_shop()
+        clients = {"default": {"URL": shop.uri, "OPTIONS": {"serverSelectionTimeoutMS": 5000}}}
+        overrides = override_settings(FLOWWARDEN={**settings.FLOWWARDEN, "MONGO_CLIENTS": clients})
+        try:
+            with overrides:
+                large = self.stream_demo(shop, first_id, orders)
+            self.approval_demo(large, leave_pending=serve)
+            self.checkpoint_api_demo()
+            call_command("flowwarden_checkpoints", "list", stdout=self.stdout)
+            if serve:
+                self.serve(shop, host, port, addrport, next_id=large[-1] + 1)
+            else:
+                self.admin_instructions()
+        finally:
+            shop.close()
 
     # -- 1. the orders stream ------------------------------------------------------------
 
-    def stream_demo(self, count: int) -> list[int]:
-        """Run the orders stream; the ids of the large orders it wrote."""
+    def open_shop(self) -> tuple[ScriptedShop | MongoShop, int]:
+        """The MongoDB to write orders to, and the first order id to write."""
         url = settings.MONGO_URL
         if url:
             shop: ScriptedShop | MongoShop = MongoShop(url)
@@ -141,62 +182,64 @@ class Command(BaseCommand):
                 "the real pymongo driver like a replica-set primary). Set FLOWWARDEN_MONGO_URL "
                 "to use a real one."
             )
-            # A new scripted server has a new history: start the stream afresh.
+            # A new scripted server has a new history: start the stream afresh (and
+            # forget what the processes of an earlier demo reported and parked).
             checkpoint_stores["default"].delete(STREAM)
+            StreamWorker.objects.filter(stream_name=STREAM).delete()
+            DeadLetter.objects.filter(stream_name=STREAM).delete()
             Order.objects.all().delete()
             forget_order_runs()
             first_id = 1
-        clients = {"default": {"URL": shop.uri, "OPTIONS": {"serverSelectionTimeoutMS": 5000}}}
-        try:
-            with override_settings(FLOWWARDEN={**settings.FLOWWARDEN, "MONGO_CLIENTS": clients}):
-                self.run_burst("first start: the stream saves its position, nothing to read yet")
-                ids = range(first_id, first_id + count)
-                for order_id in ids:
-                    shop.insert(
-                        {
-                            "_id": order_id,
-                            "customer": f"c{order_id % 37}",
-                            "status": "new",
-                            "total_cents": 1_000 + (order_id * 3_700) % 90_000,
-                        }
-                    )
-                large = list(range(first_id + count, first_id + count + len(LARGE_ORDERS)))
-                for order_id, (cents, customer) in zip(large, LARGE_ORDERS, strict=True):
-                    shop.insert(
-                        {
-                            "_id": order_id,
-                            "customer": customer,
-                            "status": "new",
-                            "total_cents": cents,
-                        }
-                    )
-                for order_id in ids[::5]:
-                    shop.update(order_id, {"status": "paid"})
-                for order_id in ids[::50]:
-                    shop.delete(order_id)
-                writes = len(ids) + len(large) + len(ids[::5]) + len(ids[::50])
-                self.stdout.write(f"Wrote {writes} changes to {DB}.{COLLECTION} in MongoDB")
-                handled = self.run_burst("second start: resumes after the saved position")
-                self.stdout.write(
-                    f"  Order table: {Order.objects.count()} orders, "
-                    f"{Order.objects.filter(status='paid').count()} paid"
-                )
-                self.report_runs(first_id)
-                runs_before = order_runs(first_id).count()
-                again = self.run_burst("third start: resumes after the processed anchor")
-                self.stdout.write(f"  re-processed {again} of the {handled} events")
-                self.stdout.write(
-                    f"  workflow runs started by the restart: "
-                    f"{order_runs(first_id).count() - runs_before}"
-                )
-                redelivered = start_for_order({"_id": large[0], "total_cents": 1})
-                self.stdout.write(
-                    f"  the insert of order {large[0]} delivered again (as after a crash "
-                    f"before the checkpoint): {'started a run' if redelivered else 'no new run'}"
-                    f"; runs for it: {order_runs(first_id, [large[0]]).count()}"
-                )
-        finally:
-            shop.close()
+        return shop, first_id
+
+    def stream_demo(self, shop: ScriptedShop | MongoShop, first_id: int, count: int) -> list[int]:
+        """Run the orders stream; the ids of the large orders it wrote."""
+        self.run_burst("first start: the stream saves its position, nothing to read yet")
+        ids = range(first_id, first_id + count)
+        for order_id in ids:
+            shop.insert(
+                {
+                    "_id": order_id,
+                    "customer": f"c{order_id % 37}",
+                    "status": "new",
+                    "total_cents": 1_000 + (order_id * 3_700) % 90_000,
+                }
+            )
+        large = list(range(first_id + count, first_id + count + len(LARGE_ORDERS)))
+        for order_id, (cents, customer) in zip(large, LARGE_ORDERS, strict=True):
+            shop.insert(
+                {
+                    "_id": order_id,
+                    "customer": customer,
+                    "status": "new",
+                    "total_cents": cents,
+                }
+            )
+        for order_id in ids[::5]:
+            shop.update(order_id, {"status": "paid"})
+        for order_id in ids[::50]:
+            shop.delete(order_id)
+        writes = len(ids) + len(large) + len(ids[::5]) + len(ids[::50])
+        self.stdout.write(f"Wrote {writes} changes to {DB}.{COLLECTION} in MongoDB")
+        handled = self.run_burst("second start: resumes after the saved position")
+        self.stdout.write(
+            f"  Order table: {Order.objects.count()} orders, "
+            f"{Order.objects.filter(status='paid').count()} paid"
+        )
+        self.report_runs(first_id)
+        self.explain_counts(len(ids) + len(large), len(ids[::50]))
+        runs_before = order_runs(first_id).count()
+        again = self.run_burst("third start: resumes after the processed anchor")
+        self.stdout.write(f"  re-processed {again} of the {handled} events")
+        self.stdout.write(
+            f"  workflow runs started by the restart: {order_runs(first_id).count() - runs_before}"
+        )
+        redelivered = start_for_order({"_id": large[0], "total_cents": 1})
+        self.stdout.write(
+            f"  the insert of order {large[0]} delivered again (as after a crash "
+            f"before the checkpoint): {'started a run' if redelivered else 'no new run'}"
+            f"; runs for it: {order_runs(first_id, [large[0]]).count()}"
+        )
         return large
 
     def report_runs(self, first_id: int) -> None:
@@ -206,6 +249,15 @@ class Command(BaseCommand):
             f"  Workflow {WORKFLOW!r}: {runs.count()} runs started (one per new order); "
             f"{by_status['completed']} completed without approval, "
             f"{by_status['waiting']} waiting for approval"
+        )
+
+    def explain_counts(self, inserted: int, deleted: int) -> None:
+        self.stdout.write(
+            f"  Why runs and orders differ: each of the {inserted} inserted orders started "
+            f"one run (keyed by its order id); {deleted} of them "
+            f"{'was' if deleted == 1 else 'were'} deleted afterwards, "
+            "which removes the Order row but not its run. Updates and deletes start no run, "
+            "and neither does an insert delivered again."
         )
 
     # -- 2. approvals --------------------------------------------------------------------
@@ -271,6 +323,9 @@ class Command(BaseCommand):
         manager = StreamManager()
         consumer: StreamConsumer = manager.start(STREAM, burst=True)
         manager.wait()
+        # Ends the manager's supervisor too (it would go on publishing this process's
+        # status of the stream, and reading the oplog window, after the burst).
+        manager.stop_all()
         if consumer.state == StreamState.CRASHED:
             raise CommandError(f"the orders stream stopped: {consumer.last_error}")
         self.stdout.write(f"Stream {STREAM!r}, {label}: {consumer.events_handled} events handled")
@@ -292,32 +347,171 @@ class Command(BaseCommand):
 
     def admin_instructions(self) -> None:
         password = demo_login("admin", superuser=True)
+        python = python_hint()
         self.stdout.write(
             self.style.SUCCESS("\nSee them in the admin:")
-            + "\n  make serve   (that is: .venv/bin/python manage.py runserver)"
+            + f"\n  make serve   (that is: {python} manage.py runserver)"
             + "\n  http://127.0.0.1:8000/admin/flowwarden_django/streamcheckpoint/"
             + f"\n  log in as admin / {password}   (a new password each demo run)"
-            + "\n  or: python manage.py flowwarden_checkpoints show orders"
+            + f"\n  or: {python} manage.py flowwarden_checkpoints show orders"
             + "\nand the workflow runs and approvals at /admin/flowwarden_django/workflowrun/ "
             + "and /admin/flowwarden_django/approval/;"
-            + "\n  python manage.py demo --serve   leaves an approval pending for you"
+            + f"\n  make serve-demo   (that is: {python} manage.py demo --serve) leaves an "
+            + "approval pending for you, and runs the stream live"
         )
 
-    def serve(self, addrport: str) -> None:
+    def serve(
+        self, shop: ScriptedShop | MongoShop, host: str, port: int, addrport: str, next_id: int
+    ) -> None:
         admin_password = demo_login("admin", superuser=True)
         approver_password = demo_login("approver")
-        base = f"http://{addrport}"
+        manager = StreamManager(source_factory=change_sources(shop.uri))
+        manager.start(STREAM)
+        feeder = OrderFeeder(shop, next_id)
+        feeder.start()
+        hold_until = datetime.fromtimestamp(feeder.hold_until, UTC)
+        base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        admin = f"{base}/admin/flowwarden_django"
         self.stdout.write(
             self.style.SUCCESS("\nThe site is starting. Click through the story:")
-            + f"\n  {base}/admin/flowwarden_django/approval/   the pending approval"
-            + f"\n  {base}/admin/flowwarden_django/workflowrun/   runs and snapshot trees"
+            + f"\n  {admin}/approval/   the pending approval"
+            + f"\n  {admin}/workflowrun/   runs and snapshot trees"
+            + f"\n  {admin}/streamworker/   the Streams console: 'orders' runs in this "
+            + "process, on the scripted replica set"
+            + f"\n  {admin}/deadletter/   dead letters to replay or discard"
+            + f"\n  {base}/flowwarden/health/   the health check"
             + f"\n  {base}/api/v1/approvals/mine/   the API (session or token auth)"
             + f"\n  {base}/api/v1/schema/   its OpenAPI schema"
-            + f"\n  log in as approver / {approver_password}  (decides approvals)"
+            + f"\n  log in as approver / {approver_password}  (decides approvals, watches "
+            + "the streams, replays dead letters)"
             + f"\n  or as admin / {admin_password}  (superuser)"
+            + f"\nA new order arrives every {FEED_INTERVAL:g} s from order {next_id + 2} on "
+            + f"(every {LARGE_EVERY}th waits for approval). Orders {next_id} and {next_id + 1} "
+            + "were refused by the handler and parked as dead letters:"
+            + f"\n  order {next_id} has a negative amount: discard it"
+            + f"\n  order {next_id + 1} is on hold until {hold_until:%H:%M:%S} UTC: replay it "
+            + "after that and it goes through"
             + "\n  (new passwords each run; Ctrl-C stops the server)\n"
         )
-        call_command("runserver", addrport, use_reloader=False)
+        self.stdout.flush()
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            # No autoreloader: it would serve from a child process, without the stream.
+            call_command("runserver", addrport, use_reloader=False)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            feeder.stop()
+            manager.stop_all(timeout=10)
+
+
+#: ``--serve``: every this many orders of the feeder is large (waits for an approver).
+LARGE_EVERY = 10
+
+
+class OrderFeeder:
+    """Writes an order every ``FEED_INTERVAL`` seconds into the demo's MongoDB, after
+    two the handler refuses (a negative amount; an order on hold for ``HOLD_SECONDS``)."""
+
+    def __init__(self, shop: ScriptedShop | MongoShop, next_id: int) -> None:
+        self.shop = shop
+        self.next_id = next_id
+        self.hold_until = int(time.time()) + HOLD_SECONDS
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-order-feeder", daemon=True)
+
+    def start(self) -> None:
+        self.shop.insert(self._order(total_cents=-1_500, customer="initech"))
+        self.shop.insert(self._order(total_cents=4_200, customer="hooli", hold=True))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(FEED_INTERVAL + 1)
+
+    def _order(self, *, total_cents: int, customer: str, hold: bool = False) -> dict[str, Any]:
+        order = {
+            "_id": self.next_id,
+            "customer": customer,
+            "status": "new",
+            "total_cents": total_cents,
+        }
+        if hold:
+            order["hold_until"] = self.hold_until
+        self.next_id += 1
+        return order
+
+    def _run(self) -> None:
+        fed = 0
+        while not self._stop.wait(FEED_INTERVAL):
+            fed += 1
+            order_id = self.next_id
+            large = fed % LARGE_EVERY == 0
+            cents = 120_000 + order_id * 100 if large else 1_000 + (order_id * 3_700) % 90_000
+            try:
+                self.shop.insert(self._order(total_cents=cents, customer=f"c{order_id % 37}"))
+            except Exception as exc:  # the server is going away: stop feeding
+                print(f"demo: the order feeder stopped: {exc}", file=sys.stderr)
+                return
+
+
+def change_sources(uri: str) -> Callable[[StreamSpec], ChangeSource]:
+    """A ``StreamManager`` source factory reading the demo's MongoDB at *uri* (the
+    settings' ``MONGO_CLIENTS`` still name the configured server)."""
+    from pymongo import MongoClient
+
+    client = MongoClient(uri, serverSelectionTimeoutMS=5000)
+
+    def source(spec: StreamSpec) -> ChangeSource:
+        return PymongoChangeSource(
+            client,
+            spec.database,
+            spec.collection,
+            stream_name=spec.name,
+            pipeline=list(spec.pipeline()) if spec.pipeline is not None else [],
+            full_document=spec.full_document,
+            full_document_before_change=spec.full_document_before_change,
+            max_await_ms=max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS),
+        )
+
+    return source
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM stops the server like Ctrl-C, so the stream stops gracefully."""
+    raise KeyboardInterrupt
+
+
+def check_port(addrport: str) -> tuple[str, int]:
+    """``(host, port)`` of ``[host:]port``, once the port is known to be free."""
+    match = re.fullmatch(r"(?:(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]+):)?(?P<port>\d{1,5})", addrport)
+    if match is None:
+        raise CommandError(
+            f"--addrport {addrport!r} is not [host:]port (e.g. 8001 or 127.0.0.1:8001)"
+        )
+    host, port = (match["host"] or "127.0.0.1").strip("[]"), int(match["port"])
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As the development server does: a port in TIME_WAIT counts as free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve on {host}:{port}: {exc.strerror or exc}. Is another server "
+                f"running there? Choose another port with --addrport, e.g. "
+                f"--addrport {host}:{port + 1 if port < 65535 else 8001}"
+            ) from None
+    return host, port
+
+
+def python_hint() -> str:
+    """This Python as a command to type: relative when inside the current directory
+    (``.venv/bin/python``), else absolute."""
+    executable = Path(sys.executable)
+    try:
+        return str(executable.relative_to(Path.cwd()))
+    except ValueError:
+        return str(executable)
 
 
 def order_runs(first_id: int, order_ids: list[int] | None = None) -> Any:
@@ -374,6 +568,17 @@ def demo_login(username: str, *, superuser: bool = False) -> str:
     user.set_password(password)
     user.save()
     if not superuser:
-        codenames = ["view_approval", "view_workflowrun", "view_snapshotrecord"]
+        # The demo's approver also plays the operator: the Streams console, the
+        # checkpoints and the dead letters (replay, discard).
+        codenames = [
+            "view_approval",
+            "view_workflowrun",
+            "view_snapshotrecord",
+            "view_streamworker",
+            "view_streamcheckpoint",
+            "view_deadletter",
+            "replay_deadletter",
+            "resolve_deadletter",
+        ]
         user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     return password
