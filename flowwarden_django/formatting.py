@@ -28,9 +28,18 @@ def relative_time(at: datetime, now: datetime | None = None) -> str:
     in words the admin uses (translated)."""
     from django.utils import timezone
     from django.utils.timesince import timesince, timeuntil
-    from django.utils.translation import gettext
+    from django.utils.translation import gettext, ngettext
 
     now = now or timezone.now()
+    seconds = (now - at).total_seconds()
+    if abs(seconds) < 60:  # Django would say "0 minutes"
+        count = int(abs(seconds))
+        delta = ngettext("%(count)d second", "%(count)d seconds", count) % {"count": count}
+        return (
+            gettext("in %(delta)s") % {"delta": delta}
+            if seconds < 0
+            else (gettext("%(delta)s ago") % {"delta": delta})
+        )
     if at > now:
         return gettext("in %(delta)s") % {"delta": timeuntil(at, now)}
     return gettext("%(delta)s ago") % {"delta": timesince(at, now)}

@@ -12,6 +12,8 @@ NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 def test_relative_times_read_naturally_both_ways() -> None:
     assert relative_time(NOW - timedelta(minutes=3), NOW) == "3\xa0minutes ago"
     assert relative_time(NOW + timedelta(days=2), NOW) == "in 2\xa0days"  # an expiry
+    assert relative_time(NOW - timedelta(seconds=7), NOW) == "7 seconds ago"  # not "0 minutes"
+    assert relative_time(NOW + timedelta(seconds=1), NOW) == "in 1 second"
 
 
 def test_ages_in_the_commands() -> None:

@@ -44,10 +44,24 @@ def test_a_failure_is_logged_when_it_starts_summarised_and_its_end_logged(caplog
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 4, lines
     assert lines[0] == "saving X failed: ConnectionError: refused"
-    assert caplog.records[0].exc_info is not None  # one traceback, at the start
+    # An outage: no traceback at WARNING (it is at DEBUG), never one a retry.
+    assert caplog.records[0].exc_info is None
     assert lines[1].startswith("saving X still failing: ") and "ConnectionError" in lines[1]
     assert all(r.exc_info is None for r in caplog.records[1:])
     assert lines[3].startswith("saving X works again after 4700 failed attempts in ")
+
+
+def test_a_bug_is_logged_with_its_traceback_an_outage_without(caplog) -> None:
+    bug = FailureLog(logging.getLogger("fw.test"), "bug", clock=Clock())
+    outage = FailureLog(logging.getLogger("fw.test"), "outage", clock=Clock())
+    with caplog.at_level(logging.DEBUG, "fw.test"):
+        bug.failed(ValueError("bad value"))
+        outage.failed(ConnectionRefusedError("refused"))
+    assert [(r.levelname, r.exc_info is not None) for r in caplog.records] == [
+        ("WARNING", True),
+        ("WARNING", False),
+        ("DEBUG", True),
+    ]
 
 
 def test_a_different_error_is_logged_again(caplog) -> None:
@@ -158,7 +172,7 @@ def test_the_manager_publishes_the_restart_reason() -> None:
     manager._publish()
     row = StreamWorker.objects.get(stream_name="orders")
     assert row.state == "restarting" and row.restarting_since == NOW
-    assert row.error_kind == "OperationalError"  # raised outside the package: no "in ..."
+    assert row.error_kind == "OperationalError in _raised"  # the project's own function
     assert "10.0.0.5" not in row.error_kind
 
 

@@ -3,10 +3,11 @@ once when it ends.
 
 A retry loop that logs one line (and a traceback) per attempt floods the log during
 an outage: a Redis store that is down for ten seconds under load wrote 263,000
-lines. ``FailureLog`` writes a warning with one traceback when the failure starts
-(or when the error changes to another class), a summary at most every
-``summary_seconds`` while it goes on ("still failing: 4,700 attempts in 10 s"),
-and an info line when an attempt succeeds again.
+lines. ``FailureLog`` writes a warning when the failure starts (or when the error
+changes to another class), with its traceback (at DEBUG when it is an outage: a
+server that does not answer), a summary at most every ``summary_seconds`` while it
+goes on ("still failing: 4,700 attempts in 10 s"), and an info line when an attempt
+succeeds again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from .outages import is_outage, short_message
 
 
 class FailureLog:
@@ -62,9 +65,19 @@ class FailureLog:
                 self._error_class = type(exc)
                 self._last_summary, self._summarised = now, self.attempts
                 message = "%s failed: %s: %s" if first else "%s now fails with %s: %s"
+                # A server that does not answer needs no traceback to be understood:
+                # that one goes to DEBUG; a bug's goes with the warning.
+                outage = is_outage(exc)
                 self.logger.log(
-                    self.level, message, self.what, type(exc).__name__, exc, exc_info=exc
+                    self.level,
+                    message,
+                    self.what,
+                    type(exc).__name__,
+                    short_message(exc),
+                    exc_info=None if outage else exc,
                 )
+                if outage:
+                    self.logger.debug("%s: the traceback", self.what, exc_info=exc)
                 return
             if now - self._last_summary >= self.summary_seconds:
                 self.logger.log(
@@ -76,7 +89,7 @@ class FailureLog:
                     now - self._since,
                     self.attempts - self._summarised,
                     type(exc).__name__,
-                    exc,
+                    short_message(exc),
                 )
                 self._last_summary, self._summarised = now, self.attempts
 

@@ -8,6 +8,8 @@ within seconds. A bug does not heal: its retries should back off.
 from __future__ import annotations
 
 import os
+import site
+import sysconfig
 from types import TracebackType
 
 #: Exception class names (anywhere in the class's MRO) that mean "the server did not
@@ -27,6 +29,18 @@ OUTAGE_CLASS_NAMES = frozenset(
 )
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Where installed libraries and the standard library live.
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.abspath(path)
+        for path in (
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+            *site.getsitepackages(),
+        )
+    }
+)
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -44,16 +58,26 @@ def is_outage(exc: BaseException) -> bool:
 
 
 def error_where(exc: BaseException) -> str:
-    """The innermost function of this package that *exc* passed through (for example
-    ``OrmCheckpointStore.save_processed``), or ``""``: where it arose, without data."""
+    """The innermost function of this package or of the project (not of an installed
+    library or the standard library) that *exc* passed through: a handler
+    (``on_insert``) or a store method (``OrmCheckpointStore.save_processed``), or
+    ``""``. Where it arose, without data."""
     where = ""
     tb: TracebackType | None = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if os.path.abspath(code.co_filename).startswith(_PACKAGE_DIR):
-            where = getattr(code, "co_qualname", code.co_name)
+        if _is_own_code(os.path.abspath(code.co_filename)):
+            name = getattr(code, "co_qualname", code.co_name)
+            if "<locals>" not in name:  # a wrapper made on the fly says nothing
+                where = name
         tb = tb.tb_next
     return where
+
+
+def _is_own_code(path: str) -> bool:
+    if path.startswith(_PACKAGE_DIR):
+        return True
+    return not any(path.startswith(prefix) for prefix in _LIBRARY_DIRS)
 
 
 def short_message(exc: BaseException, most: int = 200) -> str:
