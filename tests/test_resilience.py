@@ -237,3 +237,37 @@ def test_failing_anchor_saves_are_retried_after_a_pause_not_per_event() -> None:
     policy.on_settled({"_data": "0100"}, NOW)
     assert store.calls == 3 and not policy.dirty
     assert policy.flush()  # a graceful stop always tries at once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recover_names_the_last_step_of_the_newest_snapshot(caplog) -> None:
+    """The run record catches up with plain steps only now and then; the log of the
+    sweep reads the newest snapshot (without its state)."""
+    from flowwarden_django.workflows import Workflow, advance, hibernate, step, workflow_registry
+    from flowwarden_django.workflows.recovery import recover_stalled_runs
+
+    @step("a")
+    def a(state: Any) -> Any:
+        return advance(state)
+
+    @step("b")
+    def b(state: Any) -> Any:
+        return advance(state)
+
+    @step("c")
+    def c(state: Any) -> Any:
+        return hibernate(state)
+
+    Workflow.define("fw-recover-log", [a, b, c])
+    try:
+        started = Workflow.start("fw-recover-log", {"n": 1})
+        cid = started.coordination_id
+        WorkflowRun.objects.filter(pk=cid).update(  # a record that lags behind, stalled
+            status=RunStatus.RUNNING, last_step="", updated_at=datetime.now(UTC) - timedelta(days=1)
+        )
+        queued: list[Any] = []
+        with caplog.at_level(logging.WARNING, "flowwarden_django.workflows"):
+            assert recover_stalled_runs(queued.append, older_than=timedelta(0)) == [cid]
+        assert "stalled after step 'c'" in caplog.text
+    finally:
+        workflow_registry.unregister("fw-recover-log")

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from .engine import LAST_STEP, workflow_registry
 from .runs import RunRecords, RunStatus, recover_after
+from .snapshot import CheckpointQuery
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun
@@ -68,11 +69,13 @@ def stalled_runs(
 def last_step_of(run: WorkflowRun) -> str:
     """The last completed step of *run*, from its newest snapshot: the run record
     catches up with plain steps only now and then (see the engine's ``_save_step``)."""
+    # The newest snapshot's position and metadata only: its state is not needed here.
+    query = CheckpointQuery.for_coordination(run.pk, newest_first=True, limit=1, with_state=False)
     try:
-        head = workflow_registry.get(run.workflow_name).workflow(run.pk).store.latest(run.pk)
+        heads = workflow_registry.get(run.workflow_name).workflow(run.pk).store.list(query)
     except Exception:  # an unknown workflow or an unreadable store: the record's word
         return run.last_step
-    return run.last_step if head is None else head.metadata.get(LAST_STEP, run.last_step)
+    return heads[0].metadata.get(LAST_STEP, run.last_step) if heads else run.last_step
 
 
 def recover_stalled_runs(
