@@ -11,15 +11,18 @@ demo: $(VENV)/.demo-installed
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py demo
 
-## test: set up and run the whole test suite (server lanes skip when their server is down)
+## test: set up, lint (ruff, import contracts) and run the whole test suite (server lanes
+## skip when their server is down)
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(VENV)/.test-installed
 	$(PY) -m ruff format .

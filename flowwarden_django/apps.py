@@ -27,4 +27,4 @@ class FlowwardenConfig(AppConfig):
         if find_spec("prometheus_client") is not None:
             # Count the metric signals of this process's streams (the exporter's
             # counters); the gauges are read from the database at scrape time.
-            from . import prometheus  # noqa: F401
+            from .integrations import prometheus  # noqa: F401

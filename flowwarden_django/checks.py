@@ -31,9 +31,9 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
+from .common.backend_aliases import BackendAliases
 from .conf import DEFAULTS, SETTING_NAME, fw_settings
 from .exceptions import InvalidCheckpointStoreError
-from .streams.stores import BackendAliases
 
 
 @checks.register()
@@ -89,7 +89,7 @@ def check_setting_keys(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 
 
 def _positive_duration(value: Any) -> bool:
-    from .streams.spec import parse_duration
+    from .common.durations import parse_duration
 
     try:
         return parse_duration(value) > 0
@@ -373,7 +373,7 @@ _DURATION_SETTINGS = (
 def check_intervals(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Lease and status intervals are positive durations, and a leader renews its lease
     well before it expires."""
-    from .streams.spec import parse_duration
+    from .common.durations import parse_duration
 
     if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
         return []

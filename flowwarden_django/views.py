@@ -130,7 +130,8 @@ class HealthView(View):
 
 @method_decorator(never_cache, name="dispatch")
 class MetricsView(View):
-    """``GET`` → the Prometheus exposition of ``flowwarden_django.prometheus.REGISTRY``.
+    """``GET`` → the Prometheus exposition of the flowwarden registry
+    (``flowwarden_django.integrations.prometheus.REGISTRY``).
 
     OpenMetrics when the scraper asks for it, else the text format 0.0.4. 404 with
     the install hint when prometheus-client is not installed.
@@ -159,7 +160,7 @@ class MetricsView(View):
             )
         from prometheus_client.exposition import choose_encoder
 
-        from .prometheus import REGISTRY
+        from .integrations.prometheus import REGISTRY
 
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return HttpResponse(encoder(REGISTRY), content_type=content_type)

@@ -1,4 +1,4 @@
-"""Settings of the Celery worker subprocess of ``tests/test_celery_worker.py``.
+"""Settings of the Celery worker subprocess of ``tests/integrations/test_celery_worker.py``.
 
 Run as ``DJANGO_SETTINGS_MODULE=tests.celery_settings celery -A tests.celery_app worker``.
 The test passes everything through the environment:

@@ -1,4 +1,4 @@
-"""The stream the Celery worker runs in ``tests/test_celery_worker.py``.
+"""The stream the Celery worker runs in ``tests/integrations/test_celery_worker.py``.
 
 The worker imports this module through ``CELERY_IMPORTS`` (``tests.celery_settings``).
 Every delivered insert writes one ``Effect`` row. The processed anchor is written

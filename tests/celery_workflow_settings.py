@@ -1,4 +1,4 @@
-"""Settings of the Celery worker subprocess of ``tests/test_celery_workflows.py``.
+"""Settings of the Celery worker subprocess of ``tests/integrations/test_celery_workflows.py``.
 
 Those of ``tests.celery_settings`` (the PostgreSQL test database, the Redis broker
 and the queue come from the same environment variables), plus:

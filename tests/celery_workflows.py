@@ -1,4 +1,4 @@
-"""The workflows the Celery worker runs in ``tests/test_celery_workflows.py``.
+"""The workflows the Celery worker runs in ``tests/integrations/test_celery_workflows.py``.
 
 Both processes define them with ``define_workflows(using)``: the test on its
 ``postgres`` alias, the worker (``tests.celery_workflow_settings``) on its

@@ -4,6 +4,10 @@ import pytest
 
 from tests.services import REQUIRE_SERVICES, unavailable_reason
 
+# A plugin of the tests that use the API fixtures (``pytest_plugins`` there); its
+# asserts are rewritten like a test module's, though they import it first.
+pytest.register_assert_rewrite("tests.api.helpers")
+
 
 @pytest.fixture(autouse=True)
 def _require_lane(request: pytest.FixtureRequest) -> None:

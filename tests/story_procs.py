@@ -1,4 +1,4 @@
-"""The processes and servers of the sample's story (``tests/test_sample_story_celery.py``).
+"""The processes and servers of the sample's story (``tests/sample/test_story_celery.py``).
 
 :class:`Service` is a long-running subprocess (the Celery worker, ``runserver``) in a
 process group of its own, logging to a file; :func:`manage` runs one ``manage.py``

@@ -1,6 +1,6 @@
 """Settings of the sample's story on PostgreSQL, Celery and Redis.
 
-Used by ``tests/test_sample_story_celery.py``: the sample project's settings, with
+Used by ``tests/sample/test_story_celery.py``: the sample project's settings, with
 what production would change:
 
 * the ``default`` database is PostgreSQL: the database ``FLOWWARDEN_STORY_DB_NAME``

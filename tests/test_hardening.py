@@ -1,9 +1,9 @@
 """Regression tests of the hardening review (issue 11), on SQLite and PostgreSQL.
 
 One test (or a few) per finding; each failed on the code before the fix. The fork
-that skipped an approval is in ``test_fork_approval.py``, the health and metrics
-exposure in ``test_health_exposure.py``, the Redis key collision in
-``test_redis_lock_keys.py``, the encryption findings in the snapshot store contract
+that skipped an approval is in ``workflows/test_fork_approval.py``, the health and
+metrics exposure in ``test_health_exposure.py``, the Redis key collision in
+``streams/test_redis_lock_keys.py``, the encryption findings in the snapshot store contract
 (``flowwarden_django.testkit.SnapshotStoreContract``), and the hostile-input suite in
 ``test_hostile_inputs.py``.
 """
@@ -26,7 +26,7 @@ from django.urls import reverse
 from flowwarden_django.api.pagination import CURSOR_SALT, encode_cursor
 from flowwarden_django.models import Approval, ApprovalEvent, SnapshotRecord, WorkflowRun
 from flowwarden_django.workflows import WorkflowSnapshot, snapshot_stores
-from tests.test_api_helpers import (
+from tests.api.helpers import (
     API,
     People,
     field_errors,
@@ -36,7 +36,7 @@ from tests.test_api_helpers import (
     token_client,
 )
 
-pytest_plugins = ["tests.test_api_helpers"]  # the people, refunds and on_lane fixtures
+pytest_plugins = ["tests.api.helpers"]  # the people, refunds and on_lane fixtures
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.parametrize("lane", ["sqlite", postgres_lane()]),

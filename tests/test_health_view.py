@@ -10,7 +10,7 @@ from bson import Timestamp
 from django.urls import reverse
 from django.utils import timezone
 
-from flowwarden_django import prometheus
+from flowwarden_django.integrations import prometheus
 from flowwarden_django.streams import metrics
 from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec

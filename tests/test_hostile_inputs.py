@@ -46,9 +46,9 @@ from flowwarden_django.api.pagination import CURSOR_SALT, encode_cursor
 from flowwarden_django.models import DeadLetter, StreamCheckpoint
 from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.workflows.user_json import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES
-from tests.test_api_helpers import API, make_people, pending, postgres_lane, token_client
+from tests.api.helpers import API, make_people, pending, postgres_lane, token_client
 
-pytest_plugins = ["tests.test_api_helpers"]  # the refunds and on_lane fixtures
+pytest_plugins = ["tests.api.helpers"]  # the refunds and on_lane fixtures
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.parametrize("lane", ["sqlite", postgres_lane()]),

@@ -80,7 +80,7 @@ def _whole_number(text: str, least: int) -> int:
 def positive_seconds(text: str) -> float:
     """An argparse type: a duration in seconds (or with a unit: ``"500ms"``, ``"2m"``),
     more than 0."""
-    from ..streams.spec import parse_duration
+    from ..common.durations import parse_duration
 
     try:
         value = parse_duration(text)

@@ -23,6 +23,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
+from ..common.app_models import models
 from ..common.connections import discard_unusable_connections
 from ..common.failure_log import FailureLog
 from ..common.outages import error_summary
@@ -400,13 +401,13 @@ class StreamManager:
         """Apply pauses, resumptions and restart requests. Nothing here waits for a
         consumer: it is asked to stop, and later passes start it again or release
         its lease once its thread has ended (leases keep being renewed meanwhile)."""
-        from ..models import StreamControl
-
         with self._lock:
             names = set(self._wanted) | self._paused
         if not names:
             return
-        controls = {c.stream_name: c for c in StreamControl.objects.filter(stream_name__in=names)}
+        controls = {
+            c.stream_name: c for c in models.StreamControl.objects.filter(stream_name__in=names)
+        }
         for name in names:
             control = controls.get(name)
             if control is None:
@@ -508,8 +509,6 @@ class StreamManager:
     def _publish(self, *, final: bool = False) -> None:
         if not self.publish_status:
             return
-        from ..models import StreamWorker
-
         names = set(self._consumers) | set(self._wanted) | self._paused
         now = timezone.now()
         for name in sorted(names):
@@ -536,9 +535,11 @@ class StreamManager:
                 # Two autocommitted statements, no transaction: on SQLite a
                 # read-then-write transaction fails at once when another process
                 # writes, where a plain statement waits for its turn.
-                mine = StreamWorker.objects.filter(stream_name=name, instance_id=self.instance_id)
+                mine = models.StreamWorker.objects.filter(
+                    stream_name=name, instance_id=self.instance_id
+                )
                 if not mine.update(**values):
-                    StreamWorker.objects.create(
+                    models.StreamWorker.objects.create(
                         stream_name=name, instance_id=self.instance_id, **values
                     )
             except Exception as exc:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from ..common.durations import parse_duration
 
 #: Operation types a typed handler can be declared for.
 TYPED_OPERATIONS = ("insert", "update", "delete", "replace")
@@ -26,29 +27,6 @@ FULL_DOCUMENT_BEFORE_CHANGE_MODES = ("off", "whenAvailable", "required")
 DEPLOYMENT_MODES = ("ALL_INSTANCES", "SINGLE_LEADER")
 START_POSITIONS = ("RESUME", "LATEST")
 HISTORY_LOST_STRATEGIES = ("FAIL", "RESUME_FROM_NOW", "RESUME_FROM_OPLOG_START")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-#: Seconds per duration unit.
-DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(value: str | float | int) -> float:
-    """Seconds from ``"500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"7d"``, ``"2w"``, or a
-    (finite) number of seconds, as a number or text (``"30"``): the one form of every
-    duration of the app."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
-    if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise ValueError(f"invalid duration {value!r}: not a finite number")
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(
-            f"invalid duration {value!r}: use a number of seconds or a number with "
-            "ms, s, m, h, d or w, like '500ms' or '30s'"
-        )
-    return float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
 
 
 def backoff_delay(

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
+from ..common.app_models import models
 from ..conf import fw_settings
 from .dispatch import handler_shape
 from .spec import (
@@ -333,7 +334,6 @@ def _validate_connections(out: _Collector, spec: StreamSpec) -> None:
 def _validate_transactional(out: _Collector, spec: StreamSpec, store_config: Any) -> None:
     from django.db import router
 
-    from ..models import StreamCheckpoint
     from .backends.orm import OrmCheckpointStore
     from .stores import load_backend_class
 
@@ -350,7 +350,7 @@ def _validate_transactional(out: _Collector, spec: StreamSpec, store_config: Any
         return
     options = (store_config.get("OPTIONS") or {}) if isinstance(store_config, Mapping) else {}
     # Without "using" the ORM store writes where the router sends StreamCheckpoint.
-    using = options.get("using") or router.db_for_write(StreamCheckpoint)
+    using = options.get("using") or router.db_for_write(models.StreamCheckpoint)
     if not issubclass(backend, OrmCheckpointStore) or using != spec.transaction_using:
         out.error(
             "E112",

@@ -4,19 +4,10 @@ Nothing in this package imports the admin, DRF or Celery.
 """
 
 from .approvals import ApprovalDecision, await_approval
-from .engine import (
-    Completed,
-    Failed,
-    Hibernated,
-    Running,
-    StartedRun,
-    StepTimeoutError,
-    Workflow,
-    WorkflowDefinition,
-    WorkflowResult,
-    workflow_registry,
-)
+from .engine import StepTimeoutError, Workflow, WorkflowDefinition
 from .execution import ExecutionProvider, InProcessProvider, resolve_provider
+from .registry import workflow_registry
+from .results import Completed, Failed, Hibernated, Running, StartedRun, WorkflowResult
 from .runs import ConcurrentRunError, LeaseLostError, RunConflictError, RunStatus, UnknownRunError
 from .snapshot import CheckpointQuery, WorkflowSnapshot
 from .steps import (

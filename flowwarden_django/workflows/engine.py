@@ -1,4 +1,4 @@
-"""The workflow engine: ``Workflow``, its results, and the step loop.
+"""The workflow engine: ``Workflow``, ``WorkflowDefinition``, and the step loop.
 
 A workflow is a named, ordered list of steps; a *coordination* is one run of it. The
 run's history is a chain of snapshots in a ``SnapshotStore``: a seed snapshot with the
@@ -25,21 +25,34 @@ the store's unique ``(coordination, seq)`` instead of forking the chain.
 
 Steps must be idempotent: a retry repeats a step, and a crash between a step's side
 effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.
+
+The engine sits on top of the other workflow modules, and none of them imports it.
+What they need of it lives below it and is re-exported here under the old names: the
+results (``results``), the snapshot metadata keys (``metadata``) and the registry
+(``registry``). Approvals reach a run through the registry, execution providers
+through the ``execution.ExecutableWorkflow`` protocol.
 """
 
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import DatabaseError, connections, transaction
 
+from ..common.app_models import models
+from .approvals.request import AwaitApproval, decision_fits, request_from_snapshot
+from .approvals.sweep import cancel_stale_approvals
+from .execution import resolve_provider
+from .forking import fork_snapshot
+from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from .registry import WorkflowRegistry, workflow_for, workflow_registry
+from .results import Completed, Failed, Hibernated, Running, StartedRun, WorkflowResult
 from .runs import (
     ConcurrentRunError,
     RunRecords,
@@ -59,17 +72,30 @@ from .steps import (
     StepOutcome,
     WorkflowStep,
 )
-from .store import SnapshotConflictError, SnapshotStore, snapshot_stores
+from .store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError, snapshot_stores
+from .transactions import write_transaction
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun
 
-logger = logging.getLogger("flowwarden_django.workflows")
+__all__ = [
+    "LAST_STEP",
+    "WORKFLOW_DONE",
+    "WORKFLOW_NAME",
+    "Completed",
+    "Failed",
+    "Hibernated",
+    "Running",
+    "StartedRun",
+    "StepTimeoutError",
+    "Workflow",
+    "WorkflowDefinition",
+    "WorkflowRegistry",
+    "WorkflowResult",
+    "workflow_registry",
+]
 
-#: Metadata keys of every snapshot the engine writes.
-LAST_STEP = "workflow.lastStep"
-WORKFLOW_NAME = "workflow.name"
-WORKFLOW_DONE = "workflow.done"
+logger = logging.getLogger("flowwarden_django.workflows")
 
 
 class StepTimeoutError(TimeoutError):
@@ -81,72 +107,6 @@ class StepTimeoutError(TimeoutError):
     therefore be idempotent like any other (the Celery provider can use a hard
     ``time_limit`` instead).
     """
-
-
-# -- results -------------------------------------------------------------------------
-
-
-class WorkflowResult:
-    """What ``run()`` / ``resume()`` returned: ``Completed``, ``Hibernated``, ``Failed``
-    or ``Running``. ``status`` is the run's status afterwards."""
-
-    coordination_id: str
-    status: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Completed(WorkflowResult):
-    """The workflow finished (a ``done`` outcome, or the last step advanced)."""
-
-    final_state: Any
-    coordination_id: str
-    status: ClassVar[str] = RunStatus.COMPLETED
-
-
-@dataclasses.dataclass(frozen=True)
-class Hibernated(WorkflowResult):
-    """A step paused the run (``hibernated``, or ``waiting`` for an approval); run or
-    resume it later to continue at the step after ``last_step_name``."""
-
-    saved_state: Any
-    coordination_id: str
-    last_step_name: str
-    status: str = RunStatus.HIBERNATED
-
-
-@dataclasses.dataclass(frozen=True)
-class Failed(WorkflowResult):
-    """Step ``last_step_name`` failed; ``last_state`` is the state it was given. Nothing
-    was persisted for it: a later run executes it again."""
-
-    last_state: Any
-    coordination_id: str
-    last_step_name: str
-    reason: str
-    status: ClassVar[str] = RunStatus.FAILED
-
-
-@dataclasses.dataclass(frozen=True)
-class Running(WorkflowResult):
-    """The run is not finished and not paused: an execution provider queued its next
-    step, ``max_steps`` was reached, or another runner is driving it.
-    ``last_step_name`` is the last completed step (``""`` before the first)."""
-
-    state: Any
-    coordination_id: str
-    last_step_name: str
-    status: ClassVar[str] = RunStatus.RUNNING
-
-
-@dataclasses.dataclass(frozen=True)
-class StartedRun:
-    """What ``Workflow.start`` returned. ``created`` is False when the idempotency key
-    (or the coordination) already had a run: nothing was started or run again, and
-    ``result`` is that run's current result (``Running`` while it is in flight)."""
-
-    coordination_id: str
-    created: bool
-    result: WorkflowResult | None
 
 
 # -- the workflow --------------------------------------------------------------------
@@ -255,8 +215,6 @@ class Workflow:
         ``ConcurrentRunError`` when another runner holds the run. Store errors
         propagate.
         """
-        from .execution import resolve_provider
-
         return resolve_provider().run(self, initial_state, None)
 
     def resume(self, input: Any = None) -> WorkflowResult:
@@ -267,8 +225,6 @@ class Workflow:
         received it has its snapshot; if that step fails, the retry sees it again. A
         completed run returns ``Completed`` and runs nothing.
         """
-        from .execution import resolve_provider
-
         return resolve_provider().run(self, None, input)
 
     def run_local(
@@ -402,13 +358,9 @@ class Workflow:
         cancelled (``forking.fork_snapshot``)."""
         source = self.store.load(check_id(snapshot_id, "snapshot_id"))
         if source is None or source.coordination_id != self._coordination_id:
-            from .store import UnknownSnapshotError
-
             raise UnknownSnapshotError(
                 f"coordination {self._coordination_id!r} has no snapshot {snapshot_id!r}"
             )
-        from .forking import fork_snapshot
-
         return fork_snapshot(self.store, snapshot_id, new_state, using=self.runs.db)
 
     def delete_all_snapshots(self) -> int:
@@ -445,7 +397,9 @@ class Workflow:
     ) -> StartedRun:
         """Start registered workflow *name* at most once per *idempotency_key*; see
         ``WorkflowDefinition.start``."""
-        return workflow_registry.get(name).start(
+        # Workflow.define registers WorkflowDefinitions.
+        definition = cast(WorkflowDefinition, workflow_registry.get(name))
+        return definition.start(
             initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
         )
 
@@ -453,10 +407,7 @@ class Workflow:
     def for_coordination(cls, coordination_id: str, *, using: str | None = None) -> Workflow:
         """The ``Workflow`` of an existing run, from its record's registered workflow.
         ``UnknownRunError`` / ``LookupError`` when the run or its workflow is unknown."""
-        record = RunRecords(using).get(coordination_id)
-        if record is None:
-            raise UnknownRunError(f"no workflow run {coordination_id!r}")
-        return workflow_registry.get(record.workflow_name).workflow(coordination_id)
+        return cast(Workflow, workflow_for(coordination_id, using=using))
 
 
 def _seed_snapshot(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
@@ -590,9 +541,6 @@ class _Execution:
         missing; when it was closed without a decision the run can use (cancelled,
         say), the step's request is repeated in a new snapshot, with a new approval.
         """
-        from .approvals.request import AwaitApproval, decision_fits, request_from_snapshot
-        from .approvals.sweep import cancel_stale_approvals
-
         request = request_from_snapshot(head)
         if request is None or decision_fits(head, pending_input, using=self.runs.db):
             return None
@@ -690,8 +638,6 @@ class _Execution:
                 self.released = finishing
                 self.renewed_at = time.monotonic()
                 return saved
-        from .backends.orm import write_transaction  # SQLite: take the write lock first
-
         with write_transaction(self.runs.db):
             saved = self.workflow.store.save(snapshot)
             if finishing:
@@ -741,9 +687,7 @@ class _Execution:
 
 def _approval_of(snapshot: WorkflowSnapshot, using: str) -> Any:
     """The ``Approval`` row of paused *snapshot*, or ``None``."""
-    from ..models import Approval
-
-    return Approval.objects.using(using).filter(snapshot_id=snapshot.id).first()
+    return models.Approval.objects.using(using).filter(snapshot_id=snapshot.id).first()
 
 
 def _call_step(current: WorkflowStep, state: Any, ctx: StepContext) -> StepOutcome:
@@ -777,7 +721,7 @@ def _call_step(current: WorkflowStep, state: Any, ctx: StepContext) -> StepOutco
     return box["outcome"]
 
 
-# -- definitions and the registry ----------------------------------------------------
+# -- definitions ---------------------------------------------------------------------
 
 
 class WorkflowDefinition:
@@ -849,50 +793,3 @@ def _run_started(workflow: Workflow) -> WorkflowResult:
         # Someone else is driving the run we just created: it is running, not lost.
         logger.info("workflow %s (%s) was started and is run elsewhere", workflow.name, workflow)
         return workflow.current_result() or Running(None, workflow.coordination_id, "")
-
-
-class WorkflowRegistry:
-    """Workflow definitions by name (``Workflow.define`` registers). Thread-safe."""
-
-    def __init__(self) -> None:
-        self._definitions: dict[str, WorkflowDefinition] = {}
-        self._lock = threading.Lock()
-
-    def register(self, definition: WorkflowDefinition) -> None:
-        """Add *definition* (a later one with the same name replaces it, with a warning
-        when its steps differ: the same module imported twice is normal)."""
-        with self._lock:
-            previous = self._definitions.get(definition.name)
-            if previous is not None and [s.name for s in previous.steps] != [
-                s.name for s in definition.steps
-            ]:
-                logger.warning("workflow %r is defined again with other steps", definition.name)
-            self._definitions[definition.name] = definition
-
-    def unregister(self, name: str) -> None:
-        with self._lock:
-            self._definitions.pop(name, None)
-
-    def get(self, name: str) -> WorkflowDefinition:
-        """The definition of *name*; ``LookupError`` naming the known ones otherwise."""
-        with self._lock:
-            definition = self._definitions.get(name)
-            known = sorted(self._definitions)
-        if definition is None:
-            raise LookupError(
-                f"no workflow named {name!r} is defined (known: {', '.join(known) or 'none'}); "
-                "define it with Workflow.define() in a module your app imports"
-            )
-        return definition
-
-    def names(self) -> list[str]:
-        with self._lock:
-            return sorted(self._definitions)
-
-    def __contains__(self, name: object) -> bool:
-        with self._lock:
-            return name in self._definitions
-
-
-#: The process's registered workflow definitions.
-workflow_registry = WorkflowRegistry()

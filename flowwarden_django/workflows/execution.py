@@ -9,6 +9,10 @@ the fallback is logged (a WARNING when it starts, again when it ends).
 
 A provider must never call ``Workflow.run()`` or ``resume()`` (they resolve the
 provider again); it calls ``Workflow.run_local()``, in this process or in a worker.
+
+This is the engine's service provider interface: the engine imports it, and it
+imports nothing of the engine. ``ExecutableWorkflow`` says what a provider may use
+of the ``Workflow`` it is handed.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -24,7 +28,10 @@ from django.utils.module_loading import import_string
 from ..conf import SETTING_NAME, fw_settings
 
 if TYPE_CHECKING:
-    from .engine import Workflow, WorkflowResult
+    from ..models import WorkflowRun
+    from .results import WorkflowResult
+    from .runs import RunRecords
+    from .snapshot import WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -33,12 +40,42 @@ SETTING = f'{SETTING_NAME}["WORKFLOW_EXECUTION"]'
 #: Short names accepted by the setting.
 PROVIDER_ALIASES = {
     "inprocess": "flowwarden_django.workflows.execution.InProcessProvider",
-    "celery": "flowwarden_django.celery_workflows.CeleryExecutionProvider",
+    "celery": "flowwarden_django.integrations.celery.provider.CeleryExecutionProvider",
 }
 
 
 class InvalidExecutionProviderError(ImproperlyConfigured):
     """``FLOWWARDEN["WORKFLOW_EXECUTION"]`` names no usable provider."""
+
+
+class ExecutableWorkflow(Protocol):
+    """What a provider may use of the workflow it runs (``engine.Workflow``): never
+    ``run()`` or ``resume()``, which would resolve the provider again."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def coordination_id(self) -> str: ...
+
+    @property
+    def runs(self) -> RunRecords:
+        """The run's ``WorkflowRun`` records (``runs.db``: its database)."""
+        ...
+
+    def run_local(
+        self, initial_state: Any = None, input: Any = None, *, max_steps: int | None = None
+    ) -> WorkflowResult:
+        """Claim the run and execute (up to *max_steps*) steps in this thread."""
+        ...
+
+    def seed(self, initial_state: Any = None) -> WorkflowSnapshot:
+        """Make sure the run and its seed snapshot exist; the latest snapshot."""
+        ...
+
+    def run_record(self) -> WorkflowRun | None: ...
+
+    def current_result(self) -> WorkflowResult | None: ...
 
 
 class ExecutionProvider(ABC):
@@ -63,7 +100,7 @@ class ExecutionProvider(ABC):
     @abstractmethod
     def run(
         self,
-        workflow: Workflow,
+        workflow: ExecutableWorkflow,
         initial_state: Any = None,
         input: Any = None,
     ) -> WorkflowResult:
@@ -80,7 +117,7 @@ class InProcessProvider(ExecutionProvider):
 
     def run(
         self,
-        workflow: Workflow,
+        workflow: ExecutableWorkflow,
         initial_state: Any = None,
         input: Any = None,
     ) -> WorkflowResult:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .approvals.request import request_approval, request_from_snapshot
+from .approvals.sweep import cancel_stale_approvals
 from .runs import RunRecords
 
 if TYPE_CHECKING:
@@ -26,9 +28,6 @@ def fork_snapshot(
     Otherwise a run that was waiting becomes ``hibernated``, and the next ``run()``
     continues from the fork.
     """
-    from .approvals.request import request_approval, request_from_snapshot
-    from .approvals.sweep import cancel_stale_approvals
-
     forked = store.fork(snapshot_id, new_state)
     cid = forked.coordination_id
     runs = RunRecords(using)

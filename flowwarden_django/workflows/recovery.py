@@ -22,7 +22,7 @@ When queueing fails (the broker is still down), the run gets its ``updated_at`` 
 so the next sweep takes it again at once, not after another *older_than*.
 Hibernated, waiting, completed and failed runs are never touched.
 
-This module knows nothing of Celery: ``flowwarden_django.celery_workflows`` passes
+This module knows nothing of Celery: ``flowwarden_django.integrations.celery`` passes
 the function that queues a step.
 """
 
@@ -37,7 +37,9 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .engine import LAST_STEP, workflow_registry
+from ..common.app_models import models
+from .metadata import LAST_STEP
+from .registry import workflow_registry
 from .runs import RunRecords, RunStatus, recover_after
 from .snapshot import CheckpointQuery
 
@@ -52,14 +54,12 @@ def stalled_runs(
 ) -> list[WorkflowRun]:
     """Running runs without a live claim and unchanged for *older_than*, oldest first
     (at most *limit*)."""
-    from ..models import WorkflowRun
-
     age = recover_after() if older_than is None else older_than
     if age < timedelta(0):
         raise ValueError(f"older_than must be >= 0, not {age!r}")
     unclaimed = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
     rows = (
-        WorkflowRun.objects.using(RunRecords(using).db)
+        models.WorkflowRun.objects.using(RunRecords(using).db)
         .filter(unclaimed, status=RunStatus.RUNNING, updated_at__lte=timezone.now() - age)
         .order_by("updated_at", "coordination_id")
     )
@@ -92,8 +92,6 @@ def recover_stalled_runs(
     exception from *enqueue* propagates, and the run gets its ``updated_at`` back (if
     nothing touched it meanwhile), so the next sweep tries it again at once.
     """
-    from ..models import WorkflowRun
-
     db = RunRecords(using).db
     recovered: list[str] = []
     for run in stalled_runs(older_than=older_than, using=using, limit=limit):
@@ -107,7 +105,9 @@ def recover_stalled_runs(
             continue
         unchanged = {"pk": run.pk, "status": RunStatus.RUNNING, "runner": run.runner}
         taken_at = timezone.now()
-        claimed = WorkflowRun.objects.using(db).filter(**unchanged, updated_at=run.updated_at)
+        claimed = models.WorkflowRun.objects.using(db).filter(
+            **unchanged, updated_at=run.updated_at
+        )
         if claimed.update(updated_at=taken_at, attempts=F("attempts") + 1) != 1:
             continue
         logger.warning(
@@ -132,10 +132,8 @@ def _give_back(
     """Put back the ``updated_at`` of a run the sweep took but could not hand over (the
     broker or the database is down), if nothing touched the run since: the next sweep
     then takes it at once instead of after another *older_than*. Never raises."""
-    from ..models import WorkflowRun
-
     try:
-        WorkflowRun.objects.using(db).filter(**unchanged, updated_at=taken_at).update(
+        models.WorkflowRun.objects.using(db).filter(**unchanged, updated_at=taken_at).update(
             updated_at=updated_at
         )
     except Exception:  # the database is down too: the run waits for another older_than

@@ -30,6 +30,7 @@ from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from ..common.app_models import models
 from ..conf import fw_settings
 
 if TYPE_CHECKING:
@@ -88,14 +89,14 @@ class RunConflictError(ValueError):
 
 def run_lease() -> timedelta:
     """``FLOWWARDEN["WORKFLOW_RUN_LEASE"]`` as a ``timedelta``."""
-    from ..streams.spec import parse_duration
+    from ..common.durations import parse_duration
 
     return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RUN_LEASE))
 
 
 def recover_after() -> timedelta:
     """``FLOWWARDEN["WORKFLOW_RECOVER_AFTER"]`` as a ``timedelta``."""
-    from ..streams.spec import parse_duration
+    from ..common.durations import parse_duration
 
     return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RECOVER_AFTER))
 
@@ -108,12 +109,6 @@ def new_runner_token() -> str:
     """
     instance = fw_settings.INSTANCE_ID or f"{socket.gethostname()}:{os.getpid()}"
     return f"{instance}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"[-255:]
-
-
-def _model() -> type[WorkflowRun]:
-    from ..models import WorkflowRun
-
-    return WorkflowRun
 
 
 def _unclaimed() -> Q:
@@ -134,10 +129,10 @@ class RunRecords:
 
     @property
     def db(self) -> str:
-        return self.using or router.db_for_write(_model())
+        return self.using or router.db_for_write(models.WorkflowRun)
 
     def _rows(self) -> Any:
-        return _model().objects.using(self.db)
+        return models.WorkflowRun.objects.using(self.db)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -167,7 +162,7 @@ class RunRecords:
         ``RunConflictError`` when the existing run belongs to another workflow, or
         when the coordination exists under another idempotency key.
         """
-        model = _model()
+        model = models.WorkflowRun
         now = timezone.now()
         row = model(
             coordination_id=coordination_id,

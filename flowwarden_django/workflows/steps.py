@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar, overload
 
+from .decisions import ApprovalDecision
 from .runs import RunStatus
 
 
@@ -39,11 +40,9 @@ class StepContext:
         return f"{self.coordination_id}:{self.step_name}"
 
     @property
-    def decision(self) -> Any:
+    def decision(self) -> ApprovalDecision | None:
         """The ``ApprovalDecision`` this step was resumed with (after a step that
         returned ``await_approval``), or ``None``."""
-        from .approvals.decision import ApprovalDecision
-
         return ApprovalDecision.from_input(self.input)
 
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from django.utils import timezone
 
-from ..streams.stores import BackendAliases
+from ..common.backend_aliases import BackendAliases
 from .snapshot import (
     CheckpointQuery,
     Deleted,

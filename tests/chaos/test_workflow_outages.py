@@ -468,7 +468,7 @@ def run_celery_scenario(
 ) -> None:
     from celery import Celery
 
-    from flowwarden_django.celery_workflows import recover_workflows
+    from flowwarden_django.integrations.celery.provider import recover_workflows
 
     queue = f"fw-chaos-{uuid.uuid4().hex[:10]}"
     db = connections[alias].settings_dict
@@ -681,7 +681,7 @@ def test_a_stale_step_task_leaves_the_run_alone(private_postgres_alias, chaos_wo
     """A redelivered or duplicated step task of a run that moved on does not claim it,
     so the run's ``updated_at`` still shows the sweep how long it has stalled."""
     pytest.importorskip("celery")
-    from flowwarden_django.celery_workflows import Origin, run_step
+    from flowwarden_django.integrations.celery.provider import Origin, run_step
 
     alias = private_postgres_alias
     cid, long_ago = _stalled_run(alias, workflow_app.CELERY)

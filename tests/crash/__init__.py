@@ -1,4 +1,4 @@
-"""Helpers of the crash test (``tests/test_stream_crash.py``).
+"""Helpers of the crash test (``tests/streams/test_crash.py``).
 
 ``settings`` configures the consumer subprocess, ``streams`` declares the stream it
 runs and ``server`` is the scripted MongoDB the test feeds on demand. Nothing here

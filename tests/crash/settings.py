@@ -1,4 +1,4 @@
-"""Settings of the crash test's consumer subprocess (``tests/test_stream_crash.py``).
+"""Settings of the crash test's consumer subprocess (``tests/streams/test_crash.py``).
 
 Run as ``DJANGO_SETTINGS_MODULE=tests.crash.settings python manage.py flowwarden_streams run``.
 
@@ -55,7 +55,7 @@ FLOWWARDEN = {
     },
     # Short polls: a consumer that has caught up notices new events at once.
     "STREAM_MAX_AWAIT_MS": 50,
-    # Leader mode (tests/test_stream_leader_kill.py): this process's name and short leases.
+    # Leader mode (tests/streams/test_leader_kill.py): this process's name and short leases.
     "INSTANCE_ID": os.environ.get("FLOWWARDEN_CRASH_INSTANCE"),
     "LEADER_LEASE_TTL": os.environ.get("FLOWWARDEN_CRASH_LEASE_TTL", "60s"),
     "LEADER_RENEW_INTERVAL": os.environ.get("FLOWWARDEN_CRASH_RENEW_INTERVAL", "15s"),

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from ...formatting import NONE_TEXT, dump_json, format_table, timestamp_text, truncate
+from ...common.formatting import NONE_TEXT, dump_json, format_table, timestamp_text, truncate
 from ...models import Approval
 from ...workflows.approvals import (
     ApprovalError,

@@ -12,18 +12,17 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from ...exceptions import InvalidCheckpointStoreError
-from ...formatting import (
+from ...common.formatting import (
     NONE_TEXT,
     age_text,
-    checkpoint_to_json,
     dump_json,
     format_table,
     mapping_text,
-    short_token,
     timestamp_text,
 )
+from ...exceptions import InvalidCheckpointStoreError
 from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
+from ...streams.display import checkpoint_to_json, short_token
 from ...streams.tokens import Token, token_from_json, token_to_json
 from ..base import ActionCommand
 

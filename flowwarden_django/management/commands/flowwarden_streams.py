@@ -26,8 +26,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...common.outages import error_summary
-from ...formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...streams.clients import client_hosts, probe
 from ...streams.manager import StreamManager
 from ...streams.registry import DuplicateStreamError, stream_registry
@@ -202,7 +202,7 @@ class Command(BaseCommand):
         try:
             from prometheus_client import start_http_server
 
-            from ...prometheus import REGISTRY
+            from ...integrations.prometheus import REGISTRY
         except ImportError as exc:
             raise CommandError(
                 "--metrics-port needs prometheus-client: "

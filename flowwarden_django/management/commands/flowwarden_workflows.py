@@ -23,9 +23,16 @@ from django.db import router
 from django.db.models import Count
 from django.utils import timezone
 
-from ...formatting import NONE_TEXT, age_text, dump_json, format_table, timestamp_text, truncate
+from ...common.durations import parse_duration
+from ...common.formatting import (
+    NONE_TEXT,
+    age_text,
+    dump_json,
+    format_table,
+    timestamp_text,
+    truncate,
+)
 from ...models import SnapshotRecord, WorkflowRun
-from ...streams.spec import parse_duration
 from ...workflows import (
     CheckpointQuery,
     Completed,

@@ -6,6 +6,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from django.core import checks
+
+from ..stores import store_setting
+from ._extras import missing_extra
+
 #: The database used when neither ``database`` nor the URL names one.
 DEFAULT_DATABASE = "flowwarden"
 
@@ -78,3 +83,32 @@ class MongoCollection:
             self._client.close()
         self._client = None if self._owns_client else self._client
         self._collection = None
+
+
+def check_connection_options(
+    cls: type, alias: str, options: Mapping[str, Any]
+) -> list[checks.CheckMessage]:
+    """The option checks of a MongoDB backend: the extra is installed and ``url`` is a
+    MongoDB connection string (or a ``client`` is given)."""
+    error = missing_extra(alias, "pymongo", "mongo", cls.__name__)
+    if error is not None:
+        return [error]
+    url = options.get("url")
+    if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
+        return [
+            checks.Error(
+                f'{store_setting(alias)}["OPTIONS"]["url"] = {url!r} '
+                "is not a MongoDB connection string.",
+                hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
+                id="flowwarden_django.E008",
+            )
+        ]
+    if url is None and options.get("client") is None:
+        return [
+            checks.Error(
+                f'{store_setting(alias)}["OPTIONS"] needs "url".',
+                hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
+                id="flowwarden_django.E004",
+            )
+        ]
+    return []

@@ -30,7 +30,7 @@ from django.utils import timezone
 from ..checkpoint import as_utc
 from ..locks import Lease, LockService, ttl_delta
 from ._lock_common import check_owner, renamed_checks, warn_unavailable
-from ._mongo_common import MongoCollection
+from ._mongo_common import MongoCollection, check_connection_options
 
 DEFAULT_COLLECTION = "_fw_locks"
 
@@ -164,6 +164,4 @@ class MongoLockService(MongoCollection, LockService):
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         """The same checks as ``MongoCheckpointStore``, named for ``LOCK_SERVICES``."""
-        from .mongo import MongoCheckpointStore
-
-        return renamed_checks(MongoCheckpointStore.check_options.__func__, cls, alias, options)
+        return renamed_checks(check_connection_options, cls, alias, options)

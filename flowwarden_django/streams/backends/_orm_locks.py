@@ -33,11 +33,11 @@ from django.core import checks
 from django.db import Error, connections, router, transaction
 from django.utils import timezone
 
+from ...common.sql import KEPT_CURSOR, QUOTES, kept_cursor
 from ...models import StreamLease
 from ..locks import Lease, LeaseLostError, LockService, ttl_delta
 from ..stores import lock_services
 from ._lock_common import check_owner, warn_unavailable
-from .orm import _KEPT_CURSOR, _QUOTES, _kept_cursor
 
 _COLUMNS = ("name", "owner", "token", "acquired_at", "expires_at")
 
@@ -49,7 +49,7 @@ def _acquire_sql(vendor: str, returning: bool) -> str:
     The inserted ``acquired_at`` is the caller's "now", so the conflict branch
     compares expiry against it instead of taking the time twice.
     """
-    q = _QUOTES[vendor]
+    q = QUOTES[vendor]
     table = q(StreamLease._meta.db_table)
     name, owner, token, acquired, expires = (q(c) for c in _COLUMNS)
     insert = (
@@ -100,7 +100,7 @@ _TOUCH: Assignments = (("token", "{column}"),)
 def _guarded_update_sql(vendor: str, assignments: Assignments) -> str:
     """An ``UPDATE`` of one lease still held. Parameters: those of *assignments*,
     then name, owner, token and now."""
-    q = _QUOTES[vendor]
+    q = QUOTES[vendor]
     sets = ", ".join(f"{q(c)} = {value.format(column=q(c))}" for c, value in assignments)
     name, owner, token, _, expires = (q(c) for c in _COLUMNS)
     return (
@@ -112,7 +112,7 @@ def _guarded_update_sql(vendor: str, assignments: Assignments) -> str:
 @lru_cache(maxsize=4)
 def _locking_read_sql(vendor: str) -> str:
     """Lock the row of a lease still held. Parameters: name, owner, token and now."""
-    q = _QUOTES[vendor]
+    q = QUOTES[vendor]
     name, owner, token, _, expires = (q(c) for c in _COLUMNS)
     return (
         f"SELECT 1 FROM {q(StreamLease._meta.db_table)} "
@@ -141,7 +141,7 @@ class OrmLockService(LockService):
 
     def _connection(self) -> Any:
         connection = connections[self._alias()]
-        if connection.vendor not in _QUOTES:
+        if connection.vendor not in QUOTES:
             raise NotImplementedError(f"OrmLockService does not support {connection.vendor}")
         return connection
 
@@ -159,14 +159,14 @@ class OrmLockService(LockService):
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
                 return cursor.fetchall() if fetch else cursor.rowcount
-        cursor = _kept_cursor(connection)
+        cursor = kept_cursor(connection)
         try:
             cursor.execute(sql, params)
             # fetchall, not fetchone: SQLite keeps an unfinished statement's write
             # lock, and MySQL refuses the next command until the rows are read.
             return cursor.fetchall() if fetch else cursor.rowcount
         except BaseException:
-            connection.__dict__.pop(_KEPT_CURSOR, None)
+            connection.__dict__.pop(KEPT_CURSOR, None)
             raise
 
     @staticmethod
@@ -229,7 +229,7 @@ class OrmLockService(LockService):
         not hold.
         """
         self._run(connection, _acquire_sql("mysql", False), params, fetch=False)
-        q = _QUOTES["mysql"]
+        q = QUOTES["mysql"]
         sql = (
             f"SELECT {q('owner')}, {q('token')}, {q('acquired_at')}, {q('expires_at')} "
             f"FROM {q(StreamLease._meta.db_table)} WHERE {q('name')} = %s"
@@ -322,7 +322,7 @@ class OrmLockService(LockService):
                 )
             ]
         vendor = connections[using].vendor
-        if vendor not in _QUOTES:
+        if vendor not in QUOTES:
             return [
                 checks.Error(
                     f"{setting} = {using!r} is a {vendor} database, which OrmLockService "

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from ..stores import store_setting
+from ._extras import missing_extra
 
 
 class RedisConnection:
@@ -46,3 +53,40 @@ class RedisConnection:
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+
+
+def check_connection_options(
+    cls: type, alias: str, options: Mapping[str, Any]
+) -> list[checks.CheckMessage]:
+    """The option checks of every Redis backend: the extra is installed, and the cache alias
+    (unless a ``url`` or ``client`` is given) is a django-redis cache."""
+    error = missing_extra(alias, "redis", "redis", cls.__name__)
+    if error is not None:
+        return [error]
+    if options.get("url") is not None or options.get("client") is not None:
+        return []
+    cache = options.get("cache") or "default"
+    setting = f'{store_setting(alias)}["OPTIONS"]["cache"]'
+    error = missing_extra(alias, "django_redis", "redis", cls.__name__)
+    if error is not None:
+        return [error]
+    if cache not in settings.CACHES:
+        return [
+            checks.Error(
+                f"{setting} = {cache!r} is not a cache alias in CACHES.",
+                hint="Name a django-redis cache alias, or give OPTIONS "
+                '{"url": "redis://host:6379/0"} instead.',
+                id="flowwarden_django.E006",
+            )
+        ]
+    backend = settings.CACHES[cache].get("BACKEND", "")
+    if not backend.startswith("django_redis."):
+        return [
+            checks.Error(
+                f"{setting} = {cache!r} is a {backend} cache, not a django-redis one.",
+                hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
+                'OPTIONS {"url": "redis://host:6379/0"} instead.',
+                id="flowwarden_django.E008",
+            )
+        ]
+    return []

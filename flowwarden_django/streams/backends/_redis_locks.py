@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from ..locks import Lease, LockService, ttl_delta
 from ._lock_common import check_owner, renamed_checks, warn_unavailable
-from ._redis_common import RedisConnection
+from ._redis_common import RedisConnection, check_connection_options
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -198,6 +198,4 @@ class RedisLockService(RedisConnection, LockService):
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         """The same checks as ``RedisCheckpointStore``, named for ``LOCK_SERVICES``."""
-        from .redis import RedisCheckpointStore
-
-        return renamed_checks(RedisCheckpointStore.check_options.__func__, cls, alias, options)
+        return renamed_checks(check_connection_options, cls, alias, options)

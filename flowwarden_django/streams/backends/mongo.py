@@ -29,10 +29,9 @@ from ..checkpoint import (
     check_heartbeat_write,
     check_reset,
 )
-from ..stores import store_setting
 from ..tokens import Token, encode_token, normalize_token
-from ._extras import missing_extra, ms_precision
-from ._mongo_common import MongoCollection
+from ._extras import ms_precision
+from ._mongo_common import MongoCollection, check_connection_options
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
 
@@ -193,28 +192,7 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        error = missing_extra(alias, "pymongo", "mongo", cls.__name__)
-        if error is not None:
-            return [error]
-        url = options.get("url")
-        if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
-            return [
-                checks.Error(
-                    f'{store_setting(alias)}["OPTIONS"]["url"] = {url!r} '
-                    "is not a MongoDB connection string.",
-                    hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
-                    id="flowwarden_django.E008",
-                )
-            ]
-        if url is None and options.get("client") is None:
-            return [
-                checks.Error(
-                    f'{store_setting(alias)}["OPTIONS"] needs "url".',
-                    hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
-                    id="flowwarden_django.E004",
-                )
-            ]
-        return []
+        return check_connection_options(cls, alias, options)
 
 
 def _set_or_unset(fields: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

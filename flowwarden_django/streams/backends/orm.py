@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 
+from ...common.sql import KEPT_CURSOR, QUOTES, kept_cursor
 from ...models import StreamCheckpoint
 from ..checkpoint import (
     Checkpoint,
@@ -49,7 +50,7 @@ def _upsert_sql(vendor: str, insert: tuple[str, ...], update: tuple[str, ...], g
     cleared only while the stored processed token equals one more parameter,
     passed twice.
     """
-    quote = _QUOTES[vendor]
+    quote = QUOTES[vendor]
     table = quote(StreamCheckpoint._meta.db_table)
     columns = ", ".join(quote(c) for c in (_PK, *insert))
     values = ", ".join(["%s"] * (1 + len(insert)))
@@ -73,37 +74,6 @@ def _upsert_sql(vendor: str, insert: tuple[str, ...], update: tuple[str, ...], g
                 f"THEN NULL ELSE {current}{column} END"
             )
     return sql + ", ".join(assignments)
-
-
-_QUOTES = {
-    "postgresql": lambda name: f'"{name}"',
-    "sqlite": lambda name: f'"{name}"',
-    "mysql": lambda name: f"`{name}`",
-}
-
-
-_KEPT_CURSOR = "_flowwarden_checkpoint_cursor"
-
-
-def _kept_cursor(connection: Any) -> Any:
-    """One Django cursor per database connection, kept for the store's writes.
-
-    Opening a cursor for every write roughly doubles the store's cost per write
-    (see ``bench/checkpoint_writes.py``). Django's ``CursorWrapper`` still runs
-    its per-call work on each ``execute``: broken-transaction check, execute
-    wrappers, error translation. The cursor is replaced whenever Django has
-    opened a new DB-API connection (after ``close()`` or a lost connection).
-    """
-    # What Django's cursor() does first: the CONN_HEALTH_CHECKS check, and
-    # ensure_connection() (which test runners hook to forbid database access).
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    kept = connection.__dict__.get(_KEPT_CURSOR)
-    if kept is not None and kept[0] is connection.connection:
-        return kept[1]
-    cursor = connection.cursor()
-    connection.__dict__[_KEPT_CURSOR] = (connection.connection, cursor)
-    return cursor
 
 
 def _adapt(ops: Any, column: str, value: Any) -> Any:
@@ -162,11 +132,11 @@ class OrmCheckpointStore(CheckpointStore):
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
             return
-        cursor = _kept_cursor(connection)
+        cursor = kept_cursor(connection)
         try:
             cursor.execute(sql, params)
         except BaseException:
-            connection.__dict__.pop(_KEPT_CURSOR, None)
+            connection.__dict__.pop(KEPT_CURSOR, None)
             raise
 
     def _to_checkpoint(self, row: StreamCheckpoint) -> Checkpoint:

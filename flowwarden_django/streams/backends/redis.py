@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 
 from ..checkpoint import (
@@ -29,10 +28,8 @@ from ..checkpoint import (
     check_heartbeat_write,
     check_reset,
 )
-from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
-from ._extras import missing_extra
-from ._redis_common import RedisConnection
+from ._redis_common import RedisConnection, check_connection_options
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -235,36 +232,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        error = missing_extra(alias, "redis", "redis", cls.__name__)
-        if error is not None:
-            return [error]
-        if options.get("url") is not None or options.get("client") is not None:
-            return []
-        cache = options.get("cache") or "default"
-        setting = f'{store_setting(alias)}["OPTIONS"]["cache"]'
-        error = missing_extra(alias, "django_redis", "redis", cls.__name__)
-        if error is not None:
-            return [error]
-        if cache not in settings.CACHES:
-            return [
-                checks.Error(
-                    f"{setting} = {cache!r} is not a cache alias in CACHES.",
-                    hint="Name a django-redis cache alias, or give OPTIONS "
-                    '{"url": "redis://host:6379/0"} instead.',
-                    id="flowwarden_django.E006",
-                )
-            ]
-        backend = settings.CACHES[cache].get("BACKEND", "")
-        if not backend.startswith("django_redis."):
-            return [
-                checks.Error(
-                    f"{setting} = {cache!r} is a {backend} cache, not a django-redis one.",
-                    hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
-                    'OPTIONS {"url": "redis://host:6379/0"} instead.',
-                    id="flowwarden_django.E008",
-                )
-            ]
-        return []
+        return check_connection_options(cls, alias, options)
 
 
 # The dead-letter store and lock service of this backend live in their own modules.

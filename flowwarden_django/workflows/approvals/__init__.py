@@ -7,9 +7,9 @@ the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision`
 ``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
 """
 
+from ..decisions import ApprovalDecision
 from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
 from .deciding import DecisionResult, approve, check_may_decide, decide, reject
-from .decision import ApprovalDecision
 from .errors import (
     ApprovalConflictError,
     ApprovalError,

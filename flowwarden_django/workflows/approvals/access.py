@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q, QuerySet
 
+from ...common.app_models import models
+
 if TYPE_CHECKING:
     from ...models import Approval
 
@@ -37,9 +39,8 @@ def _candidate(user: Any) -> Q:
 
 
 def _all(using: str | None) -> QuerySet[Approval]:
-    from ...models import Approval
-
-    return Approval.objects.using(using) if using else Approval.objects.all()
+    objects = models.Approval.objects
+    return objects.using(using) if using else objects.all()
 
 
 def visible_approvals(user: Any, *, using: str | None = None) -> QuerySet[Approval]:
@@ -55,22 +56,18 @@ def visible_approvals(user: Any, *, using: str | None = None) -> QuerySet[Approv
 def assigned_approvals(user: Any, *, using: str | None = None) -> QuerySet[Approval]:
     """ "Mine": pending approvals assigned to *user* by name, group or permission
     (not every approval a holder of ``decide_approval`` could decide)."""
-    from ...models import Approval
-
     rows = _all(using)
     if not _active(user):
         return rows.none()
-    mine = rows.filter(_candidate(user), status=Approval.Status.PENDING).values("pk")
+    mine = rows.filter(_candidate(user), status=models.Approval.Status.PENDING).values("pk")
     return rows.filter(pk__in=mine)
 
 
 def decidable_approvals(user: Any, *, using: str | None = None) -> QuerySet[Approval]:
     """Pending approvals *user* may decide: every pending one for holders of
     ``flowwarden_django.decide_approval``, else those assigned to them."""
-    from ...models import Approval
-
     if _active(user) and user.has_perm(DECIDE_ANY):
-        return _all(using).filter(status=Approval.Status.PENDING)
+        return _all(using).filter(status=models.Approval.Status.PENDING)
     return assigned_approvals(user, using=using)
 
 

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from ..backends.orm import write_transaction
+from ...common.app_models import models
+from ..decisions import ApprovalDecision
 from ..runs import RunRecords
+from ..transactions import write_transaction
 from .access import can_decide
-from .decision import ApprovalDecision
 from .errors import (
     ApprovalConflictError,
     ApprovalError,
@@ -39,7 +40,7 @@ from .transitions import (
 
 if TYPE_CHECKING:
     from ...models import Approval
-    from ..engine import WorkflowResult
+    from ..results import WorkflowResult
 
 DECISIONS = ("approved", "rejected")
 
@@ -74,12 +75,10 @@ def reject(
 
 
 def _load_locked(approval_id: Any, using: str) -> Approval:
-    from ...models import Approval
-
     try:
         key = approval_id if isinstance(approval_id, uuid.UUID) else uuid.UUID(str(approval_id))
-        return Approval.objects.using(using).select_for_update().get(pk=key)
-    except (ValueError, Approval.DoesNotExist):
+        return models.Approval.objects.using(using).select_for_update().get(pk=key)
+    except (ValueError, models.Approval.DoesNotExist):
         raise UnknownApprovalError(f"no approval {approval_id!r}") from None
 
 
@@ -100,8 +99,6 @@ def decide(
     Raises ``UnknownApprovalError``, ``ApprovalPermissionError``,
     ``ApprovalConflictError`` or ``ApprovalExpiredError`` (see the module).
     """
-    from ...models import Approval
-
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
     db = RunRecords(using).db
@@ -117,19 +114,19 @@ def decide(
             refusal = ApprovalPermissionError(
                 f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
             )
-        elif status == Approval.Status.PENDING and _due(approval, now):
+        elif status == models.Approval.Status.PENDING and _due(approval, now):
             if expire_locked(approval, now, db):
                 refusal = ApprovalExpiredError(f"approval {key} expired at {approval.expires_at}")
             else:
                 refusal = _busy(approval)
-        elif status == Approval.Status.PENDING:
+        elif status == models.Approval.Status.PENDING:
             refusal = _decide_pending(approval, decision, actor, comment, payload, now, db, result)
         elif status == decision:
             result.repeated = True
             record_event(approval, "repeated", using=db, actor=actor, at=now, comment=comment)
-        elif status == Approval.Status.EXPIRED:
+        elif status == models.Approval.Status.EXPIRED:
             refusal = ApprovalExpiredError(f"approval {key} expired at {approval.decided_at}")
-        elif status == Approval.Status.CANCELLED:
+        elif status == models.Approval.Status.CANCELLED:
             refusal = ApprovalConflictError(
                 f"approval {key} was cancelled: its run moved on", code="approval_cancelled"
             )

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from ...common.app_models import models
+from ..decisions import ApprovalDecision
+from ..metadata import LAST_STEP, WORKFLOW_NAME
 from ..runs import RunStatus
 from ..steps import Pause
-from .decision import ApprovalDecision
 
 if TYPE_CHECKING:
     from ...models import Approval
@@ -162,13 +164,15 @@ def decision_fits(snapshot: WorkflowSnapshot, resume_input: Any, *, using: str) 
     """Whether *resume_input* is the decision on the approval of paused *snapshot*
     (approved, rejected or expired): the only input that lets a run past a step
     that asked for a decision."""
-    from ...models import Approval
-
     decision = ApprovalDecision.from_input(resume_input)
     if decision is None:
         return False
-    decided = (Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED)
-    rows = Approval.objects.using(using).filter(snapshot_id=snapshot.id, status__in=decided)
+    decided = (
+        models.Approval.Status.APPROVED,
+        models.Approval.Status.REJECTED,
+        models.Approval.Status.EXPIRED,
+    )
+    rows = models.Approval.objects.using(using).filter(snapshot_id=snapshot.id, status__in=decided)
     return rows.filter(pk=_uuid_or_none(decision.approval_id)).exists()
 
 
@@ -184,16 +188,13 @@ def request_approval(
 ) -> Approval:
     """Make the ``Approval`` of paused *snapshot* (once: an existing one is returned),
     with its assignees and its ``requested`` audit event, in one transaction."""
-    from ...models import Approval, ApprovalAssignee, ApprovalEvent
-    from ..engine import LAST_STEP, WORKFLOW_NAME
-
-    existing = Approval.objects.using(using).filter(snapshot_id=snapshot.id).first()
+    existing = models.Approval.objects.using(using).filter(snapshot_id=snapshot.id).first()
     if existing is not None:
         return existing
     # From the pause, not from now: an approval restored by the sweep keeps its deadline.
     now = snapshot.created_at or timezone.now()
     seconds = request.get("expires_in")
-    approval = Approval(
+    approval = models.Approval(
         id=uuid.uuid4(),
         coordination_id=snapshot.coordination_id,
         workflow_name=snapshot.metadata.get(WORKFLOW_NAME, snapshot.agent_name or ""),
@@ -209,17 +210,17 @@ def request_approval(
     try:
         with transaction.atomic(using=using):
             approval.save(using=using, force_insert=True)
-            ApprovalAssignee.objects.using(using).bulk_create(
-                ApprovalAssignee(approval=approval, username=name)
+            models.ApprovalAssignee.objects.using(using).bulk_create(
+                models.ApprovalAssignee(approval=approval, username=name)
                 for name in request.get("assignees") or ()
             )
-            ApprovalEvent.objects.using(using).create(
+            models.ApprovalEvent.objects.using(using).create(
                 approval=approval,
-                action=ApprovalEvent.Action.REQUESTED,
+                action=models.ApprovalEvent.Action.REQUESTED,
                 at=now,
                 comment=approval.prompt,
                 payload=request,
             )
     except IntegrityError:  # made meanwhile (a sweep restoring it, say)
-        return Approval.objects.using(using).get(snapshot_id=snapshot.id)
+        return models.Approval.objects.using(using).get(snapshot_id=snapshot.id)
     return approval

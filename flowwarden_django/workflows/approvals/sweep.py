@@ -15,8 +15,10 @@ from datetime import datetime
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ..backends.orm import write_transaction
+from ...common.app_models import models
+from ..registry import workflow_registry
 from ..runs import RunRecords, RunStatus
+from ..transactions import write_transaction
 from .request import request_approval, request_from_snapshot
 from .transitions import cancel_locked, expire_locked, run_waits_for
 
@@ -53,17 +55,19 @@ def expire_due_approvals(
     *, now: datetime | None = None, using: str | None = None, limit: int = 500
 ) -> list[str]:
     """Expire pending approvals whose ``expires_at`` has passed; their ids."""
-    from ...models import Approval
-
     db = RunRecords(using).db
     now = now or timezone.now()
-    due = Approval.objects.using(db).filter(status=Approval.Status.PENDING, expires_at__lte=now)
+    due = models.Approval.objects.using(db).filter(
+        status=models.Approval.Status.PENDING, expires_at__lte=now
+    )
     expired = []
     for pk in due.order_by("expires_at").values_list("pk", flat=True)[:limit]:
         try:
             with write_transaction(db):
-                approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
-                if approval is None or approval.status != Approval.Status.PENDING:
+                approval = (
+                    models.Approval.objects.using(db).select_for_update().filter(pk=pk).first()
+                )
+                if approval is None or approval.status != models.Approval.Status.PENDING:
                     continue
                 if approval.expires_at is None or approval.expires_at > now:
                     continue
@@ -83,15 +87,13 @@ def cancel_stale_approvals(
     """Cancel pending approvals whose run is no longer waiting at their snapshot
     (it was forked, resumed by hand, or deleted), of one coordination or all; their
     ids."""
-    from ...models import Approval, WorkflowRun
-
     db = RunRecords(using).db
-    waiting_here = WorkflowRun.objects.using(db).filter(
+    waiting_here = models.WorkflowRun.objects.using(db).filter(
         pk=OuterRef("coordination_id"),
         status=RunStatus.WAITING,
         head_snapshot_id=OuterRef("snapshot_id"),
     )
-    stale = Approval.objects.using(db).filter(status=Approval.Status.PENDING)
+    stale = models.Approval.objects.using(db).filter(status=models.Approval.Status.PENDING)
     stale = stale.filter(~Exists(waiting_here)).order_by("requested_at")
     if coordination_id is not None:
         stale = stale.filter(coordination_id=coordination_id)
@@ -99,8 +101,10 @@ def cancel_stale_approvals(
     for pk in stale.values_list("pk", flat=True)[:limit]:
         try:
             with write_transaction(db):
-                approval = Approval.objects.using(db).select_for_update().filter(pk=pk).first()
-                if approval is None or approval.status != Approval.Status.PENDING:
+                approval = (
+                    models.Approval.objects.using(db).select_for_update().filter(pk=pk).first()
+                )
+                if approval is None or approval.status != models.Approval.Status.PENDING:
                     continue
                 if run_waits_for(approval, db) is not False:
                     continue
@@ -118,12 +122,11 @@ def restore_missing_approvals(*, using: str | None = None, limit: int = 500) -> 
     """Make the approval of each waiting run whose head snapshot asks for one but has
     none (the process died between the pause and the approval); their coordinations.
     Runs of workflows this process does not define are skipped."""
-    from ...models import Approval, WorkflowRun
-    from ..engine import workflow_registry
-
     db = RunRecords(using).db
-    has_approval = Approval.objects.using(db).filter(snapshot_id=OuterRef("head_snapshot_id"))
-    orphans = WorkflowRun.objects.using(db).filter(
+    has_approval = models.Approval.objects.using(db).filter(
+        snapshot_id=OuterRef("head_snapshot_id")
+    )
+    orphans = models.WorkflowRun.objects.using(db).filter(
         ~Exists(has_approval), status=RunStatus.WAITING, head_snapshot_id__isnull=False
     )
     restored = []

@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..runs import ConcurrentRunError, RunRecords
-from .decision import ApprovalDecision
+from ...common.app_models import models
+from ..decisions import ApprovalDecision
+from ..registry import workflow_for
+from ..runs import ConcurrentRunError, RunRecords, RunStatus
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from ...models import Approval
-    from ..engine import WorkflowResult
+    from ..results import WorkflowResult
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -42,9 +44,7 @@ def record_event(
     detail: str = "",
 ) -> None:
     """Add an ``ApprovalEvent`` to *approval*'s audit trail."""
-    from ...models import ApprovalEvent
-
-    ApprovalEvent.objects.using(using).create(
+    models.ApprovalEvent.objects.using(using).create(
         approval=approval,
         action=action,
         actor=actor,
@@ -70,10 +70,8 @@ def resume_on_commit(approval: Approval, using: str) -> ResumeOutcome:
     cid = approval.coordination_id
 
     def resume() -> None:
-        from ..engine import Workflow
-
         try:
-            workflow = Workflow.for_coordination(cid, using=using)
+            workflow = workflow_for(cid, using=using)
         except LookupError as exc:
             logger.warning(
                 "approval %s was decided, but run %s cannot be resumed here (%s); "
@@ -103,12 +101,10 @@ def expire_locked(approval: Approval, now: datetime, using: str) -> bool:
     """Expire pending *approval* (its row locked): resume its run with an ``expired``
     decision or fail it, per the approval's ``on_expiry``. False (nothing changed)
     when a runner holds the run right now: try again later."""
-    from ...models import Approval
-
     runs = RunRecords(using)
     cid, head = approval.coordination_id, approval.snapshot_id
     decision = ApprovalDecision(str(approval.pk), "expired", decided_at=now.isoformat())
-    if approval.on_expiry == Approval.OnExpiry.FAIL:
+    if approval.on_expiry == models.Approval.OnExpiry.FAIL:
         moved = runs.fail_waiting(cid, head, f"approval {approval.pk} expired")
         detail = "the run failed"
     else:
@@ -118,20 +114,18 @@ def expire_locked(approval: Approval, now: datetime, using: str) -> bool:
         if run_waits_for(approval, using) is not False:
             return False  # claimed at this instant (or released meanwhile): not decided
         detail = "the run was not waiting for it any more"
-    approval.status = Approval.Status.EXPIRED
+    approval.status = models.Approval.Status.EXPIRED
     approval.decided_at = now
     approval.save(using=using, update_fields=["status", "decided_at"])
     record_event(approval, "expired", using=using, at=now, detail=detail)
-    if moved and approval.on_expiry != Approval.OnExpiry.FAIL:
+    if moved and approval.on_expiry != models.Approval.OnExpiry.FAIL:
         resume_on_commit(approval, using)
     return True
 
 
 def cancel_locked(approval: Approval, now: datetime, using: str, reason: str) -> None:
     """Cancel pending *approval* (its row locked): it is no longer wanted."""
-    from ...models import Approval
-
-    approval.status = Approval.Status.CANCELLED
+    approval.status = models.Approval.Status.CANCELLED
     approval.decided_at = now
     approval.save(using=using, update_fields=["status", "decided_at"])
     record_event(approval, "cancelled", using=using, at=now, detail=reason)
@@ -140,8 +134,6 @@ def cancel_locked(approval: Approval, now: datetime, using: str, reason: str) ->
 def run_waits_for(approval: Approval, using: str) -> bool | None:
     """True when the run waits at *approval*'s snapshot, ``None`` when it does but a
     runner holds it right now (try again), False when it moved on."""
-    from ..runs import RunStatus
-
     run = RunRecords(using).get(approval.coordination_id)
     if run is None or run.status != RunStatus.WAITING:
         return False

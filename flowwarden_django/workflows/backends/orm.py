@@ -19,7 +19,6 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from functools import lru_cache
 from importlib.util import find_spec
@@ -27,16 +26,18 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.db import IntegrityError, OperationalError, connections, router, transaction
+from django.db import IntegrityError, OperationalError, connections, router
 from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
+from ...common.sql import kept_cursor
 from ...models import SnapshotRecord, WorkflowRun
 from ..encryption import AesGcmCipher, decode_key, envelope_version, reveal
 from ..retention import PruneRow, check_prune_arguments, plan_prune
 from ..serializers import StateSerializer, resolve_serializer
 from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
 from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
+from ..transactions import write_transaction
 from ._common import (
     check_query,
     check_serializer_option,
@@ -119,48 +120,13 @@ def _insert_new_sql() -> str:
 def _execute(connection: Any, sql: str, params: Sequence[Any]) -> int:
     """Run one statement on the connection's kept cursor (a logging cursor when
     queries are being logged: DEBUG, ``assertNumQueries``); its row count."""
-    from ...streams.backends.orm import _kept_cursor
-
     if connection.queries_logged:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-    cursor = _kept_cursor(connection)
+    cursor = kept_cursor(connection)
     cursor.execute(sql, params)
     return cursor.rowcount
-
-
-@contextmanager
-def write_transaction(using: str) -> Iterator[None]:
-    """``transaction.atomic(using=using)`` that, on SQLite, takes the write lock when
-    it begins (``BEGIN IMMEDIATE``).
-
-    A deferred SQLite transaction that reads and then writes fails at once with
-    "database is locked" when another connection is writing; an immediate one waits
-    for the lock (the database's ``timeout``). Inside an existing transaction this is
-    a plain savepoint.
-    """
-    connection = connections[using]
-    if connection.vendor == "sqlite" and not connection.in_atomic_block:
-        # Connect first: connecting sets transaction_mode from the settings.
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-    if (
-        connection.vendor != "sqlite"
-        or connection.in_atomic_block
-        or not hasattr(connection, "transaction_mode")
-    ):
-        with transaction.atomic(using=using):
-            yield
-        return
-    with ExitStack() as stack:
-        previous = connection.transaction_mode
-        connection.transaction_mode = "IMMEDIATE"
-        try:
-            stack.enter_context(transaction.atomic(using=using))
-        finally:
-            connection.transaction_mode = previous
-        yield
 
 
 def _retryable(exc: OperationalError) -> bool:

@@ -1,0 +1,16 @@
+"""The flowwarden admin: one module per family of pages, registered on import.
+
+* ``checkpoints``: the ORM checkpoint store's rows (read-only);
+* ``console``: the streams console (status, pause/resume/restart);
+* ``dead_letters``: the dead-letter queue (replay, discard, acknowledge);
+* ``runs``: workflow runs with their snapshot trees, diffs and the fork page
+  (``snapshots`` builds the tree and the diffs);
+* ``approvals``: approvals and their audit trail, with approve/reject pages.
+
+``base`` holds what they share (read-only and guarded-lookup mixins, badges, pages
+that run one operation on one object) and ``stores`` which configured store a page
+shows. Django's admin autodiscovery imports this package, which imports each page
+module; each registers its ``ModelAdmin`` with ``@admin.register``.
+"""
+
+from . import approvals, checkpoints, console, dead_letters, runs  # noqa: F401

@@ -1,0 +1,207 @@
+"""Read-only admin page of the ORM checkpoint store's rows.
+
+Checkpoints are written only by the consumers (and deleted with the
+``flowwarden_checkpoints`` management command), so the page lists and shows them
+and nothing else: no add, no edit, no delete, no actions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin
+from django.db import router
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import capfirst
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from ..common.formatting import NONE_TEXT
+from ..models import StreamCheckpoint
+from ..streams.backends.orm import OrmCheckpointStore
+from ..streams.display import short_token as shorten_token
+from ..streams.stores import checkpoint_stores
+from ..streams.tokens import decode_token, token_to_json
+from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, timestamp
+from .stores import sort_store_aliases
+
+
+@dataclass(frozen=True)
+class HiddenStore:
+    """A configured checkpoint store whose checkpoints this admin page does not show."""
+
+    alias: str
+    backend: str
+
+    @property
+    def command(self) -> str:
+        return f"python manage.py flowwarden_checkpoints list --store {self.alias}"
+
+
+@dataclass(frozen=True)
+class AdminStores:
+    """Which database the page reads, and which configured stores it cannot show."""
+
+    using: str | None
+    hidden: tuple[HiddenStore, ...]
+
+
+def admin_stores() -> AdminStores:
+    """Sort ``CHECKPOINT_STORES`` into what the admin page shows and what it does not.
+
+    The page reads the database of the ORM alias ``"default"`` (else of the first
+    ORM alias): its ``OPTIONS["using"]``, or the database router when unset. Other
+    backends, and ORM aliases on another database, are listed as hidden. Aliases
+    whose backend cannot be loaded are skipped; the system checks report them.
+    """
+    routed = router.db_for_read(StreamCheckpoint)
+    _, using, hidden = sort_store_aliases(checkpoint_stores, OrmCheckpointStore, routed)
+    return AdminStores(using, tuple(HiddenStore(alias, what) for alias, what in hidden))
+
+
+def _decode(data: bytes | memoryview | None) -> tuple[dict[str, Any] | None, str | None]:
+    """Return ``(token, None)``, or ``(None, why)`` when the bytes are not a BSON document."""
+    if not data:
+        return None, None
+    try:
+        return decode_token(data), None
+    except Exception as exc:  # corrupt bytes, or pymongo missing: show it, don't crash
+        return None, gettext("undecodable (%(size)d bytes): %(error)s") % {
+            "size": len(data),
+            "error": exc,
+        }
+
+
+def short_token(data: bytes | memoryview | None) -> SafeString | str:
+    """The token's ``_data`` (else its JSON) cut short, with the full relaxed EJSON as a title."""
+    token, error = _decode(data)
+    if error:
+        return error
+    if token is None:
+        return NONE_TEXT
+    return format_html('<code title="{}">{}</code>', token_to_json(token), shorten_token(token))
+
+
+def full_token(data: bytes | memoryview | None) -> SafeString | str:
+    """The whole token as indented relaxed Extended JSON in a ``<pre>`` block."""
+    token, error = _decode(data)
+    if error:
+        return error
+    if token is None:
+        return NONE_TEXT
+    # Relaxed EJSON is plain JSON, so reloading it only adds indentation (order is kept).
+    pretty = json.dumps(json.loads(token_to_json(token)), indent=2, ensure_ascii=False)
+    return format_html('<pre class="flowwarden-token">{}</pre>', pretty)
+
+
+@admin.register(StreamCheckpoint)
+class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """View-only list and detail of ``StreamCheckpoint`` rows (the ORM checkpoint store).
+
+    Rows are read from the database of the ORM store alias ``"default"`` when its
+    ``OPTIONS["using"]`` names one (see :func:`admin_stores`). Checkpoints kept by
+    other backends are not in this table; the changelist names those aliases and the
+    management command that lists them.
+    """
+
+    list_display = [
+        "stream_name",
+        "instance_id",
+        "processed_token",
+        "processed_age",
+        "seen_token",
+        "seen_age",
+        "heartbeat_age",
+    ]
+    search_fields = ["stream_name"]
+    empty_value_display = NONE_TEXT
+    actions = None
+    fieldsets = [
+        (None, {"fields": ["stream_name", "instance_id"]}),
+        (_("Processed anchor"), {"fields": ["processed_token_full", "processed_at"]}),
+        (_("Seen anchor"), {"fields": ["seen_token_full", "seen_at"]}),
+        (_("Heartbeat"), {"fields": ["heartbeat_at"]}),
+        (_("Metadata"), {"fields": ["metadata_json"]}),
+    ]
+    readonly_fields = [
+        "stream_name",
+        "instance_id",
+        "processed_token_full",
+        "processed_at",
+        "seen_token_full",
+        "seen_at",
+        "heartbeat_at",
+        "metadata_json",
+    ]
+
+    # -- data ----------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[StreamCheckpoint]:
+        queryset = super().get_queryset(request)
+        using = admin_stores().using
+        return queryset.using(using) if using else queryset
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: Mapping[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {
+            "title": capfirst(StreamCheckpoint._meta.verbose_name_plural),
+            "hidden_checkpoint_stores": admin_stores().hidden,
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, context)
+
+    # -- changelist columns ------------------------------------------------------------
+
+    @admin.display(description=_("last processed token"))
+    def processed_token(self, obj: StreamCheckpoint) -> SafeString | str:
+        return short_token(obj.last_processed_token)
+
+    @admin.display(description=_("processed age"), ordering="last_processed_at")
+    def processed_age(self, obj: StreamCheckpoint) -> SafeString | str:
+        return age(obj.last_processed_at)
+
+    @admin.display(description=_("last seen token"))
+    def seen_token(self, obj: StreamCheckpoint) -> SafeString | str:
+        return short_token(obj.last_seen_token)
+
+    @admin.display(description=_("seen age"), ordering="last_seen_at")
+    def seen_age(self, obj: StreamCheckpoint) -> SafeString | str:
+        return age(obj.last_seen_at)
+
+    @admin.display(description=_("heartbeat age"), ordering="last_heartbeat_at")
+    def heartbeat_age(self, obj: StreamCheckpoint) -> SafeString | str:
+        return age(obj.last_heartbeat_at)
+
+    # -- detail fields ---------------------------------------------------------------
+
+    @admin.display(description=_("last processed token"))
+    def processed_token_full(self, obj: StreamCheckpoint) -> SafeString | str:
+        return full_token(obj.last_processed_token)
+
+    @admin.display(description=_("last processed at"))
+    def processed_at(self, obj: StreamCheckpoint) -> SafeString | str:
+        return timestamp(obj.last_processed_at)
+
+    @admin.display(description=_("last seen token"))
+    def seen_token_full(self, obj: StreamCheckpoint) -> SafeString | str:
+        return full_token(obj.last_seen_token)
+
+    @admin.display(description=_("last seen at"))
+    def seen_at(self, obj: StreamCheckpoint) -> SafeString | str:
+        return timestamp(obj.last_seen_at)
+
+    @admin.display(description=_("last heartbeat at"))
+    def heartbeat_at(self, obj: StreamCheckpoint) -> SafeString | str:
+        return timestamp(obj.last_heartbeat_at)
+
+    @admin.display(description=_("metadata"))
+    def metadata_json(self, obj: StreamCheckpoint) -> SafeString:
+        text = json.dumps(obj.metadata or {}, indent=2, sort_keys=True, default=str)
+        return format_html("<pre>{}</pre>", text)

@@ -1,0 +1,39 @@
+"""Celery integration: streams in worker processes, the dead-letter and workflow
+tasks, and the Celery execution provider of workflows.
+
+* ``bootstep``: :class:`StreamsBootstep` runs the registered streams in each
+  ``celery worker`` process; :func:`install` adds it to an app.
+* ``tasks``: the shared tasks (dead-letter replay and purge, a workflow step, the
+  recovery and approval sweeps). Celery's autodiscovery finds them through
+  ``flowwarden_django.tasks``.
+* ``provider``: ``FLOWWARDEN["WORKFLOW_EXECUTION"] = "celery"``, each workflow step
+  one short task.
+
+Enable the streams with one line in the project's Celery app::
+
+    from flowwarden_django.integrations.celery import install
+
+    app = Celery("proj")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.autodiscover_tasks()
+    install(app)
+
+or, without touching the app, with ``FLOWWARDEN = {"CELERY_RUN_STREAMS": True}``: the
+app's ``autodiscover_tasks()`` imports ``flowwarden_django.tasks``, which imports this
+package, whose ``worker_init`` receiver adds the step before the worker builds its
+blueprint. (An app that does not autodiscover ``flowwarden_django`` calls
+:func:`install`.)
+
+Each worker then runs the streams in its main process, one thread per stream, and
+stops them with the worker. A stream never runs as a Celery task: a task that never
+ends would be redelivered once the broker's visibility or consumer timeout passed.
+Which worker runs a ``SINGLE_LEADER`` stream is decided by the stream's lease, so
+several workers spread the streams between them.
+
+Nothing here imports Django models at module level: the project's Celery app module
+imports this package before Django is set up.
+"""
+
+from .bootstep import StreamsBootstep, install, install_from_settings
+
+__all__ = ["StreamsBootstep", "install", "install_from_settings"]

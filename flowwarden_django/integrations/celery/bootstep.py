@@ -1,0 +1,112 @@
+"""The Celery worker step that runs the registered streams, and ``install(app)``.
+
+See the package docstring for how to enable it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import Celery, bootsteps, signals
+
+# shared_tasks: registered on every app, including the one install() is given, once
+# this module is imported.
+from . import tasks as _tasks  # noqa: F401
+
+logger = logging.getLogger("flowwarden_django.celery")
+
+
+class StreamsBootstep(bootsteps.StartStopStep):
+    """Runs the registered streams in the worker's main process while the worker runs.
+
+    It is a step of the **Worker** blueprint, not of the Consumer blueprint. Worker
+    steps start once, in the main process, after the pool (so prefork children are
+    forked before any stream thread exists and never run streams themselves), and are
+    stopped once at shutdown, in reverse order, before the pool. Consumer steps are
+    restarted every time the broker connection is lost, which would bounce every
+    stream on a broker hiccup that has nothing to do with MongoDB; and a
+    ``ConsumerStep`` only attaches kombu consumers, not a change-stream cursor.
+
+    ``start`` calls ``StreamManager().start_all()`` (every enabled auto-start stream,
+    each on its own thread); a warm shutdown (SIGTERM, or SIGINT once) calls
+    ``stop_all(stop_timeout)``, which lets each stream finish the event in hand and
+    flush its processed anchor. A cold shutdown asks the same but waits only
+    ``terminate_timeout`` seconds per stream.
+
+    Use it with the prefork, solo or threads pool: under gevent/eventlet the stream
+    threads would be green threads blocked by the driver.
+    """
+
+    requires = ("celery.worker.components:Pool",)
+
+    #: Seconds to wait for each stream at a warm shutdown (``None``: as long as it takes).
+    stop_timeout: float | None = 30.0
+    #: Seconds to wait for each stream at a cold shutdown.
+    terminate_timeout: float | None = 5.0
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.manager: Any = None
+
+    def start(self, parent: Any) -> None:
+        # Imported here: the app module imports this one before Django is set up.
+        from ...conf import fw_settings
+        from ...streams.manager import StreamManager, default_instance_id
+
+        # The worker's node name (celery@host) plus the pid names this process in
+        # leases and status rows, unless FLOWWARDEN["INSTANCE_ID"] is set.
+        hostname = getattr(parent, "hostname", None)
+        instance_id = fw_settings.INSTANCE_ID or (
+            f"{hostname}:{os.getpid()}" if hostname else default_instance_id()
+        )
+        manager = StreamManager(instance_id=instance_id)
+        try:
+            manager.start_all()
+        except BaseException:
+            # A worker that fails to start never calls stop(): end what did start, or
+            # its non-daemon threads would keep the process alive.
+            manager.stop_all(timeout=self.terminate_timeout)
+            raise
+        self.manager = manager
+        logger.info(
+            "flowwarden: streams running in worker %s (pid %d)",
+            getattr(parent, "hostname", "?"),
+            os.getpid(),
+        )
+
+    def stop(self, parent: Any) -> None:
+        self._stop_streams(self.stop_timeout, "warm")
+
+    def terminate(self, parent: Any) -> None:
+        self._stop_streams(self.terminate_timeout, "cold")
+
+    def _stop_streams(self, timeout: float | None, how: str) -> None:
+        manager, self.manager = self.manager, None
+        if manager is None:
+            return
+        logger.info("flowwarden: stopping streams (%s shutdown)", how)
+        manager.stop_all(timeout=timeout)
+        logger.info("flowwarden: streams stopped")
+
+
+def install(app: Celery) -> None:
+    """Add :class:`StreamsBootstep` to *app*'s workers and register the replay and purge
+    tasks; calling it again changes nothing."""
+    app.steps["worker"].add(StreamsBootstep)
+
+
+@signals.worker_init.connect(weak=False, dispatch_uid="flowwarden_django.celery.run_streams")
+def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
+    """``FLOWWARDEN["CELERY_RUN_STREAMS"]``: add the step to the starting worker's app.
+
+    ``worker_init`` is sent after the worker has imported its task modules (and so
+    this one, through ``flowwarden_django.tasks``) and before it reads
+    ``app.steps["worker"]`` to build its blueprint.
+    """
+    from ...conf import fw_settings
+
+    app = getattr(sender, "app", None)
+    if app is not None and fw_settings.CELERY_RUN_STREAMS:
+        install(app)

@@ -1,0 +1,449 @@
+"""Workflows on Celery: each step is one short task.
+
+``FLOWWARDEN = {"WORKFLOW_EXECUTION": "celery"}`` selects :class:`CeleryExecutionProvider`.
+``Workflow.run()`` / ``resume()`` then persist the seed (``workflow.seed``), queue the
+task ``flowwarden_django.run_workflow_step`` once the caller's transaction commits,
+and return ``Running``. The task rebuilds the workflow from the registry
+(``Workflow.define`` in a module the worker imports) and executes ONE step
+(``run_local(max_steps=1)``); when more steps remain, it queues the next step's task
+once that step's snapshot has committed. A hibernated (or waiting, completed, failed)
+run holds no task.
+
+Crashes: the task is ``acks_late`` and ``reject_on_worker_lost``, so a step whose
+worker dies is delivered again (a lost pool child at once; a lost worker when the
+broker gives the message back, after the Redis ``visibility_timeout`` say). The dead
+runner's claim on the run lives until its lease (``WORKFLOW_RUN_LEASE``) ends: a
+redelivered task that finds the claim alive retries once the lease is over. The
+beat task ``flowwarden_django.recover_workflows`` (``workflows/recovery.py``) queues
+the next step of every running run that has no live claim and has not moved for
+``WORKFLOW_RECOVER_AFTER`` (10 s), which also covers a message the broker lost or a
+publish that failed. Steps
+must be idempotent: a killed step runs again.
+
+Each task carries the head snapshot it continues from and where it came from. It
+checks both *under its claim on the run* and does nothing when the run has moved on,
+so a duplicate (a redelivery, a sweep, a retry) never runs a step twice in a row and
+never resumes a paused run; only the task queued by ``run()`` / ``resume()`` may
+continue a paused or failed run. A task already stale when it starts does not even
+claim the run, so it leaves its ``updated_at`` (what the sweep goes by) alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery, current_app
+from django.db import transaction
+from django.utils import timezone
+
+from ...common.failure_log import FailureLog
+from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
+from ...workflows.execution import ExecutionProvider
+from ...workflows.recovery import recover_stalled_runs
+from ...workflows.runs import (
+    ConcurrentRunError,
+    LeaseLostError,
+    RunRecords,
+    RunStatus,
+    UnknownRunError,
+    run_lease,
+)
+from ...workflows.steps import WorkflowStep
+
+if TYPE_CHECKING:
+    from ...models import WorkflowRun
+    from ...workflows.engine import WorkflowDefinition
+
+logger = logging.getLogger("flowwarden_django.celery")
+
+STEP_TASK = "flowwarden_django.run_workflow_step"
+RECOVER_TASK = "flowwarden_django.recover_workflows"
+
+#: Seconds added to a step's own time budget for its task's hard ``time_limit``
+#: (claiming the run, writing the snapshot, queueing the next step).
+TIME_LIMIT_MARGIN = 30
+#: How many times a step task waits for another runner's claim to expire.
+CONFLICT_RETRIES = 3
+
+
+class Origin:
+    """Who queued a step task: it decides which runs the task may continue."""
+
+    #: ``Workflow.run()`` / ``resume()``: may continue a paused or failed run.
+    RUN = "run"
+    #: The previous step's task: continues a ``running`` run only.
+    NEXT = "next"
+    #: The recovery sweep: continues a ``running`` run only.
+    RECOVER = "recover"
+
+    ALL = (RUN, NEXT, RECOVER)
+
+
+class BrokerUnavailableError(ConnectionError):
+    """The Celery broker did not answer the provider's health check."""
+
+
+class StaleStepError(Exception):
+    """A step task found the run moved on (another task advanced it, or it paused or
+    ended) and did nothing."""
+
+
+# -- queueing a step ---------------------------------------------------------------------
+
+
+def next_step(steps: Sequence[WorkflowStep], last_step: str) -> WorkflowStep | None:
+    """The step after *last_step* (the first when it is ``""`` or not a step any more,
+    as the engine does); ``None`` after the last."""
+    names = [s.name for s in steps]
+    if last_step not in names:
+        return steps[0]
+    index = names.index(last_step) + 1
+    return steps[index] if index < len(steps) else None
+
+
+def step_time_limit(current: WorkflowStep | None) -> int | None:
+    """The hard ``time_limit`` of *current*'s task: every attempt's ``timeout`` and the
+    delays between them, plus :data:`TIME_LIMIT_MARGIN`; ``None`` without a timeout.
+
+    The engine times out an attempt by itself; this limit only ends a task stuck
+    outside the step (the process is killed and the run recovered after its lease).
+    """
+    if current is None or current.timeout is None:
+        return None
+    attempts = current.max_retries + 1
+    budget = attempts * current.timeout + current.max_retries * current.retry_delay
+    return math.ceil(budget) + TIME_LIMIT_MARGIN
+
+
+def send_step(
+    app: Celery,
+    definition: WorkflowDefinition,
+    coordination_id: str,
+    *,
+    head: str | None,
+    last_step: str,
+    origin: str,
+    input: Any = None,
+) -> None:
+    """Publish the task that executes the step after *last_step* (now, not on commit).
+
+    A broker that does not answer is retried with kombu's retry policy
+    (``PUBLISH_RETRY_POLICY``: about 3 s in all) before the error is raised; the
+    recovery sweep queues what could not be published.
+    """
+    options: dict[str, Any] = {"retry": True, "retry_policy": PUBLISH_RETRY_POLICY}
+    limit = step_time_limit(next_step(definition.steps, last_step))
+    if limit is not None:
+        options["time_limit"] = limit
+    app.send_task(
+        STEP_TASK,
+        kwargs={
+            "coordination_id": coordination_id,
+            "workflow": definition.name,
+            "head": head,
+            "origin": origin,
+            "input": input,
+        },
+        **options,
+    )
+
+
+#: kombu's retry policy for publishing a step: 4 tries over about 3 s.
+PUBLISH_RETRY_POLICY = {
+    "max_retries": 3,
+    "interval_start": 0.25,
+    "interval_step": 0.5,
+    "interval_max": 1.5,
+}
+
+#: Step publications that failed in this process (logged once per outage).
+publish_failures = FailureLog(
+    logger,
+    "workflows on Celery: queueing a step (the recovery sweep, "
+    "flowwarden_django.recover_workflows, queues what could not be)",
+    level=logging.ERROR,
+)
+
+
+def _send_or_log(app: Celery, definition: WorkflowDefinition, cid: str, **fields: Any) -> None:
+    """``send_step`` for a running run; a failure is logged (the sweep recovers it)."""
+    try:
+        send_step(app, definition, cid, **fields)
+    except Exception as exc:
+        publish_failures.failed(exc)
+    else:
+        publish_failures.succeeded()
+
+
+def _on_commit(using: str, callback: Any) -> None:
+    # Outside a transaction this runs the callback at once.
+    transaction.on_commit(callback, using=using)
+
+
+# -- the provider ------------------------------------------------------------------------
+
+
+class CeleryExecutionProvider(ExecutionProvider):
+    """Runs each step of a workflow as one Celery task (see the module docstring).
+
+    *app* is the Celery app to publish with (default: ``celery.current_app``, the
+    project's app). ``is_available()`` connects to the app's broker; a failed check is
+    remembered for :attr:`failure_ttl` seconds and a good one for
+    :attr:`success_ttl`, so runs do not each pay for a connection. Only workflows
+    declared with ``Workflow.define`` can run here: the worker rebuilds them by name.
+    Inputs (``resume(input=...)``) must be JSON-serialisable.
+    """
+
+    name = "celery"
+    #: Seconds a failed broker check is trusted (the runs meanwhile go in-process): the
+    #: broker is probed again this often, so its return is noticed within seconds.
+    failure_ttl: float = 2.0
+    #: Seconds a good broker check is trusted.
+    success_ttl: float = 5.0
+    #: Seconds the broker check may take.
+    probe_timeout: float = 2.0
+
+    def __init__(self, app: Celery | None = None) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._last_check: tuple[float, str] | None = None  # (monotonic time, error or "")
+
+    @property
+    def app(self) -> Celery:
+        return self._app if self._app is not None else current_app._get_current_object()
+
+    def is_available(self) -> bool:
+        """True when the broker answers; ``BrokerUnavailableError`` (why) when not."""
+        with self._lock:
+            last = self._last_check
+        if last is not None:
+            checked_at, error = last
+            ttl = self.failure_ttl if error else self.success_ttl
+            if time.monotonic() - checked_at < ttl:
+                if error:
+                    raise BrokerUnavailableError(error)
+                return True
+        error = self._check_broker()
+        self._remember(error)
+        if error:
+            raise BrokerUnavailableError(error)
+        return True
+
+    def _remember(self, error: str) -> None:
+        with self._lock:
+            self._last_check = (time.monotonic(), error)
+
+    def _check_broker(self) -> str:
+        timeout = self.probe_timeout
+        connection = self.app.connection_for_write(
+            connect_timeout=timeout,
+            # Redis: a broker that drops packets would otherwise block the probe.
+            transport_options={"socket_connect_timeout": timeout, "socket_timeout": timeout},
+        )
+        try:
+            connection.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0, timeout=timeout
+            )
+        except Exception as exc:
+            return f"broker {connection.as_uri()} is unreachable: {exc}"
+        finally:
+            connection.release()
+        return ""
+
+    def run(
+        self, workflow: Workflow, initial_state: Any = None, input: Any = None
+    ) -> WorkflowResult:
+        """Seed the run, queue its next step on commit, return ``Running`` (or the
+        current result of a completed run, or of a waiting run resumed without input,
+        without queueing anything)."""
+        definition = workflow_registry.get(workflow.name)
+        head = workflow.seed(initial_state)
+        record = workflow.run_record()
+        assert record is not None  # seed() made it
+        if record.status == RunStatus.COMPLETED or (
+            record.status == RunStatus.WAITING
+            and input is None
+            and record.head_snapshot_id == head.id
+        ):
+            result = workflow.current_result()
+            assert result is not None
+            return result
+        last_step = head.metadata.get(LAST_STEP, "")
+        send = partial(
+            send_step,
+            self.app,
+            definition,
+            workflow.coordination_id,
+            head=record.head_snapshot_id,
+            last_step=last_step,
+            origin=Origin.RUN,
+            input=input,
+        )
+        db = workflow.runs.db
+        # Published once the caller's transaction commits (at once outside one). A
+        # broker error never reaches the caller: the run is seeded and ``running``, so
+        # the recovery sweep queues its step once the broker answers again.
+        _on_commit(db, partial(self._send_after_commit, send))
+        return Running(head.state, workflow.coordination_id, last_step)
+
+    def _send_after_commit(self, send: Callable[[], None]) -> None:
+        try:
+            send()
+        except Exception as exc:
+            self._publish_failed(exc)
+            publish_failures.failed(exc)
+        else:
+            publish_failures.succeeded()
+
+    def _publish_failed(self, exc: Exception) -> None:
+        # The next runs go in-process until the broker answers a check again.
+        self._remember(f"publishing a workflow step failed: {exc}")
+
+
+# -- the step task's body ----------------------------------------------------------------
+
+
+class _StepWorkflow(Workflow):
+    """The workflow a step task runs: its claim also checks that the task is still
+    wanted, so the check and the step cannot be separated by another runner."""
+
+    def __init__(
+        self, definition: WorkflowDefinition, coordination_id: str, head: str | None, origin: str
+    ) -> None:
+        super().__init__(
+            definition.name,
+            coordination_id,
+            definition.steps,
+            definition.store,
+            using=definition.using,
+        )
+        self.expected_head = head
+        self.origin = origin
+
+    def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
+        # Never creates the run (the engine's _claim would, for an unknown one), and
+        # stores the input only once the task is known to be current.
+        cid = self.coordination_id
+        # A task already stale (a redelivery, a duplicate) leaves the run untouched:
+        # claiming it would move its ``updated_at`` and hide a stalled run from the
+        # recovery sweep for another WORKFLOW_RECOVER_AFTER.
+        current = runs.get(cid)
+        reason = "" if current is None else _stale_reason(current, self.expected_head, self.origin)
+        if reason:
+            raise StaleStepError(reason)
+        record = runs.claim(cid, token, lease, workflow_name=self.name)
+        reason = _stale_reason(record, self.expected_head, self.origin)
+        if reason:
+            runs.release(cid, token)
+            raise StaleStepError(reason)
+        if input is not None:
+            runs.update(cid, token, lease, resume_input=input)
+            record.resume_input = input
+        return record
+
+
+def _stale_reason(record: WorkflowRun, head: str | None, origin: str) -> str:
+    if record.head_snapshot_id != head:
+        return f"the run moved on from snapshot {head} to {record.head_snapshot_id}"
+    if origin != Origin.RUN and record.status != RunStatus.RUNNING:
+        return f"the run is {record.status}; only run() or resume() continues it"
+    return ""
+
+
+def _definition(workflow: str | None, coordination_id: str) -> WorkflowDefinition:
+    if workflow is None:
+        record = RunRecords().get(coordination_id)
+        if record is None:
+            raise UnknownRunError(f"no workflow run {coordination_id!r}")
+        workflow = record.workflow_name
+    return workflow_registry.get(workflow)
+
+
+def _retry_countdown(exc: ConcurrentRunError) -> float | None:
+    """Seconds until the holder's claim ends, or ``None`` when waiting is pointless
+    (the claim was taken from us, or a snapshot conflict: someone advanced the run)."""
+    if isinstance(exc, LeaseLostError) or exc.claimed_until is None:
+        return None
+    remaining = (exc.claimed_until - timezone.now()).total_seconds()
+    return min(max(remaining, 0.0), run_lease().total_seconds()) + 1.0
+
+
+def run_step(
+    task: Any,
+    coordination_id: str,
+    *,
+    workflow: str | None = None,
+    head: str | None = None,
+    origin: str = Origin.RUN,
+    input: Any = None,
+) -> dict[str, Any]:
+    """The body of ``flowwarden_django.run_workflow_step`` (*task* is the bound task):
+    execute one step, queue the next one on commit. Returns what happened."""
+    if origin not in Origin.ALL:
+        raise ValueError(f"unknown step task origin {origin!r}")
+    definition = _definition(workflow, coordination_id)
+    wf = _StepWorkflow(definition, coordination_id, head, origin)
+    outcome = {"coordination_id": coordination_id, "workflow": definition.name}
+    try:
+        result = wf.run_local(input=input, max_steps=1)
+    except (StaleStepError, UnknownRunError) as exc:
+        logger.info("workflow %s (%s): step task dropped: %s", wf.name, coordination_id, exc)
+        return {**outcome, "status": "dropped", "reason": str(exc)}
+    except ConcurrentRunError as exc:
+        countdown = _retry_countdown(exc)
+        if countdown is None or task.request.retries >= CONFLICT_RETRIES:
+            logger.info("workflow %s (%s): step task dropped: %s", wf.name, coordination_id, exc)
+            return {**outcome, "status": "dropped", "reason": str(exc)}
+        # The holder may be dead (a killed worker): try again once its claim is over.
+        logger.info(
+            "workflow %s (%s): %s; retrying in %.1f s", wf.name, coordination_id, exc, countdown
+        )
+        raise task.retry(countdown=countdown) from exc
+    if isinstance(result, Running):
+        record = wf.run_record()
+        assert record is not None
+        send = partial(
+            _send_or_log,
+            task.app,
+            definition,
+            coordination_id,
+            head=record.head_snapshot_id,
+            last_step=result.last_step_name,
+            origin=Origin.NEXT,
+        )
+        _on_commit(wf.runs.db, send)
+    return {**outcome, "status": result.status}
+
+
+# -- the recovery sweep ------------------------------------------------------------------
+
+
+def recover_workflows(
+    app: Celery | None = None,
+    *,
+    older_than: timedelta | None = None,
+    using: str | None = None,
+    limit: int | None = 100,
+) -> list[str]:
+    """Queue the next step of every stalled run (``workflows.recovery``) with *app*
+    (default: the current app); the coordination ids queued."""
+    publisher = app if app is not None else current_app._get_current_object()
+
+    def enqueue(run: WorkflowRun) -> None:
+        send_step(
+            publisher,
+            workflow_registry.get(run.workflow_name),
+            run.coordination_id,
+            head=run.head_snapshot_id,
+            last_step=run.last_step,
+            origin=Origin.RECOVER,
+        )
+
+    return recover_stalled_runs(enqueue, older_than=older_than, using=using, limit=limit)

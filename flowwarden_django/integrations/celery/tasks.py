@@ -1,0 +1,107 @@
+"""Celery tasks: thin wrappers of the dead-letter operations of ``streams/replay.py``,
+and the workflow step and recovery tasks of ``provider.py``.
+
+Found by ``app.autodiscover_tasks()`` (or registered by
+``flowwarden_django.integrations.celery.install(app)``). Each returns plain JSON-serializable
+data, so any result backend can keep it. ``purge_dead_letters`` and
+``recover_workflows`` are meant for beat::
+
+    CELERY_BEAT_SCHEDULE = {
+        "flowwarden-purge-dead-letters": {
+            "task": "flowwarden_django.purge_dead_letters",
+            "schedule": 3600.0,
+        },
+        "flowwarden-recover-workflows": {
+            "task": "flowwarden_django.recover_workflows",
+            "schedule": 60.0,
+        },
+    }
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+
+# The tasks import ``streams.replay`` and ``provider`` when they run:
+# ``install(app)`` imports this module from the Celery app module, before Django is set up.
+
+
+def _outcomes(outcomes: list[Any]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(outcome) for outcome in outcomes]
+
+
+@shared_task(name="flowwarden_django.replay_dead_letters")
+def replay_dead_letters(ids: list[str], store: str = "default", by: str = "") -> list[dict]:
+    """Replay the dead letters *ids* of DLQ store *store*, in order; one outcome each."""
+    from ...streams import replay
+
+    return _outcomes(replay.replay_dead_letters(ids, store=store, by=by))
+
+
+@shared_task(name="flowwarden_django.replay_stream")
+def replay_stream(
+    stream: str, store: str = "default", by: str = "", limit: int | None = None
+) -> list[dict]:
+    """Replay the pending dead letters of *stream*, oldest first; one outcome each."""
+    from ...streams import replay
+
+    return _outcomes(replay.replay_stream(stream, store=store, by=by, limit=limit))
+
+
+@shared_task(name="flowwarden_django.purge_dead_letters")
+def purge_dead_letters() -> dict[str, int]:
+    """Delete the expired dead letters of every DLQ store; the count per store alias."""
+    from ...streams import replay
+
+    return replay.purge_expired_dead_letters()
+
+
+@shared_task(
+    name="flowwarden_django.run_workflow_step",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=None,  # run_step bounds its own retries
+)
+def run_workflow_step(
+    self: Any,
+    coordination_id: str,
+    workflow: str | None = None,
+    head: str | None = None,
+    origin: str = "run",
+    input: Any = None,
+) -> dict[str, Any]:
+    """Execute the next step of one workflow run and queue the step after it on
+    commit; queued by ``CeleryExecutionProvider`` (see ``provider``)."""
+    from .provider import run_step
+
+    return run_step(self, coordination_id, workflow=workflow, head=head, origin=origin, input=input)
+
+
+@shared_task(name="flowwarden_django.recover_workflows", bind=True)
+def recover_workflows(
+    self: Any, older_than: float | None = None, limit: int | None = 100
+) -> list[str]:
+    """Queue the next step of every stalled running workflow run (unclaimed, or its
+    claim expired, and unchanged for *older_than* seconds, by default
+    ``WORKFLOW_RUN_LEASE``); the coordination ids queued."""
+    from .provider import recover_workflows as sweep
+
+    age = None if older_than is None else timedelta(seconds=older_than)
+    return sweep(self.app, older_than=age, limit=limit)
+
+
+@shared_task(name="flowwarden_django.expire_approvals")
+def expire_approvals(limit: int = 500) -> dict[str, list[str]]:
+    """The approval sweep (beat it every minute or so): expire due approvals (their
+    runs resume with an ``expired`` decision or fail, per the step), cancel those
+    whose run moved on, restore missing ones. What it did, by kind."""
+    from ...workflows.approvals import sweep_approvals
+
+    return sweep_approvals(limit=limit).as_dict()

@@ -1,0 +1,363 @@
+"""Prometheus metrics of the streams (needs the ``prometheus`` extra: prometheus-client).
+
+Two kinds of metrics, all named ``flowwarden_*``:
+
+* **Status gauges**, read at scrape time from ``streams.status.stream_status()``,
+  so any process (typically the web process serving ``/flowwarden/metrics/``) reports
+  every stream, wherever it runs: state, checkpoint and heartbeat ages, DLQ backlog,
+  lag, and the counters each process publishes in its ``StreamWorker`` row
+  (``flowwarden_instance_*_total{stream, instance}``).
+* **Event counters**, fed by receivers of the signals in ``streams/metrics.py``. They
+  count what happens *in this process*: scrape the processes that run streams to
+  see them (``prometheus_client.start_http_server(port, registry=REGISTRY)``).
+
+Labels carry names and fixed values only: stream names, store and client
+aliases, states, anchors, reasons. The ``instance`` label is the process's
+:func:`~flowwarden_django.streams.status.instance_key` (an opaque keyed hash), not
+its ``<hostname>:<pid>`` id: the detailed health report (staff) maps one to the
+other. No error text becomes a label or a sample.
+
+Everything is exposed through :data:`REGISTRY`. To add the same metrics to another
+registry (the global one, django-prometheus), register a :class:`FlowwardenCollector`
+there. :func:`install_receivers` connects the signal receivers; importing this
+module calls it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..streams import metrics
+from ..streams.checkpoint import as_utc
+from ..streams.status import (
+    CRASHED,
+    PAUSED,
+    RESTARTING,
+    RUNNING,
+    STANDBY,
+    STARTING,
+    STOPPED,
+    StreamStatus,
+    stream_status,
+)
+
+logger = logging.getLogger("flowwarden_django.prometheus")
+
+STATES = (RUNNING, RESTARTING, STARTING, PAUSED, CRASHED, STANDBY, STOPPED)
+
+#: ``StreamWorker`` counters exposed per instance: (column, metric name, help).
+INSTANCE_COUNTERS = (
+    ("events", "flowwarden_instance_events", "Events handled, as the instance reports it."),
+    ("errors", "flowwarden_instance_errors", "Handler failures, as the instance reports it."),
+    ("retries", "flowwarden_instance_retries", "Retries, as the instance reports it."),
+    (
+        "dead_lettered",
+        "flowwarden_instance_dead_lettered",
+        "Events sent to the dead-letter queue, as the instance reports it.",
+    ),
+    ("restarts", "flowwarden_instance_restarts", "Managed restarts, as the instance reports it."),
+)
+
+
+class SignalMetrics:
+    """Counters of this process's stream events, fed by the ``streams/metrics.py`` signals."""
+
+    def __init__(self) -> None:
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, ["stream", *labels], registry=None)
+
+        self.events_received = counter("flowwarden_events_received", "Events received.")
+        self.events_processed = counter(
+            "flowwarden_events_processed",
+            "Events whose attempt loop ended (success: handled, else settled by the error policy).",
+            "success",
+        )
+        self.event_duration = Histogram(
+            "flowwarden_event_duration_seconds",
+            "Time spent on one event, retries included.",
+            ["stream"],
+            registry=None,
+        )
+        self.event_errors = counter(
+            "flowwarden_event_errors", "Failed handler attempts.", "will_retry"
+        )
+        self.event_retries = counter("flowwarden_event_retries", "Failed attempts retried.")
+        self.checkpoints_saved = counter(
+            "flowwarden_checkpoints_saved", "Successful checkpoint writes.", "anchor"
+        )
+        self.checkpoint_failures = counter(
+            "flowwarden_checkpoint_failures", "Failed checkpoint writes.", "anchor"
+        )
+        self.sent_to_dlq = counter(
+            "flowwarden_events_sent_to_dlq", "Events written to the dead-letter queue."
+        )
+        self.dlq_failures = counter(
+            "flowwarden_dlq_failures", "Failed dead-letter writes (the event is settled anyway)."
+        )
+        self.starts = counter("flowwarden_stream_starts", "Stream starts and managed restarts.")
+        self.stops = counter("flowwarden_stream_stops", "Stream stops.", "reason")
+        self.restarts = counter("flowwarden_stream_restarts", "Successful managed restarts.")
+        self.invalidations = counter(
+            "flowwarden_stream_invalidations", "Change streams invalidated.", "cause"
+        )
+        self.fallbacks_to_seen = counter(
+            "flowwarden_resume_fallback_to_seen",
+            "Resumes from the seen anchor because the processed anchor aged out.",
+        )
+        self.history_lost = counter(
+            "flowwarden_resume_history_lost", "Resumes with both anchors aged out of the oplog."
+        )
+        self.heartbeat_failures = counter(
+            "flowwarden_heartbeat_failures", "Failed idle heartbeat probes or writes."
+        )
+        self.oplog_window = Gauge(
+            "flowwarden_oplog_window_hours",
+            "Hours between the first and last oplog entries, by client alias.",
+            ["client"],
+            registry=None,
+        )
+        #: The cluster time of the last event each stream received in this process.
+        self.last_cluster_time: dict[str, datetime] = {}
+
+    def collectors(self) -> list[Any]:
+        """Every metric object, for :class:`FlowwardenCollector`."""
+        return [value for value in vars(self).values() if hasattr(value, "collect")]
+
+    # -- receivers (sender is the stream name) ----------------------------------------
+
+    def on_event_received(self, sender: str, cluster_time: Any = None, **kwargs: Any) -> None:
+        self.events_received.labels(sender).inc()
+        at = _cluster_datetime(cluster_time)
+        if at is not None:
+            self.last_cluster_time[sender] = at
+
+    def on_event_processed(
+        self, sender: str, duration: float = 0.0, success: bool = True, **kwargs: Any
+    ) -> None:
+        self.events_processed.labels(sender, _label(success)).inc()
+        self.event_duration.labels(sender).observe(duration)
+
+    def on_event_error(self, sender: str, will_retry: bool = False, **kwargs: Any) -> None:
+        self.event_errors.labels(sender, _label(will_retry)).inc()
+        if will_retry:
+            self.event_retries.labels(sender).inc()
+
+    def on_checkpoint_saved(self, sender: str, anchor: str = "", **kwargs: Any) -> None:
+        self.checkpoints_saved.labels(sender, anchor).inc()
+
+    def on_checkpoint_failed(self, sender: str, anchor: str = "", **kwargs: Any) -> None:
+        self.checkpoint_failures.labels(sender, anchor).inc()
+
+    def on_event_sent_to_dlq(self, sender: str, **kwargs: Any) -> None:
+        self.sent_to_dlq.labels(sender).inc()
+
+    def on_event_dlq_failed(self, sender: str, **kwargs: Any) -> None:
+        self.dlq_failures.labels(sender).inc()
+
+    def on_stream_started(self, sender: str, **kwargs: Any) -> None:
+        self.starts.labels(sender).inc()
+
+    def on_stream_stopped(self, sender: str, reason: str = "", **kwargs: Any) -> None:
+        self.stops.labels(sender, str(reason)).inc()
+
+    def on_stream_restarted(self, sender: str, **kwargs: Any) -> None:
+        self.restarts.labels(sender).inc()
+
+    def on_stream_invalidated(self, sender: str, cause: str = "", **kwargs: Any) -> None:
+        self.invalidations.labels(sender, str(cause)).inc()
+
+    def on_resume_fallback_to_seen(self, sender: str, **kwargs: Any) -> None:
+        self.fallbacks_to_seen.labels(sender).inc()
+
+    def on_resume_history_lost(self, sender: str, **kwargs: Any) -> None:
+        self.history_lost.labels(sender).inc()
+
+    def on_heartbeat_failed(self, sender: str, **kwargs: Any) -> None:
+        self.heartbeat_failures.labels(sender).inc()
+
+    def on_oplog_stats(self, sender: str, hours: float | None = None, **kwargs: Any) -> None:
+        if hours is None:
+            with contextlib.suppress(KeyError):
+                self.oplog_window.remove(sender)
+        else:
+            self.oplog_window.labels(sender).set(hours)
+
+    def receivers(self) -> dict[str, Any]:
+        """Signal name in ``streams/metrics.py`` → receiver."""
+        return {
+            name: getattr(self, f"on_{name}")
+            for name in metrics.ALL_SIGNALS
+            if hasattr(self, f"on_{name}")
+        }
+
+
+#: This process's event counters.
+signal_metrics = SignalMetrics()
+
+_installed = False
+_install_lock = threading.Lock()
+
+
+def install_receivers() -> None:
+    """Connect :data:`signal_metrics` to the stream signals (once per process)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        for name, receiver in signal_metrics.receivers().items():
+            metrics.ALL_SIGNALS[name].connect(
+                receiver, weak=False, dispatch_uid=f"flowwarden_django.prometheus.{name}"
+            )
+        _installed = True
+
+
+class FlowwardenCollector:
+    """Yields the status gauges (read at each scrape) and this process's event counters.
+
+    ``include_status=False`` leaves out the gauges (and their database reads), for a
+    worker process whose status the web process already reports.
+    """
+
+    def __init__(
+        self, *, include_status: bool = True, signals: SignalMetrics | None = None
+    ) -> None:
+        self.include_status = include_status
+        self.signals = signals or signal_metrics
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric names without samples (so registering reads no database)."""
+        families = list(_status_families().values()) if self.include_status else []
+        for collector in self.signals.collectors():
+            families.extend(collector.describe())
+        return families
+
+    def collect(self) -> Iterator[Metric]:
+        if self.include_status:
+            yield from self.collect_status()
+        for collector in self.signals.collectors():
+            yield from collector.collect()
+
+    def collect_status(self, now: datetime | None = None) -> Iterator[Metric]:
+        """The status gauges of every declared stream, as of *now*."""
+        now = now or timezone.now()
+        families = _status_families()
+        try:
+            statuses = stream_status(now)
+        except Exception:
+            logger.warning("cannot read the stream status for Prometheus", exc_info=True)
+            families["flowwarden_status_up"].add_metric([], 0)
+            yield families["flowwarden_status_up"]
+            return
+        families["flowwarden_status_up"].add_metric([], 1)
+        for status in statuses:
+            self._add_stream(families, status, now)
+        yield from families.values()
+
+    def _add_stream(self, families: dict[str, Any], status: StreamStatus, now: datetime) -> None:
+        name = status.name
+        families["flowwarden_stream_up"].add_metric([name], int(status.state == RUNNING))
+        families["flowwarden_stream_healthy"].add_metric([name], int(status.healthy))
+        families["flowwarden_stream_paused"].add_metric([name], int(status.paused))
+        for state in STATES:
+            families["flowwarden_stream_state"].add_metric(
+                [name, state], int(status.state == state)
+            )
+        families["flowwarden_stream_instances"].add_metric([name], len(status.instances))
+        families["flowwarden_stream_status_error"].add_metric([name], int(bool(status.error)))
+        optional = {
+            "flowwarden_checkpoint_age_seconds": status.checkpoint_age_seconds,
+            "flowwarden_heartbeat_age_seconds": status.heartbeat_age_seconds,
+            "flowwarden_dlq_backlog": status.dlq_backlog,
+            "flowwarden_stream_lag_seconds": self._lag(status, now),
+            "flowwarden_stream_last_event_timestamp_seconds": (
+                status.last_event_time.timestamp() if status.last_event_time else None
+            ),
+        }
+        for metric, value in optional.items():
+            # No sample rather than a made-up value (a lying zero backlog, say).
+            if value is not None:
+                families[metric].add_metric([name], value)
+        for instance in status.instances:
+            for column, metric, _help in INSTANCE_COUNTERS:
+                families[metric].add_metric([name, instance.key], getattr(instance, column))
+
+    def _lag(self, status: StreamStatus, now: datetime) -> float | None:
+        last = self.signals.last_cluster_time.get(status.name)
+        if last is not None:
+            return (now - last).total_seconds()
+        return status.checkpoint_age_seconds
+
+
+def _status_families() -> dict[str, Any]:
+    """Fresh, empty metric families of the status gauges, by name."""
+    stream = ["stream"]
+    gauges = {
+        "flowwarden_status_up": ("1 when the stream status could be read.", []),
+        "flowwarden_stream_up": ("1 when the stream runs somewhere.", stream),
+        "flowwarden_stream_healthy": (
+            "0 when an enabled auto-start stream is not running.",
+            stream,
+        ),
+        "flowwarden_stream_paused": ("1 when an operator paused the stream.", stream),
+        "flowwarden_stream_state": ("1 for the stream's current state.", ["stream", "state"]),
+        "flowwarden_stream_instances": ("Processes reporting on the stream.", stream),
+        "flowwarden_stream_status_error": (
+            "1 when the stream's checkpoint or DLQ store could not be read.",
+            stream,
+        ),
+        "flowwarden_checkpoint_age_seconds": (
+            "Age of the processed anchor (else of the seen anchor).",
+            stream,
+        ),
+        "flowwarden_heartbeat_age_seconds": ("Age of the last checkpoint heartbeat.", stream),
+        "flowwarden_dlq_backlog": ("Pending dead letters (absent when uncountable).", stream),
+        "flowwarden_stream_lag_seconds": (
+            "Seconds since the cluster time of the last event received in this process, "
+            "else the checkpoint age.",
+            stream,
+        ),
+        "flowwarden_stream_last_event_timestamp_seconds": (
+            "Unix time of the last event handled, in any process.",
+            stream,
+        ),
+    }
+    families: dict[str, Any] = {
+        name: GaugeMetricFamily(name, doc, labels=labels) for name, (doc, labels) in gauges.items()
+    }
+    for _column, metric, doc in INSTANCE_COUNTERS:
+        families[metric] = CounterMetricFamily(metric, doc, labels=["stream", "instance"])
+    return families
+
+
+def _cluster_datetime(value: Any) -> datetime | None:
+    """A change event's ``clusterTime`` (``bson.Timestamp`` or datetime) as an aware datetime."""
+    if isinstance(value, datetime):
+        return as_utc(value)
+    as_datetime = getattr(value, "as_datetime", None)
+    return as_utc(as_datetime()) if callable(as_datetime) else None
+
+
+def _label(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def build_registry(**options: Any) -> CollectorRegistry:
+    """A new registry holding one :class:`FlowwardenCollector` (*options* go to it)."""
+    registry = CollectorRegistry()
+    registry.register(FlowwardenCollector(**options))
+    return registry
+
+
+#: What ``/flowwarden/metrics/`` serves.
+REGISTRY = build_registry()
+
+install_receivers()

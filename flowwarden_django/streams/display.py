@@ -1,0 +1,59 @@
+"""How tokens and checkpoints are shown to people: short and compact token forms for
+tables, and checkpoints as JSON values (the admin and the management commands)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from ..common.formatting import NONE_TEXT, truncate
+from .checkpoint import Checkpoint
+from .tokens import Token, token_to_json
+
+#: Default width of :func:`short_token`.
+SHORT_TOKEN_WIDTH = 20
+
+
+def token_json_value(token: Token | None) -> Any:
+    """*token* as a JSON-compatible value in relaxed Extended JSON (``None`` stays ``None``)."""
+    return json.loads(token_to_json(token))
+
+
+def compact_token(token: Token | None) -> str:
+    """*token* as one line of relaxed Extended JSON without spaces (``"—"`` for ``None``)."""
+    if token is None:
+        return NONE_TEXT
+    return json.dumps(token_json_value(token), separators=(",", ":"), ensure_ascii=False)
+
+
+def short_token(token: Token | None, width: int = SHORT_TOKEN_WIDTH) -> str:
+    """A table-sized view of *token*: its ``_data`` string, else its compact JSON, truncated."""
+    if token is None:
+        return NONE_TEXT
+    data = token.get("_data")
+    text = data if isinstance(data, str) else compact_token(token)
+    return truncate(text, width)
+
+
+def checkpoint_to_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    """Every field of *checkpoint* as JSON-compatible values.
+
+    Tokens become relaxed Extended JSON values, timestamps ISO 8601 strings;
+    metadata values JSON cannot hold are written with ``str()`` by the caller's
+    ``json.dumps(default=str)``.
+    """
+    return {
+        "stream_name": checkpoint.stream_name,
+        "instance_id": checkpoint.instance_id,
+        "last_processed_token": token_json_value(checkpoint.last_processed_token),
+        "last_processed_at": _iso(checkpoint.last_processed_at),
+        "last_seen_token": token_json_value(checkpoint.last_seen_token),
+        "last_seen_at": _iso(checkpoint.last_seen_at),
+        "last_heartbeat_at": _iso(checkpoint.last_heartbeat_at),
+        "metadata": dict(checkpoint.metadata),
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()

@@ -1,0 +1,76 @@
+"""What running a workflow returns: ``Completed``, ``Hibernated``, ``Failed`` or
+``Running`` (all ``WorkflowResult``), and ``StartedRun`` from ``Workflow.start``.
+
+They live below the engine so that execution providers and approvals can name them
+without importing it; ``engine`` and ``flowwarden_django.workflows`` re-export them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from .runs import RunStatus
+
+
+class WorkflowResult:
+    """What ``run()`` / ``resume()`` returned: ``Completed``, ``Hibernated``, ``Failed``
+    or ``Running``. ``status`` is the run's status afterwards."""
+
+    coordination_id: str
+    status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Completed(WorkflowResult):
+    """The workflow finished (a ``done`` outcome, or the last step advanced)."""
+
+    final_state: Any
+    coordination_id: str
+    status: ClassVar[str] = RunStatus.COMPLETED
+
+
+@dataclasses.dataclass(frozen=True)
+class Hibernated(WorkflowResult):
+    """A step paused the run (``hibernated``, or ``waiting`` for an approval); run or
+    resume it later to continue at the step after ``last_step_name``."""
+
+    saved_state: Any
+    coordination_id: str
+    last_step_name: str
+    status: str = RunStatus.HIBERNATED
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed(WorkflowResult):
+    """Step ``last_step_name`` failed; ``last_state`` is the state it was given. Nothing
+    was persisted for it: a later run executes it again."""
+
+    last_state: Any
+    coordination_id: str
+    last_step_name: str
+    reason: str
+    status: ClassVar[str] = RunStatus.FAILED
+
+
+@dataclasses.dataclass(frozen=True)
+class Running(WorkflowResult):
+    """The run is not finished and not paused: an execution provider queued its next
+    step, ``max_steps`` was reached, or another runner is driving it.
+    ``last_step_name`` is the last completed step (``""`` before the first)."""
+
+    state: Any
+    coordination_id: str
+    last_step_name: str
+    status: ClassVar[str] = RunStatus.RUNNING
+
+
+@dataclasses.dataclass(frozen=True)
+class StartedRun:
+    """What ``Workflow.start`` returned. ``created`` is False when the idempotency key
+    (or the coordination) already had a run: nothing was started or run again, and
+    ``result`` is that run's current result (``Running`` while it is in flight)."""
+
+    coordination_id: str
+    created: bool
+    result: WorkflowResult | None

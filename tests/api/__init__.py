@@ -1,0 +1,1 @@
+"""Tests of the REST API, ``flowwarden_django.api``."""

@@ -1,0 +1,178 @@
+"""The REST API: authentication, the root, and workflow runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from flowwarden_django.models import WorkflowRun
+from tests.api.helpers import (
+    API,
+    WORKFLOW,
+    People,
+    field_errors,
+    pending,
+    token_client,
+)
+
+pytest_plugins = ["tests.api.helpers"]  # the people and refunds fixtures
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+# -- authentication --------------------------------------------------------------------
+
+
+ALL_GETS = ["/", "/runs/", "/runs/x/", "/snapshots/", "/snapshots/x/", "/schema/"]
+ALL_GETS += ["/approvals/", "/approvals/mine/", "/approvals/00000000-0000-0000-0000-000000000000/"]
+
+
+@pytest.mark.parametrize("url", ALL_GETS)
+def test_anonymous_requests_are_401_with_a_token_challenge(url: str) -> None:
+    response = Client().get(API + url)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == "Token"
+    if url != "/schema/":  # the schema view answers in YAML by default
+        assert response.json()["code"] == "not_authenticated"
+
+
+def test_anonymous_posts_are_401_too() -> None:
+    client = Client(enforce_csrf_checks=True)
+    for url in ("/snapshots/x/fork/", "/approvals/x/approve/", "/approvals/x/reject/"):
+        response = client.post(API + url, {}, content_type="application/json")
+        assert response.status_code == 401, url
+
+
+def test_a_bad_token_is_401(people: People) -> None:
+    client = Client(headers={"Authorization": "Token nope"})
+    response = client.get(f"{API}/runs/")
+    assert response.status_code == 401
+    assert response.json() == {"code": "authentication_failed", "detail": "Invalid token."}
+
+
+def test_token_and_session_authentication(people: People) -> None:
+    assert token_client(people.viewer).get(f"{API}/runs/").status_code == 200
+    assert people.client("viewer").get(f"{API}/runs/").status_code == 200
+
+
+def test_options_and_head_work_everywhere(refunds: Any, people: People) -> None:
+    approval = pending(refunds)
+    client = token_client(people.admin)
+    urls = [
+        *ALL_GETS,
+        f"/runs/{approval.coordination_id}/",
+        f"/snapshots/{approval.snapshot_id}/",
+        f"/snapshots/{approval.snapshot_id}/fork/",
+        f"/approvals/{approval.pk}/",
+        f"/approvals/{approval.pk}/approve/",
+    ]
+    for url in urls:
+        assert client.options(API + url).status_code == 200, url
+        assert client.delete(API + url).status_code == 405, url
+    assert client.head(f"{API}/runs/").status_code == 200
+
+
+def test_the_root_links_everything(people: People) -> None:
+    body = people.client("carol").get(f"{API}/").json()
+    assert body == {
+        "runs": "http://testserver/api/v1/runs/",
+        "snapshots": "http://testserver/api/v1/snapshots/",
+        "approvals": "http://testserver/api/v1/approvals/",
+        "my_approvals": "http://testserver/api/v1/approvals/mine/",
+        "schema": "http://testserver/api/v1/schema/",
+    }
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+def _runs(client: Client, query: str = "") -> Any:
+    response = client.get(f"{API}/runs/{query}")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_runs_newest_updated_first_with_filters(refunds: Any, people: People) -> None:
+    waiting = pending(refunds).coordination_id
+    completed = refunds.start({"amount": 5}).coordination_id
+    other = WorkflowRun.objects.create(
+        coordination_id="legacy-1",
+        workflow_name="legacy",
+        status="failed",
+        failure_reason="boom",
+        created_at=timezone.now(),
+        updated_at=timezone.now() - timedelta(days=1),
+    ).coordination_id
+    client = people.client("viewer")
+    body = _runs(client)
+    assert body["count"] == 3
+    assert [r["coordination_id"] for r in body["results"]] == [completed, waiting, other]
+    assert body["results"][2] == {
+        "coordination_id": "legacy-1",
+        "workflow": "legacy",
+        "status": "failed",
+        "last_step": "",
+        "head_snapshot_id": None,
+        "failure_reason": "boom",
+        "created_at": body["results"][2]["created_at"],
+        "updated_at": body["results"][2]["updated_at"],
+    }
+    assert [r["coordination_id"] for r in _runs(client, "?status=waiting")["results"]] == [waiting]
+    assert [r["coordination_id"] for r in _runs(client, f"?workflow={WORKFLOW}")["results"]] == [
+        completed,
+        waiting,
+    ]
+    assert _runs(client, "?workflow=nope")["results"] == []
+    paged = _runs(client, "?page_size=2")
+    assert len(paged["results"]) == 2 and paged["next"].endswith("page=2&page_size=2")
+    assert len(_runs(client, "?page_size=2&page=2")["results"]) == 1
+
+
+def test_a_bad_run_filter_is_400(people: People) -> None:
+    response = people.client("viewer").get(f"{API}/runs/?status=sleeping")
+    assert response.status_code == 400
+    assert field_errors(response.json()) == ["status"]
+    assert people.client("viewer").get(f"{API}/runs/?page=9").status_code == 404
+
+
+def test_run_detail(refunds: Any, people: People) -> None:
+    approval = pending(refunds, coordination_id="order:42.v1")
+    response = people.client("alice").get(f"{API}/runs/order:42.v1/")
+    assert response.status_code == 200
+    body = response.json()
+    run = WorkflowRun.objects.get(pk="order:42.v1")
+    assert body == {
+        "coordination_id": "order:42.v1",
+        "workflow": WORKFLOW,
+        "status": "waiting",
+        "last_step": "review",
+        "head_snapshot_id": run.head_snapshot_id,
+        "failure_reason": "",
+        "created_at": body["created_at"],
+        "updated_at": body["updated_at"],
+        "pending_approvals": [str(approval.pk)],
+    }
+    assert run.head_snapshot_id == approval.snapshot_id
+    # A viewer of runs who may not see approvals sees the run without them.
+    viewer = people.client("viewer").get(f"{API}/runs/order:42.v1/").json()
+    assert viewer["pending_approvals"] == []
+
+
+def test_runs_of_an_approver_and_hidden_runs(refunds: Any, people: People) -> None:
+    mine = pending(refunds).coordination_id
+    unrelated = refunds.start({"amount": 5}).coordination_id
+    for name in ("alice", "bob"):  # assignee, group member
+        assert [r["coordination_id"] for r in _runs(people.client(name))["results"]] == [mine]
+    assert _runs(people.client("carol"))["results"] == []
+    response = people.client("alice").get(f"{API}/runs/{unrelated}/")
+    assert response.status_code == 404
+    assert response.json()["code"] == "run_not_found"
+    assert people.client("carol").get(f"{API}/runs/{mine}/").status_code == 404
+    assert people.client("viewer").get(f"{API}/runs/nope/").status_code == 404
+
+
+def test_run_ids_with_slashes_are_not_addressable(people: People) -> None:
+    assert people.client("viewer").get(f"{API}/runs/a/b/").status_code == 404

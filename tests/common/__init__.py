@@ -1,0 +1,1 @@
+"""Tests of ``flowwarden_django.common``."""

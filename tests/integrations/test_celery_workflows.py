@@ -1,0 +1,624 @@
+"""Workflows on Celery: one task per step, in a real worker, on a real Redis broker.
+
+The worker is a subprocess (``celery -A tests.celery_app worker``) with
+``DJANGO_SETTINGS_MODULE=tests.celery_workflow_settings``: its default database is
+the PostgreSQL test database of this run (this process's ``postgres`` alias) and
+its broker is Redis db 14, on a queue of the test's own. The workflows
+(``tests/celery_workflows.py``) log every step execution to a file, which is how
+steps are counted and how the test sees a step start. Runs are started here through
+``CeleryExecutionProvider`` with a producer app on that queue.
+
+The kill test SIGKILLs a step mid-way and checks from the data that it ran again
+and the run completed, three ways: the whole worker process group killed and the
+message redelivered after the Redis ``visibility_timeout``; the same with a long
+visibility timeout, recovered by the sweep (``recover_workflows``); only the pool
+child killed (``reject_on_worker_lost`` requeues the message, and the task waits
+for the dead runner's lease to end).
+
+The unit tests at the end need no server (SQLite and an in-memory snapshot store):
+the fallback to in-process when the broker is unreachable, a failed publish, the step
+task's guard against stale or stray tasks, its retry when it meets a live claim, the
+sweep's choice of runs, and the per-step ``time_limit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("celery", reason="the Celery tests need celery")
+pytest.importorskip("redis", reason="the Celery workflow tests need redis-py")
+
+import redis
+from celery import Celery
+from celery import _state as celery_state
+from django.db import connections, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from flowwarden_django.integrations.celery import tasks as fw_tasks
+from flowwarden_django.integrations.celery.provider import (
+    CONFLICT_RETRIES,
+    STEP_TASK,
+    TIME_LIMIT_MARGIN,
+    BrokerUnavailableError,
+    CeleryExecutionProvider,
+    Origin,
+    recover_workflows,
+    run_step,
+    send_step,
+    step_time_limit,
+)
+from flowwarden_django.models import WorkflowRun
+from flowwarden_django.workflows import (
+    Completed,
+    Hibernated,
+    Running,
+    RunStatus,
+    Workflow,
+    advance,
+    hibernate,
+    step,
+    workflow_registry,
+)
+from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
+from flowwarden_django.workflows.engine import LAST_STEP
+from flowwarden_django.workflows.execution import configured_provider, reset_providers
+from flowwarden_django.workflows.recovery import recover_stalled_runs
+from flowwarden_django.workflows.runs import RunRecords
+from tests import celery_workflows as flows
+from tests.celery_workflow_settings import transport_options
+from tests.integrations.test_celery_worker import Worker, _wait_until
+from tests.lanes import lane_marks
+from tests.services import SERVICES
+
+ROOT = Path(__file__).resolve().parents[2]
+DB = "postgres"
+#: Upper bounds of the waits: a hang fails the test instead of blocking CI.
+WAIT = 60.0
+SOLO = ["--pool=solo"]
+PREFORK = ["--pool=prefork", "--concurrency=1"]
+
+
+def on_servers(test: Callable[..., Any]) -> Callable[..., Any]:
+    """The postgres and redis lanes: skipped, or failed in CI, when a server is down."""
+    for mark in [
+        *lane_marks("postgres", databases=["default", DB]),
+        pytest.mark.lane("redis"),
+    ]:
+        test = mark(test)
+    return test
+
+
+def execution(value: Any) -> Any:
+    return override_settings(FLOWWARDEN={"WORKFLOW_EXECUTION": value})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_providers() -> Iterator[None]:
+    reset_providers()
+    yield
+    reset_providers()
+
+
+# -- the worker, the queue, the producer ----------------------------------------------- #
+
+
+@pytest.fixture
+def broker_url() -> str:
+    server = SERVICES["redis"]
+    return f"redis://{server.host}:{server.port}/14"
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    server = SERVICES["redis"]
+    client = redis.Redis(host=server.host, port=server.port, db=14)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def queue(broker_url: str, redis_client: redis.Redis) -> Iterator[str]:
+    """A queue of this test alone; afterwards it is deleted with its bindings and the
+    transport's unacked-message keys of its workers."""
+    name = f"fw-wf-tests-{uuid.uuid4().hex[:12]}"
+    yield name
+    from kombu import Connection, Exchange, Queue
+
+    with Connection(broker_url) as connection:
+        bound = Queue(name, Exchange(name), routing_key=name)(connection.default_channel)
+        bound.declare()  # a channel deletes only the bindings it knows of
+        bound.delete()
+    options = transport_options(name)
+    redis_client.delete(
+        options["unacked_key"], options["unacked_index_key"], options["unacked_mutex_key"]
+    )
+
+
+@pytest.fixture
+def producer(broker_url: str, queue: str) -> Iterator[Celery]:
+    """The app this process publishes steps with; not made the current app."""
+    app = Celery("fw-wf-producer", broker=broker_url, fixups=[], set_as_current=False)
+    app.conf.task_default_queue = queue
+    app.conf.broker_transport_options = transport_options(queue)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def provider(producer: Celery) -> CeleryExecutionProvider:
+    return CeleryExecutionProvider(app=producer)
+
+
+@pytest.fixture
+def definitions() -> Iterator[dict[str, Any]]:
+    """The test workflows, registered in this process on the ``postgres`` alias."""
+    defined = flows.define_workflows(DB)
+    yield defined
+    for name in defined:
+        workflow_registry.unregister(name)
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callable[..., Worker]]:
+    """``start_worker(pool, lease=..., visibility_timeout=...)``: a worker of this test's
+    queue; every worker started is SIGKILLed (its process group) at teardown."""
+    workers: list[Worker] = []
+
+    def start(
+        pool: list[str], *, lease: str = "10m", visibility_timeout: float | None = None
+    ) -> Worker:
+        db = connections[DB].settings_dict
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "tests.celery_workflow_settings",
+            "FLOWWARDEN_CELERY_DB_NAME": db["NAME"],
+            "FLOWWARDEN_CELERY_DB_HOST": str(db["HOST"]),
+            "FLOWWARDEN_CELERY_DB_PORT": str(db["PORT"]),
+            "FLOWWARDEN_CELERY_DB_USER": str(db["USER"]),
+            "FLOWWARDEN_CELERY_DB_PASSWORD": str(db["PASSWORD"]),
+            "FLOWWARDEN_CELERY_BROKER_URL": broker_url,
+            "FLOWWARDEN_CELERY_QUEUE": queue,
+            "FLOWWARDEN_CELERY_RUN_LEASE": lease,
+        }
+        for name in (
+            "FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT",
+            "FLOWWARDEN_TEST_CELERY_INSTALL",
+            "FLOWWARDEN_CELERY_RUN_STREAMS",
+        ):
+            env.pop(name, None)
+        if visibility_timeout is not None:
+            env["FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT"] = str(visibility_timeout)
+        worker = Worker(env, pool, tmp_path / f"worker-{len(workers) + 1}.log")
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.kill()
+
+
+# -- helpers ------------------------------------------------------------------------------ #
+
+
+def new_state(tmp_path: Path) -> dict[str, Any]:
+    return {"log": str(tmp_path / "steps.log"), "trail": []}
+
+
+def received(worker: Worker) -> int:
+    """How many step tasks *worker* has received (its log says so for each)."""
+    prefix = f"Task {STEP_TASK}["
+    return sum(1 for line in worker.log().splitlines() if prefix in line and "] received" in line)
+
+
+def assert_chained(wf: Workflow, steps: list[str]) -> None:
+    """The seed and one snapshot per step, each the child of the one before."""
+    history = wf.history()
+    assert [s.seq for s in history] == list(range(1, len(steps) + 2))
+    assert [s.metadata[LAST_STEP] for s in history] == ["", *steps]
+    assert history[0].parent_id is None
+    assert [s.parent_id for s in history[1:]] == [s.id for s in history[:-1]]
+
+
+def wait_for_status(wf: Workflow, status: str, worker: Worker) -> None:
+    _wait_until(lambda: wf.status() == status, WAIT, f"run {wf.coordination_id} {status}", worker)
+
+
+# -- with a worker ------------------------------------------------------------------------ #
+
+
+@on_servers
+def test_each_step_is_one_task_and_the_snapshots_form_a_chain(
+    definitions, provider, start_worker, tmp_path
+):
+    worker = start_worker(SOLO)
+    state = new_state(tmp_path)
+    with execution(provider):
+        started = Workflow.start(flows.THREE, state, idempotency_key=uuid.uuid4().hex)
+    cid = started.coordination_id
+    assert (started.created, started.result) == (True, Running(state, cid, ""))
+
+    wf = definitions[flows.THREE].workflow(cid)
+    wait_for_status(wf, RunStatus.COMPLETED, worker)
+    assert wf.current_result() == Completed({**state, "trail": ["one", "two", "three"]}, cid)
+    assert_chained(wf, ["one", "two", "three"])
+    runs = flows.executions(state["log"])
+    assert [e["step"] for e in runs] == ["one", "two", "three"]
+    # One task per step: three task ids, and the worker received three tasks.
+    assert len({e["task"] for e in runs} - {None}) == 3
+    assert received(worker) == 3, worker.log_tail()
+
+
+@on_servers
+def test_a_hibernated_run_holds_no_task_and_resumes_through_the_provider(
+    definitions, provider, start_worker, tmp_path, queue, redis_client
+):
+    worker = start_worker(SOLO)
+    state = new_state(tmp_path)
+    cid = f"pause-{uuid.uuid4().hex[:12]}"
+    wf = definitions[flows.PAUSING].workflow(cid)
+    unacked_key = transport_options(queue)["unacked_key"]
+    with execution(provider):
+        assert wf.run(state) == Running(state, cid, "")
+        wait_for_status(wf, RunStatus.HIBERNATED, worker)
+        # The pause step's task published nothing before its message was acked: once
+        # the message is gone from the unacked set, the queue must be empty.
+        _wait_until(
+            lambda: redis_client.hlen(unacked_key) == 0,
+            WAIT,
+            "the pause step's message to be acked",
+            worker,
+        )
+        assert redis_client.llen(queue) == 0
+        assert received(worker) == 2
+        paused = {**state, "trail": ["one", "pause"]}
+        assert wf.current_result() == Hibernated(paused, cid, "pause")
+
+        assert wf.resume(input={"approved": True}) == Running(paused, cid, "pause")
+        wait_for_status(wf, RunStatus.COMPLETED, worker)
+
+    final = {**state, "trail": ["one", "pause", "decide"], "decision": {"approved": True}}
+    assert wf.current_result() == Completed(final, cid)
+    assert [e["step"] for e in flows.executions(state["log"])] == ["one", "pause", "decide"]
+    assert_chained(wf, ["one", "pause", "decide"])
+    assert received(worker) == 3
+    assert wf.run_record().resume_input is None
+
+
+@on_servers
+@pytest.mark.parametrize("recovery", ["redelivery", "sweep", "pool-child"])
+def test_a_step_killed_mid_way_runs_again_and_the_run_completes(
+    recovery, definitions, provider, producer, start_worker, tmp_path
+):
+    """SIGKILL while ``slow`` sleeps; ``slow`` runs again, the other steps once.
+
+    * ``redelivery``: the worker's whole process group is killed; a new worker gets
+      the unacked message back after the 3 s visibility timeout (the dead runner's
+      2 s lease is over by then).
+    * ``sweep``: the same with the default (1 h) visibility timeout: the message stays
+      with the dead worker and ``recover_workflows`` queues the step again once the
+      lease has ended.
+    * ``pool-child``: only the prefork child running the step is killed; the worker
+      requeues the message (``reject_on_worker_lost``), and the task, finding the
+      dead child's claim still live, retries when it ends.
+    """
+    visibility = 3.0 if recovery == "redelivery" else None
+    first = start_worker(PREFORK, lease="2s", visibility_timeout=visibility)
+    state = new_state(tmp_path)
+    cid = f"kill-{recovery}-{uuid.uuid4().hex[:8]}"
+    wf = definitions[flows.KILLABLE].workflow(cid)
+    with execution(provider):
+        assert wf.run(state) == Running(state, cid, "")
+
+    def slow_started() -> list[dict[str, Any]]:
+        return [e for e in flows.executions(state["log"]) if e["step"] == "slow"]
+
+    _wait_until(lambda: bool(slow_started()), WAIT, "the slow step to start", first)
+    killed_at = time.monotonic()
+    if recovery == "pool-child":
+        os.kill(slow_started()[0]["pid"], signal.SIGKILL)
+        worker = first
+    else:
+        first.kill()
+        assert first.proc.returncode == -signal.SIGKILL
+        worker = start_worker(PREFORK, lease="2s", visibility_timeout=visibility)
+    if recovery == "sweep":
+        _wait_until(
+            lambda: cid in recover_workflows(producer, older_than=timedelta(0), using=DB),
+            WAIT,
+            "the sweep to find the stalled run",
+            worker,
+        )
+    wait_for_status(wf, RunStatus.COMPLETED, worker)
+    took = time.monotonic() - killed_at
+
+    counts = Counter(e["step"] for e in flows.executions(state["log"]))
+    killed_task, rerun_task = (e["task"] for e in slow_started())
+    # Whether the requeued task met the dead runner's live claim (and retried) depends
+    # on how fast the kill was noticed: reported, not asserted.
+    retried = f"Task {STEP_TASK}[{killed_task}] retry: Retry in" in worker.log()
+    print(
+        f"\n[{recovery}] run completed {took:.1f} s after the SIGKILL; "
+        f"step executions: {dict(counts)}"
+        + (f"; waited for the dead runner's lease: {retried}" if recovery == "pool-child" else ""),
+        file=sys.stderr,
+    )
+    assert counts == {"one": 1, "slow": 2, "three": 1}
+    # Which message ran the step again: the killed one (redelivered or requeued), or a
+    # new one queued by the sweep.
+    assert (killed_task == rerun_task) is (recovery != "sweep")
+    assert wf.current_result() == Completed({**state, "trail": ["one", "slow", "three"]}, cid)
+    assert_chained(wf, ["one", "slow", "three"])
+
+
+# -- without a worker --------------------------------------------------------------------- #
+
+
+@step("a")
+def step_a(state: str) -> Any:
+    return advance(state + ":a")
+
+
+@step("b")
+def step_b(state: str) -> Any:
+    return hibernate(state + ":b")
+
+
+@step("c")
+def step_c(state: str, ctx: Any) -> Any:
+    return advance(f"{state}:c={ctx.input}")
+
+
+@contextlib.contextmanager
+def current_app(app: Celery) -> Iterator[None]:
+    previous = celery_state.get_current_app()
+    app.set_current()
+    try:
+        yield
+    finally:
+        previous.set_current()
+
+
+@pytest.fixture
+def local_workflow() -> Iterator[Any]:
+    """A registered three-step workflow (a, b hibernates, c) on an in-memory store."""
+    definition = Workflow.define("fw-local", [step_a, step_b, step_c], InMemorySnapshotStore())
+    yield definition
+    workflow_registry.unregister("fw-local")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_broker_falls_back_to_in_process_and_logs_it(local_workflow, caplog):
+    app = Celery("fw-wf-down", broker="redis://127.0.0.1:1/0", fixups=[], set_as_current=False)
+    probes: list[Any] = []
+    connection_for_write = app.connection_for_write
+
+    def probe(*args: Any, **kwargs: Any) -> Any:
+        probes.append(kwargs)
+        return connection_for_write(*args, **kwargs)
+
+    app.connection_for_write = probe  # type: ignore[method-assign]
+    with (
+        current_app(app),
+        execution("celery"),
+        caplog.at_level(logging.DEBUG, "flowwarden_django"),
+    ):
+        provider = configured_provider()
+        assert isinstance(provider, CeleryExecutionProvider)
+        assert provider.app is app
+        first, second = (local_workflow.workflow(uuid.uuid4().hex) for _ in range(2))
+        assert first.run("s") == Hibernated("s:a:b", first.coordination_id, "b")
+        assert first.resume(input=1) == Completed("s:a:b:c=1", first.coordination_id)
+        assert second.run("t") == Hibernated("t:a:b", second.coordination_id, "b")
+    app.close()
+
+    assert len(probes) == 1  # the failed check is remembered
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        "workflow execution provider 'celery' failed its health check "
+        "(BrokerUnavailableError('broker redis://"
+    )
+    assert "127.0.0.1:1/0 is unreachable: " in warnings[0]
+    assert warnings[0].endswith("; running workflows in-process instead")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_or_stray_step_task_changes_nothing(local_workflow):
+    """The guard runs under the task's claim: a task for an old head, or a chained or
+    recovery task on a paused run, is dropped without running a step or leaving its
+    input on the run; only the ``run`` task for the current head continues it."""
+    cid = uuid.uuid4().hex
+    wf = local_workflow.workflow(cid)
+    assert wf.run_local("s") == Hibernated("s:a:b", cid, "b")
+    head = wf.run_record().head_snapshot_id
+    old_head = wf.history()[1].id
+
+    def apply(**kwargs: Any) -> dict[str, Any]:
+        kwargs = {"coordination_id": cid, "workflow": "fw-local", **kwargs}
+        return fw_tasks.run_workflow_step.apply(kwargs=kwargs).get()
+
+    for origin in (Origin.NEXT, Origin.RECOVER):
+        outcome = apply(head=head, origin=origin, input="no")
+        assert outcome["status"] == "dropped"
+        assert "the run is hibernated" in outcome["reason"]
+    outcome = apply(head=old_head, origin=Origin.RUN, input="no")
+    assert outcome["status"] == "dropped"
+    assert f"moved on from snapshot {old_head}" in outcome["reason"]
+    assert apply(coordination_id="no-such-run", head=head)["status"] == "dropped"
+
+    record = wf.run_record()
+    assert (record.status, record.head_snapshot_id, record.resume_input, record.runner) == (
+        RunStatus.HIBERNATED,
+        head,
+        None,
+        "",
+    )
+    assert len(wf.history()) == 3
+
+    # The last step completes the run: nothing is queued after it.
+    assert apply(head=head, origin=Origin.RUN, input="yes")["status"] == RunStatus.COMPLETED
+    assert wf.current_result() == Completed("s:a:b:c=yes", cid)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweep_recovers_running_runs_without_a_live_claim_once(local_workflow):
+    def seeded(status: str, runner: str = "", claimed_for: timedelta | None = None) -> str:
+        cid = f"{status}-{runner or 'free'}-{uuid.uuid4().hex[:6]}"
+        local_workflow.workflow(cid).seed("s")
+        WorkflowRun.objects.filter(pk=cid).update(
+            status=status,
+            runner=runner,
+            claimed_until=None if claimed_for is None else timezone.now() + claimed_for,
+            updated_at=timezone.now() - timedelta(minutes=5),
+        )
+        return cid
+
+    unclaimed = seeded(RunStatus.RUNNING)
+    expired = seeded(RunStatus.RUNNING, "dead-worker", timedelta(seconds=-1))
+    seeded(RunStatus.RUNNING, "live-worker", timedelta(minutes=1))
+    for status in (RunStatus.HIBERNATED, RunStatus.WAITING, RunStatus.COMPLETED):
+        seeded(status)
+    seeded(RunStatus.FAILED, "dead-worker", timedelta(seconds=-1))
+    WorkflowRun.objects.create(
+        coordination_id="unknown-workflow",
+        workflow_name="not-defined-here",
+        status=RunStatus.RUNNING,
+        created_at=timezone.now(),
+        updated_at=timezone.now() - timedelta(minutes=5),
+    )
+
+    queued: list[WorkflowRun] = []
+    age = timedelta(minutes=1)
+    assert recover_stalled_runs(queued.append, older_than=age) == [unclaimed, expired]
+    assert [r.coordination_id for r in queued] == [unclaimed, expired]
+    # Idempotent: the runs it queued are not stalled again until another minute passes.
+    assert recover_stalled_runs(queued.append, older_than=age) == []
+    assert len(queued) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_publish_is_reported_and_the_next_runs_go_in_process(local_workflow, caplog):
+    """A broker error never reaches the caller of ``run()``: the run is seeded and
+    ``running`` (the recovery sweep queues its step), the failure is logged once per
+    outage, and the provider reports itself unavailable for ``failure_ttl``."""
+    from flowwarden_django.integrations.celery.provider import publish_failures
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionRefusedError("the broker went away")
+
+    app = Celery("fw-wf-publish", broker="memory://", fixups=[], set_as_current=False)
+    app.send_task = refuse  # type: ignore[method-assign]
+    provider = CeleryExecutionProvider(app=app)
+    assert provider.is_available()
+    wf = local_workflow.workflow(uuid.uuid4().hex)
+    publish_failures.succeeded()  # a clean slate
+    with caplog.at_level(logging.ERROR, "flowwarden_django"):
+        assert provider.run(wf, "s") == Running("s", wf.coordination_id, "")
+    assert (wf.status(), len(wf.history())) == (RunStatus.RUNNING, 1)
+    assert "queueing a step" in caplog.text and "failed: ConnectionRefusedError" in caplog.text
+    with pytest.raises(BrokerUnavailableError, match="publishing a workflow step failed"):
+        provider.is_available()
+
+    other = local_workflow.workflow(uuid.uuid4().hex)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, "flowwarden_django"), transaction.atomic():
+        assert provider.run(other, "t") == Running("t", other.coordination_id, "")
+        assert caplog.records == []
+    # The same outage: no second traceback.
+    assert caplog.records == [] and other.status() == RunStatus.RUNNING
+    publish_failures.succeeded()
+    app.close()
+
+
+class Retry(Exception):
+    """What the fake task's ``retry`` raises."""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_meeting_a_live_claim_retries_when_it_ends(local_workflow):
+    """A requeued task whose run is still claimed (by a pool child that was killed,
+    say) retries once the claim's lease is over, at most ``CONFLICT_RETRIES`` times;
+    a task that lost its own claim, or a snapshot race, is dropped instead."""
+    cid = uuid.uuid4().hex
+    wf = local_workflow.workflow(cid)
+    wf.seed("s")
+    head = wf.run_record().head_snapshot_id
+    RunRecords().claim(cid, "dead-child", timedelta(seconds=60))
+    countdowns: list[float] = []
+
+    def retry(countdown: float) -> None:
+        countdowns.append(countdown)
+        raise Retry
+
+    def task(retries: int) -> Any:
+        return SimpleNamespace(request=SimpleNamespace(retries=retries), retry=retry, app=None)
+
+    with pytest.raises(Retry):
+        run_step(task(0), cid, workflow="fw-local", head=head, origin=Origin.RUN)
+    assert len(countdowns) == 1
+    assert 1 < countdowns[0] <= 61  # until the claim ends, plus a second
+    outcome = run_step(task(CONFLICT_RETRIES), cid, workflow="fw-local", head=head)
+    assert outcome["status"] == "dropped"
+    assert "is being run by dead-child" in outcome["reason"]
+    assert len(countdowns) == 1
+    assert wf.run_record().runner == "dead-child"  # nothing was taken over
+    assert len(wf.history()) == 1
+
+
+def test_a_step_with_a_timeout_gets_a_hard_time_limit(local_workflow):
+    timed = step("timed", timeout=10, max_retries=2, retry_delay=0.5)(step_a.fn)
+    assert step_time_limit(step_a) is None
+    assert step_time_limit(timed) == 31 + TIME_LIMIT_MARGIN
+    assert step_time_limit(None) is None
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    app = Celery("fw-wf-memory", broker="memory://", fixups=[], set_as_current=False)
+    app.send_task = lambda name, **options: sent.append((name, options))  # type: ignore[method-assign]
+    definition = Workflow.define("fw-timed", [step_a, timed], register=False)
+    send_step(app, definition, "cid", head="h1", last_step="a", origin=Origin.NEXT)
+    send_step(app, definition, "cid", head="h0", last_step="", origin=Origin.RUN, input=7)
+    # Every publication retries a broker that does not answer (kombu's retry policy).
+    assert all(o.pop("retry") is True and o.pop("retry_policy") for _, o in sent)
+    assert sent == [
+        (
+            STEP_TASK,
+            {
+                "kwargs": {
+                    "coordination_id": "cid",
+                    "workflow": "fw-timed",
+                    "head": "h1",
+                    "origin": "next",
+                    "input": None,
+                },
+                "time_limit": 31 + TIME_LIMIT_MARGIN,
+            },
+        ),
+        (
+            STEP_TASK,
+            {
+                "kwargs": {
+                    "coordination_id": "cid",
+                    "workflow": "fw-timed",
+                    "head": "h0",
+                    "origin": "run",
+                    "input": 7,
+                },
+            },
+        ),
+    ]

@@ -1,0 +1,1 @@
+"""Tests of the management commands, ``flowwarden_django.management``."""

@@ -1,0 +1,1 @@
+"""Tests of the sample project and its demo (``sampleproject/``)."""

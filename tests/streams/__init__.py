@@ -1,0 +1,1 @@
+"""Tests of ``flowwarden_django.streams``: runtime, manager, stores and their contracts."""

@@ -1,0 +1,161 @@
+"""The package layout's promises (docs/architecture.md): every import path the README
+shows resolves, the core imports before Django is set up, the deprecated aliases still
+work with a warning, and the package root holds only the app plumbing."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+PACKAGE = ROOT / "flowwarden_django"
+
+#: ``from flowwarden_django... import a, b`` or ``import (a, b)`` across lines.
+IMPORT = re.compile(r"^\s*from (flowwarden_django[\w.]*) import (\([^)]*\)|[^\n]+)", re.M)
+#: Dotted names the README writes in prose or settings.
+DOTTED = re.compile(r"\bflowwarden_django(?:\.\w+)+")
+CHECK_ID = re.compile(r"^flowwarden_django\.[EW](\d+|\d*x)$")
+
+
+def readme_imports() -> list[tuple[str, str]]:
+    pairs = []
+    for module, names in IMPORT.findall(README):
+        for name in names.strip("()").replace("\n", " ").split(","):
+            name = name.split("#")[0].split(" as ")[0].strip()
+            if name:
+                pairs.append((module, name))
+    return sorted(set(pairs))
+
+
+def resolve(dotted: str) -> object:
+    """Import the longest importable module prefix of *dotted*, then get the rest."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            target = getattr(target, attribute)
+        return target
+    raise ModuleNotFoundError(dotted)
+
+
+@pytest.mark.parametrize(("module", "name"), readme_imports())
+def test_readme_import_statements_resolve(module: str, name: str) -> None:
+    assert hasattr(importlib.import_module(module), name), f"from {module} import {name}"
+
+
+def test_readme_shows_import_statements() -> None:
+    assert len(readme_imports()) >= 10
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_every_dotted_name_in_the_readme_is_a_path_a_permission_a_task_or_a_check() -> None:
+    from celery import current_app
+    from django.apps import apps
+
+    import flowwarden_django.tasks  # noqa: F401  (registers the shared tasks)
+
+    permissions = set()
+    for model in apps.get_app_config("flowwarden_django").get_models():
+        codenames = [
+            f"{action}_{model._meta.model_name}" for action in model._meta.default_permissions
+        ]
+        codenames += [codename for codename, _ in model._meta.permissions]
+        permissions.update(f"flowwarden_django.{codename}" for codename in codenames)
+    tasks = set(current_app.tasks)
+    unresolved = []
+    for dotted in sorted(set(DOTTED.findall(README))):
+        if CHECK_ID.match(dotted) or dotted in permissions or dotted in tasks:
+            continue
+        try:
+            resolve(dotted)
+        except (ImportError, AttributeError) as exc:
+            unresolved.append(f"{dotted}: {exc}")
+    assert not unresolved
+
+
+@pytest.mark.django_db
+def test_permissions_named_in_the_readme_exist() -> None:
+    from django.contrib.auth.models import Permission
+
+    for codename in ("decide_approval", "view_approval", "view_workflowrun", "control_stream"):
+        assert Permission.objects.filter(
+            content_type__app_label="flowwarden_django", codename=codename
+        ).exists()
+
+
+def test_the_core_and_the_celery_integration_import_before_django_is_set_up() -> None:
+    """A project's Celery app module, settings-time code or models may import these
+    while the app registry is still loading: no model may be imported at module level."""
+    code = (
+        "import flowwarden_django.streams, flowwarden_django.workflows, "
+        "flowwarden_django.workflows.approvals, flowwarden_django.integrations.celery, "
+        "flowwarden_django.testkit, flowwarden_django.tasks\n"
+        "from django.apps import apps\n"
+        "assert not apps.ready, 'the imports set Django up'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "names"),
+    [
+        ("flowwarden_django.celery", "flowwarden_django.integrations.celery", ["install"]),
+        (
+            "flowwarden_django.prometheus",
+            "flowwarden_django.integrations.prometheus",
+            ["REGISTRY", "FlowwardenCollector", "install_receivers"],
+        ),
+    ],
+)
+def test_deprecated_aliases_warn_and_give_the_same_objects(
+    old: str, new: str, names: list[str]
+) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+        alias = importlib.import_module(old)
+    current = importlib.import_module(new)
+    for name in names:
+        assert getattr(alias, name) is getattr(current, name)
+
+
+def test_the_package_root_holds_only_the_app_plumbing() -> None:
+    plumbing = {
+        "__init__", "apps", "models", "checks", "conf", "urls", "views", "signals",
+        "exceptions", "tasks",
+    }  # fmt: skip
+    deprecated_aliases = {"celery", "prometheus"}  # removed in 0.2
+    modules = {path.stem for path in PACKAGE.glob("*.py")}
+    assert modules == plumbing | deprecated_aliases
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    assert packages == {
+        "admin", "api", "common", "integrations", "management", "migrations", "streams",
+        "testkit", "workflows",
+    }  # fmt: skip
+
+
+def test_the_import_contracts_hold() -> None:
+    """The same check ``make test`` runs first, so a plain ``pytest`` catches a cycle."""
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run(
+        [str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-3000:]

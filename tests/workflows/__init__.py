@@ -1,0 +1,1 @@
+"""Tests of ``flowwarden_django.workflows``: engine, snapshots, approvals, providers."""
