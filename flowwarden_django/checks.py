@@ -30,6 +30,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 from .common.backend_aliases import BackendAliases
 from .conf import DEFAULTS, SETTING_NAME, fw_settings
@@ -253,10 +254,15 @@ def check_workflow_execution(app_configs: Any = None, **kwargs: Any) -> list[che
         return [
             checks.Error(
                 str(exc),
-                hint='Use "inprocess", "celery" or the dotted path of an ExecutionProvider.',
+                hint='Use "inprocess", "celery", "temporal" or the dotted path of an '
+                "ExecutionProvider.",
                 id="flowwarden_django.E202",
             )
         ]
+    except ImproperlyConfigured as exc:
+        if _uses_temporal():
+            return []  # check_temporal names each problem of the TEMPORAL setting
+        return [checks.Error(str(exc), id="flowwarden_django.E202")]
     if getattr(provider, "name", "") != "celery" or getattr(provider, "_app", None) is not None:
         return []
     from celery import _state
@@ -272,6 +278,42 @@ def check_workflow_execution(app_configs: Any = None, **kwargs: Any) -> list[che
             id="flowwarden_django.W202",
         )
     ]
+
+
+def _uses_temporal() -> bool:
+    value = getattr(settings, SETTING_NAME, {}).get("WORKFLOW_EXECUTION")
+    return value == "temporal" or (
+        isinstance(value, str) and value.startswith("flowwarden_django.integrations.temporal.")
+    )
+
+
+@checks.register()
+def check_temporal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E203 for each problem of ``FLOWWARDEN["TEMPORAL"]``; E204 when
+    ``WORKFLOW_EXECUTION`` is ``"temporal"`` and temporalio is not installed."""
+    from .integrations.temporal.config import parse
+
+    configured = getattr(settings, SETTING_NAME, {})
+    if not isinstance(configured, Mapping):
+        return []
+    messages: list[checks.CheckMessage] = [
+        checks.Error(
+            problem,
+            hint='See "Workflows on Temporal" in the README for the keys and their forms.',
+            id="flowwarden_django.E203",
+        )
+        for problem in parse(configured.get("TEMPORAL"))[1]
+    ]
+    if _uses_temporal() and find_spec("temporalio") is None:
+        messages.append(
+            checks.Error(
+                f'{SETTING_NAME}["WORKFLOW_EXECUTION"] is "temporal", but the Temporal SDK '
+                "(temporalio) is not installed.",
+                hint='pip install "flowwarden-django[temporal]"',
+                id="flowwarden_django.E204",
+            )
+        )
+    return messages
 
 
 @checks.register(deploy=True)

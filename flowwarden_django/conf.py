@@ -39,8 +39,11 @@ DEFAULTS: dict[str, Any] = {
     "CELERY_RUN_STREAMS": False,
     # Workflow snapshot stores by alias, shaped like CHECKPOINT_STORES.
     "SNAPSHOT_STORES": {"default": {"BACKEND": DEFAULT_SNAPSHOT_BACKEND}},
-    # Where workflow steps run: "inprocess", "celery" or an ExecutionProvider dotted path.
+    # Where workflow steps run: "inprocess", "celery", "temporal" or an ExecutionProvider
+    # dotted path.
     "WORKFLOW_EXECUTION": "inprocess",
+    # FLOWWARDEN["TEMPORAL"]: the Temporal provider (integrations/temporal/config.py).
+    "TEMPORAL": {},
     # How long a runner's claim on a workflow run lasts; renewed before each step.
     "WORKFLOW_RUN_LEASE": "10m",
     # The recovery sweep continues a running run that no runner holds and that has not

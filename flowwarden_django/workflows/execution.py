@@ -41,6 +41,7 @@ SETTING = f'{SETTING_NAME}["WORKFLOW_EXECUTION"]'
 PROVIDER_ALIASES = {
     "inprocess": "flowwarden_django.workflows.execution.InProcessProvider",
     "celery": "flowwarden_django.integrations.celery.provider.CeleryExecutionProvider",
+    "temporal": "flowwarden_django.integrations.temporal.provider.TemporalExecutionProvider",
 }
 
 
@@ -90,12 +91,19 @@ class ExecutionProvider(ABC):
       first (``workflow.seed(initial_state)``), queues the work (each step can be
       ``run_local(input=..., max_steps=1)`` in a worker, with the workflow rebuilt by
       ``Workflow.for_coordination(cid)``) and returns ``Running``.
+    * ``run_changed(coordination_id, using)``: the run changed outside its steps (a
+      fork); a provider that waits on its own (Temporal: a waiting run's expiry timer)
+      re-reads it. Called once the change has committed; by default nothing happens.
     """
 
     name: ClassVar[str] = ""
 
     def is_available(self) -> bool:
         return True
+
+    def run_changed(self, coordination_id: str, using: str) -> None:
+        """The run changed outside its steps (see the class docstring)."""
+        return None
 
     @abstractmethod
     def run(

@@ -3,15 +3,22 @@ run's record and to an approval it was waiting for."""
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
 
 from .approvals.request import request_approval, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
+from .execution import configured_provider
 from .runs import RunRecords
 
 if TYPE_CHECKING:
     from .snapshot import WorkflowSnapshot
     from .store import SnapshotStore
+
+logger = logging.getLogger("flowwarden_django.workflows")
 
 
 def fork_snapshot(
@@ -37,4 +44,14 @@ def fork_snapshot(
     elif runs.wait_at(cid, forked.id):
         request_approval(forked, request, using=runs.db)
     cancel_stale_approvals(using=runs.db, coordination_id=cid)
+    transaction.on_commit(partial(_tell_provider, cid, runs.db), using=runs.db)
     return forked
+
+
+def _tell_provider(coordination_id: str, using: str) -> None:
+    try:
+        configured_provider().run_changed(coordination_id, using)
+    except Exception:  # the fork is made; the provider catches up on the next wake
+        logger.warning(
+            "run %s was forked; telling its provider failed", coordination_id, exc_info=True
+        )

@@ -52,14 +52,21 @@ def sweep_approvals(
 
 
 def expire_due_approvals(
-    *, now: datetime | None = None, using: str | None = None, limit: int = 500
+    *,
+    now: datetime | None = None,
+    using: str | None = None,
+    limit: int = 500,
+    coordination_id: str | None = None,
 ) -> list[str]:
-    """Expire pending approvals whose ``expires_at`` has passed; their ids."""
+    """Expire pending approvals whose ``expires_at`` has passed (of one run with
+    *coordination_id*: its durable timer fired); their ids."""
     db = RunRecords(using).db
     now = now or timezone.now()
     due = models.Approval.objects.using(db).filter(
         status=models.Approval.Status.PENDING, expires_at__lte=now
     )
+    if coordination_id is not None:
+        due = due.filter(coordination_id=coordination_id)
     expired = []
     for pk in due.order_by("expires_at").values_list("pk", flat=True)[:limit]:
         try:

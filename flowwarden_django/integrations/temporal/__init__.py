@@ -1,0 +1,16 @@
+"""Temporal integration: ``FLOWWARDEN["WORKFLOW_EXECUTION"] = "temporal"`` (the
+``temporal`` extra, temporalio).
+
+* ``provider``: ``TemporalExecutionProvider``: each run is one Temporal workflow
+  execution (workflow id = coordination id), woken by signal-with-start;
+* ``workflow``: that Temporal workflow: one activity per step, durable waits for
+  ``resume``/decisions, and a durable timer for an approval's expiry;
+* ``activities``: a step, an approval's expiry and a run's status, run by
+  ``manage.py flowwarden_temporal_worker`` against the Django database;
+* ``config``: the ``FLOWWARDEN["TEMPORAL"]`` setting; ``connection``: the SDK's client
+  from synchronous code; ``messages``: what the workflow and activities exchange.
+
+The snapshot chain stays the source of truth: the admin, the API, forks and the
+journal work as with any provider. This package's ``__init__`` imports nothing, so the
+workflow sandbox can import ``workflow`` and ``messages`` without Django.
+"""

@@ -1,0 +1,75 @@
+"""What the Temporal workflow and its activities send each other: plain dataclasses,
+safe to import inside the workflow sandbox (no Django, no project code)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+#: Activity names (the worker registers the implementations in ``activities``).
+STEP_ACTIVITY = "flowwarden.step"
+EXPIRE_ACTIVITY = "flowwarden.expire_approval"
+STATUS_ACTIVITY = "flowwarden.status"
+#: The Temporal workflow type and its one signal.
+WORKFLOW_TYPE = "flowwarden.Run"
+WAKE_SIGNAL = "wake"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPolicy:
+    """How Temporal schedules one step's activity: the step's ``max_retries``,
+    ``retry_delay`` and ``timeout`` (``None``: the ``STEP_TIMEOUT`` setting)."""
+
+    max_retries: int = 0
+    retry_delay: float = 0.0
+    timeout: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Wake:
+    """The signal that makes a run's Temporal workflow act.
+
+    ``origin="run"``: ``run()``/``resume(input)``/a decision continues the run (the
+    next step runs even if the run is paused); ``"recover"``: the worker's recovery
+    sweep found the run stalled (continued only if still ``running``); ``"refresh"``:
+    the run changed outside (a fork), so the workflow re-reads what it waits for.
+    """
+
+    origin: str = "run"
+    input: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStart:
+    """The Temporal workflow's argument: which run it drives."""
+
+    coordination_id: str
+    workflow: str
+    using: str | None = None
+    #: Seconds a step without its own ``timeout`` may take (start-to-close).
+    step_timeout: float = 600.0
+    #: Seconds without a heartbeat after which a step's worker is taken for dead.
+    heartbeat_timeout: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRequest:
+    """One step activity: continue *coordination_id* by one step."""
+
+    coordination_id: str
+    workflow: str
+    origin: str
+    input: Any = None
+    using: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+    """Where a run stands after an activity: its status, the policy of its next step,
+    and the expiry of the approval it waits for (ISO 8601, UTC)."""
+
+    status: str
+    last_step: str = ""
+    next_policy: StepPolicy | None = None
+    expires_at: str | None = None
+    detail: str = ""

@@ -1,0 +1,170 @@
+"""``FLOWWARDEN["WORKFLOW_EXECUTION"] = "temporal"``: each run is one Temporal workflow
+execution whose workflow id is the coordination id, each step one activity.
+
+``run()``/``resume(input)`` seed the run and, once the caller's transaction commits,
+*signal-with-start* the run's Temporal workflow with a ``wake``: Temporal starts it
+when it is not running, or signals the one that is, so a run never has two. A decision
+on an approval continues the run the same way; a fork sends a ``refresh`` wake (the
+waiting run re-reads its approval's expiry). ``is_available()`` asks the server's
+health; while it does not answer, runs fall back to the in-process engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+
+from ...common.failure_log import FailureLog
+from ...workflows.execution import ExecutableWorkflow, ExecutionProvider
+from ...workflows.metadata import LAST_STEP
+from ...workflows.registry import workflow_registry
+from ...workflows.results import Running, WorkflowResult
+from ...workflows.runs import RunStatus
+from .config import TemporalConfig
+from .connection import TemporalConnection
+from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, RunStart, Wake
+
+logger = logging.getLogger("flowwarden_django.temporal")
+
+
+class TemporalUnavailableError(ConnectionError):
+    """The Temporal server did not answer the provider's health check."""
+
+
+#: Wakes that could not be sent (logged once per outage).
+wake_failures = FailureLog(
+    logger,
+    "workflows on Temporal: starting or signalling a run's workflow",
+    level=logging.ERROR,
+)
+
+
+class TemporalExecutionProvider(ExecutionProvider):
+    """Runs workflows on Temporal (see the module docstring). Only workflows declared
+    with ``Workflow.define`` can run here: the worker rebuilds them by name. Inputs
+    (``resume(input=...)``) must be JSON-serialisable."""
+
+    name = "temporal"
+    #: Seconds a failed health check is trusted (runs meanwhile go in-process).
+    failure_ttl: float = 2.0
+    #: Seconds a good health check is trusted.
+    success_ttl: float = 5.0
+
+    def __init__(self, config: TemporalConfig | None = None) -> None:
+        self.config = config or TemporalConfig.from_settings()
+        self.connection = TemporalConnection(self.config)
+        self._lock = threading.Lock()
+        self._last_check: tuple[float, str] | None = None
+
+    def is_available(self) -> bool:
+        """True when the server answers; ``TemporalUnavailableError`` (why) when not."""
+        with self._lock:
+            last = self._last_check
+        if last is not None:
+            checked_at, error = last
+            if time.monotonic() - checked_at < (self.failure_ttl if error else self.success_ttl):
+                if error:
+                    raise TemporalUnavailableError(error)
+                return True
+        error = self._check()
+        self._remember(error)
+        if error:
+            raise TemporalUnavailableError(error)
+        return True
+
+    def _check(self) -> str:
+        try:
+            healthy = self.connection.call(
+                lambda client: client.service_client.check_health(),
+                timeout=self.config.connect_timeout + 1,
+            )
+        except Exception as exc:
+            self.connection.close()  # reconnect from scratch next time
+            return f"Temporal at {self.config.target} is unreachable: {type(exc).__name__}: {exc}"
+        return "" if healthy else f"Temporal at {self.config.target} is not serving"
+
+    def _remember(self, error: str) -> None:
+        with self._lock:
+            self._last_check = (time.monotonic(), error)
+
+    def run(
+        self, workflow: ExecutableWorkflow, initial_state: Any = None, input: Any = None
+    ) -> WorkflowResult:
+        """Seed the run, wake its Temporal workflow on commit, return ``Running`` (or the
+        current result of a completed run, or of a waiting run given no input)."""
+        definition = workflow_registry.get(workflow.name)
+        head = workflow.seed(initial_state)
+        record = workflow.run_record()
+        assert record is not None  # seed() made it
+        if record.status == RunStatus.COMPLETED or (
+            record.status == RunStatus.WAITING
+            and input is None
+            and record.head_snapshot_id == head.id
+        ):
+            result = workflow.current_result()
+            assert result is not None
+            return result
+        start = RunStart(
+            workflow.coordination_id,
+            definition.name,
+            definition.using,
+            step_timeout=self.config.step_timeout,
+            heartbeat_timeout=self.config.heartbeat_timeout,
+        )
+        wake = partial(self._wake_after_commit, start, Wake("run", input))
+        transaction.on_commit(wake, using=workflow.runs.db)
+        return Running(head.state, workflow.coordination_id, head.metadata.get(LAST_STEP, ""))
+
+    def run_changed(self, coordination_id: str, using: str) -> None:
+        """A fork: wake the run's Temporal workflow to re-read what it waits for (only
+        if one is running: a fork alone starts nothing)."""
+        from ...workflows.runs import RunRecords
+
+        record = RunRecords(using).get(coordination_id)
+        if record is None or record.workflow_name not in workflow_registry:
+            return
+
+        async def refresh(client: Any) -> None:
+            from temporalio.service import RPCError
+
+            # RPCError: no workflow running for the run, so nothing waits.
+            with contextlib.suppress(RPCError):
+                await client.get_workflow_handle(coordination_id).signal(
+                    WAKE_SIGNAL, Wake("refresh")
+                )
+
+        try:
+            self.connection.call(refresh)
+        except Exception as exc:
+            wake_failures.failed(exc)
+
+    def wake(self, start: RunStart, wake: Wake) -> None:
+        """Signal-with-start the run's Temporal workflow (raises when that fails)."""
+
+        async def signal_with_start(client: Any) -> None:
+            await client.start_workflow(
+                WORKFLOW_TYPE,
+                start,
+                id=start.coordination_id,
+                task_queue=self.config.task_queue,
+                start_signal=WAKE_SIGNAL,
+                start_signal_args=[wake],
+            )
+
+        self.connection.call(signal_with_start)
+
+    def _wake_after_commit(self, start: RunStart, wake: Wake) -> None:
+        try:
+            self.wake(start, wake)
+        except Exception as exc:
+            # The next runs go in-process until the server answers a check again.
+            self._remember(f"waking run {start.coordination_id} on Temporal failed: {exc}")
+            wake_failures.failed(exc)
+        else:
+            wake_failures.succeeded()

@@ -1,0 +1,146 @@
+"""The Temporal worker of flowwarden workflows, as ``flowwarden_temporal_worker`` runs
+it: the run workflow and its activities on one task queue, plus the recovery sweep
+that wakes runs nothing is advancing (a wake that could not be sent, say)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from ...workflows.recovery import recover_stalled_runs
+from .activities import ACTIVITIES
+from .config import TemporalConfig
+from .messages import RunStart, Wake
+from .workflow import RunWorkflow
+
+logger = logging.getLogger("flowwarden_django.temporal")
+
+
+async def connect(config: TemporalConfig, *, retry_every: float = 2.0) -> Any:
+    """A client of the configured server, waiting (and saying so) until it answers."""
+    from temporalio.client import Client
+
+    announced = False
+    while True:
+        try:
+            return await asyncio.wait_for(
+                Client.connect(config.target, namespace=config.namespace),
+                config.connect_timeout,
+            )
+        except Exception as exc:
+            if not announced:
+                logger.warning(
+                    "Temporal at %s does not answer (%s); retrying every %.0f s",
+                    config.target,
+                    exc,
+                    retry_every,
+                )
+                announced = True
+            await asyncio.sleep(retry_every)
+
+
+def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> Any:
+    """The SDK worker: the run workflow (sandboxed; the app's modules pass through)
+    and the activities on a pool of *concurrency* threads."""
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    restrictions = SandboxRestrictions.default.with_passthrough_modules("flowwarden_django")
+    return Worker(
+        client,
+        task_queue=config.task_queue,
+        workflows=[RunWorkflow],
+        activities=list(ACTIVITIES),
+        activity_executor=ThreadPoolExecutor(concurrency, thread_name_prefix="flowwarden-step"),
+        max_concurrent_activities=concurrency,
+        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+        graceful_shutdown_timeout=timedelta(seconds=30),
+    )
+
+
+def recover(config: TemporalConfig, client_call: Any) -> list[str]:
+    """Wake every stalled running run (``workflows.recovery``); the ids woken."""
+    from ...workflows.registry import workflow_registry
+    from .messages import WAKE_SIGNAL, WORKFLOW_TYPE
+
+    def enqueue(run: Any) -> None:
+        definition = workflow_registry.get(run.workflow_name)
+        start = RunStart(
+            run.coordination_id,
+            definition.name,
+            definition.using,
+            step_timeout=config.step_timeout,
+            heartbeat_timeout=config.heartbeat_timeout,
+        )
+
+        async def signal_with_start(client: Any) -> None:
+            await client.start_workflow(
+                WORKFLOW_TYPE,
+                start,
+                id=start.coordination_id,
+                task_queue=config.task_queue,
+                start_signal=WAKE_SIGNAL,
+                start_signal_args=[Wake("recover")],
+            )
+
+        client_call(signal_with_start)
+
+    return recover_stalled_runs(enqueue)
+
+
+async def serve(
+    config: TemporalConfig,
+    *,
+    concurrency: int,
+    recover_every: float | None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the worker until SIGTERM/SIGINT (or *stop*), then shut down gracefully:
+    steps in flight finish (up to 30 s) before the process ends."""
+    from django.db import close_old_connections
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    client = await connect(config)
+    worker = build_worker(client, config, concurrency=concurrency)
+
+    def call(operation: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(operation(client), loop).result(config.call_timeout)
+
+    def _recover_in_thread(config: TemporalConfig, call: Any) -> list[str]:
+        close_old_connections()
+        try:
+            return recover(config, call)
+        finally:
+            close_old_connections()
+
+    async def sweep_forever() -> None:
+        while recover_every:
+            await asyncio.sleep(recover_every)
+            try:
+                woken = await asyncio.to_thread(_recover_in_thread, config, call)
+            except Exception:
+                logger.exception("the recovery sweep failed; it runs again in %s s", recover_every)
+                continue
+            if woken:
+                logger.info("recovery sweep: woke %d stalled run(s): %s", len(woken), woken)
+
+    logger.info(
+        "flowwarden Temporal worker: %s, namespace %s, task queue %s, %d step(s) at once",
+        config.target,
+        config.namespace,
+        config.task_queue,
+        concurrency,
+    )
+    async with worker:
+        sweeper = asyncio.create_task(sweep_forever())
+        await stop.wait()
+        sweeper.cancel()
+        logger.info("flowwarden Temporal worker: stopping (steps in flight finish first)")
+    logger.info("flowwarden Temporal worker: stopped")

@@ -1,0 +1,112 @@
+"""The Temporal workflow that drives one flowwarden run.
+
+It runs one activity per step and, while the run is paused, waits for a ``wake``
+signal (``run()``, ``resume(input)``, a decision, a fork) or for the expiry of the
+approval the run waits for: a durable Temporal timer, so a run waiting for days holds
+no worker slot and no thread. The snapshot chain in the Django database stays the
+source of truth: the activities read and write it through the engine, and this
+workflow only decides when the next one runs. Deterministic by construction: it
+imports nothing but ``messages`` and reads time only through ``workflow.now()``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from .messages import (
+        EXPIRE_ACTIVITY,
+        STATUS_ACTIVITY,
+        STEP_ACTIVITY,
+        WAKE_SIGNAL,
+        WORKFLOW_TYPE,
+        RunReport,
+        RunStart,
+        StepPolicy,
+        StepRequest,
+        Wake,
+    )
+
+#: Statuses after which the Temporal workflow ends (a later ``run()`` starts another).
+FINAL = ("completed", "failed")
+#: Statuses of a paused run: the workflow waits for a wake or the approval's expiry.
+PAUSED = ("hibernated", "waiting")
+#: Activities that only read or expire (not steps): short, retried until they work.
+QUICK = timedelta(seconds=60)
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class RunWorkflow:
+    """One flowwarden run as a Temporal workflow (workflow id = coordination id)."""
+
+    def __init__(self) -> None:
+        self._wakes: list[Wake] = []
+
+    @workflow.signal(name=WAKE_SIGNAL)
+    def wake(self, wake: Wake) -> None:
+        self._wakes.append(wake)
+
+    @workflow.run
+    async def run(self, start: RunStart) -> str:
+        report = RunReport(status="hibernated")  # nothing runs before the first wake
+        while True:
+            if self._wakes:
+                wake = self._wakes.pop(0)
+                if wake.origin == "refresh":
+                    report = await self._quick(STATUS_ACTIVITY, start)
+                else:
+                    # "run": run()/resume()/a decision may continue a paused run; a
+                    # "recover" wake (the worker's sweep) continues a running one only.
+                    origin = "run" if wake.origin == "run" else "next"
+                    report = await self._step(start, report.next_policy, origin, wake.input)
+            elif report.status == "running":
+                report = await self._step(start, report.next_policy, "next", None)
+            elif report.status in FINAL:
+                return report.status
+            else:
+                timeout = self._until(report.expires_at)
+                try:
+                    await workflow.wait_condition(lambda: bool(self._wakes), timeout=timeout)
+                except TimeoutError:
+                    report = await self._quick(EXPIRE_ACTIVITY, start)
+
+    def _until(self, expires_at: str | None) -> timedelta | None:
+        if expires_at is None:
+            return None
+        remaining = datetime.fromisoformat(expires_at) - workflow.now()
+        # A little late rather than early: an approval is expired only once due.
+        return max(remaining, timedelta(0)) + timedelta(milliseconds=100)
+
+    async def _step(
+        self, start: RunStart, policy: StepPolicy | None, origin: str, input: object
+    ) -> RunReport:
+        policy = policy or StepPolicy()
+        request = StepRequest(start.coordination_id, start.workflow, origin, input, start.using)
+        return await workflow.execute_activity(
+            STEP_ACTIVITY,
+            request,
+            result_type=RunReport,
+            start_to_close_timeout=timedelta(seconds=policy.timeout or start.step_timeout),
+            heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
+            # The step's own retries are counted by the activity (``max_retries``);
+            # Temporal retries every attempt that did not end (a killed worker) too.
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=max(policy.retry_delay, 0.1)),
+                backoff_coefficient=1.0,
+                maximum_interval=timedelta(seconds=max(policy.retry_delay, 0.1) + 30),
+                non_retryable_error_types=["UnknownRunError", "LookupError"],
+            ),
+        )
+
+    async def _quick(self, activity: str, start: RunStart) -> RunReport:
+        request = StepRequest(start.coordination_id, start.workflow, "refresh", None, start.using)
+        return await workflow.execute_activity(
+            activity,
+            request,
+            result_type=RunReport,
+            start_to_close_timeout=QUICK,
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+        )

