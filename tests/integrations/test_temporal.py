@@ -34,7 +34,6 @@ from django.test import override_settings
 
 from flowwarden_django.checks import check_temporal
 from flowwarden_django.integrations.temporal.config import TemporalConfig, parse
-from flowwarden_django.integrations.temporal.connection import TemporalConnection
 from flowwarden_django.integrations.temporal.messages import STATUS_ACTIVITY, STEP_ACTIVITY
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import (
@@ -301,7 +300,12 @@ def test_a_second_start_with_the_same_key_starts_nothing(
 @on_temporal
 @pytest.mark.slow
 def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
-    temporal: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
+    temporal: Any,
+    worker_env: dict[str, str],
+    server: DevServer,
+    log: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # A task queue of this test's own: no other worker may take the slow step.
     queue = f"fw-kill-{uuid.uuid4().hex[:8]}"
@@ -328,11 +332,12 @@ def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
         second.kill()
     counts = Counter(steps_of(log, cid))
     assert counts == {"one": 1, "slow": 2, "three": 1}
-    print(
-        f"\ntemporal SIGKILL: per-step executions {dict(counts)}; "
-        f"completed {took:.1f} s after the kill "
-        f"(heartbeat timeout 2 s, the dead runner's claim {KILL_LEASE:.0f} s)"
-    )
+    with capsys.disabled():  # the figure CI prints (see the README's Temporal section)
+        print(
+            f"\ntemporal SIGKILL: per-step executions {dict(counts)}; "
+            f"completed {took:.1f} s after the kill "
+            f"(heartbeat timeout 2 s, the dead runner's claim {KILL_LEASE:.0f} s)"
+        )
 
 
 @on_temporal

@@ -59,6 +59,9 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
         max_concurrent_activities=concurrency,
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
         graceful_shutdown_timeout=timedelta(seconds=30),
+        # A killed worker's cached runs move to another worker after this (the SDK's
+        # default is 10 s, which a step's retry would wait out).
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
 
 

@@ -36,6 +36,16 @@ FINAL = ("completed", "failed")
 PAUSED = ("hibernated", "waiting")
 #: Activities that only read or expire (not steps): short, retried until they work.
 QUICK = timedelta(seconds=60)
+#: Seconds added to a step's own ``timeout`` for its activity's start-to-close timeout:
+#: the engine times the attempt out itself and records it (claiming the run, writing
+#: the snapshot), so Temporal must not cut it short.
+TIMEOUT_MARGIN = 30.0
+
+
+def _start_to_close(policy: StepPolicy, start: RunStart) -> timedelta:
+    if policy.timeout is None:
+        return timedelta(seconds=start.step_timeout)
+    return timedelta(seconds=policy.timeout + TIMEOUT_MARGIN)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -89,7 +99,7 @@ class RunWorkflow:
             STEP_ACTIVITY,
             request,
             result_type=RunReport,
-            start_to_close_timeout=timedelta(seconds=policy.timeout or start.step_timeout),
+            start_to_close_timeout=_start_to_close(policy, start),
             heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
             # The step's own retries are counted by the activity (``max_retries``);
             # Temporal retries every attempt that did not end (a killed worker) too.
