@@ -457,3 +457,23 @@ def test_single_attempt_mode_raises_before_the_last_attempt_and_fails_at_it() ->
     result = wf.run_local(max_steps=1, attempt=7)  # capped at the last attempt
     assert isinstance(result, Failed) and wf.status() == "failed"
     assert calls == [1, 2, 3]
+
+
+def test_the_worker_command_names_the_fix_for_a_bad_setting() -> None:
+    from django.core.management.base import CommandError
+
+    bad = {"WORKFLOW_EXECUTION": "temporal", "TEMPORAL": {"TARGET": "nowhere"}}
+    with override_settings(FLOWWARDEN=bad), pytest.raises(CommandError) as raised:
+        call_command("flowwarden_temporal_worker")
+    assert "is not host:port" in str(raised.value)
+    assert "Fix the setting" in str(raised.value)
+
+
+def test_the_worker_command_says_how_to_install_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.core.management.base import CommandError
+
+    import flowwarden_django.management.commands.flowwarden_temporal_worker as command
+
+    monkeypatch.setattr(command, "find_spec", lambda name: None)
+    with pytest.raises(CommandError, match=r'pip install "flowwarden-django\[temporal\]"'):
+        call_command("flowwarden_temporal_worker")
