@@ -41,6 +41,7 @@ bench: $(VENV)/.test-installed
 	$(PY) bench/stream_throughput.py
 	$(PY) bench/leader_fencing.py
 	$(PY) bench/workflow_steps.py
+	$(PY) bench/workflow_providers.py
 	$(PY) bench/approval_decisions.py
 	$(PY) bench/snapshot_listing.py
 

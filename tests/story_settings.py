@@ -1,18 +1,16 @@
-"""Settings of the sample's story on PostgreSQL, Celery and Redis.
+"""Settings of the sample's story on PostgreSQL, whatever runs the workflow steps.
 
-Used by ``tests/sample/test_story_celery.py``: the sample project's settings, with
-what production would change:
+The base of ``tests/story_celery_settings.py`` and ``tests/story_temporal_settings.py``
+(the settings of ``tests/sample/test_story_celery.py`` and ``test_story_temporal.py``):
+the sample project's settings, with what production would change:
 
 * the ``default`` database is PostgreSQL: the database ``FLOWWARDEN_STORY_DB_NAME``
   (the test creates it and drops it) on ``FLOWWARDEN_TEST_POSTGRES`` (host:port,
   ``127.0.0.1:5432``) as ``FLOWWARDEN_TEST_POSTGRES_USER`` (``postgres``);
-* workflow steps run on Celery (``WORKFLOW_EXECUTION = "celery"``), one task each;
-* MongoDB is ``FLOWWARDEN_MONGO_URL`` (the test's scripted replica set);
-* the broker is Redis db :data:`BROKER_DB` on ``FLOWWARDEN_TEST_REDIS``, on the
-  queue ``FLOWWARDEN_STORY_QUEUE`` of this test run alone.
+* MongoDB is ``FLOWWARDEN_MONGO_URL`` (the test's scripted replica set).
 
-Every process of the story (``manage.py`` commands, ``runserver``, ``celery worker``)
-runs with these settings.
+Every process of a story (``manage.py`` commands, ``runserver``, the workers) runs
+with the settings of its story.
 """
 
 import os
@@ -20,27 +18,13 @@ import os
 from sampleproject.settings import *  # noqa: F403
 from sampleproject.settings import FLOWWARDEN
 
-#: The Redis database of the story's broker (the other tests use 0, 14 and 15).
-BROKER_DB = 13
 
-
-def _host_port(env: str, default_port: int) -> tuple[str, str]:
+def host_port(env: str, default_port: int) -> tuple[str, str]:
     host, _, port = os.environ.get(env, f"127.0.0.1:{default_port}").rpartition(":")
     return host or "127.0.0.1", port or str(default_port)
 
 
-def transport_options(queue: str) -> dict[str, str]:
-    """The Redis transport options of *queue*: its unacked-message keys are named after
-    it, so that the test can delete everything the run left in Redis."""
-    return {
-        "unacked_key": f"{queue}-unacked",
-        "unacked_index_key": f"{queue}-unacked-index",
-        "unacked_mutex_key": f"{queue}-unacked-mutex",
-    }
-
-
-_pg_host, _pg_port = _host_port("FLOWWARDEN_TEST_POSTGRES", 5432)
-_redis_host, _redis_port = _host_port("FLOWWARDEN_TEST_REDIS", 6379)
+_pg_host, _pg_port = host_port("FLOWWARDEN_TEST_POSTGRES", 5432)
 
 DEBUG = False
 DATABASES = {
@@ -58,7 +42,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 FLOWWARDEN = {
     **FLOWWARDEN,
-    "WORKFLOW_EXECUTION": "celery",
     "MONGO_CLIENTS": {
         "default": {
             "URL": os.environ.get("FLOWWARDEN_MONGO_URL", "mongodb://127.0.0.1:1/"),
@@ -66,15 +49,3 @@ FLOWWARDEN = {
         }
     },
 }
-
-CELERY_BROKER_URL = f"redis://{_redis_host}:{_redis_port}/{BROKER_DB}"
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FLOWWARDEN_STORY_QUEUE", "fw-story")
-CELERY_BROKER_TRANSPORT_OPTIONS = transport_options(CELERY_TASK_DEFAULT_QUEUE)
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# No remote control: nothing of the worker is left in Redis after it stops.
-CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
-
-# As a project's ``proj/__init__.py`` does (``from .celery import app``): every Django
-# process loads the Celery app, so the stream runner and the web server publish the
-# workflow steps with it (``celery.current_app``), not with Celery's default app.
-from tests.story_celery_app import app as celery_app  # noqa: E402, F401

@@ -23,6 +23,7 @@ __all__ = [
     "WAIT",
     "DevServer",
     "TemporalWorker",
+    "executions",
     "free_port",
     "history",
     "history_activities",
@@ -33,6 +34,7 @@ __all__ = [
 WAIT = 60.0
 #: What the worker logs once it polls its task queue.
 WORKER_READY = "flowwarden Temporal worker:"
+
 
 class DevServer:
     """``temporal server start-dev`` on a port of its own, its history in a file."""
@@ -102,7 +104,8 @@ class DevServer:
 
     def describe(self, lines: int = 40) -> str:
         """Its log's tail, for a failure message (as :class:`Service`'s)."""
-        return f"--- the Temporal dev server (log {self.log_path}) ---\n{tail(self.log_tail(), lines)}"
+        text = tail(self.log_tail(), lines)
+        return f"--- the Temporal dev server (log {self.log_path}) ---\n{text}"
 
 
 def _healthy(connection: TemporalConnection) -> bool:
@@ -115,8 +118,8 @@ def _healthy(connection: TemporalConnection) -> bool:
 
 class TemporalWorker(Service):
     """One ``manage.py flowwarden_temporal_worker`` subprocess, logging to a file, with
-    the settings and everything else of *env* (``DJANGO_SETTINGS_MODULE`` among them);
-    started once its log says it polls its task queue."""
+    the settings and everything else of *env* (``DJANGO_SETTINGS_MODULE`` among them).
+    Made once it polls its task queue, unless *wait* is false (then see ``ready``)."""
 
     def __init__(
         self,
@@ -125,10 +128,16 @@ class TemporalWorker(Service):
         options: tuple[str, ...] = ("--no-recovery",),
         *,
         name: str = "the worker",
+        wait: bool = True,
     ) -> None:
         command = ("manage.py", "flowwarden_temporal_worker", "--concurrency", "4", *options)
         super().__init__(name, command, env, log_path)
-        wait_until(lambda: WORKER_READY in self.log(), WAIT, name, [self])
+        if wait:
+            wait_until(self.ready, WAIT, name, [self])
+
+    def ready(self) -> bool:
+        """Whether it polls its task queue (its log says so)."""
+        return WORKER_READY in self.log()
 
     def terminate(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
@@ -144,8 +153,23 @@ class TemporalWorker(Service):
         return self.log()[-3000:]
 
 
+def executions(server: DevServer, query: str) -> list[tuple[str, str]]:
+    """The Temporal workflow executions *query* finds (a visibility query, like
+    ``TaskQueue = 'q'``): (workflow id, status name), one per execution."""
+    connection = TemporalConnection(TemporalConfig(target=server.target))
+
+    async def read(client: Any) -> list[tuple[str, str]]:
+        return [(e.id, e.status.name) async for e in client.list_workflows(query)]
+
+    try:
+        return connection.call(read, 30)
+    finally:
+        connection.close()
+
+
 def history(server: DevServer, cid: str) -> list[Any]:
-    """The events of every Temporal workflow execution of run *cid*, oldest first."""
+    """The events of every Temporal workflow execution of run *cid* (each execution's
+    oldest first)."""
     connection = TemporalConnection(TemporalConfig(target=server.target))
 
     async def read(client: Any) -> list[Any]:

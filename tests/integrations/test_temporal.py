@@ -154,6 +154,23 @@ def wait_for_status(cid: str, statuses: tuple[str, ...], alive: list, timeout: f
     return found["record"]
 
 
+def wait_for_approval(cid: str, alive: list) -> Approval:
+    """The pending approval of waiting run *cid*. The engine requests it just after the
+    step's snapshot and status commit (a crash in between is healed by the sweep's
+    ``restore_missing_approvals``), so a poller may see ``waiting`` first."""
+    wait_for_status(cid, ("waiting",), alive)
+    found: dict[str, Approval] = {}
+
+    def requested() -> bool:
+        approval = Approval.objects.using(DB).filter(coordination_id=cid).first()
+        if approval is not None:
+            found["approval"] = approval
+        return approval is not None
+
+    wait_until(requested, WAIT, f"the approval of run {cid}", alive)
+    return found["approval"]
+
+
 def steps_of(log: str, cid: str) -> list[str]:
     return [e["step"] for e in flows.executions(log) if e["cid"] == cid]
 
@@ -196,8 +213,7 @@ def test_an_approval_decided_through_the_api_completes_the_run(
     from rest_framework.authtoken.models import Token
 
     cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
-    wait_for_status(cid, ("waiting",), [worker, server])
-    approval = Approval.objects.using(DB).get(coordination_id=cid)
+    approval = wait_for_approval(cid, [worker, server])
     with override_settings(DATABASE_ROUTERS=["tests.api.helpers.EverythingOnPostgres"]):
         admin = User.objects.create_superuser("boss", "boss@example.com", "pw")
         key = Token.objects.get_or_create(user=admin)[0].key
@@ -221,8 +237,7 @@ def test_a_rejection_continues_the_run_with_the_decision(
     from flowwarden_django.workflows.approvals import reject
 
     cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
-    wait_for_status(cid, ("waiting",), [worker, server])
-    approval = Approval.objects.using(DB).get(coordination_id=cid)
+    approval = wait_for_approval(cid, [worker, server])
     reject(approval.pk, None, comment="too much", using=DB, check_permission=False)
     wait_for_status(cid, ("completed",), [worker, server])
     final = Workflow.for_coordination(cid, using=DB).current_result()
@@ -238,8 +253,7 @@ def test_a_fork_of_a_waiting_run_asks_again_and_refreshes_the_temporal_workflow(
 
     definition = temporal[flows.APPROVING]
     cid = definition.start({"log": log, "amount": 5}).coordination_id
-    wait_for_status(cid, ("waiting",), [worker, server])
-    old = Approval.objects.using(DB).get(coordination_id=cid)
+    old = wait_for_approval(cid, [worker, server])
     head = definition.store.latest(cid)
     forked = fork_snapshot(definition.store, head.id, {**head.state, "amount": 7}, using=DB)
     wait_until(
@@ -260,8 +274,7 @@ def test_an_approval_expires_by_a_durable_timer_without_the_sweep(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str
 ) -> None:
     cid = temporal[flows.EXPIRING].start({"log": log, "expires_in": 2}).coordination_id
-    wait_for_status(cid, ("waiting",), [worker, server])
-    approval = Approval.objects.using(DB).get(coordination_id=cid)
+    approval = wait_for_approval(cid, [worker, server])
     assert approval.expires_at is not None
     # Nothing here or in the worker (--no-recovery) runs sweep_approvals.
     wait_for_status(cid, ("completed",), [worker, server], timeout=30)
