@@ -1,9 +1,13 @@
 """The event log behind :class:`.scripted_mongo.ScriptedReplicaSet`, and its streams.
 
 One oplog-like list of entries ordered by position, the current documents of every
-collection (for ``updateLookup`` and pre-images), a cluster clock, the parsing of a
+collection (for ``updateLookup``, pre-images and the ``find`` / ``count`` /
+``aggregate`` reads of :mod:`._scripted_query`), a cluster clock, the parsing of a
 change-stream ``aggregate`` and the scan its cursor runs over the log. Nothing in here
 locks: the server calls it under its own lock.
+
+Stored documents are never modified in place (an update stores a new dict), so a
+reader may hold on to one after the lock is released.
 
 Positions are ``(seconds, increment)`` pairs, the two halves of a BSON ``Timestamp``.
 Idle polls "write" no-op positions (they advance the clock but add no entry), so a
@@ -155,6 +159,12 @@ class EventLog:
         self._clock: Position = (start_seconds, 0)
         self.entries: list[LogEntry] = []
         self.documents: dict[tuple[str, str], dict[Any, dict[str, Any]]] = {}
+        # Record ids, the storage order a collection scan ($natural) follows: a document
+        # keeps its id through updates; a re-insert after a delete gets a new, larger one.
+        self.records: dict[tuple[str, str], dict[Any, int]] = {}
+        self._next_record = 0
+        #: Bumped by every change to the stored documents (cursors cache their reads on it).
+        self.version = 0
         # Like a fresh replica set, the oplog begins with one no-op ("initiating set").
         self.oldest: Position = self.tick()
 
@@ -191,17 +201,54 @@ class EventLog:
 
     def _append(self, entry: LogEntry) -> LogEntry:
         self.entries.append(entry)
+        self.version += 1
         return entry
 
-    def insert(self, db: str, coll: str, doc: Mapping[str, Any]) -> LogEntry:
-        """Store *doc* (an ``_id`` is added first when missing) and log an insert."""
+    def _store_new(self, db: str, coll: str, doc: Mapping[str, Any]) -> dict[str, Any]:
         stored = copy_doc(doc) if "_id" in doc else {"_id": ObjectId(), **copy_doc(doc)}
         documents = self._collection(db, coll)
         key = _id_key(stored["_id"])
         if key in documents:
             raise ValueError(f"E11000 duplicate key: {db}.{coll} already has _id {stored['_id']!r}")
         documents[key] = stored
+        self._next_record += 1
+        self.records.setdefault((db, coll), {})[key] = self._next_record
+        return stored
+
+    def insert(self, db: str, coll: str, doc: Mapping[str, Any]) -> LogEntry:
+        """Store *doc* (an ``_id`` is added first when missing) and log an insert."""
+        stored = self._store_new(db, coll, doc)
         return self._append(LogEntry(self.tick(), "insert", db, coll, stored["_id"], post=stored))
+
+    def seed(self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """Store documents that existed before the log's history: no entry, no position.
+
+        All or nothing: a duplicate ``_id`` (among *docs* or with a stored document)
+        raises ``ValueError`` before anything is stored. Returns the ``_id`` values.
+        """
+        documents = self.documents.get((db, coll), {})
+        prepared: dict[Any, dict[str, Any]] = {}
+        for doc in docs:
+            stored = copy_doc(doc) if "_id" in doc else {"_id": ObjectId(), **copy_doc(doc)}
+            key = _id_key(stored["_id"])
+            if key in documents or key in prepared:
+                raise ValueError(
+                    f"E11000 duplicate key: {db}.{coll} already has _id {stored['_id']!r}"
+                )
+            prepared[key] = stored
+        if prepared:
+            first = self._next_record + 1
+            self._collection(db, coll).update(prepared)
+            self.records.setdefault((db, coll), {}).update(
+                zip(prepared, range(first, first + len(prepared)), strict=True)
+            )
+            self._next_record += len(prepared)
+            self.version += 1
+        return [stored["_id"] for stored in prepared.values()]
+
+    def record_ids(self, db: str, coll: str) -> dict[Any, int]:
+        """The record id of every stored document of ``db.coll``, by ``_id`` key."""
+        return self.records.get((db, coll), {})
 
     def insert_many(self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]) -> list[Position]:
         """Log one insert per document; returns their positions."""
@@ -265,11 +312,13 @@ class EventLog:
         """Remove the stored document and log a delete."""
         before_doc = self._existing(db, coll, doc_id)
         del self._collection(db, coll)[_id_key(doc_id)]
+        self.records.get((db, coll), {}).pop(_id_key(doc_id), None)
         return self._append(LogEntry(self.tick(), "delete", db, coll, doc_id, pre=before_doc))
 
     def drop(self, db: str, coll: str) -> tuple[LogEntry, LogEntry]:
         """Log ``drop`` then the ``invalidate`` that closes streams on the collection."""
         self.documents.pop((db, coll), None)
+        self.records.pop((db, coll), None)
         dropped = self._append(LogEntry(self.tick(), "drop", db, coll))
         return dropped, self._append(LogEntry(self.tick(), "invalidate", db, coll))
 
@@ -278,6 +327,7 @@ class EventLog:
         if self.documents.get((db, new_coll)):
             raise ValueError(f"target namespace {db}.{new_coll} exists")
         self.documents[(db, new_coll)] = self.documents.pop((db, coll), {})
+        self.records[(db, new_coll)] = self.records.pop((db, coll), {})
         renamed = self._append(LogEntry(self.tick(), "rename", db, coll, to=(db, new_coll)))
         return renamed, self._append(LogEntry(self.tick(), "invalidate", db, coll))
 

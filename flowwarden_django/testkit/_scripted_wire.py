@@ -200,11 +200,109 @@ def oplog_entry(ts: Timestamp, *, first: bool) -> dict[str, Any]:
     }
 
 
+def _projection_tree(projection: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``(tree, inclusion)`` of a validated projection, ``_id`` handled apart.
+
+    The tree maps each path segment to a subtree or ``True`` (the leaf). Raises
+    ``CommandError`` for what the fake does not model (operators, expressions) and for
+    mixing inclusion and exclusion, as the server does.
+    """
+    tree: dict[str, Any] = {}
+    inclusion: bool | None = None
+    for path, value in projection.items():
+        if isinstance(value, bool) or (isinstance(value, int | float) and value in (0, 1)):
+            included = bool(value)
+        else:
+            raise CommandError(
+                2,
+                f"ScriptedReplicaSet models only 1/0/true/false projections, not "
+                f"{path!r}: {value!r}",
+            )
+        if path == "_id":
+            continue
+        if path.startswith("$") or ".$" in path:
+            raise CommandError(2, f"ScriptedReplicaSet does not model the projection {path!r}")
+        if inclusion is None:
+            inclusion = included
+        elif inclusion and not included:
+            raise CommandError(
+                31254, f"Cannot do exclusion on field {path} in inclusion projection"
+            )
+        elif included and not inclusion:
+            raise CommandError(
+                31253, f"Cannot do inclusion on field {path} in exclusion projection"
+            )
+        node = tree
+        *parents, leaf = path.split(".")
+        for part in parents:
+            child = node.get(part)
+            if child is True:
+                break
+            node = node.setdefault(part, {})
+        else:
+            node[leaf] = True
+    if inclusion is None:
+        # Only _id was named: {_id: 0} excludes it, {_id: 1} keeps only it.
+        return {"_id": True}, bool(projection.get("_id", 1))
+    # The tree names _id when it is kept by an inclusion or dropped by an exclusion.
+    if bool(projection.get("_id", 1)) == inclusion:
+        tree["_id"] = True
+    return tree, inclusion
+
+
+def check_projection(projection: Any) -> None:
+    """Raise ``CommandError`` if :func:`project` cannot apply *projection*."""
+    if projection is None:
+        return
+    if not isinstance(projection, Mapping):
+        raise CommandError(14, "projection must be a document")
+    if projection:
+        _projection_tree(projection)
+
+
+def _include(doc: Mapping[str, Any], tree: Mapping[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for key, value in doc.items():
+        branch = tree.get(key)
+        if branch is None:
+            continue
+        if branch is True:
+            kept[key] = value
+        elif isinstance(value, Mapping):
+            kept[key] = _include(value, branch)
+        elif isinstance(value, list):
+            kept[key] = [_include(item, branch) for item in value if isinstance(item, Mapping)]
+    return kept
+
+
+def _exclude(doc: Mapping[str, Any], tree: Mapping[str, Any]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for key, value in doc.items():
+        branch = tree.get(key)
+        if branch is True:
+            continue
+        if branch is None:
+            kept[key] = value
+        elif isinstance(value, Mapping):
+            kept[key] = _exclude(value, branch)
+        elif isinstance(value, list):
+            kept[key] = [
+                _exclude(item, branch) if isinstance(item, Mapping) else item for item in value
+            ]
+        else:
+            kept[key] = value
+    return kept
+
+
 def project(doc: dict[str, Any], projection: Any) -> dict[str, Any]:
-    """Top-level inclusion or exclusion projection (enough for oplog probes)."""
+    """Apply an inclusion or exclusion projection of 1/0/true/false values.
+
+    As on the server: ``_id`` is kept unless excluded by name, dotted paths reach into
+    sub-documents and arrays of sub-documents, field order is the document's. Other
+    projections (operators, expressions, mixed inclusion and exclusion) raise
+    ``CommandError``; see :func:`check_projection`.
+    """
     if not projection:
         return doc
-    included = {key for key, value in projection.items() if value}
-    if included:
-        return {key: value for key, value in doc.items() if key in included}
-    return {key: value for key, value in doc.items() if key not in projection}
+    tree, inclusion = _projection_tree(projection)
+    return _include(doc, tree) if inclusion else _exclude(doc, tree)

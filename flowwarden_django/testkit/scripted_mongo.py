@@ -1,18 +1,24 @@
 """A stateful, wire-level fake of a single-node MongoDB replica set, for change streams.
 
 :class:`ScriptedReplicaSet` listens on localhost (through ``mockupdb``) and answers the
-real ``pymongo`` driver: the handshake of a replica-set primary, and ``aggregate`` /
-``getMore`` on ``$changeStream`` cursors served from an event log the test appends to.
-Resume tokens, postBatchResumeTokens, history loss, invalidation and error labels
-follow what a MongoDB 6.0+ server does, so ``collection.watch()`` runs the driver's
-real code paths (auto-resume, retryable reads, PBRT tracking) against it.
+real ``pymongo`` driver: the handshake of a replica-set primary, ``aggregate`` /
+``getMore`` on ``$changeStream`` cursors served from an event log the test appends to,
+and the reads an initial sync makes of the current documents (``find`` with its
+cursors, ``count``, ``count_documents``' aggregate). Resume tokens,
+postBatchResumeTokens, history loss, invalidation and error labels follow what a
+MongoDB 6.0+ server does, so ``collection.watch()`` runs the driver's real code paths
+(auto-resume, retryable reads, PBRT tracking) against it.
 
-It is a fake for tests and demos, not a database: there is no query engine, no
-storage, no writes from clients. See ``ScriptedReplicaSet`` for what it models.
+It is a fake for tests and demos, not a database: reads go through a small evaluator
+(see :mod:`._scripted_query`), there is no storage and no writes from clients. See
+``ScriptedReplicaSet`` for what it models.
 
 Run it as a process (for crash tests)::
 
     python -m flowwarden_django.testkit.scripted_mongo --port 0 --events 100 --feed-rate 50
+
+``--seed N`` first stores N documents without events (``_id``/``seq`` 1..N), as a
+collection that existed before the stream's history; the events then continue at N+1.
 """
 
 from __future__ import annotations
@@ -50,6 +56,15 @@ from ._scripted_events import (
     to_timestamp,
 )
 from ._scripted_match import compile_filter
+from ._scripted_query import (
+    DEFAULT_FIRST_BATCH,
+    DocumentCursor,
+    ResultCursor,
+    compile_pipeline,
+    count_command,
+    parse_find,
+    run_pipeline,
+)
 from ._scripted_wire import (
     CommandError,
     build_info_reply,
@@ -61,7 +76,7 @@ from ._scripted_wire import (
 
 __all__ = ["RecordedCommand", "ScriptedReplicaSet", "main"]
 
-DEFAULT_BATCH_SIZE = 101
+DEFAULT_BATCH_SIZE = DEFAULT_FIRST_BATCH  # 101, a server's first-batch default
 _HANGUP = object()
 
 
@@ -79,6 +94,14 @@ class _Cursor:
     view: StreamView
     after: Position
     batch_size: int | None
+    ns: str
+
+
+@dataclass
+class _ReadCursor:
+    """A find or collection-aggregate cursor (no resume tokens, never waits)."""
+
+    reader: DocumentCursor | ResultCursor
     ns: str
 
 
@@ -102,8 +125,9 @@ class ScriptedReplicaSet:
     It is not a database. The test appends change events with :meth:`insert`,
     :meth:`update`, :meth:`replace`, :meth:`delete`, :meth:`drop_collection`,
     :meth:`rename_collection` and :meth:`insert_many`; the server keeps them in one
-    ordered log (plus the current documents, for ``updateLookup`` and pre-images) and
-    serves ``collection.watch()``, ``database.watch()`` and ``client.watch()`` from it:
+    ordered log (plus the current documents, for ``updateLookup``, pre-images and
+    reads) and serves ``collection.watch()``, ``database.watch()`` and
+    ``client.watch()`` from it:
 
     * every event has a strictly increasing position (``clusterTime``) and a resume
       token ``{"_data": "82" + 8 hex + 8 hex + suffix}`` that sorts like the position;
@@ -114,6 +138,27 @@ class ScriptedReplicaSet:
       and idle ``getMore`` polls that advance to a fresh no-op position;
     * :meth:`lose_history` (ChangeStreamHistoryLost, 286), invalidate on drop/rename,
       injected errors with the labels a 4.4+ server attaches, and dropped connections.
+
+    :meth:`seed` stores documents that existed before the stream's history (no events).
+    The current documents are readable with the real driver, for an initial sync:
+
+    * ``find``: ``filter`` (the ``$match`` subset plus ``$gt``/``$gte``/``$lt``/``$lte``),
+      ``sort`` on one or more fields in BSON order (``_id`` breaks ties; no sort or
+      ``$natural``: insertion order), ``projection`` (1/0 fields), ``skip``, ``limit``,
+      ``batchSize``, ``singleBatch``, continued by ``getMore`` and closed by
+      ``killCursors``. A find cursor is a *position in its sort order*, not a snapshot:
+      every batch reads the documents as they are then and returns those after the last
+      one returned, so a document inserted ahead of the position is seen, one deleted
+      before its batch is not, and each comes in its current version (details in
+      :mod:`._scripted_query`). ``local.oplog.rs`` answers only its first / last entry.
+    * ``count`` (``estimated_document_count()``, with ``query``/``skip``/``limit``) and
+      collection ``aggregate`` pipelines of ``$match``, ``$group`` (``$sum``,
+      ``$count``), ``$sort``, ``$skip``, ``$limit``, ``$project`` and ``$count``, which is
+      what ``count_documents()`` sends. Other stages fail with code 40324. Aggregate
+      results are computed when the aggregate runs and then paged from that list.
+    * ``readConcern`` is accepted and ignored (reads see the current documents); with
+      ``level: snapshot`` the cursor reply carries ``atClusterTime`` (the requested one,
+      or the current cluster time), which pymongo's snapshot sessions require.
 
     Use it as a context manager or with :meth:`start` / :meth:`stop`; :meth:`reset`
     clears everything between tests (``stop()`` takes about a second). Every command
@@ -147,7 +192,7 @@ class ScriptedReplicaSet:
 
     def _init_state(self) -> None:
         self._log = EventLog(self._start_seconds)
-        self._cursors: dict[int, _Cursor] = {}
+        self._cursors: dict[int, _Cursor | _ReadCursor] = {}
         self._killed: list[int] = []
         self._faults: dict[str, deque[Any]] = {}
         self._recorded: deque[RecordedCommand] = deque(maxlen=self._max_recorded)
@@ -223,6 +268,18 @@ class ScriptedReplicaSet:
             self._cond.notify_all()
         return event
 
+    def seed(self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """Store documents that existed before the stream's history: no change events.
+
+        They are returned by ``find`` / ``count`` / aggregates, by ``updateLookup``
+        and as pre-images of later events, but no stream ever sees them inserted, and
+        the cluster clock does not move. ``_id`` is generated when missing; a duplicate
+        ``_id`` raises ``ValueError`` and stores nothing. Returns the ``_id`` values.
+        Fast enough for bulk setups (10,000 small documents take tens of milliseconds).
+        """
+        with self._cond:
+            return self._log.seed(db, coll, docs)
+
     def insert_many(
         self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]
     ) -> list[dict[str, str]]:
@@ -292,6 +349,12 @@ class ScriptedReplicaSet:
         """The current stored document with *_id*, or None."""
         with self._cond:
             return copy.deepcopy(self._log.get(db, coll, _id))
+
+    def documents(self, db: str, coll: str) -> list[dict[str, Any]]:
+        """Copies of the current stored documents of ``db.coll``, in insertion order."""
+        with self._cond:
+            stored = list(self._log.documents.get((db, coll), {}).values())
+        return [copy.deepcopy(doc) for doc in stored]
 
     # -- clock and history ----------------------------------------------------------------- #
     @property
@@ -379,7 +442,7 @@ class ScriptedReplicaSet:
 
     @property
     def open_cursors(self) -> list[int]:
-        """Ids of the change-stream cursors the server still holds."""
+        """Ids of the cursors the server still holds (change streams, finds, aggregates)."""
         with self._cond:
             return list(self._cursors)
 
@@ -453,8 +516,11 @@ class ScriptedReplicaSet:
 
     def _find(self, doc: dict[str, Any]) -> dict[str, Any]:
         db, coll = doc.get("$db", "test"), doc.get("find")
+        if (db, coll) != ("local", "oplog.rs"):
+            return self._find_documents(doc)
+        # The oplog: only its first or last entry (how a stream finds its history).
         batch: list[dict[str, Any]] = []
-        if (db, coll) == ("local", "oplog.rs") and abs(int(doc.get("limit") or 0)) == 1:
+        if abs(int(doc.get("limit") or 0)) == 1:
             natural = (doc.get("sort") or {"$natural": 1}).get("$natural")
             with self._cond:
                 first = (self._start_seconds, 1)
@@ -471,7 +537,76 @@ class ScriptedReplicaSet:
         cursor = {"firstBatch": batch, "id": Int64(0), "ns": f"{db}.{coll}"}
         return {"cursor": cursor, "operationTime": now}
 
+    def _find_documents(self, doc: dict[str, Any]) -> dict[str, Any]:
+        query = parse_find(doc)
+        ns = f"{query.cursor.db}.{query.cursor.coll}"
+        with self._cond:
+            batch, exhausted = query.cursor.next_batch(self._log, query.first_batch)
+            reply = self._open_read_cursor(query.cursor, batch, exhausted, query.single_batch, ns)
+            return self._with_read_concern(doc, reply)
+
+    def _open_read_cursor(
+        self,
+        reader: DocumentCursor | ResultCursor,
+        batch: list[dict[str, Any]],
+        exhausted: bool,
+        single_batch: bool,
+        ns: str,
+    ) -> dict[str, Any]:
+        """The reply to a find / aggregate; keeps the cursor unless it is done. Locked."""
+        cursor_id = 0
+        if not exhausted and not single_batch:
+            cursor_id = self._new_cursor_id()
+            self._cursors[cursor_id] = _ReadCursor(reader, ns)
+        cursor = {"firstBatch": batch, "id": Int64(cursor_id), "ns": ns}
+        return {"cursor": cursor, "operationTime": to_timestamp(self._log.last_position)}
+
+    def _with_read_concern(self, doc: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+        """Accept any readConcern; a snapshot read gets the atClusterTime drivers expect."""
+        read_concern = doc.get("readConcern")
+        if isinstance(read_concern, Mapping) and read_concern.get("level") == "snapshot":
+            at = read_concern.get("atClusterTime")
+            reply["cursor"]["atClusterTime"] = (
+                at if isinstance(at, Timestamp) else reply["operationTime"]
+            )
+        return reply
+
+    def _count(self, doc: dict[str, Any]) -> dict[str, Any]:
+        with self._cond:
+            n = count_command(self._log, doc)
+            now = to_timestamp(self._log.last_position)
+        return {"n": n, "operationTime": now}
+
+    def _collection_aggregate(self, doc: dict[str, Any]) -> dict[str, Any]:
+        db, coll = doc.get("$db", "test"), doc.get("aggregate")
+        if not isinstance(coll, str):
+            raise CommandError(
+                115,
+                "ScriptedReplicaSet answers a database or cluster aggregate only with "
+                "$changeStream as its first stage",
+            )
+        for option in ("explain", "collation", "let"):
+            if doc.get(option):
+                raise CommandError(
+                    2, f"ScriptedReplicaSet does not model the aggregate option {option!r}"
+                )
+        stages = compile_pipeline(doc.get("pipeline") or [])
+        cursor_options = doc.get("cursor") or {}
+        batch_size = cursor_options.get("batchSize")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 0):
+            raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
+        with self._cond:
+            reader = ResultCursor(run_pipeline(self._log, db, coll, stages))
+            first = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+            batch, exhausted = reader.next_batch(self._log, first)
+            reply = self._open_read_cursor(reader, batch, exhausted, False, f"{db}.{coll}")
+            return self._with_read_concern(doc, reply)
+
     def _aggregate(self, doc: dict[str, Any]) -> dict[str, Any]:
+        pipeline = doc.get("pipeline")
+        first_stage = pipeline[0] if isinstance(pipeline, list) and pipeline else None
+        if not (isinstance(first_stage, Mapping) and "$changeStream" in first_stage):
+            return self._collection_aggregate(doc)
         view, ns, stage = parse_change_stream(doc)
         cursor_options = doc.get("cursor") or {}
         batch_size = cursor_options.get("batchSize")
@@ -502,36 +637,60 @@ class ScriptedReplicaSet:
 
     def _get_more(self, doc: dict[str, Any]) -> dict[str, Any]:
         cursor_id = int(doc["getMore"])
-        max_time_ms = doc.get("maxTimeMS")
-        wait = self.idle_wait if max_time_ms is None else min(self.idle_wait, max_time_ms / 1000)
-        deadline = time.monotonic() + wait
         with self._cond:
             cursor = self._cursors.get(cursor_id)
             if cursor is None:
                 raise CommandError(43, f"cursor id {cursor_id} not found")
-            limit = doc.get("batchSize") or cursor.batch_size or DEFAULT_BATCH_SIZE
-            while True:
-                try:
-                    self._log.check_retained(cursor.after)
-                    batch, cursor.after, invalidated = self._log.scan(
-                        cursor.after, cursor.view, limit
-                    )
-                except CommandError:
-                    self._cursors.pop(cursor_id, None)
-                    raise
-                if batch or invalidated:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    # The server's periodic no-op write: an idle stream's PBRT still moves.
-                    cursor.after = self._log.tick()
-                    break
-                self._cond.wait(remaining)
-                if self._cursors.get(cursor_id) is not cursor:  # reset() while waiting
-                    raise CommandError(43, f"cursor id {cursor_id} not found")
-            if invalidated:
-                del self._cursors[cursor_id]
-            now = to_timestamp(self._log.last_position)
+            if isinstance(cursor, _ReadCursor):
+                return self._read_more(cursor_id, cursor, doc)
+            return self._stream_more(cursor_id, cursor, doc)
+
+    def _read_more(
+        self, cursor_id: int, cursor: _ReadCursor, doc: dict[str, Any]
+    ) -> dict[str, Any]:
+        """getMore on a find / aggregate cursor: the next documents, id 0 once done. Locked.
+
+        Without a batchSize the batch is as large as fits in 16 MiB, as on the server.
+        """
+        size = doc.get("batchSize")
+        if size is not None and (not isinstance(size, int) or size < 0):
+            raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
+        batch, exhausted = cursor.reader.next_batch(self._log, size or None)
+        if exhausted:
+            del self._cursors[cursor_id]
+        reply_cursor = {
+            "nextBatch": batch,
+            "id": Int64(0 if exhausted else cursor_id),
+            "ns": cursor.ns,
+        }
+        return {"cursor": reply_cursor, "operationTime": to_timestamp(self._log.last_position)}
+
+    def _stream_more(self, cursor_id: int, cursor: _Cursor, doc: dict[str, Any]) -> dict[str, Any]:
+        """getMore on a change stream: waits up to idle_wait for events. Locked."""
+        max_time_ms = doc.get("maxTimeMS")
+        wait = self.idle_wait if max_time_ms is None else min(self.idle_wait, max_time_ms / 1000)
+        deadline = time.monotonic() + wait
+        limit = doc.get("batchSize") or cursor.batch_size or DEFAULT_BATCH_SIZE
+        while True:
+            try:
+                self._log.check_retained(cursor.after)
+                batch, cursor.after, invalidated = self._log.scan(cursor.after, cursor.view, limit)
+            except CommandError:
+                self._cursors.pop(cursor_id, None)
+                raise
+            if batch or invalidated:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                # The server's periodic no-op write: an idle stream's PBRT still moves.
+                cursor.after = self._log.tick()
+                break
+            self._cond.wait(remaining)
+            if self._cursors.get(cursor_id) is not cursor:  # reset() while waiting
+                raise CommandError(43, f"cursor id {cursor_id} not found")
+        if invalidated:
+            del self._cursors[cursor_id]
+        now = to_timestamp(self._log.last_position)
         reply_cursor = {
             "nextBatch": batch,
             "postBatchResumeToken": make_token(cursor.after, invalidate=invalidated),
@@ -548,6 +707,7 @@ class ScriptedReplicaSet:
         "endsessions": _ping,
         "killcursors": _kill_cursors,
         "find": _find,
+        "count": _count,
         "aggregate": _aggregate,
         "getmore": _get_more,
     }
@@ -560,8 +720,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")
     parser.add_argument("--events", type=int, default=0, help="insert events logged up front")
-    parser.add_argument("--db", default="app", help="database of the logged inserts")
-    parser.add_argument("--coll", default="orders", help="collection of the logged inserts")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="documents stored up front without events (_id/seq 1..N; events follow on)",
+    )
+    parser.add_argument("--db", default="app", help="database of the seeded and logged documents")
+    parser.add_argument(
+        "--coll", default="orders", help="collection of the seeded and logged documents"
+    )
     parser.add_argument(
         "--feed-rate", type=float, default=0.0, help="keep inserting this many events per second"
     )
@@ -584,15 +752,18 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port, set_name=args.set_name, idle_wait=args.idle_wait, verbose=args.verbose
     )
     with server:
+        seeded = max(args.seed, 0)
+        server.seed(args.db, args.coll, ({"_id": n, "seq": n} for n in range(1, seeded + 1)))
+        last = seeded + args.events
         server.insert_many(
-            args.db, args.coll, ({"_id": n, "seq": n} for n in range(1, args.events + 1))
+            args.db, args.coll, ({"_id": n, "seq": n} for n in range(seeded + 1, last + 1))
         )
         print(f"READY {server.uri}", flush=True)
         feeder = None
         if args.feed_rate > 0:
             feeder = threading.Thread(
                 target=_feed,
-                args=(server, args.db, args.coll, args.events + 1, args.feed_rate, stopping),
+                args=(server, args.db, args.coll, last + 1, args.feed_rate, stopping),
                 daemon=True,
             )
             feeder.start()

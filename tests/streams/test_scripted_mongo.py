@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ import pytest
 pytest.importorskip("mockupdb", reason="the scripted MongoDB fake needs mockupdb==1.8.1")
 
 import pymongo
-from bson import Timestamp
+from bson import Int64, ObjectId, Timestamp
+from pymongo import CursorType
 from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
 
 from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
 
@@ -354,7 +357,7 @@ def test_match_operators_on_dotted_paths(srv, coll):
     "pipeline,code",
     [
         ([{"$project": {"fullDocument": 1}}], 40324),
-        ([{"$match": {"fullDocument.n": {"$gt": 1}}}], 2),
+        ([{"$match": {"fullDocument.n": {"$regex": "^a"}}}], 2),
     ],
 )
 def test_unsupported_stages_and_operators_are_refused(srv, coll, pipeline, code):
@@ -552,7 +555,9 @@ def test_oplog_start_find(srv, client):
     srv.lose_history(keep_last=1)
     assert oplog.find_one({}, sort=[("$natural", 1)])["ts"] == srv.events()[0]["clusterTime"]
     assert oplog.find_one({}, sort=[("$natural", -1)])["ts"] == srv.cluster_time
-    assert client[DB][COLL].find_one({"_id": 1}) is None, "other finds: an empty batch"
+    assert oplog.find_one({}, {"ts": 1}, sort=[("$natural", -1)]) == {"ts": srv.cluster_time}
+    assert list(oplog.find({})) == [], "only the first / last entry is modelled"
+    assert client[DB][COLL].find_one({"_id": 1}) == {"_id": 1}, "others read the documents"
     find = srv.commands("find")[0]
     assert find["sort"] == {"$natural": 1} and find["limit"] == 1
 
@@ -606,6 +611,328 @@ def test_start_needs_mockupdb(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------- #
+# Reading the current documents (initial sync): find, getMore, counts, aggregates, seed
+# --------------------------------------------------------------------------------------- #
+def ids(docs: Any) -> list[Any]:
+    return [doc["_id"] for doc in docs]
+
+
+def test_find_filter_sort_skip_limit_and_projection(srv, coll):
+    srv.seed(
+        DB,
+        COLL,
+        [
+            {"_id": 1, "kind": "a", "n": 5, "meta": {"by": "x", "at": 1}},
+            {"_id": 2, "kind": "b", "n": 3, "meta": {"by": "y", "at": 2}},
+            {"_id": 3, "kind": "a", "n": 3, "meta": {"by": "z", "at": 3}},
+            {"_id": 4, "kind": "a", "n": 9},
+            {"_id": 5, "kind": "c", "n": "text"},
+        ],
+    )
+    assert ids(coll.find({"kind": "a"})) == [1, 3, 4]
+    assert ids(coll.find({"kind": {"$in": ["b", "c"]}}).sort("_id", -1)) == [5, 2]
+    # Range operators are type-bracketed: the string "text" is not >= 3.
+    assert ids(coll.find({"n": {"$gte": 3, "$lt": 9}}).sort("_id", -1)) == [3, 2, 1]
+    # Several fields; numbers order before strings.
+    assert ids(coll.find().sort([("n", 1), ("_id", -1)])) == [3, 2, 1, 4, 5]
+    assert ids(coll.find().sort([("kind", -1), ("n", 1)])) == [5, 2, 3, 1, 4]
+    assert ids(coll.find().sort("_id", 1).skip(1).limit(2)) == [2, 3]
+    assert ids(coll.find({"kind": "a"}).sort("n", -1).skip(2)) == [3]
+    assert list(coll.find({"_id": 1}, {"kind": 1})) == [{"_id": 1, "kind": "a"}]
+    assert coll.find_one({"_id": 1}, {"kind": 1, "meta.by": 1, "_id": 0}) == {
+        "kind": "a",
+        "meta": {"by": "x"},
+    }
+    assert coll.find_one({"_id": 2}, {"meta": 0, "n": 0}) == {"_id": 2, "kind": "b"}
+    assert coll.find_one({"kind": "zzz"}) is None
+    find = srv.commands("find")[5]
+    assert {key: find.get(key) for key in ("find", "filter", "sort", "skip", "limit")} == {
+        "find": COLL,
+        "filter": {},
+        "sort": {"_id": 1},
+        "skip": 1,
+        "limit": 2,
+    }
+
+
+def test_sort_follows_the_bson_type_and_value_order(srv, coll):
+    earlier = datetime(2024, 1, 1, tzinfo=UTC)
+    srv.seed(
+        DB,
+        COLL,
+        [
+            {"_id": "d2", "v": earlier + timedelta(days=1)},
+            {"_id": "s2", "v": "a"},
+            {"_id": "t", "v": True},
+            {"_id": "n", "v": None},
+            {"_id": "oid2", "v": ObjectId("000000000000000000000002")},
+            {"_id": "i", "v": 10},
+            {"_id": "arr", "v": [7, 0.5]},
+            {"_id": "o", "v": {"x": 1}},
+            {"_id": "l", "v": Int64(3)},
+            {"_id": "F", "v": False},
+            {"_id": "m"},
+            {"_id": "s1", "v": "B"},
+            {"_id": "f", "v": 2.5},
+            {"_id": "oid1", "v": ObjectId("000000000000000000000001")},
+            {"_id": "d1", "v": earlier.replace(tzinfo=None)},
+        ],
+    )
+    # Missing and null tie (then _id); an array sorts by its smallest element ascending
+    # and its largest descending; "B" < "a" (binary, no collation).
+    ascending = ["m", "n", "arr", "f", "l", "i", "s1", "s2", "o", "oid1", "oid2", "F", "t"]
+    assert ids(coll.find().sort("v", 1)) == [*ascending, "d1", "d2"]
+    descending = ["d2", "d1", "t", "F", "oid2", "oid1", "o", "s2", "s1", "i", "arr", "l", "f"]
+    assert ids(coll.find().sort("v", -1)) == [*descending, "m", "n"]
+    assert ids(coll.find({"v": {"$gt": earlier}})) == ["d2"]
+
+
+def test_find_without_sort_returns_the_record_order(srv, coll):
+    srv.seed(DB, COLL, [{"_id": 3}, {"_id": 1}])
+    srv.insert(DB, COLL, {"_id": 2})
+    srv.update(DB, COLL, 3, set_fields={"x": 1})
+    assert ids(coll.find()) == [3, 1, 2], "insertion order; an update keeps the place"
+    srv.delete(DB, COLL, 3)
+    srv.insert(DB, COLL, {"_id": 3})
+    assert ids(coll.find()) == [1, 2, 3], "a re-inserted document goes to the end"
+    assert ids(coll.find(sort=[("$natural", -1)])) == [3, 2, 1]
+
+
+def test_find_batches_through_get_more(srv, client, coll):
+    srv.seed(DB, COLL, ({"_id": n} for n in range(10)))
+    assert ids(coll.find(batch_size=3).sort("_id", 1)) == list(range(10))
+    assert srv.commands("find")[0]["batchSize"] == 3
+    assert [doc["batchSize"] for doc in srv.commands("getMore")] == [3, 3, 3]
+    assert not srv.open_cursors, "the last batch closed the cursor"
+
+    reply = client[DB].command("find", COLL, sort={"_id": 1}, batchSize=4)
+    cursor = reply["cursor"]
+    assert ids(cursor["firstBatch"]) == [0, 1, 2, 3]
+    assert cursor["id"] != 0 and cursor["ns"] == f"{DB}.{COLL}"
+    assert "postBatchResumeToken" not in cursor, "a find cursor is no change stream"
+    assert isinstance(reply["operationTime"], Timestamp)
+    assert srv.open_cursors == [cursor["id"]]
+    more = client[DB].command("getMore", cursor["id"], collection=COLL, batchSize=4)["cursor"]
+    assert ids(more["nextBatch"]) == [4, 5, 6, 7]
+    assert more["id"] == cursor["id"] and "postBatchResumeToken" not in more
+    # Without a batchSize a getMore returns everything left (up to 16 MiB).
+    last = client[DB].command("getMore", cursor["id"], collection=COLL)["cursor"]
+    assert ids(last["nextBatch"]) == [8, 9] and last["id"] == 0
+    assert not srv.open_cursors
+    with pytest.raises(OperationFailure) as info:
+        client[DB].command("getMore", cursor["id"], collection=COLL)
+    assert info.value.code == 43
+
+    empty = client[DB].command("find", COLL, batchSize=0, skip=8)["cursor"]
+    assert empty["firstBatch"] == [] and empty["id"] != 0, "batchSize 0 only opens the cursor"
+    rest = client[DB].command("getMore", empty["id"], collection=COLL)["cursor"]
+    assert ids(rest["nextBatch"]) == [8, 9] and rest["id"] == 0, "skip applies to the first read"
+    single = client[DB].command("find", COLL, batchSize=2, singleBatch=True)["cursor"]
+    assert ids(single["firstBatch"]) == [0, 1] and single["id"] == 0
+
+
+def test_find_cursor_reads_each_batch_as_the_documents_are_then(srv, coll):
+    srv.seed(DB, COLL, ({"_id": n, "v": 0} for n in (0, 2, 4, 6, 8)))
+    cursor = coll.find(batch_size=2).sort("_id", 1)
+    first = [next(cursor)["_id"], next(cursor)["_id"]]  # the first batch
+    srv.insert(DB, COLL, {"_id": 1, "v": 0})  # behind the position: not seen
+    srv.insert(DB, COLL, {"_id": 5, "v": 0})  # ahead: seen
+    srv.delete(DB, COLL, 6)  # not returned yet: never returned
+    srv.update(DB, COLL, 8, set_fields={"v": 1})  # returned as it is now
+    rest = list(cursor)
+    assert first == [0, 2]
+    assert rest == [{"_id": 4, "v": 0}, {"_id": 5, "v": 0}, {"_id": 8, "v": 1}]
+    assert len(srv.commands("getMore")) == 2
+
+    # The same holds for a descending sort on another field (position = sort key + _id).
+    cursor = coll.find({"v": 0}, batch_size=2).sort("_id", -1)
+    assert [next(cursor)["_id"], next(cursor)["_id"]] == [5, 4]
+    srv.insert(DB, COLL, {"_id": 3, "v": 0})
+    srv.update(DB, COLL, 2, set_fields={"v": 2})  # updated out of the filter
+    assert ids(cursor) == [3, 1, 0]
+
+
+def test_kill_cursors_closes_a_find_cursor(srv, client, coll):
+    srv.seed(DB, COLL, ({"_id": n} for n in range(10)))
+    cursor = coll.find(batch_size=2)
+    assert next(cursor)["_id"] == 0
+    [cursor_id] = srv.open_cursors
+    cursor.close()
+    assert srv.killed_cursors == [cursor_id] and not srv.open_cursors
+    assert srv.commands("killCursors")[0]["killCursors"] == COLL
+    with pytest.raises(OperationFailure) as info:
+        client[DB].command("getMore", Int64(cursor_id), collection=COLL)
+    assert info.value.code == 43
+
+    reply = client[DB].command("find", COLL, batchSize=2)
+    opened = reply["cursor"]["id"]
+    killed = client[DB].command("killCursors", COLL, cursors=[opened, Int64(12345)])
+    assert killed["cursorsKilled"] == [opened] and killed["cursorsNotFound"] == [12345]
+
+
+def test_unmodelled_find_options_are_refused(srv, coll):
+    with pytest.raises(OperationFailure) as info:
+        list(coll.find(cursor_type=CursorType.TAILABLE))
+    assert info.value.code == 2 and "tailable" in str(info.value)
+    with pytest.raises(OperationFailure) as info:
+        coll.find_one({}, {"a": 1, "b": 0})
+    assert info.value.code == 31254
+    with pytest.raises(OperationFailure) as info:
+        coll.find_one({"a": {"$regex": "^x"}})
+    assert info.value.code == 2 and "$regex" in str(info.value)
+
+
+def test_estimated_document_count_sends_count(srv, client, coll):
+    assert coll.estimated_document_count() == 0
+    srv.seed(DB, COLL, ({"_id": n, "n": n} for n in range(7)))
+    srv.insert(DB, COLL, {"_id": 7, "n": 7})
+    srv.delete(DB, COLL, 0)
+    assert coll.estimated_document_count() == 7
+    assert srv.commands("count")[-1]["count"] == COLL
+    reply = client[DB].command("count", COLL, query={"n": {"$gt": 3}}, skip=1, limit=2)
+    assert reply["n"] == 2
+
+
+def test_count_documents_runs_a_match_and_group_aggregate(srv, client, coll):
+    srv.seed(DB, COLL, ({"_id": n, "kind": "ab"[n % 2]} for n in range(9)))
+    assert coll.count_documents({}) == 9
+    assert coll.count_documents({"kind": "a"}) == 5
+    assert coll.count_documents({"kind": "a"}, skip=1, limit=3) == 3
+    assert coll.count_documents({"kind": "zzz"}) == 0
+    assert client[DB]["empty"].count_documents({}) == 0
+    assert srv.commands("aggregate")[1]["pipeline"] == [
+        {"$match": {"kind": "a"}},
+        {"$group": {"_id": 1, "n": {"$sum": 1}}},
+    ]
+    assert not srv.open_cursors and not srv.events()
+
+
+def test_collection_aggregate_pipelines_and_batches(srv, coll):
+    srv.seed(DB, COLL, ({"_id": n, "kind": "abc"[n % 3], "amount": n} for n in range(12)))
+    grouped = coll.aggregate(
+        [
+            {"$match": {"amount": {"$gte": 3}}},
+            {"$group": {"_id": "$kind", "total": {"$sum": "$amount"}, "count": {"$sum": 1}}},
+            {"$sort": {"_id": -1}},
+        ]
+    )
+    assert list(grouped) == [
+        {"_id": "c", "total": 24, "count": 3},
+        {"_id": "b", "total": 21, "count": 3},
+        {"_id": "a", "total": 18, "count": 3},
+    ]
+    page = coll.aggregate(
+        [
+            {"$sort": {"amount": -1}},
+            {"$skip": 2},
+            {"$limit": 5},
+            {"$project": {"amount": 1, "_id": 0}},
+        ],
+        batchSize=2,
+    )
+    assert list(page) == [{"amount": a} for a in (9, 8, 7, 6, 5)]
+    assert len(srv.commands("getMore")) == 2, "5 results in batches of 2"
+    assert list(coll.aggregate([{"$match": {"kind": "a"}}, {"$count": "n"}])) == [{"n": 4}]
+
+
+@pytest.mark.parametrize(
+    "pipeline,code,words",
+    [
+        (
+            [{"$lookup": {"from": "x", "localField": "a", "foreignField": "b", "as": "c"}}],
+            40324,
+            "'$lookup' (ScriptedReplicaSet evaluates only $match, $group",
+        ),
+        ([{"$group": {"_id": None, "avg": {"$avg": "$n"}}}], 2, "accumulator '$avg'"),
+        ([{"$match": {}}, {"$changeStream": {}}], 40602, "only valid as the first stage"),
+        ([{"$limit": 0}], 15958, "the limit must be positive"),
+    ],
+)
+def test_unsupported_collection_aggregates_are_refused(srv, coll, pipeline, code, words):
+    srv.seed(DB, COLL, [{"_id": 1, "n": 1}])
+    with pytest.raises(OperationFailure) as info:
+        list(coll.aggregate(pipeline))
+    assert info.value.code == code
+    assert words in info.value.details["errmsg"]
+    assert not info.value.details.get("errorLabels")
+    assert len(srv.commands("aggregate")) == 1, "not retried"
+
+
+def test_read_concern_is_accepted_and_snapshot_reads_get_a_cluster_time(srv, client):
+    srv.seed(DB, COLL, [{"_id": 1}, {"_id": 2}])
+    majority = client[DB].get_collection(COLL, read_concern=ReadConcern("majority"))
+    assert ids(majority.find()) == [1, 2]
+    assert majority.count_documents({}) == 2
+    assert srv.commands("find")[-1]["readConcern"] == {"level": "majority"}
+    coll = client[DB][COLL]
+    with client.start_session(snapshot=True) as session:
+        assert ids(coll.find(session=session)) == [1, 2]
+        srv.insert(DB, COLL, {"_id": 3})  # ignored: reads see the current documents
+        assert coll.count_documents({}, session=session) == 3
+    [find] = [doc for doc in srv.commands("find") if doc["readConcern"]["level"] == "snapshot"]
+    assert find["readConcern"] == {"level": "snapshot"}
+    at = srv.commands("aggregate")[-1]["readConcern"]
+    assert at["level"] == "snapshot" and isinstance(at["atClusterTime"], Timestamp)
+
+
+def test_seed_stores_documents_without_change_events(srv, coll):
+    with coll.watch(
+        start_at_operation_time=srv.oldest_retained, full_document_before_change="whenAvailable"
+    ) as stream:
+        clock = srv.cluster_time
+        seeded = srv.seed(DB, COLL, [{"_id": 1, "n": 1}, {"n": 2}])
+        assert seeded[0] == 1 and isinstance(seeded[1], ObjectId)
+        assert srv.cluster_time == clock, "seeding writes no oplog entry"
+        assert stream.try_next() is None
+        srv.update(DB, COLL, 1, set_fields={"n": 10})
+        [update] = drain(stream)
+    assert update["fullDocumentBeforeChange"] == {"_id": 1, "n": 1}
+    assert [e["operationType"] for e in srv.events()] == ["update"]
+    assert [doc["n"] for doc in coll.find().sort("_id", 1)] == [10, 2], "ints before ObjectIds"
+    assert srv.documents(DB, COLL) == [{"_id": 1, "n": 10}, {"_id": seeded[1], "n": 2}]
+    with pytest.raises(ValueError, match="duplicate"):
+        srv.seed(DB, COLL, [{"_id": 3}, {"_id": 1}])
+    with pytest.raises(ValueError, match="duplicate"):
+        srv.seed(DB, COLL, [{"_id": 4}, {"_id": 4}])
+    assert srv.document(DB, COLL, 3) is None and srv.document(DB, COLL, 4) is None
+
+
+def test_ten_thousand_seeded_documents(srv, coll):
+    started = time.perf_counter()
+    srv.seed(DB, COLL, ({"_id": n, "n": n, "tag": "x"} for n in range(10_000)))
+    seeded = time.perf_counter() - started
+    started = time.perf_counter()
+    got = ids(coll.find(batch_size=1000).sort("_id", 1))
+    read = time.perf_counter() - started
+    print(f"\n10,000 documents: seeded in {seeded:.3f} s, read back in {read:.3f} s")
+    assert got == list(range(10_000))
+    assert coll.estimated_document_count() == 10_000
+    assert coll.count_documents({"n": {"$lt": 2500}}) == 2500
+    assert not srv.events()
+
+
+def test_paging_while_another_thread_inserts(srv, coll):
+    srv.seed(DB, COLL, ({"_id": n} for n in range(2000)))
+    stop = threading.Event()
+
+    def produce() -> None:
+        for n in range(2000, 4000):
+            if stop.is_set():
+                return
+            srv.insert(DB, COLL, {"_id": n})
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        got = ids(coll.find(batch_size=50).sort("_id", 1))
+    finally:
+        stop.set()
+        producer.join()
+    assert got == list(range(len(got))), "in order, without gaps or duplicates"
+    assert len(got) >= 2000
+
+
+# --------------------------------------------------------------------------------------- #
 # The command-line server
 # --------------------------------------------------------------------------------------- #
 def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -617,18 +944,10 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return proc.stdout.readline()
 
 
-def test_cli_serves_until_sigterm():
-    command = [
-        sys.executable,
-        "-m",
-        "flowwarden_django.testkit.scripted_mongo",
-        "--port",
-        "0",
-        "--events",
-        "30",
-        "--feed-rate",
-        "200",
-    ]
+@contextmanager
+def _cli_server(*args: str) -> Iterator[str]:
+    """Run the CLI server with *args*; yield its URI; expect a clean exit on SIGTERM."""
+    command = [sys.executable, "-m", "flowwarden_django.testkit.scripted_mongo", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -636,19 +955,40 @@ def test_cli_serves_until_sigterm():
         assert line.startswith("READY mongodb://localhost:"), line
         uri = line.split()[1]
         assert uri.endswith("/?replicaSet=rs0")
-        with pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as mongo:
-            oldest = mongo.local["oplog.rs"].find_one({}, sort=[("$natural", 1)])["ts"]
-            seqs: list[int] = []
-            with mongo.app.orders.watch(start_at_operation_time=oldest) as stream:
-                deadline = time.monotonic() + 20
-                while len(seqs) < 60 and time.monotonic() < deadline:
-                    event = stream.try_next()  # None while waiting for the feeder
-                    if event is not None:
-                        seqs.append(event["fullDocument"]["seq"])
-        assert seqs == list(range(1, 61)), "preloaded events, then the fed ones, in order"
+        yield uri
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_cli_serves_until_sigterm():
+    with (
+        _cli_server("--port", "0", "--events", "30", "--feed-rate", "200") as uri,
+        pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as mongo,
+    ):
+        oldest = mongo.local["oplog.rs"].find_one({}, sort=[("$natural", 1)])["ts"]
+        seqs: list[int] = []
+        with mongo.app.orders.watch(start_at_operation_time=oldest) as stream:
+            deadline = time.monotonic() + 20
+            while len(seqs) < 60 and time.monotonic() < deadline:
+                event = stream.try_next()  # None while waiting for the feeder
+                if event is not None:
+                    seqs.append(event["fullDocument"]["seq"])
+    assert seqs == list(range(1, 61)), "preloaded events, then the fed ones, in order"
+
+
+def test_cli_seeds_documents_without_events():
+    with (
+        _cli_server("--seed", "5", "--events", "3") as uri,
+        pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000) as mongo,
+    ):
+        orders = mongo.app.orders
+        assert [doc["seq"] for doc in orders.find().sort("_id", 1)] == list(range(1, 9))
+        assert orders.estimated_document_count() == 8
+        oldest = mongo.local["oplog.rs"].find_one({}, sort=[("$natural", 1)])["ts"]
+        with orders.watch(start_at_operation_time=oldest) as stream:
+            seqs = [event["fullDocument"]["seq"] for event in drain(stream)]
+    assert seqs == [6, 7, 8], "only the logged inserts are events; the seeded are not"
