@@ -14,8 +14,6 @@ on the next.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import Any
 
@@ -30,6 +28,7 @@ from flowwarden_django.workflows import (
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests.step_log import record, then
 
 THREE = "fw-celery-three"
 PAUSING = "fw-celery-pausing"
@@ -38,69 +37,47 @@ KILLABLE = "fw-celery-killable"
 SLOW_SECONDS = 300.0
 
 
-def executions(log: str) -> list[dict[str, Any]]:
-    """The step executions recorded in *log*, in order."""
-    try:
-        with open(log) as lines:
-            return [json.loads(line) for line in lines if line.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def _record(state: dict[str, Any], ctx: Any) -> int:
-    """Append this execution to the log; how many times the step has started."""
     from celery import current_task
 
-    task = current_task.request.id if current_task else None
-    line = {"cid": ctx.coordination_id, "step": ctx.step_name, "pid": os.getpid(), "task": task}
-    with open(state["log"], "a") as log:  # one short O_APPEND write per line
-        log.write(json.dumps(line) + "\n")
-    return sum(
-        1
-        for e in executions(state["log"])
-        if (e["cid"], e["step"]) == (ctx.coordination_id, ctx.step_name)
-    )
-
-
-def _then(state: dict[str, Any], name: str) -> dict[str, Any]:
-    return {**state, "trail": [*state["trail"], name]}
+    return record(state, ctx, task=current_task.request.id if current_task else None)
 
 
 @step("one")
 def one(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
-    return advance(_then(state, "one"))
+    return advance(then(state, "one"))
 
 
 @step("two")
 def two(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
-    return advance(_then(state, "two"))
+    return advance(then(state, "two"))
 
 
 @step("three")
 def three(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
-    return advance(_then(state, "three"))
+    return advance(then(state, "three"))
 
 
 @step("pause")
 def pause(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
-    return hibernate(_then(state, "pause"))
+    return hibernate(then(state, "pause"))
 
 
 @step("decide")
 def decide(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
-    return done({**_then(state, "decide"), "decision": ctx.input})
+    return done({**then(state, "decide"), "decision": ctx.input})
 
 
 @step("slow")
 def slow(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) == 1:
         time.sleep(SLOW_SECONDS)
-    return advance(_then(state, "slow"))
+    return advance(then(state, "slow"))
 
 
 def define_workflows(using: str) -> dict[str, WorkflowDefinition]:

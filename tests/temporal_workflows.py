@@ -10,8 +10,6 @@ of a coordination (the test kills the worker there) and returns at once after.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import Any
 
@@ -25,6 +23,7 @@ from flowwarden_django.workflows import (
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests.step_log import record, then
 
 TWENTY = "fw-temporal-twenty"
 PAUSING = "fw-temporal-pausing"
@@ -36,42 +35,15 @@ FLAKY = "fw-temporal-flaky"
 SLOW_SECONDS = 300.0
 
 
-def executions(log: str) -> list[dict[str, Any]]:
-    """The step executions recorded in *log*, in order."""
-    try:
-        with open(log) as lines:
-            return [json.loads(line) for line in lines if line.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def _record(state: dict[str, Any], ctx: Any) -> int:
-    """Append this execution to the log; how many times the step has started."""
-    line = {
-        "cid": ctx.coordination_id,
-        "step": ctx.step_name,
-        "pid": os.getpid(),
-        "attempt": ctx.attempt,
-        "at": time.time(),
-    }
-    with open(state["log"], "a") as log:  # one short O_APPEND write per line
-        log.write(json.dumps(line) + "\n")
-    return sum(
-        1
-        for e in executions(state["log"])
-        if (e["cid"], e["step"]) == (ctx.coordination_id, ctx.step_name)
-    )
-
-
-def _then(state: dict[str, Any], name: str) -> dict[str, Any]:
-    return {**state, "trail": [*state.get("trail", []), name]}
+    return record(state, ctx, attempt=ctx.attempt, at=time.time())
 
 
 def _plain(name: str) -> Any:
     @step(name)
     def body(state: dict[str, Any], ctx: Any) -> Any:
         _record(state, ctx)
-        return advance(_then(state, name))
+        return advance(then(state, name))
 
     return body
 
@@ -79,14 +51,14 @@ def _plain(name: str) -> Any:
 @step("pause")
 def pause(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
-    return hibernate(_then(state, "pause"))
+    return hibernate(then(state, "pause"))
 
 
 @step("ask")
 def ask(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
     return await_approval(
-        _then(state, "ask"),
+        then(state, "ask"),
         "Approve the test order",
         expires_in=state.get("expires_in"),
     )
@@ -96,21 +68,21 @@ def ask(state: dict[str, Any], ctx: Any) -> Any:
 def decide(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
     decision = ctx.decision.decision if ctx.decision is not None else ctx.input
-    return done({**_then(state, "decide"), "decision": decision})
+    return done({**then(state, "decide"), "decision": decision})
 
 
 @step("slow")
 def slow(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) == 1:
         time.sleep(SLOW_SECONDS)
-    return advance(_then(state, "slow"))
+    return advance(then(state, "slow"))
 
 
 @step("flaky", max_retries=2, retry_delay=0.2)
 def flaky(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) < 3:
         raise RuntimeError("not yet")
-    return advance(_then(state, "flaky"))
+    return advance(then(state, "flaky"))
 
 
 def define_workflows(using: str) -> dict[str, WorkflowDefinition]:

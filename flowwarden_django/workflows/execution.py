@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -26,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..conf import SETTING_NAME, fw_settings
+from .runs import RunStatus
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun
@@ -116,6 +118,71 @@ class ExecutionProvider(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+class RemoteExecutionProvider(ExecutionProvider):
+    """A provider whose steps run elsewhere (a broker's workers, a Temporal server).
+
+    ``is_available()`` asks :meth:`probe` and trusts the answer for a while: a failed
+    check for :attr:`failure_ttl` seconds (the runs meanwhile go in-process, and the
+    return is noticed within seconds), a good one for :attr:`success_ttl`, so runs do
+    not each pay for a connection. :meth:`handover` seeds a run and says whether there
+    is anything to hand over.
+    """
+
+    #: Seconds a failed check is trusted.
+    failure_ttl: float = 2.0
+    #: Seconds a good check is trusted.
+    success_ttl: float = 5.0
+    #: Raised by ``is_available()`` with the probe's reason.
+    unavailable_error: ClassVar[type[Exception]] = ConnectionError
+
+    def __init__(self) -> None:
+        self._health_lock = threading.Lock()
+        self._last_check: tuple[float, str] | None = None  # (monotonic time, error or "")
+
+    @abstractmethod
+    def probe(self) -> str:
+        """Why workflows cannot be run there right now; ``""`` when they can."""
+
+    def is_available(self) -> bool:
+        """True when the last probe (or a new one) succeeded, else
+        :attr:`unavailable_error` with its reason."""
+        with self._health_lock:
+            last = self._last_check
+        if last is not None:
+            checked_at, error = last
+            if time.monotonic() - checked_at < (self.failure_ttl if error else self.success_ttl):
+                if error:
+                    raise self.unavailable_error(error)
+                return True
+        error = self.probe()
+        self.remember(error)
+        if error:
+            raise self.unavailable_error(error)
+        return True
+
+    def remember(self, error: str) -> None:
+        """Record a check's outcome (a failed hand-over counts as a failed check)."""
+        with self._health_lock:
+            self._last_check = (time.monotonic(), error)
+
+    @staticmethod
+    def handover(
+        workflow: ExecutableWorkflow, initial_state: Any, input: Any
+    ) -> tuple[Any, Any, WorkflowResult | None]:
+        """Seed the run: its head snapshot, its record, and its current result when
+        there is nothing to hand over (completed, or waiting and given no input)."""
+        head = workflow.seed(initial_state)
+        record = workflow.run_record()
+        assert record is not None  # seed() made it
+        if record.status == RunStatus.COMPLETED or (
+            record.status == RunStatus.WAITING
+            and input is None
+            and record.head_snapshot_id == head.id
+        ):
+            return head, record, workflow.current_result()
+        return head, record, None
 
 
 class InProcessProvider(ExecutionProvider):

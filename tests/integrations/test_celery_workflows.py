@@ -84,6 +84,7 @@ from tests.celery_workflow_settings import transport_options
 from tests.integrations.test_celery_worker import Worker, _wait_until
 from tests.lanes import lane_marks
 from tests.services import SERVICES
+from tests.step_log import executions
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "postgres"
@@ -257,7 +258,7 @@ def test_each_step_is_one_task_and_the_snapshots_form_a_chain(
     wait_for_status(wf, RunStatus.COMPLETED, worker)
     assert wf.current_result() == Completed({**state, "trail": ["one", "two", "three"]}, cid)
     assert_chained(wf, ["one", "two", "three"])
-    runs = flows.executions(state["log"])
+    runs = executions(state["log"])
     assert [e["step"] for e in runs] == ["one", "two", "three"]
     # One task per step: three task ids, and the worker received three tasks.
     assert len({e["task"] for e in runs} - {None}) == 3
@@ -294,7 +295,7 @@ def test_a_hibernated_run_holds_no_task_and_resumes_through_the_provider(
 
     final = {**state, "trail": ["one", "pause", "decide"], "decision": {"approved": True}}
     assert wf.current_result() == Completed(final, cid)
-    assert [e["step"] for e in flows.executions(state["log"])] == ["one", "pause", "decide"]
+    assert [e["step"] for e in executions(state["log"])] == ["one", "pause", "decide"]
     assert_chained(wf, ["one", "pause", "decide"])
     assert received(worker) == 3
     assert wf.run_record().resume_input is None
@@ -326,7 +327,7 @@ def test_a_step_killed_mid_way_runs_again_and_the_run_completes(
         assert wf.run(state) == Running(state, cid, "")
 
     def slow_started() -> list[dict[str, Any]]:
-        return [e for e in flows.executions(state["log"]) if e["step"] == "slow"]
+        return [e for e in executions(state["log"]) if e["step"] == "slow"]
 
     _wait_until(lambda: bool(slow_started()), WAIT, "the slow step to start", first)
     killed_at = time.monotonic()
@@ -347,7 +348,7 @@ def test_a_step_killed_mid_way_runs_again_and_the_run_completes(
     wait_for_status(wf, RunStatus.COMPLETED, worker)
     took = time.monotonic() - killed_at
 
-    counts = Counter(e["step"] for e in flows.executions(state["log"]))
+    counts = Counter(e["step"] for e in executions(state["log"]))
     killed_task, rerun_task = (e["task"] for e in slow_started())
     # Whether the requeued task met the dead runner's live claim (and retried) depends
     # on how fast the kill was noticed: reported, not asserted.

@@ -50,6 +50,7 @@ from flowwarden_django.workflows.registry import workflow_registry
 from tests import temporal_workflows as flows
 from tests.lanes import lane_marks
 from tests.services import temporal_binary
+from tests.step_log import executions
 from tests.temporal_procs import (
     WAIT,
     DevServer,
@@ -172,7 +173,7 @@ def wait_for_approval(cid: str, alive: list) -> Approval:
 
 
 def steps_of(log: str, cid: str) -> list[str]:
-    return [e["step"] for e in flows.executions(log) if e["cid"] == cid]
+    return [e["step"] for e in executions(log) if e["cid"] == cid]
 
 
 # -- scenarios on the server ------------------------------------------------------------
@@ -290,7 +291,7 @@ def test_step_retries_are_the_activitys_retry_policy(
 ) -> None:
     cid = temporal[flows.FLAKY].start({"log": log}).coordination_id
     wait_for_status(cid, ("completed", "failed"), [worker, server])
-    attempts = [e["attempt"] for e in flows.executions(log) if e["step"] == "flaky"]
+    attempts = [e["attempt"] for e in executions(log) if e["step"] == "flaky"]
     assert attempts == [1, 2, 3]
     assert steps_of(log, cid) == ["one", "flaky", "flaky", "flaky", "three"]
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
@@ -45,7 +43,7 @@ from django.utils import timezone
 
 from ...common.failure_log import FailureLog
 from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
-from ...workflows.execution import ExecutionProvider
+from ...workflows.execution import RemoteExecutionProvider
 from ...workflows.recovery import recover_stalled_runs
 from ...workflows.runs import (
     ConcurrentRunError,
@@ -190,57 +188,30 @@ def _on_commit(using: str, callback: Any) -> None:
 # -- the provider ------------------------------------------------------------------------
 
 
-class CeleryExecutionProvider(ExecutionProvider):
+class CeleryExecutionProvider(RemoteExecutionProvider):
     """Runs each step of a workflow as one Celery task (see the module docstring).
 
     *app* is the Celery app to publish with (default: ``celery.current_app``, the
-    project's app). ``is_available()`` connects to the app's broker; a failed check is
-    remembered for :attr:`failure_ttl` seconds and a good one for
-    :attr:`success_ttl`, so runs do not each pay for a connection. Only workflows
-    declared with ``Workflow.define`` can run here: the worker rebuilds them by name.
-    Inputs (``resume(input=...)``) must be JSON-serialisable.
+    project's app). ``is_available()`` connects to the app's broker (cached, see
+    ``RemoteExecutionProvider``). Only workflows declared with ``Workflow.define`` can
+    run here: the worker rebuilds them by name. Inputs (``resume(input=...)``) must be
+    JSON-serialisable.
     """
 
     name = "celery"
-    #: Seconds a failed broker check is trusted (the runs meanwhile go in-process): the
-    #: broker is probed again this often, so its return is noticed within seconds.
-    failure_ttl: float = 2.0
-    #: Seconds a good broker check is trusted.
-    success_ttl: float = 5.0
+    unavailable_error = BrokerUnavailableError
     #: Seconds the broker check may take.
     probe_timeout: float = 2.0
 
     def __init__(self, app: Celery | None = None) -> None:
+        super().__init__()
         self._app = app
-        self._lock = threading.Lock()
-        self._last_check: tuple[float, str] | None = None  # (monotonic time, error or "")
 
     @property
     def app(self) -> Celery:
         return self._app if self._app is not None else current_app._get_current_object()
 
-    def is_available(self) -> bool:
-        """True when the broker answers; ``BrokerUnavailableError`` (why) when not."""
-        with self._lock:
-            last = self._last_check
-        if last is not None:
-            checked_at, error = last
-            ttl = self.failure_ttl if error else self.success_ttl
-            if time.monotonic() - checked_at < ttl:
-                if error:
-                    raise BrokerUnavailableError(error)
-                return True
-        error = self._check_broker()
-        self._remember(error)
-        if error:
-            raise BrokerUnavailableError(error)
-        return True
-
-    def _remember(self, error: str) -> None:
-        with self._lock:
-            self._last_check = (time.monotonic(), error)
-
-    def _check_broker(self) -> str:
+    def probe(self) -> str:
         timeout = self.probe_timeout
         connection = self.app.connection_for_write(
             connect_timeout=timeout,
@@ -264,17 +235,9 @@ class CeleryExecutionProvider(ExecutionProvider):
         current result of a completed run, or of a waiting run resumed without input,
         without queueing anything)."""
         definition = workflow_registry.get(workflow.name)
-        head = workflow.seed(initial_state)
-        record = workflow.run_record()
-        assert record is not None  # seed() made it
-        if record.status == RunStatus.COMPLETED or (
-            record.status == RunStatus.WAITING
-            and input is None
-            and record.head_snapshot_id == head.id
-        ):
-            result = workflow.current_result()
-            assert result is not None
-            return result
+        head, record, settled = self.handover(workflow, initial_state, input)
+        if settled is not None:
+            return settled
         last_step = head.metadata.get(LAST_STEP, "")
         send = partial(
             send_step,
@@ -304,7 +267,7 @@ class CeleryExecutionProvider(ExecutionProvider):
 
     def _publish_failed(self, exc: Exception) -> None:
         # The next runs go in-process until the broker answers a check again.
-        self._remember(f"publishing a workflow step failed: {exc}")
+        self.remember(f"publishing a workflow step failed: {exc}")
 
 
 # -- the step task's body ----------------------------------------------------------------

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
 from functools import partial
 from typing import Any
 
 from django.db import transaction
 
 from ...common.failure_log import FailureLog
-from ...workflows.execution import ExecutableWorkflow, ExecutionProvider
+from ...workflows.execution import ExecutableWorkflow, RemoteExecutionProvider
 from ...workflows.metadata import LAST_STEP
 from ...workflows.registry import workflow_registry
 from ...workflows.results import Running, WorkflowResult
-from ...workflows.runs import RunStatus
 from .config import TemporalConfig
 from .connection import TemporalConnection
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, RunStart, Wake
@@ -45,40 +42,21 @@ wake_failures = FailureLog(
 )
 
 
-class TemporalExecutionProvider(ExecutionProvider):
-    """Runs workflows on Temporal (see the module docstring). Only workflows declared
-    with ``Workflow.define`` can run here: the worker rebuilds them by name. Inputs
-    (``resume(input=...)``) must be JSON-serialisable."""
+class TemporalExecutionProvider(RemoteExecutionProvider):
+    """Runs workflows on Temporal (see the module docstring). ``is_available()`` asks
+    the server's health (cached, see ``RemoteExecutionProvider``). Only workflows
+    declared with ``Workflow.define`` can run here: the worker rebuilds them by name.
+    Inputs (``resume(input=...)``) must be JSON-serialisable."""
 
     name = "temporal"
-    #: Seconds a failed health check is trusted (runs meanwhile go in-process).
-    failure_ttl: float = 2.0
-    #: Seconds a good health check is trusted.
-    success_ttl: float = 5.0
+    unavailable_error = TemporalUnavailableError
 
     def __init__(self, config: TemporalConfig | None = None) -> None:
+        super().__init__()
         self.config = config or TemporalConfig.from_settings()
         self.connection = TemporalConnection(self.config)
-        self._lock = threading.Lock()
-        self._last_check: tuple[float, str] | None = None
 
-    def is_available(self) -> bool:
-        """True when the server answers; ``TemporalUnavailableError`` (why) when not."""
-        with self._lock:
-            last = self._last_check
-        if last is not None:
-            checked_at, error = last
-            if time.monotonic() - checked_at < (self.failure_ttl if error else self.success_ttl):
-                if error:
-                    raise TemporalUnavailableError(error)
-                return True
-        error = self._check()
-        self._remember(error)
-        if error:
-            raise TemporalUnavailableError(error)
-        return True
-
-    def _check(self) -> str:
+    def probe(self) -> str:
         try:
             healthy = self.connection.call(
                 lambda client: client.service_client.check_health(),
@@ -89,27 +67,15 @@ class TemporalExecutionProvider(ExecutionProvider):
             return f"Temporal at {self.config.target} is unreachable: {type(exc).__name__}: {exc}"
         return "" if healthy else f"Temporal at {self.config.target} is not serving"
 
-    def _remember(self, error: str) -> None:
-        with self._lock:
-            self._last_check = (time.monotonic(), error)
-
     def run(
         self, workflow: ExecutableWorkflow, initial_state: Any = None, input: Any = None
     ) -> WorkflowResult:
         """Seed the run, wake its Temporal workflow on commit, return ``Running`` (or the
         current result of a completed run, or of a waiting run given no input)."""
         definition = workflow_registry.get(workflow.name)
-        head = workflow.seed(initial_state)
-        record = workflow.run_record()
-        assert record is not None  # seed() made it
-        if record.status == RunStatus.COMPLETED or (
-            record.status == RunStatus.WAITING
-            and input is None
-            and record.head_snapshot_id == head.id
-        ):
-            result = workflow.current_result()
-            assert result is not None
-            return result
+        head, _record, settled = self.handover(workflow, initial_state, input)
+        if settled is not None:
+            return settled
         start = RunStart(
             workflow.coordination_id,
             definition.name,
@@ -164,7 +130,7 @@ class TemporalExecutionProvider(ExecutionProvider):
             self.wake(start, wake)
         except Exception as exc:
             # The next runs go in-process until the server answers a check again.
-            self._remember(f"waking run {start.coordination_id} on Temporal failed: {exc}")
+            self.remember(f"waking run {start.coordination_id} on Temporal failed: {exc}")
             wake_failures.failed(exc)
         else:
             wake_failures.succeeded()
