@@ -11,11 +11,12 @@ a value of the wrong form; W002 an unknown ``FLOWWARDEN`` key (with the nearest 
 one); W001 pymongo (``bson``) is
 missing, so no resume token can be stored; W201 (``check --deploy`` only) a snapshot store
 writes workflow state in plaintext; E202 ``WORKFLOW_EXECUTION`` names no usable execution
-provider; W202 it is ``"celery"`` but no Celery app is loaded; E301 ``HEALTH_DETAILS``
+provider; W202 it is ``"celery"`` but no Celery app is loaded; E203 ``TEMPORAL`` is
+wrong; E204 ``"temporal"`` without the SDK installed; E301 ``HEALTH_DETAILS``
 is not ``"staff"``, ``"none"``, ``"all"`` or a permission of an installed app; W301 no
 model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`` is
 ``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens. Declared streams:
-E101-E113, E115-E117 and W101-W106 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
+E101-E113, E115-E119 and W101-W106 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL.
 """
 

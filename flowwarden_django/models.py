@@ -25,6 +25,10 @@ class StreamCheckpoint(models.Model):
     last_processed_at = models.DateTimeField(_("last processed at"), null=True)
     last_heartbeat_at = models.DateTimeField(_("last heartbeat at"), null=True)
     metadata = models.JSONField(_("metadata"), default=dict, blank=True)
+    # The initial copy's progress; its "batch" is repeated in initial_sync_batch so
+    # that save_initial_sync's condition is a plain column comparison on every database.
+    initial_sync = models.JSONField(_("initial sync"), null=True, blank=True)
+    initial_sync_batch = models.BigIntegerField(_("initial sync batch"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("stream checkpoint")

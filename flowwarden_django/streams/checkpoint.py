@@ -7,13 +7,17 @@ A stream keeps two anchors (see ``seeds/checkpointstore-spi.txt``):
 * ``last_seen_token``: the last position the server certified (an idle
   postBatchResumeToken); written only by the heartbeat probe.
 
-The two writers run on different threads, so every partial operation must touch
+Beside them, ``initial_sync`` keeps the progress of a stream's initial copy of a
+collection, written once per copied batch by a conditional ``save_initial_sync``.
+
+The writers run on different threads, so every partial operation must touch
 only its own fields, atomically, and must create the record when it is missing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -93,6 +97,116 @@ def check_reset(
     _check_aware(at, "at")
 
 
+#: The range of ``int`` values ``initial_sync`` may hold: BSON's 64-bit integers.
+_INT64 = range(-(2**63), 2**63)
+#: The smallest float magnitude Python writes with an exponent ("1e+16"); PostgreSQL's
+#: jsonb reads such a number back as an integer, so ``initial_sync`` holds none.
+_FLOAT_LIMIT = 1e16
+
+
+def _check_json_value(value: object, path: str) -> None:
+    """Raise unless *value* is JSON that every backend stores and gives back unchanged."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if value not in _INT64:
+            raise ValueError(f"{path} = {value} does not fit in a signed 64-bit integer")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path} = {value!r} is not a finite number (JSON has none)")
+        if abs(value) >= _FLOAT_LIMIT:
+            raise ValueError(
+                f"{path} = {value!r}: floats of magnitude 1e16 and more do not come back "
+                "as floats from every backend; store an int or a string"
+            )
+    elif isinstance(value, str):
+        _check_text(value, path)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{path}[{index}]")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path} has a key {key!r} that is not a string")
+            if key.startswith("$") or "." in key:
+                raise ValueError(f"{path} has a key {key!r}: MongoDB refuses '$' first or '.'")
+            _check_text(key, f"{path} key {key!r}")
+            _check_json_value(item, f"{path}[{key!r}]")
+    else:
+        raise TypeError(
+            f"{path} is a {type(value).__name__}; initial_sync holds only str, int, float, "
+            "bool, None, list and dict values"
+        )
+
+
+def _check_text(text: str, path: str) -> None:
+    # PostgreSQL's jsonb refuses NUL characters; BSON and UTF-8 refuse lone surrogates.
+    if "\x00" in text:
+        raise ValueError(f"{path} contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{path} is not valid Unicode (a lone surrogate)") from None
+
+
+def check_initial_sync(progress: object, argument: str = "initial_sync") -> None:
+    """Raise unless *progress* is ``None`` or an initial-sync progress mapping.
+
+    The mapping is opaque to the stores, but it must be JSON that every backend
+    gives back unchanged: string keys (none starting with ``$`` or holding a
+    ``.``); str, int, float, bool, None, list and dict values; no NaN or
+    infinity, no float of magnitude 1e16 or more, no integer beyond 64 bits, no
+    NUL character. It must have an ``int`` ``"batch"`` >= 0, the number
+    ``save_initial_sync`` compares.
+    """
+    if progress is None:
+        return
+    if not isinstance(progress, Mapping):
+        raise TypeError(f"{argument} must be a mapping or None, not {type(progress).__name__}")
+    check_batch(progress.get("batch"), f"{argument}['batch']", required=True)
+    _check_json_value(progress, argument)
+
+
+def check_batch(batch: object, argument: str = "expected_batch", *, required: bool = False) -> None:
+    """Raise unless *batch* is an ``int`` >= 0 (or ``None``, unless *required*)."""
+    if batch is None and not required:
+        return
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        kind = "missing" if batch is None else f"a {type(batch).__name__}"
+        raise TypeError(f"{argument} must be an int >= 0, not {kind}")
+    if batch < 0 or batch not in _INT64:
+        raise ValueError(f"{argument} must be an int from 0 to 2**63 - 1, not {batch}")
+
+
+def check_initial_sync_write(
+    stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+) -> None:
+    """Validate the arguments of ``save_initial_sync``."""
+    check_stream_name(stream_name)
+    check_initial_sync(progress, "progress")
+    check_batch(expected_batch)
+
+
+def plain_progress(progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A deep copy of validated *progress* made of plain dicts and lists (``None`` stays)."""
+    if progress is None:
+        return None
+    return _plain(progress)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def progress_batch(progress: Mapping[str, Any] | None) -> int | None:
+    """The ``"batch"`` of *progress*, or ``None`` when there is no progress."""
+    return None if progress is None else progress["batch"]
+
+
 def _with_heartbeat(changes: dict[str, Any], heartbeat_at: datetime | None) -> dict[str, Any]:
     if heartbeat_at is not None:
         changes["last_heartbeat_at"] = heartbeat_at
@@ -105,7 +219,8 @@ class Checkpoint:
 
     Every token and timestamp may be ``None``: a new stream has no anchor yet, and
     an idle stream may have certified a seen position but processed nothing.
-    Timestamps are timezone-aware datetimes.
+    Timestamps are timezone-aware datetimes. ``initial_sync`` is the progress of the
+    stream's initial copy (see :func:`check_initial_sync`), ``None`` when there is none.
     """
 
     stream_name: str
@@ -116,6 +231,7 @@ class Checkpoint:
     last_processed_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    initial_sync: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check_stream_name(self.stream_name)
@@ -127,6 +243,7 @@ class Checkpoint:
             object.__setattr__(self, "metadata", {})
         elif not isinstance(self.metadata, Mapping):
             raise TypeError("metadata must be a mapping")
+        check_initial_sync(self.initial_sync)
 
     def replace(self, **changes: Any) -> Checkpoint:
         """Return a copy with *changes* applied."""
@@ -139,8 +256,9 @@ class CheckpointStore(ABC):
     Only :meth:`save`, :meth:`find` and :meth:`delete` are abstract. The partial
     operations have read-modify-write defaults that are correct for a single
     writer only: under concurrent anchor writers they can resurrect a stale value
-    of the other anchor, and the history-lost guard is not atomic. Every
-    production backend overrides each of them with one targeted, upserting write.
+    of the other anchor, and neither the history-lost guard nor the condition of
+    :meth:`save_initial_sync` is atomic. Every production backend overrides each
+    of them with one targeted, upserting (or conditional) write.
     """
 
     #: Whether :meth:`list_checkpoints` is implemented.
@@ -224,19 +342,54 @@ class CheckpointStore(ABC):
 
         self._read_modify_write(stream_name, changes)
 
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        """Set the initial-sync progress (``None`` clears it) if its batch is as expected.
+
+        The write happens only while the stored progress's ``"batch"`` equals
+        *expected_batch*; ``None`` matches "no progress stored", a missing record
+        included, and then the record is created. Returns ``True`` when written,
+        ``False`` when the condition failed and nothing was written. No other field
+        is touched, and no other partial operation touches this one (``save``
+        replaces the whole record, progress included).
+
+        This default reads then saves, so the condition is not atomic; every
+        production backend evaluates it in the write itself.
+        """
+        check_initial_sync_write(stream_name, progress, expected_batch)
+        stored = plain_progress(progress)
+
+        def changes(current: Checkpoint) -> dict[str, Any] | None:
+            if progress_batch(current.initial_sync) != expected_batch:
+                return None
+            return {"initial_sync": stored}
+
+        return self._read_modify_write(stream_name, changes)
+
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections the store opened itself (none by default)."""
 
     def _read_modify_write(
-        self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any]]
-    ) -> None:
+        self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any] | None]
+    ) -> bool:
         """Apply ``changes(current)`` to the record (created when missing).
 
-        This default reads then saves, so it is not atomic; a store that can hold
-        a lock across both (the in-memory one) overrides it.
+        ``changes`` returns ``None`` to write nothing (a failed condition); the
+        result says whether anything was written. This default reads then saves,
+        so it is not atomic; a store that can hold a lock across both (the
+        in-memory one) overrides it.
         """
         current = self.find(stream_name) or Checkpoint(stream_name)
-        self.save(current.replace(**changes(current)))
+        update = changes(current)
+        if update is None:
+            return False
+        self.save(current.replace(**update))
+        return True
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:
@@ -296,6 +449,17 @@ class NoopCheckpointStore(CheckpointStore):
         at: datetime,
     ) -> None:
         check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        """Validate, write nothing, and report success (nothing is ever stored)."""
+        check_initial_sync_write(stream_name, progress, expected_batch)
+        return True
 
 
 _NOOP = NoopCheckpointStore()

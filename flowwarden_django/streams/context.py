@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from .checkpoint import as_utc
+from .spec import SNAPSHOT_OPERATION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,32 @@ class ChangeContext:
     The raw event stays available as ``event``. ``save_checkpoint_now()`` is an
     early acknowledgement: it persists this event as processed immediately (in
     transactional streams, inside the handler's transaction).
+
+    A document copied by an initial sync (:meth:`for_snapshot`) is no change event:
+    ``operation_type`` is ``"snapshot"``, ``full_document`` is the document,
+    ``document_key`` is ``{"_id": ...}``, ``is_snapshot`` is true and
+    ``resume_token`` is ``None`` (it has no position in the change stream), so
+    ``save_checkpoint_now()`` returns ``False`` for it.
     """
+
+    @classmethod
+    def for_snapshot(
+        cls,
+        doc: Mapping[str, Any],
+        *,
+        stream_name: str,
+        database: str | None = None,
+        collection: str | None = None,
+        send_to_dlq: Callable[[ChangeContext, str], None] | None = None,
+    ) -> ChangeContext:
+        """The context of one document copied by an initial sync."""
+        event = {
+            "operationType": SNAPSHOT_OPERATION,
+            "fullDocument": doc,
+            "documentKey": {"_id": doc["_id"]},
+            "ns": {"db": database, "coll": collection},
+        }
+        return cls(event, stream_name=stream_name, send_to_dlq=send_to_dlq)
 
     def __init__(
         self,
@@ -99,7 +125,15 @@ class ChangeContext:
         return self.event.get("operationType", "")
 
     @property
-    def resume_token(self) -> Mapping[str, Any]:
+    def is_snapshot(self) -> bool:
+        """Whether this is a document copied by an initial sync, not a change event."""
+        return self.operation_type == SNAPSHOT_OPERATION
+
+    @property
+    def resume_token(self) -> Mapping[str, Any] | None:
+        """The event's resume token; ``None`` for a copied document (``is_snapshot``)."""
+        if self.is_snapshot:
+            return None
         return self.event["_id"]
 
     @property

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ..common.formatting import NONE_TEXT, truncate
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, plain_progress
 from .tokens import Token, token_to_json
 
 #: Default width of :func:`short_token`.
@@ -39,7 +39,8 @@ def short_token(token: Token | None, width: int = SHORT_TOKEN_WIDTH) -> str:
 def checkpoint_to_json(checkpoint: Checkpoint) -> dict[str, Any]:
     """Every field of *checkpoint* as JSON-compatible values.
 
-    Tokens become relaxed Extended JSON values, timestamps ISO 8601 strings;
+    Tokens become relaxed Extended JSON values, timestamps ISO 8601 strings, and
+    the initial-sync progress (already JSON) a copy of its own, or ``None``;
     metadata values JSON cannot hold are written with ``str()`` by the caller's
     ``json.dumps(default=str)``.
     """
@@ -52,6 +53,7 @@ def checkpoint_to_json(checkpoint: Checkpoint) -> dict[str, Any]:
         "last_seen_at": _iso(checkpoint.last_seen_at),
         "last_heartbeat_at": _iso(checkpoint.last_heartbeat_at),
         "metadata": dict(checkpoint.metadata),
+        "initial_sync": plain_progress(checkpoint.initial_sync),
     }
 
 

@@ -35,7 +35,8 @@ event_received = Signal()
 event_processed = Signal()
 #: ``error`` (exception), ``will_retry`` (bool), ``attempt`` (int), ``event_id``.
 event_error = Signal()
-#: ``anchor`` ("processed" or "seen"), ``token`` (the resume token): after a successful write.
+#: ``anchor`` ("processed", "seen", "heartbeat", "reset", "record" for a whole-record save,
+#: or "initial_sync"), ``token`` (the resume token, else None): after a successful write.
 checkpoint_saved = Signal()
 #: ``anchor``, ``error``: any failed checkpoint write.
 checkpoint_failed = Signal()
@@ -53,6 +54,13 @@ event_dlq_failed = Signal()
 dlq_backlog = Signal()
 #: ``hours`` (float or None), ``status`` ("OK", "UNAVAILABLE" or "ERROR").
 oplog_stats = Signal()
+#: ``reason`` ("first start" or "history lost"), ``copied`` (documents already copied:
+#: above 0 when a copy resumes after a restart), ``estimated`` (the collection's
+#: estimated count), ``resumed`` (bool): an initial sync starts or resumes copying.
+initial_sync_started = Signal()
+#: ``reason``, ``copied`` (documents copied in all), ``duration`` (seconds since the copy
+#: started, restarts included): the copy is done; the stream now streams.
+initial_sync_finished = Signal()
 #: ``role`` ("LEADER" or "STANDBY"), ``instance_id``, ``token`` (fencing token or None).
 leadership_changed = Signal()
 

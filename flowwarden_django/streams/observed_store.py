@@ -7,15 +7,20 @@ import contextlib
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from . import metrics
 from .checkpoint import Checkpoint, CheckpointStore
+
+T = TypeVar("T")
 
 
 class ObservedCheckpointStore(CheckpointStore):
     """Wraps a consumer's store: ``checkpoint_saved`` after each successful write,
     ``checkpoint_failed`` for each failure, and each write inside ``fence()``.
+
+    A conditional write whose condition failed (``save_initial_sync`` returning
+    ``False``) wrote nothing: it sends neither signal.
 
     ``fence`` is the lease guard of a ``SINGLE_LEADER`` stream: it raises
     ``LeaseLostError`` when the consumer's fencing token is no longer current,
@@ -32,14 +37,16 @@ class ObservedCheckpointStore(CheckpointStore):
         self.stream_name = stream_name
         self.fence = fence or contextlib.nullcontext
 
-    def _write(self, anchor: str, token: Any, write: Callable[[], None]) -> None:
+    def _write(self, anchor: str, token: Any, write: Callable[[], T]) -> T:
         try:
             with self.fence():
-                write()
+                result = write()
         except Exception as exc:
             metrics.emit(metrics.checkpoint_failed, self.stream_name, anchor=anchor, error=exc)
             raise
-        metrics.emit(metrics.checkpoint_saved, self.stream_name, anchor=anchor, token=token)
+        if result is not False:  # False: a conditional write that wrote nothing
+            metrics.emit(metrics.checkpoint_saved, self.stream_name, anchor=anchor, token=token)
+        return result
 
     # -- reads and whole-record operations: straight through -------------------------
 
@@ -96,5 +103,20 @@ class ObservedCheckpointStore(CheckpointStore):
             fresh_seen_token,
             lambda: self.inner.reset_after_history_lost(
                 stream_name, fresh_seen_token, expected_dead_processed_token, at
+            ),
+        )
+
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        return self._write(
+            "initial_sync",
+            None,
+            lambda: self.inner.save_initial_sync(
+                stream_name, progress, expected_batch=expected_batch
             ),
         )

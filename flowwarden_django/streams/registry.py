@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from .spec import (
     DEFAULT_NO_RETRY_ON,
-    TYPED_OPERATIONS,
+    HANDLER_OPERATIONS,
     CheckpointSpec,
     DeadLetterQueueSpec,
     RestartPolicySpec,
@@ -121,7 +121,8 @@ def change_stream(
     """Declare a class as a change-stream consumer.
 
     The class defines any of ``on_insert``, ``on_update``, ``on_delete``,
-    ``on_replace`` and ``on_change`` (taking ``ctx``, ``doc`` or ``doc, ctx``;
+    ``on_replace``, ``on_snapshot`` (the documents of an initial sync) and
+    ``on_change`` (taking ``ctx``, ``doc`` or ``doc, ctx``;
     ``def`` or ``async def``), and optionally ``pipeline()``, ``filter(ctx)``
     and error handlers (``@on_error(...)`` methods, or a method named
     ``on_error`` as the catch-all). ``deployment_mode="SINGLE_LEADER"`` runs it
@@ -160,6 +161,7 @@ def checkpoint(
     idle_heartbeat_interval_seconds: float = 300,
     start_position: str = "RESUME",
     on_history_lost: str = "FAIL",
+    copy_batch_size: int = 1000,
 ) -> Callable[[C], C]:
     """Set how a ``@change_stream`` class keeps its checkpoint (see ``CheckpointSpec``)."""
     spec = CheckpointSpec(
@@ -168,6 +170,7 @@ def checkpoint(
         idle_heartbeat_interval_seconds=idle_heartbeat_interval_seconds,
         start_position=start_position,
         on_history_lost=on_history_lost,
+        copy_batch_size=copy_batch_size,
     )
 
     def decorate(cls: C) -> C:
@@ -268,6 +271,7 @@ def register_stream(
     on_delete: Callable[..., Any] | None = None,
     on_replace: Callable[..., Any] | None = None,
     on_change: Callable[..., Any] | None = None,
+    on_snapshot: Callable[..., Any] | None = None,
     registry: StreamRegistry | None = None,
     **options: Any,
 ) -> StreamSpec:
@@ -277,12 +281,15 @@ def register_stream(
     ``restart_policy=RestartPolicySpec(...)``, ``retry_policy=RetryPolicySpec(...)``,
     ``dead_letter_queue=DeadLetterQueueSpec(...)``, ``pipeline``, ``filter`` and
     ``on_error`` (a sequence of ``(exception types, handler)``; empty types = the
-    catch-all); goes through the same validation.
+    catch-all); goes through the same validation. ``on_snapshot`` receives the
+    documents of an initial sync (``CheckpointSpec(start_position="COPY_EXISTING")``).
     """
     handlers = {
         op: fn
         for op, fn in zip(
-            TYPED_OPERATIONS, (on_insert, on_update, on_delete, on_replace), strict=True
+            HANDLER_OPERATIONS,
+            (on_insert, on_update, on_delete, on_replace, on_snapshot),
+            strict=True,
         )
         if fn is not None
     }
@@ -310,7 +317,7 @@ def spec_from_class(cls: type) -> StreamSpec:
     instance = _StreamInstance(cls)
     handlers = {
         op: instance.method(f"on_{op}")
-        for op in TYPED_OPERATIONS
+        for op in HANDLER_OPERATIONS
         if callable(getattr(cls, f"on_{op}", None))
     }
     values = dict(options)

@@ -16,6 +16,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -26,7 +27,7 @@ from django.utils import timezone
 from ..common.connections import discard_unusable_connections
 from ..common.failure_log import FailureLog
 from ..common.outages import error_summary, is_outage, short_message
-from . import metrics
+from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
 from .dispatch import HandlerCaller
@@ -92,6 +93,18 @@ class UnhandledEventError(RuntimeError):
     unsettled and the stream restarts (the event is redelivered)."""
 
 
+def _entry_id(stream_name: str, ctx: ChangeContext) -> str:
+    """The dead letter's id: per resume token for an event, per ``_id`` for a copied
+    document (the same on every redelivery, so a repeated failure overwrites it)."""
+    if ctx.is_snapshot:
+        key = initial_sync.encode_id((ctx.document_key or {}).get("_id"))
+        return uuid.uuid5(_SNAPSHOT_ENTRY_NAMESPACE, f"{stream_name}\x00{key}").hex
+    return dead_letter_id(stream_name, ctx.resume_token)
+
+
+_SNAPSHOT_ENTRY_NAMESPACE = uuid.UUID("6f1c8a52-4a51-4f0e-9d38-4b7f2f0f5c11")
+
+
 def _anchor_at(ctx: ChangeContext) -> datetime:
     """The processed anchor's timestamp: the event's cluster time, else now."""
     return ctx.cluster_datetime or timezone.now()
@@ -143,6 +156,8 @@ class StreamConsumer:
         self.last_error: BaseException | None = None
         self.last_event_at: datetime | None = None
         self.events_handled = 0
+        #: Documents an initial sync handed to the stream (settled), in this process.
+        self.documents_copied = 0
         self.restarts = 0
         self.errors = 0
         self.retries = 0
@@ -178,15 +193,23 @@ class StreamConsumer:
         try:
             while not self._stop.is_set():
                 self.state = StreamState.STARTING
-                handled_before = self.events_handled
+                handled_before = self.events_handled + self.documents_copied
                 try:
                     self._run_generation(burst=burst)
+                    self._stopped_gracefully()
+                    return
+                except initial_sync.CopyInterrupted:
+                    # A stop during the copy: it resumes after its last committed batch.
                     self._stopped_gracefully()
                     return
                 except _RestartNow:
                     self.restarts += 1
                     continue
-                except (HistoryLostError, StreamInvalidatedError) as exc:
+                except (
+                    HistoryLostError,
+                    StreamInvalidatedError,
+                    initial_sync.InitialSyncConflictError,
+                ) as exc:
                     self._crash(exc)
                     raise
                 except LeaseLostError as exc:
@@ -198,7 +221,8 @@ class StreamConsumer:
                 except Exception as exc:
                     # Attempts count restarts without progress: a generation that handled
                     # events resets them, one that dies on the same event does not.
-                    attempt = 0 if self.events_handled > handled_before else attempt
+                    progressed = self.events_handled + self.documents_copied > handled_before
+                    attempt = 0 if progressed else attempt
                     attempt += 1
                     policy = self.spec.restart_policy
                     if policy.max_attempts and attempt > policy.max_attempts:
@@ -368,6 +392,9 @@ class StreamConsumer:
         if policy.start_position == "LATEST":
             return _Opened(source.open())
         saved = self.store.find(name)
+        reason = initial_sync.due(self, saved)
+        if reason is not None:
+            return self._copy_then_open(source, saved, reason)
         if saved is None or (saved.last_processed_token is None and saved.last_seen_token is None):
             position = source.initial_position()
             now = timezone.now()
@@ -394,6 +421,20 @@ class StreamConsumer:
                 opened.certified = seen
                 return opened
         return self._history_lost(source, saved)
+
+    def _copy_then_open(
+        self, source: ChangeSource, saved: Checkpoint | None, reason: str
+    ) -> _Opened:
+        """Run (or finish) an initial sync, then open after the position it captured;
+        if that position has left the oplog meanwhile, the history-lost strategy applies."""
+        position = initial_sync.InitialSync(self, source).run(saved, reason)
+        opened = self._try_open(source, position)
+        if opened is None:
+            return self._history_lost(
+                source, self.store.find(self.spec.name) or Checkpoint(self.spec.name)
+            )
+        opened.certified = position
+        return opened
 
     def _try_open(self, source: ChangeSource, token: Mapping[str, Any]) -> _Opened | None:
         """Open after *token*; ``None`` if the server no longer has it. The first poll
@@ -423,6 +464,9 @@ class StreamConsumer:
                 if t is not None
             ]
             raise HistoryLostError(name, max(known) if known else None)
+        if strategy == "RESYNC":
+            logger.warning("stream %r: history lost; copying the collection again (RESYNC)", name)
+            return self._copy_then_open(source, saved, initial_sync.HISTORY_LOST)
         if strategy == "RESUME_FROM_OPLOG_START":
             oldest = source.oldest_oplog_time()
             if oldest is not None:
@@ -564,25 +608,30 @@ class StreamConsumer:
         A transactional stream runs the handler and the anchor write in one
         transaction, so a failed attempt leaves no effects behind.
         """
+        # A copied document (initial sync) has no anchor: its batch's progress write
+        # records it. In a transactional stream its attempt is a savepoint inside the
+        # batch's transaction.
+        anchored = not ctx.is_snapshot
         if self.spec.transactional and not lifecycle:
-            confirmed = self.policy.confirmed_token
+            confirmed = self.policy.confirmed_token if anchored else None
             try:
                 with transaction.atomic(using=self.spec.transaction_using):
                     self._dispatch(handler, ctx)
-                    if not ctx.saved_manually:
+                    if anchored and not ctx.saved_manually:
                         self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=True)
             except _HandlerFailed as failed:
                 # A save_checkpoint_now() of this attempt rolled back with it: the next
                 # attempt (or the DLQ decision) must write the anchor again.
                 ctx.saved_manually = False
-                self.policy.confirmed_token = confirmed
+                if anchored:
+                    self.policy.confirmed_token = confirmed
                 return failed.error
             return None
         try:
             self._dispatch(handler, ctx)
         except _HandlerFailed as failed:
             return failed.error
-        if not lifecycle and not ctx.saved_manually:
+        if anchored and not lifecycle and not ctx.saved_manually:
             self.policy.on_settled(ctx.resume_token, _anchor_at(ctx))
         return None
 
@@ -626,7 +675,7 @@ class StreamConsumer:
         )
 
     def _settle(self, ctx: ChangeContext, lifecycle: bool) -> None:
-        if lifecycle or ctx.saved_manually:
+        if lifecycle or ctx.saved_manually or ctx.is_snapshot:
             return
         strict = self.spec.transactional
         self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=strict)
@@ -670,7 +719,7 @@ class StreamConsumer:
     def _write_dead_letter(self, ctx: ChangeContext, info: ErrorInfo, policy: DlqPolicy) -> None:
         now = timezone.now()
         entry = DeadLetter(
-            id=dead_letter_id(self.spec.name, ctx.resume_token),
+            id=_entry_id(self.spec.name, ctx),
             stream_name=self.spec.name,
             operation_type=ctx.operation_type,
             error=info,

@@ -39,7 +39,8 @@ class ChangeCursor(Protocol):
 
 
 class ChangeSource(Protocol):
-    """Opens change streams on one collection, and answers the two position questions."""
+    """Opens change streams on one collection, answers the two position questions, and
+    reads the collection's documents for an initial sync."""
 
     def open(
         self,
@@ -55,6 +56,17 @@ class ChangeSource(Protocol):
 
     def oldest_oplog_time(self) -> Any:
         """The oldest operation time still in the oplog, or ``None`` if unreadable."""
+        ...
+
+    def copy_batch(
+        self, query: Mapping[str, Any], after_id: Any, limit: int
+    ) -> list[Mapping[str, Any]]:
+        """Up to *limit* documents matching *query* with ``_id`` above *after_id*
+        (``None``: from the first), in ``_id`` order."""
+        ...
+
+    def estimated_count(self) -> int:
+        """The collection's estimated document count (metadata, not a scan)."""
         ...
 
 
@@ -143,6 +155,28 @@ class PymongoChangeSource:
         except PyMongoError:
             return None
         return None if first is None else first.get("ts")
+
+    def copy_batch(
+        self, query: Mapping[str, Any], after_id: Any, limit: int
+    ) -> list[Mapping[str, Any]]:
+        criteria: dict[str, Any] = dict(query)
+        if after_id is not None:
+            after = {"_id": {"$gt": after_id}}
+            criteria = {"$and": [criteria, after]} if criteria else after
+        cursor = (
+            self.collection.find(
+                criteria, comment=f"{CURSOR_COMMENT_PREFIX}copy:{self.stream_name}"
+            )
+            .sort("_id", 1)
+            .limit(limit)
+        )
+        try:
+            return list(cursor)
+        finally:
+            cursor.close()
+
+    def estimated_count(self) -> int:
+        return int(self.collection.estimated_document_count())
 
     def oplog_window(self) -> tuple[Any, Any] | None:
         """The oldest and newest operation times of the oplog (``bson.Timestamp``),

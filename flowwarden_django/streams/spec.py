@@ -21,12 +21,16 @@ TYPED_OPERATIONS = ("insert", "update", "delete", "replace")
 NO_DOCUMENT_OPERATIONS = ("delete", "drop", "dropDatabase", "rename", "invalidate")
 #: Lifecycle events: dispatched to ``on_change`` but never a resume position.
 LIFECYCLE_OPERATIONS = ("drop", "dropDatabase", "rename", "invalidate")
+#: The operation type of a document read by an initial sync (not a change event).
+SNAPSHOT_OPERATION = "snapshot"
+#: Every operation a typed ``on_<operation>`` handler can be declared for.
+HANDLER_OPERATIONS = (*TYPED_OPERATIONS, SNAPSHOT_OPERATION)
 
 FULL_DOCUMENT_MODES = ("default", "updateLookup", "whenAvailable", "required")
 FULL_DOCUMENT_BEFORE_CHANGE_MODES = ("off", "whenAvailable", "required")
 DEPLOYMENT_MODES = ("ALL_INSTANCES", "SINGLE_LEADER")
-START_POSITIONS = ("RESUME", "LATEST")
-HISTORY_LOST_STRATEGIES = ("FAIL", "RESUME_FROM_NOW", "RESUME_FROM_OPLOG_START")
+START_POSITIONS = ("RESUME", "LATEST", "COPY_EXISTING")
+HISTORY_LOST_STRATEGIES = ("FAIL", "RESUME_FROM_NOW", "RESUME_FROM_OPLOG_START", "RESYNC")
 
 
 def backoff_delay(
@@ -50,9 +54,13 @@ class CheckpointSpec:
     replays up to N-1 settled events, plus the one in flight).
     ``save_interval_seconds``: the longest a settled but unsaved anchor waits (0 = off).
     ``idle_heartbeat_interval_seconds``: how often an idle stream certifies its
-    position (0 = off). ``start_position``: ``RESUME`` the saved anchors or start at
-    ``LATEST``. ``on_history_lost``: ``FAIL``, ``RESUME_FROM_NOW`` or
-    ``RESUME_FROM_OPLOG_START``.
+    position (0 = off). ``start_position``: ``RESUME`` the saved anchors, start at
+    ``LATEST``, or ``COPY_EXISTING``: on the first start, copy the collection's
+    documents to the snapshot handler, then stream from the position captured before
+    the copy (see ``initial_sync``). ``on_history_lost``: ``FAIL``,
+    ``RESUME_FROM_NOW``, ``RESUME_FROM_OPLOG_START`` or ``RESYNC`` (copy the
+    collection again, then stream). ``copy_batch_size``: documents per copied batch
+    (one progress write each).
     """
 
     save_every_n: int = 1
@@ -60,6 +68,12 @@ class CheckpointSpec:
     idle_heartbeat_interval_seconds: float = 300
     start_position: str = "RESUME"
     on_history_lost: str = "FAIL"
+    copy_batch_size: int = 1000
+
+    @property
+    def copies(self) -> bool:
+        """Whether the stream may copy the collection (``COPY_EXISTING`` or ``RESYNC``)."""
+        return self.start_position == "COPY_EXISTING" or self.on_history_lost == "RESYNC"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +167,10 @@ Handler = Callable[..., Any]
 class StreamSpec:
     """A declared change stream: where to read, how to checkpoint, what to call.
 
-    ``handlers`` maps ``insert``/``update``/``delete``/``replace`` to callables
-    taking ``(ctx)``, ``(doc)`` or ``(doc, ctx)`` (``def`` or ``async def``);
-    ``on_change`` catches every other operation except ``invalidate``.
+    ``handlers`` maps ``insert``/``update``/``delete``/``replace`` (and ``snapshot``,
+    the documents of an initial sync) to callables taking ``(ctx)``, ``(doc)`` or
+    ``(doc, ctx)`` (``def`` or ``async def``); ``on_change`` catches every other
+    operation except ``invalidate``.
     ``transactional`` runs each handler and its processed-anchor write in one
     transaction on ``transaction_using`` (needs the ORM checkpoint store there).
     """
@@ -203,7 +218,19 @@ class StreamSpec:
         return catch_all
 
     def handler_for(self, operation: str) -> Handler | None:
-        """The typed handler of *operation*, else ``on_change`` (never for invalidate)."""
+        """The typed handler of *operation*, else ``on_change`` (never for invalidate).
+
+        A ``snapshot`` (a copied document) goes to ``on_snapshot``, else ``on_insert``,
+        else ``on_change``.
+        """
         if operation == "invalidate":
             return None
+        if operation == SNAPSHOT_OPERATION:
+            return self.snapshot_handler()
         return self.handlers.get(operation) or self.on_change
+
+    def snapshot_handler(self) -> Handler | None:
+        """Who receives a copied document: ``on_snapshot``, ``on_insert``, ``on_change``."""
+        return (
+            self.handlers.get(SNAPSHOT_OPERATION) or self.handlers.get("insert") or self.on_change
+        )

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from ..common.app_models import models
 from ..conf import fw_settings
+from .copy_filter import CopyFilterError, copy_filter
 from .dispatch import handler_shape
 from .spec import (
     DEPLOYMENT_MODES,
@@ -75,6 +76,7 @@ def validate_spec(spec: StreamSpec) -> list[Problem]:
         out.error("E103", "collection", "no collection to watch", 'Pass collection="..."')
     _validate_handlers(out, spec)
     _validate_checkpoint(out, spec)
+    _validate_initial_sync(out, spec)
     _validate_restart_policy(out, spec)
     _choice(out, "full_document", spec.full_document, FULL_DOCUMENT_MODES)
     _choice(
@@ -181,6 +183,51 @@ def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
             "checkpoint.save_every_n",
             "is ignored by a transactional stream: every event's anchor is written in its "
             "own transaction",
+        )
+
+
+def _validate_initial_sync(out: _Collector, spec: StreamSpec) -> None:
+    """``COPY_EXISTING`` and ``RESYNC``: a batch size, a snapshot handler, a pipeline
+    that translates to the copy's filter."""
+    policy = spec.checkpoint
+    size = policy.copy_batch_size
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        out.error(
+            "E108",
+            "checkpoint.copy_batch_size",
+            f"must be a whole number of at least 1, got {size!r}",
+        )
+    if not policy.copies:
+        return
+    why = (
+        'start_position="COPY_EXISTING"'
+        if policy.start_position == "COPY_EXISTING"
+        else 'on_history_lost="RESYNC"'
+    )
+    if spec.snapshot_handler() is None:
+        out.error(
+            "E118",
+            "handlers",
+            f"{why} copies existing documents, but the stream has no handler for them: "
+            "define on_snapshot, on_insert or on_change",
+        )
+    if spec.pipeline is None:
+        return
+    try:
+        stages = list(spec.pipeline())
+    except Exception as exc:
+        out.error("E119", "pipeline", f"pipeline() raised {exc!r}")
+        return
+    try:
+        copy_filter(stages, spec.name)
+    except CopyFilterError as exc:
+        out.error(
+            "E119",
+            "pipeline",
+            f"{exc} ({why})",
+            "Copied documents are filtered by the pipeline's $match conditions on "
+            "fullDocument.<field> and operationType only; filter the rest in the handler "
+            "or with filter().",
         )
 
 

@@ -4,10 +4,18 @@
 cursors on it with the same options and the same pymongo exceptions as the real
 source. It does not imitate pymongo's own auto-resume or evaluate pipelines: the
 wire-level tests against ``ScriptedReplicaSet`` cover those.
+
+The oplog also keeps the collection's documents, for initial syncs: ``seed()`` adds
+documents without events, and every event appended changes them as the server would
+(insert/replace store ``fullDocument``, update applies ``updatedFields`` and
+``removedFields``, delete removes, drop empties). ``FakeChangeSource.copy_batch``
+reads them like a ``find`` sorted on ``_id`` (the ``$match`` subset of
+``ScriptedReplicaSet``), as they are at that moment.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import threading
 from collections import deque
@@ -17,6 +25,8 @@ from typing import Any
 
 from bson import Timestamp
 from pymongo.errors import OperationFailure
+
+from ._scripted_match import bson_sort_key, compile_filter
 
 _BASE_TIME = 1_700_000_000
 
@@ -60,6 +70,30 @@ class FakeOplog:
         self.oldest = 1
         self.last_position = 0
         self.invalidate_positions: set[int] = set()
+        #: The collection's current documents by ``_id``: seeded, then changed by events.
+        self.documents: dict[Any, dict[str, Any]] = {}
+
+    def seed(self, docs: Any) -> None:
+        """Store documents that existed before the oplog's history (no events)."""
+        with self._lock:
+            for doc in docs:
+                self.documents[doc["_id"]] = copy.deepcopy(dict(doc))
+
+    def _apply(self, operation: str, fields: Mapping[str, Any]) -> None:
+        key = (fields.get("documentKey") or {}).get("_id")
+        if operation in ("insert", "replace") and fields.get("fullDocument") is not None:
+            self.documents[key] = copy.deepcopy(dict(fields["fullDocument"]))
+        elif operation == "update" and key in self.documents:
+            doc = self.documents[key]
+            description = fields.get("updateDescription") or {}
+            for path, value in (description.get("updatedFields") or {}).items():
+                _set_path(doc, path, copy.deepcopy(value))
+            for path in description.get("removedFields") or ():
+                _unset_path(doc, path)
+        elif operation == "delete":
+            self.documents.pop(key, None)
+        elif operation in ("drop", "rename", "dropDatabase"):
+            self.documents.clear()
 
     def _next_position(self) -> int:
         self.last_position = next(self._positions)
@@ -78,6 +112,7 @@ class FakeOplog:
                 **fields,
             }
             self._events.append((position, event))
+            self._apply(operation, fields)
             if operation == "invalidate":
                 self.invalidate_positions.add(position)
             return event
@@ -141,6 +176,22 @@ class FakeOplog:
         return Timestamp(_BASE_TIME + self.oldest, 1)
 
 
+def _set_path(doc: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        doc = doc.setdefault(part, {})
+    doc[last] = value
+
+
+def _unset_path(doc: dict[str, Any], path: str) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        doc = doc.get(part)
+        if not isinstance(doc, dict):
+            return
+    doc.pop(last, None)
+
+
 class FakeCursor:
     """A cursor on a ``FakeOplog``: ``try_next`` returns the next event or ``None`` when
     idle, moving ``resume_token`` like pymongo does."""
@@ -183,6 +234,8 @@ class FakeChangeSource:
         self.idle_advances = idle_advances
         self.errors: deque[BaseException] = deque()
         self.opens: list[dict[str, Any]] = []
+        #: Every ``copy_batch`` call's arguments.
+        self.copy_queries: list[dict[str, Any]] = []
 
     def open(
         self,
@@ -223,6 +276,27 @@ class FakeChangeSource:
 
     def oldest_oplog_time(self) -> Any:
         return self.oplog.oldest_time()
+
+    def copy_batch(
+        self, query: Mapping[str, Any], after_id: Any, limit: int
+    ) -> list[dict[str, Any]]:
+        """Up to *limit* current documents matching *query* with ``_id`` above *after_id*,
+        in ``_id`` order (BSON order), as copies."""
+        self.copy_queries.append({"query": dict(query), "after_id": after_id, "limit": limit})
+        matches = compile_filter(dict(query))
+        after = None if after_id is None else bson_sort_key(after_id)
+        with self.oplog._lock:
+            found = [
+                doc
+                for doc in self.oplog.documents.values()
+                if (after is None or bson_sort_key(doc["_id"]) > after) and matches(doc)
+            ]
+            found.sort(key=lambda doc: bson_sort_key(doc["_id"]))
+            return [copy.deepcopy(doc) for doc in found[:limit]]
+
+    def estimated_count(self) -> int:
+        with self.oplog._lock:
+            return len(self.oplog.documents)
 
     def oplog_window(self) -> tuple[Any, Any] | None:
         """The oldest and newest positions as times (like ``local.oplog.rs``'s ``ts``)."""

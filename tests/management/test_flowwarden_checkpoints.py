@@ -138,7 +138,30 @@ def test_list_json(orders):
         "last_seen_at": orders.last_seen_at.isoformat(),
         "last_heartbeat_at": orders.last_heartbeat_at.isoformat(),
         "metadata": {"owner": "billing"},
+        "initial_sync": None,
     }
+
+
+@pytest.mark.django_db
+def test_list_json_with_initial_sync_progress(store, orders):
+    progress = {
+        "phase": "copying",
+        "batch": 12,
+        "last_id": '{"$oid": "65a1b2c3d4e5f60718293a4b"}',
+        "copied": 12000,
+        "estimated": 50000,
+        "started_at": "2026-06-01T12:30:15.123000+00:00",
+        "nested": {"rate": 0.5, "done": False, "skipped": None, "ids": [1, "2"]},
+    }
+    assert store.save_initial_sync("orders", progress, expected_batch=None)
+    store.save_heartbeat("payments", timezone.now())
+
+    out, _ = run("list", "--json")
+
+    first, second = json.loads(out)
+    assert first["initial_sync"] == progress
+    assert second["initial_sync"] is None
+    assert json.loads(run("show", "orders", "--json")[0])["initial_sync"] == progress
 
 
 @pytest.mark.django_db
@@ -212,6 +235,7 @@ def test_show_json(orders):
     item = json.loads(out)
     assert item["last_processed_token"] == PROCESSED
     assert item["last_heartbeat_at"] == orders.last_heartbeat_at.isoformat()
+    assert item["initial_sync"] is None
 
 
 @pytest.mark.django_db

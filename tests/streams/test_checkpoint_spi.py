@@ -4,6 +4,7 @@ the store registry, and proof that the race tests catch a store that is not atom
 import threading
 import time
 from datetime import datetime
+from types import MappingProxyType
 
 import pytest
 from django.test import override_settings
@@ -14,7 +15,7 @@ from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.streams.tokens import token_from_json, token_to_json, tokens_equal
 from flowwarden_django.testkit import CheckpointStoreContract
-from flowwarden_django.testkit.checkpoint_store import now_ms, token
+from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 
 
 class ThreeMethodStore(CheckpointStore):
@@ -51,10 +52,16 @@ class TestDefaultsForASingleWriter(CheckpointStoreContract):
 
     @pytest.fixture(autouse=True)
     def _skip_races(self, request):
-        races = ("test_concurrent_anchor_writers", "test_processed_write_racing_reset")
+        races = (
+            "test_concurrent_anchor_writers",
+            "test_processed_write_racing_reset",
+            "test_concurrent_initial_sync_writers",
+            "test_initial_sync_racing_record_creation",
+        )
         if request.node.name.startswith(races):
             pytest.skip("the defaults are documented as unsafe under concurrent writers")
-        if "round_trip_exactly" in request.node.name or "in_utc" in request.node.name:
+        kept = ("round_trip_exactly", "in_utc", "initial_sync_is_a_copy")
+        if any(part in request.node.name for part in kept):
             pytest.skip("ThreeMethodStore keeps the caller's objects")
 
 
@@ -80,6 +87,20 @@ def test_reset_race_catches_a_non_atomic_guard():
         )
 
 
+def test_initial_sync_race_catches_a_non_atomic_condition():
+    with pytest.raises(AssertionError):
+        RacingContract().test_concurrent_initial_sync_writers_one_wins_each_batch(
+            ThreeMethodStore(delay=0.002), "race"
+        )
+
+
+def test_initial_sync_creation_race_catches_a_read_modify_write():
+    with pytest.raises(AssertionError):
+        RacingContract().test_initial_sync_racing_record_creation_is_never_refused(
+            ThreeMethodStore(delay=0.002), "race"
+        )
+
+
 def test_checkpoint_validates_its_fields():
     with pytest.raises(ValueError, match="stream_name"):
         Checkpoint("")
@@ -90,16 +111,47 @@ def test_checkpoint_validates_its_fields():
     assert Checkpoint("s", metadata=None).metadata == {}
 
 
+def test_checkpoint_validates_initial_sync():
+    assert Checkpoint("s").initial_sync is None
+    progress = sync_progress(0)
+    assert Checkpoint("s", initial_sync=progress).initial_sync is progress
+    assert Checkpoint("s", initial_sync=MappingProxyType({"batch": 2})).initial_sync["batch"] == 2
+    with pytest.raises(TypeError, match="mapping or None"):
+        Checkpoint("s", initial_sync=[("batch", 1)])
+    with pytest.raises(
+        TypeError, match=r"initial_sync\['batch'\] must be an int >= 0, not missing"
+    ):
+        Checkpoint("s", initial_sync={"phase": "copying"})
+    with pytest.raises(TypeError, match="not a bool"):
+        Checkpoint("s", initial_sync={"batch": False})
+    with pytest.raises(ValueError, match="from 0 to 2"):
+        Checkpoint("s", initial_sync={"batch": -1})
+    with pytest.raises(TypeError, match=r"initial_sync\['at'\] is a datetime"):
+        Checkpoint("s", initial_sync={"batch": 1, "at": now_ms()})
+    with pytest.raises(ValueError, match=r"initial_sync\['n'\]\[1\] = nan"):
+        Checkpoint("s", initial_sync={"batch": 1, "n": [1, float("nan")]})
+
+
+def test_save_initial_sync_needs_a_keyword_expected_batch():
+    store = InMemoryCheckpointStore()
+    with pytest.raises(TypeError):
+        store.save_initial_sync("s", sync_progress(0), None)  # type: ignore[misc]
+    assert store.find("s") is None
+
+
 def test_noop_store_is_shared_and_ignores_everything():
     store = CheckpointStore.noop()
     assert store is CheckpointStore.noop()
     store.save(Checkpoint("s"))
     store.save_processed("s", token("p"), now_ms())
     store.reset_after_history_lost("s", token("f"), None, now_ms())
+    assert store.save_initial_sync("s", sync_progress(3), expected_batch=2) is True
     assert store.find("s") is None
     assert store.list_checkpoints() == []
     with pytest.raises(ValueError):
         store.save_heartbeat("s", datetime(2026, 1, 1))
+    with pytest.raises(TypeError):
+        store.save_initial_sync("s", {"phase": "copying"}, expected_batch=None)
 
 
 def test_tokens_helpers():

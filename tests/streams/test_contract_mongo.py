@@ -15,7 +15,7 @@ import pytest
 
 from flowwarden_django.streams.backends.mongo import MongoCheckpointStore
 from flowwarden_django.testkit import CheckpointStoreContract
-from flowwarden_django.testkit.checkpoint_store import now_ms, token
+from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import on_lane
 
 
@@ -114,6 +114,59 @@ class TestMongoSpecifics:
             "lastProcessedTimestamp",
             "lastHeartbeatTimestamp",
         }
+
+    def test_initial_sync_layout_and_unknown_fields(self, store):
+        store.save_processed("orders", token("8263"), now_ms())
+        store.collection.update_one({"_id": "orders"}, {"$set": {"customField": "keep me"}})
+        assert store.save_initial_sync("orders", sync_progress(12), expected_batch=None)
+        document = store.collection.find_one({"_id": "orders"})
+        assert document["initialSync"] == sync_progress(12)
+        assert document["customField"] == "keep me"
+        assert store.save_initial_sync("orders", None, expected_batch=12)
+        document = store.collection.find_one({"_id": "orders"})
+        assert "initialSync" not in document
+        assert document["customField"] == "keep me"
+
+    def test_a_null_initial_sync_is_no_progress(self, store):
+        """A document holding ``initialSync: null`` (written by hand) has no progress."""
+        store.collection.insert_one({"_id": "orders", "initialSync": None})
+        assert store.find("orders").initial_sync is None
+        assert not store.save_initial_sync("orders", sync_progress(1), expected_batch=0)
+        assert store.save_initial_sync("orders", sync_progress(0), expected_batch=None)
+        assert store.find("orders").initial_sync == sync_progress(0)
+
+    def test_clearing_a_missing_record_creates_a_bare_document(self, store):
+        assert store.save_initial_sync("orders", None, expected_batch=None)
+        assert store.collection.find_one({"_id": "orders"}) == {"_id": "orders"}
+
+    @pytest.mark.parametrize(
+        ("existing", "written"),
+        [({}, True), ({"initialSync": {"batch": 7}}, False)],
+        ids=["created-without-progress", "created-with-progress"],
+    )
+    def test_a_duplicate_key_on_the_upsert_decides_on_the_record(
+        self, store, existing, written, monkeypatch
+    ):
+        """The upsert's filter missed, then another writer created the record: the
+        duplicate-key error is not the answer; the update without upsert is."""
+        from pymongo.errors import DuplicateKeyError
+
+        collection = store.collection
+        real_update_one = collection.update_one
+        calls = []
+
+        def racing_update_one(filter, update, upsert=False, **kwargs):
+            calls.append(upsert)
+            if upsert:
+                collection.insert_one({"_id": filter["_id"], **existing})
+                raise DuplicateKeyError("E11000 duplicate key error", 11000)
+            return real_update_one(filter, update, upsert=upsert, **kwargs)
+
+        monkeypatch.setattr(collection, "update_one", racing_update_one)
+        assert store.save_initial_sync("orders", sync_progress(0), expected_batch=None) is written
+        assert calls == [True, False]
+        expected = sync_progress(0) if written else {"batch": 7}
+        assert store.find("orders").initial_sync == expected
 
     def test_url_needs_exactly_one_connection(self):
         with pytest.raises(TypeError):

@@ -1,12 +1,13 @@
 """The contract suite on the Redis store (real server), plus Redis-only checks."""
 
+import json
 import uuid
 
 import pytest
 
 from flowwarden_django.streams.backends.redis import RedisCheckpointStore
 from flowwarden_django.testkit import CheckpointStoreContract
-from flowwarden_django.testkit.checkpoint_store import now_ms, token
+from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import on_lane
 from tests.services import SERVICES
 
@@ -61,6 +62,27 @@ class TestRedisSpecifics:
             b"lastHeartbeatTimestamp",
         }
         assert raw[b"lastSeenTimestamp"] == str(int(now.timestamp() * 1000)).encode()
+
+    def test_initial_sync_layout_and_unknown_fields(self, store):
+        """``initialSync`` holds the JSON, ``initialSyncBatch`` the batch the script
+        compares; the script touches no other field, and clearing removes both."""
+        store.save_heartbeat("orders", now_ms())
+        store.client.hset(store.key("orders"), "customField", "keep me")
+        assert store.save_initial_sync("orders", sync_progress(12), expected_batch=None)
+        raw = store.client.hgetall(store.key("orders"))
+        assert json.loads(raw[b"initialSync"]) == sync_progress(12)
+        assert raw[b"initialSyncBatch"] == b"12"
+        assert raw[b"customField"] == b"keep me"
+        assert not store.save_initial_sync("orders", None, expected_batch=1)
+        assert store.save_initial_sync("orders", None, expected_batch=12)
+        raw = store.client.hgetall(store.key("orders"))
+        assert set(raw) == {b"_v", b"lastHeartbeatTimestamp", b"customField"}
+
+    def test_a_refused_initial_sync_creates_no_key(self, store):
+        assert not store.save_initial_sync("orders", sync_progress(1), expected_batch=0)
+        assert not store.client.exists(store.key("orders"))
+        assert store.save_initial_sync("orders", None, expected_batch=None)
+        assert store.client.hgetall(store.key("orders")) == {b"_v": b"1"}
 
     def test_default_prefix_and_cache_alias(self, settings):
         store = RedisCheckpointStore(cache="redis")

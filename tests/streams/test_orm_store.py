@@ -1,4 +1,5 @@
-"""ORM store specifics: one SQL statement per write, on every database; routing."""
+"""ORM store specifics: one SQL statement per write, on every database; routing;
+the statements of the conditional ``save_initial_sync``."""
 
 from contextlib import contextmanager
 from datetime import timedelta
@@ -9,8 +10,9 @@ from django.test import override_settings
 
 from flowwarden_django.models import StreamCheckpoint
 from flowwarden_django.streams import Checkpoint
+from flowwarden_django.streams.backends import orm
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
-from flowwarden_django.testkit.checkpoint_store import now_ms, token
+from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import lane_marks
 
 ALIASES = [
@@ -21,11 +23,12 @@ ALIASES = [
 
 
 @contextmanager
-def exactly_one_statement(alias: str):
+def recorded_statements(alias: str):
     """Record the statements and the transaction calls made on *alias*.
 
     An execute wrapper sees every statement without switching Django to its
     logging cursor, so the store's normal (kept-cursor) path is the one measured.
+    No transaction control is allowed, and autocommit must be on at the end.
     """
     connection = connections[alias]
     statements, calls = [], []
@@ -55,10 +58,17 @@ def exactly_one_statement(alias: str):
         del connection.set_autocommit
         del connection.commit
     assert not connection.queries_logged
-    assert len(statements) == 1, statements
-    assert statements[0].lstrip().upper().startswith("INSERT INTO"), statements[0]
     assert not calls, f"explicit transaction control: {calls}"
     assert connection.get_autocommit()
+
+
+@contextmanager
+def exactly_one_statement(alias: str):
+    """:func:`recorded_statements`, and exactly one statement: an upsert."""
+    with recorded_statements(alias) as statements:
+        yield statements
+    assert len(statements) == 1, statements
+    assert statements[0].lstrip().upper().startswith("INSERT INTO"), statements[0]
 
 
 PARTIAL_WRITES = {
@@ -134,6 +144,151 @@ def test_debug_logging_still_sees_the_writes(alias):
     assert len(captured.captured_queries) == 1
 
 
+def _kinds(statements):
+    return [" ".join(sql.split()[:2]).upper() for sql in statements]
+
+
+def _table(alias):
+    return connections[alias].ops.quote_name(StreamCheckpoint._meta.db_table).upper()
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_save_initial_sync_on_an_existing_record_is_one_update(alias):
+    store = OrmCheckpointStore(using=alias)
+    store.save_heartbeat("s", now_ms())
+    with recorded_statements(alias) as statements:
+        assert store.save_initial_sync("s", sync_progress(0), expected_batch=None)
+    assert _kinds(statements) == ["UPDATE " + _table(alias)]
+    with recorded_statements(alias) as statements:
+        assert store.save_initial_sync("s", sync_progress(1), expected_batch=0)
+        assert not store.save_initial_sync("s", sync_progress(9), expected_batch=0)
+        assert not store.save_initial_sync("s", sync_progress(9), expected_batch=None)
+    # A refused write expecting no progress also tries the INSERT, which meets the row,
+    # and asks the UPDATE again (the row might have been created meanwhile).
+    assert [kind.split()[0] for kind in _kinds(statements)] == [
+        "UPDATE",  # batch 0 -> 1
+        "UPDATE",  # expected 0: refused, no INSERT
+        "UPDATE",  # expected None: no row without progress ...
+        "INSERT",  # ... the row exists ...
+        "UPDATE",  # ... and still has progress: refused
+    ]
+    row = StreamCheckpoint.objects.using(alias).get(pk="s")
+    assert (row.initial_sync, row.initial_sync_batch) == (sync_progress(1), 1)
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_save_initial_sync_creating_the_record_is_update_then_insert(alias):
+    store = OrmCheckpointStore(using=alias)
+    with recorded_statements(alias) as statements:
+        assert store.save_initial_sync("s", sync_progress(0), expected_batch=None)
+    assert [kind.split()[0] for kind in _kinds(statements)] == ["UPDATE", "INSERT"]
+    with recorded_statements(alias) as statements:
+        assert not store.save_initial_sync("t", sync_progress(1), expected_batch=0)
+    assert [kind.split()[0] for kind in _kinds(statements)] == ["UPDATE"], "no INSERT"
+    assert store.find("t") is None
+    row = StreamCheckpoint.objects.using(alias).get(pk="s")
+    assert (row.initial_sync, row.initial_sync_batch, row.metadata) == (sync_progress(0), 0, {})
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_save_initial_sync_keeps_the_batch_column_in_step(alias):
+    """The condition compares ``initial_sync_batch``: every write that sets the
+    progress sets it, and clearing the progress clears it."""
+    store = OrmCheckpointStore(using=alias)
+
+    def columns():
+        row = StreamCheckpoint.objects.using(alias).get(pk="s")
+        return row.initial_sync, row.initial_sync_batch
+
+    store.save(Checkpoint("s", initial_sync=sync_progress(4)))
+    assert columns() == (sync_progress(4), 4)
+    store.save_initial_sync("s", sync_progress(5), expected_batch=4)
+    assert columns() == (sync_progress(5), 5)
+    store.save_initial_sync("s", None, expected_batch=5)
+    assert columns() == (None, None)
+    store.save_initial_sync("s", sync_progress(0), expected_batch=None)
+    store.save(Checkpoint("s"))
+    assert columns() == (None, None)
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize(
+    ("concurrent", "written"),
+    [("heartbeat", True), ("progress", False)],
+    ids=["record-created-without-progress", "record-created-with-progress"],
+)
+def test_save_initial_sync_decides_on_a_record_created_between_its_statements(
+    alias, concurrent, written, monkeypatch
+):
+    """Another writer creates the record after the UPDATE found none: the INSERT does
+    nothing, and the UPDATE, run again, decides on the record as it now is."""
+    store = OrmCheckpointStore(using=alias)
+    other = OrmCheckpointStore(using=alias)
+    real_run = orm._run
+    calls = []
+
+    def racing_run(connection, sql, params):
+        calls.append(sql.split()[0])
+        if sql.startswith("INSERT") and len(calls) == 2:
+            with monkeypatch.context() as inner:
+                inner.setattr(orm, "_run", real_run)
+                if concurrent == "heartbeat":
+                    other.save_heartbeat("s", now_ms())
+                else:
+                    other.save_initial_sync("s", sync_progress(7), expected_batch=None)
+        return real_run(connection, sql, params)
+
+    monkeypatch.setattr(orm, "_run", racing_run)
+    assert store.save_initial_sync("s", sync_progress(0), expected_batch=None) is written
+    assert calls == ["UPDATE", "INSERT", "UPDATE"]
+    assert store.find("s").initial_sync == (sync_progress(0) if written else sync_progress(7))
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize("existing", [False, True], ids=["new-stream", "existing-stream"])
+def test_save_initial_sync_joins_the_callers_transaction(alias, existing):
+    """Inside atomic() the conditional write is part of the caller's transaction: rolled
+    back with it, and a refused condition leaves the transaction usable."""
+    from django.db import transaction
+
+    store = OrmCheckpointStore(using=alias)
+    if existing:
+        store.save_initial_sync("s", sync_progress(0), expected_batch=None)
+    expected = 0 if existing else None
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic(using=alias):
+        assert store.save_initial_sync("s", sync_progress(1), expected_batch=expected)
+        assert store.find("s").initial_sync == sync_progress(1)
+        raise Rollback
+    found = store.find("s")
+    assert (found and found.initial_sync) == (sync_progress(0) if existing else None)
+
+    with transaction.atomic(using=alias):
+        assert not store.save_initial_sync("s", sync_progress(5), expected_batch=4)
+        if existing:  # the INSERT meets the row: DO NOTHING / IGNORE, no error
+            assert not store.save_initial_sync("s", sync_progress(5), expected_batch=None)
+        store.save_processed("s", token("p"), now_ms())
+        assert store.save_initial_sync("s", sync_progress(1), expected_batch=expected)
+    found = store.find("s")
+    assert (found.initial_sync, found.last_processed_token) == (sync_progress(1), token("p"))
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_save_initial_sync_through_the_logging_cursor(alias):
+    from django.test.utils import CaptureQueriesContext
+
+    store = OrmCheckpointStore(using=alias)
+    with CaptureQueriesContext(connections[alias]) as captured:
+        assert store.save_initial_sync("s", sync_progress(0), expected_batch=None)
+        assert store.save_initial_sync("s", sync_progress(1), expected_batch=0)
+        assert not store.save_initial_sync("s", sync_progress(1), expected_batch=0)
+    assert len(captured.captured_queries) == 4  # UPDATE + INSERT, UPDATE, UPDATE
+    assert store.find("s").initial_sync == sync_progress(1)
+
+
 class CheckpointsToOther:
     """Routes the app's models to the "other" database."""
 
@@ -151,9 +306,11 @@ class CheckpointsToOther:
 def test_store_honours_database_routing():
     store = OrmCheckpointStore()
     store.save_processed("routed", token("p"), now_ms())
+    assert store.save_initial_sync("routed", sync_progress(0), expected_batch=None)
     assert StreamCheckpoint.objects.using("other").filter(pk="routed").exists()
     assert not StreamCheckpoint.objects.using("default").filter(pk="routed").exists()
     assert store.find("routed").last_processed_token == token("p")
+    assert store.find("routed").initial_sync == sync_progress(0)
     assert [cp.stream_name for cp in store.list_checkpoints()] == ["routed"]
     store.delete("routed")
     assert not StreamCheckpoint.objects.using("other").exists()

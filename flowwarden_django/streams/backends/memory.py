@@ -6,13 +6,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint import Checkpoint, CheckpointStore, as_utc
+from ..checkpoint import Checkpoint, CheckpointStore, as_utc, plain_progress
 from ..tokens import normalize_token
 
 
 def _stored(checkpoint: Checkpoint) -> Checkpoint:
     """A copy as the other backends return it: tokens after a BSON round trip,
-    timestamps in UTC, and a metadata dict of its own."""
+    timestamps in UTC, and a metadata dict and initial-sync progress of its own."""
     return checkpoint.replace(
         last_seen_token=normalize_token(checkpoint.last_seen_token),
         last_seen_at=as_utc(checkpoint.last_seen_at),
@@ -20,16 +20,17 @@ def _stored(checkpoint: Checkpoint) -> Checkpoint:
         last_processed_at=as_utc(checkpoint.last_processed_at),
         last_heartbeat_at=as_utc(checkpoint.last_heartbeat_at),
         metadata=dict(checkpoint.metadata),
+        initial_sync=plain_progress(checkpoint.initial_sync),
     )
 
 
 class InMemoryCheckpointStore(CheckpointStore):
     """Keeps checkpoints in a dict guarded by one lock.
 
-    The SPI's partial operations run their read-modify-write under that lock, so
-    each is atomic. Tokens are stored after a BSON round trip: they come back
-    exactly as the other backends return them, and later changes to the caller's
-    dict do not leak in.
+    The SPI's partial operations, ``save_initial_sync``'s condition included, run
+    their read-modify-write under that lock, so each is atomic. Tokens are stored
+    after a BSON round trip: they come back exactly as the other backends return
+    them, and later changes to the caller's dict (or progress) do not leak in.
     """
 
     supports_listing = True
@@ -63,11 +64,15 @@ class InMemoryCheckpointStore(CheckpointStore):
             self._records.clear()
 
     def _read_modify_write(
-        self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any]]
-    ) -> None:
+        self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any] | None]
+    ) -> bool:
         with self._lock:
             current = self._records.get(stream_name) or Checkpoint(stream_name)
-            self._records[stream_name] = _stored(current.replace(**changes(current)))
+            update = changes(current)
+            if update is None:
+                return False
+            self._records[stream_name] = _stored(current.replace(**update))
+            return True
 
 
 # The dead-letter store and lock service of this backend live in their own modules.

@@ -1,16 +1,22 @@
 """Checkpoint store on MongoDB, in the reference's ``_fw_checkpoints`` layout.
 
 Document: ``{_id: stream, instanceId, lastSeenToken, lastSeenTimestamp,
-lastProcessedToken, lastProcessedTimestamp, lastHeartbeatTimestamp, metadata}``
-with tokens as sub-documents, plus ``lastProcessedKey``: the processed token's
-BSON bytes. The server's equality on sub-documents treats ``NumberInt(5)`` and
-``NumberLong(5)`` as equal; the guard of the history-lost reset compares these
-bytes instead, so it is exact.
+lastProcessedToken, lastProcessedTimestamp, lastHeartbeatTimestamp, metadata,
+initialSync}`` with tokens and the initial copy's progress as sub-documents, plus
+``lastProcessedKey``: the processed token's BSON bytes. The server's equality on
+sub-documents treats ``NumberInt(5)`` and ``NumberLong(5)`` as equal; the guard of
+the history-lost reset compares these bytes instead, so it is exact.
 
 Partial writes are single ``update_one(..., upsert=True)`` calls with a partial
 ``$set``. The reset puts its guard in the update filter; when the guard does not
 match, a second upsert writes only the seen pair, so a concurrently re-acquired
 processed anchor is never removed.
+
+``save_initial_sync`` is one ``update_one`` whose filter holds its condition
+(``initialSync.batch`` equal to the expected batch, or ``initialSync`` null or
+absent), with ``upsert=True`` when no progress is expected: a duplicate-key error
+then means the record exists and failed the condition, or was created meanwhile
+by another writer; the same update without upsert decides on the existing record.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from ..checkpoint import (
     as_utc,
     check_anchor_write,
     check_heartbeat_write,
+    check_initial_sync_write,
     check_reset,
+    plain_progress,
 )
 from ..tokens import Token, encode_token, normalize_token
 from ._extras import ms_precision
@@ -42,6 +50,7 @@ PROCESSED_TOKEN, PROCESSED_AT, PROCESSED_KEY = (
     "lastProcessedKey",
 )
 HEARTBEAT_AT = "lastHeartbeatTimestamp"
+INITIAL_SYNC = "initialSync"
 
 
 def _key(token: Token | None) -> Any:
@@ -102,6 +111,7 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             PROCESSED_AT: ms_precision(checkpoint.last_processed_at),
             HEARTBEAT_AT: ms_precision(checkpoint.last_heartbeat_at),
             "metadata": dict(checkpoint.metadata),
+            INITIAL_SYNC: plain_progress(checkpoint.initial_sync),
         }
         document = {k: v for k, v in document.items() if v is not None}
         self.collection.replace_one({"_id": checkpoint.stream_name}, document, upsert=True)
@@ -120,6 +130,7 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             last_processed_at=as_utc(document.get(PROCESSED_AT)),
             last_heartbeat_at=as_utc(document.get(HEARTBEAT_AT)),
             metadata=document.get("metadata") or {},
+            initial_sync=document.get(INITIAL_SYNC),
         )
 
     def delete(self, stream_name: str) -> None:
@@ -187,6 +198,31 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         if self.collection.update_one(guard, guarded).matched_count == 0:
             # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
             self.collection.update_one({"_id": stream_name}, seen, upsert=True)
+
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        from pymongo.errors import DuplicateKeyError
+
+        check_initial_sync_write(stream_name, progress, expected_batch)
+        if expected_batch is None:
+            condition = {"_id": stream_name, INITIAL_SYNC: None}  # null or absent
+        else:
+            condition = {"_id": stream_name, f"{INITIAL_SYNC}.batch": expected_batch}
+        update = _set_or_unset({INITIAL_SYNC: plain_progress(progress)})
+        if expected_batch is not None:
+            return self.collection.update_one(condition, update).matched_count == 1
+        try:
+            result = self.collection.update_one(condition, update, upsert=True)
+        except DuplicateKeyError:
+            # The record exists: it has progress, or another writer created it after
+            # the filter missed. Decide on the record as it is now.
+            return self.collection.update_one(condition, update).matched_count == 1
+        return result.matched_count == 1 or result.upserted_id is not None
 
     # -- configuration checks ----------------------------------------------------
 

@@ -5,6 +5,15 @@ Every partial operation and the guarded reset is ONE SQL statement, an upsert
 DUPLICATE KEY UPDATE`` on MySQL/MariaDB) that sets only its own columns: no read
 first, no explicit transaction. Called inside ``transaction.atomic()`` on the same
 database, the write joins the caller's transaction (transactional handlers).
+
+``save_initial_sync`` is a conditional ``UPDATE … WHERE stream_name = %s AND
+initial_sync_batch = %s`` (``IS NULL`` when no progress is expected); only when
+that changes no row and no progress is expected, an ``INSERT … ON CONFLICT DO
+NOTHING`` (``INSERT IGNORE`` on MySQL/MariaDB) creates the record. Should that
+insert find the record created meanwhile by another writer, the ``UPDATE`` is run
+once more: on an existing row its answer is final. Each statement is atomic and
+the one that decides is the linearization point; the same rules as above apply
+to transactions.
 """
 
 from __future__ import annotations
@@ -26,7 +35,10 @@ from ..checkpoint import (
     as_utc,
     check_anchor_write,
     check_heartbeat_write,
+    check_initial_sync_write,
     check_reset,
+    plain_progress,
+    progress_batch,
 )
 from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
@@ -38,7 +50,9 @@ _PK = "stream_name"
 _SEEN = ("last_seen_token", "last_seen_at")
 _PROCESSED = ("last_processed_token", "last_processed_at")
 _HEARTBEAT = ("last_heartbeat_at",)
-_ALL = ("instance_id", *_SEEN, *_PROCESSED, *_HEARTBEAT, "metadata")
+_INITIAL_SYNC = ("initial_sync", "initial_sync_batch")
+_ALL = ("instance_id", *_SEEN, *_PROCESSED, *_HEARTBEAT, "metadata", *_INITIAL_SYNC)
+_JSON_COLUMNS = frozenset({"metadata", "initial_sync"})
 
 
 @lru_cache(maxsize=64)
@@ -76,6 +90,26 @@ def _upsert_sql(vendor: str, insert: tuple[str, ...], update: tuple[str, ...], g
     return sql + ", ".join(assignments)
 
 
+@lru_cache(maxsize=8)
+def _initial_sync_sql(vendor: str) -> tuple[str, str, str]:
+    """The statements of ``save_initial_sync`` for *vendor*: the conditional UPDATE
+    when no progress is expected, the one when a batch is expected, and the INSERT
+    that creates a missing record (and does nothing when the record exists)."""
+    quote = QUOTES[vendor]
+    table = quote(StreamCheckpoint._meta.db_table)
+    progress, batch = (quote(c) for c in _INITIAL_SYNC)
+    update = f"UPDATE {table} SET {progress} = %s, {batch} = %s WHERE {quote(_PK)} = %s AND "
+    columns = ", ".join(quote(c) for c in (_PK, *_INITIAL_SYNC, "metadata"))
+    values = f"({columns}) VALUES (%s, %s, %s, %s)"
+    if vendor == "mysql":
+        # IGNORE also turns some other errors into warnings; every value inserted
+        # here was validated first (name length, a 64-bit batch, JSON text).
+        insert = f"INSERT IGNORE INTO {table} {values}"
+    else:
+        insert = f"INSERT INTO {table} {values} ON CONFLICT ({quote(_PK)}) DO NOTHING"
+    return update + f"{batch} IS NULL", update + f"{batch} = %s", insert
+
+
 def _adapt(ops: Any, column: str, value: Any) -> Any:
     """A column value as the database driver takes it.
 
@@ -86,7 +120,7 @@ def _adapt(ops: Any, column: str, value: Any) -> Any:
         return None
     if column.endswith("_at"):
         return ops.adapt_datetimefield_value(value)
-    if column == "metadata":
+    if column in _JSON_COLUMNS:
         return ops.adapt_json_value(value, None)
     return value
 
@@ -109,6 +143,12 @@ class OrmCheckpointStore(CheckpointStore):
     def _write_alias(self) -> str:
         return self.using or router.db_for_write(StreamCheckpoint)
 
+    def _connection(self) -> Any:
+        connection = connections[self._write_alias()]
+        if connection.vendor not in NULL_SAFE_EQUALS:
+            raise NotImplementedError(f"OrmCheckpointStore does not support {connection.vendor}")
+        return connection
+
     def _execute(
         self,
         stream_name: str,
@@ -116,11 +156,8 @@ class OrmCheckpointStore(CheckpointStore):
         update: Sequence[str],
         guard: tuple[Token | None] | None = None,
     ) -> None:
-        connection = connections[self._write_alias()]
-        vendor = connection.vendor
-        if vendor not in NULL_SAFE_EQUALS:
-            raise NotImplementedError(f"OrmCheckpointStore does not support {vendor}")
-        sql = _upsert_sql(vendor, tuple(values), tuple(update), guard is not None)
+        connection = self._connection()
+        sql = _upsert_sql(connection.vendor, tuple(values), tuple(update), guard is not None)
         ops = connection.ops
         params = [stream_name]
         for column, value in values.items():
@@ -128,16 +165,7 @@ class OrmCheckpointStore(CheckpointStore):
         if guard is not None:
             expected = encode_token(guard[0])
             params += [expected, expected]
-        if connection.queries_logged:  # DEBUG or CaptureQueriesContext: a logging cursor
-            with connection.cursor() as cursor:
-                cursor.execute(sql, params)
-            return
-        cursor = kept_cursor(connection)
-        try:
-            cursor.execute(sql, params)
-        except BaseException:
-            connection.__dict__.pop(KEPT_CURSOR, None)
-            raise
+        _run(connection, sql, params)
 
     def _to_checkpoint(self, row: StreamCheckpoint) -> Checkpoint:
         return Checkpoint(
@@ -149,6 +177,7 @@ class OrmCheckpointStore(CheckpointStore):
             last_processed_at=as_utc(row.last_processed_at),
             last_heartbeat_at=as_utc(row.last_heartbeat_at),
             metadata=row.metadata or {},
+            initial_sync=row.initial_sync,
         )
 
     # -- the SPI -----------------------------------------------------------------
@@ -162,6 +191,8 @@ class OrmCheckpointStore(CheckpointStore):
             "last_processed_at": checkpoint.last_processed_at,
             "last_heartbeat_at": checkpoint.last_heartbeat_at,
             "metadata": dict(checkpoint.metadata),
+            "initial_sync": plain_progress(checkpoint.initial_sync),
+            "initial_sync_batch": progress_batch(checkpoint.initial_sync),
         }
         self._execute(checkpoint.stream_name, values, _ALL)
 
@@ -234,6 +265,34 @@ class OrmCheckpointStore(CheckpointStore):
         }
         self._execute(stream_name, values, (*_SEEN, *_HEARTBEAT), guard=(expected_dead_processed,))
 
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        check_initial_sync_write(stream_name, progress, expected_batch)
+        connection = self._connection()
+        if_none, if_batch, insert = _initial_sync_sql(connection.vendor)
+        stored = plain_progress(progress)
+        values = [_adapt(connection.ops, "initial_sync", stored), progress_batch(stored)]
+        if expected_batch is None:
+            update, update_params = if_none, [*values, stream_name]
+        else:
+            update, update_params = if_batch, [*values, stream_name, expected_batch]
+        # Django's MySQL backend connects with CLIENT.FOUND_ROWS: rowcount counts the
+        # rows matched, so an UPDATE that rewrites the same value still says 1.
+        if _run(connection, update, update_params) > 0:
+            return True
+        if expected_batch is not None:
+            return False  # a batch was expected: the record must exist already
+        metadata = _adapt(connection.ops, "metadata", {})
+        if _run(connection, insert, [stream_name, *values, metadata]) > 0:
+            return True
+        # Another writer created the record between the two statements: decide on it.
+        return _run(connection, update, update_params) > 0
+
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
@@ -261,6 +320,21 @@ class OrmCheckpointStore(CheckpointStore):
                 )
             ]
         return []
+
+
+def _run(connection: Any, sql: str, params: Sequence[Any]) -> int:
+    """Execute one statement on *connection*'s kept cursor; return its rowcount."""
+    if connection.queries_logged:  # DEBUG or CaptureQueriesContext: a logging cursor
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    cursor = kept_cursor(connection)
+    try:
+        cursor.execute(sql, params)
+    except BaseException:
+        connection.__dict__.pop(KEPT_CURSOR, None)
+        raise
+    return cursor.rowcount
 
 
 # The dead-letter store and lock service of this backend live in their own modules.

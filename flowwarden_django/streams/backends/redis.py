@@ -4,11 +4,14 @@ Key ``{key_prefix}checkpoint:{stream}`` (prefix ``fw:`` by default), no TTL.
 Fields: ``_v`` (presence marker, so an all-null record is still found),
 ``instanceId``, ``lastSeenToken`` and ``lastProcessedToken`` (base64 of the
 token's BSON), ``lastSeenTimestamp``, ``lastProcessedTimestamp`` and
-``lastHeartbeatTimestamp`` (epoch milliseconds), ``metadata`` (JSON).
+``lastHeartbeatTimestamp`` (epoch milliseconds), ``metadata`` (JSON), and
+``initialSync`` (the initial copy's progress, JSON) with ``initialSyncBatch`` (its
+``batch``, in decimal: what ``save_initial_sync`` compares).
 
 Each partial write is one multi-field ``HSET``; ``save`` is ``DEL`` + ``HSET`` in
-one ``MULTI``; the history-lost reset is a Lua script, so its guard is evaluated
-atomically with the removal. Other fields of the hash are never touched.
+one ``MULTI``; the history-lost reset and ``save_initial_sync`` are Lua scripts,
+so the guard or condition is evaluated atomically with the write. Other fields
+of the hash are never touched.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from ..checkpoint import (
     CheckpointStore,
     check_anchor_write,
     check_heartbeat_write,
+    check_initial_sync_write,
     check_reset,
+    plain_progress,
 )
 from ..tokens import Token, decode_token, encode_token
 from ._redis_common import RedisConnection, check_connection_options
@@ -37,6 +42,7 @@ _MS = timedelta(milliseconds=1)
 SEEN_TOKEN, SEEN_AT = "lastSeenToken", "lastSeenTimestamp"
 PROCESSED_TOKEN, PROCESSED_AT = "lastProcessedToken", "lastProcessedTimestamp"
 HEARTBEAT_AT = "lastHeartbeatTimestamp"
+INITIAL_SYNC, INITIAL_SYNC_BATCH = "initialSync", "initialSyncBatch"
 
 # KEYS[1] the hash; ARGV: expected dead processed token, fresh seen token, timestamp.
 # "" stands for None: an encoded token is never empty.
@@ -57,6 +63,29 @@ else
 end
 return 1
 """
+
+
+# KEYS[1] the hash; ARGV: expected batch, new progress (JSON), its batch. "" stands
+# for None: a batch is never empty, and JSON text never is.
+SAVE_INITIAL_SYNC = """
+local stored = redis.call('HGET', KEYS[1], 'initialSyncBatch')
+if ARGV[1] == '' then
+  if stored then return 0 end
+elseif stored ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], 'initialSync', 'initialSyncBatch')
+  redis.call('HSET', KEYS[1], '_v', '1')
+else
+  redis.call('HSET', KEYS[1], '_v', '1', 'initialSync', ARGV[2], 'initialSyncBatch', ARGV[3])
+end
+return 1
+"""
+
+
+def _encode_batch(batch: int | None) -> str:
+    return "" if batch is None else str(batch)
 
 
 def _encode_token(token: Token | None) -> str:
@@ -99,6 +128,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         RedisConnection.__init__(self, cache=cache, url=url, client=client)
         self.key_prefix = key_prefix
         self._reset_script: Any = None
+        self._initial_sync_script: Any = None
 
     def key(self, stream_name: str) -> str:
         """The hash key of one stream."""
@@ -116,6 +146,9 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             HEARTBEAT_AT: _encode_time(checkpoint.last_heartbeat_at),
             "metadata": json.dumps(dict(checkpoint.metadata)) if checkpoint.metadata else None,
         }
+        if checkpoint.initial_sync is not None:
+            fields[INITIAL_SYNC] = json.dumps(plain_progress(checkpoint.initial_sync))
+            fields[INITIAL_SYNC_BATCH] = _encode_batch(checkpoint.initial_sync["batch"])
         mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
         if checkpoint.instance_id == "":
             mapping["instanceId"] = ""
@@ -133,6 +166,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             return None
         instance = raw.get(b"instanceId")
         metadata = raw.get(b"metadata")
+        initial_sync = raw.get(INITIAL_SYNC.encode())
         return Checkpoint(
             stream_name=stream_name,
             instance_id=None if instance is None else instance.decode(),
@@ -142,6 +176,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             last_processed_at=_decode_time(raw.get(PROCESSED_AT.encode())),
             last_heartbeat_at=_decode_time(raw.get(HEARTBEAT_AT.encode())),
             metadata=json.loads(metadata) if metadata else {},
+            initial_sync=json.loads(initial_sync) if initial_sync else None,
         )
 
     def delete(self, stream_name: str) -> None:
@@ -227,6 +262,27 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
                 _encode_time(at),
             ],
         )
+
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        check_initial_sync_write(stream_name, progress, expected_batch)
+        if self._initial_sync_script is None:
+            self._initial_sync_script = self.client.register_script(SAVE_INITIAL_SYNC)
+        stored = plain_progress(progress)
+        written = self._initial_sync_script(
+            keys=[self.key(stream_name)],
+            args=[
+                _encode_batch(expected_batch),
+                "" if stored is None else json.dumps(stored),
+                "" if stored is None else _encode_batch(stored["batch"]),
+            ],
+        )
+        return bool(written)
 
     # -- configuration checks ----------------------------------------------------
 
