@@ -45,39 +45,34 @@ def sync_progress(batch: int, **changes: Any) -> dict[str, Any]:
     }
 
 
-def _same_json(actual: Any, expected: Any, path: str = "initial_sync") -> None:
-    """Assert equal JSON values with identical types, recursively; key order is free
-    (PostgreSQL's jsonb reorders keys)."""
+def _same(actual: Any, expected: Any, path: str, *, ordered: bool) -> None:
+    """Assert equal values with identical types, recursively; with *ordered*, dict
+    keys in the same order too."""
     assert type(actual) is type(expected), (
         f"{path}: type {type(actual).__name__}, expected {type(expected).__name__}"
     )
     if isinstance(expected, dict):
-        assert set(actual) == set(expected), f"{path}: keys {set(actual)} != {set(expected)}"
+        keys, wanted = (list(actual), list(expected)) if ordered else (set(actual), set(expected))
+        assert keys == wanted, f"{path}: keys {keys} != {wanted}"
         for key in expected:
-            _same_json(actual[key], expected[key], f"{path}[{key!r}]")
+            _same(actual[key], expected[key], f"{path}.{key}", ordered=ordered)
     elif isinstance(expected, list):
         assert len(actual) == len(expected), f"{path}: length differs"
         for index, (left, right) in enumerate(zip(actual, expected, strict=True)):
-            _same_json(left, right, f"{path}[{index}]")
+            _same(left, right, f"{path}[{index}]", ordered=ordered)
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def _same_json(actual: Any, expected: Any, path: str = "initial_sync") -> None:
+    """Equal JSON values with identical types; key order is free (PostgreSQL's jsonb
+    reorders keys)."""
+    _same(actual, expected, path, ordered=False)
 
 
 def _same_bson(actual: Any, expected: Any, path: str = "token") -> None:
-    """Assert equal values with identical types, recursively."""
-    assert type(actual) is type(expected), (
-        f"{path}: type {type(actual).__name__}, expected {type(expected).__name__}"
-    )
-    if isinstance(expected, dict):
-        assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
-        for key in expected:
-            _same_bson(actual[key], expected[key], f"{path}.{key}")
-    elif isinstance(expected, list):
-        assert len(actual) == len(expected), f"{path}: length differs"
-        for index, (left, right) in enumerate(zip(actual, expected, strict=True)):
-            _same_bson(left, right, f"{path}[{index}]")
-    else:
-        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+    """Equal BSON values with identical types and key order (tokens compare exactly)."""
+    _same(actual, expected, path, ordered=True)
 
 
 class CheckpointStoreContract:
