@@ -491,3 +491,45 @@ def test_the_worker_command_says_how_to_install_the_sdk(monkeypatch: pytest.Monk
     monkeypatch.setattr(command, "find_spec", lambda name: None)
     with pytest.raises(CommandError, match=r'pip install "flowwarden-django\[temporal\]"'):
         call_command("flowwarden_temporal_worker")
+
+
+def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from flowwarden_django.integrations.temporal import worker as worker_module
+    from flowwarden_django.integrations.temporal.messages import WAKE_SIGNAL, Wake
+
+    @step("only")
+    def only(state: Any) -> Any:
+        return advance(state)
+
+    Workflow.define("fw-temporal-recover", [only], InMemorySnapshotStore())
+    stalled = SimpleNamespace(coordination_id="stalled-1", workflow_name="fw-temporal-recover")
+
+    def sweep(enqueue: Callable[[Any], None]) -> list[str]:
+        enqueue(stalled)
+        return [stalled.coordination_id]
+
+    calls: list[tuple[tuple, dict]] = []
+
+    class Client:
+        async def start_workflow(self, *args: Any, **kwargs: Any) -> None:
+            calls.append((args, kwargs))
+
+    monkeypatch.setattr(worker_module, "recover_stalled_runs", sweep)
+    config = TemporalConfig(task_queue="q", step_timeout=7, heartbeat_timeout=3)
+    try:
+        woken = worker_module.recover(config, lambda op: asyncio.run(op(Client())))
+    finally:
+        workflow_registry.unregister("fw-temporal-recover")
+    assert woken == ["stalled-1"]
+    ((args, kwargs),) = calls
+    start = args[1]
+    assert (start.coordination_id, start.workflow) == ("stalled-1", "fw-temporal-recover")
+    assert (start.step_timeout, start.heartbeat_timeout) == (7, 3)
+    assert kwargs["id"] == "stalled-1" and kwargs["task_queue"] == "q"
+    assert kwargs["start_signal"] == WAKE_SIGNAL
+    assert kwargs["start_signal_args"] == [Wake("recover")]

@@ -42,6 +42,32 @@ wake_failures = FailureLog(
 )
 
 
+def run_start(config: TemporalConfig, definition: Any, coordination_id: str) -> RunStart:
+    """The argument of the Temporal workflow that drives run *coordination_id*."""
+    return RunStart(
+        coordination_id,
+        definition.name,
+        definition.using,
+        step_timeout=config.step_timeout,
+        heartbeat_timeout=config.heartbeat_timeout,
+    )
+
+
+async def signal_with_start(
+    client: Any, config: TemporalConfig, start: RunStart, wake: Wake
+) -> None:
+    """Start the run's Temporal workflow with *wake*, or signal the one running: a run
+    never has two executions."""
+    await client.start_workflow(
+        WORKFLOW_TYPE,
+        start,
+        id=start.coordination_id,
+        task_queue=config.task_queue,
+        start_signal=WAKE_SIGNAL,
+        start_signal_args=[wake],
+    )
+
+
 class TemporalExecutionProvider(RemoteExecutionProvider):
     """Runs workflows on Temporal (see the module docstring). ``is_available()`` asks
     the server's health (cached, see ``RemoteExecutionProvider``). Only workflows
@@ -76,13 +102,7 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
         head, _record, settled = self.handover(workflow, initial_state, input)
         if settled is not None:
             return settled
-        start = RunStart(
-            workflow.coordination_id,
-            definition.name,
-            definition.using,
-            step_timeout=self.config.step_timeout,
-            heartbeat_timeout=self.config.heartbeat_timeout,
-        )
+        start = run_start(self.config, definition, workflow.coordination_id)
         wake = partial(self._wake_after_commit, start, Wake("run", input))
         transaction.on_commit(wake, using=workflow.runs.db)
         return Running(head.state, workflow.coordination_id, head.metadata.get(LAST_STEP, ""))
@@ -112,18 +132,7 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
 
     def wake(self, start: RunStart, wake: Wake) -> None:
         """Signal-with-start the run's Temporal workflow (raises when that fails)."""
-
-        async def signal_with_start(client: Any) -> None:
-            await client.start_workflow(
-                WORKFLOW_TYPE,
-                start,
-                id=start.coordination_id,
-                task_queue=self.config.task_queue,
-                start_signal=WAKE_SIGNAL,
-                start_signal_args=[wake],
-            )
-
-        self.connection.call(signal_with_start)
+        self.connection.call(lambda client: signal_with_start(client, self.config, start, wake))
 
     def _wake_after_commit(self, start: RunStart, wake: Wake) -> None:
         try:

@@ -14,7 +14,8 @@ from typing import Any
 from ...workflows.recovery import recover_stalled_runs
 from .activities import ACTIVITIES
 from .config import TemporalConfig
-from .messages import RunStart, Wake
+from .messages import Wake
+from .provider import run_start, signal_with_start
 from .workflow import RunWorkflow
 
 logger = logging.getLogger("flowwarden_django.temporal")
@@ -68,29 +69,11 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
 def recover(config: TemporalConfig, client_call: Any) -> list[str]:
     """Wake every stalled running run (``workflows.recovery``); the ids woken."""
     from ...workflows.registry import workflow_registry
-    from .messages import WAKE_SIGNAL, WORKFLOW_TYPE
 
     def enqueue(run: Any) -> None:
         definition = workflow_registry.get(run.workflow_name)
-        start = RunStart(
-            run.coordination_id,
-            definition.name,
-            definition.using,
-            step_timeout=config.step_timeout,
-            heartbeat_timeout=config.heartbeat_timeout,
-        )
-
-        async def signal_with_start(client: Any) -> None:
-            await client.start_workflow(
-                WORKFLOW_TYPE,
-                start,
-                id=start.coordination_id,
-                task_queue=config.task_queue,
-                start_signal=WAKE_SIGNAL,
-                start_signal_args=[Wake("recover")],
-            )
-
-        client_call(signal_with_start)
+        start = run_start(config, definition, run.coordination_id)
+        client_call(lambda client: signal_with_start(client, config, start, Wake("recover")))
 
     return recover_stalled_runs(enqueue)
 
