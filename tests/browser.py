@@ -1,6 +1,8 @@
 """Headless Chromium for the browser tests (the ``browser`` lane): admin pages and the demo."""
 
+import os
 import shutil
+from pathlib import Path
 
 CHROME_ARGUMENTS = [
     "--headless=new",
@@ -27,3 +29,14 @@ def start_chrome(profile_dir: str):
     driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
     driver.set_page_load_timeout(30)
     return driver
+
+
+def artifact_dir(tmp_path: Path) -> Path:
+    """``FLOWWARDEN_ARTIFACTS`` (else ``FLOWWARDEN_TEST_ARTIFACTS``, which CI sets and keeps)
+    when set, else the test's tmp dir: where screenshots go."""
+    configured = os.environ.get("FLOWWARDEN_ARTIFACTS") or os.environ.get(
+        "FLOWWARDEN_TEST_ARTIFACTS"
+    )
+    directory = Path(configured) if configured else tmp_path
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory

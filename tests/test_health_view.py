@@ -179,6 +179,80 @@ def test_metrics_count_the_stream_signals(client, declare):
         assert expected in lines, expected
 
 
+def test_metrics_of_the_initial_sync_signals(client, declare):
+    declare("pm-copy")
+    stream = "pm-copy"
+    metrics.emit(
+        metrics.initial_sync_started,
+        stream,
+        reason="first start",
+        copied=0,
+        estimated=1500,
+        resumed=False,
+    )
+    metrics.emit(
+        metrics.initial_sync_progress, stream, documents=1000, copied=1000, batch=1, estimated=1500
+    )
+    lines = metric_lines(client.get(METRICS).content)
+    assert 'flowwarden_initial_sync_in_progress{stream="pm-copy"} 1.0' in lines
+    assert 'flowwarden_initial_sync_documents_copied_total{stream="pm-copy"} 1000.0' in lines
+    # No duration before a copy finished.
+    assert not any(line.startswith("flowwarden_initial_sync_duration_seconds{") for line in lines)
+    metrics.emit(
+        metrics.initial_sync_progress, stream, documents=500, copied=1500, batch=2, estimated=1500
+    )
+    metrics.emit(
+        metrics.initial_sync_finished, stream, reason="first start", copied=1500, duration=12.5
+    )
+    lines = metric_lines(client.get(METRICS).content)
+    for expected in (
+        'flowwarden_initial_sync_in_progress{stream="pm-copy"} 0.0',
+        'flowwarden_initial_sync_documents_copied_total{stream="pm-copy"} 1500.0',
+        'flowwarden_initial_sync_duration_seconds{stream="pm-copy"} 12.5',
+    ):
+        assert expected in lines, expected
+
+
+def test_a_stop_during_the_copy_ends_its_in_progress_gauge(client, declare):
+    declare("pm-cut")
+    declare("pm-plain")
+    metrics.emit(
+        metrics.initial_sync_started, "pm-cut", reason="first start", copied=0, estimated=9
+    )
+    metrics.emit(metrics.stream_stopped, "pm-cut", reason="GRACEFUL", cause=None)
+    metrics.emit(metrics.stream_stopped, "pm-plain", reason="GRACEFUL", cause=None)
+    body = client.get(METRICS).content
+    assert 'flowwarden_initial_sync_in_progress{stream="pm-cut"} 0.0' in metric_lines(body)
+    # A stream that never copied gets no copy gauge from its stop.
+    assert b'flowwarden_initial_sync_in_progress{stream="pm-plain"}' not in body
+
+
+def test_a_copy_through_the_consumer_feeds_the_initial_sync_metrics(client):
+    from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
+    from flowwarden_django.streams.runtime import StreamConsumer
+    from flowwarden_django.streams.spec import CheckpointSpec, StreamSpec
+    from flowwarden_django.testkit.fake_source import FakeChangeSource
+
+    source = FakeChangeSource()
+    source.oplog.seed({"_id": n, "n": n} for n in range(1, 251))
+    spec = StreamSpec(
+        name="pm-consumer-copy",
+        collection="orders",
+        handlers={"snapshot": lambda doc: None},
+        checkpoint=CheckpointSpec(start_position="COPY_EXISTING", copy_batch_size=100),
+    )
+    StreamConsumer(spec, InMemoryCheckpointStore(), lambda s: source).run(burst=True)
+    lines = metric_lines(client.get(METRICS).content)
+    for expected in (
+        'flowwarden_initial_sync_documents_copied_total{stream="pm-consumer-copy"} 250.0',
+        'flowwarden_initial_sync_in_progress{stream="pm-consumer-copy"} 0.0',
+        # The clock is frozen: the copy took no time.
+        'flowwarden_initial_sync_duration_seconds{stream="pm-consumer-copy"} 0.0',
+        'flowwarden_events_processed_total{stream="pm-consumer-copy",success="true"} 250.0',
+    ):
+        assert expected in lines, expected
+
+
 def test_receivers_are_installed_once(client, declare):
     declare("pm-once")
     prometheus.install_receivers()

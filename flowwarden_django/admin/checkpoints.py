@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
 from django.db import router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext
@@ -25,6 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT
 from ..models import StreamCheckpoint
 from ..streams.backends.orm import OrmCheckpointStore
+from ..streams.display import copied_text, last_id_text
 from ..streams.display import short_token as shorten_token
 from ..streams.stores import checkpoint_stores
 from ..streams.tokens import decode_token, token_to_json
@@ -100,6 +102,48 @@ def full_token(data: bytes | memoryview | None) -> SafeString | str:
     return format_html('<pre class="flowwarden-token">{}</pre>', pretty)
 
 
+def initial_sync_table(progress: Mapping[str, Any] | None) -> SafeString | str:
+    """An initial sync's progress as a small table: phase and reason, copied of
+    estimated, started / last batch / finished times, last ``_id`` and batch number;
+    ``"—"`` for a stream that never copied."""
+    if not progress:
+        return NONE_TEXT
+    phase = str(progress.get("phase") or NONE_TEXT)
+    reason = progress.get("reason")
+    rows: list[tuple[str, Any]] = [
+        (gettext("phase"), f"{phase} ({reason})" if reason else phase),
+        (gettext("copied"), copied_text(progress)),
+        (gettext("started at"), _moment(progress.get("started_at"))),
+    ]
+    if "updated_at" in progress:
+        rows.append((gettext("last batch at"), _moment(progress.get("updated_at"))))
+    rows += [
+        (gettext("finished at"), _moment(progress.get("finished_at"))),
+        (gettext("last _id"), _last_id(progress.get("last_id"))),
+        (gettext("batch"), NONE_TEXT if progress.get("batch") is None else progress["batch"]),
+    ]
+    return format_html(
+        '<table class="flowwarden-initial-sync"><tbody>{}</tbody></table>',
+        format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>', rows),
+    )
+
+
+def _moment(value: Any) -> SafeString | str:
+    """A progress record's ISO 8601 time with its age (as it is when unparsable)."""
+    if not value:
+        return NONE_TEXT
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return timestamp(at) if at.tzinfo is not None else at.isoformat()
+
+
+def _last_id(stored: Any) -> SafeString | str:
+    """The last copied ``_id`` as relaxed Extended JSON in ``<code>``."""
+    return NONE_TEXT if stored is None else format_html("<code>{}</code>", last_id_text(stored))
+
+
 @admin.register(StreamCheckpoint)
 class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """View-only list and detail of ``StreamCheckpoint`` rows (the ORM checkpoint store).
@@ -127,6 +171,7 @@ class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.Model
         (_("Processed anchor"), {"fields": ["processed_token_full", "processed_at"]}),
         (_("Seen anchor"), {"fields": ["seen_token_full", "seen_at"]}),
         (_("Heartbeat"), {"fields": ["heartbeat_at"]}),
+        (_("Initial sync"), {"fields": ["initial_sync_progress"]}),
         (_("Metadata"), {"fields": ["metadata_json"]}),
     ]
     readonly_fields = [
@@ -137,6 +182,7 @@ class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.Model
         "seen_token_full",
         "seen_at",
         "heartbeat_at",
+        "initial_sync_progress",
         "metadata_json",
     ]
 
@@ -200,6 +246,10 @@ class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.Model
     @admin.display(description=_("last heartbeat at"))
     def heartbeat_at(self, obj: StreamCheckpoint) -> SafeString | str:
         return timestamp(obj.last_heartbeat_at)
+
+    @admin.display(description=_("progress"))
+    def initial_sync_progress(self, obj: StreamCheckpoint) -> SafeString | str:
+        return initial_sync_table(obj.initial_sync)
 
     @admin.display(description=_("metadata"))
     def metadata_json(self, obj: StreamCheckpoint) -> SafeString:

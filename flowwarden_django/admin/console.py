@@ -1,11 +1,13 @@
 """The "Streams" page of the admin: every declared stream as all processes report it,
-with Start / Stop / Restart.
+with Start / Stop / Restart and Resync, and each stream's initial-sync progress.
 
 It is the changelist of ``StreamWorker`` (listed as "Stream workers" in the app
 index). Viewing needs the view permission of stream workers (or the control
 permission); the buttons need ``flowwarden_django.control_stream``. Each button
 leads to a confirmation page whose POST writes the stream's ``StreamControl`` row;
-every ``StreamManager`` reads it within ``FLOWWARDEN["STATUS_INTERVAL"]``.
+every ``StreamManager`` reads it within ``FLOWWARDEN["STATUS_INTERVAL"]``. Resync
+also writes an on-demand initial-sync request with the stream's checkpoint (see
+``streams.resync``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, relative_time
 from ..models import StreamControl, StreamWorker
+from ..streams.copy_progress import CopyProgress
 from ..streams.registry import stream_registry
+from ..streams.resync import ResyncError, request_resync
 from ..streams.spec import StreamSpec
 from ..streams.status import PAUSED, StreamStatus, status_interval, stream_status
 from .base import GuardedLookupsMixin, ReadOnlyAdminMixin
@@ -52,12 +56,24 @@ class StreamAction:
     done: str
     #: The ``StreamControl`` fields it writes, given the time of the request.
     changes: Callable[[datetime], dict[str, Any]]
+    #: Instead of *changes*: what the request does, given the stream, the user and the
+    #: time (it may raise ``ResyncError``).
+    perform: Callable[[str, str, datetime], None] | None = None
 
     def available(self, status: StreamStatus) -> bool:
         """Whether the button makes sense for the stream as it is now."""
         if not status.enabled:
             return False
+        if self.name == "resync":
+            return not (status.initial_sync is not None and status.initial_sync.copying)
         return status.paused if self.name == "start" else not status.paused
+
+    def apply(self, stream_name: str, user: str, now: datetime) -> None:
+        """Carry out the request."""
+        if self.perform is not None:
+            self.perform(stream_name, user, now)
+        else:
+            StreamControl.request(stream_name, by=user, at=now, **self.changes(now))
 
 
 ACTIONS: dict[str, StreamAction] = {
@@ -99,6 +115,21 @@ ACTIONS: dict[str, StreamAction] = {
             _("Stream “%(name)s” will restart within %(seconds)s seconds."),
             lambda now: {"restart_requested_at": now},
         ),
+        StreamAction(
+            "resync",
+            _("Resync"),
+            _("Copy the collection of stream “%(name)s” again?"),
+            _(
+                "Every process running it restarts it and hands every document of its "
+                "collection to its snapshot handler (on_snapshot, else on_insert), then "
+                "streams from the position taken before the copy: changes made during the "
+                "copy are delivered after it. Handlers must be idempotent. The progress "
+                "shows here."
+            ),
+            _("Stream “%(name)s” will copy its collection again within %(seconds)s seconds."),
+            lambda now: {},
+            perform=lambda name, user, now: request_resync(name, by=user, now=now),
+        ),
     )
 }
 
@@ -123,6 +154,8 @@ class ConsoleRow:
     heartbeat_age: SafeString | str
     dlq_url: str | None
     actions: tuple[ActionLink, ...]
+    #: The initial sync in progress, shown as a progress bar.
+    copy: CopyProgress | None = None
 
 
 def age_html(at: datetime | None, now: datetime) -> SafeString | str:
@@ -170,7 +203,7 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
     def get_urls(self) -> list[URLPattern]:
         opts = self.model._meta
         control = re_path(
-            r"^control/(?P<action>start|stop|restart)/(?P<stream_name>.+)/$",
+            r"^control/(?P<action>start|stop|restart|resync)/(?P<stream_name>.+)/$",
             self.admin_site.admin_view(self.control_view),
             name=f"{opts.app_label}_{opts.model_name}_control",
         )
@@ -230,10 +263,11 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
             messages.warning(request, self._unavailable(chosen, spec, status) % names)
             return HttpResponseRedirect(self.console_url())
         if request.method == "POST":
-            now = timezone.now()
-            StreamControl.request(
-                stream_name, by=request.user.get_username(), at=now, **chosen.changes(now)
-            )
+            try:
+                chosen.apply(stream_name, request.user.get_username(), timezone.now())
+            except ResyncError as exc:
+                messages.error(request, gettext("Cannot resync: %(reason)s.") % {"reason": exc})
+                return HttpResponseRedirect(self.console_url())
             messages.success(request, chosen.done % names)
             return HttpResponseRedirect(self.console_url())
         context = {
@@ -264,6 +298,9 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
             heartbeat_age=age_html(status.heartbeat_at, now),
             dlq_url=dead_letters_url(status.name) if status.dlq_store else None,
             actions=actions,
+            copy=status.initial_sync
+            if status.initial_sync and status.initial_sync.copying
+            else None,
         )
 
     @staticmethod
@@ -292,6 +329,15 @@ def _notes(status: StreamStatus) -> tuple[str, ...]:
         notes.append(
             gettext("no report from %(instances)s")
             % {"instances": ", ".join(status.stale_instances)}
+        )
+    copied = status.initial_sync
+    if copied is not None and not copied.copying and copied.finished_at is not None:
+        notes.append(
+            gettext("last copy: %(summary)s, finished %(when)s")
+            % {
+                "summary": copied.summary(),
+                "when": relative_time(copied.finished_at, timezone.now()),
+            }
         )
     if status.error:
         notes.append(status.error)

@@ -10,6 +10,8 @@ Two kinds of metrics, all named ``flowwarden_*``:
 * **Event counters**, fed by receivers of the signals in ``streams/metrics.py``. They
   count what happens *in this process*: scrape the processes that run streams to
   see them (``prometheus_client.start_http_server(port, registry=REGISTRY)``).
+  The initial sync's are among them: documents copied (as each batch commits),
+  whether a copy runs here, and how long the last finished copy took.
 
 Labels carry names and fixed values only: stream names, store and client
 aliases, states, anchors, reasons. The ``instance`` label is the process's
@@ -39,6 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ..streams import metrics
 from ..streams.checkpoint import as_utc
 from ..streams.status import (
+    COPYING,
     CRASHED,
     PAUSED,
     RESTARTING,
@@ -46,13 +49,14 @@ from ..streams.status import (
     STANDBY,
     STARTING,
     STOPPED,
+    WORKING,
     StreamStatus,
     stream_status,
 )
 
 logger = logging.getLogger("flowwarden_django.prometheus")
 
-STATES = (RUNNING, RESTARTING, STARTING, PAUSED, CRASHED, STANDBY, STOPPED)
+STATES = (RUNNING, COPYING, RESTARTING, STARTING, PAUSED, CRASHED, STANDBY, STOPPED)
 
 #: ``StreamWorker`` counters exposed per instance: (column, metric name, help).
 INSTANCE_COUNTERS = (
@@ -125,8 +129,26 @@ class SignalMetrics:
             ["client"],
             registry=None,
         )
+        self.documents_copied = counter(
+            "flowwarden_initial_sync_documents_copied",
+            "Documents copied by initial syncs, counted as each batch commits.",
+        )
+        self.copy_duration = Gauge(
+            "flowwarden_initial_sync_duration_seconds",
+            "How long the last finished initial sync took (restarts included).",
+            ["stream"],
+            registry=None,
+        )
+        self.copy_in_progress = Gauge(
+            "flowwarden_initial_sync_in_progress",
+            "1 while this process copies the stream's collection (an initial sync).",
+            ["stream"],
+            registry=None,
+        )
         #: The cluster time of the last event each stream received in this process.
         self.last_cluster_time: dict[str, datetime] = {}
+        #: The streams whose initial sync runs in this process (``copy_in_progress`` 1).
+        self.copying: set[str] = set()
 
     def collectors(self) -> list[Any]:
         """Every metric object, for :class:`FlowwardenCollector`."""
@@ -168,6 +190,11 @@ class SignalMetrics:
 
     def on_stream_stopped(self, sender: str, reason: str = "", **kwargs: Any) -> None:
         self.stops.labels(sender, str(reason)).inc()
+        # A copy cut short by the stop (or the crash) is no longer in progress here;
+        # it resumes, with initial_sync_started, on the stream's next start.
+        if sender in self.copying:
+            self.copying.discard(sender)
+            self.copy_in_progress.labels(sender).set(0)
 
     def on_stream_restarted(self, sender: str, **kwargs: Any) -> None:
         self.restarts.labels(sender).inc()
@@ -183,6 +210,21 @@ class SignalMetrics:
 
     def on_heartbeat_failed(self, sender: str, **kwargs: Any) -> None:
         self.heartbeat_failures.labels(sender).inc()
+
+    def on_initial_sync_started(self, sender: str, **kwargs: Any) -> None:
+        self.copying.add(sender)
+        self.copy_in_progress.labels(sender).set(1)
+
+    def on_initial_sync_progress(self, sender: str, documents: int = 0, **kwargs: Any) -> None:
+        self.documents_copied.labels(sender).inc(documents)
+
+    def on_initial_sync_finished(
+        self, sender: str, duration: float | None = None, **kwargs: Any
+    ) -> None:
+        self.copying.discard(sender)
+        self.copy_in_progress.labels(sender).set(0)
+        if duration is not None:
+            self.copy_duration.labels(sender).set(duration)
 
     def on_oplog_stats(self, sender: str, hours: float | None = None, **kwargs: Any) -> None:
         if hours is None:
@@ -264,7 +306,7 @@ class FlowwardenCollector:
 
     def _add_stream(self, families: dict[str, Any], status: StreamStatus, now: datetime) -> None:
         name = status.name
-        families["flowwarden_stream_up"].add_metric([name], int(status.state == RUNNING))
+        families["flowwarden_stream_up"].add_metric([name], int(status.state in WORKING))
         families["flowwarden_stream_healthy"].add_metric([name], int(status.healthy))
         families["flowwarden_stream_paused"].add_metric([name], int(status.paused))
         for state in STATES:

@@ -5,6 +5,7 @@ say what to fix instead of a traceback."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -100,3 +101,27 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number (0 to 65535)")
     return value
+
+
+def confirmed(command: BaseCommand, verb: str, *, yes: bool, interactive: bool = True) -> bool:
+    """Whether to go on with *verb*: ``--yes`` (or ``--no-input``) says so, else the
+    person at the terminal types ``yes``. Without a terminal, a ``CommandError`` says
+    to pass ``--yes``."""
+    if yes or not interactive:
+        return True
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise CommandError(
+            f"{verb} needs a confirmation but stdin is not interactive; "
+            "pass --yes to proceed without asking."
+        )
+    command.stdout.write("Type 'yes' to continue: ", ending="")
+    command.stdout.flush()
+    try:
+        answer = input()
+    except (EOFError, KeyboardInterrupt):
+        answer = ""
+        command.stdout.write("")
+    if answer.strip() == "yes":
+        return True
+    command.stdout.write(f"{verb} cancelled.")
+    return False

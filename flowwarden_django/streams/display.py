@@ -1,9 +1,11 @@
 """How tokens and checkpoints are shown to people: short and compact token forms for
-tables, and checkpoints as JSON values (the admin and the management commands)."""
+tables, checkpoints as JSON values, and an initial sync's counts and last ``_id`` (the
+admin and the management commands)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -59,3 +61,33 @@ def checkpoint_to_json(checkpoint: Checkpoint) -> dict[str, Any]:
 
 def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
+
+
+def copied_text(progress: Mapping[str, Any]) -> str:
+    """An initial sync's ``"12,000 of ~50,000 (24%)"``; without an estimate only the count."""
+    copied, estimated = progress.get("copied"), progress.get("estimated")
+    if not isinstance(copied, int):
+        return NONE_TEXT
+    if not isinstance(estimated, int):
+        return f"{copied:,}"
+    text = f"{copied:,} of ~{estimated:,}"
+    if estimated > 0:
+        text += f" ({min(100.0, 100.0 * copied / estimated):.0f}%)"
+    return text
+
+
+def last_id_text(stored: Any) -> str:
+    """An initial sync's last copied ``_id`` as relaxed Extended JSON (``300``,
+    ``{"$oid": "65a1…"}``); the stored text as it is when it is not
+    ``initial_sync.encode_id``'s form (or pymongo, which brings bson, is missing)."""
+    if stored is None:
+        return NONE_TEXT
+    try:
+        from bson import json_util
+
+        from .initial_sync import decode_id
+
+        value = decode_id(str(stored))
+    except Exception:  # no pymongo, or an unexpected form: show what is stored
+        return str(stored)
+    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)

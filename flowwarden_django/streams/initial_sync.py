@@ -33,8 +33,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bson import json_util
-from bson.json_util import CANONICAL_JSON_OPTIONS
 from django.db import transaction
 from django.utils import timezone
 
@@ -42,17 +40,13 @@ from . import metrics
 from .checkpoint import Checkpoint, progress_batch
 from .context import ChangeContext
 from .copy_filter import copy_filter
+from .copy_progress import COPYING, DONE, FIRST_START, HISTORY_LOST, ON_DEMAND
 
 if TYPE_CHECKING:
     from .runtime import StreamConsumer
     from .source import ChangeSource
 
 logger = logging.getLogger("flowwarden_django.streams")
-
-FIRST_START = "first start"
-HISTORY_LOST = "history lost"
-COPYING = "copying"
-DONE = "done"
 
 
 class InitialSyncConflictError(RuntimeError):
@@ -66,12 +60,16 @@ class CopyInterrupted(Exception):
 
 def encode_id(value: Any) -> str:
     """An ``_id`` as canonical extended JSON text (``{"v": ...}``), as progress keeps it."""
-    return json_util.dumps({"v": value}, json_options=CANONICAL_JSON_OPTIONS)
+    from bson import json_util  # pymongo is an optional extra: only a copy needs it
+
+    return json_util.dumps({"v": value}, json_options=json_util.CANONICAL_JSON_OPTIONS)
 
 
 def decode_id(text: str) -> Any:
     """The ``_id`` kept by :func:`encode_id`, with its BSON type."""
-    return json_util.loads(text, json_options=CANONICAL_JSON_OPTIONS)["v"]
+    from bson import json_util
+
+    return json_util.loads(text, json_options=json_util.CANONICAL_JSON_OPTIONS)["v"]
 
 
 def due(consumer: StreamConsumer, saved: Checkpoint | None) -> str | None:
@@ -80,8 +78,9 @@ def due(consumer: StreamConsumer, saved: Checkpoint | None) -> str | None:
     policy = consumer.spec.checkpoint
     progress = saved.initial_sync if saved is not None else None
     if progress is not None and progress.get("phase") == COPYING:
-        if policy.copies:
-            return str(progress.get("reason") or FIRST_START)
+        reason = str(progress.get("reason") or FIRST_START)
+        if policy.copies or reason == ON_DEMAND:
+            return reason
         logger.warning(
             "stream %r: an initial sync is in progress but the stream no longer declares "
             "COPY_EXISTING or RESYNC; it is left unfinished",
@@ -140,17 +139,22 @@ class InitialSync:
             position: Mapping[str, Any] = saved.last_seen_token
             after_id = decode_id(progress["last_id"])
         else:
-            started = (progress or {}).get("started_at") if resuming else None
+            asked = dict(progress or {}) if resuming else {}
+            now = _iso(timezone.now())
             state = {
                 "phase": COPYING,
                 "batch": 0 if stored_batch is None else stored_batch + 1,
                 "last_id": None,
                 "copied": 0,
                 "estimated": int(self.source.estimated_count()),
-                "started_at": started or _iso(timezone.now()),
+                "started_at": asked.get("started_at") or now,
+                "updated_at": now,
                 "finished_at": None,
                 "reason": reason,
             }
+            for key in ("requested_by", "requested_at"):  # who asked for a resync
+                if asked.get(key) is not None:
+                    state[key] = asked[key]
             self._write(state, stored_batch)
             position = self._capture(saved, reason)
             after_id = None
@@ -182,13 +186,20 @@ class InitialSync:
                 "batch": state["batch"] + 1,
                 "last_id": encode_id(after_id),
                 "copied": state["copied"] + len(documents),
+                "updated_at": _iso(timezone.now()),
             }
             self._copy(documents, following, state["batch"])
             state = following
             if len(documents) < size:
                 break
         finished = timezone.now()
-        done = {**state, "phase": DONE, "batch": state["batch"] + 1, "finished_at": _iso(finished)}
+        done = {
+            **state,
+            "phase": DONE,
+            "batch": state["batch"] + 1,
+            "updated_at": _iso(finished),
+            "finished_at": _iso(finished),
+        }
         self._write(done, state["batch"])
         duration = (finished - datetime.fromisoformat(state["started_at"])).total_seconds()
         logger.info(
@@ -204,6 +215,7 @@ class InitialSync:
             reason=state["reason"],
             copied=state["copied"],
             duration=duration,
+            started_at=datetime.fromisoformat(state["started_at"]),
         )
         return position
 
@@ -227,36 +239,50 @@ class InitialSync:
     def _copy(
         self, documents: list[Mapping[str, Any]], progress: Mapping[str, Any], expected: int
     ) -> None:
+        # Asked once a batch, not once a document: a receiver of event_processed
+        # connected during a batch counts from the next one.
+        observed = metrics.event_processed.has_listeners(self.name)
         if self.spec.transactional:
             # Handlers and the progress write commit together or not at all.
             with transaction.atomic(using=self.spec.transaction_using):
                 for document in documents:
-                    self._handle(document)
+                    self._handle(document, observed)
                 self._write(progress, expected)
         else:
             for document in documents:
-                self._handle(document)
+                self._handle(document, observed)
             self._write(progress, expected)
+        # After the commit: the batch is durable.
+        metrics.emit(
+            metrics.initial_sync_progress,
+            self.name,
+            documents=len(documents),
+            copied=progress["copied"],
+            batch=progress["batch"],
+            estimated=progress.get("estimated"),
+        )
 
-    def _handle(self, document: Mapping[str, Any]) -> None:
-        consumer = self.consumer
+    def _handle(self, document: Mapping[str, Any], observed: bool = True) -> None:
+        consumer, name, spec = self.consumer, self.name, self.spec
         ctx = ChangeContext.for_snapshot(
             document,
-            stream_name=self.name,
-            database=self.spec.database,
-            collection=self.spec.collection,
+            stream_name=name,
+            database=spec.database,
+            collection=spec.collection,
             send_to_dlq=consumer._send_to_dlq,
         )
-        started = time.perf_counter()
-        settled = consumer._attempt_loop(self.handler, ctx, False)
-        if metrics.event_processed.has_listeners(self.name):
+        if observed:
+            started = time.perf_counter()
+            settled = consumer._attempt_loop(self.handler, ctx, False)
             metrics.emit(
                 metrics.event_processed,
-                self.name,
+                name,
                 duration=time.perf_counter() - started,
                 success=settled,
             )
+        else:
+            settled = consumer._attempt_loop(self.handler, ctx, False)
         if settled is None:
             # A stop cut the retries short: the batch is not committed.
-            raise CopyInterrupted(f"stream {self.name!r}: stopped during the initial sync")
+            raise CopyInterrupted(f"stream {name!r}: stopped during the initial sync")
         consumer.documents_copied += 1

@@ -58,8 +58,16 @@ oplog_stats = Signal()
 #: above 0 when a copy resumes after a restart), ``estimated`` (the collection's
 #: estimated count), ``resumed`` (bool): an initial sync starts or resumes copying.
 initial_sync_started = Signal()
+#: ``documents`` (documents in this batch), ``copied`` (documents copied in all, as the
+#: progress record counts them: restarts included), ``batch`` (the progress record's
+#: batch number), ``estimated`` (the collection's estimated count, or None): after each
+#: copied batch's progress write (committed with the batch in a transactional stream).
+initial_sync_progress = Signal()
 #: ``reason``, ``copied`` (documents copied in all), ``duration`` (seconds since the copy
-#: started, restarts included): the copy is done; the stream now streams.
+#: started, restarts included), ``started_at`` (datetime): the copy is done; the stream
+#: now streams. After a RESYNC, a mirror may delete its rows that this copy did not
+#: write (none since ``started_at``): their documents were deleted while the history was
+#: lost, and no delete event is left for them.
 initial_sync_finished = Signal()
 #: ``role`` ("LEADER" or "STANDBY"), ``instance_id``, ``token`` (fencing token or None).
 leadership_changed = Signal()

@@ -47,6 +47,8 @@ class StreamState(enum.StrEnum):
     """Where a consumer is in its life."""
 
     STARTING = "starting"
+    #: Copying the collection's existing documents (an initial sync) before streaming.
+    COPYING = "copying"
     RUNNING = "running"
     RESTARTING = "restarting"
     STOPPED = "stopped"
@@ -65,6 +67,29 @@ class HistoryLostError(RuntimeError):
             "To restart from now: `manage.py flowwarden_checkpoints reset "
             f"{stream}`, or declare the stream with "
             '@checkpoint(on_history_lost="RESUME_FROM_NOW") or "RESUME_FROM_OPLOG_START".'
+        )
+
+
+#: Copies in a row whose captured position left the oplog before the copy ended: then
+#: RESYNC gives up (the next copy would most likely lose its position too).
+MAX_COPIES_PER_OPEN = 3
+
+
+class OplogTooShortError(HistoryLostError):
+    """RESYNC cannot win: each copy outlasts the oplog window, so its captured position
+    is gone before it ends."""
+
+    def __init__(self, stream: str, copies: int) -> None:
+        self.stream = stream
+        self.last_known = None
+        RuntimeError.__init__(
+            self,
+            f"stream {stream!r}: {copies} copies in a row outlasted the oplog window (the "
+            "position captured before each copy had left the oplog when it ended), so "
+            "RESYNC stops here. Enlarge the oplog (replSetResizeOplog, or "
+            "oplogMinRetentionHours) so it holds more than one copy's time, or make the copy "
+            "faster (a larger copy_batch_size, a quicker on_snapshot), then restart the "
+            "stream: the next copy starts over.",
         )
 
 
@@ -423,16 +448,17 @@ class StreamConsumer:
         return self._history_lost(source, saved)
 
     def _copy_then_open(
-        self, source: ChangeSource, saved: Checkpoint | None, reason: str
+        self, source: ChangeSource, saved: Checkpoint | None, reason: str, *, copies: int = 1
     ) -> _Opened:
         """Run (or finish) an initial sync, then open after the position it captured;
-        if that position has left the oplog meanwhile, the history-lost strategy applies."""
+        if that position has left the oplog meanwhile, the history-lost strategy applies
+        (*copies*: the copies this open has made, to stop a RESYNC that cannot win)."""
+        self.state = StreamState.COPYING
         position = initial_sync.InitialSync(self, source).run(saved, reason)
         opened = self._try_open(source, position)
         if opened is None:
-            return self._history_lost(
-                source, self.store.find(self.spec.name) or Checkpoint(self.spec.name)
-            )
+            saved = self.store.find(self.spec.name) or Checkpoint(self.spec.name)
+            return self._history_lost(source, saved, copies=copies)
         opened.certified = position
         return opened
 
@@ -454,7 +480,7 @@ class StreamConsumer:
             raise
         return _Opened(cursor, first_event=first)
 
-    def _history_lost(self, source: ChangeSource, saved: Checkpoint) -> _Opened:
+    def _history_lost(self, source: ChangeSource, saved: Checkpoint, *, copies: int = 0) -> _Opened:
         name, strategy = self.spec.name, self.spec.checkpoint.on_history_lost
         metrics.emit(metrics.resume_history_lost, name)
         if strategy == "FAIL":
@@ -465,8 +491,10 @@ class StreamConsumer:
             ]
             raise HistoryLostError(name, max(known) if known else None)
         if strategy == "RESYNC":
+            if copies >= MAX_COPIES_PER_OPEN:
+                raise OplogTooShortError(name, copies)
             logger.warning("stream %r: history lost; copying the collection again (RESYNC)", name)
-            return self._copy_then_open(source, saved, initial_sync.HISTORY_LOST)
+            return self._copy_then_open(source, saved, initial_sync.HISTORY_LOST, copies=copies + 1)
         if strategy == "RESUME_FROM_OPLOG_START":
             oldest = source.oldest_oplog_time()
             if oldest is not None:

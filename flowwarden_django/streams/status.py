@@ -33,6 +33,7 @@ from django.utils.crypto import salted_hmac
 
 from ..conf import fw_settings
 from ..models import StreamControl, StreamWorker
+from .copy_progress import CopyProgress, copy_progress
 from .registry import StreamRegistry, stream_registry
 from .spec import StreamSpec, parse_duration
 from .stores import checkpoint_stores, dlq_stores
@@ -41,6 +42,7 @@ logger = logging.getLogger("flowwarden_django.streams.status")
 
 #: Stream states, from :func:`stream_state`.
 RUNNING = "running"
+COPYING = "copying"
 RESTARTING = "restarting"
 STARTING = "starting"
 PAUSED = "paused"
@@ -49,6 +51,9 @@ STANDBY = "standby"
 STOPPED = "stopped"
 
 LEADER = "LEADER"
+
+#: States in which the stream does its job (an initial sync is part of it).
+WORKING = (RUNNING, COPYING)
 
 #: A worker row older than this many status intervals is stale.
 STALE_AFTER_INTERVALS = 3
@@ -114,8 +119,10 @@ class WorkerStatus:
 class StreamStatus:
     """One declared stream as every process sees it.
 
-    ``state`` is one of ``running``, ``restarting``, ``starting``, ``paused``,
-    ``crashed``, ``standby`` and ``stopped`` (see :func:`stream_state`).
+    ``state`` is one of ``running``, ``copying`` (an initial sync), ``restarting``,
+    ``starting``, ``paused``, ``crashed``, ``standby`` and ``stopped`` (see
+    :func:`stream_state`). ``initial_sync`` is the progress of the stream's last (or
+    current) initial sync, ``None`` if it never copied.
     ``checkpoint_at`` is the processed anchor's time, else the seen anchor's;
     ``checkpoint_age_seconds`` and ``heartbeat_age_seconds`` are measured from
     ``now``. ``dlq_backlog`` is ``None`` when the stream has no dead-letter queue or
@@ -142,6 +149,7 @@ class StreamStatus:
     dlq_backlog: int | None = None
     dlq_store: str | None = None
     restart_requested_at: datetime | None = None
+    initial_sync: CopyProgress | None = None
     error: str | None = None
     error_summary: str | None = None
 
@@ -170,7 +178,7 @@ class StreamStatus:
         """
         return {
             "state": self.state,
-            "status": "UP" if self.state == RUNNING else "DOWN",
+            "status": "UP" if self.state in WORKING else "DOWN",
             "healthy": self.healthy,
             "mode": self.deployment_mode,
             "enabled": self.enabled,
@@ -188,6 +196,7 @@ class StreamStatus:
             "heartbeat_age_seconds": self.heartbeat_age_seconds,
             "dlq_backlog": self.dlq_backlog,
             "restart_requested_at": _json_value(self.restart_requested_at),
+            "initial_sync": self.initial_sync.to_json() if self.initial_sync else None,
             "error": self.error if details else self.error_summary,
         }
 
@@ -206,7 +215,8 @@ def stream_state(instances: Iterable[WorkerStatus], paused: bool) -> tuple[str, 
     """The stream's state and its leader's instance id, from its fresh worker rows.
 
     In order: ``running`` when a fresh row runs it (with ``SINGLE_LEADER``, only
-    the leader runs it, standbys report ``standby``); ``restarting`` or
+    the leader runs it, standbys report ``standby``); ``copying`` while one copies
+    the collection (an initial sync) before streaming; ``restarting`` or
     ``starting`` while a process is bringing it up; ``paused`` when an operator
     stopped it; ``crashed`` when a process reports a crash (with nobody running
     it); ``standby`` when processes only wait for the lease; else ``stopped``.
@@ -215,9 +225,9 @@ def stream_state(instances: Iterable[WorkerStatus], paused: bool) -> tuple[str, 
     states = {instance.state for instance in instances}
     leaders = [i for i in instances if i.role == LEADER]
     # Prefer a running leader; between equals, the freshest report.
-    leaders.sort(key=lambda i: (i.state == RUNNING, i.updated_at), reverse=True)
+    leaders.sort(key=lambda i: (i.state in WORKING, i.updated_at), reverse=True)
     leader = leaders[0].instance_id if leaders else None
-    for state in (RUNNING, RESTARTING, STARTING):
+    for state in (RUNNING, COPYING, RESTARTING, STARTING):
         if state in states:
             return state, leader
     if paused or PAUSED in states:
@@ -264,7 +274,7 @@ def _one_stream(
     # A gone process's last event is still the stream's last event.
     event_times = [r.last_event_at for r in rows if r.last_event_at is not None]
     errors: list[_StoreError] = []
-    checkpoint_at, heartbeat_at = _checkpoint_times(spec, errors)
+    checkpoint_at, heartbeat_at, progress = _checkpoint_times(spec, errors)
     backlog = _dlq_backlog(spec, errors)
     return StreamStatus(
         name=spec.name,
@@ -275,7 +285,7 @@ def _one_stream(
         paused=paused,
         # An operator's pause is not an outage: a liveness probe must not restart
         # processes because someone stopped a stream on purpose.
-        healthy=state == RUNNING or paused or not (spec.enabled and spec.auto_start),
+        healthy=state in WORKING or paused or not (spec.enabled and spec.auto_start),
         leader=leader,
         instances=fresh,
         stale_instances=stale,
@@ -287,6 +297,7 @@ def _one_stream(
         dlq_backlog=backlog,
         dlq_store=spec.dead_letter_queue.store if spec.dead_letter_queue else None,
         restart_requested_at=control.restart_requested_at if control else None,
+        initial_sync=progress,
         error="; ".join(e.text for e in errors) or None,
         error_summary="; ".join(e.summary for e in errors) or None,
     )
@@ -310,15 +321,19 @@ class _StoreError:
 
 def _checkpoint_times(
     spec: StreamSpec, errors: list[_StoreError]
-) -> tuple[datetime | None, datetime | None]:
+) -> tuple[datetime | None, datetime | None, CopyProgress | None]:
     try:
         saved = checkpoint_stores[spec.checkpoint_store].find(spec.name)
     except Exception as exc:  # one unreachable store must not hide the other streams
         errors.append(_StoreError(f"checkpoint store {spec.checkpoint_store!r}", exc))
-        return None, None
+        return None, None, None
     if saved is None:
-        return None, None
-    return saved.last_processed_at or saved.last_seen_at, saved.last_heartbeat_at
+        return None, None, None
+    return (
+        saved.last_processed_at or saved.last_seen_at,
+        saved.last_heartbeat_at,
+        copy_progress(saved.initial_sync),
+    )
 
 
 def _dlq_backlog(spec: StreamSpec, errors: list[_StoreError]) -> int | None:

@@ -5,6 +5,17 @@ starts each new order's approval workflow. Handlers are idempotent (upserts and
 deletes by id; the workflow is started with the order's key, so at most once), as
 at-least-once delivery needs.
 
+On its first start the stream copies the orders that already exist
+(``start_position="COPY_EXISTING"``, 500 a batch), then streams from the position it
+captured before the copy, so an order written during the copy arrives afterwards
+too. A copied order goes to ``on_snapshot``, which only upserts its ``Order`` row: it
+starts no approval workflow and is not checked, because those orders predate the
+app (they were taken, paid or shipped without it), and asking an approver about
+historic orders would be surprising. Delivery stays at least once: an order inserted
+or updated during the copy can be copied in its new version and then see its change
+event too, and an insert event starts that order's workflow (it is a new order), so
+every handler is an upsert and the run is keyed by the order.
+
 An order the handler cannot take (a negative amount, or one on hold until a later
 time) raises :class:`OrderRejected`; the stream parks it in the dead-letter queue
 and goes on. In the admin's Dead letters list it can be replayed (an order on hold
@@ -40,10 +51,20 @@ def check_order(doc: dict[str, Any]) -> None:
 
 
 @change_stream("orders", collection="orders", database="shop", full_document="updateLookup")
-@checkpoint(save_every_n=100, save_interval_seconds=5, idle_heartbeat_interval_seconds=60)
+@checkpoint(
+    save_every_n=100,
+    save_interval_seconds=5,
+    idle_heartbeat_interval_seconds=60,
+    start_position="COPY_EXISTING",
+    copy_batch_size=500,
+)
 @dead_letter_queue(retention_days=30)
 class OrderProjection:
     """Keeps ``Order`` rows equal to the documents of ``shop.orders``."""
+
+    def on_snapshot(self, doc: dict[str, Any]) -> None:
+        # An order that existed before the stream's first start: mirror it only.
+        self._upsert(doc)
 
     def on_insert(self, doc: dict[str, Any]) -> None:
         check_order(doc)

@@ -6,9 +6,7 @@ server resumes when the browser approves.
 
 from __future__ import annotations
 
-import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,21 +23,10 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests.browser import start_chrome
+from tests.browser import artifact_dir, start_chrome
 from tests.lanes import on_lane
 
 PASSWORD = "s3cret-pass"
-
-
-def artifact_dir(tmp_path: Path) -> Path:
-    """``FLOWWARDEN_ARTIFACTS`` (else ``FLOWWARDEN_TEST_ARTIFACTS``) when set, else the
-    test's tmp dir."""
-    configured = os.environ.get("FLOWWARDEN_ARTIFACTS") or os.environ.get(
-        "FLOWWARDEN_TEST_ARTIFACTS"
-    )
-    directory = Path(configured) if configured else tmp_path
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
 
 
 @step

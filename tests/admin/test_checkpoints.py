@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from bson import ObjectId
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.test import RequestFactory, override_settings
@@ -13,6 +14,7 @@ from flowwarden_django.admin.checkpoints import StreamCheckpointAdmin, admin_sto
 from flowwarden_django.models import StreamCheckpoint
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.streams.checkpoint import Checkpoint
+from flowwarden_django.streams.initial_sync import encode_id
 
 ORM = "flowwarden_django.streams.backends.orm.OrmCheckpointStore"
 MEMORY = "flowwarden_django.streams.backends.memory.InMemoryCheckpointStore"
@@ -147,6 +149,63 @@ class TestDetail:
         response = admin_client.get(detail_url("fresh"))
         assert response.status_code == 200
         assert text(response).count('<div class="readonly">—</div>') >= 5
+
+    def test_shows_the_initial_sync_progress(self, admin_client, store, streams):
+        started = streams - timedelta(minutes=5)
+        updated = streams - timedelta(minutes=1)
+        progress = {
+            "phase": "copying",
+            "reason": "first start",
+            "batch": 12,
+            "last_id": encode_id(ObjectId("65a1b2c3d4e5f60718293a4b")),
+            "copied": 12000,
+            "estimated": 50000,
+            "started_at": started.isoformat(),
+            "updated_at": updated.isoformat(),
+            "finished_at": None,
+        }
+        assert store.save_initial_sync("orders", progress, expected_batch=None)
+        body = text(admin_client.get(detail_url("orders")))
+        assert "Initial sync</h2>" in body
+        assert '<table class="flowwarden-initial-sync">' in body
+        for label, value in (
+            ("phase", "copying (first start)"),
+            ("copied", "12,000 of ~50,000 (24%)"),
+            ("finished at", "—"),
+            ("last _id", "<code>{&quot;$oid&quot;: &quot;65a1b2c3d4e5f60718293a4b&quot;}</code>"),
+            ("batch", "12"),
+        ):
+            assert f'<tr><th scope="row">{label}</th><td>{value}</td></tr>' in body
+        # Times as the other fields show them: exact, then their age.
+        assert f'<th scope="row">started at</th><td>{started.isoformat()} (<time' in body
+        assert f'title="{started.isoformat()}">{ago(5)}</time>' in body
+        assert f'<th scope="row">last batch at</th><td>{updated.isoformat()} (<time' in body
+
+    def test_a_finished_copy_with_an_id_it_cannot_decode(self, admin_client, store):
+        finished = timezone.now() - timedelta(minutes=9)
+        progress = {
+            "phase": "done",
+            "reason": "history lost",
+            "batch": 3,
+            "last_id": "<not-ejson>",
+            "copied": 300,
+            "estimated": 250,
+            "started_at": (finished - timedelta(minutes=1)).isoformat(),
+            "finished_at": finished.isoformat(),
+        }
+        assert store.save_initial_sync("copied", progress, expected_batch=None)
+        body = text(admin_client.get(detail_url("copied")))
+        assert '<th scope="row">phase</th><td>done (history lost)</td>' in body
+        assert '<th scope="row">copied</th><td>300 of ~250 (100%)</td>' in body
+        assert '<th scope="row">last _id</th><td><code>&lt;not-ejson&gt;</code></td>' in body
+        assert f'<th scope="row">finished at</th><td>{finished.isoformat()} (<time' in body
+        assert "last batch at" not in body  # a record without updated_at
+
+    def test_a_stream_that_never_copied_has_no_progress_table(self, admin_client, streams):
+        body = text(admin_client.get(detail_url("orders")))
+        assert "Initial sync</h2>" in body
+        assert "flowwarden-initial-sync" not in body
+        assert '<div class="readonly">—</div>' in body
 
     def test_empty_and_corrupt_token_bytes_do_not_crash(self, admin_client):
         StreamCheckpoint.objects.create(

@@ -10,7 +10,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from flowwarden_django.models import StreamControl, StreamWorker
-from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
 from tests.browser import start_chrome
 from tests.lanes import on_lane
@@ -26,19 +25,6 @@ def control_url(action: str, stream: str) -> str:
         "admin:flowwarden_django_streamworker_control",
         kwargs={"action": action, "stream_name": stream},
     )
-
-
-@pytest.fixture
-def declare():
-    names = []
-
-    def declare(name, **options):
-        names.append(name)
-        return register_stream(name, "orders", on_insert=lambda doc: None, **options)
-
-    yield declare
-    for name in names:
-        stream_registry.unregister(name)
 
 
 @pytest.fixture

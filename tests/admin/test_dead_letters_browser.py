@@ -6,9 +6,7 @@ starts then runs the fixed handler in the server thread. The poison entry is par
 by the stream runtime itself, after its retry policy.
 """
 
-import os
 import tempfile
-from pathlib import Path
 
 import pytest
 from bson import ObjectId
@@ -24,7 +22,7 @@ from flowwarden_django.streams.spec import DeadLetterQueueSpec, RetryPolicySpec
 from flowwarden_django.streams.stores import dlq_stores
 from flowwarden_django.testkit.fake_source import FakeChangeSource
 from tests.admin.test_dead_letters import PoisonStream, park
-from tests.browser import start_chrome
+from tests.browser import artifact_dir, start_chrome
 from tests.lanes import on_lane
 from tests.testapp.models import Effect
 
@@ -52,14 +50,6 @@ def park_through_the_runtime(stream: str, order_id: int) -> DeadLetter:
     assert (consumer.errors, consumer.dead_lettered, consumer.restarts) == (3, 1, 0)
     (entry,) = dlq_stores["default"].find_by_stream(stream)
     return entry
-
-
-def artifact_dir(tmp_path: Path) -> Path:
-    """``FLOWWARDEN_TEST_ARTIFACTS`` when set (CI keeps it), else the test's tmp dir."""
-    configured = os.environ.get("FLOWWARDEN_TEST_ARTIFACTS")
-    directory = Path(configured) if configured else tmp_path
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import sys
 from datetime import timedelta
 
 import pytest
-from bson import Binary, Timestamp
+from bson import Binary, ObjectId, Timestamp
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.test import override_settings
@@ -15,6 +15,7 @@ from django.utils import timezone
 from flowwarden_django.common.formatting import age_text, truncate
 from flowwarden_django.streams import Checkpoint, CheckpointStore, checkpoint_stores
 from flowwarden_django.streams.display import short_token
+from flowwarden_django.streams.initial_sync import encode_id
 
 PROCESSED = {"_data": "8263A1B2C3000000012B022C0100296E5A1004ABCDEF0123456789"}
 SEEN = {"_data": "8263A1B2D4000000022B022C0100296E5A1004ABCDEF0123456789"}
@@ -236,6 +237,96 @@ def test_show_json(orders):
     assert item["last_processed_token"] == PROCESSED
     assert item["last_heartbeat_at"] == orders.last_heartbeat_at.isoformat()
     assert item["initial_sync"] is None
+
+
+def show_fields(out: str) -> dict[str, str]:
+    """``show``'s lines as label → value (labels stripped of their indentation)."""
+    lines = dict(line.split(":", 1) for line in out.splitlines())
+    return {label.strip(): value.strip() for label, value in lines.items()}
+
+
+@pytest.mark.django_db
+def test_show_without_initial_sync(orders):
+    out, _ = run("show", "orders")
+    assert out.splitlines()[-1].split() == ["Initial", "sync:", "—"]
+
+
+@pytest.mark.django_db
+def test_show_initial_sync_in_progress(store, orders):
+    started = timezone.now() - timedelta(minutes=4)
+    progress = {
+        "phase": "copying",
+        "reason": "first start",
+        "batch": 12,
+        "last_id": encode_id(ObjectId("65a1b2c3d4e5f60718293a4b")),
+        "copied": 12000,
+        "estimated": 50000,
+        "started_at": started.isoformat(),
+        "finished_at": None,
+    }
+    assert store.save_initial_sync("orders", progress, expected_batch=None)
+
+    out, _ = run("show", "orders")
+
+    fields = show_fields(out)
+    assert fields["Initial sync"] == "copying (first start)"
+    assert fields["Copied"] == "12,000 of ~50,000 (24%)"
+    assert fields["Started at"] == f"{started.isoformat()} (4m ago)"
+    assert fields["Finished at"] == "—"
+    assert fields["Last _id"] == '{"$oid": "65a1b2c3d4e5f60718293a4b"}'
+    assert fields["Batch"] == "12"
+    assert "Last batch at" not in fields  # a record without updated_at
+    # The block follows the other fields, its details indented under its heading.
+    block = out.splitlines()[-6:]
+    assert block[0].startswith("Initial sync:")
+    assert all(line.startswith("  ") for line in block[1:])
+
+
+@pytest.mark.django_db
+def test_show_finished_initial_sync(store, orders):
+    finished = timezone.now() - timedelta(hours=2)
+    started = finished - timedelta(seconds=90)
+    progress = {
+        "phase": "done",
+        "reason": "history lost",
+        "batch": 4,
+        "last_id": encode_id(300),
+        "copied": 300,
+        "estimated": 250,  # an estimate: it may be below what was copied
+        "started_at": started.isoformat(),
+        "updated_at": finished.isoformat(),
+        "finished_at": finished.isoformat(),
+    }
+    assert store.save_initial_sync("orders", progress, expected_batch=None)
+
+    fields = show_fields(run("show", "orders")[0])
+
+    assert fields["Initial sync"] == "done (history lost)"
+    assert fields["Copied"] == "300 of ~250 (100%)"
+    assert fields["Started at"] == f"{started.isoformat()} (2h ago)"
+    assert fields["Last batch at"] == f"{finished.isoformat()} (2h ago)"
+    assert fields["Finished at"] == f"{finished.isoformat()} (2h ago)"
+    assert fields["Last _id"] == "300"
+    assert fields["Batch"] == "4"
+
+
+@pytest.mark.django_db
+def test_show_initial_sync_with_unexpected_values(store, orders):
+    progress = {
+        "phase": "copying",
+        "batch": 1,
+        "last_id": '{"$oid": "65a1b2c3d4e5f60718293a4b"}',  # not encode_id's form
+        "copied": 10,
+        "started_at": "yesterday",
+    }
+    assert store.save_initial_sync("orders", progress, expected_batch=None)
+
+    fields = show_fields(run("show", "orders")[0])
+
+    assert fields["Initial sync"] == "copying"
+    assert fields["Copied"] == "10"  # no estimate
+    assert fields["Started at"] == "yesterday"
+    assert fields["Last _id"] == '{"$oid": "65a1b2c3d4e5f60718293a4b"}'
 
 
 @pytest.mark.django_db

@@ -2,6 +2,7 @@
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,32 @@ def run(*args, env, timeout=300):
     )
 
 
+#: The fields of an order the ``Order`` mirror keeps.
+FIELDS = ("customer", "status", "total_cents")
+
+
+def existing_order(order_id):
+    """An order the demo pre-seeds before the stream's first start (as its
+    ``existing_order`` writes it): the fields the ``Order`` mirror keeps."""
+    return (
+        f"c{order_id % 41}",
+        ("delivered", "delivered", "shipped", "cancelled")[order_id % 4],
+        500 + (order_id * 7_919) % 150_000,
+    )
+
+
+def mirrored(env, first, last):
+    """``{order_id: (customer, status, total_cents)}`` of the sample database's
+    ``Order`` rows from *first* to *last*."""
+    with sqlite3.connect(env["SAMPLEPROJECT_DB"]) as db:
+        rows = db.execute(
+            "SELECT order_id, customer, status, total_cents FROM shop_order "
+            "WHERE order_id BETWEEN ? AND ?",
+            (first, last),
+        ).fetchall()
+    return {order_id: tuple(fields) for order_id, *fields in rows}
+
+
 @pytest.fixture
 def sample_env(tmp_path):
     env = {**os.environ, "SAMPLEPROJECT_DB": str(tmp_path / "demo.sqlite3")}
@@ -35,16 +62,51 @@ def sample_env(tmp_path):
 
 
 def test_demo_runs_the_whole_story(sample_env):
-    """README command 1: the stream, the workflows it starts once per order, two
-    approvals decided, the snapshot chain and the decision printed."""
+    """README command 1: the initial sync of the pre-seeded orders (with an insert and
+    an update written during the copy), the stream, the workflows it starts once per
+    new order, two approvals decided, the snapshot chain and the decision printed."""
     for _ in range(2):  # a second run works on the existing data
-        result = run("demo", "--orders", "120", env=sample_env)
+        result = run("demo", "--orders", "120", "--existing", "1200", env=sample_env)
         assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "scripted replica set" in out
-    assert "first start" in out and ": 0 events handled" in out
+    # The initial sync: 1,200 pre-seeded orders, copied in 3 batches, then the two
+    # changes made during the copy (order 1201 inserted, order 7 updated).
+    assert "Pre-seeded 1,200 existing orders in shop.orders" in out
+    assert (
+        "first start: copies the existing orders, then streams: "
+        "1,201 documents copied, 2 events handled"
+    ) in out
+    assert re.search(
+        r"Initial sync: 1,201 documents copied of 1,200 estimated, in \d+\.\d s "
+        r"\(3 batches of up to 500\)",
+        out,
+    ), out
+    assert (
+        "During the copy, after its first batch, the demo inserted order 1201 (the copy "
+        "read it too) and updated order 7 (already copied); after the copy the stream "
+        "delivered 2 change events"
+    ) in out
+    assert (
+        "Order table: 1,201 orders; the 1,200 pre-seeded orders equal their MongoDB documents ✓"
+    ) in out
+    updated_cents = existing_order(7)[2] + 10_000
+    assert (
+        "order 1201 inserted during the copy: in the mirror ✓; order 7 updated during the "
+        f"copy: total_cents {updated_cents:,} in the mirror ✓"
+    ) in out
+    assert (
+        "Workflow runs of the pre-seeded orders: 0 (on_snapshot only mirrors orders that "
+        "predate the app); order 1201, a new order, has its run: 1"
+    ) in out
+    assert "✗" not in out
+    expected = {order_id: existing_order(order_id) for order_id in range(1, 1201)}
+    expected[7] = (*expected[7][:2], updated_cents)
+    expected[1201] = ("c7", "new", 4_200)
+    assert mirrored(sample_env, 1, 1201) == expected
+    # The new orders, from 1202 on.
     assert re.search(r"second start: .*: 149 events handled", out), out
-    assert "Order table: 119 orders, 21 paid" in out
+    assert "Order table: 1,320 orders; the new ones: 119 orders, 21 paid" in out
     assert (
         "Workflow 'order-approval': 122 runs started (one per new order); "
         "120 completed without approval, 2 waiting for approval"
@@ -59,8 +121,8 @@ def test_demo_runs_the_whole_story(sample_env):
         "delivered again (as after a crash before the checkpoint): no new run; runs for it: 1"
         in out
     )
-    assert "approved by approver: run completed, order 121 approval='approved'" in out
-    assert "rejected by approver: run completed, order 122 approval='rejected'" in out
+    assert "approved by approver: run completed, order 1322 approval='approved'" in out
+    assert "rejected by approver: run completed, order 1323 approval='rejected'" in out
     chain = re.findall(r"^  #(\d) \w{12}  (\S+)\s+(root|<- #\d)", out, re.MULTILINE)
     assert chain == [("1", "(seed)", "root"), ("2", "review", "<- #1"), ("3", "fulfil", "<- #2")]
     assert "[waited for approval" in out and "outcome='fulfilled', decided_by='approver'" in out
@@ -81,12 +143,23 @@ def test_demo_runs_the_whole_story(sample_env):
 
 
 def test_run_burst_processes_the_events_then_resumes(sample_env):
-    """`flowwarden_streams run --burst` against a scripted server in this process."""
+    """`flowwarden_streams run --burst` against a scripted server in this process: the
+    first start copies the orders that exist (no events), then the inserts stream."""
     with ScriptedReplicaSet() as server:
         env = {**sample_env, "FLOWWARDEN_MONGO_URL": server.uri}
+        existing = range(10_001, 10_151)
+        server.seed(
+            "shop",
+            "orders",
+            [
+                dict(zip(FIELDS, existing_order(i), strict=True), _id=i, placed="2019-04-01")
+                for i in existing
+            ],
+        )
         first = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
         assert first.returncode == 0, first.stderr
-        assert "orders: 0 events handled, stopped" in first.stdout
+        assert "orders: 150 documents copied, 0 events handled, stopped" in first.stdout
+        assert mirrored(env, 10_001, 10_150) == {i: existing_order(i) for i in existing}
         for order_id in range(1, 251):
             server.insert("shop", "orders", {"_id": order_id, "status": "new"})
         second = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)

@@ -21,7 +21,13 @@ from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.copy_filter import CopyFilterError, copy_filter
 from flowwarden_django.streams.initial_sync import InitialSyncConflictError, decode_id, encode_id
 from flowwarden_django.streams.manager import pymongo_source
-from flowwarden_django.streams.runtime import HistoryLostError, StreamConsumer, StreamState
+from flowwarden_django.streams.runtime import (
+    MAX_COPIES_PER_OPEN,
+    HistoryLostError,
+    OplogTooShortError,
+    StreamConsumer,
+    StreamState,
+)
 from flowwarden_django.streams.spec import (
     CheckpointSpec,
     DeadLetterQueueSpec,
@@ -372,6 +378,68 @@ def test_on_change_receives_snapshots_when_nothing_else_does():
     assert operations == ["snapshot"] * 3
 
 
+def test_progress_signal_after_each_committed_batch():
+    source = seeded(250)
+    store = InMemoryCheckpointStore()
+    progress: list[dict[str, Any]] = []
+    processed: list[Any] = []
+
+    def on_progress(sender, **kwargs):
+        # Sent after the batch's progress write: the store already holds it.
+        stored = store.find(sender).initial_sync
+        progress.append({**kwargs, "stored": (stored["batch"], stored["copied"])})
+
+    def on_processed(sender, success, **kwargs):
+        processed.append(success)
+
+    metrics.initial_sync_progress.connect(on_progress, sender="orders")
+    metrics.event_processed.connect(on_processed, sender="orders")
+    try:
+        run(copy_spec({"snapshot": lambda doc: None}, batch=100), store, source)
+    finally:
+        metrics.initial_sync_progress.disconnect(on_progress, sender="orders")
+        metrics.event_processed.disconnect(on_processed, sender="orders")
+    assert [(p["documents"], p["copied"], p["batch"], p["estimated"]) for p in progress] == [
+        (100, 100, 1, 250),
+        (100, 200, 2, 250),
+        (50, 250, 3, 250),
+    ]
+    assert [p["stored"] for p in progress] == [(1, 100), (2, 200), (3, 250)]
+    assert processed == [True] * 250  # event_processed for each copied document
+
+
+def test_the_copy_without_event_processed_receivers(monkeypatch):
+    # Nobody observes event_processed (no Prometheus): the batch asks once, and its
+    # documents are handled, counted and interruptible all the same.
+    monkeypatch.setattr(metrics.event_processed, "has_listeners", lambda sender=None: False)
+    source = seeded(35)
+    store = InMemoryCheckpointStore()
+    handled: list[int] = []
+    holder: dict[str, StreamConsumer] = {}
+
+    def on_snapshot(doc):
+        handled.append(doc["_id"])
+        if doc["_id"] == 15 and "stopped" not in holder:
+            holder["stopped"] = True
+            holder["consumer"].stop()
+            raise RuntimeError("the stop cuts the retry backoff short")
+
+    spec = copy_spec(
+        {"snapshot": on_snapshot},
+        batch=10,
+        retry_policy=RetryPolicySpec(max_attempts=3, initial_delay=0.001, jitter=False),
+    )
+    holder["consumer"] = consumer = StreamConsumer(spec, store, lambda s: source)
+    consumer.run(burst=True)
+    assert consumer.state == StreamState.STOPPED
+    assert consumer.documents_copied == 14  # 11-14 settled, but batch 2 was not committed
+    assert decode_id(store.find("orders").initial_sync["last_id"]) == 10
+    again = run(spec, store, source)
+    assert again.documents_copied == 25
+    assert handled == [*range(1, 16), *range(11, 36)]
+    assert store.find("orders").initial_sync["phase"] == "done"
+
+
 def test_a_stop_mid_copy_resumes_after_the_last_committed_batch():
     source = seeded(1000)
     store = InMemoryCheckpointStore()
@@ -503,6 +571,23 @@ def test_the_captured_position_lost_during_the_copy_applies_the_strategy():
         run(spec, InMemoryCheckpointStore(), source)
 
 
+def test_resync_gives_up_when_every_copy_outlasts_the_oplog():
+    source = seeded(30)
+    oplog = source.oplog
+    copies = []
+
+    def on_snapshot(doc):
+        if doc["_id"] == 30:  # the last document of every copy: the position is gone
+            copies.append(1)
+            oplog.insert({"_id": 100 + len(copies), "n": 0})
+            oplog.lose_history()
+
+    spec = copy_spec({"snapshot": on_snapshot}, batch=10, on_history_lost="RESYNC")
+    with pytest.raises(OplogTooShortError, match="3 copies in a row outlasted the oplog"):
+        run(spec, InMemoryCheckpointStore(), source)
+    assert len(copies) == MAX_COPIES_PER_OPEN == 3
+
+
 # -- transactional: each batch and its progress in one transaction ---------------------------
 
 
@@ -558,6 +643,37 @@ def test_transactional_copy_on_sqlite_rolls_back_a_failed_batch():
 @on_lane("postgres", databases=["postgres"])
 def test_transactional_copy_on_postgres_rolls_back_a_failed_batch():
     _transactional_crash_and_resume("postgres")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_transactional_progress_signal_only_after_each_commit():
+    from django.db import connection
+
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+
+    source = seeded(60)
+    failed: set[int] = set()
+    sent: list[tuple[int, int, int, bool]] = []
+
+    def on_snapshot(doc):
+        if doc["_id"] == 25 and not failed:  # batch 2 rolls back once
+            failed.add(25)
+            raise RuntimeError("once")
+
+    def on_progress(sender, **kwargs):
+        sent.append(
+            (kwargs["documents"], kwargs["copied"], kwargs["batch"], connection.in_atomic_block)
+        )
+
+    spec = copy_spec({"snapshot": on_snapshot}, batch=20, transactional=True)
+    metrics.initial_sync_progress.connect(on_progress, sender="orders")
+    try:
+        consumer = run(spec, OrmCheckpointStore(), source)
+    finally:
+        metrics.initial_sync_progress.disconnect(on_progress, sender="orders")
+    assert consumer.restarts == 1
+    # Nothing for the rolled-back batch; each signal outside the batch's transaction.
+    assert sent == [(20, 20, 1, False), (20, 40, 2, False), (20, 60, 3, False)]
 
 
 @pytest.mark.django_db(transaction=True)

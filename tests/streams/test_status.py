@@ -285,6 +285,7 @@ def test_health_report_shape(registry):
         "heartbeat_age_seconds": 4.0,
         "dlq_backlog": 1,
         "restart_requested_at": None,
+        "initial_sync": None,
         "error": None,
     }
 

@@ -9,3 +9,13 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream}:{self.order_id}"
+
+
+class MirrorDoc(models.Model):
+    """A mirrored MongoDB document (the initial-sync tests): its ``_id`` and other fields."""
+
+    doc_id = models.BigIntegerField(unique=True)
+    data = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"mirror:{self.doc_id}"

@@ -6,7 +6,8 @@ A thin layer over the ``CheckpointStore`` API of one configured store alias.
 from __future__ import annotations
 
 import argparse
-import sys
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -22,9 +23,9 @@ from ...common.formatting import (
 )
 from ...exceptions import InvalidCheckpointStoreError
 from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
-from ...streams.display import checkpoint_to_json, short_token
+from ...streams.display import checkpoint_to_json, copied_text, last_id_text, short_token
 from ...streams.tokens import Token, token_from_json, token_to_json
-from ..base import ActionCommand
+from ..base import ActionCommand, confirmed
 
 COMMAND = "manage.py flowwarden_checkpoints"
 LIST_HEADERS = (
@@ -160,6 +161,7 @@ class Command(ActionCommand):
             ("Seen at", timestamp_text(checkpoint.last_seen_at, now)),
             ("Heartbeat at", timestamp_text(checkpoint.last_heartbeat_at, now)),
             ("Metadata", mapping_text(checkpoint.metadata)),
+            *_initial_sync_fields(checkpoint.initial_sync, now),
         ]
         width = max(len(label) for label, _ in fields) + 1
         for label, value in fields:
@@ -242,24 +244,7 @@ class Command(ActionCommand):
         return f"{COMMAND}{store} {action}"
 
     def _confirmed(self, verb: str, *, yes: bool, interactive: bool, **options: Any) -> bool:
-        if yes or not interactive:
-            return True
-        if sys.stdin is None or not sys.stdin.isatty():
-            raise CommandError(
-                f"{verb} needs a confirmation but stdin is not interactive; "
-                "pass --yes to proceed without asking."
-            )
-        self.stdout.write("Type 'yes' to continue: ", ending="")
-        self.stdout.flush()
-        try:
-            answer = input()
-        except (EOFError, KeyboardInterrupt):
-            answer = ""
-            self.stdout.write("")
-        if answer.strip() == "yes":
-            return True
-        self.stdout.write(f"{verb} cancelled.")
-        return False
+        return confirmed(self, verb, yes=yes, interactive=interactive)
 
 
 def _parse_token(text: str | None) -> Token | None:
@@ -273,6 +258,41 @@ def _parse_token(text: str | None) -> Token | None:
 
 def _token_text(token: Token | None) -> str:
     return NONE_TEXT if token is None else token_to_json(token)
+
+
+def _initial_sync_fields(
+    progress: Mapping[str, Any] | None, now: datetime
+) -> list[tuple[str, str]]:
+    """The ``show`` lines of an initial sync's progress: its phase and reason, then
+    indented copied / estimated, times, last ``_id`` and batch (one line without one)."""
+    if not progress:
+        return [("Initial sync", NONE_TEXT)]
+    phase = str(progress.get("phase") or NONE_TEXT)
+    reason = progress.get("reason")
+    fields = [
+        ("Initial sync", f"{phase} ({reason})" if reason else phase),
+        ("  Copied", copied_text(progress)),
+        ("  Started at", _moment_text(progress.get("started_at"), now)),
+    ]
+    if "updated_at" in progress:
+        fields.append(("  Last batch at", _moment_text(progress.get("updated_at"), now)))
+    fields += [
+        ("  Finished at", _moment_text(progress.get("finished_at"), now)),
+        ("  Last _id", last_id_text(progress.get("last_id"))),
+        ("  Batch", NONE_TEXT if progress.get("batch") is None else str(progress["batch"])),
+    ]
+    return fields
+
+
+def _moment_text(value: Any, now: datetime) -> str:
+    """An ISO 8601 time from the progress record with its age (as it is if unparsable)."""
+    if not value:
+        return NONE_TEXT
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return timestamp_text(at, now) if at.tzinfo is not None else at.isoformat()
 
 
 def _at_text(checkpoint: Checkpoint) -> str:

@@ -1,8 +1,13 @@
 """``manage.py flowwarden_streams``: run change-stream consumers, or show their status.
 
 ``status`` shows every declared stream as all processes report it (their
-``StreamWorker`` rows), with its checkpoint ages and DLQ backlog; ``--json`` prints
-the health view's JSON.
+``StreamWorker`` rows), with its checkpoint ages, DLQ backlog and initial-sync
+progress; ``--json`` prints the health view's JSON.
+
+``resync STREAM`` copies the stream's collection again (after a confirmation, or
+``--yes``): every process running it restarts it, and it copies every document to
+its snapshot handler before streaming from a fresh position. The command follows
+the copy with a progress bar until it is done (``--no-wait`` returns at once).
 
 ``run`` starts the declared streams (or those named with ``--stream``), each on its
 own thread, until SIGTERM/SIGINT stops them gracefully (every dirty processed
@@ -16,6 +21,7 @@ take it. ``--metrics-port`` serves this process's Prometheus counters.
 
 from __future__ import annotations
 
+import getpass
 import signal
 import threading
 import time
@@ -31,18 +37,22 @@ from ...common.outages import error_summary
 from ...streams.clients import client_hosts, probe
 from ...streams.manager import StreamManager
 from ...streams.registry import DuplicateStreamError, stream_registry
+from ...streams.resync import ResyncError, request_resync
 from ...streams.runtime import StreamState
 from ...streams.spec import StreamSpec
-from ...streams.status import StreamStatus, health_report, stream_status
-from ..base import port_number, positive_seconds
+from ...streams.status import PAUSED, StreamStatus, health_report, stream_status
+from ...streams.stores import checkpoint_stores
+from ..base import confirmed, port_number, positive_seconds
+from ..copy_watch import CopyWatch
 
 
 class Command(BaseCommand):
     """Runs stream consumers in this process, or reports every stream's status."""
 
     help = (
-        "Run change-stream consumers (run [--stream NAME ...] [--burst]) "
-        "or show their status (status [--json])."
+        "Run change-stream consumers (run [--stream NAME ...] [--burst]), "
+        "show their status (status [--json]) or copy a stream's collection again "
+        "(resync NAME [--yes])."
     )
 
     #: Seconds between progress lines while running.
@@ -80,12 +90,26 @@ class Command(BaseCommand):
             action="store_true",
             help="Print the health report (the /flowwarden/health/ JSON) instead of a table.",
         )
+        resync = actions.add_parser(
+            "resync",
+            help="Copy a stream's collection again, then stream from a fresh position.",
+        )
+        resync.add_argument("name", metavar="STREAM", help="The stream to resync.")
+        resync.add_argument("-y", "--yes", action="store_true", help="Do not ask for confirmation.")
+        resync.add_argument(
+            "--no-wait",
+            action="store_false",
+            dest="wait",
+            help="Return once requested instead of following the copy with a progress bar.",
+        )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         try:
             if action == "run":
                 self.serve_metrics(options.get("metrics_port"))
                 self.handle_run(options.get("streams"), options["burst"], options["timeout"])
+            elif action == "resync":
+                self.handle_resync(options["name"], yes=options["yes"], wait=options["wait"])
             else:
                 self.handle_status(as_json=options["json"])
         except (DuplicateStreamError, ImproperlyConfigured) as exc:
@@ -188,6 +212,7 @@ class Command(BaseCommand):
                     "  "
                     + "; ".join(
                         f"{n}: {c.state.value}, {c.events_handled} events"
+                        + (f", {c.documents_copied} documents copied" if c.documents_copied else "")
                         for n in names
                         if (c := manager.consumer(n)) is not None
                     )
@@ -222,7 +247,12 @@ class Command(BaseCommand):
             consumer = manager.consumer(name)
             if consumer is None:
                 continue
-            line = f"{name}: {consumer.events_handled} events handled, {consumer.state.value}"
+            copied = consumer.documents_copied
+            line = (
+                f"{name}: "
+                + (f"{copied} documents copied, " if copied else "")
+                + f"{consumer.events_handled} events handled, {consumer.state.value}"
+            )
             if consumer.state == StreamState.CRASHED:
                 crashed.append(name)
                 self.stderr.write(self.style.ERROR(f"{line}: {consumer.last_error}"))
@@ -230,6 +260,50 @@ class Command(BaseCommand):
                 self.stdout.write(self.style.SUCCESS(line))
         if crashed:
             raise CommandError(f"Stream(s) stopped on an error: {', '.join(crashed)}")
+
+    def handle_resync(self, name: str, *, yes: bool, wait: bool = True) -> None:
+        """Ask for a re-copy of stream *name*; follow it with a progress bar if it runs."""
+        spec = stream_registry.specs().get(name)
+        if spec is None:
+            declared = ", ".join(sorted(stream_registry.specs())) or "none"
+            raise CommandError(f"No stream named {name!r}; declared: {declared}.")
+        self.stdout.write(
+            f"Resync {name}: every process running it restarts it, copies every document of "
+            f"{_namespace(spec)} to its snapshot "
+            "handler, then streams from a fresh position. Changes made during the copy are "
+            "delivered after it (handlers must be idempotent)."
+        )
+        if not confirmed(self, "Resync", yes=yes):
+            return
+        store = checkpoint_stores[spec.checkpoint_store]
+        try:
+            request_resync(name, by=f"{_user()} (manage.py)")
+        except ResyncError as exc:
+            raise CommandError(f"Cannot resync: {exc}.") from exc
+        requested = store.find(name)
+        batch = int(requested.initial_sync["batch"]) if requested and requested.initial_sync else 0
+        status = next((s for s in stream_status() if s.name == name), None)
+        if status is None or not status.instances or status.state == PAUSED:
+            self.stdout.write(
+                f"Resync requested. No process runs {name} now: the copy starts when one "
+                f"does (`manage.py flowwarden_streams run --stream {name}`)."
+            )
+            return
+        if not wait:
+            self.stdout.write(
+                "Resync requested; follow it with `manage.py flowwarden_streams status`."
+            )
+            return
+        self.stdout.write(
+            "Resync requested; waiting for the stream to restart (Ctrl-C stops "
+            "following, not the copy)..."
+        )
+        try:
+            progress = CopyWatch(self, name, store, after_batch=batch).follow()
+        except KeyboardInterrupt:
+            self.stdout.write("\nStopped following; the copy goes on.")
+            return
+        self.stdout.write(self.style.SUCCESS(f"{name}: {progress.summary()}; streaming again."))
 
     def handle_status(self, *, as_json: bool = False) -> None:
         now = timezone.now()
@@ -275,6 +349,8 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
     if status.stale_instances:
         count = len(status.stale_instances)
         notes.append(f"{count} instance{'s' if count > 1 else ''} silent (no recent report)")
+    if status.initial_sync is not None and status.initial_sync.copying:
+        notes.append(status.initial_sync.summary())
     if status.error:
         notes.append(f"error: {status.error}")
     return (
@@ -290,6 +366,19 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
         NONE_TEXT if status.dlq_backlog is None else str(status.dlq_backlog),
         "; ".join(notes),
     )
+
+
+def _namespace(spec: StreamSpec) -> str:
+    if spec.database:
+        return f"{spec.database}.{spec.collection}"
+    return f"{spec.collection} (in the client's default database)"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return "unknown user"
 
 
 def unreachable_message(alias: str, reason: str) -> str:

@@ -10,7 +10,6 @@ the store of the run's registered workflow, else from ``--store`` (default
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -59,7 +58,7 @@ from ...workflows.user_json import (
     UserJSONError,
     parse_user_json,
 )
-from ..base import ActionCommand, non_negative_int, positive_int
+from ..base import ActionCommand, confirmed, non_negative_int, positive_int
 
 COMMAND = "manage.py flowwarden_workflows"
 LIST_HEADERS = (
@@ -638,24 +637,7 @@ class Command(ActionCommand):
             raise CommandError(f"{exc} (see FLOWWARDEN['SNAPSHOT_STORES'])") from exc
 
     def _confirmed(self, verb: str, *, yes: bool, interactive: bool, **options: Any) -> bool:
-        if yes or not interactive:
-            return True
-        if sys.stdin is None or not sys.stdin.isatty():
-            raise CommandError(
-                f"{verb} needs a confirmation but stdin is not interactive; "
-                "pass --yes to proceed without asking."
-            )
-        self.stdout.write("Type 'yes' to continue: ", ending="")
-        self.stdout.flush()
-        try:
-            answer = input()
-        except (EOFError, KeyboardInterrupt):
-            answer = ""
-            self.stdout.write("")
-        if answer.strip() == "yes":
-            return True
-        self.stdout.write(f"{verb} cancelled.")
-        return False
+        return confirmed(self, verb, yes=yes, interactive=interactive)
 
 
 class _StepProgress:

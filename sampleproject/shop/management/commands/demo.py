@@ -1,12 +1,16 @@
 """``manage.py demo``: the sample's whole story, on SQLite with no servers.
 
-1. Starts a scripted MongoDB replica set (or uses ``FLOWWARDEN_MONGO_URL``), runs
-   the ``orders`` stream once to bootstrap its position, writes orders to
-   MongoDB, and runs the stream again in burst mode: the ``Order`` table follows,
-   and every new order starts its ``order-approval`` workflow run (small orders
-   complete at once, two large ones wait for an approver). A third run resumes
-   after the saved anchor and re-processes nothing; a redelivered insert starts
-   no second run.
+1. Starts a scripted MongoDB replica set (or uses ``FLOWWARDEN_MONGO_URL``) and
+   stores orders that exist before the app (``--existing``; the scripted server's
+   ``seed()`` writes no change events). The ``orders`` stream's first start copies
+   them (its initial sync, ``COPY_EXISTING``) into the ``Order`` table, starting no
+   workflow; after the copy's first batch a ``checkpoint_saved`` receiver inserts one
+   order and updates an already copied one, and both are in the mirror afterwards.
+   Then it writes new orders to MongoDB and runs the stream again in burst mode: the
+   ``Order`` table follows, and every new order starts its ``order-approval``
+   workflow run (small orders complete at once, two large ones wait for an
+   approver). A third run resumes after the saved anchor and re-processes nothing; a
+   redelivered insert starts no second run.
 2. An approver approves one large order and rejects the other; each run resumes
    and completes. Prints the approved run's snapshot chain and the decision.
 3. Writes checkpoints of two more streams through the public API (an idle
@@ -51,8 +55,10 @@ from flowwarden_django.models import (
     StreamWorker,
     WorkflowRun,
 )
-from flowwarden_django.streams import checkpoint_stores
+from flowwarden_django.streams import checkpoint_stores, metrics
+from flowwarden_django.streams.copy_progress import COPYING
 from flowwarden_django.streams.manager import StreamManager, max_await_ms
+from flowwarden_django.streams.registry import stream_registry
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
 from flowwarden_django.streams.source import ChangeSource, PymongoChangeSource
 from flowwarden_django.streams.spec import StreamSpec
@@ -87,6 +93,16 @@ class ScriptedShop:
         self.server = ScriptedReplicaSet().start()
         self.uri = self.server.uri
 
+    #: How :meth:`seed` stores the existing orders, for the demo's output.
+    seeded_as = "stored without change events, as orders taken before the app"
+
+    def seed(self, docs: list[dict[str, Any]]) -> None:
+        self.server.seed(DB, COLLECTION, docs)
+
+    def documents(self, first: int, last: int) -> list[dict[str, Any]]:
+        """The current documents with ``_id`` from *first* to *last*."""
+        return [d for d in self.server.documents(DB, COLLECTION) if first <= d["_id"] <= last]
+
     def insert(self, doc: dict[str, Any]) -> None:
         self.server.insert(DB, COLLECTION, doc)
 
@@ -110,6 +126,15 @@ class MongoShop:
         self.client = MongoClient(uri, serverSelectionTimeoutMS=5000)
         self.orders = self.client[DB][COLLECTION]
 
+    seeded_as = "inserted before the stream's first start"
+
+    def seed(self, docs: list[dict[str, Any]]) -> None:
+        if docs:
+            self.orders.insert_many(docs)
+
+    def documents(self, first: int, last: int) -> list[dict[str, Any]]:
+        return list(self.orders.find({"_id": {"$gte": first, "$lte": last}}))
+
     def insert(self, doc: dict[str, Any]) -> None:
         self.orders.insert_one(doc)
 
@@ -131,6 +156,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--orders", type=int, default=500, help="small orders to write")
         parser.add_argument(
+            "--existing",
+            type=int,
+            default=3000,
+            help="orders stored before the stream's first start (its initial sync copies them)",
+        )
+        parser.add_argument(
             "--serve",
             action="store_true",
             help="Leave one large order waiting, make demo logins and start the server.",
@@ -144,15 +175,18 @@ class Command(BaseCommand):
             "free: it is checked before the story runs.",
         )
 
-    def handle(self, *args: Any, orders: int, serve: bool, addrport: str, **options: Any) -> None:
-        if orders < 0:
-            raise CommandError("--orders must be 0 or more")
+    def handle(
+        self, *args: Any, orders: int, existing: int, serve: bool, addrport: str, **options: Any
+    ) -> None:
+        if orders < 0 or existing < 0:
+            raise CommandError("--orders and --existing must be 0 or more")
         host, port = check_port(addrport) if serve else ("", 0)
         shop, first_id = self.open_shop()
         clients = {"default": {"URL": shop.uri, "OPTIONS": {"serverSelectionTimeoutMS": 5000}}}
         overrides = override_settings(FLOWWARDEN={**settings.FLOWWARDEN, "MONGO_CLIENTS": clients})
         try:
             with overrides:
+                first_id = self.initial_sync_demo(shop, first_id, existing)
                 large = self.stream_demo(shop, first_id, orders)
             self.approval_demo(large, leave_pending=serve)
             self.checkpoint_api_demo()
@@ -192,9 +226,97 @@ class Command(BaseCommand):
             first_id = 1
         return shop, first_id
 
+    def initial_sync_demo(self, shop: ScriptedShop | MongoShop, first_id: int, count: int) -> int:
+        """Store *count* existing orders, then run the stream's first start: it copies
+        them (an insert and an update are written during the copy) and streams the
+        changes made since. Returns the next free order id."""
+        if checkpoint_stores["default"].find(STREAM) is not None:
+            # A real MongoDB the demo ran on before: the stream copied on its first start.
+            self.run_burst("start: resumes after the saved position (it copied on its first start)")
+            return first_id
+        ids = range(first_id, first_id + count)
+        shop.seed([existing_order(order_id) for order_id in ids])
+        self.stdout.write(
+            f"Pre-seeded {count:,} existing orders in {DB}.{COLLECTION} ({shop.seeded_as})"
+        )
+        inserted = first_id + count
+        # An order of the copy's first batch: only its change event brings the update.
+        writer = WritesDuringCopy(shop, inserted, ids[min(6, count - 1)] if count else None)
+        metrics.checkpoint_saved.connect(writer, weak=False, dispatch_uid=WritesDuringCopy)
+        try:
+            consumer = self.run_burst("first start: copies the existing orders, then streams")
+        finally:
+            metrics.checkpoint_saved.disconnect(dispatch_uid=WritesDuringCopy)
+        progress = checkpoint_stores["default"].find(STREAM).initial_sync or {}
+        seconds = (
+            datetime.fromisoformat(progress["finished_at"])
+            - datetime.fromisoformat(progress["started_at"])
+        ).total_seconds()
+        size = stream_registry.get(STREAM).checkpoint.copy_batch_size
+        self.stdout.write(
+            f"  Initial sync: {counted(progress['copied'], 'document')} copied of "
+            f"{progress['estimated']:,} estimated, in {seconds:.1f} s "
+            f"({counted(writer.batches, 'batch')} of up to {size})"
+        )
+        if writer.wrote:
+            read = " (the copy read it too)" if progress["copied"] > count else ""
+            self.stdout.write(
+                f"  During the copy, after its first batch, the demo inserted order "
+                f"{inserted}{read} and updated order {writer.update_id} (already copied); "
+                f"after the copy the stream delivered {consumer.events_handled} change "
+                "events from the position it took before the copy"
+            )
+        last = inserted if writer.wrote else inserted - 1
+        differ = mirror_differences(shop, first_id, last)
+        same = count - len([order_id for order_id in differ if order_id in ids])
+        self.stdout.write(
+            f"  Order table: {Order.objects.count():,} orders; "
+            + (
+                f"the {count:,} pre-seeded orders equal their MongoDB documents ✓"
+                if same == count
+                else f"{same:,} of the {count:,} pre-seeded orders equal their MongoDB documents ✗"
+            )
+        )
+        if writer.wrote:
+            self.report_writes_during_copy(writer)
+        runs = order_runs(first_id, list(ids)).count()
+        self.stdout.write(
+            f"  Workflow runs of the pre-seeded orders: {runs} (on_snapshot only mirrors "
+            "orders that predate the app)"
+            + (
+                f"; order {inserted}, a new order, has its run: "
+                f"{order_runs(first_id, [inserted]).count()}"
+                if writer.wrote
+                else ""
+            )
+        )
+        if differ:
+            more = "..." if len(differ) > 10 else ""
+            raise CommandError(
+                f"the Order table differs from MongoDB for orders {differ[:10]}{more}"
+            )
+        return last + 1
+
+    def report_writes_during_copy(self, writer: WritesDuringCopy) -> None:
+        inserted, updated = writer.insert["_id"], writer.update_id
+        cents = writer.fields["total_cents"]
+        row = Order.objects.filter(order_id=inserted).first()
+        mirrored = list(
+            Order.objects.filter(order_id=updated).values_list("total_cents", flat=True)
+        )
+        self.stdout.write(
+            f"  order {inserted} inserted during the copy: "
+            + ("in the mirror ✓" if row is not None else "not in the mirror ✗")
+            + f"; order {updated} updated during the copy: "
+            + (
+                f"total_cents {cents:,} in the mirror ✓"
+                if mirrored == [cents]
+                else f"total_cents {cents:,} expected, the mirror has {mirrored} ✗"
+            )
+        )
+
     def stream_demo(self, shop: ScriptedShop | MongoShop, first_id: int, count: int) -> list[int]:
-        """Run the orders stream; the ids of the large orders it wrote."""
-        self.run_burst("first start: the stream saves its position, nothing to read yet")
+        """Write new orders and run the orders stream; the ids of the large orders."""
         ids = range(first_id, first_id + count)
         for order_id in ids:
             shop.insert(
@@ -221,15 +343,16 @@ class Command(BaseCommand):
             shop.delete(order_id)
         writes = len(ids) + len(large) + len(ids[::5]) + len(ids[::50])
         self.stdout.write(f"Wrote {writes} changes to {DB}.{COLLECTION} in MongoDB")
-        handled = self.run_burst("second start: resumes after the saved position")
+        handled = self.run_burst("second start: resumes after the saved position").events_handled
+        new = Order.objects.filter(order_id__gte=first_id)
         self.stdout.write(
-            f"  Order table: {Order.objects.count()} orders, "
-            f"{Order.objects.filter(status='paid').count()} paid"
+            f"  Order table: {Order.objects.count():,} orders; the new ones: {new.count()} "
+            f"orders, {new.filter(status='paid').count()} paid"
         )
         self.report_runs(first_id)
         self.explain_counts(len(ids) + len(large), len(ids[::50]))
         runs_before = order_runs(first_id).count()
-        again = self.run_burst("third start: resumes after the processed anchor")
+        again = self.run_burst("third start: resumes after the processed anchor").events_handled
         self.stdout.write(f"  re-processed {again} of the {handled} events")
         self.stdout.write(
             f"  workflow runs started by the restart: {order_runs(first_id).count() - runs_before}"
@@ -319,7 +442,7 @@ class Command(BaseCommand):
         trail = "; ".join(f"{e.action} by {e.actor or 'system'}" for e in approval.events.all())
         self.stdout.write(f"Audit: {trail}\n")
 
-    def run_burst(self, label: str) -> int:
+    def run_burst(self, label: str) -> StreamConsumer:
         manager = StreamManager()
         consumer: StreamConsumer = manager.start(STREAM, burst=True)
         manager.wait()
@@ -328,8 +451,13 @@ class Command(BaseCommand):
         manager.stop_all()
         if consumer.state == StreamState.CRASHED:
             raise CommandError(f"the orders stream stopped: {consumer.last_error}")
-        self.stdout.write(f"Stream {STREAM!r}, {label}: {consumer.events_handled} events handled")
-        return consumer.events_handled
+        copied = consumer.documents_copied
+        self.stdout.write(
+            f"Stream {STREAM!r}, {label}: "
+            + (f"{counted(copied, 'document')} copied, " if copied else "")
+            + f"{consumer.events_handled} events handled"
+        )
+        return consumer
 
     # -- 3. the checkpoint API -----------------------------------------------------------
 
@@ -402,6 +530,75 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, previous)
             feeder.stop()
             manager.stop_all(timeout=10)
+
+
+def counted(number: int, noun: str) -> str:
+    """``"1 batch"``, ``"3,001 documents"``."""
+    plural = noun if number == 1 else noun + ("es" if noun.endswith("ch") else "s")
+    return f"{number:,} {plural}"
+
+
+def existing_order(order_id: int) -> dict[str, Any]:
+    """An order taken before the app: delivered, shipped or cancelled; some large."""
+    return {
+        "_id": order_id,
+        "customer": f"c{order_id % 41}",
+        "status": ("delivered", "delivered", "shipped", "cancelled")[order_id % 4],
+        "total_cents": 500 + (order_id * 7_919) % 150_000,
+    }
+
+
+class WritesDuringCopy:
+    """A ``checkpoint_saved`` receiver: once the first batch of the ``orders`` stream's
+    initial sync is committed (the copy goes on), it inserts order *inserted* and
+    updates order *update_id* (one that batch copied) in MongoDB. It runs on the
+    stream's thread, between two batches, and counts the committed batches."""
+
+    def __init__(
+        self, shop: ScriptedShop | MongoShop, inserted: int, update_id: int | None
+    ) -> None:
+        self.shop = shop
+        self.insert = {"_id": inserted, "customer": "c7", "status": "new", "total_cents": 4_200}
+        self.update_id = update_id
+        self.fields = {"total_cents": existing_order(update_id or 0)["total_cents"] + 10_000}
+        #: Whether it wrote; the batches committed so far.
+        self.wrote = False
+        self.batches = 0
+
+    def __call__(self, sender: Any, anchor: str = "", **kwargs: Any) -> None:
+        if sender != STREAM or anchor != "initial_sync":
+            return
+        saved = checkpoint_stores["default"].find(STREAM)
+        progress = (saved.initial_sync if saved is not None else None) or {}
+        if progress.get("phase") != COPYING or not progress.get("copied"):
+            return  # the copy's claim (before its first batch), or its end
+        self.batches += 1
+        if not self.wrote and self.update_id is not None:
+            self.shop.insert(self.insert)
+            self.shop.update(self.update_id, self.fields)
+            self.wrote = True
+
+
+def mirror_fields(doc: dict[str, Any]) -> tuple[str, str, int]:
+    """What the ``Order`` row keeps of a document (the handler's defaults included)."""
+    return doc.get("customer", ""), doc.get("status", "new"), doc.get("total_cents", 0)
+
+
+def mirror_differences(shop: ScriptedShop | MongoShop, first: int, last: int) -> list[int]:
+    """The order ids from *first* to *last* whose ``Order`` row is missing, extra or
+    not equal to its MongoDB document."""
+    documents = {doc["_id"]: mirror_fields(doc) for doc in shop.documents(first, last)}
+    rows = {
+        order_id: (customer, status, cents)
+        for order_id, customer, status, cents in Order.objects.filter(
+            order_id__range=(first, last)
+        ).values_list("order_id", "customer", "status", "total_cents")
+    }
+    return sorted(
+        order_id
+        for order_id in documents.keys() | rows.keys()
+        if documents.get(order_id) != rows.get(order_id)
+    )
 
 
 #: ``--serve``: every this many orders of the feeder is large (waits for an approver).
