@@ -4,7 +4,7 @@
    stores orders that exist before the app (``--existing``; the scripted server's
    ``seed()`` writes no change events). The ``orders`` stream's first start copies
    them (its initial sync, ``COPY_EXISTING``) into the ``Order`` table, starting no
-   workflow; after the copy's first batch a ``checkpoint_saved`` receiver inserts one
+   workflow; after the copy's first batch an ``initial_sync_progress`` receiver inserts one
    order and updates an already copied one, and both are in the mirror afterwards.
    Then it writes new orders to MongoDB and runs the stream again in burst mode: the
    ``Order`` table follows, and every new order starts its ``order-approval``
@@ -56,7 +56,6 @@ from flowwarden_django.models import (
     WorkflowRun,
 )
 from flowwarden_django.streams import checkpoint_stores, metrics
-from flowwarden_django.streams.copy_progress import COPYING
 from flowwarden_django.streams.manager import StreamManager, max_await_ms
 from flowwarden_django.streams.registry import stream_registry
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
@@ -242,11 +241,11 @@ class Command(BaseCommand):
         inserted = first_id + count
         # An order of the copy's first batch: only its change event brings the update.
         writer = WritesDuringCopy(shop, inserted, ids[min(6, count - 1)] if count else None)
-        metrics.checkpoint_saved.connect(writer, weak=False, dispatch_uid=WritesDuringCopy)
+        metrics.initial_sync_progress.connect(writer, weak=False, dispatch_uid=WritesDuringCopy)
         try:
             consumer = self.run_burst("first start: copies the existing orders, then streams")
         finally:
-            metrics.checkpoint_saved.disconnect(dispatch_uid=WritesDuringCopy)
+            metrics.initial_sync_progress.disconnect(dispatch_uid=WritesDuringCopy)
         progress = checkpoint_stores["default"].find(STREAM).initial_sync or {}
         seconds = (
             datetime.fromisoformat(progress["finished_at"])
@@ -549,7 +548,7 @@ def existing_order(order_id: int) -> dict[str, Any]:
 
 
 class WritesDuringCopy:
-    """A ``checkpoint_saved`` receiver: once the first batch of the ``orders`` stream's
+    """An ``initial_sync_progress`` receiver: once the first batch of the ``orders`` stream's
     initial sync is committed (the copy goes on), it inserts order *inserted* and
     updates order *update_id* (one that batch copied) in MongoDB. It runs on the
     stream's thread, between two batches, and counts the committed batches."""
@@ -565,13 +564,9 @@ class WritesDuringCopy:
         self.wrote = False
         self.batches = 0
 
-    def __call__(self, sender: Any, anchor: str = "", **kwargs: Any) -> None:
-        if sender != STREAM or anchor != "initial_sync":
+    def __call__(self, sender: Any, **kwargs: Any) -> None:
+        if sender != STREAM:
             return
-        saved = checkpoint_stores["default"].find(STREAM)
-        progress = (saved.initial_sync if saved is not None else None) or {}
-        if progress.get("phase") != COPYING or not progress.get("copied"):
-            return  # the copy's claim (before its first batch), or its end
         self.batches += 1
         if not self.wrote and self.update_id is not None:
             self.shop.insert(self.insert)
