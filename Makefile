@@ -45,6 +45,7 @@ bench: $(VENV)/.test-installed
 	$(PY) bench/workflow_providers.py
 	$(PY) bench/approval_decisions.py
 	$(PY) bench/snapshot_listing.py
+	$(PY) bench/listings.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)

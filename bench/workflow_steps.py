@@ -10,12 +10,16 @@ What is measured
 1. **Engine**: ``Workflow(name, cid, steps, OrmSnapshotStore(using="default")).run(state)``
    with the in-process execution provider, on PostgreSQL, for a fresh coordination
    each time. The workflow has 20 trivial steps (each returns ``advance`` of the state
-   with one counter incremented), so the time is the engine's own: creating and
-   claiming the ``WorkflowRun``, the seed snapshot, then per step the snapshot save
-   (its own transaction, committed before the next step starts) and the run-record
-   update that moves the head and renews the lease, and finally releasing the run.
-   Steps per second = 20 x runs / elapsed; the per-run work (create, claim, seed,
-   release) is counted in, spread over the 20 steps.
+   with one counter incremented), so the time is the engine's own: opening the run
+   (claiming, here creating, the ``WorkflowRun`` and writing the seed, as the
+   coordination has no snapshot yet: one statement), then per step the snapshot
+   save, each committed before the next step starts, and the run-record writes: a
+   plain step (every one but the last) is one ``INSERT`` (the run record catches up
+   with its head when the lease is renewed, the status changes or the run is let
+   go), the last step saves its snapshot and completes and releases the run in one
+   statement.
+   Steps per second = 20 x runs / elapsed; the per-run work (opening, completion) is
+   counted in, spread over the 20 steps.
 2. **Raw**: the same snapshot rows (id, parent_id, coordination_id, seq, agent_name,
    state text, state_type, metadata text, created_at: the columns and values the
    store writes, 21 rows per run: the seed and one per step) inserted into the same
@@ -38,9 +42,18 @@ a row the raw loop writes has the same column values as the row the engine wrote
 at the same position (apart from ids and timestamps), and that every step's
 snapshot is committed (visible to the raw connection) before the next step
 starts. Each round runs both paths, alternating which goes first, after a warm-up
-of each; the median over rounds is reported. The engine does more than one
-statement per step (``statements per step`` is printed): that is what it costs,
-not an unfairness of the baseline, which is the least any durable step needs.
+of each; the median over rounds is reported. The engine sends a few statements per
+run besides its snapshots (printed): that is what it costs, not an unfairness of
+the baseline, which is the least any durable step needs.
+
+Also printed, from untimed runs: the statements of a whole run and of each plain
+step, by kind (Django's query log, so BEGIN, COMMIT and SAVEPOINT count too; none
+means each statement committed on its own), and CPU time per step: all of this
+thread's (``time.thread_time``), and "Python", which leaves out the CPU time spent
+inside each statement's execute (Django's cursor wrapper and psycopg, measured with
+an execute wrapper); per step of a whole run, and the median from the start of one
+plain step to the start of the next. The raw loop's CPU and Python per insert are
+measured the same way (outside ``cursor.execute``).
 
 PostgreSQL defaults to 127.0.0.1:5432, user ``postgres``, database ``fw_bench``
 (created if missing); override with FLOWWARDEN_BENCH_PG_HOST, FLOWWARDEN_BENCH_PG_PORT,
@@ -51,12 +64,14 @@ at the start and at the end.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -276,21 +291,134 @@ def check_committed_per_step(store: Any, conn: psycopg.Connection[Any]) -> None:
         sys.exit(f"steps did not see each earlier snapshot committed: {seen!r} ({result!r})")
 
 
-def statements_per_run(steps: list[Any], store: Any) -> Counter[str]:
-    """The SQL statements one run sends, by kind (Django's log, BEGIN and COMMIT included)."""
-    from django.db import connections
-    from django.test.utils import CaptureQueriesContext
+#: Statements that open, close or nest a transaction.
+TRANSACTION_KINDS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
-    with CaptureQueriesContext(connections[ALIAS]) as captured:
-        engine_run(steps, store)
-    kinds: Counter[str] = Counter()
-    for query in captured.captured_queries:
-        sql = query["sql"].lstrip().upper()
-        if "PG_ADVISORY_XACT_LOCK" in sql:
-            kinds["advisory lock"] += 1
-        else:
-            kinds[sql.split(None, 1)[0]] += 1
-    return kinds
+
+def _kind(sql: str) -> str:
+    """The kind of a logged statement: its first word, or ``advisory lock``."""
+    sql = sql.lstrip().upper()
+    if "PG_ADVISORY_XACT_LOCK" in sql:
+        return "advisory lock"
+    return sql.split(None, 1)[0] if sql else "?"
+
+
+def traced_steps(mark: Callable[[], object]) -> list[Any]:
+    """The benchmark's steps, each calling *mark()* when it starts."""
+    from flowwarden_django.workflows import advance, step
+
+    def make(number: int) -> Any:
+        @step(f"s{number:02d}")
+        def bump(state: dict[str, Any]) -> Any:
+            mark()
+            return advance({**state, "n": state["n"] + 1})
+
+        return bump
+
+    return [make(number) for number in range(1, STEPS + 1)]
+
+
+class Profile:
+    """What a run costs besides elapsed time: its statements (all of them, and those
+    of each plain step: every step but the last, which finishes the run) and the
+    CPU time of this thread outside the database driver ("Python")."""
+
+    def __init__(self, store: Any, runs: int) -> None:
+        #: Statements of one whole run, by kind (BEGIN, COMMIT, SAVEPOINT included).
+        self.per_run: Counter[str] = Counter()
+        #: Statements of the plain steps, by kind, and how many plain steps.
+        self.plain: Counter[str] = Counter()
+        self.plain_steps = 0
+        self._count(store)
+        self._time(store, runs)
+
+    def _count(self, store: Any) -> None:
+        from django.db import connections
+        from django.test.utils import CaptureQueriesContext
+
+        connection = connections[ALIAS]
+        starts: list[int] = []
+        with CaptureQueriesContext(connection) as captured:
+            engine_run(traced_steps(lambda: starts.append(len(captured))), store)
+        queries = captured.captured_queries
+        self.per_run.update(_kind(query["sql"]) for query in queries)
+        # From the start of step k to the start of step k + 1: step k's snapshot
+        # (and whatever else the engine does for it).
+        for before, after in itertools.pairwise(starts):
+            self.plain_steps += 1
+            self.plain.update(_kind(query["sql"]) for query in queries[before:after])
+
+    def _time(self, store: Any, runs: int) -> None:
+        from django.db import connections
+
+        # The driver's share: CPU time inside each statement's execute (Django's
+        # cursor wrapper and psycopg). Query logging is off here.
+        in_driver = [0.0]
+
+        def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            begun = time.thread_time()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                in_driver[0] += time.thread_time() - begun
+
+        starts: list[tuple[float, float]] = []
+        steps = traced_steps(lambda: starts.append((time.thread_time(), in_driver[0])))
+        plain: list[float] = []
+        with connections[ALIAS].execute_wrapper(timed):
+            begun = time.thread_time()
+            for _ in range(runs):
+                starts.clear()
+                engine_run(steps, store)
+                plain.extend(
+                    (cpu_b - cpu_a) - (driver_b - driver_a)
+                    for (cpu_a, driver_a), (cpu_b, driver_b) in itertools.pairwise(starts)
+                )
+            total = time.thread_time() - begun
+        count = runs * STEPS
+        #: µs of CPU per step (the run's own work spread over its steps, as in steps/s).
+        self.cpu_us = total / count * 1e6
+        #: µs of it outside the driver.
+        self.python_us = (total - in_driver[0]) / count * 1e6
+        #: µs outside the driver from a plain step's start to the next step's (median).
+        self.plain_python_us = statistics.median(plain) * 1e6
+
+    def lines(self) -> list[str]:
+        """What the benchmark prints of the profile."""
+        run = ", ".join(f"{kind} {count}" for kind, count in sorted(self.per_run.items()))
+        per_step = sum(self.per_run.values()) / STEPS
+        plain = ", ".join(
+            f"{kind} {count / self.plain_steps:g}" for kind, count in sorted(self.plain.items())
+        )
+        per_plain = sum(self.plain.values()) / self.plain_steps
+        explicit = sum(self.plain[kind] for kind in TRANSACTION_KINDS)
+        commits = (
+            "no BEGIN or SAVEPOINT: autocommitted"
+            if not explicit
+            else f"{explicit / self.plain_steps:g} transaction statements"
+        )
+        return [
+            f"engine statements per run: {run} ({per_step:.2f} per step); raw: 1 INSERT per row",
+            f"engine statements per plain step: {per_plain:g} ({plain}; {commits})",
+            f"engine CPU per step: {self.cpu_us:.0f} us, Python (outside the driver) "
+            f"{self.python_us:.0f} us; Python per plain step: {self.plain_python_us:.0f} us",
+        ]
+
+
+def raw_python_us(conn: psycopg.Connection[Any], sql: str, runs: int) -> tuple[float, float]:
+    """µs of CPU per raw insert, and of it outside ``cursor.execute``."""
+    in_driver = 0.0
+    inserts = 0
+    begun = time.thread_time()
+    for _ in range(runs):
+        for row in raw_rows(new_cid()):
+            with conn.cursor() as cursor:
+                started = time.thread_time()
+                cursor.execute(sql, row)
+                in_driver += time.thread_time() - started
+            inserts += 1
+    total = time.thread_time() - begun
+    return total / inserts * 1e6, (total - in_driver) / inserts * 1e6
 
 
 def cleanup(conn: psycopg.Connection[Any]) -> None:
@@ -338,16 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         cleanup(conn)
         check_same_rows(steps, store, conn, sql)
         check_committed_per_step(store, conn)
-        kinds = statements_per_run(steps, store)
-        per_step = sum(kinds.values()) / STEPS
-        breakdown = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-        print(
-            f"engine statements per run: {breakdown} ({per_step:.2f} per step); "
-            "raw: 1 INSERT per row",
-            flush=True,
-        )
         engine_round(steps, store, args.warmup)
         raw_round(conn, sql, args.warmup)
+        profile = Profile(store, args.runs)
+        raw_cpu_us, raw_python = raw_python_us(conn, sql, args.runs)
+        for line in profile.lines()[:2]:
+            print(line, flush=True)
         engine_rates: list[float] = []
         raw_rates: list[float] = []
         for number in range(1, args.rounds + 1):
@@ -370,6 +494,10 @@ def main(argv: list[str] | None = None) -> int:
 
     engine = statistics.median(engine_rates)
     raw = statistics.median(raw_rates)
+    print(profile.lines()[2])
+    print(
+        f"raw CPU per insert: {raw_cpu_us:.0f} us, Python (outside the driver) {raw_python:.0f} us"
+    )
     print(f"engine (in-process, ORM store): {engine:.0f} steps/s")
     print(f"raw psycopg single-row INSERT:  {raw:.0f} inserts/s")
     print(f"ratio (engine steps / raw inserts): {engine / raw:.2f}")

@@ -233,6 +233,10 @@ class SnapshotRecord(models.Model):
             models.Index(fields=["created_at"], name="fw_snapshot_created"),
             models.Index(fields=["agent_name"], name="fw_snapshot_agent"),
             models.Index(fields=["parent_id"], name="fw_snapshot_parent"),
+            # A page of the runs a user may read: each run's newest rows (listings).
+            models.Index(
+                fields=["coordination_id", "created_at", "seq"], name="fw_snapshot_run_created"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -281,7 +285,11 @@ class WorkflowRun(models.Model):
         verbose_name_plural = _("workflow runs")
         ordering = ["-updated_at"]
         permissions = [("fork_workflowrun", _("Can fork a workflow run from a snapshot"))]
-        indexes = [models.Index(fields=["status", "updated_at"], name="fw_run_status")]
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="fw_run_status"),
+            # The runs' listings: the admin's changelist and the API's, newest first.
+            models.Index(fields=["-updated_at", "coordination_id"], name="fw_run_updated"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_name} {self.coordination_id}"
@@ -342,6 +350,12 @@ class Approval(models.Model):
             models.Index(fields=["status", "requested_at"], name="fw_approval_status"),
             models.Index(fields=["coordination_id"], name="fw_approval_coordination"),
             models.Index(fields=["status", "expires_at"], name="fw_approval_expiry"),
+            # The approvals' listings, in their order (and the admin's date hierarchy),
+            # and of one workflow (and the admin's workflow filter).
+            models.Index(fields=["-requested_at", "id"], name="fw_approval_requested"),
+            models.Index(
+                fields=["workflow_name", "-requested_at", "id"], name="fw_approval_workflow"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -46,6 +46,8 @@ from ..workflows.approvals.access import DECIDE_ANY
 from ..workflows.user_json import UserJSONError, check_comment, parse_decision_payload
 from .base import (
     GuardedLookupsMixin,
+    IndexedValuesFieldListFilter,
+    LargeTableAdminMixin,
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
@@ -225,7 +227,11 @@ def _status_label(status: str) -> str:
 
 @admin.register(Approval)
 class ApprovalAdmin(
-    GuardedLookupsMixin, ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin
+    LargeTableAdminMixin,
+    GuardedLookupsMixin,
+    ReadOnlyAdminMixin,
+    ObjectOperationsMixin,
+    admin.ModelAdmin,
 ):
     """Approvals: list and inspect what paused runs wait for, with the audit trail,
     and approve or reject them.
@@ -250,7 +256,7 @@ class ApprovalAdmin(
         "deciders",
         "requested",
     ]
-    list_filter = ["status", ("workflow_name", admin.AllValuesFieldListFilter)]
+    list_filter = ["status", ("workflow_name", IndexedValuesFieldListFilter)]
     search_fields = ["prompt", "coordination_id"]
     search_help_text = _("Search by prompt or coordination id.")
     date_hierarchy = "requested_at"

@@ -4,21 +4,26 @@ replay...) on one object."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from functools import partial
+from datetime import UTC, datetime, timedelta
+from functools import cache, cached_property, partial
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.admin import helpers
+from django.contrib.admin import AllValuesFieldListFilter, helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
-from django.db.models import Field
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import Field, Min, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.templatetags.static import static
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
@@ -131,6 +136,187 @@ class GuardedLookupsMixin:
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return GuardedChangeList
+
+
+class EstimatedCountPaginator(Paginator):
+    """A changelist paginator that never counts a large table to its end.
+
+    ``count`` counts at most ``exact_up_to`` rows, in one bounded query (``SELECT
+    COUNT(*) FROM (SELECT ... LIMIT n + 1)``): a smaller list is counted exactly. A
+    larger one, on PostgreSQL, is the planner's estimate of the list's rows (its
+    ``EXPLAIN``: the table's ``pg_class.reltuples`` and, for a filtered list, the
+    columns' statistics), never less than the rows counted; ``estimated`` is then
+    true and the page says "about". Other databases count every row.
+    """
+
+    #: The most rows counted exactly.
+    exact_up_to = 10_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Whether ``count`` is the planner's estimate.
+        self.estimated = False
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        if (
+            not isinstance(rows, QuerySet)
+            or rows.query.is_sliced
+            or connections[rows.db].vendor != "postgresql"
+        ):
+            return super().count
+        # The primary keys only: no annotation is computed for a row merely counted.
+        keys = rows.order_by().values("pk")
+        counted = keys[: self.exact_up_to + 1].count()
+        if counted <= self.exact_up_to:
+            return counted
+        self.estimated = True
+        return max(counted, planned_rows(keys))
+
+
+def planned_rows(queryset: QuerySet[Any]) -> int:
+    """PostgreSQL's estimate of how many rows *queryset* returns (``EXPLAIN``)."""
+    plan = json.loads(queryset.explain(format="json"))
+    if isinstance(plan, list):
+        plan = plan[0]
+    return int(plan["Plan"]["Plan Rows"])
+
+
+class LargeTableChangeList(GuardedChangeList):
+    """The changelist of a table that grows large (runs, approvals): counted by
+    :class:`EstimatedCountPaginator`; when the list is too long to count, its date
+    hierarchy is found by index probes (:func:`probed_datetimes`) rather than by
+    reading every row of the list."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        if self.date_hierarchy and getattr(self.paginator, "estimated", False):
+            self.queryset = with_probed_datetimes(self.queryset)
+
+
+class LargeTableAdminMixin:
+    """A model admin whose changelist answers quickly however large its table: the
+    estimating paginator, no count of the unfiltered table (``show_full_result_count
+    = False``: Django's "Show all" link instead of "N total"), and the date hierarchy
+    of :class:`LargeTableChangeList`."""
+
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return LargeTableChangeList
+
+
+#: The most periods :func:`probed_datetimes` probes for before it reads the rows instead.
+MAX_PROBED_PERIODS = 100
+
+
+def probed_datetimes(queryset: QuerySet[Any], field_name: str, kind: str) -> list[datetime]:
+    """What ``queryset.datetimes(field_name, kind)`` returns (the start of each year,
+    month or day holding a row, in the current time zone, oldest first), found with
+    one ``MIN()`` query per period, each an index probe when the field is indexed,
+    instead of a ``DISTINCT`` over every row. After ``MAX_PROBED_PERIODS`` periods it
+    asks ``datetimes`` after all."""
+    if kind not in ("year", "month", "day"):
+        return list(queryset.datetimes(field_name, kind))
+    zone = timezone.get_current_timezone() if settings.USE_TZ else None
+    rows = queryset.order_by()
+    found: list[datetime] = []
+    bound: datetime | None = None
+    while len(found) < MAX_PROBED_PERIODS:
+        probe = rows if bound is None else rows.filter(**{f"{field_name}__gte": bound})
+        first = probe.aggregate(first=Min(field_name))["first"]
+        if first is None:
+            return found
+        local = timezone.localtime(first, zone) if zone is not None else first
+        start = _period_start(local.replace(tzinfo=None), kind)
+        found.append(start if zone is None else timezone.make_aware(start, zone))
+        following = _next_period(start, kind)
+        bound = following if zone is None else timezone.make_aware(following, zone)
+    return list(queryset.datetimes(field_name, kind))
+
+
+def _period_start(moment: datetime, kind: str) -> datetime:
+    day = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    if kind == "day":
+        return day
+    return day.replace(day=1) if kind == "month" else day.replace(month=1, day=1)
+
+
+def _next_period(start: datetime, kind: str) -> datetime:
+    if kind == "day":
+        return start + timedelta(days=1)
+    if kind == "month":
+        return (start + timedelta(days=32)).replace(day=1)
+    return start.replace(year=start.year + 1)
+
+
+class _ProbedDatetimes:
+    """A ``QuerySet`` mixin: ``datetimes()`` (as the admin's date hierarchy asks it)
+    answered by :func:`probed_datetimes`."""
+
+    def datetimes(self, field_name: str, kind: str, order: str = "ASC", tzinfo: Any = None) -> Any:
+        if order == "ASC" and tzinfo is None:
+            return probed_datetimes(self, field_name, kind)  # type: ignore[arg-type]
+        return super().datetimes(field_name, kind, order, tzinfo)  # type: ignore[misc]
+
+
+@cache
+def _probed_class(cls: type[QuerySet[Any]]) -> type[QuerySet[Any]]:
+    return type(f"Probed{cls.__name__}", (_ProbedDatetimes, cls), {})
+
+
+def with_probed_datetimes(queryset: QuerySet[Any]) -> QuerySet[Any]:
+    """*queryset*, whose ``datetimes()`` is :func:`probed_datetimes` (its clones' too)."""
+    probed = queryset._chain()  # type: ignore[attr-defined]
+    probed.__class__ = _probed_class(type(queryset))
+    return probed
+
+
+class IndexedValuesFieldListFilter(AllValuesFieldListFilter):
+    """Django's ``AllValuesFieldListFilter`` (a link per distinct value of a field),
+    which on PostgreSQL finds the values of a list of the whole table by one index
+    probe per value (a recursive query: a loose index scan) instead of a ``DISTINCT``
+    over every row. The field needs an index that starts with it; a list the model
+    admin filters (what a user may see), a nullable field and other databases get
+    Django's query."""
+
+    def __init__(
+        self,
+        field: Any,
+        request: HttpRequest,
+        params: Any,
+        model: Any,
+        model_admin: Any,
+        field_path: str,
+    ) -> None:
+        super().__init__(field, request, params, model, model_admin, field_path)
+        values = self.lookup_choices  # Django's: the model admin's queryset, distinct
+        if (
+            "__" not in field_path
+            and not field.null
+            and not values.query.where
+            and connections[values.db].vendor == "postgresql"
+        ):
+            self.lookup_choices = distinct_values(values, field.column)
+
+
+def distinct_values(queryset: QuerySet[Any], column: str) -> list[Any]:
+    """PostgreSQL: the distinct non-null values of *column* in *queryset*'s table, in
+    order, by one index probe each."""
+    connection = connections[queryset.db]
+    table = connection.ops.quote_name(queryset.model._meta.db_table)
+    name = connection.ops.quote_name(column)
+    sql = (
+        f"WITH RECURSIVE found(value) AS (SELECT MIN({name}) FROM {table} "
+        f"UNION ALL SELECT (SELECT MIN({name}) FROM {table} WHERE {name} > found.value) "
+        "FROM found WHERE found.value IS NOT NULL) "
+        "SELECT value FROM found WHERE value IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def status_badge(

@@ -40,7 +40,14 @@ from ..workflows.metadata import LAST_STEP
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore, snapshot_stores
 from ..workflows.user_json import UserJSONError, parse_user_json
-from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, status_badge, timestamp
+from .base import (
+    GuardedLookupsMixin,
+    LargeTableAdminMixin,
+    ReadOnlyAdminMixin,
+    age,
+    status_badge,
+    timestamp,
+)
 from .snapshots import (
     PAGE_SIZE,
     DiffLine,
@@ -134,7 +141,9 @@ def fork_snapshot(run: WorkflowRun, found: RunStore, snapshot_id: str, state: An
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class WorkflowRunAdmin(
+    LargeTableAdminMixin, GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin
+):
     """Workflow runs: list, filter and inspect them, browse each run's snapshot tree,
     read a snapshot's state and its diff against its parent, and fork a run.
 
@@ -162,7 +171,8 @@ class WorkflowRunAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin
     search_fields = ["coordination_id", "idempotency_key"]
     search_help_text = _("Search by coordination id or idempotency key.")
     date_hierarchy = "updated_at"
-    ordering = ["-updated_at"]
+    # The order of the fw_run_updated index (the coordination id breaks ties).
+    ordering = ["-updated_at", "coordination_id"]
     empty_value_display = NONE_TEXT
     actions = None
     fieldsets = [

@@ -52,7 +52,10 @@ def load_page(
     if after > 0:
         # Keyset paging only reads the mark's ordering fields (its seq).
         mark = WorkflowSnapshot(id="page-mark", coordination_id=coordination_id, seq=after)
-    query = CheckpointQuery.for_coordination(coordination_id, limit=size + 1, after=mark)
+    # Positions only: the tree never shows a state, so the store need not read any.
+    query = CheckpointQuery.for_coordination(
+        coordination_id, limit=size + 1, after=mark, with_state=False
+    )
     try:
         found = store.list(query)
     except NotImplementedError as exc:

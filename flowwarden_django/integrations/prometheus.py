@@ -27,6 +27,7 @@ module calls it.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import threading
@@ -72,6 +73,129 @@ INSTANCE_COUNTERS = (
 )
 
 
+#: The bounds of ``flowwarden_event_duration_seconds`` (prometheus-client's defaults).
+DURATION_BUCKETS = tuple(float(bound) for bound in Histogram.DEFAULT_BUCKETS)
+
+
+class _EventTally:
+    """One stream's ``event_received``/``event_processed`` counts since the last
+    :meth:`fold`, which adds them to the Prometheus metrics.
+
+    The labelled children are made on first use, as ``labels()`` would make them (a
+    stream's ``success="false"`` series starts with its first failure, say).
+    """
+
+    __slots__ = (
+        "buckets",
+        "cells",
+        "duration_sum",
+        "failed",
+        "failed_child",
+        "histogram",
+        "lock",
+        "metrics",
+        "received",
+        "received_child",
+        "stream",
+        "succeeded",
+        "succeeded_child",
+    )
+
+    def __init__(self, metrics: SignalMetrics, stream: str) -> None:
+        self.lock = threading.Lock()
+        self.metrics = metrics
+        self.stream = stream
+        self.received = self.succeeded = self.failed = 0
+        self.buckets = [0] * len(DURATION_BUCKETS)
+        self.duration_sum = 0.0
+        self.received_child: Any = None
+        self.succeeded_child: Any = None
+        self.failed_child: Any = None
+        self.histogram: Any = None
+        #: Whether the histogram has the value cells fold() adds to (else each
+        #: duration is observed as it comes).
+        self.cells = False
+
+    def received_one(self) -> None:
+        if self.received_child is None:
+            self.received_child = self.metrics.events_received.labels(self.stream)
+        with self.lock:
+            self.received += 1
+
+    def processed(self, success: Any, duration: float) -> None:
+        if self.histogram is None:
+            self._first_processed()
+        if success:
+            if self.succeeded_child is None:
+                self.succeeded_child = self.metrics.events_processed.labels(self.stream, "true")
+        elif self.failed_child is None:
+            self.failed_child = self.metrics.events_processed.labels(self.stream, "false")
+        if not self.cells:
+            self.histogram.observe(duration)
+            with self.lock:
+                if success:
+                    self.succeeded += 1
+                else:
+                    self.failed += 1
+            return
+        # Histogram.observe()'s rule: the first bound at or above the duration (NaN is
+        # in no bucket, only in the sum).
+        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
+        with self.lock:
+            if success:
+                self.succeeded += 1
+            else:
+                self.failed += 1
+            self.duration_sum += duration
+            if bucket < len(DURATION_BUCKETS) and duration <= DURATION_BUCKETS[bucket]:
+                self.buckets[bucket] += 1
+
+    def _first_processed(self) -> None:
+        histogram = self.metrics.event_duration.labels(self.stream)
+        self.cells = _has_cells(histogram)
+        self.histogram = histogram
+
+    def fold(self) -> None:
+        with self.lock:
+            received, succeeded, failed = self.received, self.succeeded, self.failed
+            buckets, duration_sum = self.buckets, self.duration_sum
+            self.received = self.succeeded = self.failed = 0
+            self.buckets = [0] * len(DURATION_BUCKETS)
+            self.duration_sum = 0.0
+        if received:
+            self.received_child.inc(received)
+        if succeeded:
+            self.succeeded_child.inc(succeeded)
+        if failed:
+            self.failed_child.inc(failed)
+        if (succeeded or failed) and self.cells:
+            self.histogram._sum.inc(duration_sum)
+            for index, count in enumerate(buckets):
+                if count:
+                    self.histogram._buckets[index].inc(count)
+
+
+def _is_time(value: Any, known: set[type]) -> bool:
+    """Whether *value* is a cluster time :func:`_cluster_datetime` converts (then its
+    type joins *known*, which answers quicker for the next event)."""
+    if isinstance(value, datetime) or callable(getattr(value, "as_datetime", None)):
+        known.add(type(value))
+        return True
+    return False
+
+
+def _has_cells(histogram: Any) -> bool:
+    """Whether a labelled ``Histogram`` has the value cells ``observe()`` adds to: its
+    sum and one per bucket (every prometheus-client so far)."""
+    cells = getattr(histogram, "_buckets", None)
+    return (
+        hasattr(getattr(histogram, "_sum", None), "inc")
+        and isinstance(cells, list)
+        and len(cells) == len(DURATION_BUCKETS)
+        and all(hasattr(cell, "inc") for cell in cells)
+    )
+
+
 class SignalMetrics:
     """Counters of this process's stream events, fed by the ``streams/metrics.py`` signals."""
 
@@ -90,6 +214,7 @@ class SignalMetrics:
             "Time spent on one event, retries included.",
             ["stream"],
             registry=None,
+            buckets=DURATION_BUCKETS,
         )
         self.event_errors = counter(
             "flowwarden_event_errors", "Failed handler attempts.", "will_retry"
@@ -145,28 +270,90 @@ class SignalMetrics:
             ["stream"],
             registry=None,
         )
-        #: The cluster time of the last event each stream received in this process.
-        self.last_cluster_time: dict[str, datetime] = {}
+        #: The raw ``clusterTime`` of the last event each stream received in this
+        #: process, converted when read (:attr:`last_cluster_time`), not per event.
+        self._last_cluster: dict[str, Any] = {}
+        #: The types of cluster time seen that convert (bson.Timestamp, datetime).
+        self._time_types: set[type] = set()
         #: The streams whose initial sync runs in this process (``copy_in_progress`` 1).
         self.copying: set[str] = set()
+        #: The per-event counts of each stream not yet added to the metrics above.
+        self._tallies: dict[str, _EventTally] = {}
+        self._tallies_lock = threading.Lock()
+
+    @property
+    def last_cluster_time(self) -> dict[str, datetime]:
+        """The cluster time of the last event each stream received in this process."""
+        times = {}
+        for stream, raw in list(self._last_cluster.items()):
+            at = _cluster_datetime(raw)
+            if at is not None:
+                times[stream] = at
+        return times
 
     def collectors(self) -> list[Any]:
-        """Every metric object, for :class:`FlowwardenCollector`."""
+        """Every metric object, for :class:`FlowwardenCollector` (which calls
+        :meth:`fold` first: the per-event counts reach their metrics then)."""
         return [value for value in vars(self).values() if hasattr(value, "collect")]
+
+    def fold(self) -> None:
+        """Add the events counted since the last call to ``events_received``,
+        ``events_processed`` and ``event_duration`` (:class:`FlowwardenCollector` calls
+        it before each collection, so a scrape sees every event received until then)."""
+        for tally in list(self._tallies.values()):
+            tally.fold()
+
+    def _tally(self, stream: str) -> _EventTally:
+        tally = self._tallies.get(stream)
+        if tally is None:
+            with self._tallies_lock:
+                tally = self._tallies.get(stream)
+                if tally is None:
+                    tally = self._tallies[stream] = _EventTally(self, stream)
+        return tally
+
+    def last_cluster_time_of(self, stream: str) -> datetime | None:
+        """The cluster time of the last event *stream* received in this process."""
+        return _cluster_datetime(self._last_cluster.get(stream))
 
     # -- receivers (sender is the stream name) ----------------------------------------
 
-    def on_event_received(self, sender: str, cluster_time: Any = None, **kwargs: Any) -> None:
-        self.events_received.labels(sender).inc()
-        at = _cluster_datetime(cluster_time)
-        if at is not None:
-            self.last_cluster_time[sender] = at
+    # The two per-event receivers count into the stream's tally (one lock per event,
+    # not a lock per counter and histogram bucket, and no labels() lookup), and keep
+    # the cluster time as sent: it is converted when read.
+
+    @metrics.reads("cluster_time")
+    def on_event_received(
+        self,
+        sender: str,
+        cluster_time: Any = None,
+        *,
+        # Named, so that a call does not pack them into **kwargs: they are not read.
+        signal: Any = None,
+        event_id: Any = None,
+        operation_type: Any = None,
+        collection: Any = None,
+        document_key: Any = None,
+        wall_time: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        tally = self._tallies.get(sender) or self._tally(sender)
+        tally.received_one()
+        kind = type(cluster_time)
+        if kind in self._time_types or _is_time(cluster_time, self._time_types):
+            self._last_cluster[sender] = cluster_time
 
     def on_event_processed(
-        self, sender: str, duration: float = 0.0, success: bool = True, **kwargs: Any
+        self,
+        sender: str,
+        duration: float = 0.0,
+        success: bool | None = True,
+        *,
+        signal: Any = None,
+        **kwargs: Any,
     ) -> None:
-        self.events_processed.labels(sender, _label(success)).inc()
-        self.event_duration.labels(sender).observe(duration)
+        tally = self._tallies.get(sender) or self._tally(sender)
+        tally.processed(success, duration)
 
     def on_event_error(self, sender: str, will_retry: bool = False, **kwargs: Any) -> None:
         self.event_errors.labels(sender, _label(will_retry)).inc()
@@ -285,6 +472,7 @@ class FlowwardenCollector:
     def collect(self) -> Iterator[Metric]:
         if self.include_status:
             yield from self.collect_status()
+        self.signals.fold()
         for collector in self.signals.collectors():
             yield from collector.collect()
 
@@ -333,7 +521,7 @@ class FlowwardenCollector:
                 families[metric].add_metric([name, instance.key], getattr(instance, column))
 
     def _lag(self, status: StreamStatus, now: datetime) -> float | None:
-        last = self.signals.last_cluster_time.get(status.name)
+        last = self.signals.last_cluster_time_of(status.name)
         if last is not None:
             return (now - last).total_seconds()
         return status.checkpoint_age_seconds

@@ -67,26 +67,40 @@ async def _await(awaitable: Any) -> Any:
 
 class HandlerCaller:
     """Calls handlers with the arguments their shape wants; runs ``async def``
-    handlers to completion with ``asgiref``'s ``async_to_sync``."""
+    handlers to completion with ``asgiref``'s ``async_to_sync``.
+
+    A handler's signature is read once (on its first call) and remembered with the
+    handler itself, so a new function that reuses a dead one's ``id`` is read anew.
+    """
 
     def __init__(self) -> None:
-        self._shapes: dict[int, str] = {}
+        self._shapes: dict[int, tuple[Callable[..., Any], str]] = {}
+
+    def shape(self, handler: Callable[..., Any]) -> str:
+        """*handler*'s shape (``SHAPES``), read on first use."""
+        entry = self._shapes.get(id(handler))
+        if entry is None or entry[0] is not handler:
+            entry = self._shapes[id(handler)] = (handler, handler_shape(handler))
+        return entry[1]
 
     def call(self, handler: Callable[..., Any], doc: Any, ctx: Any) -> Any:
         """Call *handler* for one event and wait for it when it is a coroutine."""
-        key = id(handler)
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = handler_shape(handler)
-        if shape == "ctx":
-            result = handler(ctx)
-        elif shape == "doc":
+        entry = self._shapes.get(id(handler))
+        shape = entry[1] if entry is not None and entry[0] is handler else self.shape(handler)
+        if shape == "doc":
             result = handler(doc)
+        elif shape == "ctx":
+            result = handler(ctx)
         else:
             result = handler(doc, ctx)
-        if inspect.isawaitable(result):
+        # None, what a plain handler returns, is never awaitable: skip the check.
+        if result is not None and inspect.isawaitable(result):
             return self._run(result)
         return result
+
+    def run(self, awaitable: Any) -> Any:
+        """Wait for what an ``async def`` handler returned (see :meth:`call`)."""
+        return self._run(awaitable)
 
     def _run(self, awaitable: Any) -> Any:
         # async_to_sync runs the coroutine's thread-sensitive sync_to_async calls (the

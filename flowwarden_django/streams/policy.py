@@ -25,6 +25,9 @@ from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
 
+#: An anchor's timestamp, or a function that returns it when the anchor is written.
+At = datetime | Callable[[], datetime]
+
 
 def anchor_failure_log(stream_name: str) -> FailureLog:
     """The ``FailureLog`` of a stream's processed-anchor writes."""
@@ -63,7 +66,7 @@ class ProcessedAnchorPolicy:
         self.confirmed_token = confirmed_token
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._pending: tuple[Mapping[str, Any], datetime] | None = None
+        self._pending: tuple[Mapping[str, Any], At] | None = None
         self._settled_since_confirmed = 0
         self._dirty_since: float | None = None
         self.writes = 0
@@ -85,9 +88,11 @@ class ProcessedAnchorPolicy:
         """Whether a settled event is not yet persisted."""
         return self._pending is not None
 
-    def on_settled(self, token: Mapping[str, Any], at: datetime, *, strict: bool = False) -> None:
+    def on_settled(self, token: Mapping[str, Any], at: At, *, strict: bool = False) -> None:
         """Record a terminally settled event; persist when the count is reached.
 
+        *at* is the anchor's timestamp, or a function returning it: called only if
+        this settlement is the one written (most are replaced by the next one first).
         With ``strict`` (transactional streams) every settlement is written and a
         failed write raises, so the caller's transaction rolls back with it.
         """
@@ -120,7 +125,7 @@ class ProcessedAnchorPolicy:
         with self._lock:
             return self._pending is None or self._persist(force=True)
 
-    def save_now(self, token: Mapping[str, Any], at: datetime, *, strict: bool = False) -> bool:
+    def save_now(self, token: Mapping[str, Any], at: At, *, strict: bool = False) -> bool:
         """Persist *token* immediately (``ctx.save_checkpoint_now()``)."""
         with self._lock:
             self._pending = (token, at)
@@ -139,6 +144,8 @@ class ProcessedAnchorPolicy:
             return False  # failing: the next settlement tries again after a pause
         token, at = self._pending
         try:
+            if callable(at):
+                at = at()
             self.store.save_processed(self.stream_name, token, at, heartbeat_at=timezone.now())
         except Exception as exc:
             self.failures += 1

@@ -10,17 +10,21 @@ is settled, and that token is a position the server certified.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import functools
+import inspect
 import logging
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
@@ -29,15 +33,15 @@ from ..common.failure_log import FailureLog
 from ..common.outages import error_summary, is_outage, short_message
 from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
-from .context import ChangeContext
+from .context import ChangeContext, aware_datetime, new_event_id
 from .dispatch import HandlerCaller
 from .dlq import MANUAL_DLQ_TYPE, DeadLetter, DlqPolicy, DlqStore, ErrorInfo, dead_letter_id
 from .dlq import error_info as make_error_info
 from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
-from .policy import ProcessedAnchorPolicy, anchor_failure_log
+from .policy import At, ProcessedAnchorPolicy, anchor_failure_log
 from .source import ChangeCursor, ChangeSource, is_history_lost
-from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
+from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, SNAPSHOT_OPERATION, ErrorAction, StreamSpec
 from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -130,9 +134,28 @@ def _entry_id(stream_name: str, ctx: ChangeContext) -> str:
 _SNAPSHOT_ENTRY_NAMESPACE = uuid.UUID("6f1c8a52-4a51-4f0e-9d38-4b7f2f0f5c11")
 
 
-def _anchor_at(ctx: ChangeContext) -> datetime:
+def _anchor_at(ctx: ChangeContext) -> At:
     """The processed anchor's timestamp: the event's cluster time, else now."""
-    return ctx.cluster_datetime or timezone.now()
+    return _event_anchor_at(ctx.event)
+
+
+def _event_anchor_at(event: Mapping[str, Any]) -> At:
+    """The processed anchor's timestamp of *event*: its cluster time, else now.
+
+    The cluster time is converted when the anchor is written (once per
+    ``save_every_n`` events), not for every event.
+    """
+    cluster_time = event.get("clusterTime")
+    if cluster_time is None:
+        return timezone.now()
+    as_datetime = getattr(cluster_time, "as_datetime", None)
+    if as_datetime is not None:
+        return as_datetime  # a bson.Timestamp: its aware UTC datetime, when called
+    return functools.partial(_cluster_anchor_at, cluster_time)
+
+
+def _cluster_anchor_at(cluster_time: Any) -> datetime:
+    return aware_datetime(cluster_time) or timezone.now()
 
 
 class StreamConsumer:
@@ -177,9 +200,12 @@ class StreamConsumer:
         self._sleep = sleep
         self._stop = threading.Event()
         self._caller = HandlerCaller()
+        #: Per operation type, how this generation handles its events (``_plan``).
+        self._plans: dict[str, _Plan] = {}
         self.state = StreamState.STOPPED
         self.last_error: BaseException | None = None
-        self.last_event_at: datetime | None = None
+        #: ``time.time()`` of the last handled event (``last_event_at`` converts it).
+        self._last_event_time: float | None = None
         self.events_handled = 0
         #: Documents an initial sync handed to the stream (settled), in this process.
         self.documents_copied = 0
@@ -200,6 +226,18 @@ class StreamConsumer:
         # generation (an outage) is logged once, and its recovery in the next one.
         self._anchor_failures = anchor_failure_log(spec.name)
         self._heartbeat_failures = FailureLog(logger, f"stream {spec.name!r}: the heartbeat write")
+
+    @property
+    def last_event_at(self) -> datetime | None:
+        """When the last event was handled (``timezone.now()`` of that moment)."""
+        stamp = getattr(self, "_last_event_time", None)  # None also before __init__ ran
+        if stamp is None:
+            return None
+        return datetime.fromtimestamp(stamp, UTC if settings.USE_TZ else None)
+
+    @last_event_at.setter
+    def last_event_at(self, value: datetime | None) -> None:
+        self._last_event_time = None if value is None else value.timestamp()
 
     # -- control ---------------------------------------------------------------------
 
@@ -321,6 +359,7 @@ class StreamConsumer:
             self._restart_cause = None
             metrics.emit(metrics.stream_restarted, self.spec.name, attempt=attempt, cause=cause)
         checkpoint = self.spec.checkpoint
+        self._plans = {}
         self.policy = ProcessedAnchorPolicy(
             self.store,
             self.spec.name,
@@ -335,6 +374,8 @@ class StreamConsumer:
         self._invalidate_cause: str | None = None
         cursor, event = opened.cursor, opened.first_event
         flusher = self._start_flusher()
+        # Without an age threshold flush_if_due() never writes: not asked per event.
+        by_age = bool(checkpoint.save_interval_seconds)
         try:
             while not self._stop.is_set():
                 if event is None:
@@ -348,7 +389,8 @@ class StreamConsumer:
                     if burst:
                         break
                     continue
-                self._check_lease()
+                if self.lease_valid is not None:
+                    self._check_lease()
                 if not self._handle(event, source):
                     # Unsettled (a stop or a lost lease cut its retries short): nothing
                     # after it may be handled in this generation.
@@ -357,7 +399,8 @@ class StreamConsumer:
                         break
                     raise ConnectionError("an event was left unsettled; resubscribing")
                 event = None
-                self.policy.flush_if_due()
+                if by_age:
+                    self.policy.flush_if_due()
         finally:
             if flusher is not None:
                 flusher.set()
@@ -524,47 +567,129 @@ class StreamConsumer:
         if operation == "invalidate":
             self._invalidated(event, source)
         assert self.policy is not None
-        name = self.spec.name
-        # save_now gets the context as an argument: a closure over ctx would make a
-        # reference cycle per event for the garbage collector to find.
-        ctx = ChangeContext(
-            event, stream_name=name, save_now=self._save_now, send_to_dlq=self._send_to_dlq
-        )
-        if metrics.event_received.has_listeners(name):
-            metrics.emit(
-                metrics.event_received,
+        spec = self.spec
+        name = spec.name
+        event_id: str | None = None
+        received = metrics.listeners(metrics.event_received, name)
+        if received:
+            # What the context's properties would say, without making the context; the
+            # id and the wall time only for receivers that read them (metrics.reads).
+            lean = received.lean if type(received) is metrics.Receivers else False
+            if not lean:
+                event_id = new_event_id()
+            metrics.send_event_received(
                 name,
-                event_id=ctx.event_id,
-                operation_type=operation,
-                collection=ctx.collection_name,
-                document_key=ctx.document_key,
-                cluster_time=ctx.cluster_time,
-                wall_time=ctx.wall_time,
+                received,
+                event_id,
+                operation,
+                (event.get("ns") or {}).get("coll"),
+                event.get("documentKey"),
+                event.get("clusterTime"),
+                None if lean else aware_datetime(event.get("wallTime")),
             )
-        lifecycle = operation in LIFECYCLE_OPERATIONS
-        if lifecycle:
-            self._invalidate_cause = operation
+        plan = self._plans.get(operation) or self._plan(operation)
+        handler = plan.handler
         started = time.perf_counter()
-        success = self._attempt_loop(self.spec.handler_for(operation), ctx, lifecycle)
-        if metrics.event_processed.has_listeners(name):
-            metrics.emit(
-                metrics.event_processed,
-                name,
-                duration=time.perf_counter() - started,
-                success=success,
-            )
+        if plan.plain:
+            # The common case, inlined: a document handler, no filter, no transaction.
+            try:
+                result = handler(event.get("fullDocument"))  # type: ignore[misc]
+                if result is not None and inspect.isawaitable(result):  # async def
+                    self._caller.run(result)
+            except Exception as exc:
+                ctx = self._context(event, event_id)
+                success = self._attempt_loop(handler, ctx, False, failed=exc)
+            else:
+                self.policy.on_settled(event["_id"], _event_anchor_at(event))
+                success = True
+        elif plan.direct:
+            success = self._first_attempt(handler, event, event_id)
+        else:
+            ctx = self._context(event, event_id)
+            lifecycle = operation in LIFECYCLE_OPERATIONS
+            if lifecycle:
+                self._invalidate_cause = operation
+            success = self._attempt_loop(handler, ctx, lifecycle)
+        processed = metrics.listeners(metrics.event_processed, name)
+        if processed:
+            metrics.send_event_processed(name, processed, time.perf_counter() - started, success)
         if success is None:
             return False  # a stop interrupted the retries: unsettled, redelivered later
         self.events_handled += 1
-        self.last_event_at = timezone.now()
-        self._heartbeat.on_event()
+        self._last_event_time = time.time()
+        heartbeat = self._heartbeat
+        if heartbeat.interval:  # the idle heartbeat's clock (nothing else reads it)
+            heartbeat.last_activity = self._monotonic()
+        return True
+
+    def _plan(self, operation: str) -> _Plan:
+        """How this generation handles events of *operation* (made on its first event)."""
+        spec = self.spec
+        handler = spec.handler_for(operation)
+        # A change event of a stream without a filter or a transaction: no context unless
+        # the handler takes one (or its first attempt fails).
+        direct = (
+            operation not in LIFECYCLE_OPERATIONS
+            and operation != SNAPSHOT_OPERATION
+            and not spec.transactional
+            and spec.filter is None
+        )
+        plain = False
+        # An unreadable signature: not plain; each attempt fails with it (_first_attempt).
+        if direct and handler is not None:
+            with contextlib.suppress(TypeError):
+                plain = self._caller.shape(handler) == "doc"
+        plan = self._plans[operation] = _Plan(handler, direct, plain)
+        return plan
+
+    def _context(self, event: Mapping[str, Any], event_id: str | None) -> ChangeContext:
+        # save_now gets the context as an argument: a closure over ctx would make a
+        # reference cycle per event for the garbage collector to find.
+        return ChangeContext(
+            event,
+            stream_name=self.spec.name,
+            save_now=self._save_now,
+            send_to_dlq=self._send_to_dlq,
+            event_id=event_id,
+        )
+
+    def _first_attempt(
+        self, handler: Callable[..., Any] | None, event: Mapping[str, Any], event_id: str | None
+    ) -> bool | None:
+        """``_attempt_loop`` for a change event of a stream without a filter or a
+        transaction (the common case): the context is made only when the handler takes
+        one, or when this first attempt fails and the error policy takes over."""
+        ctx: ChangeContext | None = None
+        if handler is not None:
+            caller = self._caller
+            try:
+                # (An unreadable signature fails the attempt, as in _dispatch.)
+                if caller.shape(handler) == "doc":
+                    result = handler(event.get("fullDocument"))
+                    if result is not None and inspect.isawaitable(result):  # async def
+                        caller.run(result)
+                else:
+                    ctx = self._context(event, event_id)
+                    caller.call(handler, event.get("fullDocument"), ctx)
+            except Exception as exc:
+                if ctx is None:
+                    ctx = self._context(event, event_id)
+                return self._attempt_loop(handler, ctx, False, failed=exc)
+        if ctx is None or not ctx.saved_manually:
+            self.policy.on_settled(event["_id"], _event_anchor_at(event))  # type: ignore[union-attr]
         return True
 
     def _attempt_loop(
-        self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool
+        self,
+        handler: Callable[..., Any] | None,
+        ctx: ChangeContext,
+        lifecycle: bool,
+        *,
+        failed: Exception | None = None,
     ) -> bool | None:
         """Run the handler until the event is settled: True on success, False when
         it was skipped or parked in the DLQ, None when a stop interrupted a backoff.
+        *failed*: the first attempt already ran and raised this.
 
         Raises (leaving the event unsettled, so the stream restarts and it is
         redelivered) when the filter fails, when the event failed for good without
@@ -574,7 +699,11 @@ class StreamConsumer:
         attempt = 1
         while True:
             ctx.attempt_number = attempt
-            error = self._try_once(handler, ctx, lifecycle)
+            if failed is not None:
+                error: Exception | None = failed
+                failed = None
+            else:
+                error = self._try_once(handler, ctx, lifecycle)
             if error is None:
                 return True
             self.errors += 1
@@ -861,6 +990,19 @@ class StreamConsumer:
         )
 
 
+class _Plan:
+    """How a generation handles the events of one operation type: the handler, whether
+    they take the path without a context first (``direct``: a change event, no filter,
+    no transaction) and whether the handler takes the document alone (``plain``)."""
+
+    __slots__ = ("direct", "handler", "plain")
+
+    def __init__(self, handler: Callable[..., Any] | None, direct: bool, plain: bool) -> None:
+        self.handler = handler
+        self.direct = direct
+        self.plain = plain
+
+
 class _HandlerFailed(Exception):
     """Carries a handler's exception out of ``_dispatch`` (and its atomic block)."""
 
@@ -906,9 +1048,6 @@ class _Heartbeat:
         self.last_write = now
         self.failures = 0
         self.failure_log = consumer._heartbeat_failures
-
-    def on_event(self) -> None:
-        self.last_activity = self.consumer._monotonic()
 
     def on_idle(self, position: Mapping[str, Any] | None) -> None:
         # An oplog-start recovery certifies its position even with the periodic

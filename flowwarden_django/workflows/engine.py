@@ -23,6 +23,18 @@ nothing. Each step snapshot is also saved with an explicit ``seq``, so a runner 
 lost its lease and then tries to write a step another runner already wrote fails on
 the store's unique ``(coordination, seq)`` instead of forking the chain.
 
+What a run writes, statement by statement (each committed on its own). With the ORM
+store on the run's PostgreSQL database: the start of ``run_local`` is one statement
+(the claim, the latest snapshot and, for a run the claim creates, its seed:
+``OrmSnapshotStore.open_run``); a plain step (``advance`` before the last step, while
+the lease is younger than a third of its length) one ``INSERT`` of its snapshot, the
+run record catching up later; a step that changes the run (the last one, ``done``,
+``hibernate``, an approval, consumed input, a lease to renew) one statement that
+saves its snapshot and updates the run, only while this runner holds it
+(``save_advancing_run``). Elsewhere (SQLite, MariaDB, other stores) the claim, the
+read and the seed are statements of their own, and a step that changes the run
+saves its snapshot and updates the run in one transaction.
+
 Steps must be idempotent: a retry repeats a step, and a crash between a step's side
 effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.
 
@@ -57,11 +69,10 @@ from .runs import (
     ConcurrentRunError,
     RunRecords,
     RunStatus,
-    UnknownRunError,
     new_runner_token,
     run_lease,
 )
-from .snapshot import CheckpointQuery, WorkflowSnapshot, check_id
+from .snapshot import CheckpointQuery, WorkflowSnapshot, check_id, new_snapshot_id
 from .steps import (
     Advance,
     Done,
@@ -267,12 +278,40 @@ class Workflow:
         runs = self.runs
         lease = run_lease()
         token = new_runner_token()
-        record = self._take(runs, token, lease, input)
+        record, seeded = self._open(runs, token, lease, input, initial_state)
         execution = _Execution(self, runs, token, lease, record, attempt)
         try:
-            return execution.run(initial_state, max_steps)
+            return execution.run(initial_state, max_steps, seeded)
         finally:
             execution.release()
+
+    def _open(
+        self, runs: RunRecords, token: str, lease: Any, input: Any, initial_state: Any
+    ) -> tuple[WorkflowRun, WorkflowSnapshot | None]:
+        """``_take``, and where the store can (the ORM store on the run's PostgreSQL
+        database), in the claim's own statement the seed of a run the claim creates
+        (``OrmSnapshotStore.open_run``). Returns the run and the seed when that
+        statement wrote it (``None``: the run existed, or its snapshots did)."""
+        store = self.store
+        opener = getattr(store, "open_run", None)
+        cid, name = self._coordination_id, self._name
+        if opener is not None and type(self)._claim is Workflow._claim:  # no own claim
+            statement = runs.claim_statement(cid, name, token, lease, input)
+            if statement is not None:
+                seed = _seed_snapshot(self, initial_state)
+                try:
+                    opened = opener(seed, statement, run_using=runs.db)
+                except DatabaseError:
+                    from .releases import release_after_failed_claim
+
+                    release_after_failed_claim(runs, cid, token)
+                    raise
+                if opened is not None:
+                    row, seeded = opened
+                    if row is not None:
+                        return runs.claimed(row), seeded
+                    runs.refused(cid, name)  # raises, unless the run was deleted meanwhile
+        return self._take(runs, token, lease, input), None
 
     def _take(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
         """``_claim``, and when a database error breaks it off, let go of the claim it
@@ -287,18 +326,9 @@ class Workflow:
             raise
 
     def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
-        cid, name = self._coordination_id, self._name
-        try:
-            return runs.claim(cid, token, lease, resume_input=input, workflow_name=name)
-        except UnknownRunError:
-            pass
-        record, created = runs.create(cid, name, runner=token, lease=lease)
-        if not created:  # another runner created it at the same moment
-            return runs.claim(cid, token, lease, resume_input=input, workflow_name=name)
-        if input is not None:
-            runs.update(cid, token, lease, resume_input=input)
-            record.resume_input = input
-        return record
+        return runs.claim_or_create(
+            self._coordination_id, self._name, token, lease, resume_input=input
+        )
 
     def seed(self, initial_state: Any = None) -> WorkflowSnapshot:
         """Make sure the run exists and has its seed snapshot; return the latest snapshot.
@@ -437,12 +467,14 @@ class Workflow:
 
 
 def _seed_snapshot(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
-    return WorkflowSnapshot.root(
-        workflow.coordination_id,
-        initial_state,
+    return WorkflowSnapshot(
+        id=new_snapshot_id(),
+        coordination_id=workflow.coordination_id,
+        state=initial_state,
         agent_name=workflow.name,
+        seq=1,
         metadata={LAST_STEP: "", WORKFLOW_NAME: workflow.name, WORKFLOW_DONE: "false"},
-    ).replace(seq=1)
+    )
 
 
 def _save_seed(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
@@ -472,16 +504,26 @@ class _Execution:
         self.lease = lease
         self.record = record
         self.cid = workflow.coordination_id
+        self.name = workflow.name
         #: Whether the run record was already released (finished) by this execution.
         self.released = False
-        #: The head and last step not yet written to the run record (see _save_step).
+        #: The store, resolved once (an alias is not looked up again for every step).
+        self.store = workflow.store
+        #: The head and last step not yet written to the run record (see ``persist``).
         self.unsynced: dict[str, Any] = {}
-        self.renewed_at = time.monotonic()
+        self.lease_seconds = lease.total_seconds()
+        #: Until when (``time.monotonic()``) the lease is young: a third of it after it
+        #: was last taken or renewed. Plain steps before then leave the run record alone.
+        self.young_until = time.monotonic() + self.lease_seconds / 3
+
+    def renewed(self) -> None:
+        """Note that the lease was just renewed."""
+        self.young_until = time.monotonic() + self.lease_seconds / 3
 
     def update(self, **fields: Any) -> None:
         self.runs.update(self.cid, self.token, self.lease, **{**self.unsynced, **fields})
         self.unsynced = {}
-        self.renewed_at = time.monotonic()
+        self.renewed()
 
     def finish(self, **fields: Any) -> None:
         self.runs.finish(self.cid, self.token, **{**self.unsynced, **fields})
@@ -504,15 +546,31 @@ class _Execution:
         release_or_defer(self.runs, self.cid, self.token, self.unsynced)
         self.unsynced = {}
 
-    def run(self, initial_state: Any, max_steps: int | None) -> WorkflowResult:
+    def run(
+        self, initial_state: Any, max_steps: int | None, seeded: WorkflowSnapshot | None = None
+    ) -> WorkflowResult:
+        """Execute the steps; *seeded*: the seed the claim's statement wrote, which
+        the run record has yet to point at (``Workflow._open``)."""
         wf, record = self.workflow, self.record
-        store = wf.store
-        head = store.latest(self.cid)
+        if seeded is not None:
+            head: WorkflowSnapshot | None = seeded
+            self.unsynced.update(head_snapshot_id=seeded.id, last_step="")
+            record.head_snapshot_id = seeded.id
+        else:
+            head = self.store.latest(self.cid)
         if head is None:
             seed = _seed_snapshot(wf, initial_state)
-            fields = {"head_snapshot_id": seed.id, "last_step": "", "status": RunStatus.RUNNING}
             try:
-                head = self._save_step(seed, fields)
+                if record.status == RunStatus.RUNNING and self.young():
+                    # A run just made (or running): the seed is a plain step's write.
+                    head = self.save_plain(seed, "")
+                else:
+                    fields = {
+                        "head_snapshot_id": seed.id,
+                        "last_step": "",
+                        "status": RunStatus.RUNNING,
+                    }
+                    head = self._save_step(seed, fields)
             except SnapshotConflictError as exc:
                 raise ConcurrentRunError(self.cid) from exc
             record.head_snapshot_id, record.status = head.id, RunStatus.RUNNING
@@ -539,7 +597,8 @@ class _Execution:
         if record.status != RunStatus.RUNNING or record.head_snapshot_id != head.id:
             self.update(status=RunStatus.RUNNING, head_snapshot_id=head.id, last_step=last_step)
 
-        for executed, index in enumerate(range(start, len(wf.steps))):
+        last = len(wf.steps) - 1
+        for executed, index in enumerate(range(start, last + 1)):
             if max_steps is not None and executed >= max_steps:
                 self.finish()
                 return Running(head.state, self.cid, last_step)
@@ -549,16 +608,19 @@ class _Execution:
                 self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
             head = self.persist(
-                head, current.name, outcome, consumed_input=pending_input is not None
+                head,
+                current.name,
+                outcome,
+                consumed_input=pending_input is not None,
+                completes=index == last,
             )
             last_step = current.name
             pending_input = None
-            if isinstance(outcome, Done):
-                return Completed(head.state, self.cid)
             if isinstance(outcome, Pause):
                 return Hibernated(head.state, self.cid, current.name, outcome.status)
-        self.finish(status=RunStatus.COMPLETED, failure_reason="")
-        return Completed(head.state, self.cid)
+            if index == last or isinstance(outcome, Done):
+                return Completed(head.state, self.cid)
+        raise AssertionError("unreachable: the last step completes the run")
 
     def decision_asked(self, head: WorkflowSnapshot, pending_input: Any) -> Hibernated | None:
         """Keep the run at *head* when its step asked for a decision and the run has
@@ -606,31 +668,53 @@ class _Execution:
         outcome: StepOutcome,
         *,
         consumed_input: bool,
+        completes: bool = False,
     ) -> WorkflowSnapshot:
         """Save the snapshot of step *step_name* (parent: *head*, ``seq``: head's + 1)
-        and move the run record to it."""
+        and move the run record to it; *completes*: it was the workflow's last step
+        (falling off the end completes the run).
+
+        A plain step (``advance`` of a step before the last, no input consumed, the
+        lease young) saves the snapshot alone, one ``INSERT``: its explicit ``seq``
+        already keeps a second runner from writing the step, and a lease younger
+        than a third of its length cannot have been taken over. The run record
+        catches up at the next status change, input consumption, lease renewal or
+        the end of this execution (``unsynced``).
+        """
+        name = self.name
+        if (
+            isinstance(outcome, Advance)
+            and not (completes or consumed_input)
+            and time.monotonic() < self.young_until
+        ):
+            metadata = {LAST_STEP: step_name, WORKFLOW_NAME: name, WORKFLOW_DONE: "false"}
+            try:
+                return self.save_plain(
+                    head.successor(outcome.state, agent_name=name, metadata=metadata), step_name
+                )
+            except SnapshotConflictError as exc:
+                raise ConcurrentRunError(self.cid, "another runner") from exc
         is_done = isinstance(outcome, Done)
         metadata = {
             LAST_STEP: step_name,
-            WORKFLOW_NAME: self.workflow.name,
+            WORKFLOW_NAME: name,
             WORKFLOW_DONE: "true" if is_done else "false",
         }
         if isinstance(outcome, Pause):
             metadata.update(outcome.snapshot_metadata())
-        snapshot = head.derive_with(
+        snapshot = head.successor(
             outcome.state,  # type: ignore[attr-defined]
-            seq=(head.seq or 0) + 1,
-            agent_name=self.workflow.name,
+            agent_name=name,
             metadata=metadata,
         )
+        finishing = is_done or isinstance(outcome, Pause) or completes
         fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": step_name}
         if consumed_input:
             fields["resume_input"] = None
-        finishing = is_done or isinstance(outcome, Pause)
-        if is_done:
-            fields.update(status=RunStatus.COMPLETED, failure_reason="")
-        elif isinstance(outcome, Pause):
+        if isinstance(outcome, Pause):
             fields.update(status=outcome.status, failure_reason="")
+        elif finishing:
+            fields.update(status=RunStatus.COMPLETED, failure_reason="")
         try:
             saved = self._save_step(snapshot, fields, finishing=finishing)
         except SnapshotConflictError as exc:
@@ -639,36 +723,47 @@ class _Execution:
             outcome.on_paused(self.workflow, saved)
         return saved
 
+    def young(self) -> bool:
+        """Whether the lease is younger than a third of its length: nobody can have
+        taken the run over (a lease is taken over only once it has run out)."""
+        return time.monotonic() < self.young_until
+
+    def save_plain(self, snapshot: WorkflowSnapshot, last_step: str) -> WorkflowSnapshot:
+        """Save the snapshot alone (one ``INSERT`` at its explicit ``seq``: a second
+        runner's write of it fails with ``SnapshotConflictError``) while the lease is
+        young; the run record catches up with it later (``unsynced``)."""
+        saved = self.store.save(snapshot)
+        unsynced = self.unsynced
+        unsynced["head_snapshot_id"] = saved.id
+        unsynced["last_step"] = last_step
+        return saved
+
     def _save_step(
         self, snapshot: WorkflowSnapshot, fields: dict[str, Any], *, finishing: bool = False
     ) -> WorkflowSnapshot:
-        """Save a step's snapshot and move the run record to it.
-
-        A plain step (only the head moves, the lease is young) saves the snapshot
-        alone: its explicit ``seq`` already keeps a second runner from writing the
-        step, and the run record catches up at the next status change, input
-        consumption, lease renewal (after a third of the lease) or the end of this
-        execution. Otherwise both are committed together: one statement where the
-        store can (the ORM store on PostgreSQL), else one transaction.
-        """
-        head_only = set(fields) <= {"head_snapshot_id", "last_step"}
-        young = time.monotonic() - self.renewed_at < self.lease.total_seconds() / 3
-        if head_only and young and not finishing:
-            saved = self.workflow.store.save(snapshot)
-            self.unsynced.update(fields)
-            return saved
+        """Save a step's snapshot and move the run record to it (with the head and
+        last step it has not caught up with), renewing the lease or, *finishing*,
+        releasing the run: one statement where the store can (the ORM store on
+        PostgreSQL), else one transaction. ``LeaseLostError`` (and nothing written)
+        when the run was taken over."""
         fields = {**self.unsynced, **fields}
-        advance = getattr(self.workflow.store, "save_advancing_run", None)
+        advance = getattr(self.store, "save_advancing_run", None)
         if advance is not None:
-            lease = None if finishing else self.lease.total_seconds()
-            saved = advance(snapshot, runner=self.token, lease_seconds=lease, run_fields=fields)
+            lease = None if finishing else self.lease_seconds
+            saved = advance(
+                snapshot,
+                runner=self.token,
+                lease_seconds=lease,
+                run_fields=fields,
+                run_using=self.runs.db,
+            )
             if saved is not None:
                 self.unsynced = {}
                 self.released = finishing
-                self.renewed_at = time.monotonic()
+                self.renewed()
                 return saved
         with write_transaction(self.runs.db):
-            saved = self.workflow.store.save(snapshot)
+            saved = self.store.save(snapshot)
             if finishing:
                 self.finish(**fields)
             else:
@@ -694,7 +789,7 @@ class _Execution:
             )
             try:
                 outcome = _call_step(current, state, ctx)
-                if not isinstance(outcome, Advance | Pause | Done | Fail):
+                if not isinstance(outcome, _OUTCOMES):
                     raise TypeError(
                         f"step {current.name!r} returned {outcome!r}; return advance(), "
                         "hibernate(), done() or fail()"
@@ -718,6 +813,10 @@ class _Execution:
                 if current.retry_delay:
                     time.sleep(current.retry_delay)
         raise AssertionError("unreachable")
+
+
+#: What a step may return.
+_OUTCOMES = (Advance, Pause, Done, Fail)
 
 
 def _approval_of(snapshot: WorkflowSnapshot, using: str) -> Any:

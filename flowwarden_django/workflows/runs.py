@@ -8,6 +8,9 @@ Every operation is one SQL statement, so it needs no surrounding transaction:
 * ``claim`` is one conditional ``UPDATE``: it takes the run only when nobody holds it
   or the holder's lease (``claimed_until``) has run out, so of two runners racing on a
   coordination exactly one gets it; the other gets ``ConcurrentRunError``.
+* ``claim_or_create`` is ``claim``, and ``create`` when there is no run: on PostgreSQL
+  one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (unclaimed) ``RETURNING`` the row,
+  so the engine's claim of a new or an existing run is one statement.
 * ``update`` / ``finish`` / ``release`` only touch a run still held by the caller's
   runner token; a runner whose lease was taken over gets ``LeaseLostError``.
 
@@ -22,10 +25,12 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -220,9 +225,11 @@ class RunRecords:
             When(Q(status=RunStatus.FAILED) | ~Q(runner=""), then=Value(1)), default=Value(0)
         )
         fields: dict[str, Any] = {
+            # First: MySQL's SET sees the columns an earlier assignment set (the new
+            # runner would make every claim a retry); PostgreSQL's sees the old row.
+            "attempts": F("attempts") + retry,
             "runner": runner,
             "claimed_until": _lease_end(lease),
-            "attempts": F("attempts") + retry,
             "updated_at": timezone.now(),
         }
         if resume_input is not None:
@@ -243,6 +250,116 @@ class RunRecords:
         run = self.get(coordination_id)
         assert run is not None
         return run
+
+    def claim_or_create(
+        self,
+        coordination_id: str,
+        workflow_name: str,
+        runner: str,
+        lease: timedelta,
+        *,
+        resume_input: Any = None,
+    ) -> WorkflowRun:
+        """Take the run for *runner* until now + *lease* as ``claim`` does, creating it
+        (status ``running``, claimed by *runner*) when there is none; *resume_input*,
+        when not ``None``, is stored with the claim. Returns the run as claimed.
+
+        PostgreSQL: one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``
+        (``claim_statement``); of racing runners exactly one inserts or takes the run.
+        Elsewhere: ``claim``, and ``create`` (then ``claim`` again, when another
+        runner created it at the same moment) for an unknown run.
+        ``ConcurrentRunError`` when another runner's lease is live;
+        ``RunConflictError`` when the run belongs to another workflow.
+        """
+        args = (coordination_id, workflow_name, runner, lease, resume_input)
+        statement = self.claim_statement(*args)
+        if statement is None:
+            return self._claim_or_create(*args)
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(*statement)
+            row = cursor.fetchone()
+        if row is None:
+            self.refused(coordination_id, workflow_name)
+            return self._claim_or_create(*args)  # deleted between the two statements
+        return self.claimed(row)
+
+    def claim_statement(
+        self,
+        coordination_id: str,
+        workflow_name: str,
+        runner: str,
+        lease: timedelta,
+        resume_input: Any = None,
+    ) -> tuple[str, list[Any]] | None:
+        """``claim_or_create``'s statement and parameters on PostgreSQL (``None``
+        elsewhere): it returns the claimed row, its columns in the model's order then
+        ``created`` (whether this statement inserted it), or no row when refused;
+        ``claimed`` makes the row a ``WorkflowRun``, ``refused`` raises the reason.
+        A store on the same database may run it as part of a larger statement."""
+        connection = connections[self.db]
+        if connection.vendor != "postgresql":
+            return None
+        now = timezone.now()
+        json_field = models.WorkflowRun._meta.get_field("resume_input")
+        params = [
+            coordination_id,
+            workflow_name,
+            json_field.get_db_prep_save(resume_input, connection),
+            runner,
+            lease.total_seconds(),
+            now,
+            now,
+            workflow_name,
+        ]
+        return _claim_or_create_sql(resume_input is not None), params
+
+    def claimed(self, row: Sequence[Any]) -> WorkflowRun:
+        """The ``WorkflowRun`` of a row ``claim_statement`` returned."""
+        connection = connections[self.db]
+        values = list(row[: len(_run_fields())])  # ``created`` left over
+        for index, field in _converted_fields():
+            if values[index] is not None:
+                values[index] = field.from_db_value(values[index], None, connection)
+        return models.WorkflowRun.from_db(self.db, _run_attnames(), values)
+
+    def refused(self, coordination_id: str, workflow_name: str) -> None:
+        """Raise why ``claim_statement`` returned no row: ``RunConflictError`` (another
+        workflow's run) or ``ConcurrentRunError`` (held); returns when the run is gone
+        (deleted in between: the caller tries again)."""
+        current = self.get(coordination_id)
+        if current is None:
+            return
+        if current.workflow_name != workflow_name:
+            raise RunConflictError(
+                f"coordination {coordination_id!r} is a run of workflow "
+                f"{current.workflow_name!r}, not {workflow_name!r}"
+            )
+        raise ConcurrentRunError(coordination_id, current.runner, current.claimed_until)
+
+    def _claim_or_create(
+        self,
+        coordination_id: str,
+        workflow_name: str,
+        runner: str,
+        lease: timedelta,
+        resume_input: Any,
+    ) -> WorkflowRun:
+        name = workflow_name
+        try:
+            return self.claim(
+                coordination_id, runner, lease, resume_input=resume_input, workflow_name=name
+            )
+        except UnknownRunError:
+            pass
+        record, created = self.create(coordination_id, name, runner=runner, lease=lease)
+        if not created:  # another runner created it at the same moment
+            return self.claim(
+                coordination_id, runner, lease, resume_input=resume_input, workflow_name=name
+            )
+        if resume_input is not None:
+            self.update(coordination_id, runner, lease, resume_input=resume_input)
+            record.resume_input = resume_input
+        return record
 
     def update(self, coordination_id: str, runner: str, lease: timedelta, **fields: Any) -> None:
         """Set *fields* and renew the lease, if *runner* still holds the run;
@@ -320,3 +437,71 @@ class RunRecords:
     def _update_held(self, coordination_id: str, runner: str, fields: dict[str, Any]) -> None:
         if self._rows().filter(pk=coordination_id, runner=runner).update(**fields) != 1:
             raise LeaseLostError(coordination_id, runner)
+
+
+@lru_cache(maxsize=1)
+def _run_fields() -> tuple[Any, ...]:
+    """The fields of ``WorkflowRun``'s columns, in the model's order."""
+    return tuple(models.WorkflowRun._meta.concrete_fields)
+
+
+@lru_cache(maxsize=1)
+def _run_attnames() -> tuple[str, ...]:
+    return tuple(field.attname for field in _run_fields())
+
+
+@lru_cache(maxsize=1)
+def _converted_fields() -> tuple[tuple[int, Any], ...]:
+    """The fields whose database values need converting (``from_db_value``), by index."""
+    fields = enumerate(_run_fields())
+    return tuple((index, field) for index, field in fields if hasattr(field, "from_db_value"))
+
+
+#: What ``claim_or_create`` inserts: a SQL literal or a ``%s`` parameter per field.
+_INSERTED = {
+    "coordination_id": "%s",
+    "workflow_name": "%s",
+    "status": f"'{RunStatus.RUNNING}'",
+    "last_step": "''",
+    "head_snapshot_id": "NULL",
+    "idempotency_key": "NULL",
+    "failure_reason": "''",
+    "resume_input": "%s",
+    "runner": "%s",
+    "claimed_until": "STATEMENT_TIMESTAMP() + make_interval(secs => %s)",
+    "attempts": "0",
+    "created_at": "%s",
+    "updated_at": "%s",
+}
+
+
+@lru_cache(maxsize=2)
+def _claim_or_create_sql(with_input: bool) -> str:
+    """PostgreSQL: insert the run claimed, or claim the existing one when it is
+    unclaimed and of the same workflow (``claim``'s conditions and retry count);
+    returns the row either way, none when refused."""
+    fields = _run_fields()
+    column = {field.name: f'"{field.column}"' for field in fields}
+    assert set(_INSERTED) == set(column), "WorkflowRun's columns changed"
+    runner, until, status = column["runner"], column["claimed_until"], column["status"]
+    retry = f"CASE WHEN run.{status} = '{RunStatus.FAILED}' OR run.{runner} <> '' THEN 1 ELSE 0 END"
+    taken = [
+        f"{runner} = EXCLUDED.{runner}",
+        f"{until} = EXCLUDED.{until}",
+        f"{column['attempts']} = run.{column['attempts']} + {retry}",
+        f"{column['updated_at']} = EXCLUDED.{column['updated_at']}",
+    ]
+    if with_input:
+        taken.append(f"{column['resume_input']} = EXCLUDED.{column['resume_input']}")
+    unclaimed = f"(run.{runner} = '' OR run.{until} IS NULL OR run.{until} < STATEMENT_TIMESTAMP())"
+    return (
+        f'INSERT INTO "{models.WorkflowRun._meta.db_table}" AS run '
+        f"({', '.join(column[name] for name in _INSERTED)}) "
+        f"VALUES ({', '.join(_INSERTED.values())}) "
+        f"ON CONFLICT ({column['coordination_id']}) DO UPDATE SET {', '.join(taken)} "
+        f"WHERE {unclaimed} AND run.{column['workflow_name']} = %s "
+        # xmax = 0: a row version no transaction has locked or updated, one this
+        # statement inserted (an ON CONFLICT update leaves its own xid there).
+        f"RETURNING {', '.join(column[field.name] for field in fields)}, "
+        '(run.xmax = 0) AS "created"'
+    )

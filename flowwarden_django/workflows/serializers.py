@@ -48,6 +48,44 @@ T = TypeVar("T", bound=type)
 TAG = "__fw__"
 
 
+def _not_serializable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def json_text_encoder(*, sort_keys: bool = False) -> Callable[[Any], str]:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=...)``
+    with the encoder set up once: ``json.dumps`` with options, and even a kept
+    ``JSONEncoder``, set one up on every call (every workflow step makes two texts).
+
+    The values handed to it are checked already (``_encode``, snapshot metadata), so
+    it has no circular-reference check: the walk before it would have failed first.
+    """
+    make = json.encoder.c_make_encoder
+    if make is None:  # no C accelerator
+        encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
+        return encoder.encode
+    chunks = make(
+        None,  # markers: no circular-reference check
+        _not_serializable,  # default
+        json.encoder.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        ":",  # key separator
+        ",",  # item separator
+        sort_keys,
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(chunks(value, 0))
+
+    return encode
+
+
+#: The state's text, as ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``.
+_dumps = json_text_encoder()
+
+
 class StateSerializer(ABC):
     """Turns workflow state into text and back.
 
@@ -152,8 +190,7 @@ class JsonStateSerializer(StateSerializer):
     """
 
     def dumps(self, state: Any) -> tuple[str, str]:
-        text = json.dumps(self._encode(state), ensure_ascii=False, separators=(",", ":"))
-        return text, self.type_label(state)
+        return _dumps(self._encode(state)), self.type_label(state)
 
     def loads(self, text: str, type_label: str = "") -> Any:
         try:
@@ -166,6 +203,8 @@ class JsonStateSerializer(StateSerializer):
     def type_label(state: Any) -> str:
         """``module.QualName`` of dataclasses and enums, the builtin name otherwise."""
         cls = type(state)
+        if cls is dict:
+            return "dict"
         if isinstance(state, enum.Enum) or dataclasses.is_dataclass(cls):
             return state_type_label(cls)
         return cls.__name__
@@ -173,6 +212,13 @@ class JsonStateSerializer(StateSerializer):
     # -- encoding --
 
     def _encode(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is str or kind is int or kind is float or kind is bool or value is None:
+            return value  # the common cases first (subclasses take the long way)
+        if kind is dict:
+            if _flat(value):
+                return value  # JSON as it is: nothing to tag, nothing to copy
+            return self._encode_mapping(value)
         if isinstance(value, enum.Enum):
             return {TAG: "enum", "t": state_type_label(type(value)), "v": self._encode(value.value)}
         if value is None or isinstance(value, bool | int | float | str):
@@ -277,6 +323,20 @@ class JsonStateSerializer(StateSerializer):
         except ValueError:
             logger.warning("%r is no longer a member of %r: read as its value", value, label)
             return value
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """Whether a dict is plain JSON one level deep: string keys (none of them ``TAG``)
+    to strings, numbers, booleans or ``None`` (no subclasses: an ``IntEnum`` is tagged)."""
+    if TAG in value:
+        return False
+    for key, item in value.items():
+        kind = type(item)
+        if type(key) is not str or not (
+            kind is str or kind is int or kind is float or kind is bool or item is None
+        ):
+            return False
+    return True
 
 
 def _encode_datetime(value: datetime) -> tuple[str, str]:

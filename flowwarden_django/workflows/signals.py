@@ -28,6 +28,12 @@ _BY_KIND = {
 }
 
 
+def has_receivers(kind: type[SnapshotEvent]) -> bool:
+    """Whether the signal of events of *kind* may have a receiver (a cheap check:
+    stores make no event when neither it nor a listener wants one)."""
+    return bool(_BY_KIND[kind].receivers)
+
+
 def send(store: Any, event: SnapshotEvent) -> None:
     """Send the signal of *event*'s kind; receivers' errors are logged."""
     signal = _BY_KIND[type(event)]

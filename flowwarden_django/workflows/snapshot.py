@@ -10,9 +10,9 @@ assigns and keeps unique per coordination: never by wall-clock time.
 from __future__ import annotations
 
 import dataclasses
-import uuid
+import os
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
@@ -20,7 +20,11 @@ from django.utils import timezone
 
 def new_snapshot_id() -> str:
     """A fresh snapshot id (a UUID4 hex string)."""
-    return uuid.uuid4().hex
+    # uuid.uuid4().hex without building the UUID object (every step makes one).
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 def check_id(value: object, argument: str = "id") -> str:
@@ -105,6 +109,31 @@ class WorkflowSnapshot:
         }
         values.update(changes)
         return WorkflowSnapshot(**values)
+
+    def successor(
+        self, state: Any, *, agent_name: str | None, metadata: Mapping[str, str]
+    ) -> WorkflowSnapshot:
+        """The snapshot of the next step: ``derive_with(state, seq=seq + 1,
+        agent_name=agent_name, metadata=metadata)``, without checking again what was
+        checked when this one was made (the ids and the coordination). Not saved."""
+        if not all(type(key) is str and type(value) is str for key, value in metadata.items()):
+            # derive_with says what is wrong
+            return self.derive_with(
+                state, seq=(self.seq or 0) + 1, agent_name=agent_name, metadata=metadata
+            )
+        snapshot = object.__new__(WorkflowSnapshot)
+        # Frozen: set the fields as __init__ would, skipping __post_init__'s checks.
+        snapshot.__dict__.update(
+            id=new_snapshot_id(),
+            coordination_id=self.coordination_id,
+            state=state,
+            parent_id=self.id,
+            agent_name=agent_name,
+            seq=(self.seq or 0) + 1,
+            metadata=dict(metadata),
+            created_at=datetime.now(UTC),  # aware, as __post_init__ wants it
+        )
+        return snapshot
 
     def replace(self, **changes: Any) -> WorkflowSnapshot:
         """A copy with *changes* (same id unless changed)."""

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from django.utils import timezone
 
 from ..common.backend_aliases import BackendAliases
+from . import signals
 from .snapshot import (
     CheckpointQuery,
     Deleted,
@@ -149,6 +150,8 @@ class SnapshotStore(ABC):
                 self._listeners.remove(listener)
 
     def _emit(self, kind: type[SnapshotEvent], snapshot: WorkflowSnapshot, **fields: Any) -> None:
+        if not self._listeners and not signals.has_receivers(kind):
+            return  # nobody to tell: no event is made (every workflow step comes here)
         self._emit_event(kind(snapshot.id, snapshot.coordination_id, timezone.now(), **fields))
 
     def _emit_deleted(self, removed: Iterable[tuple[str, str]]) -> None:
@@ -158,8 +161,6 @@ class SnapshotStore(ABC):
             self._emit_event(Deleted(snapshot_id, coordination_id, now))
 
     def _emit_event(self, event: SnapshotEvent) -> None:
-        from . import signals
-
         with self._listeners_lock:
             listeners = list(self._listeners)
         for listener in listeners:

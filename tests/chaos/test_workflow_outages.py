@@ -651,24 +651,30 @@ def test_a_sweep_that_cannot_queue_a_run_gives_it_back(private_postgres_alias, c
     assert RunRecords(alias).get(cid).updated_at > long_ago
 
 
-def test_a_claim_whose_row_is_not_read_back_is_let_go(
-    private_postgres_alias, chaos_workflows, monkeypatch
-):
-    """The claim's ``UPDATE`` commits, reading the row back fails (the database went
-    away in between): the claim is let go once the database answers, not after the
-    10-minute lease, and the caller gets the database's error."""
+def test_a_claim_whose_row_is_not_read_back_is_let_go(private_postgres_alias, chaos_workflows):
+    """The claim commits, its answer (the row, read back) is lost: the database went
+    away in between. The claim is let go once the database answers, not after the
+    10-minute lease, and the caller gets the database's error.
+
+    On PostgreSQL the claim is one statement that returns the row, so the answer
+    of that very statement is what gets lost here."""
     alias = private_postgres_alias
     cid, _ = _stalled_run(alias, workflow_app.INPROCESS)
     wf = chaos_workflows[workflow_app.INPROCESS].workflow(cid)
     before = RunRecords(alias).get(cid).updated_at
+    table = WorkflowRun._meta.db_table
 
-    def lost(self: RunRecords, coordination_id: str) -> None:
-        raise OperationalError("the connection is closed")
+    def lost(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if f'INSERT INTO "{table}" AS run' in sql:  # the claim (and what goes with it)
+            raise OperationalError("the connection is closed")
+        return result
 
-    monkeypatch.setattr(RunRecords, "get", lost)
-    with pytest.raises(OperationalError, match="the connection is closed"):
+    with (
+        connections[alias].execute_wrapper(lost),
+        pytest.raises(OperationalError, match="the connection is closed"),
+    ):
         wf.run_local({"log": os.devnull, "trail": []})
-    monkeypatch.undo()
     deadline = time.monotonic() + 10
     while RunRecords(alias).get(cid).runner and time.monotonic() < deadline:
         time.sleep(0.05)

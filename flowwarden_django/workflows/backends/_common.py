@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core import checks
 
-from ..serializers import resolve_serializer
+from ..serializers import json_text_encoder, resolve_serializer
 from ..snapshot import CheckpointQuery, UnreadableSnapshot, WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -58,9 +58,12 @@ def unreadable(snapshot: WorkflowSnapshot | Any, exc: Exception) -> UnreadableSn
     )
 
 
+_dump_metadata = json_text_encoder(sort_keys=True)
+
+
 def dump_metadata(metadata: Mapping[str, str]) -> str:
     """The stored text of a snapshot's metadata (a JSON object)."""
-    return json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return _dump_metadata(metadata if type(metadata) is dict else dict(metadata))
 
 
 def load_metadata(text: str | None) -> dict[str, str]:

@@ -8,6 +8,11 @@ advisory lock on the coordination; MySQL/MariaDB: a locking read of its highest
 row; SQLite: ``BEGIN IMMEDIATE``, one writer at a time), and a save that still
 collides (or is chosen as a deadlock victim) is retried.
 
+A snapshot saved at an explicit ``seq`` outside a transaction (every workflow step)
+is one ``INSERT`` (PostgreSQL, SQLite); only a taken id or seq goes the general way.
+For the workflow engine, on PostgreSQL, ``open_run`` and ``save_advancing_run`` write
+a step's snapshot and the run's record in one statement.
+
 Called inside the caller's ``transaction.atomic()`` on the same database, every
 operation joins that transaction; events are then emitted before it commits.
 """
@@ -19,10 +24,10 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from importlib.util import find_spec
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core import checks
@@ -106,15 +111,39 @@ _SNAPSHOT_COLUMNS = (
 )
 
 
+class _Row(NamedTuple):
+    """A snapshot row read with raw SQL (``_SNAPSHOT_COLUMNS``), for ``_decode``."""
+
+    id: str
+    parent_id: str | None
+    coordination_id: str
+    seq: int
+    agent_name: str | None
+    state: str | None
+    state_type: str
+    metadata: str
+    created_at: datetime
+
+
 @lru_cache(maxsize=1)
-def _insert_new_sql() -> str:
-    """PostgreSQL and SQLite: insert a snapshot unless its id or (coordination, seq) is taken."""
+def _latest_sql() -> str:
+    """PostgreSQL: a coordination's row with the highest ``seq``."""
+    quoted = ", ".join(f'"{c}"' for c in _SNAPSHOT_COLUMNS)
+    return (
+        f'SELECT {quoted} FROM "{SnapshotRecord._meta.db_table}" '
+        'WHERE "coordination_id" = %s ORDER BY "seq" DESC LIMIT 1'
+    )
+
+
+@lru_cache(maxsize=2)
+def _insert_new_sql(or_nothing: bool = True) -> str:
+    """Insert a snapshot; *or_nothing*: unless its id or (coordination, seq) is taken
+    (``ON CONFLICT DO NOTHING``, PostgreSQL and SQLite), else failing then."""
     quoted = ", ".join(f'"{c}"' for c in _SNAPSHOT_COLUMNS)
     placeholders = ", ".join(["%s"] * len(_SNAPSHOT_COLUMNS))
-    return (
-        f'INSERT INTO "{SnapshotRecord._meta.db_table}" ({quoted}) VALUES ({placeholders}) '
-        "ON CONFLICT DO NOTHING"
-    )
+    table = SnapshotRecord._meta.db_table
+    conflict = " ON CONFLICT DO NOTHING" if or_nothing else ""
+    return f'INSERT INTO "{table}" ({quoted}) VALUES ({placeholders}){conflict}'
 
 
 def _execute(connection: Any, sql: str, params: Sequence[Any]) -> int:
@@ -127,6 +156,34 @@ def _execute(connection: Any, sql: str, params: Sequence[Any]) -> int:
     cursor = kept_cursor(connection)
     cursor.execute(sql, params)
     return cursor.rowcount
+
+
+def _fetch_one(connection: Any, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """Run one query on the connection's kept cursor (see ``_execute``); its first row."""
+    if connection.queries_logged:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    cursor = kept_cursor(connection)
+    cursor.execute(sql, params)
+    return cursor.fetchone()
+
+
+@lru_cache(maxsize=4)
+def _open_run_sql(claim_sql: str) -> str:
+    """PostgreSQL: the claim (``RunRecords.claim_statement``) and, for a run it created
+    whose coordination has no snapshot, the seed: one statement."""
+    table = SnapshotRecord._meta.db_table
+    quoted = ", ".join(f'"{c}"' for c in _SNAPSHOT_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(_SNAPSHOT_COLUMNS))
+    return (
+        f"WITH claimed AS ({claim_sql}), "
+        f'seeded AS (INSERT INTO "{table}" ({quoted}) SELECT {placeholders} '
+        "WHERE EXISTS (SELECT 1 FROM claimed WHERE created) "
+        f'AND NOT EXISTS (SELECT 1 FROM "{table}" WHERE "coordination_id" = %s) '
+        "RETURNING 1) "
+        "SELECT claimed.*, EXISTS (SELECT 1 FROM seeded) FROM claimed"
+    )
 
 
 def _retryable(exc: OperationalError) -> bool:
@@ -205,12 +262,13 @@ class OrmSnapshotStore(SnapshotStore):
 
     def save(self, snapshot: WorkflowSnapshot) -> WorkflowSnapshot:
         columns = self._columns(snapshot)
-        alias = self._alias()
-        if self._insert_new(alias, snapshot, columns):
-            stored = snapshot.replace(seq=snapshot.seq)
-            self._emit(Saved, stored)
-            return stored
-        nested = connections[alias].in_atomic_block
+        alias = self.using or router.db_for_write(SnapshotRecord)
+        connection = connections[alias]
+        nested = connection.in_atomic_block
+        new = snapshot.seq is not None and not nested
+        if new and self._insert_new(connection, snapshot, columns):
+            self._emit(Saved, snapshot)
+            return snapshot  # stored as it is: a new id at its explicit seq
         attempt = 0
         while True:
             attempt += 1
@@ -240,10 +298,12 @@ class OrmSnapshotStore(SnapshotStore):
         runner: str,
         lease_seconds: float | None,
         run_fields: Mapping[str, Any],
+        run_using: str | None = None,
     ) -> WorkflowSnapshot | None:
         """Save a workflow step's snapshot and move its run in ONE statement.
 
-        The run row (``WorkflowRun``, same database) gets *run_fields*, and either a
+        The run row (``WorkflowRun`` in database *run_using*, by default the router's
+        choice, which must be the store's own database) gets *run_fields*, and either a
         renewed lease (``lease_seconds``) or none (``None``: the run is released), but
         only while *runner* holds it; the snapshot is inserted at its explicit ``seq``
         only if that update matched. Returns the stored snapshot; ``None`` when this
@@ -258,7 +318,7 @@ class OrmSnapshotStore(SnapshotStore):
             snapshot.seq is None
             or connection.vendor != "postgresql"
             or connection.in_atomic_block
-            or router.db_for_write(WorkflowRun) != alias
+            or (run_using or router.db_for_write(WorkflowRun)) != alias
         ):
             return None
         from ..runs import LeaseLostError
@@ -267,8 +327,11 @@ class OrmSnapshotStore(SnapshotStore):
         sql = _advance_sql(names, lease_seconds is not None)
         columns = self._columns(snapshot)
         ops = connection.ops
+        # resume_input None is SQL NULL, as the ORM writes it (not JSON null).
         run_values = [
-            ops.adapt_json_value(run_fields[n], None) if n == "resume_input" else run_fields[n]
+            ops.adapt_json_value(run_fields[n], None)
+            if n == "resume_input" and run_fields[n] is not None
+            else run_fields[n]
             for n in names
         ]
         params = [
@@ -296,9 +359,56 @@ class OrmSnapshotStore(SnapshotStore):
             raise
         if inserted != 1:
             raise LeaseLostError(snapshot.coordination_id, runner)
-        stored = snapshot.replace(seq=snapshot.seq)
-        self._emit(Saved, stored)
-        return stored
+        self._emit(Saved, snapshot)
+        return snapshot
+
+    def open_run(
+        self, seed: WorkflowSnapshot, claim: tuple[str, list[Any]], *, run_using: str
+    ) -> tuple[tuple[Any, ...] | None, WorkflowSnapshot | None] | None:
+        """Start a workflow run's execution in ONE statement: the run's claim and, when
+        the claim created the run and its coordination has no snapshot, the *seed*
+        (at its explicit ``seq``, 1).
+
+        *claim* is ``RunRecords.claim_statement``'s statement and parameters, for the
+        run records in database *run_using*. Returns ``(row, seeded)``: the claim's
+        row (``None``: refused, nothing was written) and the seed when it was
+        inserted, else ``None`` (the run existed, or snapshots did: read the latest
+        one with ``latest`` now). ``None`` when this path does not apply (not
+        PostgreSQL, inside a transaction, runs in another database, a seed that
+        cannot be written, a seed id taken meanwhile): claim and seed one by one then.
+        """
+        alias = self.using or router.db_for_write(SnapshotRecord)
+        connection = connections[alias]
+        if connection.vendor != "postgresql" or connection.in_atomic_block or run_using != alias:
+            return None
+        try:
+            columns = self._columns(seed)
+        except Exception:  # the state cannot be written: save() says why, if it must be
+            return None
+        claim_sql, claim_params = claim
+        params = [
+            *claim_params,
+            seed.id,
+            columns["parent_id"],
+            seed.coordination_id,
+            seed.seq,
+            columns["agent_name"],
+            columns["state"],
+            columns["state_type"],
+            columns["metadata"],
+            connection.ops.adapt_datetimefield_value(columns["created_at"]),
+            seed.coordination_id,
+        ]
+        try:
+            found = _fetch_one(connection, _open_run_sql(claim_sql), params)
+        except IntegrityError:  # the seed's id or seq was taken meanwhile
+            return None
+        if found is None:
+            return None, None
+        if not found[-1]:
+            return found[:-1], None
+        self._emit(Saved, seed)
+        return found[:-1], seed
 
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
         snapshot = self._get(snapshot_id)
@@ -315,10 +425,8 @@ class OrmSnapshotStore(SnapshotStore):
         rows = self._rows()
         if query.coordination_id is not None:
             rows = rows.filter(coordination_id=query.coordination_id)
-        if query.coordination_ids is not None:
-            if not query.coordination_ids:
-                return []
-            rows = rows.filter(coordination_id__in=sorted(query.coordination_ids))
+        if query.coordination_ids is not None and not query.coordination_ids:
+            return []
         if query.agent_name is not None:
             rows = rows.filter(agent_name=query.agent_name)
         if query.since is not None:
@@ -331,15 +439,27 @@ class OrmSnapshotStore(SnapshotStore):
             rows = rows.filter(_after(query.after, order, query.newest_first))
         if query.newest_first:
             order = tuple(f"-{field}" for field in order)
-        rows = rows.order_by(*order)
-        if query.limit:
-            rows = rows[: query.limit]
         if not query.with_state:
+            # Listings never read the state column (nor its type).
             rows = rows.only(*_LISTED_COLUMNS)
+        if query.coordination_ids is not None:
+            rows = _of_coordinations(rows, sorted(query.coordination_ids), order, query.limit)
+        else:
+            rows = rows.order_by(*order)
+            if query.limit:
+                rows = rows[: query.limit]
         return [self._decode_listed(row, query.with_state) for row in rows]
 
     def latest(self, coordination_id: str) -> WorkflowSnapshot | None:
-        row = self._rows().filter(coordination_id=coordination_id).order_by("-seq").first()
+        alias = self._alias()
+        connection = connections[alias]
+        if connection.vendor == "postgresql":
+            # Every run starts here: the query without the ORM's per-call compiling.
+            # (PostgreSQL hands back the columns as the ORM would; elsewhere the ORM
+            # converts dates.)
+            found = _fetch_one(connection, _latest_sql(), [coordination_id])
+            return None if found is None else self._decode(_Row(*found))
+        row = self._rows(alias).filter(coordination_id=coordination_id).order_by("-seq").first()
         return None if row is None else self._decode(row)
 
     def delete(self, snapshot_id: str) -> bool:
@@ -485,7 +605,7 @@ class OrmSnapshotStore(SnapshotStore):
             "created_at": snapshot.created_at,
         }
 
-    def _reveal(self, row: SnapshotRecord, column: str) -> str | None:
+    def _reveal(self, row: SnapshotRecord | _Row, column: str) -> str | None:
         text = getattr(row, column)
         aad = _aad(row.coordination_id, row.id, column, envelope_version(text))
         return reveal(text, self.cipher, aad, require_encryption=self.require_encryption)
@@ -496,7 +616,7 @@ class OrmSnapshotStore(SnapshotStore):
         except Exception as exc:  # one bad row must not fail the listing
             return unreadable(row, exc)
 
-    def _decode(self, row: SnapshotRecord, with_state: bool = True) -> WorkflowSnapshot:
+    def _decode(self, row: SnapshotRecord | _Row, with_state: bool = True) -> WorkflowSnapshot:
         state = None
         if with_state:
             text = self._reveal(row, "state")
@@ -538,19 +658,21 @@ class OrmSnapshotStore(SnapshotStore):
             rows.create(id=snapshot.id, seq=seq, **columns)
         return seq
 
-    def _insert_new(self, alias: str, snapshot: WorkflowSnapshot, columns: dict[str, Any]) -> bool:
-        """The common case in one statement: a new snapshot at an explicit ``seq``
-        (every workflow step), inserted unless its id or its seq is taken. False when
-        it does not apply or was not inserted: ``save``'s general path then replaces
-        the same id or reports the conflict."""
-        connection = connections[alias]
-        if (
-            snapshot.seq is None
-            or connection.vendor not in ("postgresql", "sqlite")
-            or connection.in_atomic_block
-        ):
+    def _insert_new(
+        self, connection: Any, snapshot: WorkflowSnapshot, columns: dict[str, Any]
+    ) -> bool:
+        """The common case in one statement, outside a transaction: a new snapshot
+        at an explicit ``seq`` (every workflow step), inserted unless its id or its
+        seq is taken. False when it does not apply (MySQL) or was not inserted:
+        ``save``'s general path then replaces the same id or reports the conflict.
+
+        On PostgreSQL in autocommit a plain ``INSERT``, whose unique-violation error
+        stands for "taken" (the statement was its own transaction: nothing else is
+        undone): ``ON CONFLICT DO NOTHING`` makes every insert a speculative one,
+        which costs more than the rare conflict's error."""
+        vendor = connection.vendor
+        if vendor != "postgresql" and vendor != "sqlite":
             return False
-        ops = connection.ops
         params = [
             snapshot.id,
             columns["parent_id"],
@@ -560,8 +682,13 @@ class OrmSnapshotStore(SnapshotStore):
             columns["state"],
             columns["state_type"],
             columns["metadata"],
-            ops.adapt_datetimefield_value(columns["created_at"]),
+            connection.ops.adapt_datetimefield_value(columns["created_at"]),
         ]
+        if vendor == "postgresql" and connection.autocommit:
+            try:
+                return _execute(connection, _insert_new_sql(or_nothing=False), params) == 1
+            except IntegrityError:
+                return False
         return _execute(connection, _insert_new_sql(), params) == 1
 
     def _seq_holder(self, alias: str, snapshot: WorkflowSnapshot) -> str | None:
@@ -604,13 +731,52 @@ class OrmSnapshotStore(SnapshotStore):
 
 
 def _after(mark: WorkflowSnapshot, order: Sequence[str], newest_first: bool) -> Q:
-    """Rows after *mark* in the (ascending or descending) *order* of its fields."""
+    """Rows after *mark* in the (ascending or descending) *order* of its fields.
+
+    With more than one field, the first one is also bounded on its own (``created_at
+    <= mark``): a condition the database can seek the index to, where the ``OR`` of
+    the ties alone would make it scan every row before the mark (a deep page).
+    """
     op = "lt" if newest_first else "gt"
     condition = Q()
     for index, field in enumerate(order):
         ties = {name: getattr(mark, name) for name in order[:index]}
         condition |= Q(**ties, **{f"{field}__{op}": getattr(mark, field)})
+    if len(order) > 1:
+        condition &= Q(**{f"{order[0]}__{op}e": getattr(mark, order[0])})
     return condition
+
+
+#: The most coordinations ``list`` reads as one sub-select each (see ``_of_coordinations``).
+_PER_COORDINATION_MAX = 100
+
+
+def _of_coordinations(
+    rows: QuerySet[SnapshotRecord], ids: Sequence[str], order: Sequence[str], limit: int
+) -> QuerySet[SnapshotRecord]:
+    """*rows* of the coordinations *ids*, in *order*, at most *limit* (0: all).
+
+    A page of a few coordinations (a user who may read some runs) is read as one
+    sub-select per coordination, each stopping after *limit* rows of the
+    ``(coordination_id, created_at, seq)`` index, merged in *order*: what it costs
+    does not depend on where those runs sit among the others, as it would with one
+    ``IN`` filter, which the database may answer by scanning the whole table in
+    *order* until enough rows of the few coordinations turn up. SQLite cannot limit
+    the parts of a ``UNION``; there, and for many coordinations, it is one ``IN``.
+    """
+    features = connections[rows.db].features
+    if (
+        limit
+        and len(ids) <= _PER_COORDINATION_MAX
+        and features.supports_slicing_ordering_in_compound
+    ):
+        # An IN of one value is planned as "=" (the run's index range).
+        parts = [rows.filter(coordination_id__in=[cid]).order_by(*order)[:limit] for cid in ids]
+        if len(parts) == 1:
+            return parts[0]
+        return parts[0].union(*parts[1:], all=True).order_by(*order)[:limit]
+    rows = rows.filter(coordination_id__in=ids).order_by(*order)
+    return rows[:limit] if limit else rows
 
 
 def _check_keys(where: str, keys: Any) -> list[checks.CheckMessage]:

@@ -1,0 +1,231 @@
+"""The admin's lists at scale: the runs and approvals changelists never count a long
+list to its end (an estimate on PostgreSQL, said "about"), their date hierarchy and
+workflow filter probe an index instead of reading every row, and the snapshot tree
+never reads a state."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connections, router
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from flowwarden_django.admin import base
+from flowwarden_django.admin.base import (
+    EstimatedCountPaginator,
+    distinct_values,
+    probed_datetimes,
+)
+from flowwarden_django.models import Approval, WorkflowRun
+from flowwarden_django.workflows import WorkflowSnapshot
+from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests.api.helpers import postgres_lane
+from tests.lanes import lane_marks
+
+pytest_plugins = ["tests.api.helpers"]  # the on_lane fixture
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNS = reverse("admin:flowwarden_django_workflowrun_changelist")
+APPROVALS = reverse("admin:flowwarden_django_approval_changelist")
+LANES = [pytest.param("sqlite", id="sqlite"), postgres_lane()]
+ALIASES = [
+    pytest.param("default", id="sqlite"),
+    pytest.param(
+        "postgres",
+        marks=lane_marks("postgres", databases=["default", "postgres"]),
+        id="postgres",
+    ),
+    pytest.param(
+        "mariadb", marks=lane_marks("mariadb", databases=["default", "mariadb"]), id="mariadb"
+    ),
+]
+STATE = re.compile(r'"flowwarden_django_snapshotrecord"\."state"')
+#: Moments around a year's end and a daylight-saving change in Paris (2031-03-30 02:00).
+MOMENTS = [
+    datetime(2030, 12, 31, 23, 30, tzinfo=UTC),
+    datetime(2031, 1, 1, 0, 30, tzinfo=UTC),
+    datetime(2031, 3, 29, 23, 30, tzinfo=UTC),
+    datetime(2031, 3, 30, 0, 30, tzinfo=UTC),
+    datetime(2031, 3, 30, 22, 30, tzinfo=UTC),
+    datetime(2031, 3, 31, 12, 0, tzinfo=UTC),
+    datetime(2031, 4, 1, 0, 0, tzinfo=UTC),
+    datetime(2033, 7, 4, 10, 0, tzinfo=UTC),
+]
+
+
+def make_approvals(using: str, moments: list[datetime], workflows: tuple[str, ...]) -> None:
+    for index, moment in enumerate(moments):
+        Approval.objects.using(using).create(
+            id=uuid.uuid4(),
+            coordination_id=f"run-{index}",
+            workflow_name=workflows[index % len(workflows)],
+            step_name="review",
+            snapshot_id=uuid.uuid4().hex,
+            prompt=f"Approve {index}?",
+            requested_at=moment,
+        )
+
+
+def chain_run(cid: str, length: int) -> None:
+    """A run of *length* snapshots (with states), its workflow not registered."""
+    store = OrmSnapshotStore()
+    head = store.save(WorkflowSnapshot.root(cid, {"secret": 0}))
+    for n in range(1, length):
+        head = store.save(head.derive_with({"secret": n}, metadata={"workflow.lastStep": "s"}))
+    now = timezone.now()
+    WorkflowRun.objects.create(
+        coordination_id=cid,
+        workflow_name="listing",
+        status=WorkflowRun.Status.HIBERNATED,
+        head_snapshot_id=head.id,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def page(response: Any) -> str:
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+# -- the changelists ------------------------------------------------------------------
+
+
+def test_the_changelists_count_once_and_look_like_django(admin_client: Client) -> None:
+    for n in range(3):
+        chain_run(f"run-{n}", 1)
+    make_approvals("default", MOMENTS[:3], ("orders",))
+    for url, plural in ((RUNS, "workflow runs"), (APPROVALS, "approvals")):
+        with CaptureQueriesContext(connections["default"]) as captured:
+            body = page(admin_client.get(url))
+        counts = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"]]
+        assert len(counts) == 1, counts  # no "N total" count of the whole table
+        # Django's paginator text, and its "Show all" beside the search box.
+        assert re.search(rf'<p class="paginator">\s*3 {plural}\s', body), body
+        assert ">Show all</a>)" in body
+        assert "about" not in body
+
+
+def test_the_snapshot_tree_never_reads_a_state(admin_client: Client) -> None:
+    chain_run("tree-run", 5)
+    tree = reverse("admin:flowwarden_django_workflowrun_tree", args=["tree-run"])
+    nodes = reverse("admin:flowwarden_django_workflowrun_tree_nodes", args=["tree-run"])
+    for url in (tree, f"{nodes}?after=2"):
+        with CaptureQueriesContext(connections["default"]) as captured:
+            body = page(admin_client.get(url))
+        assert "fw-node" in body
+        listed = [q["sql"] for q in captured.captured_queries if "snapshotrecord" in q["sql"]]
+        assert listed and not [sql for sql in listed if STATE.search(sql)]
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_long_list_is_estimated_on_postgresql(
+    lane: str, on_lane: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_up_to", 3)
+    db = router.db_for_read(Approval)
+    make_approvals(db, MOMENTS, ("orders", "refunds"))
+    rows = Approval.objects.using(db).order_by("-requested_at", "id")
+    paginator = EstimatedCountPaginator(rows, 2)
+    if lane == "postgres":
+        assert paginator.estimated is False  # until counted
+        assert paginator.count >= 4 and paginator.estimated
+    else:  # other databases count
+        assert (paginator.count, paginator.estimated) == (8, False)
+    # A list no longer than exact_up_to is counted exactly everywhere.
+    small = EstimatedCountPaginator(rows.filter(workflow_name="orders")[:3], 2)
+    assert (small.count, small.estimated) == (3, False)
+    few = EstimatedCountPaginator(rows.filter(requested_at__year=2033), 2)
+    assert (few.count, few.estimated) == (1, False)
+
+    admin = User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(admin)
+    with CaptureQueriesContext(connections[db]) as captured:
+        body = page(client.get(APPROVALS))
+    sql = [q["sql"] for q in captured.captured_queries]
+    # The year links of the date hierarchy, and both workflows in the filter.
+    for year in (2030, 2031, 2033):
+        assert f"?requested_at__year={year}" in body
+    assert "?workflow_name=orders" in body and "?workflow_name=refunds" in body
+    body_filtered = page(client.get(f"{APPROVALS}?requested_at__year=2031"))
+    for month in (1, 3, 4):
+        assert f"requested_at__month={month}" in body_filtered
+    if lane == "postgres":
+        assert re.search(r'<p class="paginator">.*about \d+\s*</span> approvals', body, re.S)
+        assert ">about " in body and "results (<a" in body
+        assert not [q for q in sql if "DISTINCT" in q]  # probed, not read row by row
+    else:
+        assert re.search(r'<p class="paginator">.*\s8 approvals', body, re.S)
+
+
+# -- the probes -----------------------------------------------------------------------
+
+
+def period_starts(moments: list[datetime], kind: str, zone: ZoneInfo) -> list[datetime]:
+    """The periods of *moments* computed in Python, as ``QuerySet.datetimes`` gives them."""
+    starts = set()
+    for moment in moments:
+        local = moment.astimezone(zone).replace(tzinfo=None)
+        fields = {"year": 1, "month": 2, "day": 3}[kind]
+        parts = (local.year, local.month, local.day)[:fields]
+        start = datetime(*parts, *([1] * (3 - fields)))  # type: ignore[misc]
+        starts.add(start.replace(tzinfo=zone))
+    return sorted(starts)
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_probed_dates_are_the_dates_django_reads(alias: str, zone: str) -> None:
+    make_approvals(alias, MOMENTS, ("orders",))
+    rows = Approval.objects.using(alias).all()
+    # MariaDB without time zone tables cannot convert to Paris time (nor Django's query).
+    ask_django = alias != "mariadb" or zone == "UTC"
+    later = datetime(2031, 1, 1, tzinfo=UTC)
+    with timezone.override(ZoneInfo(zone)):
+        for kind in ("year", "month", "day"):
+            expected = period_starts(MOMENTS, kind, ZoneInfo(zone))
+            assert probed_datetimes(rows, "requested_at", kind) == expected, kind
+            in_2031 = rows.filter(requested_at__gte=later)
+            assert probed_datetimes(in_2031, "requested_at", kind) == period_starts(
+                [m for m in MOMENTS if m >= later], kind, ZoneInfo(zone)
+            )
+            if ask_django:
+                assert expected == list(rows.datetimes("requested_at", kind))
+        assert probed_datetimes(rows.none(), "requested_at", "day") == []
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_probing_gives_up_on_too_many_periods(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "MAX_PROBED_PERIODS", 2)
+    make_approvals(alias, MOMENTS, ("orders",))
+    rows = Approval.objects.using(alias).all()
+    with timezone.override(ZoneInfo("UTC")):
+        expected = list(rows.datetimes("requested_at", "day"))
+        assert len(expected) > 2
+        assert probed_datetimes(rows, "requested_at", "day") == expected
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [pytest.param("postgres", marks=lane_marks("postgres", databases=["postgres"]))],
+)
+def test_distinct_values_are_the_values_django_reads(alias: str) -> None:
+    make_approvals(alias, MOMENTS, ("b", "a", "c", "a b", "B"))
+    rows = Approval.objects.using(alias).all()
+    expected = list(
+        rows.distinct().order_by("workflow_name").values_list("workflow_name", flat=True)
+    )
+    assert distinct_values(rows, "workflow_name") == expected
+    assert distinct_values(rows.filter(pk=None), "workflow_name") == expected  # the table's
+    Approval.objects.using(alias).all().delete()
+    assert distinct_values(rows, "workflow_name") == []
