@@ -11,6 +11,8 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "sampleproject.urls"
+#: Served through ASGI too (the shop's async views): ``sampleproject/asgi.py``.
+ASGI_APPLICATION = "sampleproject.asgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [

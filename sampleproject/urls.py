@@ -5,4 +5,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("flowwarden_django.api.urls")),
     path("flowwarden/", include("flowwarden_django.urls")),
+    path("shop/", include("sampleproject.shop.urls")),
 ]

@@ -21,9 +21,13 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+from asgiref.sync import sync_to_async
 
 from .tokens import Token, check_token, tokens_equal
+
+T = TypeVar("T")
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -259,10 +263,27 @@ class CheckpointStore(ABC):
     of the other anchor, and neither the history-lost guard nor the condition of
     :meth:`save_initial_sync` is atomic. Every production backend overrides each
     of them with one targeted, upserting (or conditional) write.
+
+    Async API: ``asave``, ``afind``, ``adelete``, ``alist_checkpoints``, ``asave_seen``,
+    ``asave_processed``, ``asave_heartbeat``, ``areset_after_history_lost`` and
+    ``asave_initial_sync`` have the semantics and errors of their sync twins. The
+    defaults run the sync method through
+    ``asgiref.sync.sync_to_async(thread_sensitive=async_thread_sensitive)``: ``True``
+    here and on the ORM store (Django's connections and transactions belong to the
+    thread-sensitive executor), ``False`` on the memory, Redis and MongoDB stores,
+    which never touch the Django database, so their calls run in parallel on the
+    default executor. Every operation of a store touches the same storage, so one
+    class attribute decides for all of them; a backend with a native async client
+    overrides the ``a…`` methods themselves. A wrapper such as
+    ``ObservedCheckpointStore`` inherits the defaults, so its async writes keep its
+    fencing and its signals.
     """
 
     #: Whether :meth:`list_checkpoints` is implemented.
     supports_listing: ClassVar[bool] = False
+    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
+    #: database, ``False`` for those that never touch it.
+    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def save(self, checkpoint: Checkpoint) -> None:
@@ -373,6 +394,82 @@ class CheckpointStore(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections the store opened itself (none by default)."""
+
+    # -- the async API: the sync operations run through ``sync_to_async`` ------------
+
+    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` off the event loop, on the executor that
+        :attr:`async_thread_sensitive` names."""
+        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
+        return await call(*args, **kwargs)
+
+    async def asave(self, checkpoint: Checkpoint) -> None:
+        """Async :meth:`save`."""
+        await self._run_sync(self.save, checkpoint)
+
+    async def afind(self, stream_name: str) -> Checkpoint | None:
+        """Async :meth:`find`."""
+        return await self._run_sync(self.find, stream_name)
+
+    async def adelete(self, stream_name: str) -> None:
+        """Async :meth:`delete`."""
+        await self._run_sync(self.delete, stream_name)
+
+    async def alist_checkpoints(self) -> list[Checkpoint]:
+        """Async :meth:`list_checkpoints`."""
+        return await self._run_sync(self.list_checkpoints)
+
+    async def asave_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        """Async :meth:`save_seen`."""
+        await self._run_sync(self.save_seen, stream_name, token, at, heartbeat_at)
+
+    async def asave_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        """Async :meth:`save_processed`."""
+        await self._run_sync(self.save_processed, stream_name, token, at, heartbeat_at)
+
+    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
+        """Async :meth:`save_heartbeat`."""
+        await self._run_sync(self.save_heartbeat, stream_name, at)
+
+    async def areset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        """Async :meth:`reset_after_history_lost`."""
+        await self._run_sync(
+            self.reset_after_history_lost,
+            stream_name,
+            fresh_seen_token,
+            expected_dead_processed,
+            at,
+        )
+
+    async def asave_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        """Async :meth:`save_initial_sync`."""
+        return await self._run_sync(
+            self.save_initial_sync, stream_name, progress, expected_batch=expected_batch
+        )
 
     def _read_modify_write(
         self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any] | None]

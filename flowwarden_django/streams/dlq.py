@@ -20,9 +20,13 @@ import dataclasses
 import traceback
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+from asgiref.sync import sync_to_async
+
+T = TypeVar("T")
 
 PENDING = "PENDING"
 REPLAYING = "REPLAYING"
@@ -134,10 +138,24 @@ class DlqStore(ABC):
     the cold path (operators, the admin, replay). A publish-only backend sets
     ``supports_replay = False`` and implements ``save`` alone; one that cannot
     count returns -1 from ``count``.
+
+    Async API: ``asave``, ``afind_by_id``, ``afind_by_stream``, ``acount``,
+    ``atransition``, ``arecord_replay_failure``, ``apurge_expired`` and ``adelete``
+    have the semantics and errors of their sync twins. The defaults run the sync
+    method through ``asgiref.sync.sync_to_async(thread_sensitive=async_thread_sensitive)``:
+    ``True`` here and on the ORM store (Django's connections and transactions belong
+    to the thread-sensitive executor), ``False`` on the memory, Redis and MongoDB
+    stores, which never touch the Django database, so their calls run in parallel on
+    the default executor. One class attribute decides for every operation (they all
+    touch the same storage); a backend with a native async client overrides the
+    ``a…`` methods themselves.
     """
 
     supports_replay: ClassVar[bool] = True
     supports_count: ClassVar[bool] = True
+    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
+    #: database, ``False`` for those that never touch it.
+    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
@@ -204,6 +222,67 @@ class DlqStore(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections (called when settings change)."""
+
+    # -- the async API: the sync operations run through ``sync_to_async`` ------------
+
+    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` off the event loop, on the executor that
+        :attr:`async_thread_sensitive` names."""
+        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
+        return await call(*args, **kwargs)
+
+    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        """Async :meth:`save`."""
+        await self._run_sync(self.save, entry, policy)
+
+    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
+        """Async :meth:`find_by_id`."""
+        return await self._run_sync(self.find_by_id, entry_id)
+
+    async def afind_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        """Async :meth:`find_by_stream`."""
+        return await self._run_sync(self.find_by_stream, stream_name, status=status, limit=limit)
+
+    async def acount(self, stream_name: str) -> int:
+        """Async :meth:`count`."""
+        return await self._run_sync(self.count, stream_name)
+
+    async def atransition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        """Async :meth:`transition`."""
+        return await self._run_sync(
+            self.transition,
+            entry_id,
+            to_status,
+            from_statuses=from_statuses,
+            at=at,
+            by=by,
+            note=note,
+        )
+
+    async def arecord_replay_failure(
+        self, entry_id: str, error: ErrorInfo, *, at: datetime
+    ) -> bool:
+        """Async :meth:`record_replay_failure`."""
+        return await self._run_sync(self.record_replay_failure, entry_id, error, at=at)
+
+    async def apurge_expired(self, now: datetime) -> int:
+        """Async :meth:`purge_expired`."""
+        return await self._run_sync(self.purge_expired, now)
+
+    async def adelete(self, entry_id: str) -> None:
+        """Async :meth:`delete`."""
+        await self._run_sync(self.delete, entry_id)
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:

@@ -33,11 +33,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
+
+T = TypeVar("T")
 
 
 class LeaseLostError(RuntimeError):
@@ -77,7 +81,28 @@ class LockService(ABC):
       expired; ``None`` otherwise.
     * ``release(lease)``: give it up if still held under that token (else a no-op).
     * ``owner_of(name)``: the current, unexpired lease, or ``None``.
+
+    Async API: ``atry_acquire``, ``arenew``, ``arelease``, ``aowner_of`` and
+    ``ais_current`` have the semantics and errors of their sync twins. The defaults
+    run the sync method through
+    ``asgiref.sync.sync_to_async(thread_sensitive=async_thread_sensitive)``: ``True``
+    here and on the ORM service (Django's connections belong to the thread-sensitive
+    executor), ``False`` on the memory, Redis and MongoDB services, which never touch
+    the Django database, so their calls run in parallel on the default executor. One
+    class attribute decides for every operation; a backend with a native async client
+    overrides the ``a…`` methods themselves.
+
+    ``async with service.aguard(lease):`` checks ``ais_current`` and then runs the
+    block, raising ``LeaseLostError`` like ``guard``; it is the default ``guard``'s
+    check-then-run on every backend. The ORM service's ``guard`` holds the lease row
+    locked in the caller's transaction, which an async block cannot hold across
+    awaits: to fence ORM writes made from async code, run the guarded write in one
+    sync function (``with service.guard(lease): ...``) through ``sync_to_async``.
     """
+
+    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for services on the Django
+    #: database, ``False`` for those that never touch it.
+    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
@@ -118,7 +143,59 @@ class LockService(ABC):
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections (called when settings change)."""
 
+    # -- the async API: the sync operations run through ``sync_to_async`` ------------
+
+    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` off the event loop, on the executor that
+        :attr:`async_thread_sensitive` names."""
+        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
+        return await call(*args, **kwargs)
+
+    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+        """Async :meth:`try_acquire`."""
+        return await self._run_sync(self.try_acquire, name, owner, ttl)
+
+    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+        """Async :meth:`renew`."""
+        return await self._run_sync(self.renew, lease, ttl)
+
+    async def arelease(self, lease: Lease) -> bool:
+        """Async :meth:`release`."""
+        return await self._run_sync(self.release, lease)
+
+    async def aowner_of(self, name: str) -> Lease | None:
+        """Async :meth:`owner_of`."""
+        return await self._run_sync(self.owner_of, name)
+
+    async def ais_current(self, lease: Lease) -> bool:
+        """Async :meth:`is_current`."""
+        return await self._run_sync(self.is_current, lease)
+
+    def aguard(self, lease: Lease) -> AbstractAsyncContextManager[None]:
+        """Run the ``async with`` block only while *lease* is current, else raise
+        ``LeaseLostError``: a check, then the block (see the class docstring)."""
+        return _AsyncGuard(self, lease)
+
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:
         """System-check messages about this backend's ``OPTIONS`` (none by default)."""
         return []
+
+
+class _AsyncGuard:
+    """``LockService.aguard``: checks ``ais_current`` on entry, nothing on exit."""
+
+    def __init__(self, service: LockService, lease: Lease) -> None:
+        self.service = service
+        self.lease = lease
+
+    async def __aenter__(self) -> None:
+        if not await self.service.ais_current(self.lease):
+            lease = self.lease
+            raise LeaseLostError(
+                f"the lease on {lease.name!r} (token {lease.token}) is no longer held by "
+                f"{lease.owner!r}"
+            )
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None

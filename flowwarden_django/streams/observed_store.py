@@ -25,6 +25,9 @@ class ObservedCheckpointStore(CheckpointStore):
     ``fence`` is the lease guard of a ``SINGLE_LEADER`` stream: it raises
     ``LeaseLostError`` when the consumer's fencing token is no longer current,
     so a consumer that lost its lease cannot move the anchors of the new leader.
+
+    The async variants are the base class's defaults, which run these sync methods
+    through ``sync_to_async``: an async write is fenced and signalled like a sync one.
     """
 
     def __init__(
@@ -36,6 +39,14 @@ class ObservedCheckpointStore(CheckpointStore):
         self.inner = store
         self.stream_name = stream_name
         self.fence = fence or contextlib.nullcontext
+
+    @property
+    def async_thread_sensitive(self) -> bool:  # type: ignore[override]
+        """The wrapped store's choice when nothing fences; ``True`` under a fence (the
+        ORM lock service's guard runs on the caller's Django connection)."""
+        if self.fence is not contextlib.nullcontext:
+            return True
+        return self.inner.async_thread_sensitive
 
     def _write(self, anchor: str, token: Any, write: Callable[[], T]) -> T:
         try:

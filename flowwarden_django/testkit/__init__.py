@@ -13,6 +13,9 @@
 * ``LockServiceContract``: the same for lock services (``make_service``).
 * ``DlqStoreContract``: the same for dead-letter stores (``make_store``).
 * ``SnapshotStoreContract``: the same for workflow snapshot stores (``make_store``).
+* ``AsyncCheckpointStoreContract``, ``AsyncLockServiceContract``,
+  ``AsyncDlqStoreContract``, ``AsyncSnapshotStoreContract``: each contract again,
+  through the async API (``asave``, ``atry_acquire``…), subclassed the same way.
 * ``fake_source``: an in-process change source for fast stream tests.
 * ``scripted_mongo.ScriptedReplicaSet``: a wire-level fake replica-set primary that
   the real pymongo driver talks to (needs ``mockupdb``).
@@ -24,6 +27,19 @@ __all__ = ["CheckpointStoreContract"]
 __all__ += ["LockServiceContract"]
 __all__ += ["DlqStoreContract"]
 __all__ += ["SnapshotStoreContract"]
+__all__ += [
+    "AsyncCheckpointStoreContract",
+    "AsyncDlqStoreContract",
+    "AsyncLockServiceContract",
+    "AsyncSnapshotStoreContract",
+]
+
+_ASYNC_CONTRACTS = {
+    "AsyncCheckpointStoreContract": "checkpoint_store",
+    "AsyncDlqStoreContract": "dlq_store",
+    "AsyncLockServiceContract": "lock_service",
+    "AsyncSnapshotStoreContract": "snapshot_store",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,4 +60,8 @@ def __getattr__(name: str) -> Any:
         from .snapshot_store import SnapshotStoreContract
 
         return SnapshotStoreContract
+    if name in _ASYNC_CONTRACTS:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_ASYNC_CONTRACTS[name]}", __name__), name)
     raise AttributeError(name)

@@ -10,6 +10,8 @@ writes, exact JSON round trips, and its atomicity under concurrent writers).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,8 +19,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from ..streams.checkpoint import Checkpoint, CheckpointStore
+from ._async_driven import async_driven
 
 
 def now_ms() -> datetime:
@@ -960,3 +964,69 @@ class CheckpointStoreContract:
             assert found.last_heartbeat_at == now, f"round {r}: {found}"
             if r % 2 == 0:
                 assert found.last_processed_token == token(f"p{r}"), f"round {r}: {found}"
+
+
+#: The operations :class:`AsyncCheckpointStoreContract` drives through their ``a…`` twins.
+CHECKPOINT_OPERATIONS = (
+    "save",
+    "find",
+    "delete",
+    "list_checkpoints",
+    "save_seen",
+    "save_processed",
+    "save_heartbeat",
+    "reset_after_history_lost",
+    "save_initial_sync",
+)
+
+
+class AsyncCheckpointStoreContract(CheckpointStoreContract):
+    """The same contract through the async API (``asave``, ``afind``…).
+
+    Every test of :class:`CheckpointStoreContract` runs against a stand-in whose
+    sync operations await the store's ``a…`` variants on an event loop
+    (``testkit/_async_driven.py``): the same values, errors and races, from async
+    code. Then a few tests of its own await many calls at once.
+
+    Subclass it like the sync contract (``make_store``), or put it first in front
+    of an existing sync test class to run that class's setup through the async API::
+
+        class TestMyStoreAsync(AsyncCheckpointStoreContract, TestMyStore):
+            pass
+    """
+
+    @pytest.fixture
+    def store(self) -> Iterator[CheckpointStore]:
+        store = self.make_store()
+        self.clean_state(store)
+        yield async_driven(store, CHECKPOINT_OPERATIONS)
+        self.teardown_store(store)
+
+    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
+        for operation in CHECKPOINT_OPERATIONS:
+            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation
+
+    def test_gathered_async_writes_all_land(self, store: Any, name: str) -> None:
+        real: CheckpointStore = store.driven
+        now = now_ms()
+        streams = [f"{name}-{index}" for index in range(10)]
+
+        async def scenario() -> list[Checkpoint | None]:
+            await asyncio.gather(
+                *(real.asave_seen(s, token(f"s{i}"), now) for i, s in enumerate(streams)),
+                *(real.asave_processed(s, token(f"p{i}"), now) for i, s in enumerate(streams)),
+            )
+            written = await asyncio.gather(
+                *(
+                    real.asave_initial_sync(s, sync_progress(0), expected_batch=None)
+                    for s in streams
+                )
+            )
+            assert written == [True] * len(streams)
+            return list(await asyncio.gather(*(real.afind(s) for s in streams)))
+
+        for index, found in enumerate(async_to_sync(scenario)()):
+            assert found is not None
+            assert found.last_seen_token == token(f"s{index}")
+            assert found.last_processed_token == token(f"p{index}")
+            assert found.initial_sync == sync_progress(0)

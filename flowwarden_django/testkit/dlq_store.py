@@ -13,6 +13,8 @@ False`` skips the backlog tests. Skipped, not failed, so every combination is va
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from ..streams.dlq import (
     ACKNOWLEDGED,
@@ -32,6 +35,7 @@ from ..streams.dlq import (
     DlqStore,
     ErrorInfo,
 )
+from ._async_driven import async_driven
 from .checkpoint_store import _same_bson, now_ms, token
 
 #: The reference's ``DEFAULT_POLICY``.
@@ -632,3 +636,61 @@ class DlqStoreContract:
         assert self._found(store, entry_id).attempts % 100 == 9
         if type(store).supports_count:
             assert store.count(stream) == 1
+
+
+#: The operations :class:`AsyncDlqStoreContract` drives through their ``a…`` twins.
+DLQ_OPERATIONS = (
+    "save",
+    "find_by_id",
+    "find_by_stream",
+    "count",
+    "transition",
+    "record_replay_failure",
+    "purge_expired",
+    "delete",
+)
+
+
+class AsyncDlqStoreContract(DlqStoreContract):
+    """The same contract through the async API (``asave``, ``afind_by_id``…).
+
+    Every test of :class:`DlqStoreContract` runs against a stand-in whose sync
+    operations await the store's ``a…`` variants on an event loop
+    (``testkit/_async_driven.py``); the stand-in carries the store class's
+    ``supports_*`` flags, so the capability skips are the same. Then a test of its
+    own awaits many calls at once. Subclass it like the sync contract, or put it
+    first in front of an existing sync test class.
+    """
+
+    @pytest.fixture
+    def store(self) -> Iterator[DlqStore]:
+        store = self.make_store()
+        self.clean_state(store)
+        yield async_driven(store, DLQ_OPERATIONS)
+        self.teardown_store(store)
+
+    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
+        for operation in DLQ_OPERATIONS:
+            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation
+
+    def test_gathered_async_saves_and_claims(self, store: Any, name: str) -> None:
+        real: DlqStore = store.driven
+        self.require_replay(real)
+        now = now_ms()
+        stream = f"{name}-s"
+        ids = [f"{name}-{index}" for index in range(8)]
+
+        async def scenario() -> tuple[list[bool], list[DeadLetter | None]]:
+            await asyncio.gather(
+                *(real.asave(make_event(i, stream, now), DEFAULT_POLICY) for i in ids)
+            )
+            claims = await asyncio.gather(
+                *(real.atransition(i, REPLAYING, at=now) for i in ids),
+                *(real.atransition(i, REPLAYING, at=now) for i in ids),
+            )
+            found = await asyncio.gather(*(real.afind_by_id(i) for i in ids))
+            return list(claims), list(found)
+
+        claims, found = async_to_sync(scenario)()
+        assert all(claims[i] != claims[i + len(ids)] for i in range(len(ids))), claims
+        assert [entry.status if entry else None for entry in found] == [REPLAYING] * len(ids)

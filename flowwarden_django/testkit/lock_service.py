@@ -12,17 +12,22 @@ Expiry tests use leases of ``short_ttl`` (0.3 s) and sleep past them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from ..streams.locks import Lease, LeaseLostError, LockService
+from ._async_driven import async_driven
 
 A = "host-a:app:8080"
 B = "host-b:app:8080"
@@ -424,3 +429,47 @@ class LockServiceContract:
         assert len(winners) == 1, f"{len(winners)} winners: {winners}"
         assert winners[0].token > previous_token
         assert service.owner_of(name) == winners[0]
+
+
+#: The operations :class:`AsyncLockServiceContract` drives through their ``a…`` twins.
+LOCK_OPERATIONS = ("try_acquire", "renew", "release", "owner_of", "is_current")
+
+
+class AsyncLockServiceContract(LockServiceContract):
+    """The same contract through the async API (``atry_acquire``, ``aguard``…).
+
+    Every test of :class:`LockServiceContract` runs against a stand-in whose sync
+    operations await the service's ``a…`` variants on an event loop, and whose
+    ``guard`` enters ``aguard`` with ``async with`` (``testkit/_async_driven.py``).
+    Then a test of its own: many coroutines racing for one lease. Subclass it like
+    the sync contract, or put it first in front of an existing sync test class.
+    """
+
+    @pytest.fixture
+    def service(self) -> Iterator[LockService]:
+        service = self.make_service()
+        yield async_driven(service, LOCK_OPERATIONS, context_managers=("guard",))
+        self.teardown_service(service)
+
+    def test_async_variants_are_coroutine_functions(self, service: Any) -> None:
+        for operation in LOCK_OPERATIONS:
+            variant = getattr(service.driven, f"a{operation}")
+            assert inspect.iscoroutinefunction(variant), operation
+
+    def test_gathered_acquires_have_one_winner(self, service: Any, name: str) -> None:
+        real: LockService = service.driven
+        owners = [f"host-{i}:app:8080" for i in range(self.race_threads)]
+
+        async def scenario() -> list[Lease | None]:
+            leases = await asyncio.gather(*(real.atry_acquire(name, o, self.ttl) for o in owners))
+            (winner,) = [lease for lease in leases if lease is not None]
+            async with real.aguard(winner):
+                assert await real.aowner_of(name) == winner
+            assert await real.arelease(winner)
+            with pytest.raises(LeaseLostError):
+                async with real.aguard(winner):
+                    pass
+            return list(leases)
+
+        leases = async_to_sync(scenario)()
+        assert sum(lease is not None for lease in leases) == 1

@@ -13,6 +13,8 @@ the waiting-run and encryption tests.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from ..workflows import signals
 from ..workflows.serializers import workflow_state
@@ -36,6 +39,7 @@ from ..workflows.snapshot import (
     WorkflowSnapshot,
 )
 from ..workflows.store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError
+from ._async_driven import async_driven
 
 
 @workflow_state
@@ -880,3 +884,59 @@ class SnapshotStoreContract:
         with pytest.raises(SnapshotDecryptionError):
             self._encrypting([old_key]).load(after.id)
         assert self._encrypting([new_key]).load(after.id) == after
+
+
+#: The operations :class:`AsyncSnapshotStoreContract` drives through their ``a…`` twins.
+SNAPSHOT_OPERATIONS = (
+    "save",
+    "load",
+    "list",
+    "latest",
+    "fork",
+    "delete",
+    "delete_coordination",
+    "prune",
+)
+
+
+class AsyncSnapshotStoreContract(SnapshotStoreContract):
+    """The same contract through the async API (``asave``, ``aload``, ``alatest``…).
+
+    Every test of :class:`SnapshotStoreContract` runs against a stand-in whose sync
+    operations await the store's ``a…`` variants on an event loop
+    (``testkit/_async_driven.py``): the same values, errors, events and signals, from
+    async code. The encrypting stores of :meth:`make_encrypting_store` are driven the
+    same way when this class comes first in front of the class that defines it::
+
+        class TestMyStoreAsync(AsyncSnapshotStoreContract, TestMyStore):
+            pass
+
+    Then a test of its own awaits many saves at once.
+    """
+
+    @pytest.fixture
+    def store(self) -> Iterator[SnapshotStore]:
+        store = self.make_store()
+        yield async_driven(store, SNAPSHOT_OPERATIONS)
+        self.teardown_store(store)
+
+    def make_encrypting_store(self, keys: list[str] | None, **options: Any) -> SnapshotStore | None:
+        store = super().make_encrypting_store(keys, **options)
+        return None if store is None else async_driven(store, SNAPSHOT_OPERATIONS)
+
+    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
+        for operation in SNAPSHOT_OPERATIONS:
+            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation
+
+    def test_gathered_async_saves_get_distinct_seqs(self, store: Any, cid: str) -> None:
+        real: SnapshotStore = store.driven
+
+        async def scenario() -> tuple[list[WorkflowSnapshot], WorkflowSnapshot | None]:
+            saved = await asyncio.gather(
+                *(real.asave(WorkflowSnapshot.root(cid, {"n": n})) for n in range(6))
+            )
+            return list(saved), await real.alatest(cid)
+
+        saved, latest = async_to_sync(scenario)()
+        assert sorted(s.seq for s in saved) == list(range(1, 7))
+        assert latest is not None and latest.seq == 6

@@ -55,6 +55,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
 from ..common.app_models import models
@@ -178,6 +179,9 @@ class Workflow:
     (``FLOWWARDEN["WORKFLOW_EXECUTION"]``); ``run_local()`` is the in-process engine
     that providers call. ``Workflow.start(name, ...)`` starts a registered workflow
     at most once per idempotency key (see ``Workflow.define``).
+
+    For async code: ``astart``, ``arun``, ``aresume`` and ``afork``, the same calls
+    run in Django's thread-sensitive executor (``sync_to_async``).
     """
 
     def __init__(
@@ -253,6 +257,27 @@ class Workflow:
         completed run returns ``Completed`` and runs nothing.
         """
         return resolve_provider().run(self, None, input)
+
+    async def arun(self, initial_state: Any = None) -> WorkflowResult:
+        """``run()`` from async code: same result, errors and snapshot signals.
+
+        Runs ``run()`` through ``sync_to_async(thread_sensitive=True)``: the claim, the
+        snapshots and the run record are ORM work, which Django confines to the
+        thread-sensitive executor (one connection per database, shared with the
+        request's other sync code). With the in-process provider the steps run there
+        too, so a long step holds that thread (and every other thread-sensitive call
+        of the process) until it returns; under ASGI run long steps on the Celery or
+        Temporal provider, where this returns ``Running`` once the work is queued.
+        """
+        return await sync_to_async(self.run, thread_sensitive=True)(initial_state)
+
+    async def aresume(self, input: Any = None) -> WorkflowResult:
+        """``resume(input)`` from async code: same result, errors and snapshot signals.
+
+        ``thread_sensitive=True``, as ``arun``: it claims the run, stores *input* and
+        (in-process) runs the steps in the thread-sensitive executor.
+        """
+        return await sync_to_async(self.resume, thread_sensitive=True)(input)
 
     def run_local(
         self,
@@ -419,6 +444,17 @@ class Workflow:
             )
         return fork_snapshot(self.store, snapshot_id, new_state, using=self.runs.db)
 
+    async def afork(self, snapshot_id: str, new_state: Any) -> WorkflowSnapshot:
+        """``fork(snapshot_id, new_state)`` from async code: same snapshot, errors
+        (``UnknownSnapshotError``, ...) and ``snapshot_forked`` signal.
+
+        ``thread_sensitive=True``: the fork loads the source, saves the child, moves
+        the run and cancels a pending approval through the ORM, and tells the provider
+        on commit (``transaction.on_commit``): on the thread-sensitive executor's
+        connection, inside the surrounding sync code's transaction if there is one.
+        """
+        return await sync_to_async(self.fork, thread_sensitive=True)(snapshot_id, new_state)
+
     def delete_all_snapshots(self) -> int:
         """Delete every snapshot of the coordination (the next run starts over)."""
         return self.store.delete_coordination(self._coordination_id)
@@ -457,6 +493,30 @@ class Workflow:
         definition = cast(WorkflowDefinition, workflow_registry.get(name))
         return definition.start(
             initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+        )
+
+    @classmethod
+    async def astart(
+        cls,
+        name: str,
+        initial_state: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        coordination_id: str | None = None,
+    ) -> StartedRun:
+        """``Workflow.start(name, ...)`` from async code (an ``async def`` view):
+        same ``StartedRun``, errors (``LookupError`` for an unknown name, store and
+        database errors) and snapshot signals.
+
+        Runs ``start`` through ``sync_to_async(thread_sensitive=True)``: the run row
+        and its seed are written in one ``transaction.atomic``, and the run then goes
+        through the execution provider, all ORM work that must share the
+        thread-sensitive executor's connections. In-process, the first steps run in
+        that thread before this returns (see ``arun``).
+        """
+        start = sync_to_async(cls.start, thread_sensitive=True)
+        return await start(
+            name, initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
         )
 
     @classmethod
@@ -918,6 +978,20 @@ class WorkflowDefinition:
             transaction.on_commit(lambda: _run_started(wf), using=runs.db)
             return StartedRun(cid, True, Running(initial_state, cid, ""))
         return StartedRun(cid, True, _run_started(wf))
+
+    async def astart(
+        self,
+        initial_state: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        coordination_id: str | None = None,
+    ) -> StartedRun:
+        """``start()`` from async code; ``thread_sensitive=True`` (see
+        ``Workflow.astart``)."""
+        start = sync_to_async(self.start, thread_sensitive=True)
+        return await start(
+            initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+        )
 
 
 def _run_started(workflow: Workflow) -> WorkflowResult:

@@ -14,8 +14,9 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ..common.backend_aliases import BackendAliases
@@ -31,6 +32,7 @@ from .snapshot import (
 logger = logging.getLogger("flowwarden_django.workflows")
 
 Listener = Callable[[SnapshotEvent], None]
+T = TypeVar("T")
 
 
 class UnknownSnapshotError(ValueError):
@@ -62,10 +64,25 @@ class SnapshotStore(ABC):
       never removes a coordination's newest snapshot, an ancestor of a kept fork, or
       a snapshot waiting for approval (``workflows/retention.py``); ``Deleted`` for
       every removed snapshot.
+
+    Async API: ``asave``, ``aload``, ``alist``, ``alatest``, ``afork``, ``adelete``,
+    ``adelete_coordination`` and ``aprune`` have the semantics, errors and events of
+    their sync twins. The defaults run the sync method through
+    ``asgiref.sync.sync_to_async(thread_sensitive=async_thread_sensitive)``: ``True``
+    here and on the ORM store (Django's connections and transactions belong to the
+    thread-sensitive executor, so the call joins the caller's connection), ``False`` on
+    stores that never touch the Django database (memory), whose calls then run in
+    parallel on the default executor. Every operation of a store touches the same
+    storage, so one class attribute decides for all of them; a backend with a native
+    async client overrides the ``a…`` methods themselves. Listeners and signal
+    receivers run on the thread that runs the operation.
     """
 
     #: Whether state and metadata are encrypted where they are stored.
     encrypts_at_rest: ClassVar[bool] = False
+    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
+    #: database, ``False`` for those that never touch it.
+    async_thread_sensitive: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
@@ -135,6 +152,55 @@ class SnapshotStore(ABC):
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:
         """System-check messages about this backend's ``OPTIONS`` (none by default)."""
         return []
+
+    # -- the async API: the sync operations run through ``sync_to_async`` ----------------
+
+    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` off the event loop, on the executor that
+        :attr:`async_thread_sensitive` names."""
+        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
+        return await call(*args, **kwargs)
+
+    async def asave(self, snapshot: WorkflowSnapshot) -> WorkflowSnapshot:
+        """Async ``save``."""
+        return await self._run_sync(self.save, snapshot)
+
+    async def aload(self, snapshot_id: str) -> WorkflowSnapshot | None:
+        """Async ``load``."""
+        return await self._run_sync(self.load, snapshot_id)
+
+    async def alist(self, query: CheckpointQuery | None = None) -> list[WorkflowSnapshot]:
+        """Async ``list``."""
+        return await self._run_sync(self.list, query)
+
+    async def alatest(self, coordination_id: str) -> WorkflowSnapshot | None:
+        """Async ``latest``."""
+        return await self._run_sync(self.latest, coordination_id)
+
+    async def afork(self, source_id: str, new_state: Any) -> WorkflowSnapshot:
+        """Async ``fork``."""
+        return await self._run_sync(self.fork, source_id, new_state)
+
+    async def adelete(self, snapshot_id: str) -> bool:
+        """Async ``delete``."""
+        return await self._run_sync(self.delete, snapshot_id)
+
+    async def adelete_coordination(self, coordination_id: str) -> int:
+        """Async ``delete_coordination``."""
+        return await self._run_sync(self.delete_coordination, coordination_id)
+
+    async def aprune(
+        self,
+        keep_last: int | None = None,
+        older_than: timedelta | None = None,
+        coordination_id: str | None = None,
+        *,
+        protected_ids: Iterable[str] = (),
+    ) -> int:
+        """Async ``prune``."""
+        return await self._run_sync(
+            self.prune, keep_last, older_than, coordination_id, protected_ids=protected_ids
+        )
 
     # -- listeners and events ----------------------------------------------------------
 

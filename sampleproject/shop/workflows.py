@@ -1,10 +1,10 @@
 """The shop's order-approval workflow (discovered at start-up like ``streams.py``).
 
 A new order starts one run (the ``orders`` stream starts it, keyed by the order's
-id, so a redelivered or replayed event starts nothing). ``review`` lets small orders
-through and makes large ones wait for a person in the ``approvers`` group (48 hours,
-then the run resumes with an ``expired`` decision). ``fulfil`` applies the decision
-to the ``Order`` row.
+id, so a redelivered or replayed event starts nothing; the async view of ``views.py``
+starts it with the same key). ``review`` lets small orders through and makes large
+ones wait for a person in the ``approvers`` group (48 hours, then the run resumes
+with an ``expired`` decision). ``fulfil`` applies the decision to the ``Order`` row.
 """
 
 from __future__ import annotations
@@ -28,13 +28,18 @@ def idempotency_key(order_id: Any) -> str:
     return f"shop.orders:{order_id}"
 
 
-def start_for_order(doc: dict[str, Any]) -> bool:
-    """Start the order's run unless it has one; whether this call started it."""
-    state = {
+def initial_state(doc: dict[str, Any]) -> dict[str, Any]:
+    """The run's initial state, from the order's document."""
+    return {
         "order_id": doc["_id"],
         "customer": doc.get("customer", ""),
         "total_cents": doc.get("total_cents", 0),
     }
+
+
+def start_for_order(doc: dict[str, Any]) -> bool:
+    """Start the order's run unless it has one; whether this call started it."""
+    state = initial_state(doc)
     started = Workflow.start(WORKFLOW, state, idempotency_key=idempotency_key(doc["_id"]))
     return started.created
 

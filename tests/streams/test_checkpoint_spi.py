@@ -14,7 +14,7 @@ from flowwarden_django.streams import Checkpoint, CheckpointStore, checkpoint_st
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.streams.tokens import token_from_json, token_to_json, tokens_equal
-from flowwarden_django.testkit import CheckpointStoreContract
+from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 
 
@@ -188,3 +188,7 @@ def test_registry_reports_bad_options_with_the_setting():
         pytest.raises(InvalidCheckpointStoreError, match=expected),
     ):
         checkpoint_stores["default"]
+
+
+class TestDefaultsForASingleWriterAsync(AsyncCheckpointStoreContract, TestDefaultsForASingleWriter):
+    """The async defaults on the read-modify-write defaults."""

@@ -14,7 +14,7 @@ import mongomock
 import pytest
 
 from flowwarden_django.streams.backends.mongo import MongoCheckpointStore
-from flowwarden_django.testkit import CheckpointStoreContract
+from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import on_lane
 
@@ -173,3 +173,16 @@ class TestMongoSpecifics:
             MongoCheckpointStore()
         with pytest.raises(TypeError):
             MongoCheckpointStore(url="mongodb://x", client=mongomock.MongoClient())
+
+
+# -- the same through the async API ----------------------------------------------------
+
+
+class TestMongoCheckpointStoreOnMongomockAsync(
+    AsyncCheckpointStoreContract, TestMongoCheckpointStoreOnMongomock
+):
+    """Reported as mongomock: a fake, not a MongoDB server."""
+
+
+class TestMongoCheckpointStoreLiveAsync(AsyncCheckpointStoreContract, TestMongoCheckpointStoreLive):
+    pass

@@ -3,7 +3,7 @@
 import pytest
 
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
-from flowwarden_django.testkit import CheckpointStoreContract
+from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from tests.lanes import on_lane
 
 
@@ -28,3 +28,18 @@ class TestOrmPostgres(OrmContract):
 @on_lane("mariadb", databases=["mariadb"])
 class TestOrmMariadb(OrmContract):
     alias = "mariadb"
+
+
+# -- the same through the async API (thread-sensitive: the test's own connection) ------
+
+
+class TestOrmSqliteAsync(AsyncCheckpointStoreContract, TestOrmSqlite):
+    pass
+
+
+class TestOrmPostgresAsync(AsyncCheckpointStoreContract, TestOrmPostgres):
+    pass
+
+
+class TestOrmMariadbAsync(AsyncCheckpointStoreContract, TestOrmMariadb):
+    pass

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from flowwarden_django.streams.backends.redis import RedisCheckpointStore
-from flowwarden_django.testkit import CheckpointStoreContract
+from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import on_lane
 from tests.services import SERVICES
@@ -88,3 +88,7 @@ class TestRedisSpecifics:
         store = RedisCheckpointStore(cache="redis")
         assert store.key_prefix == "fw:"
         assert store.client.ping()
+
+
+class TestRedisCheckpointStoreAsync(AsyncCheckpointStoreContract, TestRedisCheckpointStore):
+    """The contract through the async API."""

@@ -29,7 +29,7 @@ from flowwarden_django.streams.dlq import (
     DlqStore,
     ErrorInfo,
 )
-from flowwarden_django.testkit import DlqStoreContract
+from flowwarden_django.testkit import AsyncDlqStoreContract, DlqStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.dlq_store import DEFAULT_POLICY, full_event, make_event
 from tests.lanes import lane_marks, on_lane
@@ -435,3 +435,34 @@ def test_every_backend_is_a_full_dlq_store(store):
     assert issubclass(store, DlqStore)
     assert store.supports_replay and store.supports_count
     assert isinstance(make_event("x", "s", now_ms()), DeadLetter)
+
+
+# -- the contract through the async API, on every backend ------------------------------
+
+
+class TestInMemoryDlqStoreAsync(AsyncDlqStoreContract, TestInMemoryDlqStore):
+    pass
+
+
+class TestOrmDlqSqliteAsync(AsyncDlqStoreContract, TestOrmDlqSqlite):
+    pass
+
+
+class TestOrmDlqPostgresAsync(AsyncDlqStoreContract, TestOrmDlqPostgres):
+    pass
+
+
+class TestOrmDlqMariadbAsync(AsyncDlqStoreContract, TestOrmDlqMariadb):
+    pass
+
+
+class TestRedisDlqStoreAsync(AsyncDlqStoreContract, TestRedisDlqStore):
+    pass
+
+
+class TestMongoDlqStoreOnMongomockAsync(AsyncDlqStoreContract, TestMongoDlqStoreOnMongomock):
+    """Reported as mongomock: a fake, not a MongoDB server."""
+
+
+class TestMongoDlqStoreLiveAsync(AsyncDlqStoreContract, TestMongoDlqStoreLive):
+    pass

@@ -24,7 +24,7 @@ from flowwarden_django.streams.backends.mongo import MongoLockService
 from flowwarden_django.streams.backends.orm import OrmLockService
 from flowwarden_django.streams.backends.redis import RedisLockService
 from flowwarden_django.streams.locks import LeaseLostError
-from flowwarden_django.testkit import LockServiceContract
+from flowwarden_django.testkit import AsyncLockServiceContract, LockServiceContract
 from flowwarden_django.testkit.lock_service import A, B
 from tests.lanes import lane_marks, on_lane
 from tests.services import SERVICES
@@ -441,3 +441,42 @@ class TestMongoSpecifics:
             MongoLockService()
         with pytest.raises(TypeError):
             MongoLockService(url="mongodb://x", client=mongomock.MongoClient())
+
+
+# -- the contract through the async API, on every backend ------------------------------
+
+
+class TestInMemoryLockServiceAsync(AsyncLockServiceContract, TestInMemoryLockService):
+    pass
+
+
+class TestOrmLocksSqliteAsync(AsyncLockServiceContract, TestOrmLocksSqlite):
+    pass
+
+
+class TestOrmLocksPostgresAsync(AsyncLockServiceContract, TestOrmLocksPostgres):
+    pass
+
+
+class TestOrmLocksMariadbAsync(AsyncLockServiceContract, TestOrmLocksMariadb):
+    pass
+
+
+class TestOrmLocksMariadbWithoutReturningAsync(
+    AsyncLockServiceContract, TestOrmLocksMariadbWithoutReturning
+):
+    pass
+
+
+class TestRedisLockServiceAsync(AsyncLockServiceContract, TestRedisLockService):
+    pass
+
+
+class TestMongoLockServiceOnMongomockAsync(
+    AsyncLockServiceContract, TestMongoLockServiceOnMongomock
+):
+    """Reported as mongomock: a fake, not a MongoDB server."""
+
+
+class TestMongoLockServiceLiveAsync(AsyncLockServiceContract, TestMongoLockServiceLive):
+    pass

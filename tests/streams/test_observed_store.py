@@ -96,3 +96,68 @@ def test_save_initial_sync_with_a_stale_fencing_token_is_refused(signals):
         fenced.save_initial_sync(STREAM, sync_progress(1), expected_batch=0)
     assert store.find(STREAM).initial_sync == sync_progress(0)
     assert signals[-1] == ("failed", STREAM, "initial_sync", "LeaseLostError")
+
+
+# -- the async API: the base class's defaults run the fenced, signalled sync writes -----
+
+
+def test_async_writes_are_fenced_and_reported(signals):
+    from asgiref.sync import async_to_sync
+
+    events = []
+
+    @contextmanager
+    def fence():
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    store = InMemoryCheckpointStore()
+    observed = ObservedCheckpointStore(store, STREAM, fence=fence)
+    token = {"_data": "82"}
+
+    async def scenario():
+        await observed.asave_processed(STREAM, token, now_ms())
+        written = await observed.asave_initial_sync(STREAM, sync_progress(0), expected_batch=None)
+        refused = await observed.asave_initial_sync(STREAM, sync_progress(5), expected_batch=3)
+        return written, refused, await observed.afind(STREAM)
+
+    written, refused, found = async_to_sync(scenario)()
+    assert (written, refused) == (True, False)
+    assert found.last_processed_token == token
+    assert events == ["enter", "exit"] * 3, "every write, the refused one too, is fenced"
+    assert signals == [
+        ("saved", STREAM, "processed", token),
+        ("saved", STREAM, "initial_sync", None),
+    ]
+
+
+def test_async_write_with_a_stale_fencing_token_is_refused(signals):
+    from asgiref.sync import async_to_sync
+
+    clock = [now_ms()]
+    service = InMemoryLockService(now=lambda: clock[0])
+    leadership = Leadership(STREAM, service, "host-a:1", ttl=5, renew_interval=1, poll_interval=1)
+    assert leadership.try_lead()
+    store = InMemoryCheckpointStore()
+    fenced = ObservedCheckpointStore(store, STREAM, fence=leadership.fence)
+    clock[0] += timedelta(seconds=10)
+    assert service.try_acquire(STREAM, "host-b:1", 5).token == 2
+    leadership._valid_until = float("inf")  # this process still believes it leads
+    with pytest.raises(LeaseLostError):
+        async_to_sync(fenced.asave_heartbeat)(STREAM, clock[0])
+    assert store.find(STREAM) is None
+    assert signals[-1] == ("failed", STREAM, "heartbeat", "LeaseLostError")
+
+
+def test_async_thread_sensitive_follows_the_store_unless_fenced():
+    from contextlib import nullcontext
+
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+
+    memory = InMemoryCheckpointStore()
+    assert ObservedCheckpointStore(memory, STREAM).async_thread_sensitive is False
+    assert ObservedCheckpointStore(OrmCheckpointStore(), STREAM).async_thread_sensitive is True
+    # A fence may be the ORM lease guard: it runs on the caller's Django connection.
+    fenced = ObservedCheckpointStore(memory, STREAM, fence=lambda: nullcontext())
+    assert fenced.async_thread_sensitive is True

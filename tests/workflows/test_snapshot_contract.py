@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from flowwarden_django.models import SnapshotRecord, WorkflowRun
-from flowwarden_django.testkit import SnapshotStoreContract
+from flowwarden_django.testkit import AsyncSnapshotStoreContract, SnapshotStoreContract
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.encryption import generate_key
@@ -244,3 +244,44 @@ def test_orm_prune_visits_every_page_of_coordinations(monkeypatch):
         store.save(first.derive_with(1, created_at=first.created_at + timedelta(seconds=1)))
     assert store.prune(keep_last=1) == 5
     assert all(len(store.list(CheckpointQuery(coordination_id=c))) == 1 for c in cids)
+
+
+# -- the contract through the async API, on every backend ------------------------------
+
+
+class TestInMemorySnapshotStoreAsync(AsyncSnapshotStoreContract, TestInMemorySnapshotStore):
+    pass
+
+
+class TestOrmSnapshotStoreSqliteAsync(AsyncSnapshotStoreContract, TestOrmSnapshotStoreSqlite):
+    pass
+
+
+class TestOrmSnapshotStoreSqliteEncryptedAsync(
+    AsyncSnapshotStoreContract, TestOrmSnapshotStoreSqliteEncrypted
+):
+    pass
+
+
+@without_threads
+class TestOrmSnapshotStorePostgresAsync(AsyncSnapshotStoreContract, TestOrmSnapshotStorePostgres):
+    pass
+
+
+@only_threads
+class TestOrmSnapshotStorePostgresThreadsAsync(
+    AsyncSnapshotStoreContract, TestOrmSnapshotStorePostgresThreads
+):
+    pass
+
+
+@without_threads
+class TestOrmSnapshotStoreMariadbAsync(AsyncSnapshotStoreContract, TestOrmSnapshotStoreMariadb):
+    pass
+
+
+@only_threads
+class TestOrmSnapshotStoreMariadbThreadsAsync(
+    AsyncSnapshotStoreContract, TestOrmSnapshotStoreMariadbThreads
+):
+    pass

@@ -27,6 +27,10 @@ class InMemoryDlqStore(DlqStore):
     itself: ``purge_expired`` removes what is past its ``expires_at``.
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     def __init__(self) -> None:
         self._entries: dict[str, DeadLetter] = {}
         self._lock = threading.Lock()

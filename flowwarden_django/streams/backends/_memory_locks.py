@@ -20,6 +20,10 @@ class InMemoryLockService(LockService):
     clock (tests pass a fake one to expire leases without sleeping).
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     def __init__(self, now: Callable[[], datetime] | None = None) -> None:
         self._now = now or timezone.now
         self._leases: dict[str, Lease] = {}

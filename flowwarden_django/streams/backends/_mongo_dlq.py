@@ -110,6 +110,10 @@ class MongoDlqStore(MongoCollection, DlqStore):
     ``dead_letter_queue(store=...)``.
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     def __init__(
         self,
         url: str | None = None,

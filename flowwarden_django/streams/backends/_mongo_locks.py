@@ -68,6 +68,10 @@ class MongoLockService(MongoCollection, LockService):
     to a minority could be lost in a failover and granted twice).
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     def __init__(
         self,
         url: str | None = None,

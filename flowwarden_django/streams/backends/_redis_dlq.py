@@ -301,6 +301,10 @@ class RedisDlqStore(DlqStore):
     millisecond precision. Entry ids must not contain ``":"`` (index keys do).
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     def __init__(
         self,
         url: str | None = None,

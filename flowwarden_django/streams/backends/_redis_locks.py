@@ -106,6 +106,10 @@ class RedisLockService(RedisConnection, LockService):
     Times are kept in whole milliseconds.
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     def __init__(
         self,
         url: str | None = None,

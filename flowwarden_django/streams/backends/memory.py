@@ -33,6 +33,10 @@ class InMemoryCheckpointStore(CheckpointStore):
     them, and later changes to the caller's dict (or progress) do not leak in.
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     supports_listing = True
 
     def __init__(self) -> None:

@@ -84,6 +84,10 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
     ``w="majority"`` unless ``write_concern`` says otherwise.
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     supports_listing = True
 
     def __init__(

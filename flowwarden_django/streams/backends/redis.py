@@ -116,6 +116,10 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
     a ``url`` such as ``redis://127.0.0.1:6379/0``, or a ready ``client``.
     """
 
+    #: The async API runs on the default executor, in parallel: this never touches
+    #: the Django database.
+    async_thread_sensitive = False
+
     supports_listing = True
 
     def __init__(

@@ -2,14 +2,24 @@
 
 A step returns ``await_approval(state, prompt, assignees=..., group=...,
 permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waiting``)
-with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited);
+with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited;
+``aapprove``/``areject`` from async code);
 the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
 ``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
 """
 
 from ..decisions import ApprovalDecision
 from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
-from .deciding import DecisionResult, approve, check_may_decide, decide, reject
+from .deciding import (
+    DecisionResult,
+    aapprove,
+    adecide,
+    approve,
+    areject,
+    check_may_decide,
+    decide,
+    reject,
+)
 from .errors import (
     ApprovalConflictError,
     ApprovalError,
@@ -30,7 +40,10 @@ __all__ = [
     "DecisionResult",
     "SweepResult",
     "UnknownApprovalError",
+    "aapprove",
+    "adecide",
     "approve",
+    "areject",
     "assigned_approvals",
     "await_approval",
     "can_decide",

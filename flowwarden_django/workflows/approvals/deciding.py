@@ -1,4 +1,5 @@
-"""Deciding approvals: ``approve``, ``reject`` (and ``decide``).
+"""Deciding approvals: ``approve``, ``reject`` (and ``decide``), and for async code
+``aapprove``, ``areject`` (and ``adecide``).
 
 A decision locks the approval's row, so of two racing decisions exactly one is
 made. The same decision again returns the first one (``repeated``); the other
@@ -7,6 +8,12 @@ one ``ApprovalExpiredError``. In the decision's transaction the run moves from
 ``waiting`` to ``running`` with the decision as its input, so a crash after the
 commit loses nothing: the recovery sweep (or the next ``run()``) continues it.
 Every attempt, refused ones included (a user who may not decide, too), is audited.
+
+The async variants run the sync call through ``sync_to_async(thread_sensitive=True)``:
+a decision locks the approval's row (``select_for_update``) in a transaction and
+resumes the run once that commits (``transaction.on_commit``), neither of which
+Django's async ORM offers, and both need the one connection of the thread-sensitive
+executor. With the in-process provider the resumed steps run in that thread too.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import dataclasses
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ...common.app_models import models
@@ -72,6 +80,44 @@ def reject(
 ) -> DecisionResult:
     """Reject; see ``decide``."""
     return decide(approval_id, "rejected", user, comment=comment, payload=payload, **options)
+
+
+async def aapprove(
+    approval_id: Any, user: Any, *, comment: str = "", payload: Any = None, **options: Any
+) -> DecisionResult:
+    """``approve`` from async code: the same result, errors and audit events
+    (``thread_sensitive=True``, see the module). In an async view pass
+    ``await request.auser()``."""
+    return await adecide(approval_id, "approved", user, comment=comment, payload=payload, **options)
+
+
+async def areject(
+    approval_id: Any, user: Any, *, comment: str = "", payload: Any = None, **options: Any
+) -> DecisionResult:
+    """``reject`` from async code; see ``aapprove``."""
+    return await adecide(approval_id, "rejected", user, comment=comment, payload=payload, **options)
+
+
+async def adecide(
+    approval_id: Any,
+    decision: str,
+    user: Any,
+    *,
+    comment: str = "",
+    payload: Any = None,
+    using: str | None = None,
+    check_permission: bool = True,
+) -> DecisionResult:
+    """``decide`` from async code (``thread_sensitive=True``, see the module)."""
+    return await sync_to_async(decide, thread_sensitive=True)(
+        approval_id,
+        decision,
+        user,
+        comment=comment,
+        payload=payload,
+        using=using,
+        check_permission=check_permission,
+    )
 
 
 def _load_locked(approval_id: Any, using: str) -> Approval:

@@ -43,6 +43,10 @@ class InMemorySnapshotStore(SnapshotStore):
     waiting for approval (the ORM store reads those from ``WorkflowRun``).
     """
 
+    #: The async API runs on the default executor: this store never touches the
+    #: Django database (a ``protect`` hook that does should be thread-safe).
+    async_thread_sensitive = False
+
     def __init__(
         self,
         max_snapshots: int = 10_000,

@@ -1,0 +1,122 @@
+"""The shop's async views, served under ASGI (``sampleproject/asgi.py``).
+
+* ``POST /shop/orders/<order_id>/start/`` starts the order's approval workflow with
+  ``Workflow.astart`` (the key the ``orders`` stream uses, so at most one run per
+  order): 201 when this call created the run, 200 with the existing run otherwise.
+* ``POST /shop/approvals/<id>/approve/`` and ``.../reject/`` decide with
+  ``aapprove`` / ``areject``, with an optional ``comment`` (a JSON body's or a form's).
+
+Both need a logged-in user (the session, with Django's CSRF token: these are the
+shop's own pages' endpoints). Errors are ``{"code", "detail"}`` with the REST API's
+statuses: 401, 403 (may not decide), 404, 409 (decided, cancelled, busy), 410
+(expired). Reads use the async ORM; the workflow calls run in Django's
+thread-sensitive executor, and with the in-process provider the steps run there
+before the response (see the README's "Async API").
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_POST
+
+from flowwarden_django.models import Approval
+from flowwarden_django.workflows import Workflow
+from flowwarden_django.workflows.approvals import (
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalPermissionError,
+    UnknownApprovalError,
+    aapprove,
+    areject,
+)
+
+from .models import Order
+from .workflows import WORKFLOW, idempotency_key, initial_state
+
+
+def error(status: int, code: str, detail: str) -> JsonResponse:
+    return JsonResponse({"code": code, "detail": detail}, status=status)
+
+
+async def run_body(coordination_id: str, status: str, order_id: int) -> dict[str, Any]:
+    """The run's status, its pending approval and the order's approval field."""
+    pending = Approval.objects.filter(
+        coordination_id=coordination_id, status=Approval.Status.PENDING
+    )
+    approval_id = await pending.values_list("pk", flat=True).afirst()
+    order = await Order.objects.aget(order_id=order_id)
+    return {
+        "coordination_id": coordination_id,
+        "status": status,
+        "approval_id": None if approval_id is None else str(approval_id),
+        "order_approval": order.approval,
+    }
+
+
+@require_POST
+async def start_order_workflow(request: HttpRequest, order_id: int) -> JsonResponse:
+    """Start order *order_id*'s approval workflow (see the module)."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return error(401, "not_authenticated", "log in to start a workflow")
+    order = await Order.objects.filter(order_id=order_id).afirst()
+    if order is None:
+        return error(404, "not_found", f"no order {order_id}")
+    doc = {"_id": order.order_id, "customer": order.customer, "total_cents": order.total_cents}
+    started = await Workflow.astart(
+        WORKFLOW, initial_state(doc), idempotency_key=idempotency_key(order.order_id)
+    )
+    body = await run_body(started.coordination_id, started.result.status, order.order_id)
+    status = 201 if started.created else 200
+    return JsonResponse({"created": started.created, **body}, status=status)
+
+
+def comment_of(request: HttpRequest) -> str | None:
+    """The decision's comment: a JSON body's or a form's ``comment`` ("" without one);
+    ``None`` when the body is not that."""
+    if request.content_type != "application/json":
+        return request.POST.get("comment", "")
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        return None
+    comment = body.get("comment", "") if isinstance(body, dict) else None
+    return comment if isinstance(comment, str) else None
+
+
+@require_POST
+async def decide_order_approval(
+    request: HttpRequest, approval_id: Any, decision: str
+) -> JsonResponse:
+    """Approve or reject (*decision*, from the URL) an order's approval."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return error(401, "not_authenticated", "log in to decide")
+    comment = comment_of(request)
+    if comment is None:
+        return error(400, "invalid", 'the body is JSON {"comment": "..."}, a form, or empty')
+    decide = aapprove if decision == "approve" else areject
+    try:
+        result = await decide(approval_id, user, comment=comment)
+    except UnknownApprovalError as exc:
+        return error(404, exc.code, str(exc))
+    except ApprovalPermissionError as exc:
+        return error(403, exc.code, str(exc))
+    except ApprovalExpiredError as exc:
+        return error(410, exc.code, str(exc))
+    except ApprovalError as exc:  # already decided, cancelled, the run busy
+        return error(409, exc.code, str(exc))
+    approval = result.approval
+    run = result.run_result
+    return JsonResponse(
+        {
+            "approval_id": str(approval.pk),
+            "status": approval.status,
+            "decided_by": approval.decided_by,
+            "repeated": result.repeated,
+            "run_status": None if run is None else run.status,
+        }
+    )

@@ -1,0 +1,103 @@
+"""The child process of ``test_async_views.py``: the shop's async views through Django's
+``AsyncClient``, in an event loop with no sync thread around it (as under an ASGI
+server), on the database of ``DJANGO_SETTINGS_MODULE`` (migrated already).
+
+``python -m tests.sample.asgi_story OUT.json`` writes what each request answered,
+and what the database holds afterwards, to ``OUT.json`` for the test to judge. An
+exception in a view (``SynchronousOnlyOperation``, say) is re-raised by the client
+and fails this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import django
+
+SMALL, LARGE, UNKNOWN = 1, 2, 999
+
+
+def prepare() -> dict[str, Any]:
+    """The people (a clerk, an approver in ``approvers``) and two orders, small and large."""
+    from django.contrib.auth.models import Group, User
+
+    from sampleproject.shop.models import Order
+    from sampleproject.shop.workflows import APPROVAL_THRESHOLD_CENTS, APPROVERS_GROUP
+
+    approvers, _ = Group.objects.get_or_create(name=APPROVERS_GROUP)
+    clerk = User.objects.create_user("clerk", password="pw")
+    approver = User.objects.create_user("approver", password="pw")
+    approver.groups.add(approvers)
+    Order.objects.create(order_id=SMALL, customer="c1", total_cents=4_200)
+    Order.objects.create(order_id=LARGE, customer="c2", total_cents=APPROVAL_THRESHOLD_CENTS * 3)
+    return {"clerk": clerk, "approver": approver}
+
+
+async def answer(response: Any) -> dict[str, Any]:
+    return {"status": response.status_code, "body": json.loads(response.content)}
+
+
+async def story(people: dict[str, Any]) -> dict[str, Any]:
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+    from django.test import AsyncClient
+
+    from flowwarden_django.models import WorkflowRun
+    from flowwarden_django.workflows import Workflow
+
+    seen: dict[str, Any] = {}
+    anonymous, clerk, approver = AsyncClient(), AsyncClient(), AsyncClient()
+    await clerk.aforce_login(people["clerk"])
+    await approver.aforce_login(people["approver"])
+
+    async def post(client: AsyncClient, path: str, body: Any = None) -> dict[str, Any]:
+        if body is None:
+            return await answer(await client.post(path))
+        return await answer(await client.post(path, body, content_type="application/json"))
+
+    seen["anonymous"] = await post(anonymous, f"/shop/orders/{LARGE}/start/")
+    seen["unknown_order"] = await post(clerk, f"/shop/orders/{UNKNOWN}/start/")
+    seen["get"] = (await clerk.get(f"/shop/orders/{LARGE}/start/")).status_code
+    seen["small"] = await post(clerk, f"/shop/orders/{SMALL}/start/")
+    seen["large"] = await post(clerk, f"/shop/orders/{LARGE}/start/")
+    seen["large_again"] = await post(clerk, f"/shop/orders/{LARGE}/start/")
+
+    approval = seen["large"]["body"]["approval_id"]
+    approve = f"/shop/approvals/{approval}/approve/"
+    seen["clerk_approves"] = await post(clerk, approve, {"comment": "me?"})
+    seen["bad_body"] = await post(approver, approve, ["not", "an", "object"])
+    seen["approved"] = await post(approver, approve, {"comment": "fine"})
+    seen["approved_again"] = await post(approver, approve)
+    seen["rejected_late"] = await post(approver, f"/shop/approvals/{approval}/reject/")
+    seen["unknown_approval"] = await post(
+        approver, "/shop/approvals/00000000-0000-0000-0000-000000000000/approve/"
+    )
+    seen["large_after"] = await post(clerk, f"/shop/orders/{LARGE}/start/")
+
+    cid = seen["large"]["body"]["coordination_id"]
+    run = await WorkflowRun.objects.aget(pk=cid)
+    seen["run"] = {"status": run.status, "runs": await WorkflowRun.objects.acount()}
+    history = await sync_to_async(lambda: Workflow.for_coordination(cid).history())()
+    seen["chain"] = [snapshot.metadata.get("workflow.lastStep") for snapshot in history]
+    seen["final_state"] = history[-1].state
+    await sync_to_async(connections.close_all)()
+    return seen
+
+
+def main(out: Path) -> None:
+    django.setup()
+    from django.db import connections
+    from django.test.utils import setup_test_environment
+
+    setup_test_environment()  # the test client's "testserver" host is allowed
+    people = prepare()
+    connections.close_all()
+    out.write_text(json.dumps(asyncio.run(story(people))))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
