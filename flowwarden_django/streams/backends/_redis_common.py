@@ -1,9 +1,13 @@
-"""The Redis connection every Redis backend shares: one lazily opened client."""
+"""The Redis connection every Redis backend shares: one lazily opened client, and
+one ``redis.asyncio`` client per running event loop for the native async API."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +32,11 @@ class RedisConnection:
         self._client = client
         self._owns_client = False
         self._lock = threading.Lock()
+        self._async_lock = threading.Lock()
+        self._async_factory: Callable[[], Any] | bool | None = False  # False: not derived yet
+        self._async_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[LoopClient, AsyncIterator[None]]
+        ] = weakref.WeakKeyDictionary()
 
     @property
     def client(self) -> Any:
@@ -49,10 +58,159 @@ class RedisConnection:
         return get_redis_connection(self.cache or "default")
 
     def close(self) -> None:
-        """Close a client this object opened (a cache's or a given one stays open)."""
+        """Close a client this object opened (a cache's or a given one stays open), and
+        let go of the async clients: each is closed on its own loop if that still runs."""
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+        with self._async_lock:
+            self._async_clients.clear()
+
+    # -- the native async API ------------------------------------------------------
+
+    async def async_client(self) -> LoopClient | None:
+        """The ``redis.asyncio`` client of the running event loop (made on first use),
+        or ``None`` when the sync client's configuration cannot be mirrored faithfully:
+        the caller then falls back to the default (the sync operation in a thread).
+
+        A ``redis.asyncio`` connection belongs to the loop that opened it, so each
+        loop gets its own client; it is closed when that loop shuts its async
+        generators down (``asyncio.run`` and ``async_to_sync`` do, on exit).
+        """
+        loop = asyncio.get_running_loop()
+        with self._async_lock:
+            held = self._async_clients.get(loop)
+        if held is not None:
+            return held[0]
+        factory = self._async_client_factory()
+        if factory is None:
+            return None
+        entry = LoopClient(factory())
+        # The closer refers to the entry, not the other way round: dropping the dict's
+        # pair (``close``) finalizes the closer at once, which closes the client on its
+        # loop.
+        closer = self._close_at_loop_end(loop, entry)
+        with self._async_lock:
+            self._async_clients[loop] = (entry, closer)
+        await closer.__anext__()
+        return entry
+
+    async def _close_at_loop_end(
+        self, loop: asyncio.AbstractEventLoop, entry: LoopClient
+    ) -> AsyncIterator[None]:
+        """Closes *entry* when the loop finalizes its async generators, or when this
+        generator is dropped (by :meth:`close`) while the loop still runs."""
+        try:
+            yield
+        finally:
+            with self._async_lock:
+                held = self._async_clients.get(loop)
+                if held is not None and held[0] is entry:
+                    del self._async_clients[loop]
+            await entry.client.aclose(close_connection_pool=True)
+
+    def _async_client_factory(self) -> Callable[[], Any] | None:
+        if self._async_factory is False:
+            self._async_factory = self._derive_async_factory()
+        return self._async_factory  # type: ignore[return-value]
+
+    def _derive_async_factory(self) -> Callable[[], Any] | None:
+        import redis.asyncio
+
+        if self.url is not None:
+            url = self.url
+            return lambda: redis.asyncio.Redis.from_url(url)
+        return async_factory_like(self.client)
+
+
+class LoopClient:
+    """The ``redis.asyncio`` client of one event loop, with its registered scripts."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._scripts: dict[str, Any] = {}
+
+    def script(self, source: str) -> Any:
+        """*source* registered on this client (``redis.asyncio.Redis.register_script``)."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self.client.register_script(source)
+        return script
+
+
+# Connection settings the sync pool keeps for its own bookkeeping, which an async
+# pool makes for itself; and the sync parser (the async client picks its own for the
+# same protocol).
+_POOL_INTERNALS = frozenset(
+    {
+        "himport_registry",
+        "maint_notifications_config",
+        "maint_notifications_pool_handler",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+        "event_dispatcher",
+        "parser_class",
+    }
+)
+# Settings holding sync-only objects: given one, the async client is not derived.
+_SYNC_ONLY = frozenset({"redis_connect_func", "connection_pool_class"})
+
+
+def _init_parameters(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(inspect.signature(init).parameters)
+    return names - {"self", "args", "kwargs"}
+
+
+def async_factory_like(client: Any) -> Callable[[], Any] | None:
+    """A maker of ``redis.asyncio`` clients connecting as the sync *client* does, from
+    its pool's ``connection_kwargs``; ``None`` when that cannot be done faithfully (not
+    a plain TCP, TLS or Unix-socket pool, or a setting with no async equivalent).
+    A ``redis.retry.Retry`` becomes a ``redis.asyncio.retry.Retry`` with the same
+    backoff, retries and errors; any other retry policy is not mirrored."""
+    import redis
+    import redis.asyncio
+    import redis.asyncio.retry
+    import redis.retry
+
+    pool = getattr(client, "connection_pool", None)
+    if type(pool) is not redis.ConnectionPool:
+        return None
+    classes = {
+        redis.Connection: redis.asyncio.Connection,
+        redis.SSLConnection: redis.asyncio.SSLConnection,
+        redis.UnixDomainSocketConnection: redis.asyncio.UnixDomainSocketConnection,
+    }
+    connection_class = classes.get(pool.connection_class)
+    if connection_class is None:
+        return None
+    accepted = _init_parameters(connection_class)
+    kwargs: dict[str, Any] = {}
+    for name, value in pool.connection_kwargs.items():
+        if name in _POOL_INTERNALS:
+            continue
+        if name == "retry" and type(value) is redis.retry.Retry:
+            value = redis.asyncio.retry.Retry(
+                value._backoff, value._retries, value._supported_errors
+            )
+        if name in _SYNC_ONLY or name not in accepted:
+            if value is None:
+                continue
+            return None
+        kwargs[name] = value
+    max_connections = pool.max_connections
+
+    def make() -> Any:
+        async_pool = redis.asyncio.ConnectionPool(
+            connection_class=connection_class, max_connections=max_connections, **kwargs
+        )
+        return redis.asyncio.Redis(connection_pool=async_pool)
+
+    return make
 
 
 def check_connection_options(

@@ -12,6 +12,14 @@ Each partial write is one multi-field ``HSET``; ``save`` is ``DEL`` + ``HSET`` i
 one ``MULTI``; the history-lost reset and ``save_initial_sync`` are Lua scripts,
 so the guard or condition is evaluated atomically with the write. Other fields
 of the hash are never touched.
+
+The async operations (``afind``, ``asave``…) are native: the same commands and
+scripts on a ``redis.asyncio`` client, one per running event loop (see
+:meth:`RedisConnection.async_client`). That client is made from the ``url``, or
+from the connection settings of the django-redis cache's or the given client's
+pool; when those cannot be mirrored (a Sentinel or cluster pool, a custom
+connection class or retry policy), the async operations fall back to the default:
+the sync operation on the default executor.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from ..checkpoint import (
     plain_progress,
 )
 from ..tokens import Token, decode_token, encode_token
-from ._redis_common import RedisConnection, check_connection_options
+from ._redis_common import LoopClient, RedisConnection, check_connection_options
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -105,6 +113,48 @@ def _decode_time(value: bytes | None) -> datetime | None:
     return None if not value else _EPOCH + int(value) * _MS
 
 
+def _anchor_fields(
+    stream_name: str,
+    token_field: str,
+    at_field: str,
+    token: Token | None,
+    at: datetime | None,
+    heartbeat_at: datetime | None,
+) -> tuple[dict[str, str], list[str]]:
+    """The fields an anchor write sets, and those it clears (stored as "nothing")."""
+    check_anchor_write(stream_name, token, at, heartbeat_at)
+    fields = {token_field: _encode_token(token), at_field: _encode_time(at)}
+    if heartbeat_at is not None:
+        fields[HEARTBEAT_AT] = _encode_time(heartbeat_at)
+    return fields, [name for name, value in fields.items() if not value]
+
+
+def _reset_args(
+    stream_name: str,
+    fresh_seen_token: Token | None,
+    expected_dead_processed: Token | None,
+    at: datetime,
+) -> list[str]:
+    check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+    return [
+        _encode_token(expected_dead_processed),
+        _encode_token(fresh_seen_token),
+        _encode_time(at),
+    ]
+
+
+def _initial_sync_args(
+    stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+) -> list[str]:
+    check_initial_sync_write(stream_name, progress, expected_batch)
+    stored = plain_progress(progress)
+    return [
+        _encode_batch(expected_batch),
+        "" if stored is None else json.dumps(stored),
+        "" if stored is None else _encode_batch(stored["batch"]),
+    ]
+
+
 def _escape_glob(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
@@ -141,6 +191,14 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
     # -- the SPI -----------------------------------------------------------------
 
     def save(self, checkpoint: Checkpoint) -> None:
+        key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)
+            pipe.execute()
+
+    @staticmethod
+    def _save_mapping(checkpoint: Checkpoint) -> dict[str, str]:
         fields = {
             "instanceId": checkpoint.instance_id,
             SEEN_TOKEN: _encode_token(checkpoint.last_seen_token),
@@ -156,11 +214,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
         if checkpoint.instance_id == "":
             mapping["instanceId"] = ""
-        key = self.key(checkpoint.stream_name)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping=mapping)
-            pipe.execute()
+        return mapping
 
     def find(self, stream_name: str) -> Checkpoint | None:
         return self._to_checkpoint(stream_name, self.client.hgetall(self.key(stream_name)))
@@ -229,11 +283,9 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None,
     ) -> None:
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        fields = {token_field: _encode_token(token), at_field: _encode_time(at)}
-        if heartbeat_at is not None:
-            fields[HEARTBEAT_AT] = _encode_time(heartbeat_at)
-        cleared = [name for name, value in fields.items() if not value]
+        fields, cleared = _anchor_fields(
+            stream_name, token_field, at_field, token, at, heartbeat_at
+        )
         if not cleared:
             self._hset(stream_name, fields)
             return
@@ -255,17 +307,10 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+        args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
         if self._reset_script is None:
             self._reset_script = self.client.register_script(RESET_AFTER_HISTORY_LOST)
-        self._reset_script(
-            keys=[self.key(stream_name)],
-            args=[
-                _encode_token(expected_dead_processed),
-                _encode_token(fresh_seen_token),
-                _encode_time(at),
-            ],
-        )
+        self._reset_script(keys=[self.key(stream_name)], args=args)
 
     def save_initial_sync(
         self,
@@ -274,19 +319,145 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         *,
         expected_batch: int | None,
     ) -> bool:
-        check_initial_sync_write(stream_name, progress, expected_batch)
+        args = _initial_sync_args(stream_name, progress, expected_batch)
         if self._initial_sync_script is None:
             self._initial_sync_script = self.client.register_script(SAVE_INITIAL_SYNC)
-        stored = plain_progress(progress)
-        written = self._initial_sync_script(
-            keys=[self.key(stream_name)],
-            args=[
-                _encode_batch(expected_batch),
-                "" if stored is None else json.dumps(stored),
-                "" if stored is None else _encode_batch(stored["batch"]),
-            ],
+        return bool(self._initial_sync_script(keys=[self.key(stream_name)], args=args))
+
+    # -- the async API: native, on a redis.asyncio client --------------------------
+
+    async def asave(self, checkpoint: Checkpoint) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().asave(checkpoint)
+        key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
+        async with loop_client.client.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)
+            await pipe.execute()
+
+    async def afind(self, stream_name: str) -> Checkpoint | None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().afind(stream_name)
+        raw = await loop_client.client.hgetall(self.key(stream_name))
+        return self._to_checkpoint(stream_name, raw)
+
+    async def adelete(self, stream_name: str) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().adelete(stream_name)
+        await loop_client.client.delete(self.key(stream_name))
+
+    async def alist_checkpoints(self) -> list[Checkpoint]:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().alist_checkpoints()
+        client, prefix = loop_client.client, self.key("")
+        keys = sorted(
+            [key async for key in client.scan_iter(match=_escape_glob(prefix) + "*", count=500)]
         )
-        return bool(written)
+        async with client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            records = await pipe.execute()
+        found = (
+            self._to_checkpoint(key.decode()[len(prefix) :], raw)
+            for key, raw in zip(keys, records, strict=True)
+        )
+        return [cp for cp in found if cp is not None]
+
+    async def asave_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().asave_seen(stream_name, token, at, heartbeat_at)
+        await self._asave_anchor(
+            loop_client, stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at
+        )
+
+    async def asave_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().asave_processed(stream_name, token, at, heartbeat_at)
+        await self._asave_anchor(
+            loop_client, stream_name, PROCESSED_TOKEN, PROCESSED_AT, token, at, heartbeat_at
+        )
+
+    async def _asave_anchor(
+        self,
+        loop_client: LoopClient,
+        stream_name: str,
+        token_field: str,
+        at_field: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None,
+    ) -> None:
+        fields, cleared = _anchor_fields(
+            stream_name, token_field, at_field, token, at, heartbeat_at
+        )
+        key = self.key(stream_name)
+        mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
+        if not cleared:
+            await loop_client.client.hset(key, mapping=mapping)
+            return
+        async with loop_client.client.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=mapping)
+            pipe.hdel(key, *cleared)
+            await pipe.execute()
+
+    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().asave_heartbeat(stream_name, at)
+        check_heartbeat_write(stream_name, at)
+        await loop_client.client.hset(
+            self.key(stream_name), mapping={"_v": "1", HEARTBEAT_AT: _encode_time(at)}
+        )
+
+    async def areset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().areset_after_history_lost(
+                stream_name, fresh_seen_token, expected_dead_processed, at
+            )
+        args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
+        script = loop_client.script(RESET_AFTER_HISTORY_LOST)
+        await script(keys=[self.key(stream_name)], args=args)
+
+    async def asave_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().asave_initial_sync(
+                stream_name, progress, expected_batch=expected_batch
+            )
+        args = _initial_sync_args(stream_name, progress, expected_batch)
+        script = loop_client.script(SAVE_INITIAL_SYNC)
+        return bool(await script(keys=[self.key(stream_name)], args=args))
 
     # -- configuration checks ----------------------------------------------------
 
