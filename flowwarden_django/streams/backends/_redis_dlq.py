@@ -51,7 +51,7 @@ from ._dlq_common import (
     missing_extra,
     settles,
 )
-from ._redis_common import RedisConnection
+from ._redis_common import LoopClient, RedisConnection
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -255,6 +255,59 @@ def _entry(entry_id: str, raw: Mapping[bytes, bytes]) -> DeadLetter:
     )
 
 
+def _valid_id(entry_id: Any) -> bool:
+    """Whether *entry_id* can name an entry (others are never found)."""
+    return isinstance(entry_id, str) and bool(entry_id) and ":" not in entry_id
+
+
+def _sort_batch(
+    stream_name: str,
+    status: str | None,
+    limit: int | None,
+    ids: Sequence[bytes],
+    records: Sequence[Mapping[bytes, bytes]],
+    found: list[DeadLetter],
+    stale: list[bytes],
+) -> None:
+    """Add to *found* the entries of one ``find_by_stream`` batch that match (up to
+    *limit* in all), and to *stale* the ids with no hash of this stream."""
+    for entry_id, raw in zip(ids, records, strict=True):
+        if not raw or raw.get(b"streamName") != stream_name.encode():
+            stale.append(entry_id)
+            continue
+        if status is not None and raw.get(b"status") != status.encode():
+            continue
+        found.append(_entry(entry_id.decode(), raw))
+        if limit is not None and len(found) == limit:
+            break
+
+
+def _transition_fields(
+    entry_id: str,
+    to_status: str,
+    from_statuses: Sequence[str],
+    at: datetime,
+    by: str,
+    note: str,
+) -> tuple[Sequence[str], dict[str, str]]:
+    """The checked statuses a ``transition`` may start from, and the fields it sets."""
+    allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+    fields: dict[str, str] = {}
+    stamp = str(epoch_ms(at))
+    if settles(to_status):
+        fields.update(resolvedAt=stamp, resolvedBy=by, note=note)
+    if to_status == REPLAYED:
+        fields["lastReplayedAt"] = stamp
+    return allowed, fields
+
+
+def _replay_failure_fields(error: ErrorInfo, at: datetime) -> dict[str, str]:
+    """The fields ``record_replay_failure`` sets, after its checks."""
+    check_error(error)
+    check_aware(at, "at")
+    return {"error": _error_json(error), "lastReplayedAt": str(epoch_ms(at))}
+
+
 def check_connection_options(
     setting: str, backend: str, options: Mapping[str, Any]
 ) -> list[checks.CheckMessage]:
@@ -332,6 +385,12 @@ class RedisDlqStore(DlqStore):
         """The redis-py client, connected on first use."""
         return self._connection.client
 
+    async def async_client(self) -> LoopClient | None:
+        """The ``redis.asyncio`` client of the running event loop, or ``None`` (then
+        the ``a…`` operations run the sync ones in a thread): see
+        :meth:`RedisConnection.async_client`."""
+        return await self._connection.async_client()
+
     def _script(self, source: str) -> Any:
         script = self._scripts.get(source)
         if script is None:
@@ -363,36 +422,71 @@ class RedisDlqStore(DlqStore):
         """The set of stream names that have (or had) entries."""
         return f"{self.key_prefix}dlq:index:streams"
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- what the sync and async paths share ----------------------------------------
 
-    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+    def _save_call(self, entry: DeadLetter) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of :data:`SAVE`, after the entry's checks."""
         check_entry(entry)
         if ":" in entry.id:
             raise ValueError(f"RedisDlqStore entry ids cannot contain ':' ({entry.id!r})")
         fields = _fields(entry)
         pairs = [item for pair in fields.items() for item in pair]
         stream = entry.stream_name
-        self._script(SAVE)(
-            keys=[
-                self.key(entry.id),
-                self.stream_key(stream),
-                self.pending_key(stream),
-                self.expiry_key(stream),
-                self.streams_key(),
-            ],
-            args=[
-                self.key_prefix,
-                entry.id,
-                stream,
-                fields["createdAt"],
-                fields.get("expiresAt", ""),
-                entry.status,
-                *pairs,
-            ],
-        )
+        keys = [
+            self.key(entry.id),
+            self.stream_key(stream),
+            self.pending_key(stream),
+            self.expiry_key(stream),
+            self.streams_key(),
+        ]
+        args = [
+            self.key_prefix,
+            entry.id,
+            stream,
+            fields["createdAt"],
+            fields.get("expiresAt", ""),
+            entry.status,
+            *pairs,
+        ]
+        return keys, args
+
+    def _change_status_call(
+        self,
+        entry_id: str,
+        to_status: str,
+        allowed: Sequence[str],
+        fields: Mapping[str, str],
+        *,
+        count_replay: bool,
+    ) -> tuple[list[str], list[Any]] | None:
+        """The keys and arguments of :data:`CHANGE_STATUS`, or ``None`` when *entry_id*
+        cannot name an entry."""
+        if ":" in entry_id:
+            return None
+        pairs = [item for pair in fields.items() for item in pair]
+        args = [
+            self.key_prefix,
+            entry_id,
+            to_status,
+            "1" if count_replay else "0",
+            len(allowed),
+            *allowed,
+            *pairs,
+        ]
+        return [self.key(entry_id)], args
+
+    def _purge_call(self, now: datetime) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of one :data:`PURGE` batch."""
+        return [self.streams_key()], [self.key_prefix, epoch_ms(now), PURGE_BATCH]
+
+    # -- the SPI -----------------------------------------------------------------
+
+    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        keys, args = self._save_call(entry)
+        self._script(SAVE)(keys=keys, args=args)
 
     def find_by_id(self, entry_id: str) -> DeadLetter | None:
-        if not isinstance(entry_id, str) or not entry_id or ":" in entry_id:
+        if not _valid_id(entry_id):
             return None
         raw = self.client.hgetall(self.key(entry_id))
         return _entry(entry_id, raw) if raw else None
@@ -414,15 +508,7 @@ class RedisDlqStore(DlqStore):
                 for entry_id in ids:
                     pipe.hgetall(self.key(entry_id.decode()))
                 records = pipe.execute()
-            for entry_id, raw in zip(ids, records, strict=True):
-                if not raw or raw.get(b"streamName") != stream_name.encode():
-                    stale.append(entry_id)
-                    continue
-                if status is not None and raw.get(b"status") != status.encode():
-                    continue
-                found.append(_entry(entry_id.decode(), raw))
-                if limit is not None and len(found) == limit:
-                    break
+            _sort_batch(stream_name, status, limit, ids, records, found, stale)
         if stale:
             self._script(DROP_STALE)(keys=[stream_key], args=[self.key_prefix, stream_name, *stale])
         return found
@@ -440,21 +526,13 @@ class RedisDlqStore(DlqStore):
         by: str = "",
         note: str = "",
     ) -> bool:
-        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-        fields: dict[str, str] = {}
-        stamp = str(epoch_ms(at))
-        if settles(to_status):
-            fields.update(resolvedAt=stamp, resolvedBy=by, note=note)
-        if to_status == REPLAYED:
-            fields["lastReplayedAt"] = stamp
+        allowed, fields = _transition_fields(entry_id, to_status, from_statuses, at, by, note)
         return self._change_status(
             entry_id, to_status, allowed, fields, count_replay=to_status == REPLAYED
         )
 
     def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        check_error(error)
-        check_aware(at, "at")
-        fields = {"error": _error_json(error), "lastReplayedAt": str(epoch_ms(at))}
+        fields = _replay_failure_fields(error, at)
         return self._change_status(entry_id, PENDING, (REPLAYING,), fields, count_replay=True)
 
     def _change_status(
@@ -466,31 +544,20 @@ class RedisDlqStore(DlqStore):
         *,
         count_replay: bool,
     ) -> bool:
-        if ":" in entry_id:
-            return False
-        pairs = [item for pair in fields.items() for item in pair]
-        changed = self._script(CHANGE_STATUS)(
-            keys=[self.key(entry_id)],
-            args=[
-                self.key_prefix,
-                entry_id,
-                to_status,
-                "1" if count_replay else "0",
-                len(allowed),
-                *allowed,
-                *pairs,
-            ],
+        call = self._change_status_call(
+            entry_id, to_status, allowed, fields, count_replay=count_replay
         )
-        return changed == 1
+        if call is None:
+            return False
+        keys, args = call
+        return self._script(CHANGE_STATUS)(keys=keys, args=args) == 1
 
     def purge_expired(self, now: datetime) -> int:
         check_aware(now, "now")
+        keys, args = self._purge_call(now)
         purged = 0
         while True:
-            done, examined = self._script(PURGE)(
-                keys=[self.streams_key()],
-                args=[self.key_prefix, epoch_ms(now), PURGE_BATCH],
-            )
+            done, examined = self._script(PURGE)(keys=keys, args=args)
             purged += int(done)
             if int(examined) < PURGE_BATCH:
                 return purged
@@ -499,6 +566,131 @@ class RedisDlqStore(DlqStore):
         if ":" in entry_id:
             return
         self._script(DELETE)(keys=[self.key(entry_id)], args=[self.key_prefix, entry_id])
+
+    # -- the async API: native, on a redis.asyncio client --------------------------
+
+    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().asave(entry, policy)
+        keys, args = self._save_call(entry)
+        await loop_client.script(SAVE)(keys=keys, args=args)
+
+    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().afind_by_id(entry_id)
+        if not _valid_id(entry_id):
+            return None
+        raw = await loop_client.client.hgetall(self.key(entry_id))
+        return _entry(entry_id, raw) if raw else None
+
+    async def afind_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().afind_by_stream(stream_name, status=status, limit=limit)
+        check_limit(limit)
+        client = loop_client.client
+        found: list[DeadLetter] = []
+        stale: list[bytes] = []
+        stream_key = self.stream_key(stream_name)
+        start = 0
+        while limit is None or len(found) < limit:
+            ids = await client.zrevrange(stream_key, start, start + READ_BATCH - 1)
+            if not ids:
+                break
+            start += len(ids)
+            async with client.pipeline(transaction=False) as pipe:
+                for entry_id in ids:
+                    pipe.hgetall(self.key(entry_id.decode()))
+                records = await pipe.execute()
+            _sort_batch(stream_name, status, limit, ids, records, found, stale)
+        if stale:
+            await loop_client.script(DROP_STALE)(
+                keys=[stream_key], args=[self.key_prefix, stream_name, *stale]
+            )
+        return found
+
+    async def acount(self, stream_name: str) -> int:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().acount(stream_name)
+        script = loop_client.script(COUNT_PENDING)
+        return int(await script(keys=[self.pending_key(stream_name)]))
+
+    async def atransition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().atransition(
+                entry_id, to_status, from_statuses=from_statuses, at=at, by=by, note=note
+            )
+        allowed, fields = _transition_fields(entry_id, to_status, from_statuses, at, by, note)
+        return await self._achange_status(
+            loop_client, entry_id, to_status, allowed, fields, count_replay=to_status == REPLAYED
+        )
+
+    async def arecord_replay_failure(
+        self, entry_id: str, error: ErrorInfo, *, at: datetime
+    ) -> bool:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().arecord_replay_failure(entry_id, error, at=at)
+        fields = _replay_failure_fields(error, at)
+        return await self._achange_status(
+            loop_client, entry_id, PENDING, (REPLAYING,), fields, count_replay=True
+        )
+
+    async def _achange_status(
+        self,
+        loop_client: LoopClient,
+        entry_id: str,
+        to_status: str,
+        allowed: Sequence[str],
+        fields: Mapping[str, str],
+        *,
+        count_replay: bool,
+    ) -> bool:
+        call = self._change_status_call(
+            entry_id, to_status, allowed, fields, count_replay=count_replay
+        )
+        if call is None:
+            return False
+        keys, args = call
+        return await loop_client.script(CHANGE_STATUS)(keys=keys, args=args) == 1
+
+    async def apurge_expired(self, now: datetime) -> int:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().apurge_expired(now)
+        check_aware(now, "now")
+        keys, args = self._purge_call(now)
+        script = loop_client.script(PURGE)
+        purged = 0
+        while True:
+            done, examined = await script(keys=keys, args=args)
+            purged += int(done)
+            if int(examined) < PURGE_BATCH:
+                return purged
+
+    async def adelete(self, entry_id: str) -> None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().adelete(entry_id)
+        if ":" in entry_id:
+            return
+        script = loop_client.script(DELETE)
+        await script(keys=[self.key(entry_id)], args=[self.key_prefix, entry_id])
 
     def close(self) -> None:
         self._connection.close()

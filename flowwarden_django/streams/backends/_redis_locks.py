@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from ..locks import Lease, LockService, ttl_delta
 from ._lock_common import check_owner, renamed_checks, warn_unavailable
-from ._redis_common import RedisConnection, check_connection_options
+from ._redis_common import LoopClient, RedisConnection, check_connection_options
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -97,6 +97,45 @@ def _now_ms() -> int:
     return _ms(timezone.now())
 
 
+#: The fields ``owner_of`` reads, in the order :func:`_held` takes them.
+_LEASE_FIELDS = ("owner", "token", "acquiredAt", "expiresAt")
+
+
+def _renewal_times(ttl: timedelta | float) -> tuple[int, int]:
+    """Now and the renewed expiresAt, both in epoch milliseconds."""
+    delta = ttl_delta(ttl)
+    now = _now_ms()
+    return now, now + delta // _MS
+
+
+def _acquired(name: str, owner: str, result: Any, expires: int) -> Lease | None:
+    """The lease :data:`ACQUIRE` returned ``{token, acquiredAt}`` for, or ``None``."""
+    if result is None:
+        return None
+    token, acquired = result
+    return Lease(name, owner, int(token), _time(acquired), _time(expires))
+
+
+def _renewed(lease: Lease, renewed: bool, expires: int) -> Lease | None:
+    """*lease* extended to *expires* when the renewal took, else ``None``."""
+    if not renewed:
+        return None
+    return Lease(lease.name, lease.owner, lease.token, lease.acquired_at, _time(expires))
+
+
+def _held(name: str, values: list[Any]) -> Lease | None:
+    """The unexpired lease in the hash fields :data:`_LEASE_FIELDS`, or ``None``."""
+    owner, token, acquired, expires = values
+    if not owner or expires is None or int(expires) <= _now_ms():
+        return None
+    return Lease(name, owner.decode(), int(token), _time(acquired), _time(expires))
+
+
+def _same_tenure(lease: Lease, current: Lease | None) -> bool:
+    """Whether *current* (the unexpired lease, if any) is *lease*'s tenure."""
+    return current is not None and current.owner == lease.owner and current.token == lease.token
+
+
 class RedisLockService(RedisConnection, LockService):
     """Leases in Redis hashes, with a fencing counter per name.
 
@@ -139,59 +178,118 @@ class RedisLockService(RedisConnection, LockService):
         """Where the fencing counter was before each kind of key had its namespace."""
         return f"{self.key_prefix}lock:{name}:fence"
 
+    # -- what the sync and async paths share ----------------------------------------
+
+    def _acquire_call(
+        self, name: str, owner: str, ttl: timedelta | float
+    ) -> tuple[list[str], list[Any], int]:
+        """The keys and arguments of :data:`ACQUIRE`, and the new expiresAt (ms)."""
+        check_owner(owner)
+        delta = ttl_delta(ttl)
+        now = _now_ms()
+        expires = now + delta // _MS
+        keys = [self.key(name), self.fence_key(name), self.legacy_fence_key(name)]
+        return keys, [owner, now, expires], expires
+
+    def _renew_or_release_call(
+        self, lease: Lease, now: int, expires: int | None
+    ) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of :data:`RENEW_OR_RELEASE`."""
+        args: list[Any] = [lease.owner, str(lease.token), now]
+        if expires is not None:
+            args.append(expires)
+        return [self.key(lease.name)], args
+
     # -- the SPI -----------------------------------------------------------------
 
     def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
         from redis.exceptions import RedisError
 
-        check_owner(owner)
-        delta = ttl_delta(ttl)
-        now = _now_ms()
-        expires = now + delta // _MS
+        keys, args, expires = self._acquire_call(name, owner, ttl)
         try:
-            result = self._script(ACQUIRE)(
-                keys=[self.key(name), self.fence_key(name), self.legacy_fence_key(name)],
-                args=[owner, now, expires],
-            )
+            result = self._script(ACQUIRE)(keys=keys, args=args)
         except RedisError as error:
             warn_unavailable("acquire", name, error)
             return None
-        if result is None:
-            return None
-        token, acquired = result
-        return Lease(name, owner, int(token), _time(acquired), _time(expires))
+        return _acquired(name, owner, result, expires)
 
     def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
         from redis.exceptions import RedisError
 
-        delta = ttl_delta(ttl)
-        now = _now_ms()
-        expires = now + delta // _MS
+        now, expires = _renewal_times(ttl)
         try:
             renewed = self._renew_or_release(lease, now, expires)
         except RedisError as error:
             warn_unavailable("renewal", lease.name, error)
             return None
-        if not renewed:
-            return None
-        return Lease(lease.name, lease.owner, lease.token, lease.acquired_at, _time(expires))
+        return _renewed(lease, renewed, expires)
 
     def release(self, lease: Lease) -> bool:
         return self._renew_or_release(lease, _now_ms(), None)
 
     def _renew_or_release(self, lease: Lease, now: int, expires: int | None) -> bool:
-        args: list[Any] = [lease.owner, str(lease.token), now]
-        if expires is not None:
-            args.append(expires)
-        return self._script(RENEW_OR_RELEASE)(keys=[self.key(lease.name)], args=args) == 1
+        keys, args = self._renew_or_release_call(lease, now, expires)
+        return self._script(RENEW_OR_RELEASE)(keys=keys, args=args) == 1
 
     def owner_of(self, name: str) -> Lease | None:
-        owner, token, acquired, expires = self.client.hmget(
-            self.key(name), "owner", "token", "acquiredAt", "expiresAt"
-        )
-        if not owner or expires is None or int(expires) <= _now_ms():
+        return _held(name, self.client.hmget(self.key(name), *_LEASE_FIELDS))
+
+    def is_current(self, lease: Lease) -> bool:
+        return _same_tenure(lease, self.owner_of(lease.name))
+
+    # -- the async API: native, on a redis.asyncio client --------------------------
+
+    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().atry_acquire(name, owner, ttl)
+        from redis.exceptions import RedisError
+
+        keys, args, expires = self._acquire_call(name, owner, ttl)
+        try:
+            result = await loop_client.script(ACQUIRE)(keys=keys, args=args)
+        except RedisError as error:
+            warn_unavailable("acquire", name, error)
             return None
-        return Lease(name, owner.decode(), int(token), _time(acquired), _time(expires))
+        return _acquired(name, owner, result, expires)
+
+    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().arenew(lease, ttl)
+        from redis.exceptions import RedisError
+
+        now, expires = _renewal_times(ttl)
+        try:
+            renewed = await self._arenew_or_release(loop_client, lease, now, expires)
+        except RedisError as error:
+            warn_unavailable("renewal", lease.name, error)
+            return None
+        return _renewed(lease, renewed, expires)
+
+    async def arelease(self, lease: Lease) -> bool:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().arelease(lease)
+        return await self._arenew_or_release(loop_client, lease, _now_ms(), None)
+
+    async def _arenew_or_release(
+        self, loop_client: LoopClient, lease: Lease, now: int, expires: int | None
+    ) -> bool:
+        keys, args = self._renew_or_release_call(lease, now, expires)
+        return await loop_client.script(RENEW_OR_RELEASE)(keys=keys, args=args) == 1
+
+    async def aowner_of(self, name: str) -> Lease | None:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().aowner_of(name)
+        return _held(name, await loop_client.client.hmget(self.key(name), *_LEASE_FIELDS))
+
+    async def ais_current(self, lease: Lease) -> bool:
+        loop_client = await self.async_client()
+        if loop_client is None:
+            return await super().ais_current(lease)
+        return _same_tenure(lease, await self.aowner_of(lease.name))
 
     def close(self) -> None:
         RedisConnection.close(self)
