@@ -33,7 +33,7 @@ from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext, aware_datetime
 from .dispatch import HandlerCaller, is_async
-from .dlq import DeadLetter, DlqPolicy, DlqStore
+from .dlq import DlqPolicy, DlqStore
 from .dlq import error_info as make_error_info
 from .runtime import (
     DeadLetterWriteError,
@@ -42,8 +42,9 @@ from .runtime import (
     StreamInvalidatedError,
     StreamState,
     UnhandledEventError,
-    _entry_id,
     _event_anchor_at,
+    announce_retry,
+    dead_letter_entry,
 )
 from .source import is_history_lost
 from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
@@ -533,16 +534,7 @@ class AsyncStreamConsumer:
             if not again:
                 await self._dead_letter(error, ctx, lifecycle)
                 return False
-            delay = retry.delay(attempt) * (random.uniform(0.8, 1.2) if retry.jitter else 1.0)
-            logger.warning(
-                "stream %r: %s failed (%s); retry %d/%d in %.2fs",
-                self.spec.name,
-                ctx.summary(),
-                error,
-                attempt,
-                retry.max_attempts - 1,
-                delay,
-            )
+            delay = announce_retry(self.spec.name, ctx, error, attempt, retry)
             self.retries += 1
             if await self._sleep(delay):
                 return None
@@ -585,22 +577,7 @@ class AsyncStreamConsumer:
             queue.retention_days, queue.include_original_document, queue.include_stack_trace
         )
         info = make_error_info(error, include_stack_trace=queue.include_stack_trace)
-        now = timezone.now()
-        entry = DeadLetter(
-            id=_entry_id(self.spec.name, ctx),
-            stream_name=self.spec.name,
-            operation_type=ctx.operation_type,
-            error=info,
-            attempts=ctx.attempt_number,
-            created_at=now,
-            first_attempt_at=now,
-            last_attempt_at=now,
-            document_key=ctx.document_key,
-            full_document=ctx.full_document if policy.include_original_document else None,
-            resume_token=ctx.resume_token,
-            expires_at=policy.compute_expires_at(now),
-            metadata=ctx.metadata,
-        )
+        entry = dead_letter_entry(self.spec.name, ctx, info, policy)
         try:
             await self.dlq_store.asave(entry, policy)
         except Exception as exc:

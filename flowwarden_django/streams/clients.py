@@ -14,6 +14,19 @@ from ..conf import fw_settings
 from ..exceptions import MissingExtraError
 
 
+def client_settings(alias: str) -> tuple[str, dict[str, Any]]:
+    """The URL and options of MongoDB client *alias* in ``FLOWWARDEN["MONGO_CLIENTS"]``
+    (sync and async clients are made from the same)."""
+    configured: Mapping[str, Any] = fw_settings.MONGO_CLIENTS or {}
+    if alias not in configured:
+        raise KeyError(
+            f"no MongoDB client {alias!r} in FLOWWARDEN['MONGO_CLIENTS'] "
+            f"(configured: {', '.join(sorted(configured)) or 'none'})"
+        )
+    config = configured[alias]
+    return config["URL"], dict(config.get("OPTIONS") or {})
+
+
 class MongoClientHandler:
     """Builds and keeps one pymongo client per configured alias."""
 
@@ -31,18 +44,12 @@ class MongoClientHandler:
             return self._clients[alias]
 
     def _create(self, alias: str) -> Any:
-        configured: Mapping[str, Any] = fw_settings.MONGO_CLIENTS or {}
-        if alias not in configured:
-            raise KeyError(
-                f"no MongoDB client {alias!r} in FLOWWARDEN['MONGO_CLIENTS'] "
-                f"(configured: {', '.join(sorted(configured)) or 'none'})"
-            )
-        config = configured[alias]
+        url, options = client_settings(alias)
         try:
             from pymongo import MongoClient
         except ImportError as exc:
             raise MissingExtraError("pymongo", "mongo", "Change streams") from exc
-        return MongoClient(config["URL"], **dict(config.get("OPTIONS") or {}))
+        return MongoClient(url, **options)
 
     def reset(self) -> None:
         """Close every client; the next access reconnects from the settings."""

@@ -48,17 +48,20 @@ OPLOG_STATS_SECONDS = 60.0
 
 def pymongo_source(spec: StreamSpec) -> ChangeSource:
     """The production source of a stream: its MongoDB client alias, collection and pipeline."""
-    pipeline = list(spec.pipeline()) if spec.pipeline is not None else []
-    return PymongoChangeSource(
-        mongo_clients[spec.client],
-        spec.database,
-        spec.collection,
-        stream_name=spec.name,
-        pipeline=pipeline,
-        full_document=spec.full_document,
-        full_document_before_change=spec.full_document_before_change,
-        max_await_ms=max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS),
-    )
+    return PymongoChangeSource(mongo_clients[spec.client], **source_options(spec))
+
+
+def source_options(spec: StreamSpec) -> dict[str, Any]:
+    """The arguments after the client of a pymongo source (sync or async) of *spec*."""
+    return {
+        "database": spec.database,
+        "collection": spec.collection,
+        "stream_name": spec.name,
+        "pipeline": list(spec.pipeline()) if spec.pipeline is not None else [],
+        "full_document": spec.full_document,
+        "full_document_before_change": spec.full_document_before_change,
+        "max_await_ms": max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS),
+    }
 
 
 def max_await_ms(value: str | float) -> int:

@@ -41,7 +41,14 @@ from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
 from .policy import At, ProcessedAnchorPolicy, anchor_failure_log
 from .source import ChangeCursor, ChangeSource, is_history_lost
-from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, SNAPSHOT_OPERATION, ErrorAction, StreamSpec
+from .spec import (
+    LIFECYCLE_OPERATIONS,
+    NO_RETRY,
+    SNAPSHOT_OPERATION,
+    ErrorAction,
+    RetryPolicySpec,
+    StreamSpec,
+)
 from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -132,6 +139,50 @@ def _entry_id(stream_name: str, ctx: ChangeContext) -> str:
 
 
 _SNAPSHOT_ENTRY_NAMESPACE = uuid.UUID("6f1c8a52-4a51-4f0e-9d38-4b7f2f0f5c11")
+
+
+def announce_retry(
+    stream_name: str,
+    ctx: ChangeContext,
+    error: BaseException,
+    attempt: int,
+    retry: RetryPolicySpec,
+) -> float:
+    """The delay before retrying *ctx* after its *attempt* failed with *error* (the retry
+    policy's backoff, with its jitter), logged as one warning."""
+    delay = retry.delay(attempt) * (random.uniform(0.8, 1.2) if retry.jitter else 1.0)
+    logger.warning(
+        "stream %r: %s failed (%s); retry %d/%d in %.2fs",
+        stream_name,
+        ctx.summary(),
+        error,
+        attempt,
+        retry.max_attempts - 1,
+        delay,
+    )
+    return delay
+
+
+def dead_letter_entry(
+    stream_name: str, ctx: ChangeContext, info: ErrorInfo, policy: DlqPolicy
+) -> DeadLetter:
+    """The dead letter of the event (or copied document) in *ctx*, failed with *info*."""
+    now = timezone.now()
+    return DeadLetter(
+        id=_entry_id(stream_name, ctx),
+        stream_name=stream_name,
+        operation_type=ctx.operation_type,
+        error=info,
+        attempts=ctx.attempt_number,
+        created_at=now,
+        first_attempt_at=now,
+        last_attempt_at=now,
+        document_key=ctx.document_key,
+        full_document=ctx.full_document if policy.include_original_document else None,
+        resume_token=ctx.resume_token,
+        expires_at=policy.compute_expires_at(now),
+        metadata=ctx.metadata,
+    )
 
 
 def _anchor_at(ctx: ChangeContext) -> At:
@@ -726,16 +777,7 @@ class StreamConsumer:
             if not again:
                 self._dead_letter(error, ctx, lifecycle)
                 return False
-            delay = retry.delay(attempt) * (random.uniform(0.8, 1.2) if retry.jitter else 1.0)
-            logger.warning(
-                "stream %r: %s failed (%s); retry %d/%d in %.2fs",
-                self.spec.name,
-                ctx.summary(),
-                error,
-                attempt,
-                retry.max_attempts - 1,
-                delay,
-            )
+            delay = announce_retry(self.spec.name, ctx, error, attempt, retry)
             self.retries += 1
             if self._wait(delay):
                 return None
@@ -874,22 +916,7 @@ class StreamConsumer:
             self._settle(ctx, lifecycle)
 
     def _write_dead_letter(self, ctx: ChangeContext, info: ErrorInfo, policy: DlqPolicy) -> None:
-        now = timezone.now()
-        entry = DeadLetter(
-            id=_entry_id(self.spec.name, ctx),
-            stream_name=self.spec.name,
-            operation_type=ctx.operation_type,
-            error=info,
-            attempts=ctx.attempt_number,
-            created_at=now,
-            first_attempt_at=now,
-            last_attempt_at=now,
-            document_key=ctx.document_key,
-            full_document=ctx.full_document if policy.include_original_document else None,
-            resume_token=ctx.resume_token,
-            expires_at=policy.compute_expires_at(now),
-            metadata=ctx.metadata,
-        )
+        entry = dead_letter_entry(self.spec.name, ctx, info, policy)
         try:
             self.dlq_store.save(entry, policy)
         except Exception as exc:

@@ -70,12 +70,10 @@ class ChangeSource(Protocol):
         ...
 
 
-class PymongoChangeSource:
-    """Change streams on one collection through pymongo's ``watch()``.
-
-    ``pipeline`` stages follow ``$changeStream`` on every cursor, the bootstrap
-    included. Cursors carry the comment ``flowwarden:<stream>``.
-    """
+class CollectionStreamSettings:
+    """What the sync and async pymongo sources share: the collection, the pipeline and
+    the change-stream options, and the arguments of ``watch()`` and of the bootstrap
+    ``aggregate`` built from them. Subclasses send them through their client."""
 
     def __init__(
         self,
@@ -100,23 +98,22 @@ class PymongoChangeSource:
         )
         self.max_await_ms = max_await_ms
 
-    def open(
+    def watch_arguments(
         self,
-        *,
-        resume_after: Mapping[str, Any] | None = None,
-        start_after: Mapping[str, Any] | None = None,
-        start_at_operation_time: Any = None,
-    ) -> ChangeCursor:
-        return self.collection.watch(
-            self.pipeline,
-            full_document=self.full_document,
-            full_document_before_change=self.full_document_before_change,
-            resume_after=resume_after,
-            start_after=start_after,
-            start_at_operation_time=start_at_operation_time,
-            max_await_time_ms=self.max_await_ms,
-            comment=f"{CURSOR_COMMENT_PREFIX}{self.stream_name}",
-        )
+        resume_after: Mapping[str, Any] | None,
+        start_after: Mapping[str, Any] | None,
+        start_at_operation_time: Any,
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``collection.watch(self.pipeline, ...)``."""
+        return {
+            "full_document": self.full_document,
+            "full_document_before_change": self.full_document_before_change,
+            "resume_after": resume_after,
+            "start_after": start_after,
+            "start_at_operation_time": start_at_operation_time,
+            "max_await_time_ms": self.max_await_ms,
+            "comment": f"{CURSOR_COMMENT_PREFIX}{self.stream_name}",
+        }
 
     def _change_stream_stage(self) -> dict[str, Any]:
         stage: dict[str, Any] = {}
@@ -126,26 +123,51 @@ class PymongoChangeSource:
             stage["fullDocumentBeforeChange"] = self.full_document_before_change
         return stage
 
-    def initial_position(self) -> Mapping[str, Any]:
-        # batchSize 0: the reply carries no event, only the position, so nothing can
-        # slip between reading it and resuming after it.
-        reply = self.database.command(
-            "aggregate",
-            self.collection.name,
-            pipeline=[{"$changeStream": self._change_stream_stage()}, *self.pipeline],
-            cursor={"batchSize": 0},
-            comment=f"{CURSOR_COMMENT_PREFIX}bootstrap:{self.stream_name}",
-        )
-        cursor = reply["cursor"]
-        if cursor.get("id"):
-            self.database.command("killCursors", self.collection.name, cursors=[cursor["id"]])
-        token = cursor.get("postBatchResumeToken")
+    def bootstrap_command(self) -> dict[str, Any]:
+        """The ``aggregate`` that reads the current position. batchSize 0: the reply
+        carries no event, only the position, so nothing can slip between reading it
+        and resuming after it."""
+        return {
+            "pipeline": [{"$changeStream": self._change_stream_stage()}, *self.pipeline],
+            "cursor": {"batchSize": 0},
+            "comment": f"{CURSOR_COMMENT_PREFIX}bootstrap:{self.stream_name}",
+        }
+
+    def bootstrap_position(self, reply: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The position in the bootstrap's *reply* (kill its cursor, ``reply["cursor"]
+        ["id"]`` when not 0, first)."""
+        token = reply["cursor"].get("postBatchResumeToken")
         if token is None:
             raise RuntimeError(
                 f"stream {self.stream_name!r}: the server returned no postBatchResumeToken "
                 "(change streams need MongoDB 4.0.7+ running as a replica set)"
             )
         return token
+
+
+class PymongoChangeSource(CollectionStreamSettings):
+    """Change streams on one collection through pymongo's ``watch()``.
+
+    ``pipeline`` stages follow ``$changeStream`` on every cursor, the bootstrap
+    included. Cursors carry the comment ``flowwarden:<stream>``.
+    """
+
+    def open(
+        self,
+        *,
+        resume_after: Mapping[str, Any] | None = None,
+        start_after: Mapping[str, Any] | None = None,
+        start_at_operation_time: Any = None,
+    ) -> ChangeCursor:
+        arguments = self.watch_arguments(resume_after, start_after, start_at_operation_time)
+        return self.collection.watch(self.pipeline, **arguments)
+
+    def initial_position(self) -> Mapping[str, Any]:
+        reply = self.database.command("aggregate", self.collection.name, **self.bootstrap_command())
+        cursor_id = reply["cursor"].get("id")
+        if cursor_id:
+            self.database.command("killCursors", self.collection.name, cursors=[cursor_id])
+        return self.bootstrap_position(reply)
 
     def oldest_oplog_time(self) -> Any:
         from pymongo.errors import PyMongoError
