@@ -112,6 +112,7 @@ _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a positive number of milliseconds or a duration like '200ms'",
     ),
     "CELERY_RUN_STREAMS": (lambda value: isinstance(value, bool), "True or False"),
+    "STREAM_RUNNER": (lambda value: value in ("threads", "asyncio"), '"threads" or "asyncio"'),
     "INSTANCE_ID": (_instance_id, "None or a name of 1 to 200 characters"),
     "WORKFLOW_EXECUTION": (
         lambda value: isinstance(value, str) and bool(value.strip()),

@@ -24,6 +24,9 @@ DEFAULTS: dict[str, Any] = {
     "MONGO_CLIENTS": {},
     # How long one poll of a change stream waits on the server when idle (getMore maxTimeMS).
     "STREAM_MAX_AWAIT_MS": 1000,
+    # How a process runs its streams: "threads" (one thread a stream) or "asyncio" (every
+    # stream a task on one event loop, pymongo's async driver; `run --asyncio`).
+    "STREAM_RUNNER": "threads",
     # Dead-letter stores and lock services by alias, shaped like CHECKPOINT_STORES.
     "DLQ_STORES": {"default": {"BACKEND": DEFAULT_DLQ_BACKEND}},
     "LOCK_SERVICES": {"default": {"BACKEND": DEFAULT_LOCK_BACKEND}},

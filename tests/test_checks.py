@@ -151,6 +151,7 @@ BAD_VALUES = {
     "CHECKPOINT_STORES": 5,
     "MONGO_CLIENTS": ["mongodb://x"],
     "STREAM_MAX_AWAIT_MS": "200 millis",
+    "STREAM_RUNNER": "trio",
     "DLQ_STORES": [],
     "LOCK_SERVICES": "redis",
     "LEADER_LEASE_TTL": "soon",

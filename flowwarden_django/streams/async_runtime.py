@@ -1,59 +1,79 @@
-"""One stream's consumer on an event loop (first cut): many streams share one loop.
+"""One stream's consumer on an event loop: many streams share one loop.
 
 ``AsyncStreamConsumer`` follows :class:`~.runtime.StreamConsumer`: the same spec,
-the resume cascade (processed anchor, then seen anchor, then ``on_history_lost``),
-the processed-anchor policy (``save_every_n``, ``save_interval_seconds``, a flush
-on stop), the idle heartbeat, retries, ``on_error`` and the dead-letter queue. It
-reads through an :class:`~.async_source.AsyncChangeSource`, writes through the
-stores' ``a…`` methods, awaits ``async def`` handlers and runs sync ones with
-``sync_to_async(thread_sensitive=True)`` (they may use the ORM).
+the resume cascade (processed anchor, then seen anchor, then ``on_history_lost``
+with all four strategies), the processed-anchor policy (``save_every_n``,
+``save_interval_seconds`` with an age flusher, a flush on stop), the idle
+heartbeat, retries, ``on_error``, the dead-letter queue, ``SINGLE_LEADER`` leases
+(``lease_valid`` and a fenced store, as ``StreamManager`` passes them) and
+transactional streams. It reads through an :class:`~.async_source.AsyncChangeSource`,
+writes through the stores' ``a…`` methods and awaits ``async def`` handlers.
 
-Not in this cut (refused with a clear error): initial sync (``COPY_EXISTING``,
-``RESYNC``), ``RESUME_FROM_OPLOG_START``, ``SINGLE_LEADER`` leases, transactional
-streams; ``ctx.save_checkpoint_now()`` and ``ctx.send_to_dlq()`` are unavailable
-(the first returns ``False``, the second raises).
+What runs on a thread, and why:
+
+* sync handlers, filters and ``on_error`` handlers run through
+  ``sync_to_async(thread_sensitive=True)`` inside the stream's own
+  ``ThreadSensitiveContext``: each stream that has sync code gets one thread (and
+  one database connection) of its own, as a Django request does, and a stream of
+  ``async def`` handlers on async stores uses none;
+* a transactional stream's attempt (the handler, then the anchor write, in one
+  ``transaction.atomic``) runs on that thread: a Django transaction belongs to a
+  thread. An ``async def`` handler still runs on the loop, and its async ORM calls
+  come back to that thread, inside the transaction;
+* an initial sync (``COPY_EXISTING``, ``RESYNC``, a resync on demand) copies with the
+  sync driver on a worker thread, through the same code as the threaded consumer
+  (:mod:`.initial_sync`): a bounded phase, after which the stream streams natively.
+
+:class:`~.async_manager.AsyncStreamManager` runs these consumers for
+``flowwarden_streams run --asyncio``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from django.db import connections
 from django.utils import timezone
 
 from ..common.outages import error_summary, is_outage, short_message
 from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
-from .context import ChangeContext, aware_datetime
+from .context import ChangeContext
 from .dispatch import HandlerCaller, is_async
 from .dlq import DlqPolicy, DlqStore
 from .dlq import error_info as make_error_info
+from .locks import LeaseLostError
+from .observed_store import ObservedCheckpointStore
+from .policy import ProcessedAnchorPolicy
 from .runtime import (
+    MAX_COPIES_PER_OPEN,
     DeadLetterWriteError,
     FilterError,
     HistoryLostError,
+    OplogTooShortError,
+    StreamConsumer,
     StreamInvalidatedError,
     StreamState,
     UnhandledEventError,
     _event_anchor_at,
+    announce_received,
     announce_retry,
     dead_letter_entry,
 )
-from .source import is_history_lost
+from .source import ChangeSource, is_history_lost
 from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
 from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
-
-#: The ``on_history_lost`` strategies this cut implements.
-SUPPORTED_HISTORY_LOST = ("FAIL", "RESUME_FROM_NOW")
 
 
 class _RestartNow(Exception):
@@ -68,22 +88,33 @@ class _Opened:
         first_event: Mapping[str, Any] | None = None,
         certified: Mapping[str, Any] | None = None,
         confirmed: Mapping[str, Any] | None = None,
+        recovery_expected: tuple[Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.cursor = cursor
         self.first_event = first_event
         self.certified = certified
         self.confirmed = confirmed
+        self.recovery_expected = recovery_expected
 
 
 def _resolve_at(at: Any) -> datetime:
     return at() if callable(at) else at
 
 
+def _on_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class AsyncAnchorPolicy:
     """The processed-anchor policy on one event loop (see :mod:`.policy`).
 
-    One consumer task is its only writer, so it needs no lock. A failed write
-    leaves the anchor dirty; settling events retries it after ``retry_pause_seconds``.
+    An ``asyncio.Lock`` serializes its writers (settling events, the age flusher, a
+    manual save), so an older anchor never lands after a newer one. A failed write
+    leaves the anchor dirty; settling events retry it after ``retry_pause_seconds``.
     """
 
     retry_pause_seconds = 0.5
@@ -104,10 +135,12 @@ class AsyncAnchorPolicy:
         self.save_interval_seconds = save_interval_seconds
         self.confirmed_token = confirmed_token
         self._monotonic = monotonic
+        self._lock = asyncio.Lock()
         self._pending: tuple[Mapping[str, Any], Any] | None = None
         self._count = 0
         self._dirty_since: float | None = None
         self._failed_at: float | None = None
+        self._cancelled = False
         self.writes = 0
         self.failures = 0
 
@@ -115,29 +148,48 @@ class AsyncAnchorPolicy:
     def dirty(self) -> bool:
         return self._pending is not None
 
+    def cancel(self) -> None:
+        """Refuse every later write (the stream's anchors are being replaced)."""
+        self._cancelled = True
+        self._pending = None
+
     async def on_settled(self, token: Mapping[str, Any], at: Any) -> None:
-        if tokens_equal(token, self.confirmed_token):
-            self._pending, self._count = None, 0
-            return
-        self._pending = (token, at)
-        self._count += 1
-        if self._dirty_since is None:
-            self._dirty_since = self._monotonic()
-        if self._count >= self.save_every_n:
-            await self._persist()
+        async with self._lock:
+            if tokens_equal(token, self.confirmed_token):
+                self._pending, self._count = None, 0
+                return
+            self._pending = (token, at)
+            self._count += 1
+            if self._dirty_since is None:
+                self._dirty_since = self._monotonic()
+            if self._count >= self.save_every_n:
+                await self._persist()
 
     async def flush_if_due(self) -> bool:
         if self._pending is None or not self.save_interval_seconds:
             return False
-        if self._monotonic() - (self._dirty_since or 0) < self.save_interval_seconds:
-            return False
-        return await self._persist()
+        async with self._lock:
+            if self._pending is None:
+                return False
+            if self._monotonic() - (self._dirty_since or 0) < self.save_interval_seconds:
+                return False
+            return await self._persist()
 
     async def flush(self) -> bool:
         """Persist a dirty anchor now; True when nothing is left dirty."""
-        return self._pending is None or await self._persist(force=True)
+        async with self._lock:
+            return self._pending is None or await self._persist(force=True)
+
+    async def save_now(self, token: Mapping[str, Any], at: Any) -> bool:
+        """Persist *token* immediately (``ctx.asave_checkpoint_now()``)."""
+        async with self._lock:
+            self._pending = (token, at)
+            return await self._persist(force=True)
 
     async def _persist(self, *, force: bool = False) -> bool:
+        if self._cancelled:
+            self._pending = None
+            return False
         assert self._pending is not None
         if (
             not force
@@ -166,16 +218,70 @@ class AsyncAnchorPolicy:
         return True
 
 
+class _TransactionalAnchors:
+    """The anchors of a transactional stream: every write is made inside the event's
+    transaction, on the stream's thread (the threaded consumer's strict policy), so
+    nothing is ever left dirty for the loop to flush."""
+
+    def __init__(self, policy: ProcessedAnchorPolicy) -> None:
+        self.policy = policy
+
+    @property
+    def confirmed_token(self) -> Mapping[str, Any] | None:
+        return self.policy.confirmed_token
+
+    def cancel(self) -> None:
+        self.policy.cancel()
+
+    async def flush_if_due(self) -> bool:
+        return False
+
+    async def flush(self) -> bool:
+        return not self.policy.dirty
+
+
+def _shared_counter(name: str) -> property:
+    """A counter kept by the consumer's thread side (``StreamConsumer``), so the copy
+    and the transactional attempts count in the same place as the loop does."""
+
+    def get(self: AsyncStreamConsumer) -> Any:
+        return getattr(self._thread_side, name)
+
+    def put(self: AsyncStreamConsumer, value: Any) -> None:
+        setattr(self._thread_side, name, value)
+
+    return property(get, put)
+
+
 class AsyncStreamConsumer:
     """Consumes one declared stream on the running event loop until stopped.
 
-    ``await run()`` returns on ``stop()`` (or, with ``burst=True``, once caught up);
-    lost history under ``FAIL``, a rename, or running out of restart attempts
-    raise (``state`` is then ``CRASHED``). Run many with ``asyncio.gather``.
+    ``await run()`` returns on ``stop()`` (or, with ``burst=True``, once caught up, or
+    when a ``SINGLE_LEADER`` stream's lease is lost); lost history under ``FAIL``, a
+    rename, or running out of restart attempts raise (``state`` is then
+    ``CRASHED``). Run many with :func:`run_streams`. ``stop()`` may be called from
+    any thread. *copy_source_factory* makes the sync source an initial sync copies
+    through (default: the stream's pymongo source).
     """
 
     #: The longest wait between two restarts while a server does not answer.
     outage_restart_max_seconds = 2.0
+    #: How often the age flusher looks for a dirty anchor past its threshold.
+    flush_tick_seconds = 1.0
+    #: How often a retry backoff looks at the lease.
+    lease_check_seconds = 0.25
+
+    events_handled = _shared_counter("events_handled")
+    documents_copied = _shared_counter("documents_copied")
+    errors = _shared_counter("errors")
+    retries = _shared_counter("retries")
+    dead_lettered = _shared_counter("dead_lettered")
+    restarts = _shared_counter("restarts")
+    state = _shared_counter("state")
+    last_error = _shared_counter("last_error")
+    started_at = _shared_counter("started_at")
+    restarting_since = _shared_counter("restarting_since")
+    _last_event_time = _shared_counter("_last_event_time")
 
     def __init__(
         self,
@@ -185,104 +291,165 @@ class AsyncStreamConsumer:
         *,
         dlq_store: DlqStore | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        lease_valid: Callable[[], bool] | None = None,
+        copy_source_factory: Callable[[StreamSpec], ChangeSource] | None = None,
+        sleep: Callable[[float], bool] | None = None,
     ) -> None:
-        self._refuse_unsupported(spec)
         if source_factory is None:
             from .async_source import async_pymongo_source
 
             source_factory = async_pymongo_source
+        if copy_source_factory is None:
+            from .manager import pymongo_source
+
+            copy_source_factory = pymongo_source
         self.spec = spec
-        self.store = store
+        self.store = (
+            store
+            if isinstance(store, ObservedCheckpointStore)
+            else ObservedCheckpointStore(store, spec.name)
+        )
         self.source_factory = source_factory
-        self._dlq_store = dlq_store
+        self.copy_source_factory = copy_source_factory
+        self.lease_valid = lease_valid
         self._monotonic = monotonic
+        # Retry backoff waits here (a test's clock); True when a stop interrupts it.
+        self._backoff_sleep = sleep
+        #: The thread side: a StreamConsumer of the same stream that runs what must
+        #: run on a thread (transactional attempts, the copy, sync ctx actions) and
+        #: keeps the counters. It never opens a change stream.
+        self._thread_side = StreamConsumer(
+            spec,
+            self.store,
+            copy_source_factory,
+            monotonic=monotonic,
+            dlq_store=dlq_store,
+            lease_valid=lease_valid,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
         self._caller = HandlerCaller()
-        self.state = StreamState.STOPPED
-        self.last_error: BaseException | None = None
-        self.events_handled = 0
-        self.restarts = 0
-        self.errors = 0
-        self.retries = 0
-        self.dead_lettered = 0
+        #: Set after each dead-letter write; whoever reports the backlog clears it.
+        self.dlq_dirty: threading.Event = self._thread_side.dlq_dirty
         self.heartbeats = 0
-        self.policy: AsyncAnchorPolicy | None = None
+        self.policy: AsyncAnchorPolicy | _TransactionalAnchors | None = None
         self._invalidate_cause: str | None = None
+        self._restart_cause: tuple[int, BaseException] | None = None
 
-    @staticmethod
-    def _refuse_unsupported(spec: StreamSpec) -> None:
-        def refuse(what: str) -> None:
-            raise NotImplementedError(
-                f"stream {spec.name!r}: {what} is not supported by AsyncStreamConsumer yet "
-                "(first cut); run this stream with the threaded StreamConsumer"
-            )
+    @property
+    def last_event_at(self) -> datetime | None:
+        """When the last event was handled."""
+        return self._thread_side.last_event_at
 
-        if spec.transactional:
-            refuse("a transactional stream")
-        if spec.deployment_mode == "SINGLE_LEADER":
-            refuse("SINGLE_LEADER (leases)")
-        checkpoint = spec.checkpoint
-        if checkpoint.start_position == "COPY_EXISTING":
-            refuse("start_position COPY_EXISTING (initial sync)")
-        if checkpoint.on_history_lost not in SUPPORTED_HISTORY_LOST:
-            refuse(f"on_history_lost {checkpoint.on_history_lost}")
+    @last_event_at.setter
+    def last_event_at(self, value: datetime | None) -> None:
+        self._thread_side.last_event_at = value
+
+    @property
+    def dlq_store(self) -> DlqStore:
+        return self._thread_side.dlq_store
+
+    def configuration(self) -> dict[str, Any]:
+        """The stream's settings as ``stream_started`` reports them."""
+        return self._thread_side.configuration()
 
     # -- control ---------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop after the event in hand (the anchor is flushed). Call it on the loop."""
+        """Stop after the event in hand (the anchor is flushed); from any thread."""
         self._stop_requested = True
-        if self._stop is not None:
-            self._stop.set()
+        self._thread_side.stop()  # a copy in progress stops after its batch
+        loop, event = self._loop, self._stop
+        if loop is None or event is None:
+            return
+        if _on_loop_thread() and asyncio.get_running_loop() is loop:
+            event.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing waits
+                loop.call_soon_threadsafe(event.set)
 
     @property
     def stopping(self) -> bool:
         return self._stop_requested
 
+    def _lease_lost(self) -> bool:
+        return self.lease_valid is not None and not self.lease_valid()
+
+    def _check_lease(self) -> None:
+        if self._lease_lost():
+            raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
+
     async def _sleep(self, seconds: float) -> bool:
-        """Sleep; True if a stop cut it short."""
+        """Sleep; True if a stop (or a lost lease) cut it short."""
         assert self._stop is not None
-        try:
-            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
-        except TimeoutError:
-            return self._stop_requested
+        deadline = time.monotonic() + max(0.0, seconds)
+        while not (self._stop_requested or self._lease_lost()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            step = left if self.lease_valid is None else min(left, self.lease_check_seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=step)
         return True
+
+    async def _backoff(self, seconds: float) -> bool:
+        """Sleep a retry backoff; True if a stop (or a lost lease) cut it short."""
+        if self._backoff_sleep is not None:
+            return self._backoff_sleep(seconds) or self._stop_requested or self._lease_lost()
+        return await self._sleep(seconds)
 
     async def run(self, *, burst: bool = False) -> None:
         """Consume until stopped (or caught up, with *burst*); raise when terminal."""
+        self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
-        try:
-            await self._run(burst=burst)
-        finally:
-            # The connections sync handlers and stores opened on the thread-sensitive
-            # executor: dropped when broken or expired, as the sync consumer does.
-            await sync_to_async(close_old_connections, thread_sensitive=True)()
+        # Its own thread-sensitive context: this stream's sync code (handlers, the
+        # ORM) runs on a thread of its own, not on one thread shared by every stream.
+        async with ThreadSensitiveContext():
+            try:
+                await self._run(burst=burst)
+            finally:
+                await metrics.drain()  # signals for async receivers, sent as tasks
+                # The thread goes with the context: close its database connections.
+                await sync_to_async(connections.close_all, thread_sensitive=True)()
 
     async def _run(self, *, burst: bool) -> None:
         attempt = 0
         while not self._stop_requested:
             self.state = StreamState.STARTING
-            handled_before = self.events_handled
+            handled_before = self.events_handled + self.documents_copied
             try:
                 await self._run_generation(burst=burst)
                 break
+            except initial_sync.CopyInterrupted:
+                break  # a stop during the copy: it resumes after its last batch
             except _RestartNow:
                 self.restarts += 1
                 continue
-            except (HistoryLostError, StreamInvalidatedError, NotImplementedError) as exc:
+            except (
+                HistoryLostError,
+                StreamInvalidatedError,
+                initial_sync.InitialSyncConflictError,
+            ) as exc:
                 self._crash(exc)
                 raise
+            except LeaseLostError as exc:
+                self.last_error = exc
+                logger.warning("stream %r: %s; stopping", self.spec.name, exc)
+                break
             except Exception as exc:
-                attempt = 0 if self.events_handled > handled_before else attempt
+                progressed = self.events_handled + self.documents_copied > handled_before
+                attempt = 0 if progressed else attempt
                 attempt += 1
                 policy = self.spec.restart_policy
                 if policy.max_attempts and attempt > policy.max_attempts:
                     self._crash(exc)
                     raise
                 self.last_error = exc
+                if self.restarting_since is None:
+                    self.restarting_since = timezone.now()
                 self.state = StreamState.RESTARTING
                 delay = policy.delay(attempt)
                 if policy.jitter:
@@ -298,6 +465,7 @@ class AsyncStreamConsumer:
                     delay,
                 )
                 self.restarts += 1
+                self._restart_cause = (attempt, exc)
                 if await self._sleep(delay):
                     break
         self.state = StreamState.STOPPED
@@ -311,22 +479,50 @@ class AsyncStreamConsumer:
 
     # -- one generation ----------------------------------------------------------------
 
-    async def _run_generation(self, *, burst: bool) -> None:
-        source = self.source_factory(self.spec)
-        opened = await self._open(source)
+    def _started(self) -> None:
         self.state = StreamState.RUNNING
+        self.started_at = timezone.now()
+        if self.restarting_since is not None:
+            logger.info("stream %r: running again", self.spec.name)
+            self.restarting_since = None
+        metrics.emit(metrics.stream_started, self.spec.name, config=self.configuration())
+        if self._restart_cause is not None:
+            attempt, cause = self._restart_cause
+            self._restart_cause = None
+            metrics.emit(metrics.stream_restarted, self.spec.name, attempt=attempt, cause=cause)
+
+    def _new_policy(self, confirmed: Mapping[str, Any] | None) -> Any:
         checkpoint = self.spec.checkpoint
-        self.policy = AsyncAnchorPolicy(
+        if self.spec.transactional:
+            strict = ProcessedAnchorPolicy(
+                self.store,
+                self.spec.name,
+                save_every_n=checkpoint.save_every_n,
+                save_interval_seconds=checkpoint.save_interval_seconds,
+                confirmed_token=confirmed,
+                monotonic=self._monotonic,
+            )
+            self._thread_side.policy = strict
+            return _TransactionalAnchors(strict)
+        return AsyncAnchorPolicy(
             self.store,
             self.spec.name,
             save_every_n=checkpoint.save_every_n,
             save_interval_seconds=checkpoint.save_interval_seconds,
-            confirmed_token=opened.confirmed,
+            confirmed_token=confirmed,
             monotonic=self._monotonic,
         )
-        heartbeat = _Heartbeat(self, opened.certified)
+
+    async def _run_generation(self, *, burst: bool) -> None:
+        source = self.source_factory(self.spec)
+        opened = await self._open(source)
+        self._started()
+        self._thread_side._plans = {}
+        policy = self.policy = self._new_policy(opened.confirmed)
+        heartbeat = _Heartbeat(self, opened.certified, opened.recovery_expected)
         self._invalidate_cause = None
         cursor, event = opened.cursor, opened.first_event
+        flusher = self._start_flusher(policy)
         try:
             while not self._stop_requested:
                 if event is None:
@@ -334,24 +530,51 @@ class AsyncStreamConsumer:
                 if event is None:
                     if not cursor.alive:
                         raise ConnectionError("the change stream closed")
-                    await self.policy.flush_if_due()
+                    await policy.flush_if_due()
                     await heartbeat.on_idle(cursor.resume_token)
                     if burst:
                         break
                     await asyncio.sleep(0)  # let the other streams of the loop run
                     continue
+                self._check_lease()
                 settled = await self._handle(event, source)
                 if settled is None:
-                    break  # a stop cut the retries short: unsettled, redelivered later
+                    self._check_lease()
+                    if self._stop_requested:
+                        break  # unsettled: redelivered on the next start
+                    raise ConnectionError("an event was left unsettled; resubscribing")
                 heartbeat.last_activity = self._monotonic()
                 event = None
-                await self.policy.flush_if_due()
+                await policy.flush_if_due()
         finally:
+            if flusher is not None:
+                flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await flusher
             await self._close(cursor)
 
+    def _start_flusher(self, policy: Any) -> asyncio.Task[None] | None:
+        """Flush an aged dirty anchor while a slow handler holds the stream's task."""
+        interval = self.spec.checkpoint.save_interval_seconds
+        if not interval or not isinstance(policy, AsyncAnchorPolicy):
+            return None
+        tick = min(float(interval), self.flush_tick_seconds)
+
+        async def flush_loop() -> None:
+            while True:
+                await asyncio.sleep(tick)
+                await policy.flush_if_due()
+
+        return asyncio.ensure_future(flush_loop())
+
     async def _close(self, cursor: Any) -> None:
-        if self.policy is not None and not await self.policy.flush():
-            logger.warning("stream %r: the processed anchor could not be flushed", self.spec.name)
+        if self.policy is not None:
+            if self._lease_lost():
+                self.policy.cancel()  # the fence would refuse it: the new leader owns it
+            elif not await self.policy.flush():
+                logger.warning(
+                    "stream %r: the processed anchor could not be flushed", self.spec.name
+                )
         try:
             await cursor.close()
         except Exception:
@@ -364,11 +587,9 @@ class AsyncStreamConsumer:
         if policy.start_position == "LATEST":
             return _Opened(await source.open())
         saved = await self.store.afind(name)
-        if initial_sync.due(self, saved) is not None:  # type: ignore[arg-type]
-            raise NotImplementedError(
-                f"stream {name!r}: an initial sync is due (or in progress); "
-                "AsyncStreamConsumer does not copy yet (first cut)"
-            )
+        reason = initial_sync.due(self._thread_side, saved)
+        if reason is not None:
+            return await self._copy_then_open(source, saved, reason)
         if saved is None or (saved.last_processed_token is None and saved.last_seen_token is None):
             position = await source.initial_position()
             now = timezone.now()
@@ -394,6 +615,29 @@ class AsyncStreamConsumer:
                 return opened
         return await self._history_lost(source, saved)
 
+    async def _copy_then_open(
+        self, source: Any, saved: Checkpoint | None, reason: str, *, copies: int = 1
+    ) -> _Opened:
+        """Copy on a worker thread (the threaded consumer's copy, sync driver), then
+        stream natively after the position it captured."""
+        self.state = StreamState.COPYING
+        position = await sync_to_async(self._copy, thread_sensitive=False)(saved, reason)
+        opened = await self._try_open(source, position)
+        if opened is None:
+            saved = await self.store.afind(self.spec.name) or Checkpoint(self.spec.name)
+            return await self._history_lost(source, saved, copies=copies)
+        opened.certified = position
+        return opened
+
+    def _copy(self, saved: Checkpoint | None, reason: str) -> Mapping[str, Any]:
+        try:
+            copier = initial_sync.InitialSync(
+                self._thread_side, self.copy_source_factory(self.spec)
+            )
+            return copier.run(saved, reason)
+        finally:
+            connections.close_all()  # this worker thread's own connections
+
     async def _try_open(self, source: Any, token: Mapping[str, Any]) -> _Opened | None:
         try:
             cursor = await source.open(resume_after=token)
@@ -410,7 +654,7 @@ class AsyncStreamConsumer:
             raise
         return _Opened(cursor, first_event=first)
 
-    async def _history_lost(self, source: Any, saved: Checkpoint) -> _Opened:
+    async def _history_lost(self, source: Any, saved: Checkpoint, *, copies: int = 0) -> _Opened:
         name, strategy = self.spec.name, self.spec.checkpoint.on_history_lost
         metrics.emit(metrics.resume_history_lost, name)
         if strategy == "FAIL":
@@ -420,7 +664,21 @@ class AsyncStreamConsumer:
                 if t is not None
             ]
             raise HistoryLostError(name, max(known) if known else None)
-        # RESUME_FROM_NOW (the constructor refused the others).
+        if strategy == "RESYNC":
+            if copies >= MAX_COPIES_PER_OPEN:
+                raise OplogTooShortError(name, copies)
+            logger.warning("stream %r: history lost; copying the collection again (RESYNC)", name)
+            return await self._copy_then_open(
+                source, saved, initial_sync.HISTORY_LOST, copies=copies + 1
+            )
+        if strategy == "RESUME_FROM_OPLOG_START":
+            oldest = await source.oldest_oplog_time()
+            if oldest is not None:
+                logger.warning("stream %r: history lost; replaying from the oplog start", name)
+                return _Opened(
+                    await source.open(start_at_operation_time=oldest),
+                    recovery_expected=(saved.last_processed_token,),
+                )
         logger.warning("stream %r: history lost; resuming from now", name)
         position = await source.initial_position()
         await self.store.areset_after_history_lost(
@@ -430,40 +688,61 @@ class AsyncStreamConsumer:
 
     # -- one event -----------------------------------------------------------------------
 
+    def _context(self, event: Mapping[str, Any], event_id: str | None = None) -> ChangeContext:
+        return ChangeContext(
+            event,
+            stream_name=self.spec.name,
+            save_now=self._save_now,
+            send_to_dlq=self._send_to_dlq,
+            event_id=event_id,
+            asave_now=self._asave_now,
+            asend_to_dlq=self._asend_to_dlq,
+        )
+
     async def _handle(self, event: Mapping[str, Any], source: Any) -> bool | None:
         """Handle one event: True/False once settled, None when a stop left it unsettled."""
         operation = event.get("operationType", "")
         if operation == "invalidate":
             await self._invalidated(event, source)
-        lifecycle = operation in LIFECYCLE_OPERATIONS
-        if lifecycle:
-            self._invalidate_cause = operation
-        ctx = ChangeContext(event, stream_name=self.spec.name)
-        received = metrics.listeners(metrics.event_received, self.spec.name)
-        if received:
-            metrics.send_event_received(
-                self.spec.name,
-                received,
-                ctx.event_id,
-                operation,
-                ctx.collection_name,
-                ctx.document_key,
-                ctx.cluster_time,
-                aware_datetime(event.get("wallTime")),
-            )
+        name = self.spec.name
+        event_id = announce_received(name, event, operation)
+        side = self._thread_side
+        plan = side._plans.get(operation) or side._plan(operation)
         started = time.perf_counter()
-        result = await self._attempt_loop(self.spec.handler_for(operation), ctx, lifecycle)
-        processed = metrics.listeners(metrics.event_processed, self.spec.name)
+        if plan.plain:
+            # A document handler, no filter, no transaction: no context unless it fails.
+            result = await self._plain_attempt(plan.handler, event, event_id)
+        else:
+            ctx = self._context(event, event_id)
+            lifecycle = operation in LIFECYCLE_OPERATIONS
+            if lifecycle:
+                self._invalidate_cause = operation
+            result = await self._attempt_loop(plan.handler, ctx, lifecycle)
+        processed = metrics.listeners(metrics.event_processed, name)
         if processed:
-            metrics.send_event_processed(
-                self.spec.name, processed, time.perf_counter() - started, result
-            )
+            metrics.send_event_processed(name, processed, time.perf_counter() - started, result)
         if result is not None:
             self.events_handled += 1
+            self._last_event_time = time.time()
         return result
 
+    async def _plain_attempt(
+        self, handler: Callable[..., Any], event: Mapping[str, Any], event_id: str | None
+    ) -> bool | None:
+        try:
+            if is_async(handler):
+                await handler(event.get("fullDocument"))
+            else:
+                await sync_to_async(handler, thread_sensitive=True)(event.get("fullDocument"))
+        except Exception as exc:
+            ctx = self._context(event, event_id)
+            return await self._attempt_loop(handler, ctx, False, failed=exc)
+        assert isinstance(self.policy, AsyncAnchorPolicy)
+        await self.policy.on_settled(event["_id"], _event_anchor_at(event))
+        return True
+
     async def _call(self, function: Callable[..., Any], doc: Any, ctx: ChangeContext) -> Any:
-        """``async def``: awaited here; sync: on the thread-sensitive executor (ORM-safe)."""
+        """``async def``: awaited here; sync: on the stream's thread (ORM-safe)."""
         if is_async(function):
             shape = self._caller.shape(function)
             if shape == "doc":
@@ -474,9 +753,15 @@ class AsyncStreamConsumer:
         return await sync_to_async(self._caller.call, thread_sensitive=True)(function, doc, ctx)
 
     async def _try_once(
-        self, handler: Callable[..., Any] | None, ctx: ChangeContext
+        self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool
     ) -> Exception | None:
+        if self.spec.transactional and not lifecycle:
+            # The handler and the anchor write in one transaction, on the stream's thread.
+            return await sync_to_async(self._thread_side._try_once, thread_sensitive=True)(
+                handler, ctx, lifecycle
+            )
         if handler is None:
+            await self._settle(ctx, lifecycle)  # no handler for this operation: settled
             return None
         if self.spec.filter is not None:
             try:
@@ -484,34 +769,50 @@ class AsyncStreamConsumer:
             except Exception as exc:
                 raise FilterError(f"stream {self.spec.name!r}: the filter raised {exc!r}") from exc
             if not accepted:
+                await self._settle(ctx, lifecycle)
                 return None
         try:
             await self._call(handler, ctx.full_document, ctx)
         except Exception as exc:
             return exc
+        await self._settle(ctx, lifecycle)
         return None
 
     async def _settle(self, ctx: ChangeContext, lifecycle: bool) -> None:
-        if lifecycle:
+        if lifecycle or ctx.saved_manually:
             return
-        assert self.policy is not None
+        if self.spec.transactional:
+            await sync_to_async(self._thread_side._settle, thread_sensitive=True)(ctx, lifecycle)
+            return
+        assert isinstance(self.policy, AsyncAnchorPolicy)
         await self.policy.on_settled(ctx.resume_token, _event_anchor_at(ctx.event))
 
     async def _attempt_loop(
-        self, handler: Callable[..., Any] | None, ctx: ChangeContext, lifecycle: bool
+        self,
+        handler: Callable[..., Any] | None,
+        ctx: ChangeContext,
+        lifecycle: bool,
+        *,
+        failed: Exception | None = None,
     ) -> bool | None:
+        """Run the handler until the event is settled (see ``StreamConsumer._attempt_loop``);
+        *failed*: the first attempt already ran and raised this."""
         retry = self.spec.retry_policy or NO_RETRY
         attempt = 1
         while True:
             ctx.attempt_number = attempt
-            error = await self._try_once(handler, ctx)
+            if failed is not None:
+                error: Exception | None = failed
+                failed = None
+            else:
+                error = await self._try_once(handler, ctx, lifecycle)
             if error is None:
-                await self._settle(ctx, lifecycle)
                 return True
             self.errors += 1
             self.last_error = error
             action = await self._error_action(error, ctx)
             if action is ErrorAction.SKIP:
+                self._event_error(error, ctx, will_retry=False)
                 logger.warning(
                     "stream %r: skipped %s after: %r", self.spec.name, ctx.summary(), error
                 )
@@ -523,22 +824,18 @@ class AsyncStreamConsumer:
                 again = retry.should_retry(error, attempt)
             else:
                 again = False
-            metrics.emit(
-                metrics.event_error,
-                self.spec.name,
-                error=error,
-                will_retry=again,
-                attempt=attempt,
-                event_id=ctx.event_id,
-            )
+            self._event_error(error, ctx, will_retry=again)
             if not again:
                 await self._dead_letter(error, ctx, lifecycle)
                 return False
             delay = announce_retry(self.spec.name, ctx, error, attempt, retry)
             self.retries += 1
-            if await self._sleep(delay):
+            if await self._backoff(delay):
                 return None
             attempt += 1
+
+    def _event_error(self, error: Exception, ctx: ChangeContext, *, will_retry: bool) -> None:
+        self._thread_side._event_error(error, ctx, will_retry=will_retry)
 
     async def _error_action(self, error: Exception, ctx: ChangeContext) -> ErrorAction:
         handler = self.spec.error_handler_for(error)
@@ -558,16 +855,13 @@ class AsyncStreamConsumer:
 
     # -- the dead-letter queue -------------------------------------------------------------
 
-    @property
-    def dlq_store(self) -> DlqStore:
-        if self._dlq_store is None:
-            from .stores import dlq_stores
-
-            queue = self.spec.dead_letter_queue
-            self._dlq_store = dlq_stores[queue.store if queue is not None else "default"]
-        return self._dlq_store
-
     async def _dead_letter(self, error: Exception, ctx: ChangeContext, lifecycle: bool) -> None:
+        if self.spec.transactional:
+            # The dead letter and the anchor in one transaction, as the threaded consumer.
+            await sync_to_async(self._thread_side._dead_letter, thread_sensitive=True)(
+                error, ctx, lifecycle
+            )
+            return
         queue = self.spec.dead_letter_queue
         if queue is None or not queue.enabled:
             raise UnhandledEventError(
@@ -586,6 +880,7 @@ class AsyncStreamConsumer:
                 f"stream {self.spec.name!r}: could not park {ctx.summary()}: {exc}"
             ) from exc
         self.dead_lettered += 1
+        self.dlq_dirty.set()
         metrics.emit(metrics.event_sent_to_dlq, self.spec.name, entry_id=entry.id)
         logger.error(
             "stream %r: %s parked in the dead-letter queue as %s (%s: %s)",
@@ -597,11 +892,53 @@ class AsyncStreamConsumer:
         )
         await self._settle(ctx, lifecycle)
 
+    # -- what a handler may do with its context ----------------------------------------
+
+    def _refuse_on_loop(self, action: str) -> None:
+        if _on_loop_thread():
+            raise RuntimeError(
+                f"stream {self.spec.name!r}: ctx.{action}() blocks; from an async def "
+                f"handler use `await ctx.a{action}()`"
+            )
+
+    def _save_now(self, ctx: ChangeContext) -> bool:
+        """``ctx.save_checkpoint_now()`` from a sync handler (on the stream's thread)."""
+        self._refuse_on_loop("save_checkpoint_now")
+        if self.spec.transactional:
+            return self._thread_side._save_now(ctx)  # inside the attempt's transaction
+        return async_to_sync(self._asave_now)(ctx)
+
+    async def _asave_now(self, ctx: ChangeContext) -> bool:
+        if self.spec.transactional:
+            # Back to the stream's thread: the attempt's transaction is open there.
+            return await sync_to_async(self._thread_side._save_now, thread_sensitive=True)(ctx)
+        policy = self.policy
+        if ctx.operation_type in LIFECYCLE_OPERATIONS or not isinstance(policy, AsyncAnchorPolicy):
+            logger.warning(
+                "stream %r: save_checkpoint_now() ignored for a %s event",
+                self.spec.name,
+                ctx.operation_type,
+            )
+            return False
+        return await policy.save_now(ctx.resume_token, _event_anchor_at(ctx.event))
+
+    def _send_to_dlq(self, ctx: ChangeContext, reason: str) -> None:
+        """``ctx.send_to_dlq(reason)`` from a sync handler (on the stream's thread)."""
+        self._refuse_on_loop("send_to_dlq")
+        self._thread_side._send_to_dlq(ctx, reason)
+
+    async def _asend_to_dlq(self, ctx: ChangeContext, reason: str) -> None:
+        await sync_to_async(self._thread_side._send_to_dlq, thread_sensitive=True)(ctx, reason)
+
+    # -- invalidation --------------------------------------------------------------------
+
     async def _invalidated(self, event: Mapping[str, Any], source: Any) -> None:
         cause = self._invalidate_cause or "drop"
         name = self.spec.name
         metrics.emit(metrics.stream_invalidated, name, cause=cause)
-        self.policy = None  # no anchor write may land after the reset below
+        if self.policy is not None:
+            self.policy.cancel()  # no anchor write may land after the reset below
+        self.policy = None
         saved = await self.store.afind(name)
         dead = saved.last_processed_token if saved else None
         terminal = cause == "rename" or self.spec.checkpoint.on_history_lost == "FAIL"
@@ -623,25 +960,38 @@ class AsyncStreamConsumer:
 
 
 class _Heartbeat:
-    """Certifies an idle stream's position (the seen anchor), as the sync heartbeat."""
+    """Certifies an idle stream's position (the seen anchor), as the sync heartbeat;
+    after an oplog-start recovery the first certification is the guarded reset."""
 
-    def __init__(self, consumer: AsyncStreamConsumer, certified: Mapping[str, Any] | None):
+    def __init__(
+        self,
+        consumer: AsyncStreamConsumer,
+        certified: Mapping[str, Any] | None,
+        recovery_expected: tuple[Mapping[str, Any] | None] | None = None,
+    ) -> None:
         self.consumer = consumer
         self.interval = float(consumer.spec.checkpoint.idle_heartbeat_interval_seconds)
         self.certified = certified
+        self.recovery_expected = recovery_expected
         now = consumer._monotonic()
         self.last_activity = now
         self.last_write = now
 
     async def on_idle(self, position: Mapping[str, Any] | None) -> None:
-        if position is None or not self.interval:
+        if position is None or (not self.interval and self.recovery_expected is None):
             return
         now = self.consumer._monotonic()
-        if now - self.last_activity < self.interval or now - self.last_write < self.interval:
+        due = self.recovery_expected is not None or (
+            now - self.last_activity >= self.interval and now - self.last_write >= self.interval
+        )
+        if not due:
             return
         store, name, at = self.consumer.store, self.consumer.spec.name, timezone.now()
         try:
-            if tokens_equal(position, self.certified):
+            if self.recovery_expected is not None:
+                await store.areset_after_history_lost(name, position, self.recovery_expected[0], at)
+                self.recovery_expected = None
+            elif tokens_equal(position, self.certified):
                 await store.asave_heartbeat(name, at)
             else:
                 await store.asave_seen(name, position, at, heartbeat_at=at)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from asgiref.sync import sync_to_async
 
 from .checkpoint import as_utc
 from .spec import SNAPSHOT_OPERATION
@@ -128,6 +130,8 @@ class ChangeContext:
         save_now: Callable[[ChangeContext], bool] | None = None,
         send_to_dlq: Callable[[ChangeContext, str], None] | None = None,
         event_id: str | None = None,
+        asave_now: Callable[[ChangeContext], Awaitable[bool]] | None = None,
+        asend_to_dlq: Callable[[ChangeContext, str], Awaitable[None]] | None = None,
     ) -> None:
         self.event = event
         self._event_id = event_id
@@ -135,6 +139,8 @@ class ChangeContext:
         self.attempt_number = attempt_number
         self._save_now = save_now
         self._send_to_dlq = send_to_dlq
+        self._asave_now = asave_now
+        self._asend_to_dlq = asend_to_dlq
         self._metadata: dict[str, Any] | None = None  # made by the first add_metadata()
         self.saved_manually = False
 
@@ -237,6 +243,26 @@ class ChangeContext:
         if self._send_to_dlq is None:
             raise RuntimeError(f"{self.stream_name}: this context cannot send to the DLQ")
         self._send_to_dlq(self, reason)
+
+    async def asave_checkpoint_now(self) -> bool:
+        """:meth:`save_checkpoint_now` for an ``async def`` handler (same result).
+
+        Under :class:`~.async_runtime.AsyncStreamConsumer` it is native; elsewhere it
+        runs the sync method on the handler's thread-sensitive thread, inside the
+        transaction of a transactional stream.
+        """
+        if self._asave_now is None:
+            return await sync_to_async(self.save_checkpoint_now, thread_sensitive=True)()
+        saved = await self._asave_now(self)
+        self.saved_manually = self.saved_manually or saved
+        return saved
+
+    async def asend_to_dlq(self, reason: str) -> None:
+        """:meth:`send_to_dlq` for an ``async def`` handler (same errors)."""
+        if self._asend_to_dlq is None:
+            await sync_to_async(self.send_to_dlq, thread_sensitive=True)(reason)
+            return
+        await self._asend_to_dlq(self, reason)
 
     def add_metadata(self, key: str, value: Any) -> None:
         """Attach a value to this event (copied into dead letters later)."""

@@ -19,6 +19,7 @@ a receiver of ``event_received`` that reads only some arguments can say so
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import Sequence
@@ -216,17 +217,54 @@ def listeners(signal: Signal, stream: str) -> Sequence[Any]:
 
 def send(signal: Signal, stream: str, receivers: Sequence[Any], **kwargs: Any) -> None:
     """Send *signal* for *stream* to the *receivers* :func:`listeners` found; receivers'
-    errors are logged, never raised (as ``send_robust`` does, without asking again)."""
+    errors are logged, never raised (as ``send_robust`` does, without asking again).
+
+    With an ``async`` receiver, on an event loop's thread (the asyncio runtime), the
+    signal goes out as a task of that loop (``asend_robust``): ``send_robust`` would
+    need ``async_to_sync``, which cannot run there. :func:`drain` waits for them.
+    """
     if receivers is _ASYNC:
-        for receiver, result in signal.send_robust(sender=stream, **kwargs):
-            if isinstance(result, Exception):
-                _failed(signal, receiver, stream, result, robust_logged=True)
+        if _send_on_running_loop(signal, stream, kwargs):
+            return
+        _log_failures(signal, stream, signal.send_robust(sender=stream, **kwargs))
         return
     for receiver in receivers:
         try:
             receiver(signal=signal, sender=stream, **kwargs)
         except Exception as exc:
             _failed(signal, receiver, stream, exc)
+
+
+def _log_failures(signal: Signal, stream: str, results: list[tuple[Any, Any]]) -> None:
+    for receiver, result in results:
+        if isinstance(result, Exception):
+            _failed(signal, receiver, stream, result, robust_logged=True)
+
+
+#: Signals sent as tasks of a running loop, until they are done (see :func:`drain`).
+_sending: set[asyncio.Task[None]] = set()
+
+
+def _send_on_running_loop(signal: Signal, stream: str, kwargs: dict[str, Any]) -> bool:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+
+    async def send_async() -> None:
+        _log_failures(signal, stream, await signal.asend_robust(sender=stream, **kwargs))
+
+    task = loop.create_task(send_async())
+    _sending.add(task)
+    task.add_done_callback(_sending.discard)
+    return True
+
+
+async def drain() -> None:
+    """Wait until the signals sent as tasks of the running loop have been delivered."""
+    loop = asyncio.get_running_loop()
+    while pending := [task for task in _sending if task.get_loop() is loop]:
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def send_event_received(

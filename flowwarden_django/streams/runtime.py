@@ -185,6 +185,29 @@ def dead_letter_entry(
     )
 
 
+def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:
+    """Send ``event_received`` for *event* when someone listens; the event id it gave
+    (``None`` when nobody needed one: the context makes its own when asked)."""
+    received = metrics.listeners(metrics.event_received, name)
+    if not received:
+        return None
+    # What the context's properties would say, without making the context; the id and
+    # the wall time only for receivers that read them (metrics.reads).
+    lean = received.lean if type(received) is metrics.Receivers else False
+    event_id = None if lean else new_event_id()
+    metrics.send_event_received(
+        name,
+        received,
+        event_id,
+        operation,
+        (event.get("ns") or {}).get("coll"),
+        event.get("documentKey"),
+        event.get("clusterTime"),
+        None if lean else aware_datetime(event.get("wallTime")),
+    )
+    return event_id
+
+
 def _anchor_at(ctx: ChangeContext) -> At:
     """The processed anchor's timestamp: the event's cluster time, else now."""
     return _event_anchor_at(ctx.event)
@@ -620,24 +643,7 @@ class StreamConsumer:
         assert self.policy is not None
         spec = self.spec
         name = spec.name
-        event_id: str | None = None
-        received = metrics.listeners(metrics.event_received, name)
-        if received:
-            # What the context's properties would say, without making the context; the
-            # id and the wall time only for receivers that read them (metrics.reads).
-            lean = received.lean if type(received) is metrics.Receivers else False
-            if not lean:
-                event_id = new_event_id()
-            metrics.send_event_received(
-                name,
-                received,
-                event_id,
-                operation,
-                (event.get("ns") or {}).get("coll"),
-                event.get("documentKey"),
-                event.get("clusterTime"),
-                None if lean else aware_datetime(event.get("wallTime")),
-            )
+        event_id = announce_received(name, event, operation)
         plan = self._plans.get(operation) or self._plan(operation)
         handler = plan.handler
         started = time.perf_counter()

@@ -11,10 +11,14 @@ documents without events, and every event appended changes them as the server wo
 ``removedFields``, delete removes, drop empties). ``FakeChangeSource.copy_batch``
 reads them like a ``find`` sorted on ``_id`` (the ``$match`` subset of
 ``ScriptedReplicaSet``), as they are at that moment.
+
+``AsyncFakeChangeSource`` is the same source through the async protocol that
+``AsyncStreamConsumer`` reads (``await open()``, ``await cursor.try_next()``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import threading
@@ -301,3 +305,83 @@ class FakeChangeSource:
     def oplog_window(self) -> tuple[Any, Any] | None:
         """The oldest and newest positions as times (like ``local.oplog.rs``'s ``ts``)."""
         return self.oplog.oldest_time(), Timestamp(_BASE_TIME + self.oplog.last_position, 1)
+
+
+class AsyncFakeCursor:
+    """A ``FakeCursor`` with ``await try_next()``; an idle poll waits a little, as a
+    server's ``maxAwaitTimeMS`` does, so an idle consumer does not spin."""
+
+    def __init__(self, cursor: FakeCursor, idle_wait_seconds: float) -> None:
+        self.cursor = cursor
+        self.idle_wait_seconds = idle_wait_seconds
+
+    @property
+    def alive(self) -> bool:
+        return self.cursor.alive
+
+    @property
+    def resume_token(self) -> dict[str, Any] | None:
+        return self.cursor.resume_token
+
+    async def try_next(self) -> dict[str, Any] | None:
+        event = self.cursor.try_next()
+        if event is None:
+            await asyncio.sleep(self.idle_wait_seconds)
+        return event
+
+    async def close(self) -> None:
+        self.cursor.close()
+
+
+class AsyncFakeChangeSource:
+    """A ``FakeChangeSource`` for ``AsyncStreamConsumer``: the same oplog, errors and
+    recorded ``opens`` (``sync`` is the wrapped source)."""
+
+    def __init__(
+        self,
+        oplog: FakeOplog | None = None,
+        *,
+        idle_advances: bool = True,
+        idle_wait_seconds: float = 0.005,
+    ) -> None:
+        self.sync = FakeChangeSource(oplog, idle_advances=idle_advances)
+        self.idle_wait_seconds = idle_wait_seconds
+
+    @classmethod
+    def wrapping(cls, source: FakeChangeSource, **options: Any) -> AsyncFakeChangeSource:
+        """The async view of an existing *source* (its oplog, errors and ``opens``)."""
+        view = cls(source.oplog, **options)
+        view.sync = source
+        return view
+
+    @property
+    def oplog(self) -> FakeOplog:
+        return self.sync.oplog
+
+    @property
+    def errors(self) -> deque[BaseException]:
+        return self.sync.errors
+
+    @property
+    def opens(self) -> list[dict[str, Any]]:
+        return self.sync.opens
+
+    async def open(
+        self,
+        *,
+        resume_after: Mapping[str, Any] | None = None,
+        start_after: Mapping[str, Any] | None = None,
+        start_at_operation_time: Any = None,
+    ) -> AsyncFakeCursor:
+        cursor = self.sync.open(
+            resume_after=resume_after,
+            start_after=start_after,
+            start_at_operation_time=start_at_operation_time,
+        )
+        return AsyncFakeCursor(cursor, self.idle_wait_seconds)
+
+    async def initial_position(self) -> Mapping[str, Any]:
+        return self.sync.initial_position()
+
+    async def oldest_oplog_time(self) -> Any:
+        return self.sync.oldest_oplog_time()

@@ -142,9 +142,11 @@ def test_demo_runs_the_whole_story(sample_env):
     assert run("check", env=sample_env).returncode == 0
 
 
-def test_run_burst_processes_the_events_then_resumes(sample_env):
+@pytest.mark.parametrize("runner", [[], ["--asyncio"]], ids=["threads", "asyncio"])
+def test_run_burst_processes_the_events_then_resumes(sample_env, runner):
     """`flowwarden_streams run --burst` against a scripted server in this process: the
-    first start copies the orders that exist (no events), then the inserts stream."""
+    first start copies the orders that exist (no events), then the inserts stream; on
+    threads and, with ``--asyncio``, on one event loop with the async driver."""
     with ScriptedReplicaSet() as server:
         env = {**sample_env, "FLOWWARDEN_MONGO_URL": server.uri}
         existing = range(10_001, 10_151)
@@ -156,16 +158,16 @@ def test_run_burst_processes_the_events_then_resumes(sample_env):
                 for i in existing
             ],
         )
-        first = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        first = run("flowwarden_streams", "run", "--burst", *runner, env=env, timeout=120)
         assert first.returncode == 0, first.stderr
         assert "orders: 150 documents copied, 0 events handled, stopped" in first.stdout
         assert mirrored(env, 10_001, 10_150) == {i: existing_order(i) for i in existing}
         for order_id in range(1, 251):
             server.insert("shop", "orders", {"_id": order_id, "status": "new"})
-        second = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        second = run("flowwarden_streams", "run", "--burst", *runner, env=env, timeout=120)
         assert second.returncode == 0, second.stderr
         assert "orders: 250 events handled, stopped" in second.stdout
-        third = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        third = run("flowwarden_streams", "run", "--burst", *runner, env=env, timeout=120)
         assert third.returncode == 0, third.stderr
         handled = int(re.search(r"orders: (\d+) events handled", third.stdout).group(1))
         assert handled <= 100 - 1, "at most save_every_n - 1 events are re-processed"

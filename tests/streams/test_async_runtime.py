@@ -336,20 +336,6 @@ def test_an_idle_poll_certifies_the_position_as_the_seen_anchor(scripted):
     assert saved.last_seen_token not in (None, first) and saved.last_heartbeat_at is not None
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"transactional": True}, "transactional"),
-        ({"deployment_mode": "SINGLE_LEADER"}, "SINGLE_LEADER"),
-        ({"checkpoint": CheckpointSpec(start_position="COPY_EXISTING")}, "COPY_EXISTING"),
-        ({"on_history_lost": "RESYNC"}, "RESYNC"),
-    ],
-)
-def test_unsupported_declarations_are_refused(options, message):
-    with pytest.raises(NotImplementedError, match=message):
-        AsyncStreamConsumer(spec({}, **options), InMemoryCheckpointStore())
-
-
 @on_lane("postgres", databases=["postgres"])
 def test_sync_orm_handlers_and_the_orm_store_on_postgres(scripted):
     from flowwarden_django.streams.backends.orm import OrmCheckpointStore

@@ -29,6 +29,16 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.fake_source import FakeChangeSource
+from tests.streams.managers import RUNNERS, consumer_class
+
+Consumer = StreamConsumer
+
+
+@pytest.fixture(autouse=True, params=RUNNERS)
+def runner(request, monkeypatch):
+    """Every test runs on both runtimes: ``Consumer`` is the runner's consumer class."""
+    monkeypatch.setitem(globals(), "Consumer", consumer_class(request.param))
+    return request.param
 
 
 class ListDlqStore(DlqStore):
@@ -107,7 +117,7 @@ def fresh_source():
 
 def consume(spec, source, *, dlq=None, sleeps=None, store=None):
     store = store or source.store
-    consumer = StreamConsumer(
+    consumer = Consumer(
         spec, store, lambda s: source, dlq_store=dlq or ListDlqStore(), sleep=sleeps or Sleeps()
     )
     consumer.run(burst=True)
@@ -291,7 +301,7 @@ def test_without_a_dlq_a_failed_event_is_redelivered_not_dropped():
     events = insert(source, 1, 2)
     handler = Handler(failing={1})
     store = source.store
-    consumer = StreamConsumer(make_spec(handler, dlq=None), store, lambda s: source, sleep=Sleeps())
+    consumer = Consumer(make_spec(handler, dlq=None), store, lambda s: source, sleep=Sleeps())
     thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
     thread.start()
     while consumer.restarts < 2:  # the stream restarts and meets the same event again
@@ -384,7 +394,7 @@ def test_a_stop_during_the_backoff_leaves_the_event_unsettled():
     events = insert(source, 1, 2)
     handler = Handler(failing={2})
     store = source.store
-    consumer = StreamConsumer(
+    consumer = Consumer(
         make_spec(handler, retry=RetryPolicySpec(max_attempts=5)),
         store,
         lambda s: source,

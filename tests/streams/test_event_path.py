@@ -32,6 +32,17 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.fake_source import FakeChangeSource
+from tests.streams.managers import RUNNERS, consumer_class
+
+Consumer = StreamConsumer
+
+
+@pytest.fixture(autouse=True, params=RUNNERS)
+def runner(request, monkeypatch):
+    """Every test runs on both runtimes: ``Consumer`` is the runner's consumer class."""
+    monkeypatch.setitem(globals(), "Consumer", consumer_class(request.param))
+    return request.param
+
 
 STREAM = "event-path"
 
@@ -53,7 +64,7 @@ def consume(spec, source, store=None, dlq=None):
         store = source.store
     else:
         store.save_seen(STREAM, source.start, now_ms(), heartbeat_at=now_ms())
-    consumer = StreamConsumer(spec, store, lambda s: source, dlq_store=dlq, sleep=lambda s: False)
+    consumer = Consumer(spec, store, lambda s: source, dlq_store=dlq, sleep=lambda s: False)
     consumer.run(burst=True)
     return consumer, store
 

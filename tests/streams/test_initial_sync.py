@@ -38,6 +38,17 @@ from flowwarden_django.streams.spec import (
 from flowwarden_django.streams.validation import validate_spec
 from flowwarden_django.testkit.fake_source import FakeChangeSource
 from tests.lanes import on_lane
+from tests.streams.managers import RUNNERS, consumer_class
+
+Consumer = StreamConsumer
+
+
+@pytest.fixture(autouse=True, params=RUNNERS)
+def runner(request, monkeypatch):
+    """Every test runs on both runtimes: ``Consumer`` is the runner's consumer class."""
+    monkeypatch.setitem(globals(), "Consumer", consumer_class(request.param))
+    return request.param
+
 
 FAST = RestartPolicySpec(max_attempts=5, initial_delay="1ms", max_delay="5ms")
 
@@ -100,7 +111,7 @@ def copy_spec(handlers: dict[str, Any], *, batch: int = 1000, **options: Any) ->
 
 
 def run(spec: StreamSpec, store: Any, source: Any) -> StreamConsumer:
-    consumer = StreamConsumer(spec, store, lambda s: source)
+    consumer = Consumer(spec, store, lambda s: source)
     consumer.run(burst=True)
     return consumer
 
@@ -429,7 +440,7 @@ def test_the_copy_without_event_processed_receivers(monkeypatch):
         batch=10,
         retry_policy=RetryPolicySpec(max_attempts=3, initial_delay=0.001, jitter=False),
     )
-    holder["consumer"] = consumer = StreamConsumer(spec, store, lambda s: source)
+    holder["consumer"] = consumer = Consumer(spec, store, lambda s: source)
     consumer.run(burst=True)
     assert consumer.state == StreamState.STOPPED
     assert consumer.documents_copied == 14  # 11-14 settled, but batch 2 was not committed
@@ -452,7 +463,7 @@ def test_a_stop_mid_copy_resumes_after_the_last_committed_batch():
             holder["consumer"].stop()
 
     spec = copy_spec({"snapshot": on_snapshot}, batch=100)
-    holder["consumer"] = consumer = StreamConsumer(spec, store, lambda s: source)
+    holder["consumer"] = consumer = Consumer(spec, store, lambda s: source)
     consumer.run(burst=True)
     assert consumer.state == StreamState.STOPPED
     progress = store.find("orders").initial_sync
@@ -483,7 +494,7 @@ def test_a_second_copier_is_fenced_by_the_batch_condition():
             holder["moved"] = True
 
     spec = copy_spec({"snapshot": on_snapshot}, batch=10)
-    consumer = StreamConsumer(spec, store, lambda s: source)
+    consumer = Consumer(spec, store, lambda s: source)
     with pytest.raises(InitialSyncConflictError, match="another process is copying"):
         consumer.run(burst=True)
     assert holder["moved"] and consumer.state == StreamState.CRASHED
@@ -507,7 +518,7 @@ def test_a_failed_copied_document_is_dead_lettered_as_a_snapshot():
         retry_policy=RetryPolicySpec(max_attempts=2, initial_delay=0.001, jitter=False),
         dead_letter_queue=DeadLetterQueueSpec(),
     )
-    consumer = StreamConsumer(spec, InMemoryCheckpointStore(), lambda s: source, dlq_store=dlq)
+    consumer = Consumer(spec, InMemoryCheckpointStore(), lambda s: source, dlq_store=dlq)
     consumer.run(burst=True)
     assert sorted(mirror.docs) == [i for i in range(1, 21) if i != 7]
     entries = dlq.find_by_stream("orders")
@@ -619,7 +630,7 @@ def _transactional_crash_and_resume(using: str) -> None:
         transaction_using=using,
         restart_policy=RestartPolicySpec(max_attempts=0, initial_delay="1ms", max_delay="1ms"),
     )
-    holder["consumer"] = consumer = StreamConsumer(spec, store, lambda s: source)
+    holder["consumer"] = consumer = Consumer(spec, store, lambda s: source)
     consumer.run(burst=True)  # fails in batch 3 (rolled back), restarts, stops after batch 4
     assert consumer.state == StreamState.STOPPED
     progress = store.find("orders").initial_sync
@@ -691,7 +702,7 @@ def test_transactional_stop_in_a_batch_commits_nothing_of_it():
             holder["consumer"].stop()
 
     spec = copy_spec({"snapshot": on_snapshot}, batch=20, transactional=True)
-    holder["consumer"] = consumer = StreamConsumer(spec, store, lambda s: source)
+    holder["consumer"] = consumer = Consumer(spec, store, lambda s: source)
     consumer.run(burst=True)
     assert decode_id(store.find("orders").initial_sync["last_id"]) == 60
     run(
@@ -760,7 +771,7 @@ def test_wire_copy_10000_with_changes_during_the_copy(scripted):
 
     store = InMemoryCheckpointStore()
     spec = wire_spec({**mirror.handlers(), "snapshot": on_snapshot})
-    consumer = StreamConsumer(spec, store, pymongo_source)
+    consumer = Consumer(spec, store, pymongo_source)
     consumer.run(burst=True)
     assert consumer.state == StreamState.STOPPED
     assert mirror.docs == _state(scripted)
@@ -784,7 +795,7 @@ def test_wire_stop_mid_copy_and_resume_with_a_pipeline(scripted):
 
     pipeline = [{"$match": {"fullDocument.n": {"$in": [1, 2]}}}]
     spec = wire_spec({"snapshot": on_snapshot}, batch=50, pipeline=lambda: pipeline)
-    holder["consumer"] = consumer = StreamConsumer(spec, store, pymongo_source)
+    holder["consumer"] = consumer = Consumer(spec, store, pymongo_source)
     consumer.run(burst=True)
     last = decode_id(store.find("orders").initial_sync["last_id"])
     assert last == handled[-1] and len(handled) == 150
@@ -792,7 +803,7 @@ def test_wire_stop_mid_copy_and_resume_with_a_pipeline(scripted):
     rest: list[Any] = []
     spec = wire_spec({"snapshot": rest.append, "update": rest.append}, batch=50)
     spec.pipeline = lambda: pipeline
-    consumer = StreamConsumer(spec, store, pymongo_source)
+    consumer = Consumer(spec, store, pymongo_source)
     consumer.run(burst=True)
     assert [d["_id"] for d in rest if d] == [i for i in range(last + 1, 601) if i % 3]
     assert store.find("orders").initial_sync["phase"] == "done"
@@ -803,14 +814,14 @@ def test_wire_history_lost_resync_and_fail(scripted):
     mirror = Mirror()
     store = InMemoryCheckpointStore()
     resync = wire_spec(mirror.handlers(), batch=64, on_history_lost="RESYNC")
-    StreamConsumer(resync, store, pymongo_source).run(burst=True)
+    Consumer(resync, store, pymongo_source).run(burst=True)
     assert mirror.docs == _state(scripted)
     scripted.update("app", "orders", 5, {"n": 55})
     scripted.insert("app", "orders", {"_id": 500, "n": 1})
     scripted.lose_history()
     fail = wire_spec(mirror.handlers(), batch=64)
     with pytest.raises(HistoryLostError):
-        StreamConsumer(fail, store, pymongo_source).run(burst=True)
-    StreamConsumer(resync, store, pymongo_source).run(burst=True)
+        Consumer(fail, store, pymongo_source).run(burst=True)
+    Consumer(resync, store, pymongo_source).run(burst=True)
     assert mirror.docs == _state(scripted)
     assert store.find("orders").initial_sync["reason"] == "history lost"

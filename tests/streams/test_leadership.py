@@ -12,12 +12,12 @@ import pytest
 from flowwarden_django.streams import LeaseLostError, register_stream, stream_registry
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore, InMemoryLockService
 from flowwarden_django.streams.leadership import Leadership
-from flowwarden_django.streams.manager import StreamManager
 from flowwarden_django.streams.observed_store import ObservedCheckpointStore
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import lock_services
 from flowwarden_django.testkit.checkpoint_store import now_ms
-from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog
+from flowwarden_django.testkit.fake_source import FakeOplog
+from tests.streams.managers import RUNNERS, new_manager
 
 STREAM = "leader-orders"
 
@@ -63,12 +63,8 @@ def oplog(leader_settings):
     stream_registry.unregister(STREAM)
 
 
-def manager(oplog, instance_id):
-    return StreamManager(
-        source_factory=lambda spec: FakeChangeSource(oplog),
-        instance_id=instance_id,
-        publish_status=False,
-    )
+def manager(oplog, instance_id, runner="threads"):
+    return new_manager(runner, oplog, instance_id=instance_id, publish_status=False)
 
 
 def wait_until(condition, what, timeout=10.0):
@@ -79,8 +75,12 @@ def wait_until(condition, what, timeout=10.0):
         time.sleep(0.01)
 
 
-def test_one_leader_one_standby_and_a_graceful_handover(oplog):
-    a, b = manager(oplog, "host-a:1"), manager(oplog, "host-b:1")
+@pytest.mark.parametrize(
+    ("runner_a", "runner_b"),
+    [("threads", "threads"), ("asyncio", "asyncio"), ("asyncio", "threads")],
+)
+def test_one_leader_one_standby_and_a_graceful_handover(oplog, runner_a, runner_b):
+    a, b = manager(oplog, "host-a:1", runner_a), manager(oplog, "host-b:1", runner_b)
     try:
         assert a.start(STREAM) is not None
         assert b.start(STREAM) is None  # standby
@@ -103,8 +103,9 @@ def test_one_leader_one_standby_and_a_graceful_handover(oplog):
         b.stop_all(timeout=5)
 
 
-def test_a_lost_lease_stops_the_consumer_before_its_next_event(oplog):
-    a = manager(oplog, "host-a:1")
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_lost_lease_stops_the_consumer_before_its_next_event(oplog, runner):
+    a = manager(oplog, "host-a:1", runner)
     try:
         consumer = a.start(STREAM)
         wait_until(lambda: consumer.state.value == "running", "running")

@@ -13,6 +13,7 @@ from flowwarden_django.streams.manager import StreamManager
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import lock_services
 from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog
+from tests.streams.managers import RUNNERS, new_manager
 
 MEMORY = "flowwarden_django.streams.backends.memory."
 
@@ -31,8 +32,13 @@ def fast_settings(settings):
     return settings
 
 
+@pytest.fixture(params=RUNNERS)
+def runner(request):
+    return request.param
+
+
 @pytest.fixture(params=["ALL_INSTANCES", "SINGLE_LEADER"])
-def stream(request, fast_settings):
+def stream(request, fast_settings, runner):
     handled = []
     lock = threading.Lock()
 
@@ -49,7 +55,7 @@ def stream(request, fast_settings):
     )
     oplog = FakeOplog()
     oplog.handled = handled
-    manager = StreamManager(source_factory=lambda spec: FakeChangeSource(oplog), instance_id="i1")
+    manager = new_manager(runner, oplog, instance_id="i1")
     yield manager, oplog
     manager.stop_all(timeout=10)
     stream_registry.unregister("managed")

@@ -20,6 +20,7 @@ from flowwarden_django.streams.runtime import (
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
+from tests.streams.managers import RUNNERS, consumer_class
 
 
 class Clock:
@@ -56,8 +57,18 @@ def spec(handler=None, *, checkpoint=None, restart=None, **options):
     )
 
 
+Consumer = StreamConsumer
+
+
+@pytest.fixture(autouse=True, params=RUNNERS)
+def runner(request, monkeypatch):
+    """Every test runs on both runtimes: ``Consumer`` is the runner's consumer class."""
+    monkeypatch.setitem(globals(), "Consumer", consumer_class(request.param))
+    return request.param
+
+
 def run(stream_spec, store, source, *, clock=None, burst=True):
-    consumer = StreamConsumer(stream_spec, store, lambda s: source, monotonic=clock or Clock())
+    consumer = Consumer(stream_spec, store, lambda s: source, monotonic=clock or Clock())
     consumer.run(burst=burst)
     return consumer
 
@@ -127,7 +138,7 @@ def test_level3_fail_is_terminal_with_operator_guidance():
     store.save(
         Checkpoint("orders", last_processed_token=events[0]["_id"], last_processed_at=now_ms())
     )
-    consumer = StreamConsumer(spec(Recorder()), store, lambda s: source, monotonic=Clock())
+    consumer = Consumer(spec(Recorder()), store, lambda s: source, monotonic=Clock())
     with pytest.raises(HistoryLostError, match="flowwarden_checkpoints reset orders"):
         consumer.run(burst=True)
     assert consumer.state == StreamState.CRASHED
@@ -216,7 +227,7 @@ def test_without_a_graceful_stop_at_most_n_minus_1_are_unsaved():
             raise RuntimeError("poison")
 
     restart = RestartPolicySpec(max_attempts=1, initial_delay="1ms")
-    consumer = StreamConsumer(
+    consumer = Consumer(
         spec(
             handler,
             checkpoint=CheckpointSpec(save_every_n=3, save_interval_seconds=0),
@@ -247,9 +258,7 @@ def test_save_interval_flushes_a_dirty_anchor():
 
     insert(source.oplog, 2)
     policy = CheckpointSpec(save_every_n=100, save_interval_seconds=5)
-    consumer = StreamConsumer(
-        spec(handler, checkpoint=policy), store, lambda s: source, monotonic=clock
-    )
+    consumer = Consumer(spec(handler, checkpoint=policy), store, lambda s: source, monotonic=clock)
     consumer.flush_tick_seconds = 0.01
     consumer.run(burst=True)
     assert seen_during == [None, events[0]["_id"]]
@@ -314,7 +323,7 @@ def test_idle_heartbeat_certifies_the_position_and_rewrites_only_the_heartbeat()
     insert(source.oplog, 1)
     bootstrap = store.find("orders")
     policy = CheckpointSpec(idle_heartbeat_interval_seconds=60)
-    consumer = StreamConsumer(
+    consumer = Consumer(
         spec(Recorder(), checkpoint=policy), store, lambda s: source, monotonic=clock
     )
     polls = iter(range(100))
@@ -375,7 +384,7 @@ def test_drop_is_dispatched_then_invalidate_under_fail_is_terminal():
     source.oplog.drop()
     changes = []
     stream = spec(Recorder(), on_change=lambda ctx: changes.append(ctx.operation_type))
-    consumer = StreamConsumer(stream, store, lambda s: source, monotonic=Clock())
+    consumer = Consumer(stream, store, lambda s: source, monotonic=Clock())
     with pytest.raises(StreamInvalidatedError, match="dropped"):
         consumer.run(burst=True)
     assert changes == ["drop"], "invalidate itself is never dispatched"
@@ -383,7 +392,7 @@ def test_drop_is_dispatched_then_invalidate_under_fail_is_terminal():
     assert marker.last_processed_token is None
     assert marker.last_seen_token == fake_token(source.oplog.last_position)
     with pytest.raises(HistoryLostError):  # every later start fails loudly
-        StreamConsumer(stream, store, lambda s: source, monotonic=Clock()).run(burst=True)
+        Consumer(stream, store, lambda s: source, monotonic=Clock()).run(burst=True)
 
 
 def test_drop_under_resume_from_now_heals_and_continues():
@@ -435,7 +444,7 @@ def test_restart_attempts_exhausted_is_terminal():
     run(spec(Recorder()), store, source)
     source.errors.extend(AutoReconnect("down") for _ in range(5))
     restart = RestartPolicySpec(max_attempts=2, initial_delay="1ms")
-    consumer = StreamConsumer(
+    consumer = Consumer(
         spec(Recorder(), restart=restart), store, lambda s: source, monotonic=Clock()
     )
     with pytest.raises(AutoReconnect):
@@ -469,7 +478,7 @@ def test_transactional_handler_and_anchor_commit_together():
 
 def test_a_stop_before_the_thread_runs_holds():
     store, source = InMemoryCheckpointStore(), FakeChangeSource()
-    consumer = StreamConsumer(spec(Recorder()), store, lambda s: source, monotonic=Clock())
+    consumer = Consumer(spec(Recorder()), store, lambda s: source, monotonic=Clock())
     consumer.stop()
     consumer.run()  # returns at once instead of consuming forever
     assert consumer.state == StreamState.STOPPED

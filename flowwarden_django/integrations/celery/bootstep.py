@@ -29,10 +29,11 @@ class StreamsBootstep(bootsteps.StartStopStep):
     stream on a broker hiccup that has nothing to do with MongoDB; and a
     ``ConsumerStep`` only attaches kombu consumers, not a change-stream cursor.
 
-    ``start`` calls ``StreamManager().start_all()`` (every enabled auto-start stream,
-    each on its own thread); a warm shutdown (SIGTERM, or SIGINT once) calls
-    ``stop_all(stop_timeout)``, which lets each stream finish the event in hand and
-    flush its processed anchor. A cold shutdown asks the same but waits only
+    ``start`` calls ``new_stream_manager().start_all()`` (every enabled auto-start
+    stream, each on its own thread, or all on one event loop when
+    ``FLOWWARDEN["STREAM_RUNNER"]`` is ``"asyncio"``); a warm shutdown (SIGTERM, or
+    SIGINT once) calls ``stop_all(stop_timeout)``, which lets each stream finish the
+    event in hand and flush its processed anchor. A cold shutdown asks the same but waits only
     ``terminate_timeout`` seconds per stream.
 
     Use it with the prefork, solo or threads pool: under gevent/eventlet the stream
@@ -53,7 +54,8 @@ class StreamsBootstep(bootsteps.StartStopStep):
     def start(self, parent: Any) -> None:
         # Imported here: the app module imports this one before Django is set up.
         from ...conf import fw_settings
-        from ...streams.manager import StreamManager, default_instance_id
+        from ...streams.async_manager import new_stream_manager
+        from ...streams.manager import default_instance_id
 
         # The worker's node name (celery@host) plus the pid names this process in
         # leases and status rows, unless FLOWWARDEN["INSTANCE_ID"] is set.
@@ -61,7 +63,7 @@ class StreamsBootstep(bootsteps.StartStopStep):
         instance_id = fw_settings.INSTANCE_ID or (
             f"{hostname}:{os.getpid()}" if hostname else default_instance_id()
         )
-        manager = StreamManager(instance_id=instance_id)
+        manager = new_stream_manager(instance_id=instance_id)
         try:
             manager.start_all()
         except BaseException:

@@ -10,7 +10,9 @@ its snapshot handler before streaming from a fresh position. The command follows
 the copy with a progress bar until it is done (``--no-wait`` returns at once).
 
 ``run`` starts the declared streams (or those named with ``--stream``), each on its
-own thread, until SIGTERM/SIGINT stops them gracefully (every dirty processed
+own thread (``--asyncio``: all on one event loop, through pymongo's async driver;
+``FLOWWARDEN["STREAM_RUNNER"]`` sets the default), until SIGTERM/SIGINT stops them
+gracefully (every dirty processed
 anchor is flushed). It first checks that each MongoDB client answers and says how
 to fix it when one does not (then keeps retrying, one line a retry). ``--burst``
 processes what is there, then stops; it gives up (exit status 1) when MongoDB does
@@ -34,6 +36,7 @@ from django.utils import timezone
 
 from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...common.outages import error_summary
+from ...streams.async_manager import new_stream_manager
 from ...streams.clients import client_hosts, probe
 from ...streams.manager import StreamManager
 from ...streams.registry import DuplicateStreamError, stream_registry
@@ -69,6 +72,22 @@ class Command(BaseCommand):
             help="Run only this stream (repeatable). Default: every enabled auto-start stream.",
         )
         run.add_argument("--burst", action="store_true", help="Process what is there, then stop.")
+        runner = run.add_mutually_exclusive_group()
+        runner.add_argument(
+            "--asyncio",
+            action="store_const",
+            const="asyncio",
+            dest="runner",
+            help="Run every stream as a task on one event loop (async handlers awaited "
+            'natively). Default: FLOWWARDEN["STREAM_RUNNER"].',
+        )
+        runner.add_argument(
+            "--threads",
+            action="store_const",
+            const="threads",
+            dest="runner",
+            help="Run each stream on a thread of its own.",
+        )
         run.add_argument(
             "--timeout",
             type=positive_seconds,
@@ -107,7 +126,12 @@ class Command(BaseCommand):
         try:
             if action == "run":
                 self.serve_metrics(options.get("metrics_port"))
-                self.handle_run(options.get("streams"), options["burst"], options["timeout"])
+                self.handle_run(
+                    options.get("streams"),
+                    options["burst"],
+                    options["timeout"],
+                    runner=options.get("runner"),
+                )
             elif action == "resync":
                 self.handle_resync(options["name"], yes=options["yes"], wait=options["wait"])
             else:
@@ -115,8 +139,15 @@ class Command(BaseCommand):
         except (DuplicateStreamError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
 
-    def handle_run(self, names: list[str] | None, burst: bool, timeout: float = 30.0) -> None:
-        manager = StreamManager()
+    def handle_run(
+        self,
+        names: list[str] | None,
+        burst: bool,
+        timeout: float = 30.0,
+        *,
+        runner: str | None = None,
+    ) -> None:
+        manager = new_stream_manager(runner)
         declared = stream_registry.specs()
         if names:
             unknown = sorted(set(names) - set(declared))
