@@ -7,14 +7,18 @@ pipeline, ``fullDocument`` options, bootstrap command and cursor comments) with
 
 Clients come from ``FLOWWARDEN["MONGO_CLIENTS"]``, as the sync ``clients.py``
 builds them, but an ``AsyncMongoClient`` belongs to one event loop: they are kept
-per loop and alias (:data:`async_mongo_clients`).
+per loop and alias (:data:`async_mongo_clients`) and closed with their loop. The
+MongoDB backends' native async operations keep their clients the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from ..exceptions import MissingExtraError
@@ -38,7 +42,8 @@ class AsyncChangeCursor(Protocol):
 
 
 class AsyncChangeSource(Protocol):
-    """The async counterpart of :class:`~.source.ChangeSource` (no initial sync yet)."""
+    """The async counterpart of :class:`~.source.ChangeSource` (an initial sync copies
+    through the sync source: see :mod:`.async_runtime`)."""
 
     async def open(
         self,
@@ -54,34 +59,93 @@ class AsyncChangeSource(Protocol):
 
 
 class AsyncMongoClientHandler:
-    """One ``AsyncMongoClient`` per configured alias per running event loop."""
+    """One ``AsyncMongoClient`` per key (a configured alias) per running event loop.
+
+    A loop's clients are closed by :meth:`aclose`, or when that loop shuts its async
+    generators down (``asyncio.run`` and ``async_to_sync`` do, on exit); :meth:`reset`
+    lets go of every loop's clients, each then closed on its loop if that still runs.
+    The MongoDB backends keep a handler of their own, with clients made from their
+    ``url`` (:meth:`get`).
+    """
 
     def __init__(self) -> None:
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._loops: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[dict[str, Any], AsyncIterator[None]]
+        ] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def __getitem__(self, alias: str) -> Any:
+        return self.get(alias, functools.partial(self._create, alias))
+
+    def get(self, key: str, create: Callable[[], Any]) -> Any:
+        """The running loop's client *key*, made by ``create()`` on first use there."""
         loop = asyncio.get_running_loop()
-        clients = self._clients.setdefault(loop, {})
-        client = clients.get(alias)
+        with self._lock:
+            held = self._loops.get(loop)
+            if held is None:
+                clients: dict[str, Any] = {}
+                held = self._loops[loop] = (clients, self._closer(loop, clients))
+                _start(held[1])
+        clients = held[0]
+        client = clients.get(key)
         if client is None:
-            client = clients[alias] = self._create(alias)
+            client = clients[key] = create()
         return client
 
     def _create(self, alias: str) -> Any:
         url, options = client_settings(alias)
+        return new_async_client(url, options, "Change streams")
+
+    async def _closer(
+        self, loop: asyncio.AbstractEventLoop, clients: dict[str, Any]
+    ) -> AsyncIterator[None]:
+        """Closes *clients* when *loop* finalizes its async generators, or when this
+        generator is dropped (:meth:`reset`) while the loop still runs."""
         try:
-            from pymongo import AsyncMongoClient
-        except ImportError as exc:
-            raise MissingExtraError("pymongo", "mongo", "Change streams") from exc
-        return AsyncMongoClient(url, **options)
+            yield
+        finally:
+            with self._lock:
+                held = self._loops.get(loop)
+                if held is not None and held[0] is clients:
+                    del self._loops[loop]
+            await _close_all(clients)
 
     async def aclose(self) -> None:
-        """Close the running loop's clients (call it before the loop ends)."""
-        clients = self._clients.pop(asyncio.get_running_loop(), {})
-        for client in clients.values():
-            await client.close()
+        """Close the running loop's clients (the next use there makes new ones)."""
+        with self._lock:
+            clients, _closer = self._loops.pop(asyncio.get_running_loop(), ({}, None))
+        await _close_all(clients)
+
+    def reset(self) -> None:
+        """Let go of every loop's clients: each is closed on its loop if that still runs."""
+        with self._lock:
+            self._loops.clear()
+
+
+def _start(closer: AsyncIterator[None]) -> None:
+    """Run *closer* to its ``yield`` without awaiting: creating its first step registers
+    it with the running loop's async-generator hooks (so the loop finalizes it)."""
+    step = closer.__anext__()
+    with contextlib.suppress(StopIteration):
+        step.send(None)  # type: ignore[attr-defined]
+
+
+async def _close_all(clients: dict[str, Any]) -> None:
+    """Close *clients*, emptied first: whoever calls first closes them, once."""
+    owned = list(clients.values())
+    clients.clear()
+    for client in owned:
+        await client.close()
+
+
+def new_async_client(url: str, options: Mapping[str, Any], feature: str) -> Any:
+    """A pymongo ``AsyncMongoClient`` to *url* with *options* (those of the sync one);
+    *feature* names what needs it when pymongo is missing."""
+    try:
+        from pymongo import AsyncMongoClient
+    except ImportError as exc:
+        raise MissingExtraError("pymongo", "mongo", feature) from exc
+    return AsyncMongoClient(url, **options)
 
 
 async_mongo_clients = AsyncMongoClientHandler()

@@ -7,7 +7,6 @@ documents, not the server's behaviour under concurrent writers. The live lane
 
 import functools
 import os
-import threading
 import uuid
 
 import mongomock
@@ -17,6 +16,7 @@ from flowwarden_django.streams.backends.mongo import MongoCheckpointStore
 from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import on_lane
+from tests.streams.async_mongomock import MONGOMOCK_LOCK, NativeAsyncOnly, NativeOnMongomock
 
 
 class SerializedCollection:
@@ -29,7 +29,7 @@ class SerializedCollection:
 
     def __init__(self, collection):
         self._collection = collection
-        self._lock = threading.Lock()
+        self._lock = MONGOMOCK_LOCK  # the async adapter's too
 
     def __getattr__(self, name):
         attribute = getattr(self._collection, name)
@@ -181,8 +181,24 @@ class TestMongoSpecifics:
 class TestMongoCheckpointStoreOnMongomockAsync(
     AsyncCheckpointStoreContract, TestMongoCheckpointStoreOnMongomock
 ):
-    """Reported as mongomock: a fake, not a MongoDB server."""
+    """A ready (mongomock) ``client``: the thread-based fallback. Reported as mongomock:
+    a fake, not a MongoDB server."""
 
 
-class TestMongoCheckpointStoreLiveAsync(AsyncCheckpointStoreContract, TestMongoCheckpointStoreLive):
+class NativeMongomockStore(NativeOnMongomock, MongomockStore):
     pass
+
+
+class TestMongoCheckpointStoreOnMongomockNativeAsync(
+    NativeAsyncOnly, AsyncCheckpointStoreContract, TestMongoCheckpointStoreOnMongomock
+):
+    """The native path, on mongomock behind the async API (``async_mongomock``)."""
+
+    def make_store(self):
+        return NativeMongomockStore(client=mongomock.MongoClient(), database="fwtest")
+
+
+class TestMongoCheckpointStoreLiveAsync(
+    NativeAsyncOnly, AsyncCheckpointStoreContract, TestMongoCheckpointStoreLive
+):
+    """The native path (an ``AsyncMongoClient`` from the url) on a live server."""

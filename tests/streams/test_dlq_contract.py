@@ -33,6 +33,7 @@ from flowwarden_django.testkit import AsyncDlqStoreContract, DlqStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.dlq_store import DEFAULT_POLICY, full_event, make_event
 from tests.lanes import lane_marks, on_lane
+from tests.streams.async_mongomock import NativeAsyncOnly, NativeOnMongomock
 from tests.streams.test_contract_mongo import SerializedCollection
 from tests.streams.test_contract_redis import delete_keys, redis_url
 
@@ -461,8 +462,22 @@ class TestRedisDlqStoreAsync(AsyncDlqStoreContract, TestRedisDlqStore):
 
 
 class TestMongoDlqStoreOnMongomockAsync(AsyncDlqStoreContract, TestMongoDlqStoreOnMongomock):
-    """Reported as mongomock: a fake, not a MongoDB server."""
+    """A ready (mongomock) ``client``: the thread-based fallback. Reported as mongomock:
+    a fake, not a MongoDB server."""
 
 
-class TestMongoDlqStoreLiveAsync(AsyncDlqStoreContract, TestMongoDlqStoreLive):
+class NativeMongomockDlqStore(NativeOnMongomock, MongomockDlqStore):
     pass
+
+
+class TestMongoDlqStoreOnMongomockNativeAsync(
+    NativeAsyncOnly, AsyncDlqStoreContract, TestMongoDlqStoreOnMongomock
+):
+    """The native path, on mongomock behind the async API (``async_mongomock``)."""
+
+    def make_store(self):
+        return NativeMongomockDlqStore(client=mongomock.MongoClient(), database="fwtest")
+
+
+class TestMongoDlqStoreLiveAsync(NativeAsyncOnly, AsyncDlqStoreContract, TestMongoDlqStoreLive):
+    """The native path (an ``AsyncMongoClient`` from the url) on a live server."""

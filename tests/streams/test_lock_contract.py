@@ -28,6 +28,7 @@ from flowwarden_django.testkit import AsyncLockServiceContract, LockServiceContr
 from flowwarden_django.testkit.lock_service import A, B
 from tests.lanes import lane_marks, on_lane
 from tests.services import SERVICES
+from tests.streams.async_mongomock import NativeAsyncOnly, NativeOnMongomock
 from tests.streams.test_contract_mongo import SerializedCollection
 
 # -- memory -----------------------------------------------------------------------
@@ -475,8 +476,24 @@ class TestRedisLockServiceAsync(AsyncLockServiceContract, TestRedisLockService):
 class TestMongoLockServiceOnMongomockAsync(
     AsyncLockServiceContract, TestMongoLockServiceOnMongomock
 ):
-    """Reported as mongomock: a fake, not a MongoDB server."""
+    """A ready (mongomock) ``client``: the thread-based fallback. Reported as mongomock:
+    a fake, not a MongoDB server."""
 
 
-class TestMongoLockServiceLiveAsync(AsyncLockServiceContract, TestMongoLockServiceLive):
+class NativeMongomockLocks(NativeOnMongomock, MongomockLocks):
     pass
+
+
+class TestMongoLockServiceOnMongomockNativeAsync(
+    NativeAsyncOnly, AsyncLockServiceContract, TestMongoLockServiceOnMongomock
+):
+    """The native path, on mongomock behind the async API (``async_mongomock``)."""
+
+    def make_service(self):
+        return NativeMongomockLocks(client=mongomock.MongoClient(), database="fwtest")
+
+
+class TestMongoLockServiceLiveAsync(
+    NativeAsyncOnly, AsyncLockServiceContract, TestMongoLockServiceLive
+):
+    """The native path (an ``AsyncMongoClient`` from the url) on a live server."""

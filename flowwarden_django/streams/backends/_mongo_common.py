@@ -1,13 +1,16 @@
-"""The MongoDB connection every Mongo backend shares: a lazily opened collection."""
+"""The MongoDB connection every Mongo backend shares: a lazily opened collection, and
+the same collection on an ``AsyncMongoClient`` per running event loop for the native
+async API."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core import checks
 
+from ..async_source import AsyncMongoClientHandler, new_async_client
 from ..stores import store_setting
 from ._extras import missing_extra
 
@@ -21,7 +24,15 @@ class MongoCollection:
     ``write_concern`` on every write. ``close()`` closes only a client it made.
 
     Backends subclass it and may override :meth:`prepare` (run once, on the freshly
-    opened collection, before anyone uses it: creating indexes, say).
+    opened collection, before anyone uses it: creating indexes, say) and
+    :meth:`aprepare`, its async twin.
+
+    The native async API works on :meth:`async_collection`: the same database and
+    collection (codec options, write concern) on the running loop's
+    ``AsyncMongoClient``, made from ``url`` and ``client_options`` as the sync client
+    is. A backend handed a ready ``client`` has no settings to copy: there
+    :meth:`async_collection` is ``None`` and the async operations fall back to the
+    default (the sync operation on the default executor).
     """
 
     def __init__(
@@ -44,6 +55,8 @@ class MongoCollection:
         self._owns_client = client is None
         self._collection: Any = None
         self._lock = threading.Lock()
+        self._async_clients = AsyncMongoClientHandler()
+        self._async_prepared = False
 
     @property
     def collection(self) -> Any:
@@ -59,18 +72,26 @@ class MongoCollection:
     def prepare(self, collection: Any) -> None:
         """Set up a freshly opened collection (nothing by default)."""
 
-    def _open(self) -> Any:
-        from bson.codec_options import CodecOptions
-        from pymongo.write_concern import WriteConcern
+    async def aprepare(self, collection: Any) -> None:
+        """:meth:`prepare` on the async collection (nothing by default); run once."""
 
+    def _open(self) -> Any:
         if self._client is None:
             from pymongo import MongoClient
 
             self._client = MongoClient(self.url, **self.client_options)
+        return self._collection_on(self._client)
+
+    def _collection_on(self, client: Any) -> Any:
+        """This backend's collection on *client*, a ``MongoClient`` or an
+        ``AsyncMongoClient``."""
+        from bson.codec_options import CodecOptions
+        from pymongo.write_concern import WriteConcern
+
         if self.database_name is not None:
-            database = self._client[self.database_name]
+            database = client[self.database_name]
         else:
-            database = self._client.get_default_database(default=DEFAULT_DATABASE)
+            database = client.get_default_database(default=DEFAULT_DATABASE)
         return database.get_collection(
             self.collection_name,
             codec_options=CodecOptions(),
@@ -78,11 +99,48 @@ class MongoCollection:
         )
 
     def close(self) -> None:
-        """Close the client if this object made it; the next use reconnects."""
+        """Close the client if this object made it, and let go of the async clients
+        (each closed on its loop if that still runs); the next use reconnects."""
         if self._owns_client and self._client is not None:
             self._client.close()
         self._client = None if self._owns_client else self._client
         self._collection = None
+        self._async_clients.reset()
+        self._async_prepared = False
+
+    # -- the native async API ------------------------------------------------------
+
+    def async_client_factory(self) -> Callable[[], Any] | None:
+        """What makes the async client of an event loop: an ``AsyncMongoClient`` from
+        ``url`` and ``client_options``, or ``None`` when a ready ``client`` was given
+        (then the async operations fall back to the thread-based default).
+
+        The seam of the tests: they override it to return a maker of an in-process
+        fake with the ``AsyncMongoClient`` API the backends use
+        (``tests/streams/async_mongomock.py``).
+        """
+        if self.url is None:
+            return None
+        url, options = self.url, self.client_options
+        return lambda: new_async_client(url, options, type(self).__name__)
+
+    async def async_collection(self) -> Any:
+        """The collection on the running loop's async client (made on first use on
+        that loop, prepared by :meth:`aprepare` once), or ``None`` when
+        :meth:`async_client_factory` is."""
+        factory = self.async_client_factory()
+        if factory is None:
+            return None
+        collection = self._collection_on(self._async_clients.get("client", factory))
+        if not self._async_prepared:
+            await self.aprepare(collection)
+            self._async_prepared = True
+        return collection
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client (a client of another loop closes
+        with its loop); the next async operation makes a new one."""
+        await self._async_clients.aclose()
 
 
 def check_connection_options(

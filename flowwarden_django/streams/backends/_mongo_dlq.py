@@ -12,6 +12,10 @@ the reference's rc.2 fix) and ``{streamName: 1, status: 1}`` for ``count``.
 ``save`` is one ``replace_one(upsert=True)``; each status change is one
 ``update_one`` whose filter holds the expected statuses, so it is a
 compare-and-set. ``count`` is ``count_documents`` (never an estimate).
+
+The async operations are native: the same filters and update documents (built once,
+by the helpers below) on pymongo's ``AsyncMongoClient``, one per running event loop
+(see :meth:`MongoCollection.async_collection`).
 """
 
 from __future__ import annotations
@@ -99,6 +103,69 @@ def _entry(document: Mapping[str, Any]) -> DeadLetter:
     )
 
 
+# -- the filters and update documents, shared by the sync and async operations -------
+
+Write = tuple[dict[str, Any], dict[str, Any]]  # (filter, update or replacement document)
+
+
+def _replacement(entry: DeadLetter) -> Write:
+    """``save``: the whole document, for ``replace_one(..., upsert=True)``."""
+    check_entry(entry)
+    return {"_id": entry.id}, _document(entry)
+
+
+def _stream_query(stream_name: str, status: str | None, limit: int | None) -> dict[str, Any] | None:
+    """The ``find`` arguments of ``find_by_stream``; ``None`` when it finds nothing."""
+    check_limit(limit)
+    if limit == 0:
+        return None  # a MongoDB limit of 0 means "no limit"
+    query: dict[str, Any] = {"streamName": stream_name}
+    if status is not None:
+        query["status"] = status
+    return {"filter": query, "sort": [("createdAt", -1), ("_id", 1)], "limit": limit or 0}
+
+
+def _pending(stream_name: str) -> dict[str, Any]:
+    """The filter ``count`` counts."""
+    return {"streamName": stream_name, "status": PENDING}
+
+
+def _transition(
+    entry_id: str,
+    to_status: str,
+    from_statuses: Sequence[str],
+    at: datetime,
+    by: str,
+    note: str,
+) -> Write:
+    """The compare-and-set of ``transition``: the expected statuses are in the filter."""
+    allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+    update: dict[str, Any] = {"$set": {"status": to_status}}
+    if settles(to_status):
+        update["$set"].update(resolvedAt=ms_precision(at), resolvedBy=by, note=note)
+    if to_status == REPLAYED:
+        update["$set"]["lastReplayedAt"] = ms_precision(at)
+        update["$inc"] = {"replayCount": 1}
+    return {"_id": entry_id, "status": {"$in": list(allowed)}}, update
+
+
+def _replay_failure(entry_id: str, error: ErrorInfo, at: datetime) -> Write:
+    """``record_replay_failure``: back to pending, from replaying only."""
+    check_error(error)
+    check_aware(at, "at")
+    update = {
+        "$set": {"status": PENDING, "error": _error(error), "lastReplayedAt": ms_precision(at)},
+        "$inc": {"replayCount": 1},
+    }
+    return {"_id": entry_id, "status": REPLAYING}, update
+
+
+def _expired(now: datetime) -> dict[str, Any]:
+    """The filter ``purge_expired`` deletes."""
+    check_aware(now, "now")
+    return {"expiresAt": {"$lt": now}}
+
+
 class MongoDlqStore(MongoCollection, DlqStore):
     """Stores dead letters in a MongoDB collection (``_fw_dlq`` by default).
 
@@ -108,10 +175,15 @@ class MongoDlqStore(MongoCollection, DlqStore):
     per stream (the reference's ``@MongoDlqOptions``), configure one
     ``DLQ_STORES`` alias per collection and name it in the stream's
     ``dead_letter_queue(store=...)``.
+
+    The async operations are native, on pymongo's ``AsyncMongoClient`` (one per
+    running event loop, made from ``url`` and ``client_options``) with the same
+    filters and updates; given a ready ``client``, they fall back to the default
+    (the sync operation on the default executor).
     """
 
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
+    #: What the async fallback (a ready ``client``) runs on: the default executor, in
+    #: parallel; this never touches the Django database.
     async_thread_sensitive = False
 
     def __init__(
@@ -131,6 +203,10 @@ class MongoDlqStore(MongoCollection, DlqStore):
         """Create the indexes when the collection is first opened."""
         self.create_indexes(collection)
 
+    async def aprepare(self, collection: Any) -> None:
+        """Create the indexes when the async collection is first used."""
+        await self.acreate_indexes(collection)
+
     @staticmethod
     def create_indexes(collection: Any) -> None:
         """Create the TTL index on ``expiresAt`` and the ``{streamName, status}`` index
@@ -138,11 +214,16 @@ class MongoDlqStore(MongoCollection, DlqStore):
         for keys, options in INDEXES:
             collection.create_index(keys, **options)
 
+    @staticmethod
+    async def acreate_indexes(collection: Any) -> None:
+        """:meth:`create_indexes` on an async collection."""
+        for keys, options in INDEXES:
+            await collection.create_index(keys, **options)
+
     # -- the SPI -----------------------------------------------------------------
 
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        check_entry(entry)
-        self.collection.replace_one({"_id": entry.id}, _document(entry), upsert=True)
+        self.collection.replace_one(*_replacement(entry), upsert=True)
 
     def find_by_id(self, entry_id: str) -> DeadLetter | None:
         document = self.collection.find_one({"_id": entry_id})
@@ -151,19 +232,13 @@ class MongoDlqStore(MongoCollection, DlqStore):
     def find_by_stream(
         self, stream_name: str, *, status: str | None = None, limit: int | None = None
     ) -> list[DeadLetter]:
-        check_limit(limit)
-        if limit == 0:
-            return []  # a MongoDB limit of 0 means "no limit"
-        query: dict[str, Any] = {"streamName": stream_name}
-        if status is not None:
-            query["status"] = status
-        documents = self.collection.find(
-            query, sort=[("createdAt", -1), ("_id", 1)], limit=limit or 0
-        )
-        return [_entry(document) for document in documents]
+        query = _stream_query(stream_name, status, limit)
+        if query is None:
+            return []
+        return [_entry(document) for document in self.collection.find(**query)]
 
     def count(self, stream_name: str) -> int:
-        return self.collection.count_documents({"streamName": stream_name, "status": PENDING})
+        return self.collection.count_documents(_pending(stream_name))
 
     def transition(
         self,
@@ -175,40 +250,88 @@ class MongoDlqStore(MongoCollection, DlqStore):
         by: str = "",
         note: str = "",
     ) -> bool:
-        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-        update: dict[str, Any] = {"$set": {"status": to_status}}
-        if settles(to_status):
-            update["$set"].update(resolvedAt=ms_precision(at), resolvedBy=by, note=note)
-        if to_status == REPLAYED:
-            update["$set"]["lastReplayedAt"] = ms_precision(at)
-            update["$inc"] = {"replayCount": 1}
-        result = self.collection.update_one(
-            {"_id": entry_id, "status": {"$in": list(allowed)}}, update
-        )
-        return result.matched_count == 1
+        update = _transition(entry_id, to_status, from_statuses, at, by, note)
+        return self.collection.update_one(*update).matched_count == 1
 
     def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        check_error(error)
-        check_aware(at, "at")
-        result = self.collection.update_one(
-            {"_id": entry_id, "status": REPLAYING},
-            {
-                "$set": {
-                    "status": PENDING,
-                    "error": _error(error),
-                    "lastReplayedAt": ms_precision(at),
-                },
-                "$inc": {"replayCount": 1},
-            },
-        )
-        return result.matched_count == 1
+        return self.collection.update_one(*_replay_failure(entry_id, error, at)).matched_count == 1
 
     def purge_expired(self, now: datetime) -> int:
-        check_aware(now, "now")
-        return self.collection.delete_many({"expiresAt": {"$lt": now}}).deleted_count
+        return self.collection.delete_many(_expired(now)).deleted_count
 
     def delete(self, entry_id: str) -> None:
         self.collection.delete_one({"_id": entry_id})
+
+    # -- the async API: native, on an AsyncMongoClient -------------------------------
+
+    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().asave(entry, policy)
+        await collection.replace_one(*_replacement(entry), upsert=True)
+
+    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().afind_by_id(entry_id)
+        document = await collection.find_one({"_id": entry_id})
+        return None if document is None else _entry(document)
+
+    async def afind_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().afind_by_stream(stream_name, status=status, limit=limit)
+        query = _stream_query(stream_name, status, limit)
+        if query is None:
+            return []
+        return [_entry(document) for document in await collection.find(**query).to_list()]
+
+    async def acount(self, stream_name: str) -> int:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().acount(stream_name)
+        return await collection.count_documents(_pending(stream_name))
+
+    async def atransition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().atransition(
+                entry_id, to_status, from_statuses=from_statuses, at=at, by=by, note=note
+            )
+        update = _transition(entry_id, to_status, from_statuses, at, by, note)
+        return (await collection.update_one(*update)).matched_count == 1
+
+    async def arecord_replay_failure(
+        self, entry_id: str, error: ErrorInfo, *, at: datetime
+    ) -> bool:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().arecord_replay_failure(entry_id, error, at=at)
+        update = _replay_failure(entry_id, error, at)
+        return (await collection.update_one(*update)).matched_count == 1
+
+    async def apurge_expired(self, now: datetime) -> int:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().apurge_expired(now)
+        return (await collection.delete_many(_expired(now))).deleted_count
+
+    async def adelete(self, entry_id: str) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().adelete(entry_id)
+        await collection.delete_one({"_id": entry_id})
 
     # -- configuration checks ----------------------------------------------------
 

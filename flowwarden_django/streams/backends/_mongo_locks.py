@@ -13,6 +13,10 @@ the filter matches nothing and the upsert's insert collides on ``_id``: that
 ``DuplicateKeyError`` means "not acquired", as in the reference. Renew and
 release are single ``update_one`` calls guarded by owner, token and expiry.
 
+The async operations are native: the same filters and updates (built once, by the
+helpers below) on pymongo's ``AsyncMongoClient``, one per running event loop (see
+:meth:`MongoCollection.async_collection`).
+
 Update pipelines need MongoDB 4.2 or later. The tests run this backend on
 mongomock (which evaluates the same pipeline) and, when
 ``FLOWWARDEN_TEST_MONGO_URL`` is set, on a real server.
@@ -20,7 +24,8 @@ mongomock (which evaluates the same pipeline) and, when
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -59,6 +64,69 @@ def _acquire_update(owner: str, now: datetime, expires_at: datetime) -> list[dic
     ]
 
 
+def _acquire(name: str, owner: str, ttl: timedelta | float) -> tuple[Any, ...]:
+    """The arguments of the acquire's ``find_one_and_update``: filter, update, options."""
+    from pymongo import ReturnDocument
+
+    check_owner(owner)
+    delta = ttl_delta(ttl)
+    now = _ms(timezone.now())
+    takeable = {
+        "_id": name,
+        "$or": [{"instanceId": owner}, {"expiresAt": {"$lte": now}}, {"instanceId": None}],
+    }
+    update = _acquire_update(owner, now, _ms(now + delta))
+    return takeable, update, {"upsert": True, "return_document": ReturnDocument.AFTER}
+
+
+def _held(lease: Lease, now: datetime) -> dict[str, Any]:
+    """A filter true while *lease* is the current one."""
+    return {
+        "_id": lease.name,
+        "instanceId": lease.owner,
+        "token": lease.token,
+        "expiresAt": {"$gt": now},
+    }
+
+
+def _renewal(lease: Lease, ttl: timedelta | float) -> tuple[dict[str, Any], dict[str, Any], Lease]:
+    """The renewal's ``update_one`` (filter and update) and the lease it makes."""
+    delta = ttl_delta(ttl)
+    now = _ms(timezone.now())
+    renewed = Lease(lease.name, lease.owner, lease.token, lease.acquired_at, _ms(now + delta))
+    return _held(lease, now), {"$set": {"expiresAt": renewed.expires_at}}, renewed
+
+
+def _release(lease: Lease) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The release's ``update_one``: the owner unset, the expiry at the epoch."""
+    update = {"$unset": {"instanceId": ""}, "$set": {"expiresAt": _EPOCH}}
+    return _held(lease, _ms(timezone.now())), update
+
+
+def _unexpired(name: str) -> dict[str, Any]:
+    """The filter of ``owner_of``: a held, unexpired lease on *name*."""
+    return {"_id": name, "instanceId": {"$ne": None}, "expiresAt": {"$gt": _ms(timezone.now())}}
+
+
+def _current(lease: Lease) -> dict[str, Any]:
+    """The filter of ``is_current``."""
+    return _held(lease, _ms(timezone.now()))
+
+
+@contextlib.contextmanager
+def _errors_as_not_held(operation: str, name: str) -> Iterator[None]:
+    """Around an acquire or a renewal: a duplicate key (another owner's lease) ends the
+    block quietly, any other pymongo error with a warning; the result stays ``None``."""
+    from pymongo.errors import DuplicateKeyError, PyMongoError
+
+    try:
+        yield
+    except DuplicateKeyError:
+        pass  # held by another owner (or a concurrent first acquire won)
+    except PyMongoError as error:
+        warn_unavailable(operation, name, error)
+
+
 class MongoLockService(MongoCollection, LockService):
     """Leases in a MongoDB collection (``_fw_locks`` by default).
 
@@ -66,10 +134,15 @@ class MongoLockService(MongoCollection, LockService):
     unless ``database`` is given) or a ready pymongo-compatible ``client``; writes
     use ``w="majority"`` unless ``write_concern`` says otherwise (a lease written
     to a minority could be lost in a failover and granted twice).
+
+    The async operations are native, on pymongo's ``AsyncMongoClient`` (one per
+    running event loop, made from ``url`` and ``client_options``) with the same
+    filters and updates; given a ready ``client``, they fall back to the default
+    (the sync operation on the default executor).
     """
 
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
+    #: What the async fallback (a ready ``client``) runs on: the default executor, in
+    #: parallel; this never touches the Django database.
     async_thread_sensitive = False
 
     def __init__(
@@ -85,73 +158,31 @@ class MongoLockService(MongoCollection, LockService):
             self, url, client, database, collection, write_concern, client_options
         )
 
-    @staticmethod
-    def _held(lease: Lease, now: datetime) -> dict[str, Any]:
-        """A filter true while *lease* is the current one."""
-        return {
-            "_id": lease.name,
-            "instanceId": lease.owner,
-            "token": lease.token,
-            "expiresAt": {"$gt": now},
-        }
-
     # -- the SPI -----------------------------------------------------------------
 
     def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        from pymongo import ReturnDocument
-        from pymongo.errors import DuplicateKeyError, PyMongoError
-
-        check_owner(owner)
-        delta = ttl_delta(ttl)
-        now = _ms(timezone.now())
-        expires_at = _ms(now + delta)
-        takeable = {
-            "_id": name,
-            "$or": [{"instanceId": owner}, {"expiresAt": {"$lte": now}}, {"instanceId": None}],
-        }
-        try:
-            document = self.collection.find_one_and_update(
-                takeable,
-                _acquire_update(owner, now, expires_at),
-                upsert=True,
-                return_document=ReturnDocument.AFTER,
-            )
-        except DuplicateKeyError:
-            return None  # held by another owner (or a concurrent first acquire won)
-        except PyMongoError as error:
-            warn_unavailable("acquire", name, error)
-            return None
-        return self._to_lease(document)
+        takeable, update, options = _acquire(name, owner, ttl)
+        document = None
+        with _errors_as_not_held("acquire", name):
+            document = self.collection.find_one_and_update(takeable, update, **options)
+        return None if document is None else self._to_lease(document)
 
     def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        from pymongo.errors import PyMongoError
-
-        delta = ttl_delta(ttl)
-        now = _ms(timezone.now())
-        expires_at = _ms(now + delta)
-        try:
-            result = self.collection.update_one(
-                self._held(lease, now), {"$set": {"expiresAt": expires_at}}
-            )
-        except PyMongoError as error:
-            warn_unavailable("renewal", lease.name, error)
-            return None
-        if result.matched_count != 1:
-            return None
-        return Lease(lease.name, lease.owner, lease.token, lease.acquired_at, expires_at)
+        held, update, renewed = _renewal(lease, ttl)
+        matched = 0
+        with _errors_as_not_held("renewal", lease.name):
+            matched = self.collection.update_one(held, update).matched_count
+        return renewed if matched == 1 else None
 
     def release(self, lease: Lease) -> bool:
-        result = self.collection.update_one(
-            self._held(lease, _ms(timezone.now())),
-            {"$unset": {"instanceId": ""}, "$set": {"expiresAt": _EPOCH}},
-        )
-        return result.matched_count == 1
+        return self.collection.update_one(*_release(lease)).matched_count == 1
 
     def owner_of(self, name: str) -> Lease | None:
-        document = self.collection.find_one(
-            {"_id": name, "instanceId": {"$ne": None}, "expiresAt": {"$gt": _ms(timezone.now())}}
-        )
+        document = self.collection.find_one(_unexpired(name))
         return None if document is None else self._to_lease(document)
+
+    def is_current(self, lease: Lease) -> bool:
+        return self.collection.find_one(_current(lease), {"_id": 1}) is not None
 
     @staticmethod
     def _to_lease(document: Mapping[str, Any]) -> Lease:
@@ -162,6 +193,47 @@ class MongoLockService(MongoCollection, LockService):
             acquired_at=as_utc(document["acquiredAt"]),
             expires_at=as_utc(document["expiresAt"]),
         )
+
+    # -- the async API: native, on an AsyncMongoClient -------------------------------
+
+    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().atry_acquire(name, owner, ttl)
+        takeable, update, options = _acquire(name, owner, ttl)
+        document = None
+        with _errors_as_not_held("acquire", name):
+            document = await collection.find_one_and_update(takeable, update, **options)
+        return None if document is None else self._to_lease(document)
+
+    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().arenew(lease, ttl)
+        held, update, renewed = _renewal(lease, ttl)
+        matched = 0
+        with _errors_as_not_held("renewal", lease.name):
+            matched = (await collection.update_one(held, update)).matched_count
+        return renewed if matched == 1 else None
+
+    async def arelease(self, lease: Lease) -> bool:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().arelease(lease)
+        return (await collection.update_one(*_release(lease))).matched_count == 1
+
+    async def aowner_of(self, name: str) -> Lease | None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().aowner_of(name)
+        document = await collection.find_one(_unexpired(name))
+        return None if document is None else self._to_lease(document)
+
+    async def ais_current(self, lease: Lease) -> bool:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().ais_current(lease)
+        return await collection.find_one(_current(lease), {"_id": 1}) is not None
 
     # -- configuration checks ----------------------------------------------------
 

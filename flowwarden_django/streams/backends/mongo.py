@@ -17,6 +17,11 @@ processed anchor is never removed.
 absent), with ``upsert=True`` when no progress is expected: a duplicate-key error
 then means the record exists and failed the condition, or was created meanwhile
 by another writer; the same update without upsert decides on the existing record.
+
+The async operations (``afind``, ``asave``…) are native: the same filters and
+update documents (built once, by the helpers below) on pymongo's
+``AsyncMongoClient``, one per running event loop (see
+:meth:`MongoCollection.async_collection`).
 """
 
 from __future__ import annotations
@@ -76,16 +81,128 @@ def _processed_equals(expected: Token | None) -> dict[str, Any]:
     }
 
 
+# -- the filters and update documents, shared by the sync and async operations -------
+
+Write = tuple[dict[str, Any], dict[str, Any]]  # (filter, update or replacement document)
+
+
+def _set_or_unset(fields: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """An update document that sets the non-null fields and removes the null ones."""
+    update: dict[str, dict[str, Any]] = {}
+    for name, value in fields.items():
+        if value is None:
+            update.setdefault("$unset", {})[name] = ""
+        else:
+            update.setdefault("$set", {})[name] = value
+    return update
+
+
+def _replacement(checkpoint: Checkpoint) -> Write:
+    """``save``: the whole document, for ``replace_one(..., upsert=True)``."""
+    document: dict[str, Any] = {
+        "instanceId": checkpoint.instance_id,
+        SEEN_TOKEN: normalize_token(checkpoint.last_seen_token),
+        SEEN_AT: ms_precision(checkpoint.last_seen_at),
+        PROCESSED_TOKEN: normalize_token(checkpoint.last_processed_token),
+        PROCESSED_KEY: _key(checkpoint.last_processed_token),
+        PROCESSED_AT: ms_precision(checkpoint.last_processed_at),
+        HEARTBEAT_AT: ms_precision(checkpoint.last_heartbeat_at),
+        "metadata": dict(checkpoint.metadata),
+        INITIAL_SYNC: plain_progress(checkpoint.initial_sync),
+    }
+    document = {k: v for k, v in document.items() if v is not None}
+    return {"_id": checkpoint.stream_name}, document
+
+
+def _partial(stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None) -> Write:
+    """A partial write of *fields* (and the heartbeat), for ``update_one(upsert=True)``."""
+    if heartbeat_at is not None:
+        fields[HEARTBEAT_AT] = ms_precision(heartbeat_at)
+    return {"_id": stream_name}, _set_or_unset(fields)
+
+
+def _seen(
+    stream_name: str, token: Token | None, at: datetime | None, heartbeat_at: datetime | None
+) -> Write:
+    check_anchor_write(stream_name, token, at, heartbeat_at)
+    fields = {SEEN_TOKEN: normalize_token(token), SEEN_AT: ms_precision(at)}
+    return _partial(stream_name, fields, heartbeat_at)
+
+
+def _processed(
+    stream_name: str, token: Token | None, at: datetime | None, heartbeat_at: datetime | None
+) -> Write:
+    check_anchor_write(stream_name, token, at, heartbeat_at)
+    fields = {
+        PROCESSED_TOKEN: normalize_token(token),
+        PROCESSED_KEY: _key(token),
+        PROCESSED_AT: ms_precision(at),
+    }
+    return _partial(stream_name, fields, heartbeat_at)
+
+
+def _heartbeat(stream_name: str, at: datetime) -> Write:
+    check_heartbeat_write(stream_name, at)
+    return _partial(stream_name, {}, at)
+
+
+def _reset(
+    stream_name: str,
+    fresh_seen_token: Token | None,
+    expected_dead_processed: Token | None,
+    at: datetime,
+) -> tuple[Write, Write]:
+    """The history-lost reset: the guarded update (new seen pair, processed removed),
+    and the seen-only upsert written when the guard matches nothing."""
+    check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+    fresh = normalize_token(fresh_seen_token)
+    stamp = ms_precision(at) if fresh is not None else None
+    seen = _set_or_unset({SEEN_TOKEN: fresh, SEEN_AT: stamp, HEARTBEAT_AT: stamp})
+    guarded = {
+        **seen,
+        "$unset": {
+            **seen.get("$unset", {}),
+            PROCESSED_TOKEN: "",
+            PROCESSED_KEY: "",
+            PROCESSED_AT: "",
+        },
+    }
+    guard = {"_id": stream_name, **_processed_equals(expected_dead_processed)}
+    return (guard, guarded), ({"_id": stream_name}, seen)
+
+
+def _initial_sync(
+    stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+) -> Write:
+    """``save_initial_sync``: the filter holding its condition, and the update."""
+    check_initial_sync_write(stream_name, progress, expected_batch)
+    if expected_batch is None:
+        condition = {"_id": stream_name, INITIAL_SYNC: None}  # null or absent
+    else:
+        condition = {"_id": stream_name, f"{INITIAL_SYNC}.batch": expected_batch}
+    return condition, _set_or_unset({INITIAL_SYNC: plain_progress(progress)})
+
+
+def _initial_sync_written(result: Any) -> bool:
+    """Whether the ``update_one`` of ``save_initial_sync`` wrote (matched or inserted)."""
+    return result.matched_count == 1 or result.upserted_id is not None
+
+
 class MongoCheckpointStore(MongoCollection, CheckpointStore):
     """Stores checkpoints in a MongoDB collection (``_fw_checkpoints`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
     given) or hand over a ready pymongo-compatible ``client``. Writes use
     ``w="majority"`` unless ``write_concern`` says otherwise.
+
+    The async operations (``afind``, ``asave``…) are native: the same filters and
+    update documents on pymongo's ``AsyncMongoClient``, one per running event loop,
+    made from ``url`` and ``client_options``. Given a ready ``client`` instead, they
+    fall back to the default: the sync operation on the default executor.
     """
 
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
+    #: What the async fallback (a ready ``client``) runs on: the default executor, in
+    #: parallel; this never touches the Django database.
     async_thread_sensitive = False
 
     supports_listing = True
@@ -106,19 +223,7 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
     # -- the SPI -----------------------------------------------------------------
 
     def save(self, checkpoint: Checkpoint) -> None:
-        document: dict[str, Any] = {
-            "instanceId": checkpoint.instance_id,
-            SEEN_TOKEN: normalize_token(checkpoint.last_seen_token),
-            SEEN_AT: ms_precision(checkpoint.last_seen_at),
-            PROCESSED_TOKEN: normalize_token(checkpoint.last_processed_token),
-            PROCESSED_KEY: _key(checkpoint.last_processed_token),
-            PROCESSED_AT: ms_precision(checkpoint.last_processed_at),
-            HEARTBEAT_AT: ms_precision(checkpoint.last_heartbeat_at),
-            "metadata": dict(checkpoint.metadata),
-            INITIAL_SYNC: plain_progress(checkpoint.initial_sync),
-        }
-        document = {k: v for k, v in document.items() if v is not None}
-        self.collection.replace_one({"_id": checkpoint.stream_name}, document, upsert=True)
+        self.collection.replace_one(*_replacement(checkpoint), upsert=True)
 
     def find(self, stream_name: str) -> Checkpoint | None:
         document = self.collection.find_one({"_id": stream_name})
@@ -141,7 +246,8 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         self.collection.delete_one({"_id": stream_name})
 
     def list_checkpoints(self) -> list[Checkpoint]:
-        return [self._to_checkpoint(doc) for doc in self.collection.find({}).sort("_id", 1)]
+        documents = self.collection.find({}).sort("_id", 1)
+        return [self._to_checkpoint(doc) for doc in documents]
 
     def save_seen(
         self,
@@ -150,9 +256,7 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        fields = {SEEN_TOKEN: normalize_token(token), SEEN_AT: ms_precision(at)}
-        self._set(stream_name, fields, heartbeat_at)
+        self.collection.update_one(*_seen(stream_name, token, at, heartbeat_at), upsert=True)
 
     def save_processed(
         self,
@@ -161,22 +265,11 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        fields = {
-            PROCESSED_TOKEN: normalize_token(token),
-            PROCESSED_KEY: _key(token),
-            PROCESSED_AT: ms_precision(at),
-        }
-        self._set(stream_name, fields, heartbeat_at)
+        update = _processed(stream_name, token, at, heartbeat_at)
+        self.collection.update_one(*update, upsert=True)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_heartbeat_write(stream_name, at)
-        self._set(stream_name, {}, at)
-
-    def _set(self, stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None) -> None:
-        if heartbeat_at is not None:
-            fields[HEARTBEAT_AT] = ms_precision(heartbeat_at)
-        self.collection.update_one({"_id": stream_name}, _set_or_unset(fields), upsert=True)
+        self.collection.update_one(*_heartbeat(stream_name, at), upsert=True)
 
     def reset_after_history_lost(
         self,
@@ -185,23 +278,10 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
-        fresh = normalize_token(fresh_seen_token)
-        stamp = ms_precision(at) if fresh is not None else None
-        seen = _set_or_unset({SEEN_TOKEN: fresh, SEEN_AT: stamp, HEARTBEAT_AT: stamp})
-        guarded = {
-            **seen,
-            "$unset": {
-                **seen.get("$unset", {}),
-                PROCESSED_TOKEN: "",
-                PROCESSED_KEY: "",
-                PROCESSED_AT: "",
-            },
-        }
-        guard = {"_id": stream_name, **_processed_equals(expected_dead_processed)}
-        if self.collection.update_one(guard, guarded).matched_count == 0:
+        guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+        if self.collection.update_one(*guarded).matched_count == 0:
             # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
-            self.collection.update_one({"_id": stream_name}, seen, upsert=True)
+            self.collection.update_one(*seen_only, upsert=True)
 
     def save_initial_sync(
         self,
@@ -212,38 +292,116 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
     ) -> bool:
         from pymongo.errors import DuplicateKeyError
 
-        check_initial_sync_write(stream_name, progress, expected_batch)
-        if expected_batch is None:
-            condition = {"_id": stream_name, INITIAL_SYNC: None}  # null or absent
-        else:
-            condition = {"_id": stream_name, f"{INITIAL_SYNC}.batch": expected_batch}
-        update = _set_or_unset({INITIAL_SYNC: plain_progress(progress)})
-        if expected_batch is not None:
-            return self.collection.update_one(condition, update).matched_count == 1
+        update = _initial_sync(stream_name, progress, expected_batch)
         try:
-            result = self.collection.update_one(condition, update, upsert=True)
+            result = self.collection.update_one(*update, upsert=expected_batch is None)
         except DuplicateKeyError:
             # The record exists: it has progress, or another writer created it after
             # the filter missed. Decide on the record as it is now.
-            return self.collection.update_one(condition, update).matched_count == 1
-        return result.matched_count == 1 or result.upserted_id is not None
+            result = self.collection.update_one(*update)
+        return _initial_sync_written(result)
+
+    # -- the async API: native, on an AsyncMongoClient -------------------------------
+
+    async def asave(self, checkpoint: Checkpoint) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().asave(checkpoint)
+        await collection.replace_one(*_replacement(checkpoint), upsert=True)
+
+    async def afind(self, stream_name: str) -> Checkpoint | None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().afind(stream_name)
+        document = await collection.find_one({"_id": stream_name})
+        return None if document is None else self._to_checkpoint(document)
+
+    async def adelete(self, stream_name: str) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().adelete(stream_name)
+        await collection.delete_one({"_id": stream_name})
+
+    async def alist_checkpoints(self) -> list[Checkpoint]:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().alist_checkpoints()
+        documents = await collection.find({}).sort("_id", 1).to_list()
+        return [self._to_checkpoint(doc) for doc in documents]
+
+    async def asave_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().asave_seen(stream_name, token, at, heartbeat_at)
+        await collection.update_one(*_seen(stream_name, token, at, heartbeat_at), upsert=True)
+
+    async def asave_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().asave_processed(stream_name, token, at, heartbeat_at)
+        update = _processed(stream_name, token, at, heartbeat_at)
+        await collection.update_one(*update, upsert=True)
+
+    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().asave_heartbeat(stream_name, at)
+        await collection.update_one(*_heartbeat(stream_name, at), upsert=True)
+
+    async def areset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().areset_after_history_lost(
+                stream_name, fresh_seen_token, expected_dead_processed, at
+            )
+        guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+        if (await collection.update_one(*guarded)).matched_count == 0:
+            await collection.update_one(*seen_only, upsert=True)  # as in the sync reset
+
+    async def asave_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        collection = await self.async_collection()
+        if collection is None:
+            return await super().asave_initial_sync(
+                stream_name, progress, expected_batch=expected_batch
+            )
+        from pymongo.errors import DuplicateKeyError
+
+        update = _initial_sync(stream_name, progress, expected_batch)
+        try:
+            result = await collection.update_one(*update, upsert=expected_batch is None)
+        except DuplicateKeyError:  # the record exists: as in the sync save_initial_sync
+            result = await collection.update_one(*update)
+        return _initial_sync_written(result)
 
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         return check_connection_options(cls, alias, options)
-
-
-def _set_or_unset(fields: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """An update document that sets the non-null fields and removes the null ones."""
-    update: dict[str, dict[str, Any]] = {}
-    for name, value in fields.items():
-        if value is None:
-            update.setdefault("$unset", {})[name] = ""
-        else:
-            update.setdefault("$set", {})[name] = value
-    return update
 
 
 # The dead-letter store and lock service of this backend live in their own modules.
