@@ -112,8 +112,9 @@ def _on_loop_thread() -> bool:
 class AsyncAnchorPolicy:
     """The processed-anchor policy on one event loop (see :mod:`.policy`).
 
-    An ``asyncio.Lock`` serializes its writers (settling events, the age flusher, a
-    manual save), so an older anchor never lands after a newer one. A failed write
+    An ``asyncio.Lock`` serializes its writes (the count threshold, the age flusher, a
+    manual save), so an older anchor never lands after a newer one; an event settled
+    while a write is in flight keeps the anchor dirty. A failed write
     leaves the anchor dirty; settling events retry it after ``retry_pause_seconds``.
     """
 
@@ -154,16 +155,20 @@ class AsyncAnchorPolicy:
         self._pending = None
 
     async def on_settled(self, token: Mapping[str, Any], at: Any) -> None:
-        async with self._lock:
-            if tokens_equal(token, self.confirmed_token):
-                self._pending, self._count = None, 0
-                return
-            self._pending = (token, at)
-            self._count += 1
-            if self._dirty_since is None:
-                self._dirty_since = self._monotonic()
-            if self._count >= self.save_every_n:
-                await self._persist()
+        # No await before the write: on one loop this bookkeeping is atomic, so the lock
+        # is taken only to write (once per save_every_n events).
+        # Dict equality first: BSON-encoding both tokens on every event is costly.
+        if token == self.confirmed_token and tokens_equal(token, self.confirmed_token):
+            self._pending, self._count = None, 0
+            return
+        self._pending = (token, at)
+        self._count += 1
+        if self._dirty_since is None:
+            self._dirty_since = self._monotonic()
+        if self._count >= self.save_every_n:
+            async with self._lock:
+                if self._pending is not None:
+                    await self._persist()
 
     async def flush_if_due(self) -> bool:
         if self._pending is None or not self.save_interval_seconds:
@@ -197,7 +202,8 @@ class AsyncAnchorPolicy:
             and self._monotonic() - self._failed_at < self.retry_pause_seconds
         ):
             return False
-        token, at = self._pending
+        written = self._pending
+        token, at = written
         try:
             await self.store.asave_processed(
                 self.stream_name, token, _resolve_at(at), heartbeat_at=timezone.now()
@@ -214,7 +220,8 @@ class AsyncAnchorPolicy:
         self._failed_at = None
         self.writes += 1
         self.confirmed_token = token
-        self._pending, self._count, self._dirty_since = None, 0, None
+        if self._pending is written:  # else an event settled during the write: still dirty
+            self._pending, self._count, self._dirty_since = None, 0, None
         return True
 
 
@@ -330,6 +337,7 @@ class AsyncStreamConsumer:
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
         self._caller = HandlerCaller()
+        self._async_functions: dict[int, tuple[Callable[..., Any], bool]] = {}
         #: Set after each dead-letter write; whoever reports the backlog clears it.
         self.dlq_dirty: threading.Event = self._thread_side.dlq_dirty
         self.heartbeats = 0
@@ -523,6 +531,9 @@ class AsyncStreamConsumer:
         self._invalidate_cause = None
         cursor, event = opened.cursor, opened.first_event
         flusher = self._start_flusher(policy)
+        # Without an age threshold flush_if_due() never writes: not asked per event.
+        by_age = bool(self.spec.checkpoint.save_interval_seconds)
+        beating = bool(heartbeat.interval)
         try:
             while not self._stop_requested:
                 if event is None:
@@ -543,9 +554,11 @@ class AsyncStreamConsumer:
                     if self._stop_requested:
                         break  # unsettled: redelivered on the next start
                     raise ConnectionError("an event was left unsettled; resubscribing")
-                heartbeat.last_activity = self._monotonic()
+                if beating:  # the idle heartbeat's clock (nothing else reads it)
+                    heartbeat.last_activity = self._monotonic()
                 event = None
-                await policy.flush_if_due()
+                if by_age:
+                    await policy.flush_if_due()
         finally:
             if flusher is not None:
                 flusher.cancel()
@@ -730,7 +743,7 @@ class AsyncStreamConsumer:
         self, handler: Callable[..., Any], event: Mapping[str, Any], event_id: str | None
     ) -> bool | None:
         try:
-            if is_async(handler):
+            if self._awaitable(handler):
                 await handler(event.get("fullDocument"))
             else:
                 await sync_to_async(handler, thread_sensitive=True)(event.get("fullDocument"))
@@ -741,9 +754,16 @@ class AsyncStreamConsumer:
         await self.policy.on_settled(event["_id"], _event_anchor_at(event))
         return True
 
+    def _awaitable(self, function: Callable[..., Any]) -> bool:
+        """Whether *function* is an ``async def`` (read once per function)."""
+        known = self._async_functions.get(id(function))
+        if known is None or known[0] is not function:
+            known = self._async_functions[id(function)] = (function, is_async(function))
+        return known[1]
+
     async def _call(self, function: Callable[..., Any], doc: Any, ctx: ChangeContext) -> Any:
         """``async def``: awaited here; sync: on the stream's thread (ORM-safe)."""
-        if is_async(function):
+        if self._awaitable(function):
             shape = self._caller.shape(function)
             if shape == "doc":
                 return await function(doc)

@@ -1,7 +1,7 @@
 """Crash test: a stream consumer in its own process, killed with SIGKILL and restarted.
 
 The scripted MongoDB server (``tests/crash/server.py``) runs in one subprocess, the
-consumer (``manage.py flowwarden_streams run --stream crash-orders`` with
+consumer (``manage.py flowwarden_streams run --<runner> --stream crash-orders`` with
 ``DJANGO_SETTINGS_MODULE=tests.crash.settings``) in another. Its handler writes one
 ``Effect`` row per delivered insert into the PostgreSQL test database, where the ORM
 checkpoint store keeps the stream's anchors too. Everything is checked from that data.
@@ -39,6 +39,15 @@ and the anchor write) and ``transactional`` (row and anchor in one transaction: 
 every kill and no order id has two rows; the event in hand at a kill is delivered again
 too, but its first attempt rolled back, so the data counts no re-delivery).
 
+**Runners.** Each mode runs on both runners, with the same checks: ``threads``
+(``--threads``: the stream on a thread of its own, the sync pymongo driver) and
+``asyncio`` (``--asyncio``: the stream a task on the event loop of
+:class:`~flowwarden_django.streams.async_manager.AsyncStreamManager`, reading through
+pymongo's ``AsyncMongoClient``; the sync handler runs on the stream's own thread, a
+transactional attempt, handler and anchor write, as a whole). Test ids:
+``[count-threads]``, ``[count-asyncio]``, ``[transactional-threads]``,
+``[transactional-asyncio]``.
+
 ``FLOWWARDEN_CRASH_SEED`` replays the kill points (not the timing). The counts are
 printed even without ``-s`` and recorded as JUnit properties.
 """
@@ -75,6 +84,8 @@ from tests.testapp.models import Effect
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "crash-orders"
 EVENTS = 20_000
+#: The consumer's runners: ``flowwarden_streams run --threads`` / ``--asyncio``.
+RUNNERS = ("threads", "asyncio")
 KILLS = 10
 SAVE_EVERY_N = 50
 #: Events a consumer run handles past the previous high-water mark before its kill.
@@ -145,13 +156,40 @@ def _stop(proc: subprocess.Popen[Any] | None) -> None:
 
 
 class Consumer:
-    """The consumer subprocesses, one at a time, all logging to one file."""
+    """The consumer subprocesses, one at a time, all logging to one file.
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    Each is ``manage.py flowwarden_streams run --<runner> --stream <stream>``: *runner*
+    is ``"threads"`` (a thread per stream) or ``"asyncio"`` (every stream a task on one
+    event loop, through pymongo's async driver).
+    """
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        runner: str = "threads",
+        stream: str = STREAM,
+    ) -> None:
+        assert runner in RUNNERS, runner
         self.env = env
         self.log_path = log_path
+        self.runner = runner
+        self.stream = stream
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+
+    def command(self) -> list[str]:
+        """The consumer's command line."""
+        return [
+            sys.executable,
+            "manage.py",
+            "flowwarden_streams",
+            "run",
+            f"--{self.runner}",
+            "--stream",
+            self.stream,
+        ]
 
     def start(self) -> None:
         self.starts += 1
@@ -159,7 +197,7 @@ class Consumer:
             log.write(f"\n===== consumer start {self.starts} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "flowwarden_streams", "run", "--stream", STREAM],
+                self.command(),
                 cwd=ROOT,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
@@ -293,12 +331,15 @@ def _anchor(store: OrmCheckpointStore, positions: EventPositions) -> int:
 # pytest-django refuses to set up "postgres" alone ("Circular dependency in
 # TEST[DEPENDENCIES]") when no selected test uses "default".
 @on_lane("postgres", databases=["default", "postgres"])
-@pytest.mark.parametrize("mode", ["count", "transactional"])
-def test_consumer_survives_sigkill(mode, tmp_path, capsys, record_property):
+@pytest.mark.parametrize(
+    ("mode", "runner"), list(itertools.product(("count", "transactional"), RUNNERS))
+)
+def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_property):
     """Ten SIGKILLs: every event handled, <= N re-deliveries per kill, or exactly once."""
     seed = int(os.environ.get("FLOWWARDEN_CRASH_SEED") or random.randrange(2**32))
     rng = random.Random(seed)  # kill points; the timing itself is never reproducible
     record_property("seed", seed)
+    record_property("runner", runner)
     db = connections["postgres"].settings_dict
     store = OrmCheckpointStore(using="postgres")
     assert not Effect.objects.using("postgres").exists()
@@ -335,7 +376,7 @@ def test_consumer_survives_sigkill(mode, tmp_path, capsys, record_property):
             "FLOWWARDEN_CRASH_MODE": mode,
             "FLOWWARDEN_CRASH_SAVE_EVERY_N": str(SAVE_EVERY_N),
         }
-        consumer = Consumer(env, tmp_path / f"consumer-{mode}.log")
+        consumer = Consumer(env, tmp_path / f"consumer-{mode}-{runner}.log", runner=runner)
 
         # The first run bootstraps on the empty log and persists its position...
         consumer.start()
@@ -461,6 +502,7 @@ def test_consumer_survives_sigkill(mode, tmp_path, capsys, record_property):
 
     counts = {
         "mode": mode,
+        "runner": runner,
         "events": EVENTS,
         "kills": len(kills),
         "consumer_starts": consumer.starts,
@@ -475,7 +517,7 @@ def test_consumer_survives_sigkill(mode, tmp_path, capsys, record_property):
         record_property(key, value)
     with capsys.disabled():
         print(
-            f"\ncrash test [{mode}]: events={EVENTS} kills={len(kills)} "
+            f"\ncrash test [{mode}-{runner}]: events={EVENTS} kills={len(kills)} "
             f"redeliveries={total} max_per_kill={worst}"
             + (f" (N={SAVE_EVERY_N})" if mode == "count" else "")
             + f" duplicates={duplicates} rows={len(rows)} time={duration:.1f}s seed={seed}"

@@ -3,7 +3,7 @@
 The first two scenarios run like the crash test (``tests/streams/test_crash.py``): a
 scripted MongoDB server in one subprocess (``tests/crash/copy_sync/server.py``,
 seeded with existing documents, driven over its stdin), the consumer
-(``manage.py flowwarden_streams run --stream ...`` with
+(``manage.py flowwarden_streams run --<runner> --stream ...`` with
 ``DJANGO_SETTINGS_MODULE=tests.crash.copy_sync.settings``) in another, the ORM
 checkpoint store and the handlers' rows in the PostgreSQL test database. The
 streams (``tests/crash/copy_sync/streams.py``) copy ``app.docs`` into ``MirrorDoc``
@@ -48,6 +48,12 @@ scenario ends by comparing the mirror with the server's final documents: same
    streams; the mirror drops, at the end of each copy, the rows that copy did not
    deliver (a document deleted while the history was lost has no delete event left).
    Under ``FAIL`` the consumer stops with ``HistoryLostError`` once the copy is done.
+
+Scenarios 1 and 2 run on both runners of ``flowwarden_streams run``, with the same
+checks (test ids ``[threads]`` and ``[asyncio]``). Under ``--asyncio`` the copy runs on
+a worker thread through the same sync code and driver as the threaded consumer, then
+the stream opens natively on pymongo's ``AsyncMongoClient``: kill (d) lands on that
+async ``resumeAfter`` aggregate, and the last run streams on the event loop.
 
 The summaries are printed even without ``-s`` and recorded as JUnit properties.
 ``FLOWWARDEN_CRASH_SEED`` replays the writes and kill jitter (not the timing).
@@ -94,6 +100,7 @@ from tests.lanes import on_lane
 from tests.streams.test_crash import (
     APPLICATION_NAME,
     ROOT,
+    RUNNERS,
     START_TIMEOUT,
     STOP_TIMEOUT,
     Consumer,
@@ -345,28 +352,8 @@ class CopyServer:
 
 
 class StreamProcess(Consumer):
-    """The consumer subprocesses of one stream (:class:`tests.streams.test_crash.Consumer`)."""
-
-    def __init__(self, stream: str, env: dict[str, str], log_path: Path) -> None:
-        super().__init__(env, log_path)
-        self.stream = stream
-
-    def start(self) -> None:
-        """Start ``manage.py flowwarden_streams run --stream <stream>``, logging to the file."""
-        self.starts += 1
-        with self.log_path.open("ab") as log:
-            log.write(f"\n===== consumer start {self.starts} =====\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "flowwarden_streams", "run", "--stream", self.stream],
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+    """The consumer subprocesses of one stream (:class:`tests.streams.test_crash.Consumer`):
+    ``manage.py flowwarden_streams run --<runner> --stream <stream>``."""
 
     def run_log(self, start: int) -> str:
         """What consumer start number *start* logged."""
@@ -376,9 +363,10 @@ class StreamProcess(Consumer):
 
 @contextlib.contextmanager
 def _processes(
-    stream: str, documents: int, batch: int, tmp_path: Path
+    stream: str, documents: int, batch: int, tmp_path: Path, runner: str = "threads"
 ) -> Iterator[tuple[CopyServer, StreamProcess]]:
-    """The seeded server and the (not yet started) consumer of *stream*; both cleaned up."""
+    """The seeded server and the (not yet started) consumer of *stream* on *runner*; both
+    cleaned up."""
     db = connections["postgres"].settings_dict
     server = CopyServer(documents, tmp_path / "server.log")
     consumer: StreamProcess | None = None
@@ -395,7 +383,9 @@ def _processes(
             "FLOWWARDEN_CRASH_DB_PASSWORD": str(db["PASSWORD"] or ""),
             "FLOWWARDEN_COPY_BATCH": str(batch),
         }
-        consumer = StreamProcess(stream, env, tmp_path / f"consumer-{stream}.log")
+        consumer = StreamProcess(
+            env, tmp_path / f"consumer-{stream}-{runner}.log", runner=runner, stream=stream
+        )
         yield server, consumer
     finally:
         if consumer is not None:
@@ -541,10 +531,12 @@ class CopyKill:
 
 @pytest.mark.slow
 @on_lane("postgres", databases=["default", "postgres"])
-def test_copy_survives_sigkill_at_three_points(tmp_path, capsys, record_property):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_copy_survives_sigkill_at_three_points(runner, tmp_path, capsys, record_property):
     """Kills before the position, mid-copy, before done and as streaming starts: the
     copy resumes after its last committed batch and the mirror equals the collection."""
     seed, rng = _seed_rng(record_property)
+    record_property("runner", runner)
     db_name = connections["postgres"].settings_dict["NAME"]
     store = OrmCheckpointStore(using="postgres")
     assert not Effect.objects.using("postgres").exists()
@@ -562,7 +554,7 @@ def test_copy_survives_sigkill_at_three_points(tmp_path, capsys, record_property
         kills.append(at)
         return at
 
-    with _processes(STREAM, DOCUMENTS, BATCH, tmp_path) as (server, consumer):
+    with _processes(STREAM, DOCUMENTS, BATCH, tmp_path, runner) as (server, consumer):
         # (a) The progress record is started, the position not yet captured.
         server.gate("bootstrap")
         consumer.start()
@@ -694,7 +686,7 @@ def test_copy_survives_sigkill_at_three_points(tmp_path, capsys, record_property
         seconds=round(duration, 1),
     )
     with capsys.disabled():
-        print(f"\ninitial sync crash test [{STREAM}]: {summary} mirror=exact seed={seed}")
+        print(f"\ninitial sync crash test [{STREAM}, {runner}]: {summary} mirror=exact seed={seed}")
         print(
             "  kills (point: batch/copied/last_id): "
             + ", ".join(f"{k.point}: {k.batch}/{k.copied}/{k.last_id}" for k in kills)
@@ -716,12 +708,14 @@ class TxKill:
 
 @pytest.mark.slow
 @on_lane("postgres", databases=["default", "postgres"])
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_transactional_copy_killed_mid_batch_has_no_duplicate_effect(
-    tmp_path, capsys, record_property
+    runner, tmp_path, capsys, record_property
 ):
     """Three SIGKILLs inside a batch's transaction: each copied document has exactly
     one effect row, and the mirror equals the collection."""
     seed, rng = _seed_rng(record_property)
+    record_property("runner", runner)
     db_name = connections["postgres"].settings_dict["NAME"]
     store = OrmCheckpointStore(using="postgres")
     assert not Effect.objects.using("postgres").exists()
@@ -733,7 +727,7 @@ def test_transactional_copy_killed_mid_batch_has_no_duplicate_effect(
     def updates(progress: dict[str, Any]) -> None:
         server.write(docs.writes(6, delete=None, insert=()))
 
-    with _processes(TRANSACTIONAL_STREAM, TX_DOCUMENTS, TX_BATCH, tmp_path) as (
+    with _processes(TRANSACTIONAL_STREAM, TX_DOCUMENTS, TX_BATCH, tmp_path, runner) as (
         server,
         consumer,
     ):
@@ -828,7 +822,7 @@ def test_transactional_copy_killed_mid_batch_has_no_duplicate_effect(
     )
     with capsys.disabled():
         print(
-            f"\ninitial sync crash test [{TRANSACTIONAL_STREAM}]: {summary} mirror=exact "
+            f"\ninitial sync crash test [{TRANSACTIONAL_STREAM}, {runner}]: {summary} mirror=exact "
             f"seed={seed}"
         )
         print(

@@ -14,6 +14,11 @@ flow, and checks from the data:
   must be 0): the killed leader's in-flight transaction rolled back and the new
   leader resumed right after the last committed anchor;
 * the new leader's fencing token is greater than the old one's.
+
+It runs with both processes on each runner (``flowwarden_streams run --threads`` /
+``--asyncio``: the asyncio runner keeps the lease from its event loop and runs each
+transactional attempt on the stream's own thread), and mixed: an asyncio leader
+killed, a threaded standby taking over, both holding the same lease records.
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ TTL, RENEW, POLL = 3.0, 0.5, 0.5
 #: Scheduling slack on top of TTL + poll before the takeover counts as late.
 SLACK = 3.0
 LEADER, STANDBY = "host-a:leader", "host-b:standby"
+#: (the leader's runner, the standby's runner), by test id.
+RUNNER_PAIRS = {
+    "threads": ("threads", "threads"),
+    "asyncio": ("asyncio", "asyncio"),
+    "asyncio-leader-threads-standby": ("asyncio", "threads"),
+}
 
 
 def _wait(condition, timeout, what, *consumers):
@@ -71,7 +82,11 @@ def _rows() -> int:
 
 @pytest.mark.slow
 @on_lane("postgres", databases=["default", "postgres"])
-def test_standby_takes_over_after_the_leader_is_killed(tmp_path, capsys, record_property):
+@pytest.mark.parametrize("runners", list(RUNNER_PAIRS))
+def test_standby_takes_over_after_the_leader_is_killed(runners, tmp_path, capsys, record_property):
+    leader_runner, standby_runner = RUNNER_PAIRS[runners]
+    record_property("leader_runner", leader_runner)
+    record_property("standby_runner", standby_runner)
     db = connections["postgres"].settings_dict
     server = leader = standby = None
     try:
@@ -102,8 +117,16 @@ def test_standby_takes_over_after_the_leader_is_killed(tmp_path, capsys, record_
             "FLOWWARDEN_CRASH_RENEW_INTERVAL": f"{RENEW}s",
             "FLOWWARDEN_CRASH_POLL_INTERVAL": f"{POLL}s",
         }
-        leader = Consumer({**env, "FLOWWARDEN_CRASH_INSTANCE": LEADER}, tmp_path / "leader.log")
-        standby = Consumer({**env, "FLOWWARDEN_CRASH_INSTANCE": STANDBY}, tmp_path / "standby.log")
+        leader = Consumer(
+            {**env, "FLOWWARDEN_CRASH_INSTANCE": LEADER},
+            tmp_path / "leader.log",
+            runner=leader_runner,
+        )
+        standby = Consumer(
+            {**env, "FLOWWARDEN_CRASH_INSTANCE": STANDBY},
+            tmp_path / "standby.log",
+            runner=standby_runner,
+        )
 
         leader.start()
         _wait(
@@ -166,7 +189,8 @@ def test_standby_takes_over_after_the_leader_is_killed(tmp_path, capsys, record_
     by_owner = dict(Effect.objects.using("postgres").values_list("stream").annotate(n=Count("id")))
     with capsys.disabled():
         print(
-            f"\nSINGLE_LEADER kill test: takeover {takeover:.2f} s after SIGKILL "
+            f"\nSINGLE_LEADER kill test [leader {leader_runner}, standby {standby_runner}]: "
+            f"takeover {takeover:.2f} s after SIGKILL "
             f"(TTL {TTL:.0f} s, poll {POLL} s); events handled by two owners: {two_owners}; "
             f"duplicate rows: {duplicates}; rows by owner: {by_owner}; "
             f"rows when killed: {rows_at_kill}; fencing tokens {first_token} -> {new_token}"
