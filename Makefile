@@ -39,6 +39,7 @@ serve-demo: $(VENV)/.demo-installed
 bench: $(VENV)/.test-installed
 	$(PY) bench/checkpoint_writes.py
 	$(PY) bench/stream_throughput.py
+	$(PY) bench/async_streams.py
 	$(PY) bench/initial_sync.py
 	$(PY) bench/leader_fencing.py
 	$(PY) bench/workflow_steps.py
