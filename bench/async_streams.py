@@ -109,6 +109,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _args import positive_int  # noqa: E402  (after the path set-up)
 from _postgres import ALIAS, configure_django, ensure_database, pg_target  # noqa: E402
 
 DB = "app"
@@ -121,17 +122,10 @@ MODES = ("threads", "asyncio")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options (``--serve`` and ``--child`` are internal)."""
-
-    def positive(text: str) -> int:
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("must be at least 1")
-        return value
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", type=positive, default=50, help="streams (collections)")
-    parser.add_argument("--events", type=positive, default=500, help="events per stream")
-    parser.add_argument("--rounds", type=positive, default=3, help="timed runs per mode")
+    parser.add_argument("--streams", type=positive_int, default=50, help="streams (collections)")
+    parser.add_argument("--events", type=positive_int, default=500, help="events per stream")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="timed runs per mode")
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed runs per mode first (0: none)"
     )

@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _args import positive_int  # noqa: E402  (after the path set-up)
 from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
     ALIAS,
     configure_django,
@@ -83,18 +84,11 @@ UPDATE_COLUMNS = ("last_processed_token", "last_processed_at")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options."""
-
-    def positive(text: str) -> int:
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("must be at least 1")
-        return value
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--writes", type=positive, default=2000, help="writes per round")
-    parser.add_argument("--rounds", type=positive, default=7, help="rounds per path")
+    parser.add_argument("--writes", type=positive_int, default=2000, help="writes per round")
+    parser.add_argument("--rounds", type=positive_int, default=7, help="rounds per path")
     parser.add_argument(
-        "--warmup", type=positive, default=300, help="warm-up writes per path (not timed)"
+        "--warmup", type=positive_int, default=300, help="warm-up writes per path (not timed)"
     )
     return parser.parse_args(argv)
 

@@ -103,6 +103,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _args import positive_int  # noqa: E402  (after the path set-up)
 from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
     ALIAS,
     configure_django,
@@ -121,19 +122,12 @@ MAX_AWAIT_MS = 50
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options."""
-
-    def positive(text: str) -> int:
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("must be at least 1")
-        return value
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=positive, default=50_000, help="seeded documents")
+    parser.add_argument("--docs", type=positive_int, default=50_000, help="seeded documents")
     parser.add_argument(
-        "--batch", type=positive, default=1000, help="documents per find (copy_batch_size)"
+        "--batch", type=positive_int, default=1000, help="documents per find (copy_batch_size)"
     )
-    parser.add_argument("--rounds", type=positive, default=3, help="rounds per path")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="rounds per path")
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed warm-up rounds per path (0: none)"
     )

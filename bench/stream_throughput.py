@@ -113,6 +113,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _args import positive_int  # noqa: E402  (after the path set-up)
 from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
     ALIAS,
     configure_django,
@@ -133,16 +134,9 @@ MAX_AWAIT_MS = 100
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options."""
-
-    def positive(text: str) -> int:
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("must be at least 1")
-        return value
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=positive, default=20_000, help="events per round")
-    parser.add_argument("--rounds", type=positive, default=3, help="rounds per path")
+    parser.add_argument("--events", type=positive_int, default=20_000, help="events per round")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="rounds per path")
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed warm-up rounds per path (0: none)"
     )

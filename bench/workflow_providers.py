@@ -96,6 +96,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _args import positive_int  # noqa: E402  (after the path set-up)
 from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
     ALIAS,
     configure_django,
@@ -121,27 +122,20 @@ WAIT = 120.0
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Return the command-line options."""
-
-    def positive(text: str) -> int:
-        value = int(text)
-        if value < 1:
-            raise argparse.ArgumentTypeError("must be at least 1")
-        return value
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--runs", type=positive, default=4, help="sequential runs per round and provider"
+        "--runs", type=positive_int, default=4, help="sequential runs per round and provider"
     )
     parser.add_argument(
         "--concurrent",
-        type=positive,
+        type=positive_int,
         default=12,
         help="runs started at once per round and provider (and threads starting them)",
     )
-    parser.add_argument("--rounds", type=positive, default=3, help="rounds")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="rounds")
     parser.add_argument(
         "--warmup",
-        type=positive,
+        type=positive_int,
         default=1,
         help="untimed rounds per provider (one sequential run and a concurrent batch of "
         f"up to {2 * WORKER_CONCURRENCY} runs each)",
