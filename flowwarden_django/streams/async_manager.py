@@ -23,13 +23,11 @@ from typing import Any
 from ..conf import fw_settings
 from .async_runtime import AsyncStreamConsumer
 from .async_source import async_mongo_clients, async_pymongo_source
-from .leadership import Leadership
+from .checkpoint import CheckpointStore
 from .manager import StreamManager, pymongo_source
-from .observed_store import ObservedCheckpointStore
 from .registry import StreamRegistry
 from .source import ChangeSource
 from .spec import StreamSpec
-from .stores import checkpoint_stores
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -94,29 +92,23 @@ class AsyncStreamManager(StreamManager):
             assert self._loop is not None
             return self._loop
 
-    def _launch(
-        self, spec: StreamSpec, burst: bool, leadership: Leadership | None
+    def _new_consumer(  # type: ignore[override]
+        self, spec: StreamSpec, store: CheckpointStore, lease_valid: Callable[[], bool] | None
     ) -> AsyncStreamConsumer:
-        name = spec.name
-        task = self._threads.get(name)
-        if task is not None and task.is_alive():
-            return self._consumers[name]  # type: ignore[return-value]
-        store = checkpoint_stores[spec.checkpoint_store]
-        if leadership is not None:
-            store = ObservedCheckpointStore(store, name, fence=leadership.fence)
-        consumer = AsyncStreamConsumer(
+        return AsyncStreamConsumer(
             spec,
             store,
             self.async_source_factory,
-            lease_valid=leadership.is_valid if leadership is not None else None,
+            lease_valid=lease_valid,
             copy_source_factory=self.source_factory,
         )
-        future = asyncio.run_coroutine_threadsafe(
-            self._consume(consumer, burst), self._running_loop()
-        )
-        self._consumers[name] = consumer  # type: ignore[assignment]
-        self._threads[name] = _LoopTask(future)  # type: ignore[assignment]
-        return consumer
+
+    def _start_consumer(  # type: ignore[override]
+        self, consumer: AsyncStreamConsumer, burst: bool
+    ) -> _LoopTask:
+        """Schedule *consumer* on the manager's loop."""
+        loop = self._running_loop()
+        return _LoopTask(asyncio.run_coroutine_threadsafe(self._consume(consumer, burst), loop))
 
     @staticmethod
     async def _consume(consumer: AsyncStreamConsumer, burst: bool) -> None:

@@ -501,18 +501,8 @@ class AsyncStreamConsumer:
 
     def _new_policy(self, confirmed: Mapping[str, Any] | None) -> Any:
         checkpoint = self.spec.checkpoint
-        if self.spec.transactional:
-            strict = ProcessedAnchorPolicy(
-                self.store,
-                self.spec.name,
-                save_every_n=checkpoint.save_every_n,
-                save_interval_seconds=checkpoint.save_interval_seconds,
-                confirmed_token=confirmed,
-                monotonic=self._monotonic,
-            )
-            self._thread_side.policy = strict
-            return _TransactionalAnchors(strict)
-        return AsyncAnchorPolicy(
+        kind = ProcessedAnchorPolicy if self.spec.transactional else AsyncAnchorPolicy
+        policy = kind(
             self.store,
             self.spec.name,
             save_every_n=checkpoint.save_every_n,
@@ -520,6 +510,11 @@ class AsyncStreamConsumer:
             confirmed_token=confirmed,
             monotonic=self._monotonic,
         )
+        if isinstance(policy, ProcessedAnchorPolicy):
+            # Transactional: the thread side writes each anchor inside its transaction.
+            self._thread_side.policy = policy
+            return _TransactionalAnchors(policy)
+        return policy
 
     async def _run_generation(self, *, burst: bool) -> None:
         source = self.source_factory(self.spec)

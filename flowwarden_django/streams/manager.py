@@ -29,6 +29,7 @@ from ..common.failure_log import FailureLog
 from ..common.outages import error_summary
 from ..conf import fw_settings
 from . import metrics
+from .checkpoint import CheckpointStore
 from .clients import mongo_clients
 from .leadership import Leadership
 from .observed_store import ObservedCheckpointStore
@@ -196,18 +197,29 @@ class StreamManager:
         store = checkpoint_stores[spec.checkpoint_store]
         if leadership is not None:
             store = ObservedCheckpointStore(store, name, fence=leadership.fence)
-        consumer = StreamConsumer(
-            spec,
-            store,
-            self.source_factory,
-            lease_valid=leadership.is_valid if leadership is not None else None,
+        consumer = self._new_consumer(
+            spec, store, leadership.is_valid if leadership is not None else None
         )
-        thread = threading.Thread(
-            target=self._run, args=(consumer, burst), name=f"fw-stream-{name}", daemon=False
-        )
-        self._consumers[name], self._threads[name] = consumer, thread
-        thread.start()
+        self._consumers[name] = consumer
+        self._threads[name] = self._start_consumer(consumer, burst)
         return consumer
+
+    def _new_consumer(
+        self, spec: StreamSpec, store: CheckpointStore, lease_valid: Callable[[], bool] | None
+    ) -> StreamConsumer:
+        """The consumer of a stream being launched (*store* is fenced when it leads)."""
+        return StreamConsumer(spec, store, self.source_factory, lease_valid=lease_valid)
+
+    def _start_consumer(self, consumer: StreamConsumer, burst: bool) -> threading.Thread:
+        """Start *consumer*; what runs it, as a thread (``is_alive``, ``join``)."""
+        thread = threading.Thread(
+            target=self._run,
+            args=(consumer, burst),
+            name=f"fw-stream-{consumer.spec.name}",
+            daemon=False,
+        )
+        thread.start()
+        return thread
 
     def _run(self, consumer: StreamConsumer, burst: bool) -> None:
         try:
