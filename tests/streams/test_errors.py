@@ -361,6 +361,18 @@ def test_send_to_dlq_parks_a_manual_entry_and_the_handler_decides_settlement():
     assert store.find("orders").last_processed_token == events[0]["_id"]
 
 
+def test_asend_to_dlq_parks_a_manual_entry_from_an_async_handler():
+    async def handler(doc, ctx):
+        await ctx.asend_to_dlq("flagged")
+
+    source, dlq = fresh_source(), ListDlqStore()
+    events = insert(source, 1)
+    _, store = consume(make_spec(handler, dlq=None), source, dlq=dlq)
+    (entry,) = dlq.entries.values()
+    assert entry.error.type == MANUAL_DLQ_TYPE and entry.error.message == "flagged"
+    assert store.find("orders").last_processed_token == events[0]["_id"]
+
+
 def test_send_to_dlq_failure_raises_into_the_handler():
     seen = []
 

@@ -312,6 +312,39 @@ def test_save_checkpoint_now_is_an_early_acknowledgement():
     assert observed == [events[0]["_id"], events[1]["_id"]]
 
 
+def test_an_async_handler_saves_with_asave_checkpoint_now():
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    run(spec(Recorder()), store, source)
+    events = insert(source.oplog, 1, 2)
+    observed = []
+
+    async def handler(doc, ctx):
+        assert await ctx.asave_checkpoint_now() is True
+        observed.append(store.find("orders").last_processed_token)
+
+    run(spec(handler, checkpoint=CheckpointSpec(save_every_n=100)), store, source)
+    assert observed == [events[0]["_id"], events[1]["_id"]]
+
+
+def test_the_blocking_save_from_an_async_handler_says_what_to_await(runner):
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    run(spec(Recorder()), store, source)
+    insert(source.oplog, 1)
+    errors = []
+
+    async def handler(doc, ctx):
+        try:
+            ctx.save_checkpoint_now()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    run(spec(handler), store, source)
+    if runner == "asyncio":  # it would block the loop: refused, with the fix
+        assert len(errors) == 1 and "await ctx.asave_checkpoint_now()" in errors[0]
+    else:  # the threaded runtime's handler thread may block
+        assert errors == []
+
+
 # -- the idle heartbeat ------------------------------------------------------------------
 
 
