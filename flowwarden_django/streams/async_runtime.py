@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,10 +40,11 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
-from django.db import connections
+from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from ..common.outages import error_summary, is_outage, short_message
+from ..common.connections import discard_unusable_connections
+from ..common.failure_log import FailureLog
 from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
@@ -53,7 +53,7 @@ from .dlq import DlqPolicy, DlqStore
 from .dlq import error_info as make_error_info
 from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
-from .policy import ProcessedAnchorPolicy
+from .policy import ProcessedAnchorPolicy, anchor_failure_log
 from .runtime import (
     MAX_COPIES_PER_OPEN,
     DeadLetterWriteError,
@@ -129,8 +129,11 @@ class AsyncAnchorPolicy:
         save_interval_seconds: float,
         confirmed_token: Mapping[str, Any] | None,
         monotonic: Callable[[], float],
+        failure_log: FailureLog | None = None,
     ) -> None:
         self.store = store
+        #: The consumer's, which outlives a generation's policy (logged once an outage).
+        self.failure_log = failure_log or anchor_failure_log(stream_name)
         self.stream_name = stream_name
         self.save_every_n = max(1, save_every_n)
         self.save_interval_seconds = save_interval_seconds
@@ -208,16 +211,15 @@ class AsyncAnchorPolicy:
             await self.store.asave_processed(
                 self.stream_name, token, _resolve_at(at), heartbeat_at=timezone.now()
             )
-        except Exception:
+        except Exception as exc:
             self.failures += 1
             self._failed_at = self._monotonic()
-            logger.warning(
-                "stream %r: saving the processed anchor failed (it stays dirty)",
-                self.stream_name,
-                exc_info=True,
-            )
+            self.failure_log.failed(exc)
+            if self.store.async_thread_sensitive:  # the write ran on the stream's thread
+                await sync_to_async(discard_unusable_connections, thread_sensitive=True)()
             return False
         self._failed_at = None
+        self.failure_log.succeeded()
         self.writes += 1
         self.confirmed_token = token
         if self._pending is written:  # else an event settled during the write: still dirty
@@ -271,8 +273,6 @@ class AsyncStreamConsumer:
     through (default: the stream's pymongo source).
     """
 
-    #: The longest wait between two restarts while a server does not answer.
-    outage_restart_max_seconds = 2.0
     #: How often the age flusher looks for a dirty anchor past its threshold.
     flush_tick_seconds = 1.0
     #: How often a retry backoff looks at the lease.
@@ -338,12 +338,23 @@ class AsyncStreamConsumer:
         self._stop_requested = False
         self._caller = HandlerCaller()
         self._async_functions: dict[int, tuple[Callable[..., Any], bool]] = {}
+        #: Whether this stream has a thread with database connections to look after:
+        #: sync code (a handler, the filter, a transaction) or a thread-bound store.
+        self.uses_thread = (
+            spec.transactional
+            or self.store.async_thread_sensitive
+            or any(
+                not is_async(code)
+                for code in (*spec.handlers.values(), spec.on_change, spec.filter)
+                if code is not None
+            )
+        )
+        self._last_housekeeping = monotonic()
         #: Set after each dead-letter write; whoever reports the backlog clears it.
         self.dlq_dirty: threading.Event = self._thread_side.dlq_dirty
         self.heartbeats = 0
         self.policy: AsyncAnchorPolicy | _TransactionalAnchors | None = None
         self._invalidate_cause: str | None = None
-        self._restart_cause: tuple[int, BaseException] | None = None
 
     @property
     def last_event_at(self) -> datetime | None:
@@ -455,29 +466,28 @@ class AsyncStreamConsumer:
                 if policy.max_attempts and attempt > policy.max_attempts:
                     self._crash(exc)
                     raise
-                self.last_error = exc
-                if self.restarting_since is None:
-                    self.restarting_since = timezone.now()
-                self.state = StreamState.RESTARTING
-                delay = policy.delay(attempt)
-                if policy.jitter:
-                    delay *= random.uniform(0.8, 1.2)
-                if is_outage(exc):
-                    delay = min(delay, self.outage_restart_max_seconds)
-                logger.warning(
-                    "stream %r: stopped by %s (%s); restart %d in %.1fs",
-                    self.spec.name,
-                    error_summary(exc),
-                    short_message(exc),
-                    attempt,
-                    delay,
-                )
-                self.restarts += 1
-                self._restart_cause = (attempt, exc)
+                # Django drops broken connections only around requests: without this,
+                # every restart would fail again on the stream thread's dead connection.
+                await self._discard_unusable_connections()
+                delay = self._thread_side._restarting(attempt, exc)
                 if await self._sleep(delay):
                     break
         self.state = StreamState.STOPPED
         metrics.emit(metrics.stream_stopped, self.spec.name, reason="GRACEFUL", cause=None)
+
+    async def _discard_unusable_connections(self) -> None:
+        """Close the stream thread's broken connections, after a failure there."""
+        if self.uses_thread:
+            await sync_to_async(discard_unusable_connections, thread_sensitive=True)()
+
+    async def _database_housekeeping(self) -> None:
+        """Drop broken or expired connections of the stream's thread now and then while
+        it idles, as each request does in a web process (see ``StreamConsumer``)."""
+        now = self._monotonic()
+        interval = self._thread_side.housekeeping_interval_seconds
+        if self.uses_thread and now - self._last_housekeeping >= interval:
+            self._last_housekeeping = now
+            await sync_to_async(close_old_connections, thread_sensitive=True)()
 
     def _crash(self, exc: BaseException) -> None:
         self.state = StreamState.CRASHED
@@ -494,9 +504,11 @@ class AsyncStreamConsumer:
             logger.info("stream %r: running again", self.spec.name)
             self.restarting_since = None
         metrics.emit(metrics.stream_started, self.spec.name, config=self.configuration())
-        if self._restart_cause is not None:
-            attempt, cause = self._restart_cause
-            self._restart_cause = None
+        side = self._thread_side
+        side._restart_error = None
+        if side._restart_cause is not None:
+            attempt, cause = side._restart_cause
+            side._restart_cause = None
             metrics.emit(metrics.stream_restarted, self.spec.name, attempt=attempt, cause=cause)
 
     def _new_policy(self, confirmed: Mapping[str, Any] | None) -> Any:
@@ -509,6 +521,7 @@ class AsyncStreamConsumer:
             save_interval_seconds=checkpoint.save_interval_seconds,
             confirmed_token=confirmed,
             monotonic=self._monotonic,
+            failure_log=self._thread_side._anchor_failures,
         )
         if isinstance(policy, ProcessedAnchorPolicy):
             # Transactional: the thread side writes each anchor inside its transaction.
@@ -538,6 +551,7 @@ class AsyncStreamConsumer:
                         raise ConnectionError("the change stream closed")
                     await policy.flush_if_due()
                     await heartbeat.on_idle(cursor.resume_token)
+                    await self._database_housekeeping()
                     if burst:
                         break
                     await asyncio.sleep(0)  # let the other streams of the loop run
@@ -1012,8 +1026,10 @@ class _Heartbeat:
                 await store.asave_seen(name, position, at, heartbeat_at=at)
         except Exception as exc:
             metrics.emit(metrics.heartbeat_failed, name, error=exc)
-            logger.warning("stream %r: the heartbeat write failed: %s", name, exc)
+            self.consumer._thread_side._heartbeat_failures.failed(exc)
+            await self.consumer._discard_unusable_connections()
             return
+        self.consumer._thread_side._heartbeat_failures.succeeded()
         self.consumer.heartbeats += 1
         self.certified = position
         self.last_write = now

@@ -368,31 +368,37 @@ class StreamConsumer:
                     # Django drops broken connections only around requests: without
                     # this, every restart would fail again on the dead connection.
                     discard_unusable_connections()
-                    self.last_error = exc
-                    if self.restarting_since is None:
-                        self.restarting_since = timezone.now()
-                    self.state = StreamState.RESTARTING
-                    delay = self._restart_delay(attempt, exc)
-                    # One traceback when the trouble starts or changes, not one a restart.
-                    changed = type(exc) is not self._restart_error
-                    self._restart_error = type(exc)
-                    logger.warning(
-                        "stream %r: stopped by %s (%s); restart %d in %.1fs",
-                        self.spec.name,
-                        error_summary(exc),
-                        short_message(exc),
-                        attempt,
-                        delay,
-                        exc_info=changed,
-                    )
-                    self.restarts += 1
-                    self._restart_cause = (attempt, exc)
+                    delay = self._restarting(attempt, exc)
                     if self._stop.wait(delay):
                         break
             self._stopped_gracefully()
         finally:
             self._caller.close()
             close_old_connections()
+
+    def _restarting(self, attempt: int, exc: BaseException) -> float:
+        """Record that *exc* stopped the stream and it restarts (attempt *attempt*);
+        the delay before it does."""
+        self.last_error = exc
+        if self.restarting_since is None:
+            self.restarting_since = timezone.now()
+        self.state = StreamState.RESTARTING
+        delay = self._restart_delay(attempt, exc)
+        # One traceback when the trouble starts or changes, not one a restart.
+        changed = type(exc) is not self._restart_error
+        self._restart_error = type(exc)
+        logger.warning(
+            "stream %r: stopped by %s (%s); restart %d in %.1fs",
+            self.spec.name,
+            error_summary(exc),
+            short_message(exc),
+            attempt,
+            delay,
+            exc_info=changed,
+        )
+        self.restarts += 1
+        self._restart_cause = (attempt, exc)
+        return delay
 
     def _crash(self, exc: BaseException) -> None:
         self.state = StreamState.CRASHED

@@ -1,7 +1,8 @@
 """Chaos: stream consumers while their checkpoint server restarts (issue 17, "Streams
 heal by themselves" and "Errors logged once per state change").
 
-Each scenario runs one ``StreamConsumer`` on its own thread against the in-process
+Each scenario runs one consumer on its own thread (a ``StreamConsumer``, and again an
+``AsyncStreamConsumer`` on its own event loop) against the in-process
 fake change source, fed live with 5,000 inserts (``stream_feed.Feeder``), while a
 private server (``tests/chaos/servers.py``) restarts under it:
 
@@ -54,6 +55,7 @@ from tests.chaos.stream_feed import (
     token_position,
     wait_until,
 )
+from tests.streams.managers import RUNNERS, consumer_class
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.chaos
@@ -97,6 +99,16 @@ def _close_connection(alias: str) -> None:
         connections[alias].close()
 
 
+Consumer = StreamConsumer
+
+
+@pytest.fixture(autouse=True, params=RUNNERS)
+def runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every scenario runs on both runtimes: ``Consumer`` is the runner's consumer class."""
+    monkeypatch.setitem(globals(), "Consumer", consumer_class(request.param))
+    return request.param
+
+
 class Scenario:
     """One consumer, one feed, one private server restarted under it; the figures."""
 
@@ -115,7 +127,7 @@ class Scenario:
         self.deliveries = deliveries
         self.source = AwaitingSource()
         self.feeder = Feeder(self.source.oplog, EVENTS, FEED_RATE)
-        self.consumer = StreamConsumer(spec, store, lambda s: self.source)
+        self.consumer = Consumer(spec, store, lambda s: self.source)
         self.duration = 0.0
 
     def run(self, restarts: tuple[tuple[float, float], ...], mode: str) -> None:
@@ -263,7 +275,7 @@ def test_non_transactional_stream_heals_across_two_postgres_restarts(
     anchor = token_position(saved.last_processed_token if saved else None)
     last_handled = max((positions[n] for n in deliveries.counts), default=0)
     resumed = Deliveries()
-    fresh = StreamConsumer(
+    fresh = Consumer(
         _spec(name, lambda doc, ctx: resumed.record(doc["n"])), store, lambda s: scenario.source
     )
     fresh.run(burst=True)
