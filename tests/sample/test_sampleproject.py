@@ -161,6 +161,7 @@ def test_run_burst_processes_the_events_then_resumes(sample_env, runner):
         first = run("flowwarden_streams", "run", "--burst", *runner, env=env, timeout=120)
         assert first.returncode == 0, first.stderr
         assert "orders: 150 documents copied, 0 events handled, stopped" in first.stdout
+        assert ("on one event loop (asyncio" in first.stdout) == bool(runner)
         assert mirrored(env, 10_001, 10_150) == {i: existing_order(i) for i in existing}
         for order_id in range(1, 251):
             server.insert("shop", "orders", {"_id": order_id, "status": "new"})

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...common.outages import error_summary
-from ...streams.async_manager import new_stream_manager
+from ...streams.async_manager import AsyncStreamManager, new_stream_manager
 from ...streams.clients import client_hosts, probe
 from ...streams.manager import StreamManager
 from ...streams.registry import DuplicateStreamError, stream_registry
@@ -165,6 +165,10 @@ class Command(BaseCommand):
                 "(and enabled=True, auto_start=True), or name it with --stream."
             )
         self._check_mongodb(sorted({declared[n].client for n in names}), burst, timeout)
+        if isinstance(manager, AsyncStreamManager):
+            self.stdout.write(
+                f"Running {len(names)} stream(s) on one event loop (asyncio, AsyncMongoClient)"
+            )
         stop = threading.Event()
         deadline = time.monotonic() + timeout if burst else None
 
