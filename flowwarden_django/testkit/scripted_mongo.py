@@ -188,6 +188,10 @@ class ScriptedReplicaSet:
         self._mockupdb: Any = None
         self._port = 0
         self._max_recorded = max_recorded
+        #: Idle change-stream ``getMore``s waiting for events now, and how many of the
+        #: waits so far a write ended early (rather than the time running out).
+        self.idle_waiters = 0
+        self.idle_wakeups = 0
         self._init_state()
 
     def _init_state(self) -> None:
@@ -685,7 +689,12 @@ class ScriptedReplicaSet:
                 # The server's periodic no-op write: an idle stream's PBRT still moves.
                 cursor.after = self._log.tick()
                 break
-            self._cond.wait(remaining)
+            self.idle_waiters += 1
+            try:
+                if self._cond.wait(remaining):
+                    self.idle_wakeups += 1
+            finally:
+                self.idle_waiters -= 1
             if self._cursors.get(cursor_id) is not cursor:  # reset() while waiting
                 raise CommandError(43, f"cursor id {cursor_id} not found")
         if invalidated:

@@ -219,16 +219,24 @@ def test_idle_polls_return_none_and_advance_the_resume_token(srv, coll):
 
 
 def test_idle_get_more_wakes_up_for_a_new_event(srv, coll):
-    srv.idle_wait = 1.0
+    """The insert lands while the getMore waits; the server counts the wait a write
+    ended (its time, 30 s, never runs out here)."""
+    srv.idle_wait = 30.0
+
+    def insert_once_it_waits() -> None:
+        while not srv.idle_waiters:
+            time.sleep(0.005)
+        srv.insert(DB, COLL, {"_id": "late"})
+
     try:
-        with coll.watch(max_await_time_ms=1000) as stream:
-            timer = threading.Timer(0.05, srv.insert, args=(DB, COLL, {"_id": "late"}))
-            timer.start()
-            started = time.monotonic()
+        woken = srv.idle_wakeups
+        with coll.watch(max_await_time_ms=30_000) as stream:
+            writer = threading.Thread(target=insert_once_it_waits)
+            writer.start()
             event = stream.try_next()
-            timer.join()
+            writer.join()
         assert event is not None and event["documentKey"] == {"_id": "late"}
-        assert time.monotonic() - started < 0.9
+        assert srv.idle_wakeups == woken + 1
     finally:
         srv.idle_wait = 0.02
 
