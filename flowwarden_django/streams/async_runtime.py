@@ -349,7 +349,7 @@ class AsyncStreamConsumer:
                 if code is not None
             )
         )
-        self._last_housekeeping = monotonic()
+        self._last_housekeeping = float("-inf")
         #: Set after each dead-letter write; whoever reports the backlog clears it.
         self.dlq_dirty: threading.Event = self._thread_side.dlq_dirty
         self.heartbeats = 0

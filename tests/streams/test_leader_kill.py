@@ -15,10 +15,10 @@ flow, and checks from the data:
   leader resumed right after the last committed anchor;
 * the new leader's fencing token is greater than the old one's.
 
-It runs with both processes on each runner (``flowwarden_streams run --threads`` /
-``--asyncio``: the asyncio runner keeps the lease from its event loop and runs each
-transactional attempt on the stream's own thread), and mixed: an asyncio leader
-killed, a threaded standby taking over, both holding the same lease records.
+It runs with both processes on threads (``flowwarden_streams run --threads``), and
+mixed (``--asyncio`` for the leader: the asyncio runner keeps the lease from its event
+loop and runs each transactional attempt on the stream's own thread): an asyncio
+leader killed, a threaded standby taking over, both holding the same lease records.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ LEADER, STANDBY = "host-a:leader", "host-b:standby"
 #: (the leader's runner, the standby's runner), by test id.
 RUNNER_PAIRS = {
     "threads": ("threads", "threads"),
-    "asyncio": ("asyncio", "asyncio"),
     "asyncio-leader-threads-standby": ("asyncio", "threads"),
 }
 
