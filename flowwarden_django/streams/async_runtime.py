@@ -65,6 +65,8 @@ from .runtime import (
     StreamState,
     UnhandledEventError,
     _event_anchor_at,
+    _Opened,
+    _RestartNow,
     announce_received,
     announce_retry,
     dead_letter_entry,
@@ -74,27 +76,6 @@ from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
 from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
-
-
-class _RestartNow(Exception):
-    """End this generation and resubscribe at once (a self-healed invalidate)."""
-
-
-class _Opened:
-    def __init__(
-        self,
-        cursor: Any,
-        *,
-        first_event: Mapping[str, Any] | None = None,
-        certified: Mapping[str, Any] | None = None,
-        confirmed: Mapping[str, Any] | None = None,
-        recovery_expected: tuple[Mapping[str, Any] | None] | None = None,
-    ) -> None:
-        self.cursor = cursor
-        self.first_event = first_event
-        self.certified = certified
-        self.confirmed = confirmed
-        self.recovery_expected = recovery_expected
 
 
 def _resolve_at(at: Any) -> datetime:
@@ -534,7 +515,7 @@ class AsyncStreamConsumer:
         opened = await self._open(source)
         self._started()
         self._thread_side._plans = {}
-        policy = self.policy = self._new_policy(opened.confirmed)
+        policy = self.policy = self._new_policy(opened.confirmed_processed)
         heartbeat = _Heartbeat(self, opened.certified, opened.recovery_expected)
         self._invalidate_cause = None
         cursor, event = opened.cursor, opened.first_event
@@ -621,7 +602,7 @@ class AsyncStreamConsumer:
         if processed is not None:
             opened = await self._try_open(source, processed)
             if opened is not None:
-                opened.confirmed = processed
+                opened.confirmed_processed = processed
                 return opened
         if seen is not None and not tokens_equal(seen, processed):
             opened = await self._try_open(source, seen)
