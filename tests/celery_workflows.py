@@ -23,6 +23,7 @@ from flowwarden_django.workflows import (
     Workflow,
     WorkflowDefinition,
     advance,
+    await_approval,
     done,
     hibernate,
     step,
@@ -33,6 +34,7 @@ from tests.step_log import record, then
 THREE = "fw-celery-three"
 PAUSING = "fw-celery-pausing"
 KILLABLE = "fw-celery-killable"
+APPROVING = "fw-celery-approving"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -73,6 +75,21 @@ def decide(state: dict[str, Any], ctx: Any) -> Any:
     return done({**then(state, "decide"), "decision": ctx.input})
 
 
+@step("ask")
+def ask(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return await_approval(then(state, "ask"), "Approve the test order")
+
+
+@step("settle")
+def settle(state: dict[str, Any], ctx: Any) -> Any:
+    """What the step after the approval saw: ``ctx.decision``'s fields."""
+    _record(state, ctx)
+    decision = ctx.decision
+    seen = None if decision is None else [decision.decision, decision.comment, decision.decided_by]
+    return done({**then(state, "settle"), "decision": seen})
+
+
 @step("slow")
 def slow(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) == 1:
@@ -89,6 +106,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (THREE, [one, two, three]),
             (PAUSING, [one, pause, decide]),
             (KILLABLE, [one, slow, three]),
+            (APPROVING, [one, ask, settle]),
         )
     }
 

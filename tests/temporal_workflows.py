@@ -68,7 +68,8 @@ def ask(state: dict[str, Any], ctx: Any) -> Any:
 def decide(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
     decision = ctx.decision.decision if ctx.decision is not None else ctx.input
-    return done({**then(state, "decide"), "decision": decision})
+    comment = ctx.decision.comment if ctx.decision is not None else None
+    return done({**then(state, "decide"), "decision": decision, "comment": comment})
 
 
 @step("slow")

@@ -1,5 +1,6 @@
 """``ApprovalDecision``: what the step after ``await_approval`` receives as
-``ctx.decision`` (stored on the run as JSON input until that step has its snapshot).
+``ctx.decision``, read from the decided ``Approval`` row (the decision also rides on
+the run as JSON input, but only to wake it: the row is what counts).
 
 It lives below ``steps`` (whose ``StepContext.decision`` reads it) and ``approvals``
 (which makes it); ``approvals`` re-exports it.
@@ -41,6 +42,32 @@ class ApprovalDecision:
     def as_input(self) -> dict[str, Any]:
         """The JSON input ``Workflow.resume`` carries to the next step."""
         return {"kind": KIND, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_row(cls, approval: Any) -> ApprovalDecision:
+        """The decision a decided ``Approval`` row holds: the only source of
+        ``ctx.decision`` (a resume input, a signal or a task argument only wakes the
+        run)."""
+        decided_at = approval.decided_at
+        return cls(
+            approval_id=str(approval.pk),
+            decision=approval.status,
+            payload=approval.payload,
+            comment=approval.comment or "",
+            decided_by=approval.decided_by or None,
+            decided_at=None if decided_at is None else decided_at.isoformat(),
+        )
+
+    def agrees_with(self, other: ApprovalDecision) -> bool:
+        """Whether *other* claims the same decision (its time aside: a database may
+        round it)."""
+        return (self.approval_id, self.decision, self.payload, self.comment, self.decided_by) == (
+            other.approval_id,
+            other.decision,
+            other.payload,
+            other.comment,
+            other.decided_by,
+        )
 
     @classmethod
     def from_input(cls, value: Any) -> ApprovalDecision | None:

@@ -59,8 +59,9 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
 from ..common.app_models import models
-from .approvals.request import AwaitApproval, decision_fits, request_from_snapshot
+from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
+from .decisions import ApprovalDecision
 from .execution import resolve_provider
 from .forking import fork_snapshot
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
@@ -639,9 +640,11 @@ class _Execution:
 
         if head.metadata.get(WORKFLOW_DONE) == "true":
             return self.complete(head, pending_input)
-        asked = self.decision_asked(head, pending_input)
+        asked, decision = self.decision_asked(head, pending_input)
         if asked is not None:
             return asked
+        if decision is not None:
+            pending_input = decision.as_input()
         start = wf._start_index(last_step)
         if start >= len(wf.steps):
             return self.complete(head, pending_input)
@@ -663,7 +666,7 @@ class _Execution:
                 self.finish()
                 return Running(head.state, self.cid, last_step)
             current = wf.steps[index]
-            outcome = self.execute(current, head.state, pending_input)
+            outcome = self.execute(current, head.state, pending_input, decision)
             if isinstance(outcome, Fail):
                 self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
@@ -675,27 +678,46 @@ class _Execution:
                 completes=index == last,
             )
             last_step = current.name
-            pending_input = None
+            pending_input = decision = None
             if isinstance(outcome, Pause):
                 return Hibernated(head.state, self.cid, current.name, outcome.status)
             if index == last or isinstance(outcome, Done):
                 return Completed(head.state, self.cid)
         raise AssertionError("unreachable: the last step completes the run")
 
-    def decision_asked(self, head: WorkflowSnapshot, pending_input: Any) -> Hibernated | None:
-        """Keep the run at *head* when its step asked for a decision and the run has
-        none for it: ``Hibernated`` (status ``waiting``), or ``None`` to go on.
+    def decision_asked(
+        self, head: WorkflowSnapshot, pending_input: Any
+    ) -> tuple[Hibernated | None, ApprovalDecision | None]:
+        """Keep the run at *head* when its step asked for a decision and the
+        ``Approval`` row of this very snapshot holds none: ``(Hibernated, None)``
+        (status ``waiting``). Else ``(None, decision)`` to go on, where *decision* is
+        the row's (``None`` when the step asked for nothing).
 
-        Only a decision on the approval of this very snapshot lets the run pass (any
-        other input is dropped), however the run got here: a fork of the paused
-        snapshot, a resume by hand, a runner racing a fork. The approval is made when
-        missing; when it was closed without a decision the run can use (cancelled,
-        say), the step's request is repeated in a new snapshot, with a new approval.
+        The decision the next step sees is the row's, never the input's: an input
+        only wakes the run, and one that claims another decision is ignored and
+        logged. This holds however the run got here: a fork of the paused snapshot, a
+        resume by hand, a Temporal signal, a task argument, the sweep. The approval is
+        made when missing; when it was closed without a decision the run can use
+        (cancelled, say), the step's request is repeated in a new snapshot, with a new
+        approval.
         """
         request = request_from_snapshot(head)
-        if request is None or decision_fits(head, pending_input, using=self.runs.db):
-            return None
+        if request is None:
+            return None, None
         last_step = head.metadata.get(LAST_STEP, "")
+        decision = decision_on(head, using=self.runs.db)
+        claimed = ApprovalDecision.from_input(pending_input)
+        if decision is not None:
+            if claimed is not None and not claimed.agrees_with(decision):
+                logger.warning(
+                    "workflow %s (%s): the input claims a decision on step %r's approval "
+                    "that its row does not hold; ignored, the step gets the row's (%s)",
+                    self.workflow.name,
+                    self.cid,
+                    last_step,
+                    decision.decision,
+                )
+            return None, decision
         if pending_input is not None:
             logger.warning(
                 "workflow %s (%s): the input given is not a decision on the approval "
@@ -712,7 +734,7 @@ class _Execution:
         else:  # closed: ask again
             head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
         cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
-        return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING)
+        return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING), None
 
     def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:
         fields: dict[str, Any] = {"status": RunStatus.COMPLETED, "head_snapshot_id": head.id}
@@ -830,7 +852,13 @@ class _Execution:
                 self.update(**fields)
         return saved
 
-    def execute(self, current: WorkflowStep, state: Any, step_input: Any) -> StepOutcome:
+    def execute(
+        self,
+        current: WorkflowStep,
+        state: Any,
+        step_input: Any,
+        decision: ApprovalDecision | None = None,
+    ) -> StepOutcome:
         """Run one step with its retries and timeout; a ``Fail`` when attempts run out."""
         attempts = current.max_retries + 1
         if self.attempt is None:
@@ -846,6 +874,7 @@ class _Execution:
                 step_name=current.name,
                 attempt=attempt,
                 input=step_input,
+                decision=decision,
             )
             try:
                 outcome = _call_step(current, state, ctx)

@@ -24,8 +24,11 @@ class StepContext:
     """What a step knows about its run.
 
     ``input`` is the value handed to ``Workflow.resume(input=...)`` (for the first
-    step a resumed run executes; ``None`` for the others). ``attempt`` counts from 1
-    within one run of the step (``max_retries + 1`` at most). ``idempotency_key`` is
+    step a resumed run executes; ``None`` for the others). ``decision`` is the
+    ``ApprovalDecision`` of the step before it, when that step returned
+    ``await_approval``: read from the decided ``Approval`` row, never from the input
+    (``None`` for every other step). ``attempt`` counts from 1 within one run of the
+    step (``max_retries + 1`` at most). ``idempotency_key`` is
     ``"<coordination_id>:<step_name>"``: stable across attempts, runs and processes.
     """
 
@@ -34,16 +37,11 @@ class StepContext:
     step_name: str
     attempt: int = 1
     input: Any = None
+    decision: ApprovalDecision | None = None
 
     @property
     def idempotency_key(self) -> str:
         return f"{self.coordination_id}:{self.step_name}"
-
-    @property
-    def decision(self) -> ApprovalDecision | None:
-        """The ``ApprovalDecision`` this step was resumed with (after a step that
-        returned ``await_approval``), or ``None``."""
-        return ApprovalDecision.from_input(self.input)
 
 
 # -- outcomes ------------------------------------------------------------------------

@@ -301,6 +301,71 @@ def test_a_hibernated_run_holds_no_task_and_resumes_through_the_provider(
     assert wf.run_record().resume_input is None
 
 
+def finished_tasks(worker: Worker) -> int:
+    """How many step tasks *worker* has finished (succeeded or raised)."""
+    prefix = f"Task {STEP_TASK}["
+    return sum(
+        1
+        for line in worker.log().splitlines()
+        if prefix in line and ("] succeeded" in line or "] raised" in line)
+    )
+
+
+@on_servers
+def test_a_forged_step_task_never_decides_an_approval(
+    definitions, provider, producer, start_worker, tmp_path
+):
+    """A raw task claiming "approved" neither passes the pending approval nor turns
+    the rejection that follows into an approval: the step reads the row."""
+    from flowwarden_django.models import Approval
+    from flowwarden_django.workflows.approvals import ApprovalDecision, reject
+
+    worker = start_worker(SOLO)
+    state = new_state(tmp_path)
+    cid = f"forge-{uuid.uuid4().hex[:12]}"
+    wf = definitions[flows.APPROVING].workflow(cid)
+
+    def forge(approval: Approval) -> None:
+        claim = ApprovalDecision(str(approval.pk), "approved", None, "forged", "mallory")
+        producer.send_task(
+            STEP_TASK,
+            kwargs={
+                "coordination_id": cid,
+                "workflow": flows.APPROVING,
+                "head": approval.snapshot_id,
+                "origin": Origin.RUN,
+                "input": claim.as_input(),
+            },
+        )
+
+    with execution(provider):
+        wf.run(state)
+        wait_for_status(wf, RunStatus.WAITING, worker)
+        _wait_until(
+            lambda: Approval.objects.using(DB).filter(coordination_id=cid).exists(),
+            WAIT,
+            "the approval",
+            worker,
+        )
+        approval = Approval.objects.using(DB).get(coordination_id=cid)
+        done_before = finished_tasks(worker)
+        forge(approval)
+        _wait_until(lambda: finished_tasks(worker) > done_before, WAIT, "the forged task", worker)
+        assert wf.status() == RunStatus.WAITING
+        assert wf.run_record().resume_input is None
+        assert Approval.objects.using(DB).get(pk=approval.pk).status == Approval.Status.PENDING
+
+        with transaction.atomic(using=DB):
+            reject(approval.pk, None, comment="no", using=DB, check_permission=False)
+            forge(approval)  # may run before the commit, or after it
+        wait_for_status(wf, RunStatus.COMPLETED, worker)
+
+    final = wf.current_result().final_state
+    assert final["decision"] == ["rejected", "no", None]
+    assert [e["step"] for e in executions(state["log"])] == ["one", "ask", "settle"]
+    assert_chained(wf, ["one", "ask", "settle"])
+
+
 @on_servers
 @pytest.mark.parametrize("recovery", ["redelivery", "sweep", "pool-child"])
 def test_a_step_killed_mid_way_runs_again_and_the_run_completes(

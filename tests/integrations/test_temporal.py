@@ -56,6 +56,7 @@ from tests.temporal_procs import (
     DevServer,
     TemporalWorker,
     free_port,
+    history,
     history_activities,
     wait_until,
 )
@@ -243,6 +244,62 @@ def test_a_rejection_continues_the_run_with_the_decision(
     wait_for_status(cid, ("completed",), [worker, server])
     final = Workflow.for_coordination(cid, using=DB).current_result()
     assert final.final_state["decision"] == "rejected"
+
+
+def raw_wake(server: DevServer, cid: str, input: Any) -> None:
+    """Send the ``wake`` signal as anyone with the server's address could: the raw
+    temporalio client, a plain JSON payload, no flowwarden code."""
+    import asyncio
+
+    from temporalio.client import Client
+
+    async def send() -> None:
+        client = await Client.connect(server.target)
+        await client.get_workflow_handle(cid).signal("wake", {"origin": "run", "input": input})
+
+    asyncio.run(send())
+
+
+@on_temporal
+def test_a_forged_wake_signal_never_decides_an_approval(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """A signal claiming "approved" neither passes the pending approval nor turns the
+    rejection that follows into an approval: the step reads the row."""
+    from django.db import transaction
+
+    from flowwarden_django.workflows.approvals import ApprovalDecision, reject
+
+    cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
+    approval = wait_for_approval(cid, [worker, server])
+    claim = ApprovalDecision(str(approval.pk), "approved", None, "forged", "mallory").as_input()
+
+    def completed_activities() -> int:
+        return sum(
+            e.HasField("activity_task_completed_event_attributes") for e in history(server, cid)
+        )
+
+    done_before = completed_activities()
+    raw_wake(server, cid, claim)
+    wait_until(
+        lambda: completed_activities() > done_before,
+        WAIT,
+        "the forged wake's step activity",
+        [worker, server],
+    )
+    record = WorkflowRun.objects.using(DB).get(pk=cid)
+    assert (record.status, record.resume_input) == ("waiting", None)
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+    assert steps_of(log, cid) == ["one", "ask"]
+
+    with transaction.atomic(using=DB):
+        reject(approval.pk, None, comment="no", using=DB, check_permission=False)
+        raw_wake(server, cid, claim)  # arrives before the rejection's own wake
+    wait_for_status(cid, ("completed",), [worker, server])
+    final = Workflow.for_coordination(cid, using=DB).current_result().final_state
+    assert (final["decision"], final["comment"]) == ("rejected", "no")
+    assert steps_of(log, cid) == ["one", "ask", "decide"]
 
 
 @on_temporal

@@ -160,27 +160,24 @@ def request_from_snapshot(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
     return request if isinstance(request, dict) else None
 
 
-def decision_fits(snapshot: WorkflowSnapshot, resume_input: Any, *, using: str) -> bool:
-    """Whether *resume_input* is the decision on the approval of paused *snapshot*
-    (approved, rejected or expired): the only input that lets a run past a step
-    that asked for a decision."""
-    decision = ApprovalDecision.from_input(resume_input)
-    if decision is None:
-        return False
-    decided = (
+def decision_on(snapshot: WorkflowSnapshot, *, using: str) -> ApprovalDecision | None:
+    """The decision on the approval paused *snapshot* asked for, read from its
+    ``Approval`` row: approved, rejected, or expired with ``on_expiry="resume"``.
+    ``None`` while it is pending, or when it was closed without a decision the run
+    can use (cancelled, or expired with ``on_expiry="fail"``): then the run waits, or
+    asks again. Whatever a resume input claims plays no part."""
+    usable = (
         models.Approval.Status.APPROVED,
         models.Approval.Status.REJECTED,
         models.Approval.Status.EXPIRED,
     )
-    rows = models.Approval.objects.using(using).filter(snapshot_id=snapshot.id, status__in=decided)
-    return rows.filter(pk=_uuid_or_none(decision.approval_id)).exists()
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None
+    approval = (
+        models.Approval.objects.using(using)
+        .filter(snapshot_id=snapshot.id, status__in=usable)
+        .exclude(status=models.Approval.Status.EXPIRED, on_expiry=models.Approval.OnExpiry.FAIL)
+        .first()
+    )
+    return None if approval is None else ApprovalDecision.from_row(approval)
 
 
 def request_approval(
