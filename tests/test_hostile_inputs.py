@@ -43,9 +43,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from flowwarden_django.api.pagination import CURSOR_SALT, encode_cursor
+from flowwarden_django.common.user_input import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES
 from flowwarden_django.models import DeadLetter, StreamCheckpoint
 from flowwarden_django.streams.registry import register_stream, stream_registry
-from flowwarden_django.workflows.user_json import MAX_PAYLOAD_BYTES, MAX_STATE_BYTES
 from tests.api.helpers import API, make_people, pending, postgres_lane, token_client
 
 pytest_plugins = ["tests.api.helpers"]  # the refunds and on_lane fixtures
@@ -1279,6 +1279,21 @@ def admin_cases() -> list[AdminCase]:
             expect=(302, 404),
         )
     )
+    for name, note in [
+        ("300000 chars", "n" * 300_000),
+        ("2001 chars", "n" * 2001),
+        ("NUL", "a\x00b"),
+    ]:
+        for action in ("acknowledge", "discard"):
+            add(
+                AdminCase(
+                    f"dead letter {action}, note {name}",
+                    "post",
+                    f"{ADMIN}/deadletter/{ENTRY}/{action}/",
+                    {"post": "yes", "note": note},
+                    expect=(302,),
+                )
+            )
     add(
         AdminCase(
             "dead letter discard by a viewer without permission",
@@ -1616,6 +1631,15 @@ def command_cases() -> list[CommandCase]:
     add("run --metrics-port -1", ST, "run", "--metrics-port", "-1", "--stream", "nope")
     add("run --metrics-port 99999", ST, "run", "--metrics-port", "99999", "--stream", "nope")
     add("status --bogus", ST, "status", "--bogus")
+    for name, stream in [
+        ("NUL", "\x00"),
+        ("unknown", "nope"),
+        ("300 chars", "n" * 300),
+        ("emoji", "🦄"),
+        ("traversal", "../../etc/passwd"),
+    ]:
+        add(f"resync, stream {name}", ST, "resync", stream, "--yes", "--no-wait")
+    add("resync without a name", ST, "resync", "--yes")
     add("unknown action", ST, "explode")
     return cases
 
@@ -1646,4 +1670,111 @@ def test_commands(lane: str, world: World) -> None:
     tally.finish()
 
 
-assert len(API_CASES) + len(ADMIN_CASES) + len(COMMAND_CASES) >= 150
+# == direct calls of the core ====================================================================
+
+
+@dataclass(frozen=True)
+class CoreCase:
+    """A direct call of the core (no front end in between), which must raise
+    ``UserJSONError`` and change nothing."""
+
+    name: str
+    call: Callable[[World], Any]
+    refusal: bool = False
+
+
+def deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+#: Python values no person-given JSON may be (a resume input, a decision payload).
+BAD_VALUES: list[tuple[str, Any]] = [
+    ("NaN", float("nan")),
+    ("nested Infinity", {"x": float("inf")}),
+    ("nested 500 deep", deep(500)),
+    ("NUL in a string", {"x": "a\x00b"}),
+    ("NUL in a key", {"k\x00": 1}),
+    ("unpaired surrogate", {"x": "\ud800"}),
+    ("a set", {1, 2}),
+    ("bytes", {"x": b"raw"}),
+    ("a non-string key", {1: "x"}),
+    ("over 64 KiB", {"x": "y" * (MAX_PAYLOAD_BYTES + 16)}),
+]
+#: Texts no comment or note may be.
+BAD_TEXTS: list[tuple[str, Any]] = [
+    ("200000 chars", "c" * 200_000),
+    ("2001 chars", "c" * 2001),
+    ("NUL", "a\x00b"),
+    ("unpaired surrogate", "a\ud800b"),
+    ("not text", 5),
+]
+
+
+def core_cases() -> list[CoreCase]:
+    from flowwarden_django.streams.replay import acknowledge_dead_letter, discard_dead_letter
+    from flowwarden_django.workflows import Workflow
+    from flowwarden_django.workflows.approvals import approve, decide, reject
+
+    def admin() -> User:
+        return User.objects.get(username="admin")
+
+    cases: list[CoreCase] = []
+    for name, text in BAD_TEXTS:
+        cases += [
+            CoreCase(
+                f"approve, comment {name}",
+                lambda w, t=text: approve(w.approval, admin(), comment=t),
+            ),
+            CoreCase(
+                f"reject, comment {name}", lambda w, t=text: reject(w.approval, admin(), comment=t)
+            ),
+            CoreCase(
+                f"acknowledge_dead_letter, note {name}",
+                lambda w, t=text: acknowledge_dead_letter(ENTRY, note=t),
+            ),
+            CoreCase(
+                f"discard_dead_letter, note {name}",
+                lambda w, t=text: discard_dead_letter(ENTRY, note=t),
+            ),
+        ]
+    for name, value in BAD_VALUES:
+        cases += [
+            CoreCase(
+                f"decide, payload {name}",
+                lambda w, v=value: decide(w.approval, "approved", admin(), payload=v),
+            ),
+            CoreCase(
+                f"resume, input {name}",
+                lambda w, v=value: Workflow.for_coordination(w.run).resume(input=v),
+            ),
+            CoreCase(
+                f"run_local, input {name}",
+                lambda w, v=value: Workflow.for_coordination(w.run).run_local(input=v),
+            ),
+        ]
+    return cases
+
+
+CORE_CASES = core_cases()
+
+
+def test_core(lane: str, world: World) -> None:
+    from flowwarden_django.common.user_input import UserJSONError
+
+    tally = Tally("core", lane)
+
+    def attempt(case: CoreCase) -> str | None:
+        try:
+            case.call(world)
+        except UserJSONError as exc:
+            return None if str(exc) else "a refusal without a message"
+        return "accepted"
+
+    run_cases(tally, CORE_CASES, attempt)
+    tally.finish()
+
+
+assert len(API_CASES) + len(ADMIN_CASES) + len(COMMAND_CASES) + len(CORE_CASES) >= 250

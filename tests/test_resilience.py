@@ -97,7 +97,7 @@ def test_outages_are_told_from_bugs() -> None:
 
 
 def test_error_summary_names_the_class_and_the_function_not_the_message() -> None:
-    from flowwarden_django.workflows.user_json import parse_user_json
+    from flowwarden_django.common.user_input import parse_user_json
 
     try:
         parse_user_json("{secret card 4111}")

@@ -31,6 +31,7 @@ from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
+from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ..models import Approval, ApprovalEvent, WorkflowRun
 from ..workflows.approvals import (
     ApprovalError,
@@ -43,7 +44,6 @@ from ..workflows.approvals import (
     visible_approvals,
 )
 from ..workflows.approvals.access import DECIDE_ANY
-from ..workflows.user_json import UserJSONError, check_comment, parse_decision_payload
 from .base import (
     GuardedLookupsMixin,
     IndexedValuesFieldListFilter,

@@ -30,6 +30,7 @@ from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
+from ..common.user_input import UserJSONError, check_note
 from ..models import DeadLetter
 from ..streams.backends.orm import OrmDlqStore
 from ..streams.replay import acknowledge_dead_letter, discard_dead_letter, replay_dead_letter
@@ -595,6 +596,11 @@ class DeadLetterAdmin(
             )
             return
         note = request.POST.get("note", "").strip() if operation.takes_note else ""
+        try:
+            check_note(note, what=gettext("The note"))
+        except UserJSONError as exc:
+            self.message_user(request, gettext("Nothing was changed: %s.") % exc, messages.ERROR)
+            return
         report = perform(operation, entries, store=alias, by=request.user.get_username(), note=note)
         self._report(request, operation, report)
         for entry in report.done:

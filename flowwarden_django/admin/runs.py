@@ -33,13 +33,13 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
+from ..common.user_input import UserJSONError, parse_user_json
 from ..models import Approval, WorkflowRun
 from ..workflows.engine import workflow_registry
 from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
 from ..workflows.metadata import LAST_STEP
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore, snapshot_stores
-from ..workflows.user_json import UserJSONError, parse_user_json
 from .base import (
     GuardedLookupsMixin,
     LargeTableAdminMixin,

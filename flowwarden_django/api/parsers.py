@@ -9,14 +9,14 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from ..workflows.user_json import MAX_STATE_BYTES, UserJSONError, parse_user_json
+from ..common.user_input import MAX_STATE_BYTES, UserJSONError, parse_user_json
 
 #: The largest body read: a fork's state at its limit, plus the object around it.
 MAX_BODY_BYTES = MAX_STATE_BYTES + 4096
 
 
 class StorableJSONParser(JSONParser):
-    """JSON bodies through ``workflows.user_json`` (400 ``parse_error``): finite
+    """JSON bodies through ``common.user_input`` (400 ``parse_error``): finite
     numbers only (``1e309`` and ``NaN`` are refused), at most ``MAX_DEPTH`` levels,
     at most ``MAX_BODY_BYTES``, no NUL characters or unpaired surrogates (PostgreSQL
     text and jsonb cannot hold them)."""

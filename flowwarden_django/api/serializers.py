@@ -18,16 +18,16 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..models import Approval, ApprovalEvent, WorkflowRun
-from ..workflows.approvals import can_decide
-from ..workflows.snapshot import UnreadableSnapshot, WorkflowSnapshot
-from ..workflows.user_json import (
+from ..common.user_input import (
     MAX_COMMENT_CHARS,
     MAX_PAYLOAD_BYTES,
     UserJSONError,
     check_comment,
     check_user_json,
 )
+from ..models import Approval, ApprovalEvent, WorkflowRun
+from ..workflows.approvals import can_decide
+from ..workflows.snapshot import UnreadableSnapshot, WorkflowSnapshot
 from .permissions import readable_approvals
 from .stores import store_for_workflow
 
@@ -181,7 +181,7 @@ def _checked(value: Any, **limits: Any) -> Any:
 
 class ForkSerializer(serializers.Serializer):
     """``POST .../fork/``: the new branch's state (any JSON, null included, within
-    the limits of ``workflows.user_json``)."""
+    the limits of ``common.user_input``)."""
 
     state = serializers.JSONField(allow_null=True, help_text=_("The forked snapshot's state."))
 

@@ -26,6 +26,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from ..common.user_input import check_note
 from .context import ChangeContext
 from .dispatch import HandlerCaller
 from .dlq import (
@@ -196,7 +197,10 @@ RESOLVABLE_STATUSES = (PENDING, REPLAYING)
 def acknowledge_dead_letter(
     entry_id: str, *, store: str = "default", by: str = "", note: str = ""
 ) -> bool:
-    """Mark a pending (or stuck replaying) entry handled by hand; False otherwise."""
+    """Mark a pending (or stuck replaying) entry handled by hand; False otherwise.
+    ``UserJSONError`` (a ``ValueError``) for a *note* over ``MAX_NOTE_CHARS`` or with
+    a NUL; nothing changes then."""
+    note = check_note(note)
     return dlq_stores[store].transition(
         entry_id,
         ACKNOWLEDGED,
@@ -210,7 +214,10 @@ def acknowledge_dead_letter(
 def discard_dead_letter(
     entry_id: str, *, store: str = "default", by: str = "", note: str = ""
 ) -> bool:
-    """Mark a pending (or stuck replaying) entry as not worth handling; False otherwise."""
+    """Mark a pending (or stuck replaying) entry as not worth handling; False otherwise.
+    ``UserJSONError`` (a ``ValueError``) for a *note* over ``MAX_NOTE_CHARS`` or with
+    a NUL; nothing changes then."""
+    note = check_note(note)
     return dlq_stores[store].transition(
         entry_id,
         DISCARDED,

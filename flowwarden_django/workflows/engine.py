@@ -59,6 +59,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
 from ..common.app_models import models
+from ..common.user_input import check_resume_input
 from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
 from .decisions import ApprovalDecision
@@ -255,8 +256,12 @@ class Workflow:
 
         The input is stored on the run with the claim, and cleared once the step that
         received it has its snapshot; if that step fails, the retry sees it again. A
-        completed run returns ``Completed`` and runs nothing.
+        completed run returns ``Completed`` and runs nothing. ``UserJSONError`` (a
+        ``ValueError``) when *input* is not plain JSON within the limits of
+        ``common.user_input``; nothing is stored then.
         """
+        if input is not None:
+            check_resume_input(input)
         return resolve_provider().run(self, None, input)
 
     async def arun(self, initial_state: Any = None) -> WorkflowResult:
@@ -301,6 +306,8 @@ class Workflow:
             raise ValueError("max_steps must be >= 1")
         if attempt is not None and attempt < 1:
             raise ValueError("attempt must be >= 1")
+        if input is not None:  # a task argument or a Temporal signal: checked here too
+            check_resume_input(input)
         runs = self.runs
         lease = run_lease()
         token = new_runner_token()

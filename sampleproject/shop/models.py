@@ -13,10 +13,14 @@ class Order(models.Model):
     #: Set by the order-approval workflow: "not needed", "waiting", "approved",
     #: "rejected" or "expired" ("" before its first step).
     approval = models.CharField(max_length=20, blank=True, default="")
+    #: Mirrored by the stream's initial sync: the order predates the app, and starts
+    #: no approval workflow (an insert event of the order clears it: a new order).
+    copied = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["order_id"]
+        permissions = [("start_order_workflow", "Can start an order's approval workflow")]
 
     def __str__(self) -> str:
         return f"order {self.order_id} ({self.status})"

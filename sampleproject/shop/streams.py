@@ -64,11 +64,11 @@ class OrderProjection:
 
     def on_snapshot(self, doc: dict[str, Any]) -> None:
         # An order that existed before the stream's first start: mirror it only.
-        self._upsert(doc)
+        self._upsert(doc, copied=True)
 
     def on_insert(self, doc: dict[str, Any]) -> None:
         check_order(doc)
-        self._upsert(doc)
+        self._upsert(doc, copied=False)
         start_for_order(doc)
 
     def on_replace(self, doc: dict[str, Any]) -> None:
@@ -81,12 +81,13 @@ class OrderProjection:
     def on_delete(self, ctx: ChangeContext) -> None:
         Order.objects.filter(order_id=ctx.document_key["_id"]).delete()
 
-    def _upsert(self, doc: dict[str, Any]) -> None:
+    def _upsert(self, doc: dict[str, Any], **fields: Any) -> None:
         Order.objects.update_or_create(
             order_id=doc["_id"],
             defaults={
                 "customer": doc.get("customer", ""),
                 "status": doc.get("status", "new"),
                 "total_cents": doc.get("total_cents", 0),
+                **fields,
             },
         )

@@ -7,8 +7,12 @@
   ``aapprove`` / ``areject``, with an optional ``comment`` (a JSON body's or a form's).
 
 Both need a logged-in user (the session, with Django's CSRF token: these are the
-shop's own pages' endpoints). Errors are ``{"code", "detail"}`` with the REST API's
-statuses: 401, 403 (may not decide), 404, 409 (decided, cancelled, busy), 410
+shop's own pages' endpoints). Starting needs the ``shop.start_order_workflow``
+permission, and an order the initial sync copied (it predates the app) starts none.
+The body passes the core's validator (``flowwarden_django.common.user_input``), so a
+NUL, a lone surrogate or deep JSON is a 400, never a 500. Errors are
+``{"code", "detail"}`` with the REST API's statuses: 400, 401, 403 (may not start or
+decide), 404, 409 (decided, cancelled, busy; an order that predates the app), 410
 (expired). Reads use the async ORM; the workflow calls run in Django's
 thread-sensitive executor, and with the in-process provider the steps run there
 before the response (see the README's "Async API").
@@ -16,12 +20,12 @@ before the response (see the README's "Async API").
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
+from flowwarden_django.common.user_input import UserJSONError, check_comment, parse_user_json
 from flowwarden_django.models import Approval
 from flowwarden_django.workflows import Workflow
 from flowwarden_django.workflows.approvals import (
@@ -35,6 +39,13 @@ from flowwarden_django.workflows.approvals import (
 
 from .models import Order
 from .workflows import WORKFLOW, idempotency_key, initial_state
+
+#: Who may start an order's workflow by hand.
+START_PERMISSION = "shop.start_order_workflow"
+#: The largest order id the ``Order`` table holds (a 32-bit integer column).
+MAX_ORDER_ID = 2**31 - 1
+#: The largest decision body taken.
+MAX_BODY_BYTES = 16 * 1024
 
 
 def error(status: int, code: str, detail: str) -> JsonResponse:
@@ -62,9 +73,20 @@ async def start_order_workflow(request: HttpRequest, order_id: int) -> JsonRespo
     user = await request.auser()
     if not user.is_authenticated:
         return error(401, "not_authenticated", "log in to start a workflow")
-    order = await Order.objects.filter(order_id=order_id).afirst()
+    if not await user.ahas_perm(START_PERMISSION):
+        return error(403, "permission_denied", f"starting needs the {START_PERMISSION} permission")
+    order = None
+    if order_id <= MAX_ORDER_ID:  # larger ids are no order (and overflow the column)
+        order = await Order.objects.filter(order_id=order_id).afirst()
     if order is None:
         return error(404, "not_found", f"no order {order_id}")
+    if order.copied:
+        return error(
+            409,
+            "order_predates_app",
+            f"order {order_id} predates the app (the initial sync copied it): it starts no "
+            "approval workflow",
+        )
     doc = {"_id": order.order_id, "customer": order.customer, "total_cents": order.total_cents}
     started = await Workflow.astart(
         WORKFLOW, initial_state(doc), idempotency_key=idempotency_key(order.order_id)
@@ -74,17 +96,15 @@ async def start_order_workflow(request: HttpRequest, order_id: int) -> JsonRespo
     return JsonResponse({"created": started.created, **body}, status=status)
 
 
-def comment_of(request: HttpRequest) -> str | None:
-    """The decision's comment: a JSON body's or a form's ``comment`` ("" without one);
-    ``None`` when the body is not that."""
+def comment_of(request: HttpRequest) -> str:
+    """The decision's comment: a JSON body's or a form's ``comment`` ("" without one),
+    through the core's validator; ``UserJSONError`` when it is not that."""
     if request.content_type != "application/json":
-        return request.POST.get("comment", "")
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError:
-        return None
-    comment = body.get("comment", "") if isinstance(body, dict) else None
-    return comment if isinstance(comment, str) else None
+        return check_comment(request.POST.get("comment", ""))
+    body = parse_user_json(request.body or b"{}", what="the body", max_bytes=MAX_BODY_BYTES)
+    if not isinstance(body, dict):
+        raise UserJSONError('the body is JSON {"comment": "..."}, a form, or empty', "invalid")
+    return check_comment(body.get("comment", ""))
 
 
 @require_POST
@@ -95,12 +115,11 @@ async def decide_order_approval(
     user = await request.auser()
     if not user.is_authenticated:
         return error(401, "not_authenticated", "log in to decide")
-    comment = comment_of(request)
-    if comment is None:
-        return error(400, "invalid", 'the body is JSON {"comment": "..."}, a form, or empty')
     decide = aapprove if decision == "approve" else areject
     try:
-        result = await decide(approval_id, user, comment=comment)
+        result = await decide(approval_id, user, comment=comment_of(request))
+    except UserJSONError as exc:
+        return error(400, "invalid", str(exc))
     except UnknownApprovalError as exc:
         return error(404, exc.code, str(exc))
     except ApprovalPermissionError as exc:

@@ -16,6 +16,8 @@ engine's single-attempt mode the activities use.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -439,7 +441,56 @@ def _resume_when_available(cid: str) -> bool:
     return True
 
 
+@on_temporal
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_worker_stops_on_a_signal_after_the_server_went_down(
+    worker_env: dict[str, str], server: DevServer, tmp_path: Path, signum: int
+) -> None:
+    env = {**worker_env, "FLOWWARDEN_TEMPORAL_QUEUE": f"fw-stop-{uuid.uuid4().hex[:8]}"}
+    process = TemporalWorker(env, tmp_path / "worker.log")
+    try:
+        server.stop()
+        took = stop_within(process, signum, 10.0)
+    finally:
+        process.kill()
+        server.start()  # same port, same history file
+        reset_providers()
+    print(f"\ntemporal worker, server down: exited {took:.1f} s after {signum.name}")
+
+
+def stop_within(process: TemporalWorker, signum: int, limit: float) -> float:
+    """Send *signum*; the seconds until *process* exited 0 (fails past *limit*)."""
+    sent = time.monotonic()
+    process.proc.send_signal(signum)
+    try:
+        code = process.proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running {limit:.0f} s after the signal") from None
+    assert code == 0, process.log_tail()
+    return time.monotonic() - sent
+
+
 # -- no server needed ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_worker_stops_on_a_signal_while_the_server_never_answered(
+    tmp_path: Path, signum: int
+) -> None:
+    """Issue 24: it kept retrying the connection and ignored both signals."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.temporal_settings",
+        "FLOWWARDEN_TEMPORAL_TARGET": f"127.0.0.1:{free_port()}",  # nothing listens there
+    }
+    process = TemporalWorker(env, tmp_path / "worker.log", wait=False)
+    try:
+        wait_until(lambda: "does not answer" in process.log(), WAIT, "the retry", [process])
+        took = stop_within(process, signum, 10.0)
+    finally:
+        process.kill()
+    assert "stopped before Temporal answered" in process.log()
+    print(f"\ntemporal worker, no server: exited {took:.1f} s after {signum.name}")
 
 
 @pytest.mark.django_db(transaction=True)  # a run starts at once outside a transaction

@@ -18,23 +18,48 @@ from typing import Any
 
 import django
 
-SMALL, LARGE, UNKNOWN = 1, 2, 999
+SMALL, LARGE, OLD, UNKNOWN = 1, 2, 3, 999
 
 
 def prepare() -> dict[str, Any]:
-    """The people (a clerk, an approver in ``approvers``) and two orders, small and large."""
-    from django.contrib.auth.models import Group, User
+    """The people (a clerk who may start workflows, a user with no permission, an
+    approver in ``approvers``) and three orders: small, large, and a large one the
+    initial sync copied (it predates the app)."""
+    from django.contrib.auth.models import Group, Permission, User
 
     from sampleproject.shop.models import Order
     from sampleproject.shop.workflows import APPROVAL_THRESHOLD_CENTS, APPROVERS_GROUP
 
     approvers, _ = Group.objects.get_or_create(name=APPROVERS_GROUP)
     clerk = User.objects.create_user("clerk", password="pw")
+    clerk.user_permissions.add(Permission.objects.get(codename="start_order_workflow"))
+    nobody = User.objects.create_user("nobody", password="pw")
     approver = User.objects.create_user("approver", password="pw")
     approver.groups.add(approvers)
     Order.objects.create(order_id=SMALL, customer="c1", total_cents=4_200)
     Order.objects.create(order_id=LARGE, customer="c2", total_cents=APPROVAL_THRESHOLD_CENTS * 3)
-    return {"clerk": clerk, "approver": approver}
+    Order.objects.create(
+        order_id=OLD, customer="c3", total_cents=APPROVAL_THRESHOLD_CENTS * 2, copied=True
+    )
+    return {"clerk": clerk, "nobody": nobody, "approver": approver}
+
+
+#: (name, content type, body) of hostile decision bodies: each must be a 400, no 5xx.
+HOSTILE_BODIES: list[tuple[str, str, bytes]] = [
+    ("form comment with a NUL", "application/x-www-form-urlencoded", b"comment=a%00b"),
+    ("JSON comment with a NUL", "application/json", b'{"comment": "\\u0000"}'),
+    ("JSON comment with a lone surrogate", "application/json", b'{"comment": "\\ud800"}'),
+    ("JSON 2000 deep", "application/json", b'{"a":' * 2000 + b"1" + b"}" * 2000),
+    ("JSON array 100000 deep", "application/json", b"[" * 100_000 + b"]" * 100_000),
+    ("JSON NaN", "application/json", b'{"comment": NaN}'),
+    ("JSON not UTF-8", "application/json", b'{"comment": "\xff\xfe"}'),
+    ("JSON not an object", "application/json", b'["a"]'),
+    ("JSON comment not text", "application/json", b'{"comment": 5}'),
+    ("JSON 20000-char comment", "application/json", b'{"comment": "' + b"c" * 20_000 + b'"}'),
+    ("form 20000-char comment", "application/x-www-form-urlencoded", b"comment=" + b"c" * 20_000),
+    ("JSON over 16 KiB", "application/json", b'{"x": "' + b"y" * 17_000 + b'"}'),
+    ("malformed JSON", "application/json", b'{"comment": '),
+]
 
 
 async def answer(response: Any) -> dict[str, Any]:
@@ -50,8 +75,9 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
     from flowwarden_django.workflows import Workflow
 
     seen: dict[str, Any] = {}
-    anonymous, clerk, approver = AsyncClient(), AsyncClient(), AsyncClient()
+    anonymous, clerk, nobody, approver = AsyncClient(), AsyncClient(), AsyncClient(), AsyncClient()
     await clerk.aforce_login(people["clerk"])
+    await nobody.aforce_login(people["nobody"])
     await approver.aforce_login(people["approver"])
 
     async def post(client: AsyncClient, path: str, body: Any = None) -> dict[str, Any]:
@@ -60,6 +86,9 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
         return await answer(await client.post(path, body, content_type="application/json"))
 
     seen["anonymous"] = await post(anonymous, f"/shop/orders/{LARGE}/start/")
+    seen["no_permission"] = await post(nobody, f"/shop/orders/{LARGE}/start/")
+    seen["predates_app"] = await post(clerk, f"/shop/orders/{OLD}/start/")
+    seen["huge_order_id"] = await post(clerk, f"/shop/orders/{2**70}/start/")
     seen["unknown_order"] = await post(clerk, f"/shop/orders/{UNKNOWN}/start/")
     seen["get"] = (await clerk.get(f"/shop/orders/{LARGE}/start/")).status_code
     seen["small"] = await post(clerk, f"/shop/orders/{SMALL}/start/")
@@ -70,6 +99,13 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
     approve = f"/shop/approvals/{approval}/approve/"
     seen["clerk_approves"] = await post(clerk, approve, {"comment": "me?"})
     seen["bad_body"] = await post(approver, approve, ["not", "an", "object"])
+    seen["before_hostile"] = await sync_to_async(table_counts)()
+    hostile = {}
+    for name, content_type, body in HOSTILE_BODIES:
+        response = await approver.post(approve, body, content_type=content_type)
+        hostile[name] = {"status": response.status_code, "body": json.loads(response.content)}
+    seen["hostile"] = hostile
+    seen["after_hostile"] = await sync_to_async(table_counts)()
     seen["approved"] = await post(approver, approve, {"comment": "fine"})
     seen["approved_again"] = await post(approver, approve)
     seen["rejected_late"] = await post(approver, f"/shop/approvals/{approval}/reject/")
@@ -86,6 +122,18 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
     seen["final_state"] = history[-1].state
     await sync_to_async(connections.close_all)()
     return seen
+
+
+def table_counts() -> dict[str, Any]:
+    """What a refused input must leave as it was: the rows of the runs, approvals and
+    their audit trail, and the pending approval's status."""
+    from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
+
+    return {
+        "runs": WorkflowRun.objects.count(),
+        "approvals": sorted(Approval.objects.values_list("status", flat=True)),
+        "events": ApprovalEvent.objects.count(),
+    }
 
 
 def main(out: Path) -> None:

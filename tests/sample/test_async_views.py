@@ -91,7 +91,13 @@ def test_an_async_view_starts_the_order_workflow_and_another_approves_it(
         "body": {"code": "not_authenticated", "detail": "log in to start a workflow"},
     }
     assert seen["unknown_order"]["status"] == 404
+    assert seen["huge_order_id"]["status"] == 404
     assert seen["get"] == 405
+    # Starting needs the permission, and an order that predates the app starts none.
+    assert seen["no_permission"]["status"] == 403
+    assert seen["no_permission"]["body"]["code"] == "permission_denied"
+    assert seen["predates_app"]["status"] == 409
+    assert seen["predates_app"]["body"]["code"] == "order_predates_app"
 
     # A small order: the run completes in the request, no approval needed.
     small = seen["small"]
@@ -121,6 +127,12 @@ def test_an_async_view_starts_the_order_workflow_and_another_approves_it(
     assert seen["clerk_approves"]["status"] == 403
     assert seen["clerk_approves"]["body"]["code"] == "approval_forbidden"
     assert seen["bad_body"]["status"] == 400
+    # Hostile bodies: a 400 with the reason each, and nothing decided or recorded.
+    for name, answer in seen["hostile"].items():
+        assert answer["status"] == 400, (name, answer)
+        assert answer["body"]["code"] == "invalid" and answer["body"]["detail"], (name, answer)
+    assert seen["after_hostile"] == seen["before_hostile"]
+    assert seen["before_hostile"] == {"runs": 2, "approvals": ["pending"], "events": 2}
     assert seen["approved"] == {
         "status": 200,
         "body": {

@@ -5,6 +5,7 @@ that wakes runs nothing is advancing (a wake that could not be sent, say)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -21,17 +22,31 @@ from .workflow import RunWorkflow
 logger = logging.getLogger("flowwarden_django.temporal")
 
 
-async def connect(config: TemporalConfig, *, retry_every: float = 2.0) -> Any:
-    """A client of the configured server, waiting (and saying so) until it answers."""
+async def connect(
+    config: TemporalConfig, *, retry_every: float = 2.0, stop: asyncio.Event | None = None
+) -> Any:
+    """A client of the configured server, waiting (and saying so) until it answers;
+    ``None`` when *stop* is set first (a SIGTERM while the server is down must end the
+    process, not wait for the server)."""
     from temporalio.client import Client
 
+    stop = stop or asyncio.Event()
     announced = False
-    while True:
-        try:
-            return await asyncio.wait_for(
+    while not stop.is_set():
+        attempt = asyncio.ensure_future(
+            asyncio.wait_for(
                 Client.connect(config.target, namespace=config.namespace),
                 config.connect_timeout,
             )
+        )
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({attempt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not attempt.done():
+            attempt.cancel()
+            break
+        try:
+            return attempt.result()
         except Exception as exc:
             if not announced:
                 logger.warning(
@@ -41,7 +56,9 @@ async def connect(config: TemporalConfig, *, retry_every: float = 2.0) -> Any:
                     retry_every,
                 )
                 announced = True
-            await asyncio.sleep(retry_every)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), retry_every)
+    return None
 
 
 def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> Any:
@@ -93,7 +110,10 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    client = await connect(config)
+    client = await connect(config, stop=stop)
+    if client is None:
+        logger.info("flowwarden Temporal worker: stopped before Temporal answered")
+        return
     worker = build_worker(client, config, concurrency=concurrency)
 
     def call(operation: Any) -> Any:

@@ -14,6 +14,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from ...common.formatting import NONE_TEXT, dump_json, format_table, timestamp_text, truncate
+from ...common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ...models import Approval
 from ...workflows.approvals import (
     ApprovalError,
@@ -21,7 +22,6 @@ from ...workflows.approvals import (
     decide,
     sweep_approvals,
 )
-from ...workflows.user_json import UserJSONError, check_comment, parse_decision_payload
 from ..base import ActionCommand, positive_int
 
 STATUSES = tuple(Approval.Status.values)

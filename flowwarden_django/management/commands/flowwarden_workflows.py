@@ -31,6 +31,12 @@ from ...common.formatting import (
     timestamp_text,
     truncate,
 )
+from ...common.user_input import (
+    MAX_PAYLOAD_BYTES,
+    MAX_STATE_BYTES,
+    UserJSONError,
+    parse_user_json,
+)
 from ...models import SnapshotRecord, WorkflowRun
 from ...workflows import (
     CheckpointQuery,
@@ -52,12 +58,6 @@ from ...workflows.engine import LAST_STEP
 from ...workflows.retention import PruneRow, plan_prune
 from ...workflows.runs import RunRecords
 from ...workflows.snapshot import Saved, SnapshotEvent
-from ...workflows.user_json import (
-    MAX_PAYLOAD_BYTES,
-    MAX_STATE_BYTES,
-    UserJSONError,
-    parse_user_json,
-)
 from ..base import ActionCommand, confirmed, non_negative_int, positive_int
 
 COMMAND = "manage.py flowwarden_workflows"

@@ -26,6 +26,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ...common.app_models import models
+from ...common.user_input import check_comment, check_resume_input
 from ..decisions import ApprovalDecision
 from ..runs import RunRecords
 from ..transactions import write_transaction
@@ -143,10 +144,14 @@ def decide(
     *comment* and a JSON *payload* handed to the next step.
 
     Raises ``UnknownApprovalError``, ``ApprovalPermissionError``,
-    ``ApprovalConflictError`` or ``ApprovalExpiredError`` (see the module).
+    ``ApprovalConflictError`` or ``ApprovalExpiredError`` (see the module), and
+    ``UserJSONError`` (a ``ValueError``, before anything is read or written) for a
+    comment or payload outside the limits of ``common.user_input``.
     """
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
+    comment = check_comment(comment)
+    payload = check_resume_input(payload, what="the payload")
     db = RunRecords(using).db
     actor = "" if user is None else user.get_username()
     refusal: ApprovalError | None = None

@@ -1,13 +1,16 @@
-"""The one validator of JSON that people hand to a workflow: fork states, resume
-inputs, decision payloads, whether they come through the API, the admin or a
-management command.
+"""The one validator of what people hand to flowwarden: JSON (fork states, resume
+inputs, decision payloads) and text (decision comments, dead-letter notes), whether
+it comes through the API, the admin, a management command, a sample view or a direct
+call of the core (``decide``, ``Workflow.resume``, ``acknowledge_dead_letter``...),
+which checks it again so that no front end is the only guard.
 
-A value passes when it is plain JSON (``dict`` with string keys, ``list``, ``str``,
-``int``, finite ``float``, ``bool``, ``None``), nests at most ``MAX_DEPTH`` levels,
-serialises to at most its size limit, and no string holds a NUL character or an
-unpaired surrogate (PostgreSQL cannot store either). Anything else raises
-``UserJSONError`` with a stable ``code`` and a message that names the problem,
-never a traceback from deep inside a store.
+A JSON value passes when it is plain JSON (``dict`` with string keys, ``list``,
+``str``, ``int``, finite ``float``, ``bool``, ``None``), nests at most ``MAX_DEPTH``
+levels, serialises to at most its size limit, and no string holds a NUL character or
+an unpaired surrogate (PostgreSQL cannot store either). Text passes under the same
+character rules and a length limit. Anything else raises ``UserJSONError`` with a
+stable ``code`` and a message that names the problem, never a traceback from deep
+inside a store.
 
 The walk is iterative, so a hostile value cannot exhaust the interpreter's stack
 while being checked.
@@ -27,6 +30,8 @@ MAX_STATE_BYTES = 1024 * 1024
 MAX_PAYLOAD_BYTES = 64 * 1024
 #: The most characters of a decision comment.
 MAX_COMMENT_CHARS = 2000
+#: The most characters of a dead letter's note (acknowledged, discarded).
+MAX_NOTE_CHARS = 2000
 
 
 class UserJSONError(ValueError):
@@ -116,15 +121,31 @@ def parse_decision_payload(text: str, *, what: str = "the payload") -> Any:
 
 def check_comment(text: Any, *, what: str = "comment") -> str:
     """A decision comment: text of at most ``MAX_COMMENT_CHARS``, storable."""
+    return check_text(text, what=what, max_chars=MAX_COMMENT_CHARS)
+
+
+def check_note(text: Any, *, what: str = "note") -> str:
+    """A dead letter's note: text of at most ``MAX_NOTE_CHARS``, storable."""
+    return check_text(text, what=what, max_chars=MAX_NOTE_CHARS)
+
+
+def check_text(text: Any, *, what: str, max_chars: int) -> str:
+    """*text* when it is a string of at most *max_chars*, with no NUL and no unpaired
+    surrogate; else ``UserJSONError``."""
     if not isinstance(text, str):
         raise UserJSONError(f"{what} must be text, not {_kind(text)}", "json_invalid")
-    if len(text) > MAX_COMMENT_CHARS:
+    if len(text) > max_chars:
         raise UserJSONError(
-            f"{what} is {len(text)} characters; the most is {MAX_COMMENT_CHARS}",
-            "json_too_large",
+            f"{what} is {len(text)} characters; the most is {max_chars}", "json_too_large"
         )
     _check_text(text, what)
     return text
+
+
+def check_resume_input(value: Any, *, what: str = "the resume input") -> Any:
+    """A resume input or decision payload: plain JSON of at most
+    ``MAX_PAYLOAD_BYTES``."""
+    return check_user_json(value, what=what, max_bytes=MAX_PAYLOAD_BYTES)
 
 
 def _check_text(text: str, what: str) -> None:
