@@ -19,11 +19,12 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core import signing
 from django.db import connections, router
-from django.test import Client
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from flowwarden_django.api.pagination import CURSOR_SALT, encode_cursor
+from flowwarden_django.common.sealing import seal, unseal
 from flowwarden_django.models import Approval, ApprovalEvent, SnapshotRecord, WorkflowRun
 from flowwarden_django.workflows import WorkflowSnapshot, snapshot_stores
 from tests.api.helpers import (
@@ -110,6 +111,18 @@ def test_a_restricted_list_never_reads_other_runs_or_states(
     assert "IN (" in listing[0]
 
 
+def assert_opaque(cursor: str, coordination_id: str) -> None:
+    """Issue 24: the cursor was base64 and zlib of the ids, seq and time. Nothing of
+    them shows in it now, decoded or not."""
+    import base64
+    import zlib
+
+    raw = base64.urlsafe_b64decode(cursor.split(":")[0] + "=" * (-len(cursor) % 4))
+    assert coordination_id.encode() not in raw and coordination_id not in cursor
+    with pytest.raises(zlib.error):
+        zlib.decompress(raw)
+
+
 def _refuse(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("a snapshot list decoded a state")
 
@@ -128,11 +141,17 @@ def test_cursors_name_visible_rows_only_and_are_tamper_evident(
     assert len(rows) == 14 and {r["coordination_id"] for r in rows} == {mine}
     assert cursors
     for cursor in cursors:
-        assert "payroll" not in json.dumps(signing.loads(cursor, salt=CURSOR_SALT))
-    # Tampered, forged with another key, or of another salt: 400, not a page.
-    forged = signing.dumps(["x", "payroll:ceo-salary-2026", 1, T0.isoformat()], key="guess")
-    other_salt = signing.dumps(["x", mine, 1, T0.isoformat()], salt="elsewhere")
-    for bad in [cursors[0][:-2] + "xx", forged, other_salt, "e30"]:
+        assert "payroll" not in json.dumps(json.loads(unseal(cursor, purpose=CURSOR_SALT)))
+        assert_opaque(cursor, mine)
+    # Tampered, forged with another key, of another purpose, or the readable signed
+    # format of an earlier version: 400, not a page.
+    with override_settings(SECRET_KEY="guess"):
+        forged = seal(
+            json.dumps(["x", "payroll:ceo-salary-2026", 1, "t"]).encode(), purpose=CURSOR_SALT
+        )
+    other_purpose = seal(json.dumps(["x", mine, 1, T0.isoformat()]).encode(), purpose="elsewhere")
+    readable = signing.dumps(["x", mine, 1, T0.isoformat()], salt=CURSOR_SALT, compress=True)
+    for bad in [cursors[0][:-2] + "xx", forged, other_purpose, readable, "e30"]:
         response = client.get(f"{API}/snapshots/", {"cursor": bad})
         assert response.status_code == 400 and field_errors(response.json()) == ["cursor"]
 
@@ -142,7 +161,9 @@ def test_cursors_name_visible_rows_only_and_are_tamper_evident(
 
 def test_a_cursor_at_the_end_of_time_is_a_400(lane: str, on_lane: None, people: People) -> None:
     snapshot = WorkflowSnapshot("x", "c", seq=1, created_at=T0)
-    late = signing.dumps(["x", "c", 1, "9999-12-31T23:59:59-14:00"], salt=CURSOR_SALT)
+    late = seal(
+        json.dumps(["x", "c", 1, "9999-12-31T23:59:59-14:00"]).encode(), purpose=CURSOR_SALT
+    )
     client = people.client("viewer")
     response = client.get(f"{API}/snapshots/", {"cursor": late})
     assert response.status_code == 400 and field_errors(response.json()) == ["cursor"]

@@ -35,7 +35,8 @@ from ..streams.copy_progress import CopyProgress
 from ..streams.registry import stream_registry
 from ..streams.resync import ResyncError, request_resync
 from ..streams.spec import StreamSpec
-from ..streams.status import PAUSED, StreamStatus, status_interval, stream_status
+from ..streams.status import PAUSED, StreamStatus, status_error, status_interval, stream_status
+from ..views import may_see_details
 from .base import GuardedLookupsMixin, ReadOnlyAdminMixin
 
 #: The permission the Start / Stop / Restart buttons need.
@@ -231,10 +232,13 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
             raise PermissionDenied
         now = timezone.now()
         can_control = self.has_control_permission(request)
+        details = may_see_details(request)
         try:
             statuses, error = stream_status(now), None
         except Exception as exc:  # the page must say why, not fail with a 500
-            statuses, error = [], f"{type(exc).__name__}: {exc}"
+            statuses, error = [], status_error(exc, details=details)
+        if not details:
+            statuses = [status.redacted() for status in statuses]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -258,6 +262,8 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
             raise Http404(gettext("No stream named “%(name)s”.") % {"name": stream_name})
         spec, chosen = specs[stream_name], ACTIONS[action]
         status = next(s for s in stream_status() if s.name == stream_name)
+        if not may_see_details(request):
+            status = status.redacted()
         names = {"name": stream_name, "seconds": _seconds(status_interval())}
         if not chosen.available(status):
             messages.warning(request, self._unavailable(chosen, spec, status) % names)

@@ -3,17 +3,18 @@
 Snapshot pages come from the store itself (``CheckpointQuery`` with ``limit`` and
 ``after``), so the first page of a newest-first listing holds the newest snapshots
 and following ``next`` walks every snapshot exactly once, even while new ones are
-written. The cursor is the signed position of the last snapshot of the page.
+written. The cursor is the sealed (encrypted and authenticated) position of the last
+snapshot of the page.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core import signing
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 from rest_framework.pagination import BasePagination, PageNumberPagination, _positive_int
@@ -21,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
+from ..common.sealing import seal, unseal
 from ..workflows.snapshot import CheckpointQuery, WorkflowSnapshot
 
 
@@ -38,9 +40,10 @@ class SnapshotCursorPagination(BasePagination):
 
     The store does the filtering (the query's ``coordination_ids`` holds what the
     user may read) and lists positions only (``with_state=False``), so a page costs
-    one indexed query whatever else the store holds. The cursor is signed
-    (``django.core.signing``): it names the last row of the page, a row the user
-    could see, and a tampered or forged one is refused with 400.
+    one indexed query whatever else the store holds. The cursor is sealed
+    (``common.sealing``, AES-GCM under a key derived from ``SECRET_KEY``): it names
+    the last row of the page, a row the user could see, without showing it, and a
+    tampered or forged one is refused with 400.
     """
 
     page_size = 50
@@ -141,26 +144,27 @@ class SnapshotCursorPagination(BasePagination):
         ]
 
 
-#: The salt of snapshot cursors (a cursor is valid for this listing only).
+#: The purpose snapshot cursors are sealed for (a cursor is valid for this listing only).
 CURSOR_SALT = "flowwarden_django.api.snapshot-cursor"
 
 
 def encode_cursor(snapshot: WorkflowSnapshot) -> str:
-    """The signed, opaque cursor of the position just after *snapshot*."""
+    """The sealed cursor of the position just after *snapshot*: authentic and opaque
+    (``common.sealing``), so it shows no id, sequence number or time."""
     mark = [
         snapshot.id,
         snapshot.coordination_id,
         snapshot.seq or 0,
         snapshot.created_at.isoformat(),
     ]
-    return signing.dumps(mark, salt=CURSOR_SALT, compress=True)
+    return seal(json.dumps(mark, separators=(",", ":")).encode(), purpose=CURSOR_SALT)
 
 
 def decode_cursor(text: str) -> WorkflowSnapshot:
     """The position *text* (from ``encode_cursor``) names, as a snapshot to page
-    ``after``; ``ValueError`` when it is not a cursor this site signed."""
+    ``after``; ``ValueError`` when it is not a cursor this site sealed."""
     try:
-        mark = signing.loads(text, salt=CURSOR_SALT)
+        mark = json.loads(unseal(text, purpose=CURSOR_SALT))
         snapshot_id, coordination_id, seq, created_at = mark
         texts = (snapshot_id, coordination_id, created_at)
         if not all(isinstance(t, str) and "\x00" not in t for t in texts):
@@ -173,5 +177,5 @@ def decode_cursor(text: str) -> WorkflowSnapshot:
             seq=seq,
             created_at=datetime.fromisoformat(created_at).astimezone(UTC),
         )
-    except (signing.BadSignature, TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError("not a cursor") from exc

@@ -530,7 +530,9 @@ class StreamManager:
             consumer = self._consumers.get(name)
             state, role = self.state_of(name)
             if final and state not in ("crashed", "paused"):
-                state, role = StreamState.STOPPED.value, ""
+                # A graceful stop leaves no instance behind: its row would count as one.
+                self._withdraw(name)
+                continue
             values = {
                 "state": state,
                 "role": role,
@@ -562,6 +564,16 @@ class StreamManager:
                 discard_unusable_connections()
             else:
                 self._publish_failures.succeeded()
+
+    def _withdraw(self, name: str) -> None:
+        """Delete this process's ``StreamWorker`` row of stream *name*."""
+        try:
+            models.StreamWorker.objects.filter(
+                stream_name=name, instance_id=self.instance_id
+            ).delete()
+        except Exception as exc:
+            self._publish_failures.failed(exc)
+            discard_unusable_connections()
 
     def status(self) -> list[dict[str, Any]]:
         """One row per declared stream, as this process sees it."""

@@ -153,6 +153,21 @@ class StreamStatus:
     error: str | None = None
     error_summary: str | None = None
 
+    def redacted(self) -> StreamStatus:
+        """This status as a caller without details may see it (the console under
+        ``FLOWWARDEN["HEALTH_DETAILS"]``): instance keys instead of instance ids (host
+        names), no ``last_error`` (it may hold event data), ``error_summary`` for
+        ``error``, as :meth:`to_json` without details."""
+        return dataclasses.replace(
+            self,
+            leader=None if self.leader is None else instance_key(self.leader),
+            instances=tuple(
+                dataclasses.replace(i, instance_id=i.key, last_error="") for i in self.instances
+            ),
+            stale_instances=tuple(instance_key(i) for i in self.stale_instances),
+            error=self.error_summary,
+        )
+
     @property
     def required(self) -> bool:
         """Whether health needs this stream running (enabled and auto-start)."""

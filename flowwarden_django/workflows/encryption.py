@@ -4,7 +4,8 @@ An encrypted value is the text ``enc:v2:`` + base64(12-byte nonce ‖ ciphertext
 16-byte tag), with a fresh random nonce per value. The version names the associated
 data the store bound the value to: ``v2`` values (written now) are bound to their
 coordination, row and column, ``v1`` values (written before) to their row and
-column only; both stay readable. State and metadata text written by the stores never
+column only, so the ORM store refuses them until ``flowwarden_workflows reencrypt``
+re-encrypts them as ``v2``. State and metadata text written by the stores never
 starts with ``enc:`` (JSON starts with ``{ [ " n t f`` or a digit).
 
 A value without the prefix is plaintext. A store that encrypts refuses it
@@ -30,8 +31,11 @@ from typing import Any
 from ..exceptions import MissingExtraError
 
 PREFIX = "enc:v2:"
+#: The envelope of values written before they were bound to their run: stores refuse
+#: it until re-encrypted (``OrmSnapshotStore.reencrypt_legacy``).
+LEGACY_PREFIX = "enc:v1:"
 #: The envelopes a cipher opens, newest first.
-PREFIXES = (PREFIX, "enc:v1:")
+PREFIXES = (PREFIX, LEGACY_PREFIX)
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16

@@ -27,12 +27,24 @@ def new_snapshot_id() -> str:
     return raw.hex()
 
 
+def storable_id(value: object) -> bool:
+    """Whether *value* could be the id of a stored snapshot (``check_id`` passes it):
+    an id from a URL may be anything, and PostgreSQL refuses even to compare a NUL."""
+    try:
+        check_id(value)
+    except ValueError:
+        return False
+    return True
+
+
 def check_id(value: object, argument: str = "id") -> str:
-    """Raise unless *value* is a non-blank string of at most 64 characters."""
+    """Raise unless *value* is a non-blank string of at most 64 characters, no NUL."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{argument} must be a non-blank string, not {value!r}")
     if len(value) > 64:
         raise ValueError(f"{argument} is {len(value)} characters long; the most is 64")
+    if "\x00" in value:
+        raise ValueError(f"{argument} holds a NUL character")
     return value
 
 

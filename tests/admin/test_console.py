@@ -123,6 +123,33 @@ def test_view_permission_shows_the_page_without_buttons(streams):
     assert not StreamControl.objects.filter(stream_name="sc-orders").exists()
 
 
+@pytest.mark.parametrize("rule", ["none", "flowwarden_django.control_stream"])
+def test_health_details_decide_whether_hosts_and_errors_show(streams, settings, rule):
+    """Issue 24: with ``HEALTH_DETAILS`` ``"none"`` the console showed a viewer the
+    instances' host names and their last errors (event data)."""
+    from flowwarden_django.streams.status import instance_key
+
+    StreamWorker.objects.filter(instance_id="host-b:1").update(
+        last_error="ValueError: card 4111-1111 declined"
+    )
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, "HEALTH_DETAILS": rule}
+    body = staff("view_streamworker").get(CONSOLE).content.decode()
+    orders = row(body, "sc-orders")
+    assert "host-a" not in body and "host-b" not in body and "4111" not in body
+    assert f'<td class="field-leader">{instance_key("host-a:1")}</td>' in orders
+    assert f"<code>{instance_key('host-b:1')}</code> standby" in orders
+
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, "HEALTH_DETAILS": "staff"}
+    body = staff_client_again().get(CONSOLE).content.decode()
+    assert "host-b:1" in body and "4111-1111 declined" in body
+
+
+def staff_client_again() -> Client:
+    client = Client()
+    client.force_login(User.objects.get(username="staff"))
+    return client
+
+
 # -- control -----------------------------------------------------------------------------
 
 

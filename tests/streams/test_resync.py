@@ -302,6 +302,32 @@ def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_resync_right_after_a_graceful_stop_is_requested_for_the_next_start(managed):
+    """Issue 24: the stopped process's row still counted as an instance, so the command
+    waited for a restart that never came and exited 1."""
+    manager, _oplog, _mirror = managed
+    manager.start("rs-managed")
+    wait_until(
+        lambda: StreamWorker.objects.filter(stream_name="rs-managed", state="running").exists(),
+        "the process's status row",
+    )
+    manager.stop_all(timeout=10)
+    assert not StreamWorker.objects.filter(stream_name="rs-managed").exists()
+    status = io.StringIO()
+    call_command("flowwarden_streams", "status", stdout=status)
+    (line,) = [x for x in status.getvalue().splitlines() if x.startswith("rs-managed")]
+    assert " stopped " in line and re.search(r"\s0\s", line)
+
+    out = io.StringIO()
+    call_command("flowwarden_streams", "resync", "rs-managed", "--yes", stdout=out)
+    assert "Resync requested. No process runs rs-managed now: the copy starts when one" in (
+        out.getvalue()
+    )
+    progress = checkpoint_stores["default"].find("rs-managed").initial_sync
+    assert progress["phase"] == "copying" and progress["reason"] == "on demand"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_resync_command_restarts_the_running_stream_and_follows_the_copy(managed):
     manager, oplog, mirror = managed
     oplog.seed({"_id": i, "n": i} for i in range(1, 2001))

@@ -176,13 +176,19 @@ class Command(ActionCommand):
             "--dry-run", action="store_true", help="List the stalled runs; change nothing."
         )
 
+        reencrypt = actions.add_parser(
+            "reencrypt",
+            help="Bind legacy enc:v1 snapshot values to their run (re-encrypt them as "
+            "enc:v2); the ORM store refuses enc:v1 values until then.",
+        )
+
         for sub in (listing, show, resume, recover):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",
                 help="The database of the WorkflowRun rows (default: the router's choice).",
             )
-        for sub in (listing, show, fork, prune):
+        for sub in (listing, show, fork, prune, reencrypt):
             default = (
                 "the store of the run's registered workflow, else 'default'"
                 if sub in (listing, show)
@@ -193,7 +199,7 @@ class Command(ActionCommand):
                 metavar="ALIAS",
                 help=f"The alias in FLOWWARDEN['SNAPSHOT_STORES'] (default: {default}).",
             )
-        for sub in (fork, prune):
+        for sub in (fork, prune, reencrypt):
             sub.add_argument(
                 "-y", "--yes", action="store_true", help="Do not ask for confirmation."
             )
@@ -204,6 +210,36 @@ class Command(ActionCommand):
                 dest="interactive",
                 help="Do not ask for confirmation (same as --yes).",
             )
+
+    # -- reencrypt -----------------------------------------------------------------
+
+    def handle_reencrypt(self, *, store: str | None, **options: Any) -> None:
+        backend, where = self._store_for(None, store)
+        rebind = getattr(backend, "reencrypt_legacy", None)
+        if rebind is None or not backend.encrypts_at_rest:
+            raise CommandError(
+                f"{where} ({type(backend).__name__}) does not encrypt with enc:v1 values "
+                "to bind; name an encrypting OrmSnapshotStore with --store ALIAS."
+            )
+        self.stdout.write(
+            f"Re-encrypt the legacy enc:v1 values of {where} as enc:v2, each bound to the "
+            "run its row is in now."
+        )
+        if not self._confirmed("Re-encrypt", **options):
+            return
+        total = 0
+        started = time.monotonic()
+        for batch in rebind():
+            total += batch
+            self.stdout.write(
+                f"  {total} snapshots re-encrypted ({time.monotonic() - started:.0f}s)"
+            )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Re-encrypted {total} snapshot{'s' if total != 1 else ''} in {where}; "
+                "none holds an enc:v1 value any more."
+            )
+        )
 
     # -- recover -------------------------------------------------------------------
 

@@ -37,10 +37,17 @@ from django.utils import timezone
 
 from ...common.sql import kept_cursor
 from ...models import SnapshotRecord, WorkflowRun
-from ..encryption import AesGcmCipher, decode_key, envelope_version, reveal
+from ..encryption import (
+    LEGACY_PREFIX,
+    AesGcmCipher,
+    SnapshotDecryptionError,
+    decode_key,
+    envelope_version,
+    reveal,
+)
 from ..retention import PruneRow, check_prune_arguments, plan_prune
 from ..serializers import StateSerializer, resolve_serializer
-from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
+from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot, storable_id
 from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
 from ..transactions import write_transaction
 from ._common import (
@@ -230,7 +237,11 @@ class OrmSnapshotStore(SnapshotStore):
     encryption of state and metadata, each value bound to its coordination, row and
     column. With a key, a plaintext row is refused (``SnapshotDecryptionError``)
     unless ``require_encryption=False``, which keeps rows written before encryption
-    was turned on readable while they are re-saved.
+    was turned on readable while they are re-saved. Legacy ``enc:v1:`` values are
+    bound to their row and column only, so one moved into another run would still
+    decrypt there: they are refused too, unless ``accept_legacy_envelopes=True``, until
+    ``manage.py flowwarden_workflows reencrypt`` (``reencrypt_legacy``) binds them to
+    their run.
 
     ``prune`` also keeps the ``head_snapshot_id`` of every ``WorkflowRun`` waiting for
     approval, read from the same database.
@@ -245,6 +256,7 @@ class OrmSnapshotStore(SnapshotStore):
         serializer: StateSerializer | str | None = None,
         encryption_keys: str | bytes | Sequence[str | bytes] | None = None,
         require_encryption: bool = True,
+        accept_legacy_envelopes: bool = False,
     ) -> None:
         super().__init__()
         self.using = using
@@ -252,6 +264,8 @@ class OrmSnapshotStore(SnapshotStore):
         self.cipher = None if encryption_keys is None else AesGcmCipher.from_keys(encryption_keys)
         #: Whether a plaintext row is refused (only when the store has a key).
         self.require_encryption = bool(require_encryption)
+        #: Whether ``enc:v1:`` values (not bound to their run) are read.
+        self.accept_legacy_envelopes = bool(accept_legacy_envelopes)
 
     @property
     def encrypts_at_rest(self) -> bool:  # type: ignore[override]
@@ -417,6 +431,8 @@ class OrmSnapshotStore(SnapshotStore):
         return snapshot
 
     def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
+        if not storable_id(snapshot_id):  # no row holds it; PostgreSQL refuses a NUL
+            return None
         row = self._rows().filter(pk=snapshot_id).first()
         return None if row is None else self._decode(row)
 
@@ -550,6 +566,16 @@ class OrmSnapshotStore(SnapshotStore):
             messages.extend(check_serializer_option(where, options["serializer"]))
         if options.get("encryption_keys") is not None:
             messages.extend(_check_keys(where, options["encryption_keys"]))
+        legacy = options.get("accept_legacy_envelopes", False)
+        if not isinstance(legacy, bool):
+            messages.append(
+                checks.Error(
+                    f'{where}["accept_legacy_envelopes"] = {legacy!r} is not True or False.',
+                    hint="False (the default) refuses enc:v1 values until "
+                    "`manage.py flowwarden_workflows reencrypt` binds them to their run.",
+                    id="flowwarden_django.E008",
+                )
+            )
         require = options.get("require_encryption", True)
         if not isinstance(require, bool):
             messages.append(
@@ -607,8 +633,52 @@ class OrmSnapshotStore(SnapshotStore):
 
     def _reveal(self, row: SnapshotRecord | _Row, column: str) -> str | None:
         text = getattr(row, column)
-        aad = _aad(row.coordination_id, row.id, column, envelope_version(text))
+        version = envelope_version(text)
+        if version == 1 and not self.accept_legacy_envelopes:
+            raise SnapshotDecryptionError(
+                f"snapshot {row.id} holds a legacy enc:v1 {column}, which is not bound to "
+                "its run; run `manage.py flowwarden_workflows reencrypt` once to bind it"
+            )
+        aad = _aad(row.coordination_id, row.id, column, version)
         return reveal(text, self.cipher, aad, require_encryption=self.require_encryption)
+
+    def reencrypt_legacy(self, *, batch_size: int = 500) -> Iterator[int]:
+        """Re-encrypt every ``enc:v1:`` value as ``enc:v2:``, bound to the run its row
+        is in now; yields how many rows each batch rewrote. Each row is rewritten by
+        one conditional ``UPDATE`` (only while it still holds what was read), so it is
+        safe to run beside a live store and to run again."""
+        if self.cipher is None:
+            raise ValueError("this store has no encryption key: nothing to re-encrypt")
+        legacy = Q(state__startswith=LEGACY_PREFIX) | Q(metadata__startswith=LEGACY_PREFIX)
+        after = ""
+        while True:
+            rows = list(
+                self._rows()
+                .filter(legacy, id__gt=after)
+                .order_by("id")
+                .values_list("id", "coordination_id", "state", "metadata")[:batch_size]
+            )
+            if not rows:
+                return
+            done = 0
+            for snapshot_id, cid, state, metadata in rows:
+                fresh = {
+                    column: self._rebind(cid, snapshot_id, column, text)
+                    for column, text in (("state", state), ("metadata", metadata))
+                }
+                done += (
+                    self._rows()
+                    .filter(id=snapshot_id, state=state, metadata=metadata)
+                    .update(**fresh)
+                )
+            after = rows[-1][0]
+            yield done
+
+    def _rebind(self, cid: str, snapshot_id: str, column: str, text: str | None) -> str | None:
+        if envelope_version(text) != 1:
+            return text
+        plain = self.cipher.decrypt(text, _aad(cid, snapshot_id, column, 1))
+        return self.cipher.encrypt(plain, _aad(cid, snapshot_id, column))
 
     def _decode_listed(self, row: SnapshotRecord, with_state: bool) -> WorkflowSnapshot:
         try:
