@@ -1,10 +1,16 @@
-# Everything runs from a virtualenv in .venv, made with the Python found as $(PYTHON).
+# Everything runs from a virtualenv made with the Python found as $(PYTHON): .venv for
+# the default python3, .venv-py3.13 for `make test PYTHON=python3.13` (one per
+# interpreter, so the support matrix's lanes never share one).
 PYTHON ?= python3
+ifeq ($(origin PYTHON),command line)
+VENV   ?= .venv-py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+else
 VENV   ?= .venv
+endif
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: demo test lint format serve serve-demo bench clean
+.PHONY: demo test test-deps print-venv lint format serve serve-demo bench clean
 
 ## demo: set up and run the sample project on SQLite (no servers needed)
 demo: $(VENV)/.demo-installed
@@ -18,6 +24,12 @@ test: $(VENV)/.test-installed
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
+
+## test-deps: set up the virtualenv of `make test` without running anything
+test-deps: $(VENV)/.test-installed
+
+print-venv:
+	@echo $(VENV)
 
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check .

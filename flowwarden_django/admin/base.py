@@ -121,7 +121,10 @@ class GuardedLookupsMixin:
             return None
         return super().get_object(request, object_id, from_field)  # type: ignore[misc]
 
-    def response_action(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: Any, *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        # *args/**kwargs: Django 6.1 adds ``action_location`` (actions on change forms).
         selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
         invalid = [value for value in selected if not possible_value(self.opts.pk, value)]  # type: ignore[attr-defined]
         if invalid:
@@ -132,7 +135,7 @@ class GuardedLookupsMixin:
             )
             self.message_user(request, text % {"count": len(invalid)}, messages.ERROR)  # type: ignore[attr-defined]
             return None  # the changelist redirects back to itself
-        return super().response_action(request, queryset)  # type: ignore[misc]
+        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc]
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return GuardedChangeList

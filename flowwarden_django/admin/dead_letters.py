@@ -407,11 +407,14 @@ class DeadLetterAdmin(
         using = dlq_admin_stores().using
         return queryset.using(using) if using else queryset
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        # Without an ORM DLQ store there is nothing to act through.
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Without an ORM DLQ store there is nothing to act through. *action_location*:
+        # Django 6.1's (actions on change forms too); 5.2 passes none.
         if dlq_admin_stores().alias is None:
             return {}
-        return super().get_actions(request)
+        if action_location is None:
+            return super().get_actions(request)
+        return super().get_actions(request, action_location=action_location)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: Mapping[str, Any] | None = None

@@ -104,11 +104,19 @@ def _direct(receivers: Any) -> Receivers | None:
     if receivers is NO_RECEIVERS:
         return _NOBODY
     try:
-        pairs = [(receiver, is_async) for receiver, is_async in receivers]
-    except (TypeError, ValueError):  # not the (receiver, is_async) pairs of Django 5
+        # Django 5.2 caches (receiver, is_async) pairs; 6.x (receiver, sender_ref,
+        # is_async) triples, where a sender_ref is a weak reference to resolve.
+        entries = [(entry[0], entry[1:-1], entry[-1]) for entry in receivers]
+    except (TypeError, IndexError, KeyError):
         return None
-    if any(isinstance(receiver, weakref.ReferenceType) or is_async for receiver, is_async in pairs):
+    if any(
+        isinstance(receiver, weakref.ReferenceType)
+        or is_async
+        or any(ref is not None for ref in refs)
+        for receiver, refs, is_async in entries
+    ):
         return None
+    pairs = [(receiver, is_async) for receiver, _refs, is_async in entries]
     direct = Receivers(receiver for receiver, _ in pairs)
     direct.lean = bool(direct) and all(_lean(receiver) for receiver in direct)
     return direct

@@ -68,7 +68,8 @@ def instance_key(instance_id: str) -> str:
     Keyed with ``SECRET_KEY``, so it cannot be reversed by hashing likely host
     names. The detailed health report lists it next to each instance id.
     """
-    return salted_hmac("flowwarden_django.instance_key", instance_id).hexdigest()[:12]
+    key = salted_hmac("flowwarden_django.instance_key", instance_id, algorithm="sha256")
+    return key.hexdigest()[:12]
 
 
 @dataclasses.dataclass(frozen=True)

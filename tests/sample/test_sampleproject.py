@@ -132,7 +132,8 @@ def test_demo_runs_the_whole_story(sample_env):
         assert stream in out
     assert "/admin/flowwarden_django/streamcheckpoint/" in out
     # The hints name this venv's python (or make targets), never a bare "python".
-    python = os.path.relpath(sys.executable, ROOT)
+    executable = Path(sys.executable)
+    python = executable.relative_to(ROOT) if executable.is_relative_to(ROOT) else executable
     assert f"{python} manage.py flowwarden_checkpoints show orders" in out
     assert "python manage.py" not in out.replace(f"{python} manage.py", "")
     shown = run("flowwarden_checkpoints", "show", "orders", env=sample_env)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import sys
 from importlib.util import find_spec
 from typing import Any
 
@@ -43,6 +45,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-recovery", action="store_true", help="Run no recovery sweep in this worker."
         )
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """As a process (``manage.py flowwarden_temporal_worker``, never
+        ``call_command``): once the worker stopped cleanly, end the process without
+        the interpreter's teardown, during which the Temporal SDK's Rust threads can
+        abort it ("PyGILState_Release ... must be current", temporalio/sdk-python#300)
+        and turn a clean stop into exit status -6."""
+        super().run_from_argv(argv)
+        from django.db import connections
+
+        connections.close_all()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if find_spec("temporalio") is None:

@@ -212,6 +212,23 @@ def _lock_key(coordination_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+#: The ORM store's True/False options: (name, default, the hint for a bad value).
+BOOLEAN_OPTIONS = (
+    (
+        "accept_legacy_envelopes",
+        False,
+        "False (the default) refuses enc:v1 values until "
+        "`manage.py flowwarden_workflows reencrypt` binds them to their run.",
+    ),
+    (
+        "require_encryption",
+        True,
+        "True (the default) refuses plaintext rows in an encrypting store; "
+        "False reads them while you re-save them.",
+    ),
+)
+
+
 def _aad(coordination_id: str, snapshot_id: str, column: str, version: int | None = 2) -> bytes:
     """Binds an encrypted value to its coordination, row and column (``enc:v1:``
     values, written before, to their row and column only)."""
@@ -566,26 +583,16 @@ class OrmSnapshotStore(SnapshotStore):
             messages.extend(check_serializer_option(where, options["serializer"]))
         if options.get("encryption_keys") is not None:
             messages.extend(_check_keys(where, options["encryption_keys"]))
-        legacy = options.get("accept_legacy_envelopes", False)
-        if not isinstance(legacy, bool):
-            messages.append(
-                checks.Error(
-                    f'{where}["accept_legacy_envelopes"] = {legacy!r} is not True or False.',
-                    hint="False (the default) refuses enc:v1 values until "
-                    "`manage.py flowwarden_workflows reencrypt` binds them to their run.",
-                    id="flowwarden_django.E008",
+        for name, default, hint in BOOLEAN_OPTIONS:
+            value = options.get(name, default)
+            if not isinstance(value, bool):
+                messages.append(
+                    checks.Error(
+                        f'{where}["{name}"] = {value!r} is not True or False.',
+                        hint=hint,
+                        id="flowwarden_django.E008",
+                    )
                 )
-            )
-        require = options.get("require_encryption", True)
-        if not isinstance(require, bool):
-            messages.append(
-                checks.Error(
-                    f'{where}["require_encryption"] = {require!r} is not True or False.',
-                    hint="True (the default) refuses plaintext rows in an encrypting store; "
-                    "False reads them while you re-save them.",
-                    id="flowwarden_django.E008",
-                )
-            )
         return messages
 
     @classmethod
