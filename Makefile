@@ -3,7 +3,11 @@
 # interpreter, so the support matrix's lanes never share one).
 PYTHON ?= python3
 ifeq ($(origin PYTHON),command line)
-VENV   ?= .venv-py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifeq ($(PYTHON_VERSION),)
+$(error PYTHON=$(PYTHON) does not run; name an interpreter, e.g. PYTHON=$$(pyenv root)/versions/3.13.0/bin/python3)
+endif
+VENV   ?= .venv-py$(PYTHON_VERSION)
 else
 VENV   ?= .venv
 endif

@@ -102,7 +102,9 @@ def test_missing_extra_names_the_extra(monkeypatch, backend, package, extra):
 
 def test_not_a_dict_settings():
     with override_settings(FLOWWARDEN=["nope"]):
-        assert only([m for m in run_checks(databases=[]) if m.id.startswith("flowwarden")]).id.endswith("E001")
+        assert only(
+            [m for m in run_checks(databases=[]) if m.id.startswith("flowwarden")]
+        ).id.endswith("E001")
     message = only(errors_for(["nope"]))
     assert message.id == "flowwarden_django.E001"
 

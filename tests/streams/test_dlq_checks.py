@@ -16,7 +16,11 @@ MONGO = "flowwarden_django.streams.backends.mongo.MongoDlqStore"
 def dlq_errors(stores):
     """The check messages about ``DLQ_STORES`` for the configuration *stores*."""
     with override_settings(FLOWWARDEN={"DLQ_STORES": stores}):
-        return [m for m in run_checks(databases=[]) if m.id.startswith("flowwarden_django.") and "DLQ" in m.msg]
+        return [
+            m
+            for m in run_checks(databases=[])
+            if m.id.startswith("flowwarden_django.") and "DLQ" in m.msg
+        ]
 
 
 def only(messages):
