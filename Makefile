@@ -77,7 +77,7 @@ $(VENV)/.demo-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
 $(VENV)/.test-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
 	$(PIP) install --quiet -e ".[all,test]"
 	@if pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mariadb 2>/dev/null; then \
-		$(PIP) install --quiet "mysqlclient>=2.2" >$(VENV)/mysqlclient-build.log 2>&1 \
+		$(PIP) install --quiet "mysqlclient>=2.2.1" >$(VENV)/mysqlclient-build.log 2>&1 \
 		|| echo "mysqlclient did not build (see $(VENV)/mysqlclient-build.log): the MariaDB lane will skip"; \
 	else \
 		echo "MariaDB lane: apt-get install libmariadb-dev pkg-config, then rerun make test (it skips until then)"; \
