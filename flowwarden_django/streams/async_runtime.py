@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
@@ -48,31 +49,50 @@ from ..common.failure_log import FailureLog
 from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
+from .core.driving import adrive
+from .core.effects import (
+    Backoff,
+    CallErrorHandler,
+    CloseCursor,
+    CopyCollection,
+    DiscardUnusableConnections,
+    Effect,
+    FindCheckpoint,
+    InitialPosition,
+    OldestOplogTime,
+    OpenCursor,
+    ParkFailedEvent,
+    PollCursor,
+    ResetAfterHistoryLost,
+    SaveDeadLetter,
+    SaveHeartbeat,
+    SaveSeen,
+    Settle,
+    TryOnce,
+)
+from .core.events import (
+    FilterError,
+    attempt_loop,
+    dead_letter,
+    park_on_request,
+)
+from .core.heartbeat import Heartbeat
+from .core.resume import HistoryLostError, Opened, open_arguments, open_stream
 from .dispatch import HandlerCaller, is_async
-from .dlq import DlqPolicy, DlqStore
-from .dlq import error_info as make_error_info
+from .dlq import DlqStore
 from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
 from .policy import ProcessedAnchorPolicy, anchor_failure_log
 from .runtime import (
-    MAX_COPIES_PER_OPEN,
-    DeadLetterWriteError,
-    FilterError,
-    HistoryLostError,
-    OplogTooShortError,
     StreamConsumer,
     StreamInvalidatedError,
     StreamState,
-    UnhandledEventError,
     _event_anchor_at,
-    _Opened,
     _RestartNow,
     announce_received,
-    announce_retry,
-    dead_letter_entry,
 )
-from .source import ChangeSource, is_history_lost
-from .spec import LIFECYCLE_OPERATIONS, NO_RETRY, ErrorAction, StreamSpec
+from .source import ChangeSource
+from .spec import LIFECYCLE_OPERATIONS, StreamSpec
 from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -516,7 +536,14 @@ class AsyncStreamConsumer:
         self._started()
         self._thread_side._plans = {}
         policy = self.policy = self._new_policy(opened.confirmed_processed)
-        heartbeat = _Heartbeat(self, opened.certified, opened.recovery_expected)
+        heartbeat = Heartbeat(
+            self.spec.name,
+            self.spec.checkpoint.idle_heartbeat_interval_seconds,
+            self._monotonic,
+            self._thread_side._heartbeat_failures,
+            certified=opened.certified,
+            recovery_expected=opened.recovery_expected,
+        )
         self._invalidate_cause = None
         cursor, event = opened.cursor, opened.first_event
         flusher = self._start_flusher(policy)
@@ -531,7 +558,9 @@ class AsyncStreamConsumer:
                     if not cursor.alive:
                         raise ConnectionError("the change stream closed")
                     await policy.flush_if_due()
-                    await heartbeat.on_idle(cursor.resume_token)
+                    writes = heartbeat.writes
+                    await adrive(heartbeat.on_idle(cursor.resume_token), self._perform)
+                    self.heartbeats += heartbeat.writes - writes
                     await self._database_housekeeping()
                     if burst:
                         break
@@ -585,52 +614,51 @@ class AsyncStreamConsumer:
 
     # -- the resume cascade (the same decisions as StreamConsumer._open) ------------------
 
-    async def _open(self, source: Any) -> _Opened:
-        name, policy = self.spec.name, self.spec.checkpoint
-        if policy.start_position == "LATEST":
-            return _Opened(await source.open())
-        saved = await self.store.afind(name)
-        reason = initial_sync.due(self._thread_side, saved)
-        if reason is not None:
-            return await self._copy_then_open(source, saved, reason)
-        if saved is None or (saved.last_processed_token is None and saved.last_seen_token is None):
-            position = await source.initial_position()
-            now = timezone.now()
-            await self.store.asave_seen(name, position, now, heartbeat_at=now)
-            return _Opened(await source.open(resume_after=position), certified=position)
-        processed, seen = saved.last_processed_token, saved.last_seen_token
-        if processed is not None:
-            opened = await self._try_open(source, processed)
-            if opened is not None:
-                opened.confirmed_processed = processed
-                return opened
-        if seen is not None and not tokens_equal(seen, processed):
-            opened = await self._try_open(source, seen)
-            if opened is not None:
-                if processed is not None:
-                    metrics.emit(metrics.resume_fallback_to_seen, name)
-                    logger.warning(
-                        "stream %r: the processed anchor aged out of the oplog; resuming from "
-                        "the last certified position (events in between were handled)",
-                        name,
-                    )
-                opened.certified = seen
-                return opened
-        return await self._history_lost(source, saved)
+    async def _open(self, source: Any) -> Opened:
+        """The resume cascade (``core.resume``), performed on the loop."""
+        return await adrive(open_stream(self.spec), partial(self._perform, source=source))
 
-    async def _copy_then_open(
-        self, source: Any, saved: Checkpoint | None, reason: str, *, copies: int = 1
-    ) -> _Opened:
-        """Copy on a worker thread (the threaded consumer's copy, sync driver), then
-        stream natively after the position it captured."""
-        self.state = StreamState.COPYING
-        position = await sync_to_async(self._copy, thread_sensitive=False)(saved, reason)
-        opened = await self._try_open(source, position)
-        if opened is None:
-            saved = await self.store.afind(self.spec.name) or Checkpoint(self.spec.name)
-            return await self._history_lost(source, saved, copies=copies)
-        opened.certified = position
-        return opened
+    async def _perform(self, effect: Effect, source: Any = None) -> Any:
+        """Do what the core asks (see ``core.effects``), awaiting each call."""
+        store, name = self.store, self.spec.name
+        match effect:
+            case PollCursor(cursor):
+                return await cursor.try_next()
+            case OpenCursor():
+                return await source.open(**open_arguments(effect))
+            case FindCheckpoint():
+                return await store.afind(name)
+            case SaveSeen(position, at):
+                return await store.asave_seen(name, position, at, heartbeat_at=at)
+            case SaveHeartbeat(at):
+                return await store.asave_heartbeat(name, at)
+            case ResetAfterHistoryLost(position, expected, at):
+                return await store.areset_after_history_lost(name, position, expected, at)
+            case CloseCursor(cursor):
+                return await cursor.close()
+            case InitialPosition():
+                return await source.initial_position()
+            case OldestOplogTime():
+                return await source.oldest_oplog_time()
+            case CopyCollection(saved, reason):
+                # On a worker thread: the threaded consumer's copy, with the sync driver.
+                self.state = StreamState.COPYING
+                return await sync_to_async(self._copy, thread_sensitive=False)(saved, reason)
+            case DiscardUnusableConnections():
+                return await self._discard_unusable_connections()
+            case TryOnce(handler, ctx, lifecycle):
+                return await self._try_once(handler, ctx, lifecycle)
+            case CallErrorHandler(handler, error, ctx):
+                return await self._call_error_handler(handler, error, ctx)
+            case Backoff(seconds):
+                return await self._backoff(seconds)
+            case Settle(ctx, lifecycle):
+                return await self._settle(ctx, lifecycle)
+            case ParkFailedEvent():
+                return await self._dead_letter(effect)
+            case SaveDeadLetter(entry, policy):
+                return await self.dlq_store.asave(entry, policy)
+        raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     def _copy(self, saved: Checkpoint | None, reason: str) -> Mapping[str, Any]:
         try:
@@ -640,54 +668,6 @@ class AsyncStreamConsumer:
             return copier.run(saved, reason)
         finally:
             connections.close_all()  # this worker thread's own connections
-
-    async def _try_open(self, source: Any, token: Mapping[str, Any]) -> _Opened | None:
-        try:
-            cursor = await source.open(resume_after=token)
-        except Exception as exc:
-            if is_history_lost(exc):
-                return None
-            raise
-        try:
-            first = await cursor.try_next()
-        except Exception as exc:
-            await cursor.close()
-            if is_history_lost(exc):
-                return None
-            raise
-        return _Opened(cursor, first_event=first)
-
-    async def _history_lost(self, source: Any, saved: Checkpoint, *, copies: int = 0) -> _Opened:
-        name, strategy = self.spec.name, self.spec.checkpoint.on_history_lost
-        metrics.emit(metrics.resume_history_lost, name)
-        if strategy == "FAIL":
-            known = [
-                t
-                for t in (saved.last_processed_at, saved.last_seen_at, saved.last_heartbeat_at)
-                if t is not None
-            ]
-            raise HistoryLostError(name, max(known) if known else None)
-        if strategy == "RESYNC":
-            if copies >= MAX_COPIES_PER_OPEN:
-                raise OplogTooShortError(name, copies)
-            logger.warning("stream %r: history lost; copying the collection again (RESYNC)", name)
-            return await self._copy_then_open(
-                source, saved, initial_sync.HISTORY_LOST, copies=copies + 1
-            )
-        if strategy == "RESUME_FROM_OPLOG_START":
-            oldest = await source.oldest_oplog_time()
-            if oldest is not None:
-                logger.warning("stream %r: history lost; replaying from the oplog start", name)
-                return _Opened(
-                    await source.open(start_at_operation_time=oldest),
-                    recovery_expected=(saved.last_processed_token,),
-                )
-        logger.warning("stream %r: history lost; resuming from now", name)
-        position = await source.initial_position()
-        await self.store.areset_after_history_lost(
-            name, position, saved.last_processed_token, timezone.now()
-        )
-        return _Opened(await source.open(resume_after=position), certified=position)
 
     # -- one event -----------------------------------------------------------------------
 
@@ -805,102 +785,25 @@ class AsyncStreamConsumer:
         *,
         failed: Exception | None = None,
     ) -> bool | None:
-        """Run the handler until the event is settled (see ``StreamConsumer._attempt_loop``);
-        *failed*: the first attempt already ran and raised this."""
-        retry = self.spec.retry_policy or NO_RETRY
-        attempt = 1
-        while True:
-            ctx.attempt_number = attempt
-            if failed is not None:
-                error: Exception | None = failed
-                failed = None
-            else:
-                error = await self._try_once(handler, ctx, lifecycle)
-            if error is None:
-                return True
-            self.errors += 1
-            self.last_error = error
-            action = await self._error_action(error, ctx)
-            if action is ErrorAction.SKIP:
-                self._event_error(error, ctx, will_retry=False)
-                logger.warning(
-                    "stream %r: skipped %s after: %r", self.spec.name, ctx.summary(), error
-                )
-                await self._settle(ctx, lifecycle)
-                return False
-            if action is ErrorAction.RETRY:
-                again = attempt < retry.max_attempts
-            elif action is ErrorAction.RETHROW:
-                again = retry.should_retry(error, attempt)
-            else:
-                again = False
-            self._event_error(error, ctx, will_retry=again)
-            if not again:
-                await self._dead_letter(error, ctx, lifecycle)
-                return False
-            delay = announce_retry(self.spec.name, ctx, error, attempt, retry)
-            self.retries += 1
-            if await self._backoff(delay):
-                return None
-            attempt += 1
+        """``core.events.attempt_loop``, performed on the loop."""
+        decision = attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed)
+        return await adrive(decision, self._perform)
 
-    def _event_error(self, error: Exception, ctx: ChangeContext, *, will_retry: bool) -> None:
-        self._thread_side._event_error(error, ctx, will_retry=will_retry)
+    async def _call_error_handler(self, handler: Any, error: Exception, ctx: ChangeContext) -> Any:
+        if is_async(handler):
+            return await handler(error, ctx)
+        return await sync_to_async(handler, thread_sensitive=True)(error, ctx)
 
-    async def _error_action(self, error: Exception, ctx: ChangeContext) -> ErrorAction:
-        handler = self.spec.error_handler_for(error)
-        if handler is None:
-            return ErrorAction.RETHROW
-        try:
-            if is_async(handler):
-                decision = await handler(error, ctx)
-            else:
-                decision = await sync_to_async(handler, thread_sensitive=True)(error, ctx)
-            return ErrorAction.RETHROW if decision is None else ErrorAction(decision)
-        except Exception:
-            logger.exception(
-                "stream %r: the on_error handler failed; applying the retry policy", self.spec.name
-            )
-            return ErrorAction.RETHROW
-
-    # -- the dead-letter queue -------------------------------------------------------------
-
-    async def _dead_letter(self, error: Exception, ctx: ChangeContext, lifecycle: bool) -> None:
+    async def _dead_letter(self, effect: ParkFailedEvent) -> None:
         if self.spec.transactional:
             # The dead letter and the anchor in one transaction, as the threaded consumer.
-            await sync_to_async(self._thread_side._dead_letter, thread_sensitive=True)(
-                error, ctx, lifecycle
-            )
+            await sync_to_async(self._thread_side._dead_letter, thread_sensitive=True)(effect)
             return
-        queue = self.spec.dead_letter_queue
-        if queue is None or not queue.enabled:
-            raise UnhandledEventError(
-                f"stream {self.spec.name!r}: {ctx.summary()} failed: {error!r}"
-            ) from error
-        policy = DlqPolicy(
-            queue.retention_days, queue.include_original_document, queue.include_stack_trace
+        failures = self._thread_side._dlq_failures
+        decision = dead_letter(
+            self.spec, effect.error, effect.ctx, effect.lifecycle, self, failures
         )
-        info = make_error_info(error, include_stack_trace=queue.include_stack_trace)
-        entry = dead_letter_entry(self.spec.name, ctx, info, policy)
-        try:
-            await self.dlq_store.asave(entry, policy)
-        except Exception as exc:
-            metrics.emit(metrics.event_dlq_failed, self.spec.name, error=exc)
-            raise DeadLetterWriteError(
-                f"stream {self.spec.name!r}: could not park {ctx.summary()}: {exc}"
-            ) from exc
-        self.dead_lettered += 1
-        self.dlq_dirty.set()
-        metrics.emit(metrics.event_sent_to_dlq, self.spec.name, entry_id=entry.id)
-        logger.error(
-            "stream %r: %s parked in the dead-letter queue as %s (%s: %s)",
-            self.spec.name,
-            ctx.summary(),
-            entry.id,
-            info.type,
-            info.message,
-        )
-        await self._settle(ctx, lifecycle)
+        await adrive(decision, self._perform)
 
     # -- what a handler may do with its context ----------------------------------------
 
@@ -938,7 +841,8 @@ class AsyncStreamConsumer:
         self._thread_side._send_to_dlq(ctx, reason)
 
     async def _asend_to_dlq(self, ctx: ChangeContext, reason: str) -> None:
-        await sync_to_async(self._thread_side._send_to_dlq, thread_sensitive=True)(ctx, reason)
+        failures = self._thread_side._dlq_failures
+        await adrive(park_on_request(self.spec, ctx, reason, self, failures), self._perform)
 
     # -- invalidation --------------------------------------------------------------------
 
@@ -967,53 +871,6 @@ class AsyncStreamConsumer:
             f"stream {name!r}: the collection was {'renamed' if cause == 'rename' else 'dropped'}"
             " (invalidate); the stream stopped. Reset its checkpoint to start it again."
         )
-
-
-class _Heartbeat:
-    """Certifies an idle stream's position (the seen anchor), as the sync heartbeat;
-    after an oplog-start recovery the first certification is the guarded reset."""
-
-    def __init__(
-        self,
-        consumer: AsyncStreamConsumer,
-        certified: Mapping[str, Any] | None,
-        recovery_expected: tuple[Mapping[str, Any] | None] | None = None,
-    ) -> None:
-        self.consumer = consumer
-        self.interval = float(consumer.spec.checkpoint.idle_heartbeat_interval_seconds)
-        self.certified = certified
-        self.recovery_expected = recovery_expected
-        now = consumer._monotonic()
-        self.last_activity = now
-        self.last_write = now
-
-    async def on_idle(self, position: Mapping[str, Any] | None) -> None:
-        if position is None or (not self.interval and self.recovery_expected is None):
-            return
-        now = self.consumer._monotonic()
-        due = self.recovery_expected is not None or (
-            now - self.last_activity >= self.interval and now - self.last_write >= self.interval
-        )
-        if not due:
-            return
-        store, name, at = self.consumer.store, self.consumer.spec.name, timezone.now()
-        try:
-            if self.recovery_expected is not None:
-                await store.areset_after_history_lost(name, position, self.recovery_expected[0], at)
-                self.recovery_expected = None
-            elif tokens_equal(position, self.certified):
-                await store.asave_heartbeat(name, at)
-            else:
-                await store.asave_seen(name, position, at, heartbeat_at=at)
-        except Exception as exc:
-            metrics.emit(metrics.heartbeat_failed, name, error=exc)
-            self.consumer._thread_side._heartbeat_failures.failed(exc)
-            await self.consumer._discard_unusable_connections()
-            return
-        self.consumer._thread_side._heartbeat_failures.succeeded()
-        self.consumer.heartbeats += 1
-        self.certified = position
-        self.last_write = now
 
 
 async def run_streams(consumers: list[AsyncStreamConsumer], *, burst: bool = False) -> None:

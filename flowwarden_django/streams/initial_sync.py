@@ -40,7 +40,7 @@ from . import metrics
 from .checkpoint import Checkpoint, progress_batch
 from .context import ChangeContext
 from .copy_filter import copy_filter
-from .copy_progress import COPYING, DONE, FIRST_START, HISTORY_LOST, ON_DEMAND
+from .copy_progress import COPYING, DONE, HISTORY_LOST
 
 if TYPE_CHECKING:
     from .runtime import StreamConsumer
@@ -70,28 +70,6 @@ def decode_id(text: str) -> Any:
     from bson import json_util
 
     return json_util.loads(text, json_options=json_util.CANONICAL_JSON_OPTIONS)["v"]
-
-
-def due(consumer: StreamConsumer, saved: Checkpoint | None) -> str | None:
-    """The reason to copy now, or ``None``: a copy in progress continues; a
-    ``COPY_EXISTING`` stream without any anchor copies (its first start)."""
-    policy = consumer.spec.checkpoint
-    progress = saved.initial_sync if saved is not None else None
-    if progress is not None and progress.get("phase") == COPYING:
-        reason = str(progress.get("reason") or FIRST_START)
-        if policy.copies or reason == ON_DEMAND:
-            return reason
-        logger.warning(
-            "stream %r: an initial sync is in progress but the stream no longer declares "
-            "COPY_EXISTING or RESYNC; it is left unfinished",
-            consumer.spec.name,
-        )
-        return None
-    if policy.start_position != "COPY_EXISTING":
-        return None
-    if saved is None or (saved.last_processed_token is None and saved.last_seen_token is None):
-        return FIRST_START
-    return None
 
 
 def _iso(moment: datetime) -> str:

@@ -19,9 +19,9 @@ import logging
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -32,24 +32,53 @@ from ..common.connections import discard_unusable_connections
 from ..common.failure_log import FailureLog
 from ..common.outages import error_summary, is_outage, short_message
 from . import initial_sync, metrics
-from .checkpoint import Checkpoint, CheckpointStore
+from .checkpoint import CheckpointStore
 from .context import ChangeContext, aware_datetime, new_event_id
+from .core.driving import drive
+from .core.effects import (
+    Backoff,
+    CallErrorHandler,
+    CloseCursor,
+    CopyCollection,
+    DiscardUnusableConnections,
+    Effect,
+    FindCheckpoint,
+    InitialPosition,
+    OldestOplogTime,
+    OpenCursor,
+    ParkFailedEvent,
+    PollCursor,
+    ResetAfterHistoryLost,
+    SaveDeadLetter,
+    SaveHeartbeat,
+    SaveSeen,
+    Settle,
+    TryOnce,
+)
+from .core.events import (
+    FilterError,
+    attempt_loop,
+    dead_letter,
+    park_on_request,
+)
+from .core.heartbeat import Heartbeat
+from .core.resume import (
+    HistoryLostError,
+    Opened,
+    open_arguments,
+    open_stream,
+)
 from .dispatch import HandlerCaller
-from .dlq import MANUAL_DLQ_TYPE, DeadLetter, DlqPolicy, DlqStore, ErrorInfo, dead_letter_id
-from .dlq import error_info as make_error_info
+from .dlq import DlqStore
 from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
 from .policy import At, ProcessedAnchorPolicy, anchor_failure_log
-from .source import ChangeCursor, ChangeSource, is_history_lost
+from .source import ChangeCursor, ChangeSource
 from .spec import (
     LIFECYCLE_OPERATIONS,
-    NO_RETRY,
     SNAPSHOT_OPERATION,
-    ErrorAction,
-    RetryPolicySpec,
     StreamSpec,
 )
-from .tokens import tokens_equal
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -66,123 +95,12 @@ class StreamState(enum.StrEnum):
     CRASHED = "crashed"
 
 
-class HistoryLostError(RuntimeError):
-    """The stream's saved positions have left the oplog and its strategy is FAIL."""
-
-    def __init__(self, stream: str, last_known: datetime | None) -> None:
-        self.stream = stream
-        self.last_known = last_known
-        super().__init__(
-            f"stream {stream!r}: its resume positions are no longer in the oplog "
-            f"(last known position {last_known or 'unknown'}). Events after it may be lost. "
-            "To restart from now: `manage.py flowwarden_checkpoints reset "
-            f"{stream}`, or declare the stream with "
-            '@checkpoint(on_history_lost="RESUME_FROM_NOW") or "RESUME_FROM_OPLOG_START".'
-        )
-
-
-#: Copies in a row whose captured position left the oplog before the copy ended: then
-#: RESYNC gives up (the next copy would most likely lose its position too).
-MAX_COPIES_PER_OPEN = 3
-
-
-class OplogTooShortError(HistoryLostError):
-    """RESYNC cannot win: each copy outlasts the oplog window, so its captured position
-    is gone before it ends."""
-
-    def __init__(self, stream: str, copies: int) -> None:
-        self.stream = stream
-        self.last_known = None
-        RuntimeError.__init__(
-            self,
-            f"stream {stream!r}: {copies} copies in a row outlasted the oplog window (the "
-            "position captured before each copy had left the oplog when it ended), so "
-            "RESYNC stops here. Enlarge the oplog (replSetResizeOplog, or "
-            "oplogMinRetentionHours) so it holds more than one copy's time, or make the copy "
-            "faster (a larger copy_batch_size, a quicker on_snapshot), then restart the "
-            "stream: the next copy starts over.",
-        )
-
-
 class StreamInvalidatedError(RuntimeError):
     """The watched collection was renamed (or dropped under FAIL): the stream stops."""
 
 
 class _RestartNow(Exception):
     """End this generation and resubscribe at once (after a self-healed invalidate)."""
-
-
-class FilterError(RuntimeError):
-    """The stream's filter raised: the event stays unsettled and the stream restarts."""
-
-
-class DeadLetterWriteError(RuntimeError):
-    """An event that failed for good could not be parked: it stays unsettled.
-
-    The reference settles such an event anyway, which loses it; here the stream
-    restarts and the event is redelivered, so the DLQ write is tried again.
-    """
-
-
-class UnhandledEventError(RuntimeError):
-    """An event failed for good and the stream has no dead-letter queue: it stays
-    unsettled and the stream restarts (the event is redelivered)."""
-
-
-def _entry_id(stream_name: str, ctx: ChangeContext) -> str:
-    """The dead letter's id: per resume token for an event, per ``_id`` for a copied
-    document (the same on every redelivery, so a repeated failure overwrites it)."""
-    if ctx.is_snapshot:
-        key = initial_sync.encode_id((ctx.document_key or {}).get("_id"))
-        return uuid.uuid5(_SNAPSHOT_ENTRY_NAMESPACE, f"{stream_name}\x00{key}").hex
-    return dead_letter_id(stream_name, ctx.resume_token)
-
-
-_SNAPSHOT_ENTRY_NAMESPACE = uuid.UUID("6f1c8a52-4a51-4f0e-9d38-4b7f2f0f5c11")
-
-
-def announce_retry(
-    stream_name: str,
-    ctx: ChangeContext,
-    error: BaseException,
-    attempt: int,
-    retry: RetryPolicySpec,
-) -> float:
-    """The delay before retrying *ctx* after its *attempt* failed with *error* (the retry
-    policy's backoff, with its jitter), logged as one warning."""
-    delay = retry.delay(attempt) * (random.uniform(0.8, 1.2) if retry.jitter else 1.0)
-    logger.warning(
-        "stream %r: %s failed (%s); retry %d/%d in %.2fs",
-        stream_name,
-        ctx.summary(),
-        error,
-        attempt,
-        retry.max_attempts - 1,
-        delay,
-    )
-    return delay
-
-
-def dead_letter_entry(
-    stream_name: str, ctx: ChangeContext, info: ErrorInfo, policy: DlqPolicy
-) -> DeadLetter:
-    """The dead letter of the event (or copied document) in *ctx*, failed with *info*."""
-    now = timezone.now()
-    return DeadLetter(
-        id=_entry_id(stream_name, ctx),
-        stream_name=stream_name,
-        operation_type=ctx.operation_type,
-        error=info,
-        attempts=ctx.attempt_number,
-        created_at=now,
-        first_attempt_at=now,
-        last_attempt_at=now,
-        document_key=ctx.document_key,
-        full_document=ctx.full_document if policy.include_original_document else None,
-        resume_token=ctx.resume_token,
-        expires_at=policy.compute_expires_at(now),
-        metadata=ctx.metadata,
-    )
 
 
 def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:
@@ -449,8 +367,14 @@ class StreamConsumer:
             monotonic=self._monotonic,
             failure_log=self._anchor_failures,
         )
-        self._heartbeat = _Heartbeat(self, opened.recovery_expected)
-        self._heartbeat.certified = opened.certified
+        self._heartbeat = Heartbeat(
+            self.spec.name,
+            checkpoint.idle_heartbeat_interval_seconds,
+            self._monotonic,
+            self._heartbeat_failures,
+            certified=opened.certified,
+            recovery_expected=opened.recovery_expected,
+        )
         self._invalidate_cause: str | None = None
         cursor, event = opened.cursor, opened.first_event
         flusher = self._start_flusher()
@@ -464,7 +388,7 @@ class StreamConsumer:
                     if not cursor.alive:
                         raise ConnectionError("the change stream closed")
                     self.policy.flush_if_due()
-                    self._heartbeat.on_idle(cursor.resume_token)
+                    drive(self._heartbeat.on_idle(cursor.resume_token), self._perform)
                     self._database_housekeeping()
                     if burst:
                         break
@@ -533,107 +457,52 @@ class StreamConsumer:
         except Exception:  # closing a dead cursor must not hide why it died
             logger.debug("stream %r: closing the cursor failed", self.spec.name, exc_info=True)
 
-    # -- the resume cascade -----------------------------------------------------------
+    # -- the core's effects -----------------------------------------------------------
 
-    def _open(self, source: ChangeSource) -> _Opened:
-        name, policy = self.spec.name, self.spec.checkpoint
-        if policy.start_position == "LATEST":
-            return _Opened(source.open())
-        saved = self.store.find(name)
-        reason = initial_sync.due(self, saved)
-        if reason is not None:
-            return self._copy_then_open(source, saved, reason)
-        if saved is None or (saved.last_processed_token is None and saved.last_seen_token is None):
-            position = source.initial_position()
-            now = timezone.now()
-            # A start precondition: without a durable position a crash before the first
-            # saved event would lose everything since now.
-            self.store.save_seen(name, position, now, heartbeat_at=now)
-            return _Opened(source.open(resume_after=position), certified=position)
-        processed, seen = saved.last_processed_token, saved.last_seen_token
-        if processed is not None:
-            opened = self._try_open(source, processed)
-            if opened is not None:
-                opened.confirmed_processed = processed
-                return opened
-        if seen is not None and not tokens_equal(seen, processed):
-            opened = self._try_open(source, seen)
-            if opened is not None:
-                if processed is not None:
-                    metrics.emit(metrics.resume_fallback_to_seen, name)
-                    logger.warning(
-                        "stream %r: the processed anchor aged out of the oplog; resuming from "
-                        "the last certified position (events in between were handled)",
-                        name,
-                    )
-                opened.certified = seen
-                return opened
-        return self._history_lost(source, saved)
+    def _open(self, source: ChangeSource) -> Opened:
+        """The resume cascade (``core.resume``), performed on this thread."""
+        return drive(open_stream(self.spec), partial(self._perform, source=source))
 
-    def _copy_then_open(
-        self, source: ChangeSource, saved: Checkpoint | None, reason: str, *, copies: int = 1
-    ) -> _Opened:
-        """Run (or finish) an initial sync, then open after the position it captured;
-        if that position has left the oplog meanwhile, the history-lost strategy applies
-        (*copies*: the copies this open has made, to stop a RESYNC that cannot win)."""
-        self.state = StreamState.COPYING
-        position = initial_sync.InitialSync(self, source).run(saved, reason)
-        opened = self._try_open(source, position)
-        if opened is None:
-            saved = self.store.find(self.spec.name) or Checkpoint(self.spec.name)
-            return self._history_lost(source, saved, copies=copies)
-        opened.certified = position
-        return opened
-
-    def _try_open(self, source: ChangeSource, token: Mapping[str, Any]) -> _Opened | None:
-        """Open after *token*; ``None`` if the server no longer has it. The first poll
-        validates it: a history-lost error may only come with the first getMore."""
-        try:
-            cursor = source.open(resume_after=token)
-        except Exception as exc:
-            if is_history_lost(exc):
-                return None
-            raise
-        try:
-            first = cursor.try_next()
-        except Exception as exc:
-            cursor.close()
-            if is_history_lost(exc):
-                return None
-            raise
-        return _Opened(cursor, first_event=first)
-
-    def _history_lost(self, source: ChangeSource, saved: Checkpoint, *, copies: int = 0) -> _Opened:
-        name, strategy = self.spec.name, self.spec.checkpoint.on_history_lost
-        metrics.emit(metrics.resume_history_lost, name)
-        if strategy == "FAIL":
-            known = [
-                t
-                for t in (saved.last_processed_at, saved.last_seen_at, saved.last_heartbeat_at)
-                if t is not None
-            ]
-            raise HistoryLostError(name, max(known) if known else None)
-        if strategy == "RESYNC":
-            if copies >= MAX_COPIES_PER_OPEN:
-                raise OplogTooShortError(name, copies)
-            logger.warning("stream %r: history lost; copying the collection again (RESYNC)", name)
-            return self._copy_then_open(source, saved, initial_sync.HISTORY_LOST, copies=copies + 1)
-        if strategy == "RESUME_FROM_OPLOG_START":
-            oldest = source.oldest_oplog_time()
-            if oldest is not None:
-                logger.warning("stream %r: history lost; replaying from the oplog start", name)
-                # The dead anchors stay as the "recovery due" marker until the first
-                # certified position replaces them through the guarded reset.
-                return _Opened(
-                    source.open(start_at_operation_time=oldest),
-                    recovery_expected=(saved.last_processed_token,),
-                )
-        logger.warning("stream %r: history lost; resuming from now", name)
-        position = source.initial_position()
-        self.store.reset_after_history_lost(
-            name, position, saved.last_processed_token, timezone.now()
-        )
-        return _Opened(source.open(resume_after=position), certified=position)
+    def _perform(self, effect: Effect, source: ChangeSource | None = None) -> Any:
+        """Do what the core asks (see ``core.effects``), with plain calls."""
+        store, name = self.store, self.spec.name
+        match effect:
+            case PollCursor(cursor):
+                return cursor.try_next()
+            case OpenCursor():
+                return source.open(**open_arguments(effect))  # type: ignore[union-attr]
+            case FindCheckpoint():
+                return store.find(name)
+            case SaveSeen(position, at):
+                return store.save_seen(name, position, at, heartbeat_at=at)
+            case SaveHeartbeat(at):
+                return store.save_heartbeat(name, at)
+            case ResetAfterHistoryLost(position, expected, at):
+                return store.reset_after_history_lost(name, position, expected, at)
+            case CloseCursor(cursor):
+                return cursor.close()
+            case InitialPosition():
+                return source.initial_position()  # type: ignore[union-attr]
+            case OldestOplogTime():
+                return source.oldest_oplog_time()  # type: ignore[union-attr]
+            case CopyCollection(saved, reason):
+                self.state = StreamState.COPYING
+                return initial_sync.InitialSync(self, source).run(saved, reason)  # type: ignore[arg-type]
+            case DiscardUnusableConnections():
+                return discard_unusable_connections()
+            case TryOnce(handler, ctx, lifecycle):
+                return self._try_once(handler, ctx, lifecycle)
+            case CallErrorHandler(handler, error, ctx):
+                return handler(error, ctx)
+            case Backoff(seconds):
+                return self._wait(seconds)
+            case Settle(ctx, lifecycle):
+                return self._settle(ctx, lifecycle)
+            case ParkFailedEvent():
+                return self._dead_letter(effect)
+            case SaveDeadLetter(entry, policy):
+                return self.dlq_store.save(entry, policy)
+        raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     # -- one event --------------------------------------------------------------------
 
@@ -750,50 +619,9 @@ class StreamConsumer:
         *,
         failed: Exception | None = None,
     ) -> bool | None:
-        """Run the handler until the event is settled: True on success, False when
-        it was skipped or parked in the DLQ, None when a stop interrupted a backoff.
-        *failed*: the first attempt already ran and raised this.
-
-        Raises (leaving the event unsettled, so the stream restarts and it is
-        redelivered) when the filter fails, when the event failed for good without
-        a dead-letter queue, or when its DLQ write failed.
-        """
-        retry = self.spec.retry_policy or NO_RETRY
-        attempt = 1
-        while True:
-            ctx.attempt_number = attempt
-            if failed is not None:
-                error: Exception | None = failed
-                failed = None
-            else:
-                error = self._try_once(handler, ctx, lifecycle)
-            if error is None:
-                return True
-            self.errors += 1
-            self.last_error = error
-            action = self._error_action(error, ctx)
-            if action is ErrorAction.SKIP:
-                self._event_error(error, ctx, will_retry=False)
-                logger.warning(
-                    "stream %r: skipped %s after: %r", self.spec.name, ctx.summary(), error
-                )
-                self._settle(ctx, lifecycle)
-                return False
-            if action is ErrorAction.RETRY:
-                again = attempt < retry.max_attempts
-            elif action is ErrorAction.RETHROW:
-                again = retry.should_retry(error, attempt)
-            else:
-                again = False
-            self._event_error(error, ctx, will_retry=again)
-            if not again:
-                self._dead_letter(error, ctx, lifecycle)
-                return False
-            delay = announce_retry(self.spec.name, ctx, error, attempt, retry)
-            self.retries += 1
-            if self._wait(delay):
-                return None
-            attempt += 1
+        """``core.events.attempt_loop``, performed on this thread."""
+        decision = attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed)
+        return drive(decision, self._perform)
 
     def _interrupted(self) -> bool:
         """A stop was asked for, or this process no longer holds the stream's lease."""
@@ -861,30 +689,6 @@ class StreamConsumer:
         except Exception as exc:
             raise _HandlerFailed(exc) from exc
 
-    def _error_action(self, error: Exception, ctx: ChangeContext) -> ErrorAction:
-        """Ask the stream's ``on_error`` handler (exact type, parent, catch-all)."""
-        handler = self.spec.error_handler_for(error)
-        if handler is None:
-            return ErrorAction.RETHROW
-        try:
-            decision = handler(error, ctx)
-            return ErrorAction.RETHROW if decision is None else ErrorAction(decision)
-        except Exception:
-            logger.exception(
-                "stream %r: the on_error handler failed; applying the retry policy", self.spec.name
-            )
-            return ErrorAction.RETHROW
-
-    def _event_error(self, error: Exception, ctx: ChangeContext, *, will_retry: bool) -> None:
-        metrics.emit(
-            metrics.event_error,
-            self.spec.name,
-            error=error,
-            will_retry=will_retry,
-            attempt=ctx.attempt_number,
-            event_id=ctx.event_id,
-        )
-
     def _settle(self, ctx: ChangeContext, lifecycle: bool) -> None:
         if lifecycle or ctx.saved_manually or ctx.is_snapshot:
             return
@@ -902,65 +706,20 @@ class StreamConsumer:
             self._dlq_store = dlq_stores[queue.store if queue is not None else "default"]
         return self._dlq_store
 
-    def _dead_letter(self, error: Exception, ctx: ChangeContext, lifecycle: bool) -> None:
-        """Park the event and settle it (in one transaction for transactional streams)."""
-        queue = self.spec.dead_letter_queue
-        if queue is None or not queue.enabled:
-            logger.error(
-                "stream %r: %s failed for good and the stream has no dead-letter queue; "
-                "restarting to redeliver it",
-                self.spec.name,
-                ctx.summary(),
-            )
-            raise UnhandledEventError(
-                f"stream {self.spec.name!r}: {ctx.summary()} failed: {error!r}"
-            ) from error
-        policy = DlqPolicy(
-            queue.retention_days, queue.include_original_document, queue.include_stack_trace
+    def _dead_letter(self, effect: ParkFailedEvent) -> None:
+        """``core.events.dead_letter``: the entry and the anchor in one transaction
+        for transactional streams."""
+        decision = dead_letter(
+            self.spec, effect.error, effect.ctx, effect.lifecycle, self, self._dlq_failures
         )
-        info = make_error_info(error, include_stack_trace=queue.include_stack_trace)
-        if self.spec.transactional:
-            with transaction.atomic(using=self.spec.transaction_using):
-                self._write_dead_letter(ctx, info, policy)
-                self._settle(ctx, lifecycle)
-        else:
-            self._write_dead_letter(ctx, info, policy)
-            self._settle(ctx, lifecycle)
-
-    def _write_dead_letter(self, ctx: ChangeContext, info: ErrorInfo, policy: DlqPolicy) -> None:
-        entry = dead_letter_entry(self.spec.name, ctx, info, policy)
-        try:
-            self.dlq_store.save(entry, policy)
-        except Exception as exc:
-            metrics.emit(metrics.event_dlq_failed, self.spec.name, error=exc)
-            self._dlq_failures.failed(exc)
-            raise DeadLetterWriteError(
-                f"stream {self.spec.name!r}: could not park {ctx.summary()}: {exc}"
-            ) from exc
-        self._dlq_failures.succeeded()
-        self.dead_lettered += 1
-        self.dlq_dirty.set()
-        metrics.emit(metrics.event_sent_to_dlq, self.spec.name, entry_id=entry.id)
-        logger.error(
-            "stream %r: %s parked in the dead-letter queue as %s (%s: %s)",
-            self.spec.name,
-            ctx.summary(),
-            entry.id,
-            info.type,
-            info.message,
-        )
+        if not self.spec.transactional:
+            return drive(decision, self._perform)
+        with transaction.atomic(using=self.spec.transaction_using):
+            return drive(decision, self._perform)
 
     def _send_to_dlq(self, ctx: ChangeContext, reason: str) -> None:
         """``ctx.send_to_dlq(reason)``: park now; a failed write raises into the handler."""
-        queue = self.spec.dead_letter_queue
-        policy = (
-            DlqPolicy(
-                queue.retention_days, queue.include_original_document, queue.include_stack_trace
-            )
-            if queue is not None
-            else DlqPolicy(0, True, True)
-        )
-        self._write_dead_letter(ctx, ErrorInfo(MANUAL_DLQ_TYPE, reason, None), policy)
+        drive(park_on_request(self.spec, ctx, reason, self, self._dlq_failures), self._perform)
 
     def configuration(self) -> dict[str, Any]:
         """The stream's settings as ``stream_started`` reports them."""
@@ -1048,72 +807,3 @@ class _HandlerFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(error)
         self.error = error
-
-
-class _Opened:
-    """The outcome of the resume cascade."""
-
-    def __init__(
-        self,
-        cursor: ChangeCursor,
-        *,
-        first_event: Mapping[str, Any] | None = None,
-        certified: Mapping[str, Any] | None = None,
-        recovery_expected: tuple[Mapping[str, Any] | None] | None = None,
-    ) -> None:
-        self.cursor = cursor
-        self.first_event = first_event
-        self.certified = certified
-        self.confirmed_processed: Mapping[str, Any] | None = None
-        self.recovery_expected = recovery_expected
-
-
-class _Heartbeat:
-    """The only writer of the seen anchor: certifies an idle stream's position.
-
-    A write happens when the stream has been idle for the interval, at most once
-    per interval: the seen pair and the heartbeat when the position moved, the
-    heartbeat alone when it did not. During an oplog-start recovery the first
-    certification goes through the guarded reset instead.
-    """
-
-    def __init__(self, consumer: StreamConsumer, recovery_expected: tuple[Any] | None) -> None:
-        self.consumer = consumer
-        self.interval = float(consumer.spec.checkpoint.idle_heartbeat_interval_seconds)
-        self.recovery_expected = recovery_expected
-        self.certified: Mapping[str, Any] | None = None
-        now = consumer._monotonic()
-        self.last_activity = now
-        self.last_write = now
-        self.failures = 0
-        self.failure_log = consumer._heartbeat_failures
-
-    def on_idle(self, position: Mapping[str, Any] | None) -> None:
-        # An oplog-start recovery certifies its position even with the periodic
-        # heartbeat off: until then the dead anchors stay as the "recovery due" marker.
-        if position is None or (not self.interval and self.recovery_expected is None):
-            return
-        now = self.consumer._monotonic()
-        due = self.recovery_expected is not None or (
-            now - self.last_activity >= self.interval and now - self.last_write >= self.interval
-        )
-        if not due:
-            return
-        store, name, at = self.consumer.store, self.consumer.spec.name, timezone.now()
-        try:
-            if self.recovery_expected is not None:
-                store.reset_after_history_lost(name, position, self.recovery_expected[0], at)
-                self.recovery_expected = None
-            elif tokens_equal(position, self.certified):
-                store.save_heartbeat(name, at)
-            else:
-                store.save_seen(name, position, at, heartbeat_at=at)
-        except Exception as exc:
-            self.failures += 1
-            metrics.emit(metrics.heartbeat_failed, name, error=exc)
-            self.failure_log.failed(exc)
-            discard_unusable_connections()
-            return
-        self.failure_log.succeeded()
-        self.certified = position
-        self.last_write = now

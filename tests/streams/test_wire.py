@@ -333,6 +333,24 @@ class Write:
     wire_position: int
 
 
+def writer(frame: Any) -> str:
+    """The runtime function that made a store call from *frame*: the consumer core's
+    decision being driven (``open_stream``, ``history_lost``, ``on_idle``...), else
+    the calling function."""
+    while frame is not None:
+        if frame.f_code.co_name in ("drive", "adrive") and "decision" in frame.f_locals:
+            decision = frame.f_locals["decision"]
+            while getattr(decision, "gi_yieldfrom", None) is not None:
+                decision = decision.gi_yieldfrom
+            return decision.gi_code.co_name
+        if not frame.f_code.co_filename.endswith("observed_store.py"):  # the metrics wrapper
+            caller = frame.f_code.co_name
+            if caller not in ("_perform",):
+                return caller
+        frame = frame.f_back
+    return "?"
+
+
 class RecordingStore(InMemoryCheckpointStore):
     """The in-memory store, logging every anchor write (and what the wire looked like)."""
 
@@ -343,11 +361,7 @@ class RecordingStore(InMemoryCheckpointStore):
         self.after_write: Callable[[Write], None] | None = None
 
     def _log(self, method: str, *args: Any) -> Write:
-        frame = sys._getframe(2)
-        while frame.f_code.co_filename.endswith("observed_store.py"):  # the metrics wrapper
-            frame = frame.f_back
-        caller = frame.f_code.co_name
-        write = Write(method, caller, args, len(self.wire.sent))
+        write = Write(method, writer(sys._getframe(2)), args, len(self.wire.sent))
         self.writes.append(write)
         return write
 
@@ -517,7 +531,7 @@ def test_bootstrap_persists_the_servers_position_before_the_first_event(server):
         seen(doc, ctx)
 
     def insert_after_capture(write: Write) -> None:
-        if write.caller == "_open":
+        if write.caller == "open_stream":
             server.insert(1)  # after the capture, before the main cursor's aggregate
 
     store.after_write = insert_after_capture
@@ -539,7 +553,7 @@ def test_bootstrap_persists_the_servers_position_before_the_first_event(server):
         assert any(capture_id in k.command["cursors"] for k in killed), "the capture is closed"
 
     [saved] = store.of("save_seen")
-    assert saved.caller == "_open" and saved.args[1] == pbrt
+    assert saved.caller == "open_stream" and saved.args[1] == pbrt
     [main] = server.wire.streams()
     opened_at = next(i for i, sent in enumerate(server.wire.sent) if sent is main)
     assert opened_at >= saved.wire_position, "persisted before the main cursor opened"
@@ -945,7 +959,7 @@ def test_idle_heartbeat_writes_the_servers_advancing_pbrt_as_seen(server):
 
     [capture] = server.wire.bootstraps()
     seen_writes = store.of("save_seen")
-    assert seen_writes[0].caller == "_open" and seen_writes[0].args[1] == capture.pbrt
+    assert seen_writes[0].caller == "open_stream" and seen_writes[0].args[1] == capture.pbrt
     assert {w.caller for w in seen_writes[1:]} == {"on_idle"}, "only the heartbeat writes seen"
     assert store.of("reset_after_history_lost") == []
     assert [w.args[1] for w in store.of("save_processed")] == seen.tokens
