@@ -49,27 +49,8 @@ from ..common.failure_log import FailureLog
 from . import initial_sync, metrics
 from .checkpoint import Checkpoint, CheckpointStore
 from .context import ChangeContext
+from .core import effects
 from .core.driving import adrive
-from .core.effects import (
-    Backoff,
-    CallErrorHandler,
-    CloseCursor,
-    CopyCollection,
-    DiscardUnusableConnections,
-    Effect,
-    FindCheckpoint,
-    InitialPosition,
-    OldestOplogTime,
-    OpenCursor,
-    ParkFailedEvent,
-    PollCursor,
-    ResetAfterHistoryLost,
-    SaveDeadLetter,
-    SaveHeartbeat,
-    SaveSeen,
-    Settle,
-    TryOnce,
-)
 from .core.events import (
     FilterError,
     attempt_loop,
@@ -618,45 +599,45 @@ class AsyncStreamConsumer:
         """The resume cascade (``core.resume``), performed on the loop."""
         return await adrive(open_stream(self.spec), partial(self._perform, source=source))
 
-    async def _perform(self, effect: Effect, source: Any = None) -> Any:
+    async def _perform(self, effect: effects.Effect, source: Any = None) -> Any:
         """Do what the core asks (see ``core.effects``), awaiting each call."""
         store, name = self.store, self.spec.name
         match effect:
-            case PollCursor(cursor):
+            case effects.PollCursor(cursor):
                 return await cursor.try_next()
-            case OpenCursor():
+            case effects.OpenCursor():
                 return await source.open(**open_arguments(effect))
-            case FindCheckpoint():
+            case effects.FindCheckpoint():
                 return await store.afind(name)
-            case SaveSeen(position, at):
+            case effects.SaveSeen(position, at):
                 return await store.asave_seen(name, position, at, heartbeat_at=at)
-            case SaveHeartbeat(at):
+            case effects.SaveHeartbeat(at):
                 return await store.asave_heartbeat(name, at)
-            case ResetAfterHistoryLost(position, expected, at):
+            case effects.ResetAfterHistoryLost(position, expected, at):
                 return await store.areset_after_history_lost(name, position, expected, at)
-            case CloseCursor(cursor):
+            case effects.CloseCursor(cursor):
                 return await cursor.close()
-            case InitialPosition():
+            case effects.InitialPosition():
                 return await source.initial_position()
-            case OldestOplogTime():
+            case effects.OldestOplogTime():
                 return await source.oldest_oplog_time()
-            case CopyCollection(saved, reason):
+            case effects.CopyCollection(saved, reason):
                 # On a worker thread: the threaded consumer's copy, with the sync driver.
                 self.state = StreamState.COPYING
                 return await sync_to_async(self._copy, thread_sensitive=False)(saved, reason)
-            case DiscardUnusableConnections():
+            case effects.DiscardUnusableConnections():
                 return await self._discard_unusable_connections()
-            case TryOnce(handler, ctx, lifecycle):
+            case effects.TryOnce(handler, ctx, lifecycle):
                 return await self._try_once(handler, ctx, lifecycle)
-            case CallErrorHandler(handler, error, ctx):
+            case effects.CallErrorHandler(handler, error, ctx):
                 return await self._call_error_handler(handler, error, ctx)
-            case Backoff(seconds):
+            case effects.Backoff(seconds):
                 return await self._backoff(seconds)
-            case Settle(ctx, lifecycle):
+            case effects.Settle(ctx, lifecycle):
                 return await self._settle(ctx, lifecycle)
-            case ParkFailedEvent():
+            case effects.ParkFailedEvent():
                 return await self._dead_letter(effect)
-            case SaveDeadLetter(entry, policy):
+            case effects.SaveDeadLetter(entry, policy):
                 return await self.dlq_store.asave(entry, policy)
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
@@ -794,7 +775,7 @@ class AsyncStreamConsumer:
             return await handler(error, ctx)
         return await sync_to_async(handler, thread_sensitive=True)(error, ctx)
 
-    async def _dead_letter(self, effect: ParkFailedEvent) -> None:
+    async def _dead_letter(self, effect: effects.ParkFailedEvent) -> None:
         if self.spec.transactional:
             # The dead letter and the anchor in one transaction, as the threaded consumer.
             await sync_to_async(self._thread_side._dead_letter, thread_sensitive=True)(effect)

@@ -34,27 +34,8 @@ from ..common.outages import error_summary, is_outage, short_message
 from . import initial_sync, metrics
 from .checkpoint import CheckpointStore
 from .context import ChangeContext, aware_datetime, new_event_id
+from .core import effects
 from .core.driving import drive
-from .core.effects import (
-    Backoff,
-    CallErrorHandler,
-    CloseCursor,
-    CopyCollection,
-    DiscardUnusableConnections,
-    Effect,
-    FindCheckpoint,
-    InitialPosition,
-    OldestOplogTime,
-    OpenCursor,
-    ParkFailedEvent,
-    PollCursor,
-    ResetAfterHistoryLost,
-    SaveDeadLetter,
-    SaveHeartbeat,
-    SaveSeen,
-    Settle,
-    TryOnce,
-)
 from .core.events import (
     FilterError,
     attempt_loop,
@@ -463,44 +444,44 @@ class StreamConsumer:
         """The resume cascade (``core.resume``), performed on this thread."""
         return drive(open_stream(self.spec), partial(self._perform, source=source))
 
-    def _perform(self, effect: Effect, source: ChangeSource | None = None) -> Any:
+    def _perform(self, effect: effects.Effect, source: ChangeSource | None = None) -> Any:
         """Do what the core asks (see ``core.effects``), with plain calls."""
         store, name = self.store, self.spec.name
         match effect:
-            case PollCursor(cursor):
+            case effects.PollCursor(cursor):
                 return cursor.try_next()
-            case OpenCursor():
+            case effects.OpenCursor():
                 return source.open(**open_arguments(effect))  # type: ignore[union-attr]
-            case FindCheckpoint():
+            case effects.FindCheckpoint():
                 return store.find(name)
-            case SaveSeen(position, at):
+            case effects.SaveSeen(position, at):
                 return store.save_seen(name, position, at, heartbeat_at=at)
-            case SaveHeartbeat(at):
+            case effects.SaveHeartbeat(at):
                 return store.save_heartbeat(name, at)
-            case ResetAfterHistoryLost(position, expected, at):
+            case effects.ResetAfterHistoryLost(position, expected, at):
                 return store.reset_after_history_lost(name, position, expected, at)
-            case CloseCursor(cursor):
+            case effects.CloseCursor(cursor):
                 return cursor.close()
-            case InitialPosition():
+            case effects.InitialPosition():
                 return source.initial_position()  # type: ignore[union-attr]
-            case OldestOplogTime():
+            case effects.OldestOplogTime():
                 return source.oldest_oplog_time()  # type: ignore[union-attr]
-            case CopyCollection(saved, reason):
+            case effects.CopyCollection(saved, reason):
                 self.state = StreamState.COPYING
                 return initial_sync.InitialSync(self, source).run(saved, reason)  # type: ignore[arg-type]
-            case DiscardUnusableConnections():
+            case effects.DiscardUnusableConnections():
                 return discard_unusable_connections()
-            case TryOnce(handler, ctx, lifecycle):
+            case effects.TryOnce(handler, ctx, lifecycle):
                 return self._try_once(handler, ctx, lifecycle)
-            case CallErrorHandler(handler, error, ctx):
+            case effects.CallErrorHandler(handler, error, ctx):
                 return handler(error, ctx)
-            case Backoff(seconds):
+            case effects.Backoff(seconds):
                 return self._wait(seconds)
-            case Settle(ctx, lifecycle):
+            case effects.Settle(ctx, lifecycle):
                 return self._settle(ctx, lifecycle)
-            case ParkFailedEvent():
+            case effects.ParkFailedEvent():
                 return self._dead_letter(effect)
-            case SaveDeadLetter(entry, policy):
+            case effects.SaveDeadLetter(entry, policy):
                 return self.dlq_store.save(entry, policy)
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
@@ -706,7 +687,7 @@ class StreamConsumer:
             self._dlq_store = dlq_stores[queue.store if queue is not None else "default"]
         return self._dlq_store
 
-    def _dead_letter(self, effect: ParkFailedEvent) -> None:
+    def _dead_letter(self, effect: effects.ParkFailedEvent) -> None:
         """``core.events.dead_letter``: the entry and the anchor in one transaction
         for transactional streams."""
         decision = dead_letter(
