@@ -38,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "STATUS_INTERVAL": "5s",
     # This process's name in leases and status rows; None = "<hostname>:<pid>".
     "INSTANCE_ID": None,
-    # Run the registered streams inside every `celery worker` (see flowwarden_django.celery).
+    # Run the registered streams inside every `celery worker` (integrations.celery).
     "CELERY_RUN_STREAMS": False,
     # Workflow snapshot stores by alias, shaped like CHECKPOINT_STORES.
     "SNAPSHOT_STORES": {"default": {"BACKEND": DEFAULT_SNAPSHOT_BACKEND}},

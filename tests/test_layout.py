@@ -1,6 +1,6 @@
 """The package layout's promises (docs/architecture.md): every import path the README
-shows resolves, the core imports before Django is set up, the deprecated aliases still
-work with a warning, and the package root holds only the app plumbing."""
+shows resolves, the core imports before Django is set up, the old root modules are
+gone, and the package root holds only the app plumbing."""
 
 from __future__ import annotations
 
@@ -115,26 +115,12 @@ def test_the_core_and_the_celery_integration_import_before_django_is_set_up() ->
     assert result.stdout.strip() == "ok"
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "names"),
-    [
-        ("flowwarden_django.celery", "flowwarden_django.integrations.celery", ["install"]),
-        (
-            "flowwarden_django.prometheus",
-            "flowwarden_django.integrations.prometheus",
-            ["REGISTRY", "FlowwardenCollector", "install_receivers"],
-        ),
-    ],
-)
-def test_deprecated_aliases_warn_and_give_the_same_objects(
-    old: str, new: str, names: list[str]
-) -> None:
+@pytest.mark.parametrize("old", ["flowwarden_django.celery", "flowwarden_django.prometheus"])
+def test_the_old_root_modules_are_gone(old: str) -> None:
+    """They moved to ``flowwarden_django.integrations`` before any release shipped them."""
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
-        alias = importlib.import_module(old)
-    current = importlib.import_module(new)
-    for name in names:
-        assert getattr(alias, name) is getattr(current, name)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 def test_the_package_root_holds_only_the_app_plumbing() -> None:
@@ -142,9 +128,8 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
         "__init__", "apps", "models", "checks", "conf", "urls", "views", "signals",
         "exceptions", "tasks",
     }  # fmt: skip
-    deprecated_aliases = {"celery", "prometheus"}  # removed in 0.2
     modules = {path.stem for path in PACKAGE.glob("*.py")}
-    assert modules == plumbing | deprecated_aliases
+    assert modules == plumbing
     packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {
         "admin", "api", "common", "integrations", "management", "migrations", "streams",

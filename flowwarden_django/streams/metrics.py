@@ -1,7 +1,7 @@
 """Stream metric events as Django signals (the reference's ``StreamMetricsProvider``).
 
 Connect a receiver to any of these to observe streams; the Prometheus exporter
-(``flowwarden_django.prometheus``) is one such receiver. Every signal is sent
+(``flowwarden_django.integrations.prometheus``) is one such receiver. Every signal is sent
 with ``sender=`` the stream name (``oplog_stats``: the client alias) and keyword
 arguments listed below. Emission follows the reference's rules: ``checkpoint_saved``
 and ``event_sent_to_dlq`` only after the write succeeded, failures on their own
