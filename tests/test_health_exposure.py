@@ -46,8 +46,9 @@ HOST = "db-worker-7.internal.example:4242"
 STANDBY_HOST = "db-worker-8.internal.example:77"
 GONE_HOST = "db-worker-9.internal.example:99"
 CONNECTION_STRING = "postgres://admin:hunter2@10.9.8.7:5432/dlq"
-#: Nothing of these may reach a caller without details.
-SECRETS = ("4111", "12/29", "internal.example", "hunter2", "10.9.8.7")
+#: Nothing of these may reach a caller without details. ("4111 1111", not "4111": the
+#: metrics' float timestamps may hold those four digits, never the space.)
+SECRETS = ("4111 1111", "12/29", "internal.example", "hunter2", "10.9.8.7")
 
 DLQ_STORES = {
     "default": {"BACKEND": "flowwarden_django.streams.backends.orm.OrmDlqStore"},
