@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 
 #: Handler shapes: ``handler(ctx)``, ``handler(doc)``, ``handler(doc, ctx)``.
 SHAPES = ("ctx", "doc", "doc_ctx")
@@ -110,3 +110,37 @@ class HandlerCaller:
 
     def close(self) -> None:
         """Release what the caller holds (nothing at present)."""
+
+
+class AsyncHandlerCaller(HandlerCaller):
+    """Calls handlers from an event loop: an ``async def`` is awaited there, a sync one
+    runs through ``sync_to_async(thread_sensitive=True)``, on the stream's thread (so
+    its ORM calls have that thread's connection)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._async: dict[int, tuple[Callable[..., Any], bool]] = {}
+
+    def awaitable(self, function: Callable[..., Any]) -> bool:
+        """Whether *function* is an ``async def`` (read once per function)."""
+        known = self._async.get(id(function))
+        if known is None or known[0] is not function:
+            known = self._async[id(function)] = (function, is_async(function))
+        return known[1]
+
+    async def acall(self, function: Callable[..., Any], doc: Any, ctx: Any) -> Any:
+        """Call *function* with the arguments its shape wants."""
+        if self.awaitable(function):
+            shape = self.shape(function)
+            if shape == "doc":
+                return await function(doc)
+            if shape == "ctx":
+                return await function(ctx)
+            return await function(doc, ctx)
+        return await sync_to_async(self.call, thread_sensitive=True)(function, doc, ctx)
+
+    async def acall_with(self, function: Callable[..., Any], *args: Any) -> Any:
+        """Call *function* with *args* as they are (a document handler, ``on_error``)."""
+        if self.awaitable(function):
+            return await function(*args)
+        return await sync_to_async(function, thread_sensitive=True)(*args)

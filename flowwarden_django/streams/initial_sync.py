@@ -210,7 +210,7 @@ class InitialSync:
         return position
 
     def _check_interrupted(self) -> None:
-        self.consumer._check_lease()
+        self.consumer.check_lease()
         if self.consumer.stopping:
             raise CopyInterrupted(f"stream {self.name!r}: stopped during the initial sync")
 

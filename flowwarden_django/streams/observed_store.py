@@ -4,9 +4,8 @@ signal and, for a ``SINGLE_LEADER`` stream, fenced by the stream's lease."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from datetime import datetime
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -15,6 +14,32 @@ from . import metrics
 from .checkpoint import Checkpoint, CheckpointStore
 
 T = TypeVar("T")
+
+
+def _observed(method: str, anchor: str, token: str | None = None) -> tuple[Any, Any]:
+    """The sync and async variants of the write *method*, reported as *anchor*; the
+    *token* argument (the stream name's follower, or by name) is the signal's token."""
+
+    def token_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if token is None:
+            return None
+        return args[1] if len(args) > 1 else kwargs.get(token)
+
+    def write(self: ObservedCheckpointStore, *args: Any, **kwargs: Any) -> Any:
+        call = getattr(self.inner, method)
+        return self._write(anchor, token_of(args, kwargs), lambda: call(*args, **kwargs))
+
+    async def awrite(self: ObservedCheckpointStore, *args: Any, **kwargs: Any) -> Any:
+        call, acall = getattr(self.inner, method), getattr(self.inner, "a" + method)
+        return await self._awrite(
+            anchor,
+            token_of(args, kwargs),
+            lambda: call(*args, **kwargs),
+            lambda: acall(*args, **kwargs),
+        )
+
+    write.__name__, awrite.__name__ = method, "a" + method
+    return write, awrite
 
 
 class ObservedCheckpointStore(CheckpointStore):
@@ -86,10 +111,7 @@ class ObservedCheckpointStore(CheckpointStore):
             metrics.emit(metrics.checkpoint_saved, self.stream_name, anchor=anchor, token=token)
         return result
 
-    # -- reads and whole-record operations: straight through -------------------------
-
-    def save(self, checkpoint: Checkpoint) -> None:
-        self._write("record", None, lambda: self.inner.save(checkpoint))
+    # -- reads: straight through ------------------------------------------------------
 
     def find(self, stream_name: str) -> Checkpoint | None:
         return self.inner.find(stream_name)
@@ -100,67 +122,6 @@ class ObservedCheckpointStore(CheckpointStore):
     def list_checkpoints(self) -> list[Checkpoint]:
         return self.inner.list_checkpoints()
 
-    # -- the partial writes a consumer makes ------------------------------------------
-
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Mapping[str, Any],
-        at: datetime,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._write(
-            "seen", token, lambda: self.inner.save_seen(stream_name, token, at, heartbeat_at)
-        )
-
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Mapping[str, Any],
-        at: datetime,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._write(
-            "processed",
-            token,
-            lambda: self.inner.save_processed(stream_name, token, at, heartbeat_at),
-        )
-
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        self._write("heartbeat", None, lambda: self.inner.save_heartbeat(stream_name, at))
-
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Mapping[str, Any] | None,
-        expected_dead_processed_token: Mapping[str, Any] | None,
-        at: datetime,
-    ) -> None:
-        self._write(
-            "reset",
-            fresh_seen_token,
-            lambda: self.inner.reset_after_history_lost(
-                stream_name, fresh_seen_token, expected_dead_processed_token, at
-            ),
-        )
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        return self._write(
-            "initial_sync",
-            None,
-            lambda: self.inner.save_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            ),
-        )
-
-    # -- async: the wrapped store's own a… methods (see _awrite) ------------------------
-
     async def afind(self, stream_name: str) -> Checkpoint | None:
         return await self.inner.afind(stream_name)
 
@@ -170,81 +131,13 @@ class ObservedCheckpointStore(CheckpointStore):
     async def adelete(self, stream_name: str) -> None:
         await self.inner.adelete(stream_name)
 
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        await self._awrite(
-            "record",
-            None,
-            lambda: self.inner.save(checkpoint),
-            lambda: self.inner.asave(checkpoint),
-        )
+    # -- the writes, observed (and fenced); each in a sync and an async variant -------
 
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Mapping[str, Any],
-        at: datetime,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        args = (stream_name, token, at, heartbeat_at)
-        await self._awrite(
-            "seen",
-            token,
-            lambda: self.inner.save_seen(*args),
-            lambda: self.inner.asave_seen(*args),
-        )
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Mapping[str, Any],
-        at: datetime,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        args = (stream_name, token, at, heartbeat_at)
-        await self._awrite(
-            "processed",
-            token,
-            lambda: self.inner.save_processed(*args),
-            lambda: self.inner.asave_processed(*args),
-        )
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        await self._awrite(
-            "heartbeat",
-            None,
-            lambda: self.inner.save_heartbeat(stream_name, at),
-            lambda: self.inner.asave_heartbeat(stream_name, at),
-        )
-
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Mapping[str, Any] | None,
-        expected_dead_processed_token: Mapping[str, Any] | None,
-        at: datetime,
-    ) -> None:
-        args = (stream_name, fresh_seen_token, expected_dead_processed_token, at)
-        await self._awrite(
-            "reset",
-            fresh_seen_token,
-            lambda: self.inner.reset_after_history_lost(*args),
-            lambda: self.inner.areset_after_history_lost(*args),
-        )
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        return await self._awrite(
-            "initial_sync",
-            None,
-            lambda: self.inner.save_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            ),
-            lambda: self.inner.asave_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            ),
-        )
+    save, asave = _observed("save", "record")
+    save_seen, asave_seen = _observed("save_seen", "seen", "token")
+    save_processed, asave_processed = _observed("save_processed", "processed", "token")
+    save_heartbeat, asave_heartbeat = _observed("save_heartbeat", "heartbeat")
+    reset_after_history_lost, areset_after_history_lost = _observed(
+        "reset_after_history_lost", "reset", "fresh_seen_token"
+    )
+    save_initial_sync, asave_initial_sync = _observed("save_initial_sync", "initial_sync")

@@ -1,22 +1,18 @@
-"""One stream's consumer: the resume cascade, sequential dispatch, the checkpoint
-policy, the idle heartbeat, history-lost recovery, invalidation and the managed
-restart.
+"""The threaded driver of one stream's consumer: it performs, with plain calls on one
+thread, what the consumer core (``streams.core``) decides.
 
-A ``StreamConsumer`` runs on one thread and handles events strictly in order. The
-heartbeat needs no second cursor: events are settled before the next poll, so
-when a poll comes back empty every event up to the cursor's postBatchResumeToken
-is settled, and that token is a position the server certified.
+The core holds the decisions (the restart loop, the resume cascade, the generation's
+poll-handle-idle loop, the heartbeat, retries and the dead-letter queue, the
+anchors' bookkeeping). What stays here is what a thread does: the handler calls and
+their fast path, the transaction of a transactional stream's attempt, the flusher
+thread and the database connections' housekeeping.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
-import functools
 import inspect
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,113 +22,35 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
-from django.utils import timezone
 
 from ..common.connections import discard_unusable_connections
 from ..common.failure_log import FailureLog
-from ..common.outages import error_summary, is_outage, short_message
-from . import initial_sync, metrics
+from . import initial_sync
 from .checkpoint import CheckpointStore
-from .context import ChangeContext, aware_datetime, new_event_id
+from .context import ChangeContext
 from .core import effects
+from .core.anchors import event_anchor_at, refuses_manual_save
 from .core.driving import drive
-from .core.events import (
-    FilterError,
-    attempt_loop,
-    dead_letter,
-    park_on_request,
-)
+from .core.events import FilterError, attempt_loop, dead_letter, park_on_request
+from .core.generation import consume
 from .core.heartbeat import Heartbeat
-from .core.resume import (
-    HistoryLostError,
-    Opened,
-    open_arguments,
-    open_stream,
-)
+from .core.lifecycle import StreamInvalidatedError, StreamState, supervise
+from .core.resume import HistoryLostError, open_arguments, open_stream
 from .dispatch import HandlerCaller
 from .dlq import DlqStore
 from .locks import LeaseLostError
 from .observed_store import ObservedCheckpointStore
-from .policy import At, ProcessedAnchorPolicy, anchor_failure_log
+from .policy import ProcessedAnchorPolicy, anchor_failure_log
 from .source import ChangeCursor, ChangeSource
-from .spec import (
-    LIFECYCLE_OPERATIONS,
-    SNAPSHOT_OPERATION,
-    StreamSpec,
-)
+from .spec import LIFECYCLE_OPERATIONS, SNAPSHOT_OPERATION, StreamSpec
+
+__all__ = ["HistoryLostError", "StreamConsumer", "StreamInvalidatedError", "StreamState"]
 
 logger = logging.getLogger("flowwarden_django.streams")
 
 
-class StreamState(enum.StrEnum):
-    """Where a consumer is in its life."""
-
-    STARTING = "starting"
-    #: Copying the collection's existing documents (an initial sync) before streaming.
-    COPYING = "copying"
-    RUNNING = "running"
-    RESTARTING = "restarting"
-    STOPPED = "stopped"
-    CRASHED = "crashed"
-
-
-class StreamInvalidatedError(RuntimeError):
-    """The watched collection was renamed (or dropped under FAIL): the stream stops."""
-
-
-class _RestartNow(Exception):
-    """End this generation and resubscribe at once (after a self-healed invalidate)."""
-
-
-def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:
-    """Send ``event_received`` for *event* when someone listens; the event id it gave
-    (``None`` when nobody needed one: the context makes its own when asked)."""
-    received = metrics.listeners(metrics.event_received, name)
-    if not received:
-        return None
-    # What the context's properties would say, without making the context; the id and
-    # the wall time only for receivers that read them (metrics.reads).
-    lean = received.lean if type(received) is metrics.Receivers else False
-    event_id = None if lean else new_event_id()
-    metrics.send_event_received(
-        name,
-        received,
-        event_id,
-        operation,
-        (event.get("ns") or {}).get("coll"),
-        event.get("documentKey"),
-        event.get("clusterTime"),
-        None if lean else aware_datetime(event.get("wallTime")),
-    )
-    return event_id
-
-
-def _anchor_at(ctx: ChangeContext) -> At:
-    """The processed anchor's timestamp: the event's cluster time, else now."""
-    return _event_anchor_at(ctx.event)
-
-
-def _event_anchor_at(event: Mapping[str, Any]) -> At:
-    """The processed anchor's timestamp of *event*: its cluster time, else now.
-
-    The cluster time is converted when the anchor is written (once per
-    ``save_every_n`` events), not for every event.
-    """
-    cluster_time = event.get("clusterTime")
-    if cluster_time is None:
-        return timezone.now()
-    as_datetime = getattr(cluster_time, "as_datetime", None)
-    if as_datetime is not None:
-        return as_datetime  # a bson.Timestamp: its aware UTC datetime, when called
-    return functools.partial(_cluster_anchor_at, cluster_time)
-
-
-def _cluster_anchor_at(cluster_time: Any) -> datetime:
-    return aware_datetime(cluster_time) or timezone.now()
-
-
 class StreamConsumer:
-    """Consumes one declared stream until stopped.
+    """Consumes one declared stream until stopped, on the calling thread.
 
     ``run()`` blocks. ``burst=True`` returns once the stream has caught up. A
     cursor that dies is reopened through the full resume cascade with the
@@ -142,10 +60,8 @@ class StreamConsumer:
 
     #: How often the flusher thread looks for a dirty anchor past its age threshold.
     flush_tick_seconds = 1.0
-    #: The longest wait between two restarts while a server does not answer (an
-    #: outage, see ``common.outages``), whatever the restart policy's ``max_delay``:
-    #: the stream notices the server's return within this many seconds.
-    outage_restart_max_seconds = 2.0
+    #: Seconds between two ``close_old_connections()`` calls while the stream idles.
+    housekeeping_interval_seconds = 60.0
 
     def __init__(
         self,
@@ -178,8 +94,9 @@ class StreamConsumer:
         self.state = StreamState.STOPPED
         self.last_error: BaseException | None = None
         #: ``time.time()`` of the last handled event (``last_event_at`` converts it).
-        self._last_event_time: float | None = None
+        self.last_event_stamp: float | None = None
         self.events_handled = 0
+        self.heartbeats = 0
         #: Documents an initial sync handed to the stream (settled), in this process.
         self.documents_copied = 0
         self.restarts = 0
@@ -190,10 +107,14 @@ class StreamConsumer:
         #: Set after each dead-letter write; whoever reports the backlog clears it.
         self.dlq_dirty = threading.Event()
         self.policy: ProcessedAnchorPolicy | None = None
-        self._restart_cause: tuple[int, BaseException] | None = None
-        #: When the stream started restarting (``None`` while it runs).
+        #: When the stream started restarting (``None`` while it runs), the type of
+        #: the error it restarts after and (attempt, error) for ``stream_restarted``.
         self.restarting_since: datetime | None = None
-        self._restart_error: type[BaseException] | None = None
+        self.restart_error: type[BaseException] | None = None
+        self.restart_cause: tuple[int, BaseException] | None = None
+        self._last_housekeeping = float("-inf")
+        #: What a handler's context may ask of this consumer.
+        self.actions = {"save_now": self._save_now, "send_to_dlq": self._send_to_dlq}
         self._dlq_failures = FailureLog(logger, f"stream {spec.name!r}: writing a dead letter")
         # These outlive a generation's policy and heartbeat: a failure that ends a
         # generation (an outage) is logged once, and its recovery in the next one.
@@ -203,14 +124,14 @@ class StreamConsumer:
     @property
     def last_event_at(self) -> datetime | None:
         """When the last event was handled (``timezone.now()`` of that moment)."""
-        stamp = getattr(self, "_last_event_time", None)  # None also before __init__ ran
+        stamp = getattr(self, "last_event_stamp", None)  # None also before __init__ ran
         if stamp is None:
             return None
         return datetime.fromtimestamp(stamp, UTC if settings.USE_TZ else None)
 
     @last_event_at.setter
     def last_event_at(self, value: datetime | None) -> None:
-        self._last_event_time = None if value is None else value.timestamp()
+        self.last_event_stamp = None if value is None else value.timestamp()
 
     # -- control ---------------------------------------------------------------------
 
@@ -222,121 +143,26 @@ class StreamConsumer:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    def check_lease(self) -> None:
+        """Raise ``LeaseLostError`` when this process no longer leads the stream."""
+        if self.lease_valid is not None and not self.lease_valid():
+            raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
+
     def run(self, *, burst: bool = False) -> None:
         """Consume until stopped (or caught up, with *burst*); raise when terminal."""
         # No _stop.clear(): a stop() that arrives before this thread runs must hold.
-        attempt = 0
         try:
-            while not self._stop.is_set():
-                self.state = StreamState.STARTING
-                handled_before = self.events_handled + self.documents_copied
-                try:
-                    self._run_generation(burst=burst)
-                    self._stopped_gracefully()
-                    return
-                except initial_sync.CopyInterrupted:
-                    # A stop during the copy: it resumes after its last committed batch.
-                    self._stopped_gracefully()
-                    return
-                except _RestartNow:
-                    self.restarts += 1
-                    continue
-                except (
-                    HistoryLostError,
-                    StreamInvalidatedError,
-                    initial_sync.InitialSyncConflictError,
-                ) as exc:
-                    self._crash(exc)
-                    raise
-                except LeaseLostError as exc:
-                    # Another process leads now: stop here, without another write.
-                    self.last_error = exc
-                    logger.warning("stream %r: %s; stopping", self.spec.name, exc)
-                    self._stopped_gracefully()
-                    return
-                except Exception as exc:
-                    # Attempts count restarts without progress: a generation that handled
-                    # events resets them, one that dies on the same event does not.
-                    progressed = self.events_handled + self.documents_copied > handled_before
-                    attempt = 0 if progressed else attempt
-                    attempt += 1
-                    policy = self.spec.restart_policy
-                    if policy.max_attempts and attempt > policy.max_attempts:
-                        self._crash(exc)
-                        raise
-                    # Django drops broken connections only around requests: without
-                    # this, every restart would fail again on the dead connection.
-                    discard_unusable_connections()
-                    delay = self._restarting(attempt, exc)
-                    if self._stop.wait(delay):
-                        break
-            self._stopped_gracefully()
+            drive(supervise(self, burst=burst), self._perform)
         finally:
             self._caller.close()
             close_old_connections()
-
-    def _restarting(self, attempt: int, exc: BaseException) -> float:
-        """Record that *exc* stopped the stream and it restarts (attempt *attempt*);
-        the delay before it does."""
-        self.last_error = exc
-        if self.restarting_since is None:
-            self.restarting_since = timezone.now()
-        self.state = StreamState.RESTARTING
-        delay = self._restart_delay(attempt, exc)
-        # One traceback when the trouble starts or changes, not one a restart.
-        changed = type(exc) is not self._restart_error
-        self._restart_error = type(exc)
-        logger.warning(
-            "stream %r: stopped by %s (%s); restart %d in %.1fs",
-            self.spec.name,
-            error_summary(exc),
-            short_message(exc),
-            attempt,
-            delay,
-            exc_info=changed,
-        )
-        self.restarts += 1
-        self._restart_cause = (attempt, exc)
-        return delay
-
-    def _crash(self, exc: BaseException) -> None:
-        self.state = StreamState.CRASHED
-        self.last_error = exc
-        logger.error("stream %r stopped: %s", self.spec.name, exc)
-        metrics.emit(metrics.stream_stopped, self.spec.name, reason="CRASHED", cause=exc)
-
-    def _stopped_gracefully(self) -> None:
-        self.state = StreamState.STOPPED
-        metrics.emit(metrics.stream_stopped, self.spec.name, reason="GRACEFUL", cause=None)
-
-    def _restart_delay(self, attempt: int, exc: BaseException | None = None) -> float:
-        policy = self.spec.restart_policy
-        delay = policy.delay(attempt)
-        if policy.jitter:
-            delay *= random.uniform(0.8, 1.2)
-        if exc is not None and is_outage(exc):
-            delay = min(delay, self.outage_restart_max_seconds)
-        return delay
 
     # -- one generation: open, consume, close ----------------------------------------
 
     def _run_generation(self, *, burst: bool) -> None:
         source = self.source_factory(self.spec)
-        opened = self._open(source)
-        self.state = StreamState.RUNNING
-        self.started_at = timezone.now()
-        if self.restarting_since is not None:
-            logger.info(
-                "stream %r: running again (restarting since %s)",
-                self.spec.name,
-                self.restarting_since.isoformat(timespec="seconds"),
-            )
-            self.restarting_since, self._restart_error = None, None
-        metrics.emit(metrics.stream_started, self.spec.name, config=self.configuration())
-        if self._restart_cause is not None:
-            attempt, cause = self._restart_cause
-            self._restart_cause = None
-            metrics.emit(metrics.stream_restarted, self.spec.name, attempt=attempt, cause=cause)
+        perform = partial(self._perform, source=source)
+        opened = drive(open_stream(self.spec), perform)
         checkpoint = self.spec.checkpoint
         self._plans = {}
         self.policy = ProcessedAnchorPolicy(
@@ -348,48 +174,16 @@ class StreamConsumer:
             monotonic=self._monotonic,
             failure_log=self._anchor_failures,
         )
-        self._heartbeat = Heartbeat(
-            self.spec.name,
-            checkpoint.idle_heartbeat_interval_seconds,
-            self._monotonic,
-            self._heartbeat_failures,
-            certified=opened.certified,
-            recovery_expected=opened.recovery_expected,
+        heartbeat = Heartbeat.of_generation(
+            self.spec, opened, self._monotonic, self._heartbeat_failures
         )
-        self._invalidate_cause: str | None = None
-        cursor, event = opened.cursor, opened.first_event
         flusher = self._start_flusher()
-        # Without an age threshold flush_if_due() never writes: not asked per event.
-        by_age = bool(checkpoint.save_interval_seconds)
         try:
-            while not self._stop.is_set():
-                if event is None:
-                    event = cursor.try_next()
-                if event is None:
-                    if not cursor.alive:
-                        raise ConnectionError("the change stream closed")
-                    self.policy.flush_if_due()
-                    drive(self._heartbeat.on_idle(cursor.resume_token), self._perform)
-                    self._database_housekeeping()
-                    if burst:
-                        break
-                    continue
-                if self.lease_valid is not None:
-                    self._check_lease()
-                if not self._handle(event, source):
-                    # Unsettled (a stop or a lost lease cut its retries short): nothing
-                    # after it may be handled in this generation.
-                    self._check_lease()
-                    if self._stop.is_set():
-                        break
-                    raise ConnectionError("an event was left unsettled; resubscribing")
-                event = None
-                if by_age:
-                    self.policy.flush_if_due()
+            drive(consume(self, opened, heartbeat, burst=burst), perform)
         finally:
             if flusher is not None:
                 flusher.set()
-            self._close(cursor)
+            self._close(opened.cursor)
 
     def _start_flusher(self) -> threading.Event | None:
         """Flush an aged dirty anchor even while a slow handler holds the stream's thread.
@@ -413,17 +207,12 @@ class StreamConsumer:
         threading.Thread(target=flush_loop, name=f"fw-flush-{self.spec.name}", daemon=True).start()
         return done
 
-    #: Seconds between two ``close_old_connections()`` calls while the stream idles.
-    housekeeping_interval_seconds = 60.0
-
     def _database_housekeeping(self) -> None:
         """Drop broken or expired database connections now and then, as each request
         does in a web process; not after every poll, which would reconnect for every
         anchor write under ``CONN_MAX_AGE=0``."""
         now = self._monotonic()
-        if now - getattr(self, "_last_housekeeping", float("-inf")) >= (
-            self.housekeeping_interval_seconds
-        ):
+        if now - self._last_housekeeping >= self.housekeeping_interval_seconds:
             self._last_housekeeping = now
             close_old_connections()
 
@@ -440,16 +229,26 @@ class StreamConsumer:
 
     # -- the core's effects -----------------------------------------------------------
 
-    def _open(self, source: ChangeSource) -> Opened:
-        """The resume cascade (``core.resume``), performed on this thread."""
-        return drive(open_stream(self.spec), partial(self._perform, source=source))
-
     def _perform(self, effect: effects.Effect, source: ChangeSource | None = None) -> Any:
         """Do what the core asks (see ``core.effects``), with plain calls."""
         store, name = self.store, self.spec.name
         match effect:
             case effects.PollCursor(cursor):
                 return cursor.try_next()
+            case effects.HandleEvent(event, operation, event_id):
+                return self._handle(event, operation, event_id)
+            case effects.FlushAnchorIfDue():
+                return self.policy.flush_if_due()  # type: ignore[union-attr]
+            case effects.Idle():
+                return self._database_housekeeping()
+            case effects.RunGeneration(burst):
+                return self._run_generation(burst=burst)
+            case effects.PauseBeforeRestart(seconds):
+                return self._stop.wait(seconds)
+            case effects.CancelAnchors():
+                # The flusher holds the policy too: cancelled, it writes nothing more.
+                self.policy, policy = None, self.policy
+                return policy.cancel() if policy is not None else None
             case effects.OpenCursor():
                 return source.open(**open_arguments(effect))  # type: ignore[union-attr]
             case effects.FindCheckpoint():
@@ -487,22 +286,10 @@ class StreamConsumer:
 
     # -- one event --------------------------------------------------------------------
 
-    def _check_lease(self) -> None:
-        if self.lease_valid is not None and not self.lease_valid():
-            raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
-
-    def _handle(self, event: Mapping[str, Any], source: ChangeSource) -> bool:
-        """Handle one event; False when it was left unsettled."""
-        operation = event.get("operationType", "")
-        if operation == "invalidate":
-            self._invalidated(event, source)
-        assert self.policy is not None
-        spec = self.spec
-        name = spec.name
-        event_id = announce_received(name, event, operation)
+    def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
+        """Handle one event (``effects.HandleEvent``)."""
         plan = self._plans.get(operation) or self._plan(operation)
         handler = plan.handler
-        started = time.perf_counter()
         if plan.plain:
             # The common case, inlined: a document handler, no filter, no transaction.
             try:
@@ -511,29 +298,13 @@ class StreamConsumer:
                     self._caller.run(result)
             except Exception as exc:
                 ctx = self._context(event, event_id)
-                success = self._attempt_loop(handler, ctx, False, failed=exc)
-            else:
-                self.policy.on_settled(event["_id"], _event_anchor_at(event))
-                success = True
-        elif plan.direct:
-            success = self._first_attempt(handler, event, event_id)
-        else:
-            ctx = self._context(event, event_id)
-            lifecycle = operation in LIFECYCLE_OPERATIONS
-            if lifecycle:
-                self._invalidate_cause = operation
-            success = self._attempt_loop(handler, ctx, lifecycle)
-        processed = metrics.listeners(metrics.event_processed, name)
-        if processed:
-            metrics.send_event_processed(name, processed, time.perf_counter() - started, success)
-        if success is None:
-            return False  # a stop interrupted the retries: unsettled, redelivered later
-        self.events_handled += 1
-        self._last_event_time = time.time()
-        heartbeat = self._heartbeat
-        if heartbeat.interval:  # the idle heartbeat's clock (nothing else reads it)
-            heartbeat.last_activity = self._monotonic()
-        return True
+                return self._attempt_loop(handler, ctx, False, failed=exc)
+            self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
+            return True
+        if plan.direct:
+            return self._first_attempt(handler, event, event_id)
+        ctx = self._context(event, event_id)
+        return self._attempt_loop(handler, ctx, operation in LIFECYCLE_OPERATIONS)
 
     def _plan(self, operation: str) -> _Plan:
         """How this generation handles events of *operation* (made on its first event)."""
@@ -556,15 +327,9 @@ class StreamConsumer:
         return plan
 
     def _context(self, event: Mapping[str, Any], event_id: str | None) -> ChangeContext:
-        # save_now gets the context as an argument: a closure over ctx would make a
+        # The actions get the context as an argument: a closure over ctx would make a
         # reference cycle per event for the garbage collector to find.
-        return ChangeContext(
-            event,
-            stream_name=self.spec.name,
-            save_now=self._save_now,
-            send_to_dlq=self._send_to_dlq,
-            event_id=event_id,
-        )
+        return ChangeContext(event, stream_name=self.spec.name, event_id=event_id, **self.actions)
 
     def _first_attempt(
         self, handler: Callable[..., Any] | None, event: Mapping[str, Any], event_id: str | None
@@ -589,20 +354,16 @@ class StreamConsumer:
                     ctx = self._context(event, event_id)
                 return self._attempt_loop(handler, ctx, False, failed=exc)
         if ctx is None or not ctx.saved_manually:
-            self.policy.on_settled(event["_id"], _event_anchor_at(event))  # type: ignore[union-attr]
+            self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
         return True
 
     def _attempt_loop(
-        self,
-        handler: Callable[..., Any] | None,
-        ctx: ChangeContext,
-        lifecycle: bool,
-        *,
-        failed: Exception | None = None,
-    ) -> bool | None:
+        self, handler: Any, ctx: ChangeContext, lifecycle: bool, failed: Any = None
+    ) -> Any:
         """``core.events.attempt_loop``, performed on this thread."""
-        decision = attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed)
-        return drive(decision, self._perform)
+        return drive(
+            attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed), self._perform
+        )
 
     def _interrupted(self) -> bool:
         """A stop was asked for, or this process no longer holds the stream's lease."""
@@ -638,7 +399,9 @@ class StreamConsumer:
                 with transaction.atomic(using=self.spec.transaction_using):
                     self._dispatch(handler, ctx)
                     if anchored and not ctx.saved_manually:
-                        self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=True)
+                        self.policy.on_settled(
+                            ctx.resume_token, event_anchor_at(ctx.event), strict=True
+                        )
             except _HandlerFailed as failed:
                 # A save_checkpoint_now() of this attempt rolled back with it: the next
                 # attempt (or the DLQ decision) must write the anchor again.
@@ -652,7 +415,7 @@ class StreamConsumer:
         except _HandlerFailed as failed:
             return failed.error
         if anchored and not lifecycle and not ctx.saved_manually:
-            self.policy.on_settled(ctx.resume_token, _anchor_at(ctx))
+            self.policy.on_settled(ctx.resume_token, event_anchor_at(ctx.event))
         return None
 
     def _dispatch(self, handler: Callable[..., Any] | None, ctx: ChangeContext) -> None:
@@ -674,7 +437,7 @@ class StreamConsumer:
         if lifecycle or ctx.saved_manually or ctx.is_snapshot:
             return
         strict = self.spec.transactional
-        self.policy.on_settled(ctx.resume_token, _anchor_at(ctx), strict=strict)
+        self.policy.on_settled(ctx.resume_token, event_anchor_at(ctx.event), strict=strict)
 
     # -- the dead-letter queue ---------------------------------------------------------
 
@@ -702,70 +465,11 @@ class StreamConsumer:
         """``ctx.send_to_dlq(reason)``: park now; a failed write raises into the handler."""
         drive(park_on_request(self.spec, ctx, reason, self, self._dlq_failures), self._perform)
 
-    def configuration(self) -> dict[str, Any]:
-        """The stream's settings as ``stream_started`` reports them."""
-        spec = self.spec
-        return {
-            "stream": spec.name,
-            "collection": spec.collection,
-            "database": spec.database,
-            "deployment_mode": spec.deployment_mode,
-            "checkpoint": dataclasses.asdict(spec.checkpoint),
-            "retry": None
-            if spec.retry_policy is None
-            else {
-                "max_attempts": spec.retry_policy.max_attempts,
-                "initial_delay": spec.retry_policy.initial_delay,
-                "max_delay": spec.retry_policy.max_delay,
-                "multiplier": spec.retry_policy.multiplier,
-                "jitter": spec.retry_policy.jitter,
-            },
-            "dlq": None
-            if spec.dead_letter_queue is None
-            else dataclasses.asdict(spec.dead_letter_queue),
-            "handlers": sorted(spec.handlers) + (["change"] if spec.on_change else []),
-        }
-
     def _save_now(self, ctx: ChangeContext) -> bool:
-        operation = ctx.operation_type
-        if operation in LIFECYCLE_OPERATIONS or self.policy is None:
-            logger.warning(
-                "stream %r: save_checkpoint_now() ignored for a %s event", self.spec.name, operation
-            )
+        if refuses_manual_save(self.spec.name, ctx, self.policy):
             return False
         return self.policy.save_now(
-            ctx.resume_token, _anchor_at(ctx), strict=self.spec.transactional
-        )
-
-    def _invalidated(self, event: Mapping[str, Any], source: ChangeSource) -> None:
-        cause = self._invalidate_cause or "drop"
-        name = self.spec.name
-        metrics.emit(metrics.stream_invalidated, name, cause=cause)
-        # No anchor write may land between reading the dead anchor and the guarded
-        # reset below: the flusher would defeat the guard.
-        if self.policy is not None:
-            self.policy.cancel()
-        saved = self.store.find(name)
-        dead = saved.last_processed_token if saved else None
-        terminal = cause == "rename" or self.spec.checkpoint.on_history_lost == "FAIL"
-        if not terminal:
-            try:
-                fresh = source.initial_position()
-                self.store.reset_after_history_lost(name, fresh, dead, timezone.now())
-            except Exception:
-                logger.exception("stream %r: repairing after invalidate failed", name)
-                terminal = True
-            else:
-                logger.warning("stream %r: collection %s; restarting from now", name, cause)
-                self.policy = None  # nothing to flush: the anchor was just replaced
-                raise _RestartNow
-        # Durable marker: the unusable invalidate token as seen, processed cleared, so
-        # every later start reaches the history-lost strategy and fails loudly.
-        self.store.reset_after_history_lost(name, event["_id"], dead, timezone.now())
-        self.policy = None
-        raise StreamInvalidatedError(
-            f"stream {name!r}: the collection was {'renamed' if cause == 'rename' else 'dropped'}"
-            " (invalidate); the stream stopped. Reset its checkpoint to start it again."
+            ctx.resume_token, event_anchor_at(ctx.event), strict=self.spec.transactional
         )
 
 

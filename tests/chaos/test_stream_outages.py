@@ -88,7 +88,7 @@ def _spec(name: str, handler: Callable[..., Any], **options: Any) -> StreamSpec:
             idle_heartbeat_interval_seconds=1,
         ),
         # The default restart policy (1 s, doubling, 60 s max): the outage cap
-        # (``outage_restart_max_seconds``) is what brings the stream back promptly.
+        # (``core.lifecycle.OUTAGE_RESTART_MAX_SECONDS``) is what brings the stream back promptly.
         **options,
     )
 

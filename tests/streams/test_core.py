@@ -15,22 +15,37 @@ from typing import Any
 
 import pytest
 
+from flowwarden_django.common.failure_log import FailureLog
 from flowwarden_django.streams.checkpoint import Checkpoint
 from flowwarden_django.streams.core.driving import adrive, drive
 from flowwarden_django.streams.core.effects import (
+    CancelAnchors,
     CloseCursor,
     CopyCollection,
     DiscardUnusableConnections,
     FindCheckpoint,
+    FlushAnchorIfDue,
+    HandleEvent,
+    Idle,
     InitialPosition,
     OldestOplogTime,
     OpenCursor,
+    PauseBeforeRestart,
     PollCursor,
     ResetAfterHistoryLost,
+    RunGeneration,
     SaveHeartbeat,
     SaveSeen,
 )
+from flowwarden_django.streams.core.generation import consume
 from flowwarden_django.streams.core.heartbeat import Heartbeat
+from flowwarden_django.streams.core.lifecycle import (
+    RestartNow,
+    StreamInvalidatedError,
+    StreamState,
+    restart_delay,
+    supervise,
+)
 from flowwarden_django.streams.core.resume import (
     MAX_COPIES_PER_OPEN,
     HistoryLostError,
@@ -39,6 +54,8 @@ from flowwarden_django.streams.core.resume import (
     open_arguments,
     open_stream,
 )
+from flowwarden_django.streams.initial_sync import CopyInterrupted, InitialSyncConflictError
+from flowwarden_django.streams.locks import LeaseLostError
 from flowwarden_django.streams.spec import CheckpointSpec, StreamSpec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -396,7 +413,8 @@ def test_the_core_imports_no_thread_loop_or_driver() -> None:
 
     import flowwarden_django.streams.core as core
 
-    banned = {"asyncio", "threading", "pymongo", "time", "django.db", "asgiref"}
+    # It may read the clock (time.perf_counter for the metrics), never wait on it.
+    banned = {"asyncio", "threading", "pymongo", "django.db", "asgiref"}
     for path in Path(core.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())
         imported = {
@@ -409,3 +427,278 @@ def test_the_core_imports_no_thread_loop_or_driver() -> None:
             if name
         }
         assert not {n for n in imported if n.split(".")[0] in banned or n in banned}, path.name
+        waits = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in ("sleep", "wait")
+        ]
+        assert not waits, path.name
+
+
+# -- a consumer's life: the restart loop ------------------------------------------------
+
+
+class Record:
+    """What a driver keeps of a consumer, as the core reads and writes it."""
+
+    def __init__(self, spec_: StreamSpec, *, stop_after: int | None = None) -> None:
+        self.spec = spec_
+        self.state = None
+        self.events_handled = self.documents_copied = self.restarts = self.heartbeats = 0
+        self.last_error: BaseException | None = None
+        self.restarting_since = self.restart_error = self.restart_cause = None
+        self.started_at = self.last_event_stamp = None
+        self.stop_after = stop_after  # events after which a stop is asked for
+        self.lease_lost = False
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_after is not None and self.events_handled >= self.stop_after
+
+    def check_lease(self) -> None:
+        if self.lease_lost:
+            raise LeaseLostError("lost")
+
+
+def restart_spec(max_attempts: int) -> StreamSpec:
+    from flowwarden_django.streams.spec import RestartPolicySpec
+
+    policy = RestartPolicySpec(max_attempts=max_attempts, initial_delay=0.1, jitter=False)
+    return StreamSpec(name="orders", collection="orders", restart_policy=policy)
+
+
+@pytest.mark.parametrize(
+    ("ending", "raises", "state"),
+    [
+        (None, None, StreamState.STOPPED),  # a generation that returns: a graceful stop
+        (CopyInterrupted(), None, StreamState.STOPPED),
+        (LeaseLostError("taken"), None, StreamState.STOPPED),
+        (HistoryLostError("orders", None), HistoryLostError, StreamState.CRASHED),
+        (StreamInvalidatedError("renamed"), StreamInvalidatedError, StreamState.CRASHED),
+        (InitialSyncConflictError("two copies"), InitialSyncConflictError, StreamState.CRASHED),
+    ],
+)
+def test_how_a_generation_ends_decides_the_streams_state(ending, raises, state) -> None:
+    record = Record(restart_spec(3))
+    script = Script((RunGeneration, ending))
+    if raises is None:
+        run(supervise(record, burst=False), script)
+    else:
+        with pytest.raises(raises):
+            run(supervise(record, burst=False), script)
+    assert record.state is state
+    assert record.restarts == 0
+
+
+def test_failed_generations_restart_with_backoff_until_the_attempts_run_out() -> None:
+    record = Record(restart_spec(2))
+    boom = ConnectionError("cursor died")
+    script = Script(
+        (RunGeneration, boom),
+        (DiscardUnusableConnections, None),
+        (lambda e: isinstance(e, PauseBeforeRestart) and e.seconds == pytest.approx(0.1), False),
+        (RunGeneration, boom),
+        (DiscardUnusableConnections, None),
+        (lambda e: isinstance(e, PauseBeforeRestart) and e.seconds == pytest.approx(0.2), False),
+        (RunGeneration, boom),
+    )
+    with pytest.raises(ConnectionError):
+        run(supervise(record, burst=False), script)
+    assert (record.state, record.restarts, record.last_error) == (StreamState.CRASHED, 2, boom)
+    assert record.restart_cause == (2, boom)
+
+
+def test_a_generation_that_made_progress_resets_the_attempts() -> None:
+    record = Record(restart_spec(1))
+
+    def progressed_then_died(effect: Any) -> bool:
+        record.events_handled += 1  # the generation handled an event before it died
+        return isinstance(effect, RunGeneration)
+
+    boom = ConnectionError("cursor died")
+    script = Script(
+        (progressed_then_died, boom),
+        (DiscardUnusableConnections, None),
+        (PauseBeforeRestart, False),
+        (progressed_then_died, boom),
+        (DiscardUnusableConnections, None),
+        (PauseBeforeRestart, True),  # a stop during the wait
+    )
+    run(supervise(record, burst=False), script)
+    assert (record.state, record.restarts) == (StreamState.STOPPED, 2)
+
+
+def test_an_outage_restarts_within_two_seconds_whatever_the_policy() -> None:
+    from flowwarden_django.streams.spec import RestartPolicySpec
+
+    slow = RestartPolicySpec(initial_delay=60, jitter=False)
+    outage = ConnectionRefusedError(111, "Connection refused")
+    assert restart_delay(StreamSpec("s", "c", restart_policy=slow), 1) == 60
+    assert restart_delay(StreamSpec("s", "c", restart_policy=slow), 1, outage) == 2.0
+
+
+def test_a_restart_now_resubscribes_without_a_pause() -> None:
+    record = Record(restart_spec(1))
+    run(supervise(record, burst=True), Script((RunGeneration, RestartNow()), (RunGeneration, None)))
+    assert (record.state, record.restarts) == (StreamState.STOPPED, 1)
+
+
+# -- one generation: poll, handle, idle ----------------------------------------------------
+
+
+class LiveCursor(Cursor):
+    alive = True
+    resume_token = NOW
+
+
+def generation(record: Record, first_event: Any = None, **checkpoint: Any) -> Any:
+    record.spec = spec(**checkpoint)
+    opened = Opened(LiveCursor("c"), first_event=first_event, certified=NOW)
+    heartbeat = Heartbeat.of_generation(record.spec, opened, lambda: 0.0, FailureLog(None, ""))
+    return consume(record, opened, heartbeat, burst=True)
+
+
+def test_a_generation_handles_each_event_then_idles_once_in_burst() -> None:
+    record = Record(spec())
+    second = {**EVENT, "_id": {"_data": "e2"}}
+    script = Script(
+        (lambda e: isinstance(e, HandleEvent) and e.event is EVENT, True),
+        (FlushAnchorIfDue, False),
+        (PollCursor, second),
+        (lambda e: isinstance(e, HandleEvent) and e.operation == "insert", False),  # parked
+        (FlushAnchorIfDue, False),
+        (PollCursor, None),
+        (FlushAnchorIfDue, False),
+        (Idle, None),
+    )
+    run(generation(record, EVENT, idle_heartbeat_interval_seconds=0), script)
+    assert record.events_handled == 2 and record.state is StreamState.RUNNING
+
+
+def test_an_unsettled_event_ends_the_generation_unless_a_stop_asked_for_it() -> None:
+    record = Record(spec())
+    with pytest.raises(ConnectionError, match="unsettled"):
+        run(generation(record, EVENT), Script((HandleEvent, None)))
+    record = Record(spec(), stop_after=0)
+    run(generation(record, EVENT), Script())  # stopping before the first event
+    assert record.events_handled == 0
+
+
+def test_a_lost_lease_stops_before_the_next_event() -> None:
+    record = Record(spec())
+    record.lease_lost = True
+    with pytest.raises(LeaseLostError):
+        run(generation(record, EVENT), Script())
+
+
+def test_an_age_threshold_of_zero_asks_for_no_flush_per_event() -> None:
+    record = Record(spec())
+    script = Script(
+        (HandleEvent, True), (PollCursor, None), (FlushAnchorIfDue, False), (Idle, None)
+    )
+    run(
+        generation(record, EVENT, save_interval_seconds=0, idle_heartbeat_interval_seconds=0),
+        script,
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "on_history_lost", "repair", "outcome", "reset_to"),
+    [
+        ("drop", "RESUME_FROM_NOW", NOW, RestartNow, NOW),
+        ("drop", "FAIL", None, StreamInvalidatedError, EVENT["_id"]),
+        ("rename", "RESUME_FROM_NOW", None, StreamInvalidatedError, EVENT["_id"]),
+        ("drop", "RESUME_FROM_NOW", Lost("no answer"), StreamInvalidatedError, EVENT["_id"]),
+    ],
+)
+def test_an_invalidate_restarts_from_now_or_stops_for_good(
+    before, on_history_lost, repair, outcome, reset_to
+) -> None:
+    record = Record(spec())
+    drop = {"_id": {"_data": "d"}, "operationType": before}
+    invalidate = {**EVENT, "operationType": "invalidate"}
+    steps: list[tuple[Any, Any]] = [
+        (HandleEvent, True),
+        (FlushAnchorIfDue, False),
+        (PollCursor, invalidate),
+        (CancelAnchors, None),
+        (FindCheckpoint, saved()),
+    ]
+    if repair is not None:
+        steps.append((InitialPosition, repair))
+    if repair is NOW:
+        steps.append((lambda e: e == ResetAfterHistoryLost(NOW, PROCESSED, e.at), None))
+    else:
+        steps.append((lambda e: e.position == reset_to and e.expected == PROCESSED, None))
+    record.spec = spec(on_history_lost=on_history_lost)
+    opened = Opened(LiveCursor("c"), first_event=drop, certified=NOW)
+    heartbeat = Heartbeat.of_generation(record.spec, opened, lambda: 0.0, FailureLog(None, ""))
+    with pytest.raises(outcome):
+        run(consume(record, opened, heartbeat, burst=True), Script(*steps))
+
+
+# -- the processed anchor's ledger ---------------------------------------------------------
+
+
+def ledger(**options: Any) -> Any:
+    from flowwarden_django.streams.core.anchors import AnchorLedger
+
+    clock = {"now": 0.0}
+    options = {"save_every_n": 3, "save_interval_seconds": 5, "confirmed_token": None} | options
+    book = AnchorLedger("orders", monotonic=lambda: clock["now"], failure_log=Quiet(), **options)
+    return book, clock
+
+
+class Quiet:
+    def failed(self, exc: Exception) -> None: ...
+    def succeeded(self) -> None: ...
+
+
+def test_the_ledger_asks_for_a_write_at_the_nth_settled_event_or_at_once_when_strict() -> None:
+    book, _ = ledger()
+    assert [book._settled({"n": i}, T0, False) for i in range(3)] == [False, False, True]
+    assert book._settled({"n": 9}, T0, True)
+
+
+def test_settling_the_confirmed_token_again_leaves_nothing_owed() -> None:
+    book, _ = ledger(confirmed_token=PROCESSED)
+    assert not book._settled(PROCESSED, T0, False)
+    assert not book.dirty
+
+
+def test_a_dirty_anchor_ages_into_a_write_and_a_failed_write_pauses_the_next() -> None:
+    book, clock = ledger()
+    book._settled({"n": 1}, T0, False)
+    assert not book._aged()
+    clock["now"] = 5.0
+    assert book._aged()
+    written = book._to_write(force=False)
+    book._write_failed(RuntimeError("down"), strict=False)
+    assert book.dirty and book._to_write(force=False) is None  # pausing
+    assert book._to_write(force=True) is written  # a flush on stop still tries
+    clock["now"] = 5.0 + book.retry_pause_seconds
+    book._written(book._to_write(force=False))
+    assert (book.dirty, book.confirmed_token, book.writes, book.failures) == (False, {"n": 1}, 1, 1)
+
+
+def test_an_event_settled_during_a_write_keeps_the_anchor_dirty() -> None:
+    book, _ = ledger()
+    book._settled({"n": 1}, T0, False)
+    in_flight = book._to_write(force=True)
+    book._settled({"n": 2}, T0, False)
+    book._written(in_flight)
+    assert book.dirty and book.confirmed_token == {"n": 1}
+
+
+def test_a_strict_write_that_fails_forgets_the_anchor_of_the_rolled_back_event() -> None:
+    book, _ = ledger()
+    book._settled({"n": 1}, T0, True)
+    book._write_failed(RuntimeError("rolled back"), strict=True)
+    assert not book.dirty
+
+
+def test_a_cancelled_ledger_writes_nothing_more() -> None:
+    book, _ = ledger()
+    book._settled({"n": 1}, T0, False)
+    book._cancel()
+    assert book._to_write(force=True) is None and not book.dirty

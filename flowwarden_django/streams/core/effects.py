@@ -147,3 +147,48 @@ class Settle(Effect):
 
     ctx: Any
     lifecycle: bool
+
+
+# -- a consumer's life and one generation (``lifecycle``, ``generation``) ------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunGeneration(Effect):
+    """Open the change stream and consume it until a stop (or, with *burst*, until it
+    caught up); its exception ends the generation."""
+
+    burst: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PauseBeforeRestart(Effect):
+    """Wait *seconds* before the next generation; True when a stop cut the wait short."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HandleEvent(Effect):
+    """Handle one change event: the handler, its retries, the anchor. True once
+    handled, False once skipped or parked, ``None`` when a stop left it unsettled."""
+
+    event: Mapping[str, Any]
+    operation: str
+    event_id: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlushAnchorIfDue(Effect):
+    """Write the processed anchor if it has been dirty for ``save_interval_seconds``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelAnchors(Effect):
+    """Refuse every later processed-anchor write of this generation (its anchors are
+    about to be replaced)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Idle(Effect):
+    """The stream found nothing to handle: the driver looks after its database
+    connections now and then and lets other streams run."""

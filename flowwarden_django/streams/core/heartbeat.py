@@ -47,6 +47,20 @@ class Heartbeat:
         self.writes = 0
         self.failures = 0
 
+    @classmethod
+    def of_generation(
+        cls, spec: Any, opened: Any, monotonic: Callable[[], float], failure_log: Any
+    ) -> Heartbeat:
+        """The heartbeat of a generation of *spec*'s stream, opened as *opened* said."""
+        return cls(
+            spec.name,
+            spec.checkpoint.idle_heartbeat_interval_seconds,
+            monotonic,
+            failure_log,
+            certified=opened.certified,
+            recovery_expected=opened.recovery_expected,
+        )
+
     def on_idle(self, position: Mapping[str, Any] | None) -> Decision[None]:
         """The stream polled and found nothing; *position* is the server-certified
         position of the cursor (its postBatchResumeToken), ``None`` if unknown."""

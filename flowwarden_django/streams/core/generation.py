@@ -1,0 +1,147 @@
+"""One generation of a stream's consumer, once for both runtimes: poll, handle, idle.
+
+``consume`` runs from the opened cursor's first event until a stop (or, with
+``burst``, until the stream caught up). Each event is announced, handed to the
+driver (``HandleEvent``: the handler, its retries, the anchor), timed and counted;
+events are settled before the next poll, so when a poll comes back empty every event
+up to the cursor's postBatchResumeToken is settled, and the idle heartbeat may
+certify that token. An ``invalidate`` event ends the generation (``invalidated``):
+it restarts from now, or stops the stream for good after a rename or under ``FAIL``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.utils import timezone
+
+from .. import metrics
+from ..context import aware_datetime, new_event_id
+from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
+from .driving import Decision
+from .effects import (
+    CancelAnchors,
+    FindCheckpoint,
+    FlushAnchorIfDue,
+    HandleEvent,
+    Idle,
+    InitialPosition,
+    PollCursor,
+    ResetAfterHistoryLost,
+)
+from .heartbeat import Heartbeat
+from .lifecycle import RestartNow, StreamInvalidatedError, started
+from .resume import Opened
+
+logger = logging.getLogger("flowwarden_django.streams")
+
+
+def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool) -> Decision[None]:
+    """Handle the events of *opened* until *consumer* stops (or, with *burst*, until a
+    poll finds nothing). *consumer* counts ``events_handled`` and ``heartbeats``, says
+    whether it is ``stopping`` and raises ``LeaseLostError`` from ``check_lease()``."""
+    started(consumer)
+    spec: StreamSpec = consumer.spec
+    name = spec.name
+    by_age = bool(spec.checkpoint.save_interval_seconds)  # else no flush is ever due
+    beating = bool(heartbeat.interval)
+    cause = None  # the lifecycle event an invalidate follows
+    cursor, event = opened.cursor, opened.first_event
+    while not consumer.stopping:
+        if event is None:
+            event = yield PollCursor(cursor)
+        if event is None:
+            if not cursor.alive:
+                raise ConnectionError("the change stream closed")
+            yield FlushAnchorIfDue()
+            writes = heartbeat.writes
+            yield from heartbeat.on_idle(cursor.resume_token)
+            consumer.heartbeats += heartbeat.writes - writes
+            yield Idle()
+            if burst:
+                break
+            continue
+        consumer.check_lease()
+        operation = event.get("operationType", "")
+        if operation in LIFECYCLE_OPERATIONS:
+            if operation == "invalidate":
+                yield CancelAnchors()
+                yield from invalidated(spec, event, cause or "drop")
+            cause = operation
+        event_id = announce_received(name, event, operation)
+        began = time.perf_counter()
+        outcome = yield HandleEvent(event, operation, event_id)
+        processed = metrics.listeners(metrics.event_processed, name)
+        if processed:
+            metrics.send_event_processed(name, processed, time.perf_counter() - began, outcome)
+        if outcome is None:
+            # Unsettled (a stop or a lost lease cut its retries short): nothing after it
+            # may be handled in this generation.
+            consumer.check_lease()
+            if consumer.stopping:
+                break
+            raise ConnectionError("an event was left unsettled; resubscribing")
+        consumer.events_handled += 1
+        consumer.last_event_stamp = time.time()
+        if beating:  # the idle heartbeat's clock (nothing else reads it)
+            heartbeat.last_activity = heartbeat.monotonic()
+        event = None
+        if by_age:
+            yield FlushAnchorIfDue()
+
+
+def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:
+    """Send ``event_received`` for *event* when someone listens; the event id it gave
+    (``None`` when nobody needed one: the context makes its own when asked)."""
+    received = metrics.listeners(metrics.event_received, name)
+    if not received:
+        return None
+    # What the context's properties would say, without making the context; the id and
+    # the wall time only for receivers that read them (metrics.reads).
+    lean = received.lean if type(received) is metrics.Receivers else False
+    event_id = None if lean else new_event_id()
+    metrics.send_event_received(
+        name,
+        received,
+        event_id,
+        operation,
+        (event.get("ns") or {}).get("coll"),
+        event.get("documentKey"),
+        event.get("clusterTime"),
+        None if lean else aware_datetime(event.get("wallTime")),
+    )
+    return event_id
+
+
+def invalidated(spec: StreamSpec, event: Mapping[str, Any], cause: str) -> Decision[None]:
+    """The change stream was invalidated after *cause* (``drop``, ``rename``...).
+
+    A drop under any strategy but ``FAIL`` resets both anchors to the server's
+    current position (guarded by the dead processed anchor) and restarts from now
+    (``RestartNow``). A rename, ``FAIL`` or a failed repair leaves a durable marker
+    (the unusable invalidate token as seen, processed cleared), so every later start
+    reaches the history-lost strategy and fails loudly, and raises
+    ``StreamInvalidatedError``. The driver has cancelled the anchor policy first: no
+    anchor write may land between reading the dead anchor and the guarded reset.
+    """
+    name = spec.name
+    metrics.emit(metrics.stream_invalidated, name, cause=cause)
+    saved = yield FindCheckpoint()
+    dead = saved.last_processed_token if saved else None
+    if cause != "rename" and spec.checkpoint.on_history_lost != "FAIL":
+        try:
+            fresh = yield InitialPosition()
+            yield ResetAfterHistoryLost(fresh, dead, timezone.now())
+        except Exception:
+            logger.exception("stream %r: repairing after invalidate failed", name)
+        else:
+            logger.warning("stream %r: collection %s; restarting from now", name, cause)
+            raise RestartNow
+    yield ResetAfterHistoryLost(event["_id"], dead, timezone.now())
+    raise StreamInvalidatedError(
+        f"stream {name!r}: the collection was {'renamed' if cause == 'rename' else 'dropped'}"
+        " (invalidate); the stream stopped. Reset its checkpoint to start it again."
+    )
