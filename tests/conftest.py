@@ -18,3 +18,18 @@ def _require_lane(request: pytest.FixtureRequest) -> None:
         if REQUIRE_SERVICES and mark.args[0] != "mongo_live":
             pytest.fail(f"{reason} (FLOWWARDEN_REQUIRE_SERVICES is set, so this fails)")
         pytest.skip(reason)
+
+
+def _cost(item: pytest.Item) -> int:
+    """0 for the long tests (crash, chaos, Temporal, browser, subprocess stories), 1 for
+    the rest: under pytest-xdist the long ones start first, so they overlap with the
+    many short ones instead of trailing after them."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("browser"):
+        return 0
+    if any(mark.args[0] == "temporal" for mark in item.iter_markers("lane")):
+        return 0
+    return 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_cost)  # stable: each group keeps the order it was collected in

@@ -123,3 +123,47 @@ def unavailable_reason(name: str) -> str | None:
 def available(name: str) -> bool:
     """Whether the named lane's server is reachable."""
     return unavailable_reason(name) is None
+
+
+def worker_index() -> int:
+    """Which pytest-xdist worker runs this (``gw3`` is 3); 0 without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name.removeprefix("gw")) if name.startswith("gw") else 0
+
+
+#: Where this run's ports start: below the OS's ephemeral range (32768 and up), so no
+#: port the OS hands out (an outgoing connection, a server's "random free port")
+#: takes one. ``.ci/run`` gives each lane of the support matrix its own base.
+PORT_BASE = int(os.environ.get("FLOWWARDEN_TEST_PORT_BASE", "20000"))
+#: Ports a worker owns, in steps of ``_PORT_STEP`` (a server may bind a few beside its own).
+_PORT_BLOCK, _PORT_STEP = 600, 5
+_ports_taken = 0
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, from this worker's own block: two workers (or
+    two lanes) starting servers at once never pick the same one."""
+    global _ports_taken
+    first = PORT_BASE + worker_index() * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK // _PORT_STEP):
+        port = first + (_ports_taken * _PORT_STEP) % _PORT_BLOCK
+        _ports_taken += 1
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}..{first + _PORT_BLOCK} (worker {worker_index()})")
+
+
+def redis_db() -> int:
+    """The Redis database of this worker (15, 14, ... for gw0, gw1, ...; 14 and 13 stay
+    the brokers'): keys of one worker never meet another's ``flushdb`` or scan."""
+    return (15, 12, 11, 10, 9, 8, 7, 6)[worker_index() % 8]
+
+
+def redis_url() -> str:
+    """``redis://host:port/db`` of the test Redis, on this worker's database."""
+    return f"redis://{SERVICES['redis'].address}/{redis_db()}"

@@ -4,7 +4,7 @@ import os
 import tempfile
 from importlib.util import find_spec
 
-from tests.services import SERVICES, available
+from tests.services import SERVICES, available, redis_url
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -109,7 +109,7 @@ if available("redis"):
     _redis = SERVICES["redis"]
     CACHES["redis"] = {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": f"redis://{_redis.host}:{_redis.port}/15",
+        "LOCATION": redis_url(),
     }
 
 FLOWWARDEN = {

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from tests.services import SERVICES
+from tests.services import SERVICES, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,13 +159,6 @@ def wait_until(
             text = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {text}\n{logs}")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening(port: int) -> bool:

@@ -13,7 +13,6 @@ to ``NOW`` so the stored worker rows are fresh.
 from __future__ import annotations
 
 import copy
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +31,7 @@ from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
 from flowwarden_django.streams.status import instance_key
 from tests.lanes import lane_marks
+from tests.services import free_port
 from tests.status_rows import NOW, checkpoint, worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -229,12 +229,6 @@ def test_all_gives_anyone_details(leaky_stream: str) -> None:
 def test_a_bad_rule_gives_nobody_details(leaky_stream: str) -> None:
     with override_settings(FLOWWARDEN={"DLQ_STORES": DLQ_STORES, "HEALTH_DETAILS": "admins"}):
         assert_no_details(*health(user("ops", staff=True))[1:])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager

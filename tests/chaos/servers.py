@@ -88,6 +88,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+from tests.services import free_port
+
 HOST = "127.0.0.1"
 
 
@@ -97,13 +99,6 @@ class ServerUnavailable(RuntimeError):
 
 class ServerStartError(RuntimeError):
     """The server did not start, or did not answer within the start timeout."""
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port nothing listens on right now (the OS's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _base_tmp() -> Path:

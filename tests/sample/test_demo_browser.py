@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tests.browser import start_chrome
 from tests.lanes import on_lane
+from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "/admin/flowwarden_django"
@@ -34,12 +35,6 @@ def artifact_dir(tmp_path: Path) -> Path:
     directory = Path(configured) if configured else tmp_path
     directory.mkdir(parents=True, exist_ok=True)
     return directory
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Demo:

@@ -12,11 +12,7 @@ from flowwarden_django.streams.checkpoint import Checkpoint, CheckpointStore
 from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
 from tests.lanes import on_lane
-from tests.services import SERVICES
-
-
-def redis_url() -> str:
-    return f"redis://{SERVICES['redis'].address}/15"
+from tests.services import redis_url
 
 
 def delete_keys(store):

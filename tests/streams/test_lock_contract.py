@@ -27,7 +27,7 @@ from flowwarden_django.streams.locks import LeaseLostError
 from flowwarden_django.testkit import AsyncLockServiceContract, LockServiceContract
 from flowwarden_django.testkit.lock_service import A, B
 from tests.lanes import lane_marks, on_lane
-from tests.services import SERVICES
+from tests.services import redis_url
 from tests.streams.async_mongomock import NativeAsyncOnly, NativeOnMongomock
 from tests.streams.test_contract_mongo import SerializedCollection
 
@@ -303,10 +303,6 @@ def test_guard_rolls_back_the_block_when_it_raises(alias):
 
 
 # -- Redis ------------------------------------------------------------------------
-
-
-def redis_url():
-    return f"redis://{SERVICES['redis'].address}/15"
 
 
 def delete_keys(service):

@@ -18,7 +18,7 @@ from flowwarden_django.streams.backends.orm import OrmLockService
 from flowwarden_django.streams.backends.redis import RedisLockService
 from flowwarden_django.streams.locks import LockService
 from tests.lanes import lane_marks, on_lane
-from tests.services import SERVICES
+from tests.services import redis_url
 
 #: Names that are, or were, another lease's keys, or look like a key kind.
 TRICKY = [
@@ -39,9 +39,7 @@ OWNERS = [f"host-{i}:app:8080" for i in range(len(TRICKY))]
 
 
 def redis_service() -> RedisLockService:
-    return RedisLockService(
-        url=f"redis://{SERVICES['redis'].address}/15", key_prefix=f"fwtest:{uuid.uuid4().hex[:8]}:"
-    )
+    return RedisLockService(url=redis_url(), key_prefix=f"fwtest:{uuid.uuid4().hex[:8]}:")
 
 
 def wipe_redis(service: RedisLockService) -> None:
