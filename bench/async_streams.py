@@ -358,7 +358,7 @@ def run_threads(setup: dict[str, Any], store: Any, calls: list[int]) -> tuple[Ph
     """Every stream on its own thread, as ``StreamManager`` runs them."""
     import pymongo
 
-    from flowwarden_django.streams.runtime import StreamConsumer
+    from flowwarden_django.streams.runtime.threaded import StreamConsumer
     from flowwarden_django.streams.source import PymongoChangeSource
 
     client: pymongo.MongoClient[Any] = pymongo.MongoClient(
@@ -410,8 +410,8 @@ def run_asyncio(
 
     import pymongo
 
-    from flowwarden_django.streams.async_runtime import AsyncStreamConsumer, run_streams
     from flowwarden_django.streams.async_source import AsyncPymongoChangeSource
+    from flowwarden_django.streams.runtime.event_loop import AsyncStreamConsumer, run_streams
 
     async def main() -> tuple[Phase, list[AsyncStreamConsumer]]:
         client: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(

@@ -226,8 +226,8 @@ def runtime_round(
 ) -> RoundResult:
     """Copy through ``StreamConsumer``; time ``run()`` up to ``initial_sync_finished``."""
     from flowwarden_django.streams import metrics
-    from flowwarden_django.streams.initial_sync import decode_id
-    from flowwarden_django.streams.runtime import StreamConsumer
+    from flowwarden_django.streams.initial_sync.copier import decode_id
+    from flowwarden_django.streams.runtime.threaded import StreamConsumer
     from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 
     spec = StreamSpec(

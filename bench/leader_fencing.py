@@ -64,9 +64,9 @@ def run_round(name: str, events: int, *, fenced: bool) -> float:
     from django.utils import timezone
 
     from flowwarden_django.streams.backends.orm import OrmCheckpointStore, OrmLockService
-    from flowwarden_django.streams.leadership import Leadership
-    from flowwarden_django.streams.observed_store import ObservedCheckpointStore
-    from flowwarden_django.streams.runtime import StreamConsumer
+    from flowwarden_django.streams.runtime.leadership import Leadership
+    from flowwarden_django.streams.runtime.observed_store import ObservedCheckpointStore
+    from flowwarden_django.streams.runtime.threaded import StreamConsumer
     from flowwarden_django.streams.spec import CheckpointSpec, StreamSpec
     from flowwarden_django.testkit.fake_source import FakeChangeSource
 

@@ -285,7 +285,7 @@ def runtime_round(
     """Run the consumer in burst mode from *start*; time ``run()``."""
     from django.utils import timezone
 
-    from flowwarden_django.streams.runtime import StreamConsumer
+    from flowwarden_django.streams.runtime.threaded import StreamConsumer
     from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 
     spec = StreamSpec(

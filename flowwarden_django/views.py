@@ -25,7 +25,7 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 
 from .conf import fw_settings
-from .streams.status import health_report
+from .streams.operations.status import health_report
 
 #: ``FLOWWARDEN["HEALTH_DETAILS"]`` values other than a permission name.
 HEALTH_DETAILS_STAFF = "staff"

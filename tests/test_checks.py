@@ -206,7 +206,7 @@ def test_an_unknown_key_is_a_warning_with_a_suggestion(settings, key, suggestion
 
 
 def test_stream_max_await_accepts_milliseconds_and_durations(settings):
-    from flowwarden_django.streams.manager import max_await_ms
+    from flowwarden_django.streams.clients import max_await_ms
 
     assert (max_await_ms(200), max_await_ms("200ms"), max_await_ms("1s")) == (200, 200, 1000)
     for good in (200, "200ms", "1.5s"):

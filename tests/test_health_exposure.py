@@ -27,9 +27,9 @@ from django.utils import timezone
 
 from flowwarden_django.models import StreamWorker
 from flowwarden_django.streams.dlq import DlqStore
+from flowwarden_django.streams.operations.status import instance_key
 from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
-from flowwarden_django.streams.status import instance_key
 from tests.lanes import lane_marks
 from tests.services import free_port
 from tests.status_rows import NOW, checkpoint, worker

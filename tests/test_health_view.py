@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from flowwarden_django.integrations import prometheus
 from flowwarden_django.streams import metrics
+from flowwarden_django.streams.operations.status import instance_key
 from flowwarden_django.streams.registry import register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
-from flowwarden_django.streams.status import instance_key
 from tests.status_rows import NOW, ago, checkpoint, dead_letter, worker
 
 pytestmark = pytest.mark.django_db

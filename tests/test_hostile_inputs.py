@@ -1751,7 +1751,10 @@ BAD_TEXTS: list[tuple[str, Any]] = [
 
 
 def core_cases() -> list[CoreCase]:
-    from flowwarden_django.streams.replay import acknowledge_dead_letter, discard_dead_letter
+    from flowwarden_django.streams.operations.replay import (
+        acknowledge_dead_letter,
+        discard_dead_letter,
+    )
     from flowwarden_django.workflows import Workflow
     from flowwarden_django.workflows.approvals import approve, decide, reject
 

@@ -137,6 +137,24 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
     }  # fmt: skip
 
 
+def test_streams_shows_its_architecture() -> None:
+    """At the root, what a project declares and implements (the spec, the context, the
+    three SPIs and the change source); beside it, one package a job: the decisions
+    (``core``), what runs them (``runtime``), the initial sync, the operators' tools and
+    the backends."""
+    streams = PACKAGE / "streams"
+    packages = {path.name for path in streams.iterdir() if (path / "__init__.py").is_file()}
+    assert packages == {"backends", "core", "initial_sync", "operations", "runtime"}
+    assert {path.stem for path in streams.glob("*.py")} == {
+        "__init__", "async_source", "checkpoint", "clients", "context", "dispatch", "dlq",
+        "locks", "metrics", "registry", "source", "spec", "stores", "tokens", "validation",
+    }  # fmt: skip
+    assert {path.stem for path in (streams / "runtime").glob("*.py")} == {
+        "__init__", "threaded", "event_loop", "policy", "observed_store", "manager",
+        "async_manager", "leadership",
+    }  # fmt: skip
+
+
 def test_the_import_contracts_hold() -> None:
     """The same check ``make test`` runs first, so a plain ``pytest`` catches a cycle."""
     lint_imports = Path(sys.executable).with_name("lint-imports")

@@ -14,7 +14,7 @@ from django.db import OperationalError
 from flowwarden_django.common.failure_log import FailureLog
 from flowwarden_django.common.outages import error_summary, error_where, is_outage
 from flowwarden_django.models import StreamWorker, WorkflowRun
-from flowwarden_django.streams.status import StreamStatus, WorkerStatus
+from flowwarden_django.streams.operations.status import StreamStatus, WorkerStatus
 from flowwarden_django.workflows.releases import PendingReleases
 from flowwarden_django.workflows.runs import RunRecords, RunStatus, new_runner_token
 
@@ -149,9 +149,9 @@ def test_the_status_says_why_and_since_when_a_stream_restarts() -> None:
 
 @pytest.mark.django_db
 def test_the_manager_publishes_the_restart_reason() -> None:
-    from flowwarden_django.streams.manager import StreamManager
     from flowwarden_django.streams.registry import StreamRegistry
     from flowwarden_django.streams.runtime import StreamConsumer, StreamState
+    from flowwarden_django.streams.runtime.manager import StreamManager
 
     manager = StreamManager(registry=StreamRegistry(), instance_id="host:9")
     consumer = StreamConsumer.__new__(StreamConsumer)
@@ -215,7 +215,7 @@ def test_a_claim_that_could_not_be_released_is_released_later(monkeypatch) -> No
 
 
 def test_failing_anchor_saves_are_retried_after_a_pause_not_per_event() -> None:
-    from flowwarden_django.streams.policy import ProcessedAnchorPolicy
+    from flowwarden_django.streams.runtime.policy import ProcessedAnchorPolicy
 
     class DownStore:
         up = False

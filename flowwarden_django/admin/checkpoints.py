@@ -26,8 +26,8 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT
 from ..models import StreamCheckpoint
 from ..streams.backends.orm import OrmCheckpointStore
-from ..streams.display import copied_text, last_id_text
-from ..streams.display import short_token as shorten_token
+from ..streams.operations.display import copied_text, last_id_text
+from ..streams.operations.display import short_token as shorten_token
 from ..streams.stores import checkpoint_stores
 from ..streams.tokens import decode_token, token_to_json
 from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, timestamp

@@ -31,11 +31,17 @@ from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, relative_time
 from ..models import StreamControl, StreamWorker
-from ..streams.copy_progress import CopyProgress
+from ..streams.initial_sync.progress import CopyProgress
+from ..streams.initial_sync.resync import ResyncError, request_resync
+from ..streams.operations.status import (
+    PAUSED,
+    StreamStatus,
+    status_error,
+    status_interval,
+    stream_status,
+)
 from ..streams.registry import stream_registry
-from ..streams.resync import ResyncError, request_resync
 from ..streams.spec import StreamSpec
-from ..streams.status import PAUSED, StreamStatus, status_error, status_interval, stream_status
 from ..views import may_see_details
 from .base import GuardedLookupsMixin, ReadOnlyAdminMixin
 
@@ -185,7 +191,7 @@ def dead_letters_url(stream_name: str | None = None) -> str | None:
 class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """The "Streams" console, in place of the stream workers' changelist.
 
-    Lists :func:`~flowwarden_django.streams.status.stream_status` (state, leader,
+    Lists :func:`~flowwarden_django.streams.operations.status.stream_status` (state, leader,
     instances, ages, DLQ backlog) and, for users with ``control_stream``, offers
     Start / Stop / Restart through a confirmation page.
     """

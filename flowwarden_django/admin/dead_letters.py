@@ -1,7 +1,7 @@
 """The dead-letter console: the ORM dead-letter store's rows in the admin.
 
 Entries are listed and shown, never edited: operators replay, acknowledge or
-discard them through ``streams/replay.py`` (which changes their status with a
+discard them through ``streams/operations/replay.py`` (which changes their status with a
 compare-and-set), as changelist actions or as buttons on an entry's page. Every
 operation asks for confirmation first, like Django's "Delete selected".
 """
@@ -33,7 +33,11 @@ from ..common.formatting import NONE_TEXT, truncate
 from ..common.user_input import UserJSONError, check_note
 from ..models import DeadLetter
 from ..streams.backends.orm import OrmDlqStore
-from ..streams.replay import acknowledge_dead_letter, discard_dead_letter, replay_dead_letter
+from ..streams.operations.replay import (
+    acknowledge_dead_letter,
+    discard_dead_letter,
+    replay_dead_letter,
+)
 from ..streams.stores import dlq_stores
 from ..streams.tokens import decode_token
 from .base import (

@@ -6,7 +6,7 @@ a project's ``streams.py``/``workflows.py``, its models or its Celery app module
 possibly while the app registry is still loading. They must not import
 ``flowwarden_django.models`` at module level, and instead write::
 
-    from ..common.app_models import models
+    from .app_models import models
 
     models.Approval.objects.filter(...)
 

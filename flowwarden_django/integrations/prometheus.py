@@ -15,7 +15,7 @@ Two kinds of metrics, all named ``flowwarden_*``:
 
 Labels carry names and fixed values only: stream names, store and client
 aliases, states, anchors, reasons. The ``instance`` label is the process's
-:func:`~flowwarden_django.streams.status.instance_key` (an opaque keyed hash), not
+:func:`~flowwarden_django.streams.operations.status.instance_key` (an opaque keyed hash), not
 its ``<hostname>:<pid>`` id: the detailed health report (staff) maps one to the
 other. No error text becomes a label or a sample.
 
@@ -41,7 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from ..streams import metrics
 from ..streams.checkpoint import as_utc
-from ..streams.status import (
+from ..streams.operations.status import (
     COPYING,
     CRASHED,
     PAUSED,

@@ -16,8 +16,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..streams.checkpoint import CheckpointStore
-from ..streams.copy_progress import DONE, CopyProgress, copy_progress
-from ..streams.status import CRASHED, StreamStatus, stream_status
+from ..streams.initial_sync.progress import DONE, CopyProgress, copy_progress
+from ..streams.operations.status import CRASHED, StreamStatus, stream_status
 
 #: Seconds between plain progress lines when tqdm is not installed.
 PLAIN_LINE_EVERY = 5.0

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from ..exceptions import MissingExtraError
-from .clients import client_settings
+from .clients import client_settings, source_options
 from .source import CollectionStreamSettings
 from .spec import StreamSpec
 
@@ -43,7 +43,7 @@ class AsyncChangeCursor(Protocol):
 
 class AsyncChangeSource(Protocol):
     """The async counterpart of :class:`~.source.ChangeSource` (an initial sync copies
-    through the sync source: see :mod:`.async_runtime`)."""
+    through the sync source: see :mod:`.runtime.event_loop`)."""
 
     async def open(
         self,
@@ -184,6 +184,4 @@ class AsyncPymongoChangeSource(CollectionStreamSettings):
 
 def async_pymongo_source(spec: StreamSpec) -> AsyncPymongoChangeSource:
     """The production async source of a stream (call it inside the running loop)."""
-    from .manager import source_options
-
     return AsyncPymongoChangeSource(async_mongo_clients[spec.client], **source_options(spec))

@@ -1,4 +1,5 @@
-"""MongoDB clients by alias: ``FLOWWARDEN["MONGO_CLIENTS"]``, one client per alias per process.
+"""MongoDB clients by alias: ``FLOWWARDEN["MONGO_CLIENTS"]``, one client per alias per process,
+and the production change source of a stream on its client (``pymongo_source``).
 
 ``{"default": {"URL": "mongodb://host:27017/?replicaSet=rs0", "OPTIONS": {...}}}``;
 ``OPTIONS`` are keyword arguments of ``pymongo.MongoClient``.
@@ -8,10 +9,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..common.durations import parse_duration
 from ..conf import fw_settings
 from ..exceptions import MissingExtraError
+from .source import ChangeSource, PymongoChangeSource
+
+if TYPE_CHECKING:
+    from .spec import StreamSpec
 
 
 def client_settings(alias: str) -> tuple[str, dict[str, Any]]:
@@ -102,3 +108,29 @@ def probe(alias: str, timeout: float = 3.0) -> str | None:
         if client is not None:
             client.close()
     return None
+
+
+def pymongo_source(spec: StreamSpec) -> ChangeSource:
+    """The production source of a stream: its MongoDB client alias, collection and pipeline."""
+    return PymongoChangeSource(mongo_clients[spec.client], **source_options(spec))
+
+
+def source_options(spec: StreamSpec) -> dict[str, Any]:
+    """The arguments after the client of a pymongo source (sync or async) of *spec*."""
+    return {
+        "database": spec.database,
+        "collection": spec.collection,
+        "stream_name": spec.name,
+        "pipeline": list(spec.pipeline()) if spec.pipeline is not None else [],
+        "full_document": spec.full_document,
+        "full_document_before_change": spec.full_document_before_change,
+        "max_await_ms": max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS),
+    }
+
+
+def max_await_ms(value: str | float) -> int:
+    """``STREAM_MAX_AWAIT_MS`` in milliseconds: a number is milliseconds, text a
+    duration (``"200ms"``, ``"1s"``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return max(1, int(value))
+    return max(1, int(parse_duration(value) * 1000))

@@ -247,7 +247,7 @@ class ChangeContext:
     async def asave_checkpoint_now(self) -> bool:
         """:meth:`save_checkpoint_now` for an ``async def`` handler (same result).
 
-        Under :class:`~.async_runtime.AsyncStreamConsumer` it is native; elsewhere it
+        Under :class:`~.runtime.event_loop.AsyncStreamConsumer` it is native; elsewhere it
         runs the sync method on the handler's thread-sensitive thread, inside the
         transaction of a transactional stream.
         """

@@ -4,7 +4,7 @@ An event whose handler failed for good (after the retry policy, or by an
 ``on_error`` decision, or by ``ctx.send_to_dlq(reason)``) is parked as a
 ``DeadLetter`` and the stream goes on. Beyond the reference, entries move through
 statuses: an operator **replays** one (it is re-run through the stream's
-handlers, see ``streams/replay.py``), **acknowledges** it (handled by hand) or
+handlers, see ``streams/operations/replay.py``), **acknowledges** it (handled by hand) or
 **discards** it; expired entries are purged.
 
 Statuses: ``PENDING`` (the backlog) → ``REPLAYING`` (claimed by one replay) →

@@ -15,8 +15,8 @@ from django.conf import settings
 
 from ..common.app_models import models
 from ..conf import fw_settings
-from .copy_filter import CopyFilterError, copy_filter
 from .dispatch import handler_shape
+from .initial_sync.filter import CopyFilterError, copy_filter
 from .spec import (
     DEPLOYMENT_MODES,
     FULL_DOCUMENT_BEFORE_CHANGE_MODES,

@@ -127,7 +127,7 @@ def test_view_permission_shows_the_page_without_buttons(streams):
 def test_health_details_decide_whether_hosts_and_errors_show(streams, settings, rule):
     """Issue 24: with ``HEALTH_DETAILS`` ``"none"`` the console showed a viewer the
     instances' host names and their last errors (event data)."""
-    from flowwarden_django.streams.status import instance_key
+    from flowwarden_django.streams.operations.status import instance_key
 
     StreamWorker.objects.filter(instance_id="host-b:1").update(
         last_error="ValueError: card 4111-1111 declined"

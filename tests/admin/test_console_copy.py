@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from flowwarden_django.models import StreamControl, StreamWorker
-from flowwarden_django.streams.manager import StreamManager
 from flowwarden_django.streams.registry import register_stream
+from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import checkpoint_stores
 from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog

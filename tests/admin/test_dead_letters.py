@@ -2,7 +2,7 @@
 
 Entries are parked through the ORM DLQ store with the real error of a registered
 stream's handler, which fails until the test "fixes" it; every operation runs
-through ``streams/replay.py`` against that store.
+through ``streams/operations/replay.py`` against that store.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from flowwarden_django.streams.dlq import (
     dead_letter_id,
     error_info,
 )
+from flowwarden_django.streams.operations.replay import run_handlers
 from flowwarden_django.streams.registry import register_stream, stream_registry
-from flowwarden_django.streams.replay import run_handlers
 from flowwarden_django.streams.stores import dlq_stores
 from tests.testapp.models import Effect
 

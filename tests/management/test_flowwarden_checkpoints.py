@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from flowwarden_django.common.formatting import age_text, truncate
 from flowwarden_django.streams import Checkpoint, CheckpointStore, checkpoint_stores
-from flowwarden_django.streams.display import short_token
 from flowwarden_django.streams.initial_sync import encode_id
+from flowwarden_django.streams.operations.display import short_token
 
 PROCESSED = {"_data": "8263A1B2C3000000012B022C0100296E5A1004ABCDEF0123456789"}
 SEEN = {"_data": "8263A1B2D4000000022B022C0100296E5A1004ABCDEF0123456789"}

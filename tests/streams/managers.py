@@ -3,11 +3,12 @@ runs against both the threaded and the asyncio runtime."""
 
 import asyncio
 
-from flowwarden_django.streams.async_manager import AsyncStreamManager
-from flowwarden_django.streams.async_runtime import AsyncStreamConsumer
 from flowwarden_django.streams.async_source import async_mongo_clients, async_pymongo_source
-from flowwarden_django.streams.manager import StreamManager, pymongo_source
+from flowwarden_django.streams.clients import pymongo_source
 from flowwarden_django.streams.runtime import StreamConsumer
+from flowwarden_django.streams.runtime.async_manager import AsyncStreamManager
+from flowwarden_django.streams.runtime.event_loop import AsyncStreamConsumer
+from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.testkit.fake_source import AsyncFakeChangeSource, FakeChangeSource
 
 RUNNERS = ("threads", "asyncio")

@@ -15,10 +15,10 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from flowwarden_django.streams.async_runtime import AsyncStreamConsumer, run_streams
 from flowwarden_django.streams.async_source import async_mongo_clients
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore, InMemoryDlqStore
 from flowwarden_django.streams.runtime import HistoryLostError, StreamState
+from flowwarden_django.streams.runtime.event_loop import AsyncStreamConsumer, run_streams
 from flowwarden_django.streams.spec import (
     CheckpointSpec,
     DeadLetterQueueSpec,

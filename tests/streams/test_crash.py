@@ -42,7 +42,7 @@ too, but its first attempt rolled back, so the data counts no re-delivery).
 **Runners.** ``count`` runs on both runners, with the same checks: ``threads``
 (``--threads``: the stream on a thread of its own, the sync pymongo driver) and
 ``asyncio`` (``--asyncio``: the stream a task on the event loop of
-:class:`~flowwarden_django.streams.async_manager.AsyncStreamManager`, reading through
+:class:`~flowwarden_django.streams.runtime.async_manager.AsyncStreamManager`, reading through
 pymongo's ``AsyncMongoClient``, its own anchor policy; the sync handler runs on the
 stream's own thread). ``transactional`` runs on threads: on asyncio a transactional
 attempt is the threaded runtime's own code on the stream's thread, and the

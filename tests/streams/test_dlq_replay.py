@@ -1,4 +1,4 @@
-"""Replay, acknowledge and discard through ``flowwarden_django.streams.replay``, on
+"""Replay, acknowledge and discard through ``flowwarden_django.streams.operations.replay``, on
 the in-memory DLQ store: concurrency and the edges of the status machine."""
 
 import threading
@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from flowwarden_django.streams import register_stream, stream_registry
 from flowwarden_django.streams.dlq import DeadLetter, DlqPolicy, ErrorInfo
-from flowwarden_django.streams.replay import (
+from flowwarden_django.streams.operations.replay import (
     acknowledge_dead_letter,
     discard_dead_letter,
     replay_dead_letter,

@@ -21,8 +21,8 @@ from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.checkpoint import as_utc
 from flowwarden_django.streams.context import ChangeContext, aware_datetime, new_event_id
 from flowwarden_django.streams.dispatch import HandlerCaller
-from flowwarden_django.streams.policy import ProcessedAnchorPolicy
 from flowwarden_django.streams.runtime import StreamConsumer
+from flowwarden_django.streams.runtime.policy import ProcessedAnchorPolicy
 from flowwarden_django.streams.spec import (
     CheckpointSpec,
     DeadLetterQueueSpec,

@@ -18,15 +18,15 @@ from django.test import override_settings
 
 from flowwarden_django.streams import metrics
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
-from flowwarden_django.streams.copy_filter import CopyFilterError, copy_filter
 from flowwarden_django.streams.core.resume import (
     MAX_COPIES_PER_OPEN,
     HistoryLostError,
     OplogTooShortError,
 )
 from flowwarden_django.streams.initial_sync import InitialSyncConflictError, decode_id, encode_id
-from flowwarden_django.streams.manager import pymongo_source
+from flowwarden_django.streams.initial_sync.filter import CopyFilterError, copy_filter
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
+from flowwarden_django.streams.runtime.manager import pymongo_source
 from flowwarden_django.streams.spec import (
     CheckpointSpec,
     DeadLetterQueueSpec,

@@ -91,8 +91,8 @@ from flowwarden_django.streams import metrics
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.streams.initial_sync import decode_id
-from flowwarden_django.streams.manager import pymongo_source
 from flowwarden_django.streams.runtime import HistoryLostError, StreamConsumer, StreamState
+from flowwarden_django.streams.runtime.manager import pymongo_source
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit._scripted_events import parse_token
 from tests.crash.copy_sync import GATES, SNAPSHOT, STREAM, TRANSACTIONAL_STREAM

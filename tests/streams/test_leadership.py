@@ -11,8 +11,8 @@ import pytest
 
 from flowwarden_django.streams import LeaseLostError, register_stream, stream_registry
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore, InMemoryLockService
-from flowwarden_django.streams.leadership import Leadership
-from flowwarden_django.streams.observed_store import ObservedCheckpointStore
+from flowwarden_django.streams.runtime.leadership import Leadership
+from flowwarden_django.streams.runtime.observed_store import ObservedCheckpointStore
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import lock_services
 from flowwarden_django.testkit.checkpoint_store import now_ms

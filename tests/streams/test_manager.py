@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from flowwarden_django.models import StreamControl, StreamWorker
 from flowwarden_django.streams import register_stream, stream_registry
-from flowwarden_django.streams.manager import StreamManager
+from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import lock_services
 from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog

@@ -8,8 +8,8 @@ import pytest
 
 from flowwarden_django.streams import LeaseLostError, metrics
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore, InMemoryLockService
-from flowwarden_django.streams.leadership import Leadership
-from flowwarden_django.streams.observed_store import ObservedCheckpointStore
+from flowwarden_django.streams.runtime.leadership import Leadership
+from flowwarden_django.streams.runtime.observed_store import ObservedCheckpointStore
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress
 
 STREAM = "observed-orders"

@@ -19,13 +19,18 @@ from django.core.management import CommandError, call_command
 
 from flowwarden_django.models import StreamControl, StreamWorker
 from flowwarden_django.streams import register_stream, stream_registry
-from flowwarden_django.streams.copy_progress import CopyProgress, copy_progress, duration_text
-from flowwarden_django.streams.manager import StreamManager, pymongo_source
+from flowwarden_django.streams.clients import pymongo_source
+from flowwarden_django.streams.initial_sync.progress import (
+    CopyProgress,
+    copy_progress,
+    duration_text,
+)
+from flowwarden_django.streams.initial_sync.resync import ResyncError, request_resync
+from flowwarden_django.streams.operations.status import health_report, stream_status
 from flowwarden_django.streams.registry import StreamRegistry
-from flowwarden_django.streams.resync import ResyncError, request_resync
 from flowwarden_django.streams.runtime import StreamConsumer
+from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.streams.spec import CheckpointSpec
-from flowwarden_django.streams.status import health_report, stream_status
 from flowwarden_django.streams.stores import checkpoint_stores
 from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog
 from tests.status_rows import NOW, worker
@@ -133,7 +138,7 @@ def test_status_command_notes_the_copy(monkeypatch):
     register_stream("st-copy", "orders", on_snapshot=lambda doc: None)
     try:
         worker("st-copy", "host-a:1", "copying", updated=0)
-        monkeypatch.setattr("flowwarden_django.streams.status.timezone.now", lambda: NOW)
+        monkeypatch.setattr("flowwarden_django.streams.operations.status.timezone.now", lambda: NOW)
         checkpoint_stores["default"].save_initial_sync("st-copy", record(), expected_batch=None)
         out = io.StringIO()
         call_command("flowwarden_streams", "status", stdout=out)

@@ -1,7 +1,7 @@
 """Lanes (b) and (c): the stream runtime with the real pymongo driver on the wire.
 
 Every scenario runs a ``StreamConsumer`` over the production source
-(``manager.pymongo_source``: the ``FLOWWARDEN["MONGO_CLIENTS"]`` alias, the stream's
+(``clients.pymongo_source``: the ``FLOWWARDEN["MONGO_CLIENTS"]`` alias, the stream's
 collection, ``STREAM_MAX_AWAIT_MS``) and asserts on three things: the checkpoint
 store's data, the events the handler saw, and the commands pymongo sent. The commands
 are recorded with pymongo's own command monitoring (``Wire``), so the same assertions
@@ -48,14 +48,13 @@ from pymongo.write_concern import WriteConcern
 
 from flowwarden_django.streams import Checkpoint
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
-from flowwarden_django.streams.manager import pymongo_source
 from flowwarden_django.streams.runtime import (
     HistoryLostError,
     StreamConsumer,
     StreamInvalidatedError,
     StreamState,
 )
-from flowwarden_django.streams.source import is_history_lost
+from flowwarden_django.streams.source import is_history_lost, pymongo_source
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.streams.tokens import Token
 from tests.lanes import lane_marks, on_lane
@@ -435,7 +434,7 @@ def stream(
 
 
 def consumer(spec: StreamSpec, store: Any) -> StreamConsumer:
-    """A consumer on the production source (``manager.pymongo_source``)."""
+    """A consumer on the production source (``clients.pymongo_source``)."""
     return StreamConsumer(spec, store, pymongo_source)
 
 
@@ -1111,8 +1110,8 @@ def test_a_poison_event_is_parked_after_its_retries_and_settles_when_replayed(se
     transaction), the stream goes on; after the handler is fixed, replaying the entry runs it
     through the stream's handler once and marks it REPLAYED."""
     from flowwarden_django.streams.backends.orm import OrmCheckpointStore, OrmDlqStore
+    from flowwarden_django.streams.operations.replay import replay_dead_letter
     from flowwarden_django.streams.registry import stream_registry
-    from flowwarden_django.streams.replay import replay_dead_letter
     from flowwarden_django.streams.spec import DeadLetterQueueSpec, RetryPolicySpec
     from tests.testapp.models import Effect
 

@@ -54,8 +54,8 @@ class StreamsBootstep(bootsteps.StartStopStep):
     def start(self, parent: Any) -> None:
         # Imported here: the app module imports this one before Django is set up.
         from ...conf import fw_settings
-        from ...streams.async_manager import new_stream_manager
-        from ...streams.manager import default_instance_id
+        from ...streams.runtime.async_manager import new_stream_manager
+        from ...streams.runtime.manager import default_instance_id
 
         # The worker's node name (celery@host) plus the pid names this process in
         # leases and status rows, unless FLOWWARDEN["INSTANCE_ID"] is set.

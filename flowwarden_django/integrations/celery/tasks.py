@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers of the dead-letter operations of ``streams/replay.py``,
+"""Celery tasks: thin wrappers of the dead-letter operations of ``streams/operations/replay.py``,
 and the workflow step and recovery tasks of ``provider.py``.
 
 Found by ``app.autodiscover_tasks()`` (or registered by

@@ -23,7 +23,7 @@ from ...common.formatting import (
 )
 from ...exceptions import InvalidCheckpointStoreError
 from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
-from ...streams.display import checkpoint_to_json, copied_text, last_id_text, short_token
+from ...streams.operations.display import checkpoint_to_json, copied_text, last_id_text, short_token
 from ...streams.tokens import Token, token_from_json, token_to_json
 from ..base import ActionCommand, confirmed
 

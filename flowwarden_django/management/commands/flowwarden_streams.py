@@ -36,14 +36,14 @@ from django.utils import timezone
 
 from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...common.outages import error_summary
-from ...streams.async_manager import AsyncStreamManager, new_stream_manager
 from ...streams.clients import client_hosts, probe
-from ...streams.manager import StreamManager
+from ...streams.initial_sync.resync import ResyncError, request_resync
+from ...streams.operations.status import PAUSED, StreamStatus, health_report, stream_status
 from ...streams.registry import DuplicateStreamError, stream_registry
-from ...streams.resync import ResyncError, request_resync
-from ...streams.runtime import StreamState
+from ...streams.runtime.async_manager import AsyncStreamManager, new_stream_manager
+from ...streams.runtime.manager import StreamManager
+from ...streams.runtime.threaded import StreamState
 from ...streams.spec import StreamSpec
-from ...streams.status import PAUSED, StreamStatus, health_report, stream_status
 from ...streams.stores import checkpoint_stores
 from ..base import confirmed, port_number, positive_seconds
 from ..copy_watch import CopyWatch

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from .. import metrics
 from ..checkpoint import Checkpoint
-from ..copy_progress import COPYING, FIRST_START, HISTORY_LOST, ON_DEMAND
+from ..initial_sync.progress import COPYING, FIRST_START, HISTORY_LOST, ON_DEMAND
 from ..source import is_history_lost
 from ..spec import StreamSpec
 from ..tokens import tokens_equal

@@ -23,21 +23,21 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from ..common.app_models import models
-from ..common.connections import discard_unusable_connections
-from ..common.failure_log import FailureLog
-from ..common.outages import error_summary
-from ..conf import fw_settings
-from . import metrics
-from .checkpoint import CheckpointStore
-from .clients import mongo_clients
+from ...common.app_models import models
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
+from ...common.outages import error_summary
+from ...conf import fw_settings
+from .. import metrics
+from ..checkpoint import CheckpointStore
+from ..clients import pymongo_source
+from ..registry import StreamRegistry, stream_registry
+from ..source import ChangeSource
+from ..spec import StreamSpec, parse_duration
+from ..stores import checkpoint_stores, lock_services
 from .leadership import Leadership
 from .observed_store import ObservedCheckpointStore
-from .registry import StreamRegistry, stream_registry
-from .runtime import StreamConsumer, StreamState
-from .source import ChangeSource, PymongoChangeSource
-from .spec import StreamSpec, parse_duration
-from .stores import checkpoint_stores, lock_services
+from .threaded import StreamConsumer, StreamState
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -45,32 +45,6 @@ logger = logging.getLogger("flowwarden_django.streams")
 BACKLOG_REFRESH_SECONDS = 60.0
 #: Seconds between two oplog window reports per MongoDB client (reference: 60 s).
 OPLOG_STATS_SECONDS = 60.0
-
-
-def pymongo_source(spec: StreamSpec) -> ChangeSource:
-    """The production source of a stream: its MongoDB client alias, collection and pipeline."""
-    return PymongoChangeSource(mongo_clients[spec.client], **source_options(spec))
-
-
-def source_options(spec: StreamSpec) -> dict[str, Any]:
-    """The arguments after the client of a pymongo source (sync or async) of *spec*."""
-    return {
-        "database": spec.database,
-        "collection": spec.collection,
-        "stream_name": spec.name,
-        "pipeline": list(spec.pipeline()) if spec.pipeline is not None else [],
-        "full_document": spec.full_document,
-        "full_document_before_change": spec.full_document_before_change,
-        "max_await_ms": max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS),
-    }
-
-
-def max_await_ms(value: str | float) -> int:
-    """``STREAM_MAX_AWAIT_MS`` in milliseconds: a number is milliseconds, text a
-    duration (``"200ms"``, ``"1s"``)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return max(1, int(value))
-    return max(1, int(parse_duration(value) * 1000))
 
 
 def default_instance_id() -> str:

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..common.connections import discard_unusable_connections
-from ..common.failure_log import FailureLog
-from . import metrics
-from .locks import Lease, LeaseLostError, LockService
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
+from .. import metrics
+from ..locks import Lease, LeaseLostError, LockService
 
-logger = logging.getLogger("flowwarden_django.streams.leadership")
+logger = logging.getLogger("flowwarden_django.streams.runtime.leadership")
 
 
 class Leadership:

@@ -31,14 +31,14 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from ..conf import fw_settings
-from ..models import StreamControl, StreamWorker
-from .copy_progress import CopyProgress, copy_progress
-from .registry import StreamRegistry, stream_registry
-from .spec import StreamSpec, parse_duration
-from .stores import checkpoint_stores, dlq_stores
+from ...conf import fw_settings
+from ...models import StreamControl, StreamWorker
+from ..initial_sync.progress import CopyProgress, copy_progress
+from ..registry import StreamRegistry, stream_registry
+from ..spec import StreamSpec, parse_duration
+from ..stores import checkpoint_stores, dlq_stores
 
-logger = logging.getLogger("flowwarden_django.streams.status")
+logger = logging.getLogger("flowwarden_django.streams.operations.status")
 
 #: Stream states, from :func:`stream_state`.
 RUNNING = "running"

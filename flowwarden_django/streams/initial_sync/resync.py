@@ -18,12 +18,12 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from ..models import StreamControl
-from .checkpoint import NoopCheckpointStore, progress_batch
-from .copy_progress import COPYING, ON_DEMAND
-from .registry import StreamRegistry, stream_registry
-from .spec import StreamSpec
-from .stores import checkpoint_stores
+from ...models import StreamControl
+from ..checkpoint import NoopCheckpointStore, progress_batch
+from ..registry import StreamRegistry, stream_registry
+from ..spec import StreamSpec
+from ..stores import checkpoint_stores
+from .progress import COPYING, ON_DEMAND
 
 logger = logging.getLogger("flowwarden_django.streams")
 

@@ -1,7 +1,7 @@
 """The asyncio driver of one stream's consumer: many streams share one event loop.
 
 ``AsyncStreamConsumer`` awaits what the consumer core (``streams.core``) decides, the
-threaded :class:`~.runtime.StreamConsumer` calls it: the same spec and the same
+threaded :class:`~.threaded.StreamConsumer` calls it: the same spec and the same
 decisions. It reads through an :class:`~.async_source.AsyncChangeSource`, writes
 through the stores' ``a…`` methods and awaits ``async def`` handlers.
 
@@ -15,7 +15,7 @@ What runs on a thread, and why:
   ``transaction.atomic``) runs on that thread: a Django transaction belongs to a
   thread. An ``async def`` handler still runs on the loop;
 * an initial sync copies with the sync driver on a worker thread, through the same
-  code as the threaded consumer (:mod:`.initial_sync`): a bounded phase.
+  code as the threaded consumer (:mod:`..initial_sync`): a bounded phase.
 """
 
 from __future__ import annotations
@@ -31,25 +31,25 @@ from typing import Any
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from django.db import close_old_connections, connections
 
-from ..common.connections import discard_unusable_connections
-from . import initial_sync, metrics
-from .checkpoint import Checkpoint, CheckpointStore
-from .context import ChangeContext
-from .core import effects
-from .core.anchors import event_anchor_at, refuses_manual_save
-from .core.driving import adrive
-from .core.events import FilterError, attempt_loop, dead_letter, park_on_request
-from .core.generation import consume
-from .core.heartbeat import Heartbeat
-from .core.lifecycle import StreamState, supervise
-from .core.resume import open_arguments, open_stream
-from .dispatch import AsyncHandlerCaller, is_async
-from .dlq import DlqStore
-from .locks import LeaseLostError
+from ...common.connections import discard_unusable_connections
+from .. import initial_sync, metrics
+from ..checkpoint import Checkpoint, CheckpointStore
+from ..context import ChangeContext
+from ..core import effects
+from ..core.anchors import event_anchor_at, refuses_manual_save
+from ..core.driving import adrive
+from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
+from ..core.generation import consume
+from ..core.heartbeat import Heartbeat
+from ..core.lifecycle import StreamState, supervise
+from ..core.resume import open_arguments, open_stream
+from ..dispatch import AsyncHandlerCaller, is_async
+from ..dlq import DlqStore
+from ..locks import LeaseLostError
+from ..source import ChangeSource
+from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
 from .policy import AsyncAnchorPolicy, ProcessedAnchorPolicy, TransactionalAnchors
-from .runtime import StreamConsumer
-from .source import ChangeSource
-from .spec import LIFECYCLE_OPERATIONS, StreamSpec
+from .threaded import StreamConsumer
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -120,11 +120,11 @@ class AsyncStreamConsumer:
         sleep: Callable[[float], bool] | None = None,
     ) -> None:
         if source_factory is None:
-            from .async_source import async_pymongo_source
+            from ..async_source import async_pymongo_source
 
             source_factory = async_pymongo_source
         if copy_source_factory is None:
-            from .manager import pymongo_source
+            from ..clients import pymongo_source
 
             copy_source_factory = pymongo_source
         #: The thread side: a StreamConsumer of the same stream that runs what must

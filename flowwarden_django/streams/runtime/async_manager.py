@@ -1,7 +1,7 @@
 """``AsyncStreamManager``: the streams of one process on one event loop.
 
 It is :class:`~.manager.StreamManager` with one change: a started stream is an
-:class:`~.async_runtime.AsyncStreamConsumer` task on the manager's event loop (one
+:class:`~.event_loop.AsyncStreamConsumer` task on the manager's event loop (one
 thread, started with the first stream) instead of a ``StreamConsumer`` on a thread
 of its own. The supervisor thread is the same: it holds the ``SINGLE_LEADER``
 leases, publishes the status rows and applies operators' requests, so the health
@@ -20,14 +20,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..conf import fw_settings
-from .async_runtime import AsyncStreamConsumer
-from .async_source import async_mongo_clients, async_pymongo_source
-from .checkpoint import CheckpointStore
-from .manager import StreamManager, pymongo_source
-from .registry import StreamRegistry
-from .source import ChangeSource
-from .spec import StreamSpec
+from ...conf import fw_settings
+from ..async_source import async_mongo_clients, async_pymongo_source
+from ..checkpoint import CheckpointStore
+from ..clients import pymongo_source
+from ..registry import StreamRegistry
+from ..source import ChangeSource
+from ..spec import StreamSpec
+from .event_loop import AsyncStreamConsumer
+from .manager import StreamManager
 
 logger = logging.getLogger("flowwarden_django.streams")
 

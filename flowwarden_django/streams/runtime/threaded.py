@@ -23,26 +23,26 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 
-from ..common.connections import discard_unusable_connections
-from ..common.failure_log import FailureLog
-from . import initial_sync
-from .checkpoint import CheckpointStore
-from .context import ChangeContext
-from .core import effects
-from .core.anchors import event_anchor_at, refuses_manual_save
-from .core.driving import drive
-from .core.events import FilterError, attempt_loop, dead_letter, park_on_request
-from .core.generation import consume
-from .core.heartbeat import Heartbeat
-from .core.lifecycle import StreamInvalidatedError, StreamState, supervise
-from .core.resume import HistoryLostError, open_arguments, open_stream
-from .dispatch import HandlerCaller
-from .dlq import DlqStore
-from .locks import LeaseLostError
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
+from .. import initial_sync
+from ..checkpoint import CheckpointStore
+from ..context import ChangeContext
+from ..core import effects
+from ..core.anchors import event_anchor_at, refuses_manual_save
+from ..core.driving import drive
+from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
+from ..core.generation import consume
+from ..core.heartbeat import Heartbeat
+from ..core.lifecycle import StreamInvalidatedError, StreamState, supervise
+from ..core.resume import HistoryLostError, open_arguments, open_stream
+from ..dispatch import HandlerCaller
+from ..dlq import DlqStore
+from ..locks import LeaseLostError
+from ..source import ChangeCursor, ChangeSource
+from ..spec import LIFECYCLE_OPERATIONS, SNAPSHOT_OPERATION, StreamSpec
 from .observed_store import ObservedCheckpointStore
 from .policy import ProcessedAnchorPolicy, anchor_failure_log
-from .source import ChangeCursor, ChangeSource
-from .spec import LIFECYCLE_OPERATIONS, SNAPSHOT_OPERATION, StreamSpec
 
 __all__ = ["HistoryLostError", "StreamConsumer", "StreamInvalidatedError", "StreamState"]
 
@@ -444,7 +444,7 @@ class StreamConsumer:
     @property
     def dlq_store(self) -> DlqStore:
         if self._dlq_store is None:
-            from .stores import dlq_stores
+            from ..stores import dlq_stores
 
             queue = self.spec.dead_letter_queue
             self._dlq_store = dlq_stores[queue.store if queue is not None else "default"]

@@ -36,15 +36,15 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import metrics
-from .checkpoint import Checkpoint, progress_batch
-from .context import ChangeContext
-from .copy_filter import copy_filter
-from .copy_progress import COPYING, DONE, HISTORY_LOST
+from .. import metrics
+from ..checkpoint import Checkpoint, progress_batch
+from ..context import ChangeContext
+from .filter import copy_filter
+from .progress import COPYING, DONE, HISTORY_LOST
 
 if TYPE_CHECKING:
-    from .runtime import StreamConsumer
-    from .source import ChangeSource
+    from ..runtime.threaded import StreamConsumer
+    from ..source import ChangeSource
 
 logger = logging.getLogger("flowwarden_django.streams")
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..common.formatting import NONE_TEXT, truncate
-from .checkpoint import Checkpoint, plain_progress
-from .tokens import Token, token_to_json
+from ...common.formatting import NONE_TEXT, truncate
+from ..checkpoint import Checkpoint, plain_progress
+from ..tokens import Token, token_to_json
 
 #: Default width of :func:`short_token`.
 SHORT_TOKEN_WIDTH = 20
@@ -85,7 +85,7 @@ def last_id_text(stored: Any) -> str:
     try:
         from bson import json_util
 
-        from .initial_sync import decode_id
+        from ..initial_sync.copier import decode_id
 
         value = decode_id(str(stored))
     except Exception:  # no pymongo, or an unexpected form: show what is stored

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
-from . import metrics
-from .checkpoint import Checkpoint, CheckpointStore
+from .. import metrics
+from ..checkpoint import Checkpoint, CheckpointStore
 
 T = TypeVar("T")
 

@@ -20,10 +20,10 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from ..common.connections import discard_unusable_connections
-from ..common.failure_log import FailureLog
-from .checkpoint import CheckpointStore
-from .core.anchors import AnchorLedger, At, resolve_at
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
+from ..checkpoint import CheckpointStore
+from ..core.anchors import AnchorLedger, At, resolve_at
 
 __all__ = ["AsyncAnchorPolicy", "At", "ProcessedAnchorPolicy", "TransactionalAnchors"]
 

@@ -26,10 +26,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..common.user_input import check_note
-from .context import ChangeContext
-from .dispatch import HandlerCaller
-from .dlq import (
+from ...common.user_input import check_note
+from ..context import ChangeContext
+from ..dispatch import HandlerCaller
+from ..dlq import (
     ACKNOWLEDGED,
     DISCARDED,
     PENDING,
@@ -38,9 +38,9 @@ from .dlq import (
     DeadLetter,
     error_info,
 )
-from .registry import StreamRegistry, stream_registry
-from .spec import StreamSpec
-from .stores import dlq_stores
+from ..registry import StreamRegistry, stream_registry
+from ..spec import StreamSpec
+from ..stores import dlq_stores
 
 logger = logging.getLogger("flowwarden_django.streams.dlq")
 
