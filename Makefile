@@ -13,21 +13,29 @@ VENV   ?= .venv
 endif
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
+# Test processes (pytest-xdist): most tests wait on a server, a subprocess or a clock,
+# so two cores keep more than two busy.
+TEST_WORKERS ?= 4
 
-.PHONY: demo test test-deps print-venv lint format serve serve-demo bench clean
+.PHONY: demo test test-fast test-deps print-venv lint format serve serve-demo bench clean
 
 ## demo: set up and run the sample project on SQLite (no servers needed)
 demo: $(VENV)/.demo-installed
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py demo
 
-## test: set up, lint (ruff, import contracts) and run the whole test suite (server lanes
-## skip when their server is down)
+## test: set up, lint (ruff, import contracts) and run the whole test suite in
+## $(TEST_WORKERS) processes (server lanes skip when their server is down)
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=10
+
+## test-fast: the edit-test loop: every test that needs no server, no subprocess and
+## no browser (SQLite and in-process fakes only), in under 90 seconds
+test-fast: $(VENV)/.test-installed
+	$(PY) -m pytest -n $(TEST_WORKERS) -q -m "not lane and not slow and not browser and not subprocess"
 
 ## test-deps: set up the virtualenv of `make test` without running anything
 test-deps: $(VENV)/.test-installed

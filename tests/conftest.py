@@ -33,3 +33,20 @@ def _cost(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_cost)  # stable: each group keeps the order it was collected in
+
+
+@pytest.fixture(autouse=True)
+def _no_connection_left_open(request: pytest.FixtureRequest) -> None:
+    """A test without database access finds no connection an earlier test of this
+    process left open: code under test that tidies connections (``close_old_connections``)
+    would touch it, which pytest-django refuses. Under pytest-xdist any test may follow
+    any other."""
+    if request.node.get_closest_marker("django_db") is not None:
+        return
+    if {"db", "transactional_db", "django_db_setup", "live_server"} & set(request.fixturenames):
+        return
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            connection.close()

@@ -125,6 +125,21 @@ def available(name: str) -> bool:
     return unavailable_reason(name) is None
 
 
+def scratch_dir() -> str:
+    """Where test files go (SQLite databases, private servers' data):
+    ``$FLOWWARDEN_TEST_TMP``, else memory (``/dev/shm``) where there is one, else the
+    system's temporary directory. The crash tests kill processes, never the machine,
+    so memory loses nothing they check and spares the disk thousands of fsyncs."""
+    import tempfile
+
+    configured = os.environ.get("FLOWWARDEN_TEST_TMP")
+    if configured:
+        return configured
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()
+
+
 def worker_index() -> int:
     """Which pytest-xdist worker runs this (``gw3`` is 3); 0 without xdist."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "")

@@ -1,10 +1,9 @@
 """Settings of the test suite: SQLite always, PostgreSQL and MariaDB when reachable."""
 
 import os
-import tempfile
 from importlib.util import find_spec
 
-from tests.services import SERVICES, available, redis_url
+from tests.services import SERVICES, available, redis_url, scratch_dir
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -60,7 +59,7 @@ STATIC_URL = "/static/"
 
 # SQLite on a file, not in memory: the race tests write from several threads,
 # each with its own connection.
-_SQLITE_DIR = os.environ.get("FLOWWARDEN_TEST_TMP") or tempfile.gettempdir()
+_SQLITE_DIR = scratch_dir()
 # Two test runs at once on one server need different test databases.
 _SUFFIX = os.environ.get("FLOWWARDEN_TEST_DB_SUFFIX", "")
 DATABASES = {
@@ -87,6 +86,9 @@ if available("postgres"):
         "USER": os.environ.get("FLOWWARDEN_TEST_POSTGRES_USER", "postgres"),
         "PASSWORD": os.environ.get("FLOWWARDEN_TEST_POSTGRES_PASSWORD", ""),
         "NAME": "fw_tests",
+        # A commit does not wait for its WAL flush: the tests kill clients, never this
+        # server, and thousands of commits stop waiting on the disk.
+        "OPTIONS": {"options": "-c synchronous_commit=off"},
         # No dependency on "default", so a run that only needs this alias can set it up.
         "TEST": {"NAME": f"test_fw_tests{_SUFFIX}", "DEPENDENCIES": []},
     }

@@ -88,7 +88,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from tests.services import free_port
+from tests.services import free_port, scratch_dir
 
 HOST = "127.0.0.1"
 
@@ -102,8 +102,8 @@ class ServerStartError(RuntimeError):
 
 
 def _base_tmp() -> Path:
-    """Where server directories go: ``$FLOWWARDEN_TEST_TMP`` or the system's temp dir."""
-    return Path(os.environ.get("FLOWWARDEN_TEST_TMP") or tempfile.gettempdir())
+    """Where server directories go (``tests.services.scratch_dir``)."""
+    return Path(scratch_dir())
 
 
 def _traversable_by_all(path: Path) -> bool:
