@@ -21,10 +21,10 @@ def _require_lane(request: pytest.FixtureRequest) -> None:
 
 
 def _cost(item: pytest.Item) -> int:
-    """0 for the long tests (crash, chaos, Temporal, browser, subprocess stories), 1 for
+    """0 for the long tests (crash, chaos, Temporal, browser, subprocesses), 1 for
     the rest: under pytest-xdist the long ones start first, so they overlap with the
     many short ones instead of trailing after them."""
-    if item.get_closest_marker("slow") or item.get_closest_marker("browser"):
+    if any(item.get_closest_marker(name) for name in ("slow", "browser", "chaos", "subprocess")):
         return 0
     if any(mark.args[0] == "temporal" for mark in item.iter_markers("lane")):
         return 0

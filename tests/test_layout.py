@@ -92,6 +92,7 @@ def test_permissions_named_in_the_readme_exist() -> None:
         ).exists()
 
 
+@pytest.mark.subprocess
 def test_the_core_and_the_celery_integration_import_before_django_is_set_up() -> None:
     """A project's Celery app module, settings-time code or models may import these
     while the app registry is still loading: no model may be imported at module level."""
@@ -155,6 +156,7 @@ def test_streams_shows_its_architecture() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_the_import_contracts_hold() -> None:
     """The same check ``make test`` runs first, so a plain ``pytest`` catches a cycle."""
     lint_imports = Path(sys.executable).with_name("lint-imports")

@@ -9,6 +9,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+#: It runs processes of its own (the sample project, a child interpreter).
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = textwrap.dedent(

@@ -4,10 +4,14 @@
 operations each call the store's ``a…`` variant, awaited on an event loop through
 ``asgiref.sync.async_to_sync``. The sync contract then runs unchanged against the
 stand-in, so every one of its scenarios (errors, events, threads racing) checks the
-async API. ``async_to_sync`` runs the coroutine on a fresh event loop and runs a
-``thread_sensitive`` ``sync_to_async`` call back on the calling thread, so an ORM
-store keeps the test's connection (and, in a non-transactional test, its atomic
-block), and the race tests' threads still race.
+async API. A store whose async API never hops to the calling thread
+(``async_thread_sensitive = False``: the Redis and MongoDB backends, the in-memory
+ones) is awaited on one event loop per calling thread, kept for the thread's life, so
+its loop-bound client (a ``redis.asyncio`` or ``AsyncMongoClient``) is made once per
+thread, not once a call. Any other store goes through ``async_to_sync``, which runs a
+``thread_sensitive`` ``sync_to_async`` call back on the calling thread: an ORM store
+keeps the test's connection (and, in a non-transactional test, its atomic block).
+Either way the race tests' threads still race, each on its own loop.
 
 Everything that is not a listed operation (listeners, capability flags, options,
 ``close``) is the store's own attribute.
@@ -15,20 +19,51 @@ Everything that is not a listed operation (listeners, capability flags, options,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from asgiref.sync import async_to_sync
 
 
-def _awaited(variant: Callable[..., Any]) -> Callable[..., Any]:
-    """A sync function that awaits ``variant(...)`` on an event loop."""
+class _KeptLoop:
+    """One thread's event loop, closed when the thread's locals go (the thread ended)."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.runner.close()
+
+
+class _ThreadLoops(threading.local):
+    """The kept event loop of each calling thread, made on first use."""
+
+    kept: _KeptLoop | None = None
+
+    def run(self, awaitable: Any) -> Any:
+        if self.kept is None:
+            self.kept = _KeptLoop()
+        return self.kept.runner.run(awaitable)
+
+
+_thread_loop = _ThreadLoops()
+
+
+def _awaited(variant: Callable[..., Any], *, thread_sensitive: bool = True) -> Callable[..., Any]:
+    """A sync function that awaits ``variant(...)``: on the calling thread's kept loop
+    when the store never needs that thread back (*thread_sensitive* false), else on a
+    fresh loop through ``async_to_sync``."""
     if not inspect.iscoroutinefunction(variant):
         raise TypeError(f"{variant!r} is not a coroutine function (async def)")
-    return async_to_sync(variant)
+    if thread_sensitive:
+        return async_to_sync(variant)
+    return lambda *args, **kwargs: _thread_loop.run(variant(*args, **kwargs))
 
 
 class AsyncDriven:
@@ -47,7 +82,8 @@ class AsyncDriven:
         if driven is None:
             raise AttributeError(name)
         if name in self._operations:
-            call = _awaited(getattr(driven, self._operations[name]))
+            sensitive = getattr(driven, "async_thread_sensitive", True)
+            call = _awaited(getattr(driven, self._operations[name]), thread_sensitive=sensitive)
             return functools.wraps(getattr(driven, name))(call)
         if name in self._context_managers:
             return functools.partial(self._enter, getattr(driven, self._context_managers[name]))

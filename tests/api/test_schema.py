@@ -123,6 +123,7 @@ CHECKS = [
 
 
 @pytest.mark.parametrize("lane", [pytest.param("sqlite", id="sqlite"), postgres_lane()])
+@pytest.mark.slow  # a fuzzing run: hundreds of generated requests
 def test_schemathesis_finds_no_server_errors(
     lane: str, on_lane: None, refunds: Any, capsys: Any
 ) -> None:

@@ -474,6 +474,7 @@ def stop_within(process: TemporalWorker, signum: int, limit: float) -> float:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.subprocess
 def test_the_worker_stops_on_a_signal_while_the_server_never_answered(
     tmp_path: Path, signum: int
 ) -> None:

@@ -32,6 +32,7 @@ def test_the_probe_says_where_and_why() -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.subprocess
 def test_burst_against_an_unreachable_mongodb_gives_up_with_the_fix(
     declared, capsys, monkeypatch
 ) -> None:

@@ -21,9 +21,14 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.browser import start_chrome
 from tests.lanes import on_lane
 from tests.services import free_port
+
+#: It runs processes of its own (the sample project, a child interpreter).
+pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "/admin/flowwarden_django"

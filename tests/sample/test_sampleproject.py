@@ -11,6 +11,9 @@ import pytest
 
 from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
 
+#: It runs processes of its own (the sample project, a child interpreter).
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

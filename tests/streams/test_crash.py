@@ -84,13 +84,13 @@ from tests.testapp.models import Effect
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "crash-orders"
-EVENTS = 20_000
+EVENTS = 12_000
 #: The consumer's runners: ``flowwarden_streams run --threads`` / ``--asyncio``.
 RUNNERS = ("threads", "asyncio")
 KILLS = 10
 SAVE_EVERY_N = 50
 #: Events a consumer run handles past the previous high-water mark before its kill.
-KILL_GAP = (200, 1800)
+KILL_GAP = (200, 1000)
 #: Random delay between reaching the kill point and the SIGKILL.
 KILL_JITTER_SECONDS = 0.02
 APPLICATION_NAME = "fw-crash-consumer"  # tests/crash/settings.py sets it on the connection

@@ -972,6 +972,7 @@ def _cli_server(*args: str) -> Iterator[str]:
             proc.wait()
 
 
+@pytest.mark.subprocess
 def test_cli_serves_until_sigterm():
     with (
         _cli_server("--port", "0", "--events", "30", "--feed-rate", "200") as uri,
@@ -988,6 +989,7 @@ def test_cli_serves_until_sigterm():
     assert seqs == list(range(1, 61)), "preloaded events, then the fed ones, in order"
 
 
+@pytest.mark.subprocess
 def test_cli_seeds_documents_without_events():
     with (
         _cli_server("--seed", "5", "--events", "3") as uri,

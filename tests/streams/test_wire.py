@@ -48,13 +48,14 @@ from pymongo.write_concern import WriteConcern
 
 from flowwarden_django.streams import Checkpoint
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
+from flowwarden_django.streams.clients import pymongo_source
 from flowwarden_django.streams.runtime import (
     HistoryLostError,
     StreamConsumer,
     StreamInvalidatedError,
     StreamState,
 )
-from flowwarden_django.streams.source import is_history_lost, pymongo_source
+from flowwarden_django.streams.source import is_history_lost
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.streams.tokens import Token
 from tests.lanes import lane_marks, on_lane

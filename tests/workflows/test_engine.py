@@ -662,6 +662,7 @@ def _check_resume_across_processes(alias: str, env: dict[str, str]) -> None:
     assert sorted(effects.values_list("stream", flat=True)) == [f"{cid}:decide", f"{cid}:prepare"]
 
 
+@pytest.mark.subprocess
 def test_resume_in_a_fresh_process_sqlite_file() -> None:
     name = connections["default"].settings_dict["NAME"]
     _check_resume_across_processes("default", {"FW_WF_DB_ENGINE": "sqlite3", "FW_WF_DB_NAME": name})

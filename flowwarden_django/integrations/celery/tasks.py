@@ -38,7 +38,7 @@ def _outcomes(outcomes: list[Any]) -> list[dict[str, Any]]:
 @shared_task(name="flowwarden_django.replay_dead_letters")
 def replay_dead_letters(ids: list[str], store: str = "default", by: str = "") -> list[dict]:
     """Replay the dead letters *ids* of DLQ store *store*, in order; one outcome each."""
-    from ...streams import replay
+    from ...streams.operations import replay
 
     return _outcomes(replay.replay_dead_letters(ids, store=store, by=by))
 
@@ -48,7 +48,7 @@ def replay_stream(
     stream: str, store: str = "default", by: str = "", limit: int | None = None
 ) -> list[dict]:
     """Replay the pending dead letters of *stream*, oldest first; one outcome each."""
-    from ...streams import replay
+    from ...streams.operations import replay
 
     return _outcomes(replay.replay_stream(stream, store=store, by=by, limit=limit))
 
@@ -56,7 +56,7 @@ def replay_stream(
 @shared_task(name="flowwarden_django.purge_dead_letters")
 def purge_dead_letters() -> dict[str, int]:
     """Delete the expired dead letters of every DLQ store; the count per store alias."""
-    from ...streams import replay
+    from ...streams.operations import replay
 
     return replay.purge_expired_dead_letters()
 

@@ -56,8 +56,9 @@ from flowwarden_django.models import (
     WorkflowRun,
 )
 from flowwarden_django.streams import checkpoint_stores, metrics
+from flowwarden_django.streams.clients import max_await_ms
 from flowwarden_django.streams.registry import stream_registry
-from flowwarden_django.streams.runtime.manager import StreamManager, max_await_ms
+from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.streams.runtime.threaded import StreamConsumer, StreamState
 from flowwarden_django.streams.source import ChangeSource, PymongoChangeSource
 from flowwarden_django.streams.spec import StreamSpec
