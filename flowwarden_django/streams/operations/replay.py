@@ -194,21 +194,26 @@ def replay_stream(
 RESOLVABLE_STATUSES = (PENDING, REPLAYING)
 
 
+def _resolve(entry_id: str, status: str, store: str, by: str, note: str) -> bool:
+    """Settle a pending (or stuck replaying) entry as *status*, with a checked *note*."""
+    note = check_note(note)
+    return dlq_stores[store].transition(
+        entry_id,
+        status,
+        from_statuses=RESOLVABLE_STATUSES,
+        at=timezone.now(),
+        by=by,
+        note=note,
+    )
+
+
 def acknowledge_dead_letter(
     entry_id: str, *, store: str = "default", by: str = "", note: str = ""
 ) -> bool:
     """Mark a pending (or stuck replaying) entry handled by hand; False otherwise.
     ``UserJSONError`` (a ``ValueError``) for a *note* over ``MAX_NOTE_CHARS`` or with
     a NUL; nothing changes then."""
-    note = check_note(note)
-    return dlq_stores[store].transition(
-        entry_id,
-        ACKNOWLEDGED,
-        from_statuses=RESOLVABLE_STATUSES,
-        at=timezone.now(),
-        by=by,
-        note=note,
-    )
+    return _resolve(entry_id, ACKNOWLEDGED, store, by, note)
 
 
 def discard_dead_letter(
@@ -217,15 +222,7 @@ def discard_dead_letter(
     """Mark a pending (or stuck replaying) entry as not worth handling; False otherwise.
     ``UserJSONError`` (a ``ValueError``) for a *note* over ``MAX_NOTE_CHARS`` or with
     a NUL; nothing changes then."""
-    note = check_note(note)
-    return dlq_stores[store].transition(
-        entry_id,
-        DISCARDED,
-        from_statuses=RESOLVABLE_STATUSES,
-        at=timezone.now(),
-        by=by,
-        note=note,
-    )
+    return _resolve(entry_id, DISCARDED, store, by, note)
 
 
 def purge_expired_dead_letters(now: datetime | None = None) -> dict[str, int]:
