@@ -19,11 +19,16 @@ def executions(log: str) -> list[dict[str, Any]]:
         return []
 
 
-def record(state: dict[str, Any], ctx: Any, **extra: Any) -> int:
-    """Append this execution to the log; how many times the step has started."""
+def append(state: dict[str, Any], ctx: Any, **extra: Any) -> None:
+    """Append this execution to the log."""
     line = {"cid": ctx.coordination_id, "step": ctx.step_name, "pid": os.getpid(), **extra}
     with open(state["log"], "a") as log:  # one short O_APPEND write per line
         log.write(json.dumps(line) + "\n")
+
+
+def record(state: dict[str, Any], ctx: Any, **extra: Any) -> int:
+    """Append this execution to the log; how many times the step has started."""
+    append(state, ctx, **extra)
     return sum(
         1
         for e in executions(state["log"])

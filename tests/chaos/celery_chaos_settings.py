@@ -16,14 +16,7 @@ on ``default``. Its log lines name their logger, so the test can count the
 
 import os
 
-from tests.settings import DEFAULT_AUTO_FIELD, SECRET_KEY, TIME_ZONE, USE_TZ  # noqa: F401
-
-DEBUG = False
-INSTALLED_APPS = [
-    "django.contrib.contenttypes",
-    "flowwarden_django",
-    "tests.testapp",
-]
+from tests.celery_settings import *  # noqa: F403  (the apps and the worker's basics)
 
 DATABASES = {
     "default": {
@@ -48,8 +41,6 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FW_CHAOS_QUEUE", "fw-chaos")
 CELERY_IMPORTS = ["tests.chaos.workflow_app"]
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = True
 CELERY_WORKER_LOG_FORMAT = "[%(asctime)s %(levelname)s %(name)s %(processName)s] %(message)s"

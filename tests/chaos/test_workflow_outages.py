@@ -36,9 +36,6 @@ import io
 import logging
 import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -70,9 +67,11 @@ from flowwarden_django.workflows.execution import reset_providers
 from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.releases import pending_releases
 from flowwarden_django.workflows.runs import RunRecords, recover_after
+from tests.celery_procs import CeleryWorker
 from tests.chaos import workflow_app
 from tests.chaos.report import report
 from tests.chaos.servers import PrivatePostgres, PrivateServer
+from tests.step_log import executions as step_executions
 
 pytestmark = pytest.mark.chaos
 
@@ -357,88 +356,9 @@ CELERY_RUNS = 20
 #: Runs started before the outage; the others are started while the broker is down.
 CELERY_RUNS_BEFORE = 14
 BROKER_RESTART_AFTER = 1.5
-WORKER_START_TIMEOUT = 30.0
 WORKER_LOG_LINE = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) (flowwarden_django[\w.]*) "
 )
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it if pytest dies (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class Worker:
-    """``celery -A tests.celery_app worker`` with the chaos settings, logging to a file."""
-
-    def __init__(self, env: dict[str, str], pool: list[str], log_path: Path) -> None:
-        self.log_path = log_path
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.celery_app",
-            "worker",
-            *pool,
-            "--loglevel=INFO",
-            f"--hostname=fw-chaos-{uuid.uuid4().hex[:8]}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        with log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log().splitlines()[-lines:]) or "(empty worker log)"
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + WORKER_START_TIMEOUT
-        while " ready." not in self.log():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the worker exited ({self.proc.returncode}):\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the worker did not start:\n{self.tail()}")
-            time.sleep(0.05)
-
-    def flowwarden_lines_between(self, start: float, end: float) -> list[str]:
-        """The worker's ``flowwarden_django`` log lines stamped between two
-        ``time.monotonic()`` values (its stamps are wall-clock, local time)."""
-        offset = time.time() - time.monotonic()
-        lines = []
-        for line in self.log().splitlines():
-            found = WORKER_LOG_LINE.match(line)
-            if found is None:
-                continue
-            stamp = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            if start + offset <= stamp <= end + offset:
-                lines.append(line)
-        return lines
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -514,7 +434,10 @@ def run_celery_scenario(
     def sweep() -> list[str]:
         return recover_workflows(producer, using=alias)
 
-    started = [Worker(env, pool, tmp_path / f"worker-{n}.log") for n in range(workers)]
+    started = [
+        CeleryWorker(env, pool, tmp_path / f"worker-{n}.log", name="fw-chaos")
+        for n in range(workers)
+    ]
     sweeper = Sweeper(sweep)
     starting = threading.Thread(target=starter, name="chaos-starter", daemon=True)
     began = time.monotonic()
@@ -538,7 +461,7 @@ def run_celery_scenario(
             starting.join(30)
             outage_logs = [r.getMessage() for r in logged.between(went_down, came_back)]
         for worker in started:
-            outage_logs += worker.flowwarden_lines_between(went_down, came_back)
+            outage_logs += worker.lines_between(went_down, came_back, WORKER_LOG_LINE)
     finally:
         sweeper.stop()
         for worker in started:
@@ -549,7 +472,7 @@ def run_celery_scenario(
             workflow_registry.unregister(name)
     recovery = done_at - came_back
     chains = chain_faults(alias, definitions[workflow_app.CELERY], keys)
-    executions = workflow_app.executions(state["log"])
+    executions = step_executions(state["log"])
     counts = Counter((e["cid"], e["step"]) for e in executions)
     reexecuted = sum(n - 1 for n in counts.values())
     in_process = sum(1 for e in executions if e["pid"] == os.getpid())
@@ -570,12 +493,12 @@ def run_celery_scenario(
     assert len(start_seconds) == CELERY_RUNS
     assert completed == CELERY_RUNS, (
         f"{CELERY_RUNS - completed} runs not completed {WAIT:.0f} s after the broker's "
-        f"return; sweep errors {sweeper.errors[-3:]}\n{started[0].tail()}"
+        f"return; sweep errors {sweeper.errors[-3:]}\n{started[0].log_tail()}"
     )
     assert chains["runs"] == CELERY_RUNS
     assert chains["duplicates"] == 0 and not chains["faults"], chains["faults"]
     assert recovery <= BOUND, (
-        f"the runs completed {recovery:.1f} s after the broker's return\n{started[0].tail()}"
+        f"the runs completed {recovery:.1f} s after the broker's return\n{started[0].log_tail()}"
     )
     assert len(outage_logs) <= MAX_OUTAGE_LOG_LINES, outage_logs
 

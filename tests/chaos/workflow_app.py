@@ -14,8 +14,6 @@ private database: it does so when it imports this module (``CELERY_IMPORTS``).
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import Any
 
@@ -23,6 +21,7 @@ from django.conf import settings
 
 from flowwarden_django.workflows import Workflow, WorkflowDefinition, advance, step
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests import step_log
 
 INPROCESS = "fw-chaos-inprocess"
 CELERY = "fw-chaos-celery"
@@ -30,26 +29,10 @@ INPROCESS_STEPS = tuple(f"s{n:02d}" for n in range(1, 11))
 CELERY_STEPS = tuple(f"c{n}" for n in range(1, 7))
 
 
-def executions(log: str) -> list[dict[str, Any]]:
-    """The step executions recorded in *log*, in order."""
-    try:
-        with open(log) as lines:
-            return [json.loads(line) for line in lines if line.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def _make_step(name: str) -> Any:
     @step(name)
     def run(state: dict[str, Any], ctx: Any) -> Any:
-        line = {
-            "cid": ctx.coordination_id,
-            "step": ctx.step_name,
-            "pid": os.getpid(),
-            "at": time.time(),
-        }
-        with open(state["log"], "a") as log:  # one short O_APPEND write per line
-            log.write(json.dumps(line) + "\n")
+        step_log.append(state, ctx, at=time.time())
         time.sleep(state.get("sleep", 0.0))
         return advance({**state, "trail": [*state["trail"], name]})
 

@@ -14,12 +14,7 @@ the last event's token after SIGTERM, the worker's warm shutdown flushed it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -50,6 +45,8 @@ from flowwarden_django.streams.dlq import (
     ErrorInfo,
 )
 from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
+from tests.celery_procs import CeleryWorker as Worker
+from tests.celery_procs import wait_until as _wait_until
 from tests.lanes import lane_marks
 from tests.services import SERVICES
 from tests.testapp.models import Effect
@@ -59,10 +56,8 @@ STREAM = "celery-orders"  # tests/celery_streams.py
 EVENTS = 50
 #: Written by StreamsBootstep.start: how the log tells whether streams ran.
 STARTED_LINE = "flowwarden: streams running in worker"
-#: Upper bounds of the waits: a hang fails the test instead of blocking CI.
-START_TIMEOUT = 60.0
+#: Upper bound of the waits: a hang fails the test instead of blocking CI.
 PROGRESS_TIMEOUT = 60.0
-STOP_TIMEOUT = 30.0
 
 
 def on_servers(test: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,95 +65,6 @@ def on_servers(test: Callable[..., Any]) -> Callable[..., Any]:
     for mark in [*lane_marks("postgres", databases=["postgres"]), pytest.mark.lane("redis")]:
         test = mark(test)
     return test
-
-
-# -- the worker subprocess -------------------------------------------------------------- #
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it if pytest dies (Linux), so nothing is orphaned."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-class Worker:
-    """One ``celery worker`` subprocess, in a session of its own, logging to a file."""
-
-    def __init__(self, env: dict[str, str], pool: list[str], log_path: Path) -> None:
-        self.log_path = log_path
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.celery_app",
-            "worker",
-            *pool,
-            "--loglevel=INFO",
-            f"--hostname=fw-test-{uuid.uuid4().hex[:8]}@%h",
-            # Nothing to wait for from other workers: start at once.
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        with log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: prefork children included
-                preexec_fn=_die_with_parent,
-            )
-
-    def assert_alive(self) -> None:
-        code = self.proc.poll()
-        if code is not None:
-            raise AssertionError(f"the worker exited on its own (code {code}):\n{self.log_tail()}")
-
-    def terminate(self) -> int:
-        """SIGTERM (warm shutdown) and the exit code."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"the worker did not stop within {STOP_TIMEOUT:.0f} s of SIGTERM:\n"
-                + self.log_tail()
-            ) from None
-
-    def kill(self) -> None:
-        """SIGKILL the worker's process group if anything of it is left, and reap it."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log().splitlines()[-lines:]) or "(empty worker log)"
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float, what: str, worker: Worker) -> None:
-    """Poll *condition*; fail if the worker dies or *timeout* passes."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        worker.assert_alive()
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f} s waiting for {what}:\n{worker.log_tail()}"
-            )
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -257,7 +163,7 @@ def test_worker_runs_streams_and_warm_shutdown_flushes(enabled_by, pool, mongo, 
     # The stream's first run persists its start position before any event exists...
     _wait_until(
         lambda: store.find(STREAM) is not None,
-        START_TIMEOUT,
+        PROGRESS_TIMEOUT,
         "the stream to persist its start position",
         worker,
     )

@@ -80,8 +80,9 @@ from flowwarden_django.workflows.execution import configured_provider, reset_pro
 from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.runs import RunRecords
 from tests import celery_workflows as flows
+from tests.celery_procs import CeleryWorker as Worker
+from tests.celery_procs import wait_until as _wait_until
 from tests.celery_workflow_settings import transport_options
-from tests.integrations.test_celery_worker import Worker, _wait_until
 from tests.lanes import lane_marks
 from tests.services import SERVICES
 from tests.step_log import executions

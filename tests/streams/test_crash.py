@@ -80,6 +80,7 @@ from django.db.models import Count, Max
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.testkit._scripted_events import parse_token
 from tests.lanes import on_lane
+from tests.story_procs import die_with_parent
 from tests.testapp.models import Effect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,15 +133,6 @@ def _read_line(proc: subprocess.Popen[str], timeout: float, what: str) -> str:
     if not line:
         raise AssertionError(f"the scripted server exited (code {proc.wait()}) before {what}")
     return line.strip()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it if pytest dies (Linux), so nothing is orphaned."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _stop(proc: subprocess.Popen[Any] | None) -> None:
@@ -205,7 +197,7 @@ class Consumer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C of pytest must not reach it first
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
     def assert_alive(self) -> None:
@@ -364,7 +356,7 @@ def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_proper
             stderr=server_log,
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         ready = _read_line(server, START_TIMEOUT, "READY line")
         assert ready.startswith("READY mongodb://"), ready

@@ -97,6 +97,7 @@ from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, St
 from flowwarden_django.testkit._scripted_events import parse_token
 from tests.crash.copy_sync import GATES, SNAPSHOT, STREAM, TRANSACTIONAL_STREAM
 from tests.lanes import on_lane
+from tests.story_procs import die_with_parent
 from tests.streams.test_crash import (
     APPLICATION_NAME,
     ROOT,
@@ -104,7 +105,6 @@ from tests.streams.test_crash import (
     START_TIMEOUT,
     STOP_TIMEOUT,
     Consumer,
-    _die_with_parent,
     _stop,
     _wait_sessions_gone,
     _wait_until,
@@ -259,7 +259,7 @@ class CopyServer:
             stderr=self._log,
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self._replies: queue.Queue[str | None] = queue.Queue()
         self._gated = {name: threading.Event() for name in GATES}

@@ -37,12 +37,12 @@ from django.db.models import Count, Max
 
 from flowwarden_django.models import StreamLease, StreamWorker
 from tests.lanes import on_lane
+from tests.story_procs import die_with_parent
 from tests.streams.test_crash import (
     ROOT,
     START_TIMEOUT,
     STREAM,
     Consumer,
-    _die_with_parent,
     _read_line,
     _stop,
 )
@@ -98,7 +98,7 @@ def test_standby_takes_over_after_the_leader_is_killed(runners, tmp_path, capsys
             stderr=(tmp_path / "server.log").open("w"),
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         ready = _read_line(server, START_TIMEOUT, "READY line")
         env = {
