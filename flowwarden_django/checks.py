@@ -112,6 +112,7 @@ _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a positive number of milliseconds or a duration like '200ms'",
     ),
     "CELERY_RUN_STREAMS": (lambda value: isinstance(value, bool), "True or False"),
+    "CELERY_RUN_WORKFLOW_SWEEP": (lambda value: isinstance(value, bool), "True or False"),
     "STREAM_RUNNER": (lambda value: value in ("threads", "asyncio"), '"threads" or "asyncio"'),
     "INSTANCE_ID": (_instance_id, "None or a name of 1 to 200 characters"),
     "WORKFLOW_EXECUTION": (
@@ -410,6 +411,7 @@ _DURATION_SETTINGS = (
     "STATUS_INTERVAL",
     "WORKFLOW_RUN_LEASE",
     "WORKFLOW_RECOVER_AFTER",
+    "WORKFLOW_SWEEP_INTERVAL",
 )
 
 

@@ -47,8 +47,17 @@ DEFAULTS: dict[str, Any] = {
     "WORKFLOW_EXECUTION": "inprocess",
     # FLOWWARDEN["TEMPORAL"]: the Temporal provider (integrations/temporal/config.py).
     "TEMPORAL": {},
-    # How long a runner's claim on a workflow run lasts; renewed before each step.
-    "WORKFLOW_RUN_LEASE": "10m",
+    # How long a runner's claim on a workflow run outlives its last renewal: the
+    # runner's process renews it every quarter of this while a step runs, so only a
+    # dead runner's claim runs out (and its run is continued).
+    "WORKFLOW_RUN_LEASE": "10s",
+    # How often the recovery sweep runs where it runs on its own: in Celery workers
+    # (WORKFLOW_EXECUTION "celery"), flowwarden_temporal_worker and
+    # `flowwarden_workflows recover --every`.
+    "WORKFLOW_SWEEP_INTERVAL": "2s",
+    # Run the recovery sweep inside every `celery worker` when WORKFLOW_EXECUTION is
+    # "celery" (integrations.celery).
+    "CELERY_RUN_WORKFLOW_SWEEP": True,
     # The recovery sweep continues a running run that no runner holds and that has not
     # moved for this long (its next step was never queued, or was lost).
     "WORKFLOW_RECOVER_AFTER": "10s",

@@ -167,6 +167,8 @@ BAD_VALUES = {
     "TEMPORAL": {"TARGET": "no port"},
     "WORKFLOW_RUN_LEASE": "10 minutes",
     "WORKFLOW_RECOVER_AFTER": -1,
+    "WORKFLOW_SWEEP_INTERVAL": "0s",
+    "CELERY_RUN_WORKFLOW_SWEEP": "yes",
     "HEALTH_DETAILS": 5,
     "METRICS_TOKEN": 5,
 }

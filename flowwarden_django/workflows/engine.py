@@ -62,6 +62,7 @@ from ..common.app_models import models
 from ..common.user_input import check_resume_input
 from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
+from .claim_keeper import HeldClaim, claim_keeper
 from .decisions import ApprovalDecision
 from .execution import resolve_provider
 from .forking import fork_snapshot
@@ -313,9 +314,12 @@ class Workflow:
         token = new_runner_token()
         record, seeded = self._open(runs, token, lease, input, initial_state)
         execution = _Execution(self, runs, token, lease, record, attempt)
+        kept = execution.keep_alive()
         try:
             return execution.run(initial_state, max_steps, seeded)
         finally:
+            if kept:
+                claim_keeper.drop(token)
             execution.release()
 
     def _open(
@@ -584,9 +588,22 @@ class _Execution:
         #: was last taken or renewed. Plain steps before then leave the run record alone.
         self.young_until = time.monotonic() + self.lease_seconds / 3
 
-    def renewed(self) -> None:
-        """Note that the lease was just renewed."""
-        self.young_until = time.monotonic() + self.lease_seconds / 3
+    def renewed(self, sent: float | None = None) -> None:
+        """Note that the lease was renewed by a statement sent at *sent*
+        (``time.monotonic()``; default: just now)."""
+        at = time.monotonic() if sent is None else sent
+        # The claim keeper's thread calls this too: a float assignment, and never back.
+        self.young_until = max(self.young_until, at + self.lease_seconds / 3)
+
+    def keep_alive(self) -> bool:
+        """Have the claim keeper renew this execution's claim while it runs; False
+        when the claim was taken inside an open transaction (see ``claim_keeper``)."""
+        if connections[self.runs.db].in_atomic_block:
+            return False
+        claim_keeper.hold(
+            HeldClaim(self.runs.db, self.cid, self.token, self.lease, on_renewed=self.renewed)
+        )
+        return True
 
     def update(self, **fields: Any) -> None:
         self.runs.update(self.cid, self.token, self.lease, **{**self.unsynced, **fields})
@@ -736,7 +753,9 @@ class _Execution:
         outcome = AwaitApproval.from_request(head.state, request)
         approval = _approval_of(head, self.runs.db)
         if approval is None or approval.status == approval.Status.PENDING:
-            self.finish(status=RunStatus.WAITING, head_snapshot_id=head.id, resume_input=None)
+            with write_transaction(self.runs.db):
+                self.finish(status=RunStatus.WAITING, head_snapshot_id=head.id, resume_input=None)
+                outcome.persist_with(self.workflow, head)
             outcome.on_paused(self.workflow, head)
         else:  # closed: ask again
             head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
@@ -805,11 +824,30 @@ class _Execution:
         elif finishing:
             fields.update(status=RunStatus.COMPLETED, failure_reason="")
         try:
-            saved = self._save_step(snapshot, fields, finishing=finishing)
+            if isinstance(outcome, Pause):
+                saved = self._save_pause(snapshot, fields, outcome)
+            else:
+                saved = self._save_step(snapshot, fields, finishing=finishing)
         except SnapshotConflictError as exc:
             raise ConcurrentRunError(self.cid, "another runner") from exc
         if isinstance(outcome, Pause):
             outcome.on_paused(self.workflow, saved)
+        return saved
+
+    def _save_pause(
+        self, snapshot: WorkflowSnapshot, fields: dict[str, Any], outcome: Pause
+    ) -> WorkflowSnapshot:
+        """``_save_step`` of a pausing step, with what the pause writes
+        (``persist_with``: its ``Approval`` row) in the same transaction."""
+        before = (self.released, dict(self.unsynced), self.young_until)
+        try:
+            with write_transaction(self.runs.db):
+                saved = self._save_step(snapshot, fields, finishing=True)
+                outcome.persist_with(self.workflow, saved)
+        except BaseException:
+            # Rolled back: the run is still ours, as it was (the caller's finally lets go).
+            self.released, self.unsynced, self.young_until = before
+            raise
         return saved
 
     def young(self) -> bool:

@@ -1,27 +1,31 @@
 """The recovery sweep: find running workflow runs that nothing is advancing.
 
-An asynchronous execution provider (Celery) keeps a run moving by queueing one task
-per step. A run stalls when that chain breaks: the worker running a step died (its
-claim on the run is left behind until the lease ends), or the next step's task was
-never published or was lost by the broker (the run is ``running`` and unclaimed). A
-stalled run is one with status ``running``, no live claim (no runner, or a lease that
-has ended) and no change for *older_than* (by default ``WORKFLOW_RECOVER_AFTER``,
-10 s: a queued step usually starts much sooner, and a duplicate of a step that was
-only slow to start does nothing). The run's state says it, not the lease alone: a
-runner that lost its database lets go of its claim as soon as the database answers
-again (``workflows.releases``), without touching ``updated_at``, so the next sweep
-takes the run. Only a runner that died holding its claim keeps the run until the
-claim's lease (``WORKFLOW_RUN_LEASE``) ends.
+A run stalls when the chain that moves it breaks: the process running a step died
+(its claim is left behind, and no longer renewed: ``workflows.claim_keeper``), or the
+next step's task was never published or was lost by the broker (the run is
+``running`` and unclaimed). A stalled run is one with status ``running`` and either
+
+* a claim whose lease has run out: its runner stopped renewing it, so it is dead
+  (or has lost its database); taken at once, or
+* no claim, and no change for *older_than* (by default ``WORKFLOW_RECOVER_AFTER``,
+  10 s: a queued step usually starts much sooner, and a duplicate of a step that was
+  only slow to start does nothing). A runner that lost its database lets go of its
+  claim as soon as the database answers again (``workflows.releases``), without
+  touching ``updated_at``, so the next sweep takes the run.
 
 ``recover_stalled_runs(enqueue)`` hands each stalled run to *enqueue* (which queues
-its next step) and returns their coordination ids. It is idempotent: before queueing,
-it moves the run's ``updated_at`` with one conditional ``UPDATE``, so a concurrent or
+its next step, or runs it) and returns their coordination ids. It is idempotent:
+before handing a run over, it moves the run's ``updated_at`` with one conditional
+``UPDATE`` (which also checks that the claim is still expired), so a concurrent or
 repeated sweep skips it for another *older_than*; and a step task that finds the run
 already moved on does nothing, so a run that was not stalled after all loses nothing.
 When queueing fails (the broker is still down), the run gets its ``updated_at`` back,
 so the next sweep takes it again at once, not after another *older_than*.
 Hibernated, waiting, completed and failed runs are never touched.
 
+Where it runs: every Celery worker runs it every ``WORKFLOW_SWEEP_INTERVAL`` (2 s)
+when the provider is Celery, ``flowwarden_temporal_worker`` does too, and
+``manage.py flowwarden_workflows recover --every 2s`` does it for in-process runs.
 This module knows nothing of Celery: ``flowwarden_django.integrations.celery`` passes
 the function that queues a step.
 """
@@ -57,13 +61,50 @@ def stalled_runs(
     age = recover_after() if older_than is None else older_than
     if age < timedelta(0):
         raise ValueError(f"older_than must be >= 0, not {age!r}")
-    unclaimed = Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+    idle = (Q(runner="") | Q(claimed_until__isnull=True)) & Q(updated_at__lte=timezone.now() - age)
     rows = (
         models.WorkflowRun.objects.using(RunRecords(using).db)
-        .filter(unclaimed, status=RunStatus.RUNNING, updated_at__lte=timezone.now() - age)
+        .filter(idle | _expired_claim(), status=RunStatus.RUNNING)
         .order_by("updated_at", "coordination_id")
     )
     return list(rows if limit is None else rows[:limit])
+
+
+def _expired_claim() -> Q:
+    """A claim its runner stopped renewing: the runner is dead (or has no database)."""
+    return ~Q(runner="") & Q(claimed_until__lt=Now())
+
+
+def _unclaimed() -> Q:
+    return Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
+
+
+class _UndefinedWorkflowLog:
+    """Logs a stalled run whose workflow this process does not define once per run
+    and state (its head and claim), not on every sweep."""
+
+    #: How many (run, state) pairs are remembered (the oldest are forgotten first).
+    size = 1000
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str | None, str], None] = {}
+
+    def warn(self, run: WorkflowRun) -> None:
+        key = (run.coordination_id, run.head_snapshot_id, run.runner)
+        if key in self._seen:
+            return
+        self._seen[key] = None
+        while len(self._seen) > self.size:
+            self._seen.pop(next(iter(self._seen)))
+        logger.warning(
+            "workflow run %s is stalled, but its workflow %r is not defined in this "
+            "process; not recovering it here (logged once for this run and state)",
+            run.coordination_id,
+            run.workflow_name,
+        )
+
+
+_undefined = _UndefinedWorkflowLog()
 
 
 def last_step_of(run: WorkflowRun) -> str:
@@ -96,19 +137,20 @@ def recover_stalled_runs(
     recovered: list[str] = []
     for run in stalled_runs(older_than=older_than, using=using, limit=limit):
         if run.workflow_name not in workflow_registry:
-            logger.warning(
-                "workflow run %s is stalled, but its workflow %r is not defined in this "
-                "process; not recovering it",
-                run.coordination_id,
-                run.workflow_name,
-            )
+            _undefined.warn(run)
             continue
         unchanged = {"pk": run.pk, "status": RunStatus.RUNNING, "runner": run.runner}
         taken_at = timezone.now()
+        # Still unclaimed, or its claim still expired: a runner that renewed it meanwhile
+        # (it had only lost its database for a while) keeps its run.
         claimed = models.WorkflowRun.objects.using(db).filter(
-            **unchanged, updated_at=run.updated_at
+            _unclaimed(), **unchanged, updated_at=run.updated_at
         )
-        if claimed.update(updated_at=taken_at, attempts=F("attempts") + 1) != 1:
+        # A dead runner's claim is ended here: the run is unclaimed from now on, so the
+        # next sweep leaves it for another older_than (and the runner, were it alive
+        # after all, gets LeaseLostError at its next write).
+        taken = {"updated_at": taken_at, "runner": "", "claimed_until": None}
+        if claimed.update(**taken, attempts=F("attempts") + 1) != 1:
             continue
         logger.warning(
             "workflow %s (%s) stalled after step %r%s; queueing its next step",
@@ -120,7 +162,7 @@ def recover_stalled_runs(
         try:
             enqueue(run)
         except Exception:
-            _give_back(db, unchanged, taken_at, run.updated_at)
+            _give_back(db, {**unchanged, "runner": ""}, taken_at, run.updated_at)
             raise
         recovered.append(run.coordination_id)
     return recovered

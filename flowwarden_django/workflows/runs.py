@@ -213,12 +213,15 @@ class RunRecords:
         *,
         resume_input: Any = None,
         workflow_name: str | None = None,
+        where: Q | None = None,
     ) -> WorkflowRun:
         """Take the run for *runner* until now + *lease* (one conditional ``UPDATE``)
         and return it; *resume_input*, when not ``None``, is stored in the same
-        statement. ``ConcurrentRunError`` when another runner's lease is live;
-        ``UnknownRunError`` when there is no such run; ``RunConflictError`` when
-        *workflow_name* is given and the run belongs to another workflow."""
+        statement. ``ConcurrentRunError`` when another runner's lease is live, or
+        when the run does not match *where* (a further condition of the same
+        statement); ``UnknownRunError`` when there is no such run;
+        ``RunConflictError`` when *workflow_name* is given and the run belongs to
+        another workflow."""
         # A retry: a failed run run again, or a claim that ran out taken over (its
         # runner died); not a first run, a resume, or the next step of a run.
         retry = Case(
@@ -237,6 +240,8 @@ class RunRecords:
         rows = self._rows().filter(_unclaimed(), pk=coordination_id)
         if workflow_name is not None:
             rows = rows.filter(workflow_name=workflow_name)
+        if where is not None:
+            rows = rows.filter(where)
         if rows.update(**fields) != 1:
             current = self.get(coordination_id)
             if current is None:
@@ -366,6 +371,13 @@ class RunRecords:
         ``LeaseLostError`` otherwise."""
         fields.update(claimed_until=_lease_end(lease), updated_at=timezone.now())
         self._update_held(coordination_id, runner, fields)
+
+    def renew(self, coordination_id: str, runner: str, lease: timedelta) -> bool:
+        """Extend *runner*'s claim to now + *lease* (``claimed_until`` only: a renewal
+        is no change of the run, and leaves ``updated_at`` alone); False when
+        *runner* does not hold the run any more."""
+        rows = self._rows().filter(pk=coordination_id, runner=runner)
+        return rows.update(claimed_until=_lease_end(lease)) == 1
 
     def finish(self, coordination_id: str, runner: str, **fields: Any) -> None:
         """Set *fields* (a status, say) and release the run, if *runner* holds it;

@@ -65,9 +65,10 @@ class Pause(StepOutcome):
     when run or resumed again. No thread or task is held meanwhile.
 
     Subclasses set ``status`` (the run's status while paused) and may add snapshot
-    metadata (``snapshot_metadata``) and act once it is persisted (``on_paused``):
-    this is how waiting for an approval (status ``waiting``) plugs in. A run paused with
-    status ``waiting`` only continues when resumed with input.
+    metadata (``snapshot_metadata``), rows written in the pause's own transaction
+    (``persist_with``) and act once it is persisted (``on_paused``): this is how
+    waiting for an approval (status ``waiting``) plugs in. A run paused with status
+    ``waiting`` only continues when resumed with input.
     """
 
     state: Any = None
@@ -76,6 +77,11 @@ class Pause(StepOutcome):
     def snapshot_metadata(self) -> dict[str, str]:
         """Extra metadata for the paused step's snapshot."""
         return {}
+
+    def persist_with(self, workflow: Any, snapshot: Any) -> None:
+        """Write what the pause needs in the transaction that saves its snapshot and
+        sets the run's status (an ``Approval`` row, say), on the run's database: a
+        reader never sees the paused run without it, and a crash leaves neither."""
 
     def on_paused(self, workflow: Any, snapshot: Any) -> None:
         """Called once the pause is persisted (the snapshot saved, the run's status set

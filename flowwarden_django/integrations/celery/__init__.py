@@ -34,6 +34,18 @@ Nothing here imports Django models at module level: the project's Celery app mod
 imports this package before Django is set up.
 """
 
-from .bootstep import StreamsBootstep, install, install_from_settings
+from .bootstep import (
+    StreamsBootstep,
+    WorkflowSweepBootstep,
+    install,
+    install_from_settings,
+    install_workflow_sweep,
+)
 
-__all__ = ["StreamsBootstep", "install", "install_from_settings"]
+__all__ = [
+    "StreamsBootstep",
+    "WorkflowSweepBootstep",
+    "install",
+    "install_from_settings",
+    "install_workflow_sweep",
+]

@@ -93,6 +93,46 @@ class StreamsBootstep(bootsteps.StartStopStep):
         logger.info("flowwarden: streams stopped")
 
 
+class WorkflowSweepBootstep(bootsteps.StartStopStep):
+    """Runs the workflow recovery sweep (``workflows.recovery``) in the worker's main
+    process every ``FLOWWARDEN["WORKFLOW_SWEEP_INTERVAL"]`` (2 s) while the worker
+    runs, queueing the next step of every stalled run with the worker's app.
+
+    A run whose worker died is so continued by whichever worker is alive, within a
+    claim's lease (``WORKFLOW_RUN_LEASE``, 10 s) and one sweep interval, with no beat
+    and no redelivery to wait for. Every worker sweeps; a run is handed over once
+    (the sweep takes it with a conditional ``UPDATE``). Added to the workers of a
+    project whose ``WORKFLOW_EXECUTION`` is ``"celery"`` (unless
+    ``CELERY_RUN_WORKFLOW_SWEEP`` is False), or by ``install(app, sweep=True)``.
+    """
+
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.thread: Any = None
+
+    def start(self, parent: Any) -> None:
+        from ...workflows.sweeper import SweepThread
+        from .provider import recover_workflows
+
+        app = parent.app
+        self.thread = SweepThread(lambda: recover_workflows(app))
+        self.thread.start()
+        logger.info(
+            "flowwarden: workflow recovery sweep every %s s in worker %s",
+            self.thread.interval,
+            getattr(parent, "hostname", "?"),
+        )
+
+    def stop(self, parent: Any) -> None:
+        thread, self.thread = self.thread, None
+        if thread is not None:
+            thread.stop()
+
+    terminate = stop
+
+
 def install(app: Celery) -> None:
     """Add :class:`StreamsBootstep` to *app*'s workers and register the replay and purge
     tasks; calling it again changes nothing."""
@@ -101,7 +141,8 @@ def install(app: Celery) -> None:
 
 @signals.worker_init.connect(weak=False, dispatch_uid="flowwarden_django.celery.run_streams")
 def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
-    """``FLOWWARDEN["CELERY_RUN_STREAMS"]``: add the step to the starting worker's app.
+    """``FLOWWARDEN["CELERY_RUN_STREAMS"]``: add the streams step to the starting
+    worker's app; ``WORKFLOW_EXECUTION = "celery"``: add the workflow sweep's step.
 
     ``worker_init`` is sent after the worker has imported its task modules (and so
     this one, through ``flowwarden_django.tasks``) and before it reads
@@ -110,5 +151,17 @@ def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
     from ...conf import fw_settings
 
     app = getattr(sender, "app", None)
-    if app is not None and fw_settings.CELERY_RUN_STREAMS:
+    if app is None:
+        return
+    if fw_settings.CELERY_RUN_STREAMS:
         install(app)
+    execution = str(fw_settings.WORKFLOW_EXECUTION)
+    celery_steps = execution == "celery" or execution.endswith(".CeleryExecutionProvider")
+    if celery_steps and fw_settings.CELERY_RUN_WORKFLOW_SWEEP:
+        install_workflow_sweep(app)
+
+
+def install_workflow_sweep(app: Celery) -> None:
+    """Add :class:`WorkflowSweepBootstep` to *app*'s workers; calling it again changes
+    nothing."""
+    app.steps["worker"].add(WorkflowSweepBootstep)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, current_app
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ...common.failure_log import FailureLog
@@ -291,25 +292,28 @@ class _StepWorkflow(Workflow):
         self.origin = origin
 
     def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
-        # Never creates the run (the engine's _claim would, for an unknown one), and
-        # stores the input only once the task is known to be current.
+        # One statement claims the run only while the task is current (the head it
+        # continues from, and a running run unless run()/resume() queued it), and
+        # stores the input with it. It never creates the run (the engine's _claim
+        # would, for an unknown one), and a stale task (a redelivery, a duplicate)
+        # leaves the run untouched: claiming it would move its ``updated_at`` and hide
+        # a stalled run from the recovery sweep for another WORKFLOW_RECOVER_AFTER.
         cid = self.coordination_id
-        # A task already stale (a redelivery, a duplicate) leaves the run untouched:
-        # claiming it would move its ``updated_at`` and hide a stalled run from the
-        # recovery sweep for another WORKFLOW_RECOVER_AFTER.
-        current = runs.get(cid)
-        reason = "" if current is None else _stale_reason(current, self.expected_head, self.origin)
-        if reason:
-            raise StaleStepError(reason)
-        record = runs.claim(cid, token, lease, workflow_name=self.name)
-        reason = _stale_reason(record, self.expected_head, self.origin)
-        if reason:
-            runs.release(cid, token)
-            raise StaleStepError(reason)
-        if input is not None:
-            runs.update(cid, token, lease, resume_input=input)
-            record.resume_input = input
-        return record
+        wanted = Q(head_snapshot_id=self.expected_head)
+        if self.origin != Origin.RUN:
+            wanted &= Q(status=RunStatus.RUNNING)
+        try:
+            return runs.claim(
+                cid, token, lease, resume_input=input, workflow_name=self.name, where=wanted
+            )
+        except ConcurrentRunError:
+            current = runs.get(cid)  # refused: say why
+            reason = (
+                "" if current is None else _stale_reason(current, self.expected_head, self.origin)
+            )
+            if reason:
+                raise StaleStepError(reason) from None
+            raise
 
 
 def _stale_reason(record: WorkflowRun, head: str | None, origin: str) -> str:

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import close_old_connections
+from django.db.models import Q
 from django.utils import timezone
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -52,14 +53,19 @@ class _ActivityWorkflow(Workflow):
         self.origin = origin
 
     def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> Any:
-        record = runs.claim(self.coordination_id, token, lease, workflow_name=self.name)
-        if self.origin != "run" and record.status != RunStatus.RUNNING:
-            runs.release(self.coordination_id, token)
-            raise StaleStep(f"the run is {record.status}")
-        if input is not None:
-            runs.update(self.coordination_id, token, lease, resume_input=input)
-            record.resume_input = input
-        return record
+        # One statement: a paused or finished run is claimed only by a "run" wake, and
+        # the input is stored with the claim.
+        cid = self.coordination_id
+        wanted = None if self.origin == "run" else Q(status=RunStatus.RUNNING)
+        try:
+            return runs.claim(
+                cid, token, lease, resume_input=input, workflow_name=self.name, where=wanted
+            )
+        except ConcurrentRunError:
+            current = runs.get(cid)  # refused: say why
+            if wanted is not None and current is not None and current.status != RunStatus.RUNNING:
+                raise StaleStep(f"the run is {current.status}") from None
+            raise
 
 
 def next_step(steps: tuple[WorkflowStep, ...], last_step: str) -> WorkflowStep | None:

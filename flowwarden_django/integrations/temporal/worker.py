@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from ...common.failure_log import FailureLog
 from ...workflows.recovery import recover_stalled_runs
 from .activities import ACTIVITIES
 from .config import TemporalConfig
-from .messages import Wake
+from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
 from .provider import run_start, signal_with_start
 from .workflow import RunWorkflow
 
@@ -95,6 +96,50 @@ def recover(config: TemporalConfig, client_call: Any) -> list[str]:
     return recover_stalled_runs(enqueue)
 
 
+#: Every how many sweeps the worker also ends the Temporal workflows of finished runs.
+RECONCILE_EVERY = 15
+#: The most open Temporal workflows one reconciliation reads.
+RECONCILE_LIMIT = 1000
+
+
+async def open_run_workflows(client: Any, config: TemporalConfig) -> list[str]:
+    """The workflow ids (coordination ids) of the run workflows open on the task queue."""
+    query = (
+        f'WorkflowType = "{WORKFLOW_TYPE}" AND ExecutionStatus = "Running" '
+        f'AND TaskQueue = "{config.task_queue}"'
+    )
+    ids: list[str] = []
+    async for execution in client.list_workflows(query):
+        ids.append(execution.id)
+        if len(ids) >= RECONCILE_LIMIT:
+            break
+    return ids
+
+
+def reconcile(config: TemporalConfig, client_call: Any) -> list[str]:
+    """End the open Temporal workflows whose run finished another way (in-process while
+    the server was down, say): each gets a ``refresh`` wake, re-reads its run and
+    returns. The ids refreshed."""
+    from ...common.app_models import models
+    from ...workflows.runs import RunRecords, RunStatus
+
+    open_ids = client_call(lambda client: open_run_workflows(client, config))
+    finished = list(
+        models.WorkflowRun.objects.using(RunRecords().db)
+        .filter(pk__in=open_ids, status__in=(RunStatus.COMPLETED, RunStatus.FAILED))
+        .values_list("pk", flat=True)
+    )
+    for cid in finished:
+
+        async def refresh(client: Any, cid: str = cid) -> None:
+            await client.get_workflow_handle(cid).signal(WAKE_SIGNAL, Wake("refresh"))
+
+        client_call(refresh)
+    if finished:
+        logger.info("reconciled %d finished run(s) with Temporal: %s", len(finished), finished)
+    return finished
+
+
 async def serve(
     config: TemporalConfig,
     *,
@@ -119,21 +164,29 @@ async def serve(
     def call(operation: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(operation(client), loop).result(config.call_timeout)
 
-    def _recover_in_thread(config: TemporalConfig, call: Any) -> list[str]:
+    def _recover_in_thread(config: TemporalConfig, call: Any, sweeps: int) -> list[str]:
         close_old_connections()
         try:
+            if sweeps % RECONCILE_EVERY == 0:
+                reconcile(config, call)
             return recover(config, call)
         finally:
             close_old_connections()
 
+    sweep_failures = FailureLog(logger, "the recovery sweep (tried again every sweep)")
+
     async def sweep_forever() -> None:
+        sweeps = 0
         while recover_every:
             await asyncio.sleep(recover_every)
             try:
-                woken = await asyncio.to_thread(_recover_in_thread, config, call)
-            except Exception:
-                logger.exception("the recovery sweep failed; it runs again in %s s", recover_every)
+                woken = await asyncio.to_thread(_recover_in_thread, config, call, sweeps)
+            except Exception as exc:
+                sweep_failures.failed(exc)
                 continue
+            finally:
+                sweeps += 1
+            sweep_failures.succeeded()
             if woken:
                 logger.info("recovery sweep: woke %d stalled run(s): %s", len(woken), woken)
 

@@ -40,7 +40,7 @@ class Command(BaseCommand):
             "--recover-every",
             type=positive_seconds,
             help="Seconds between recovery sweeps, which wake running runs nothing "
-            'advances (default: FLOWWARDEN["WORKFLOW_RECOVER_AFTER"]).',
+            'advances (default: FLOWWARDEN["WORKFLOW_SWEEP_INTERVAL"], 2s).',
         )
         parser.add_argument(
             "--no-recovery", action="store_true", help="Run no recovery sweep in this worker."
@@ -78,7 +78,7 @@ class Command(BaseCommand):
         recover_every = None
         if not options["no_recovery"]:
             recover_every = options["recover_every"] or parse_duration(
-                fw_settings.WORKFLOW_RECOVER_AFTER
+                fw_settings.WORKFLOW_SWEEP_INTERVAL
             )
         if options["verbosity"] >= 1:
             logging.getLogger("flowwarden_django.temporal").setLevel(logging.INFO)

@@ -10,6 +10,8 @@ the store of the run's registered workflow, else from ``--store`` (default
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -173,6 +175,15 @@ class Command(ActionCommand):
         )
         recover.add_argument("--limit", type=positive_int, default=100, metavar="N")
         recover.add_argument(
+            "--every",
+            metavar="INTERVAL",
+            nargs="?",
+            const="",
+            help="Keep sweeping, every INTERVAL (default: "
+            "FLOWWARDEN['WORKFLOW_SWEEP_INTERVAL'], 2s) until Ctrl-C or SIGTERM: "
+            "the sweep of in-process runs, under your process manager.",
+        )
+        recover.add_argument(
             "--dry-run", action="store_true", help="List the stalled runs; change nothing."
         )
 
@@ -250,6 +261,7 @@ class Command(ActionCommand):
         limit: int,
         dry_run: bool,
         database: str | None,
+        every: str | None = None,
         **options: Any,
     ) -> None:
         """Hand each stalled run to the configured execution provider (in this process,
@@ -270,11 +282,36 @@ class Command(ActionCommand):
 
         def continue_run(run: WorkflowRun) -> None:
             self.stdout.write(f"Continuing {run.coordination_id} ({run.workflow_name})...")
-            result = Workflow.for_coordination(run.coordination_id, using=database).run()
+            try:
+                result = Workflow.for_coordination(run.coordination_id, using=database).run()
+            except ConcurrentRunError as exc:  # a live runner got there first
+                self.stdout.write(f"  not continued: {exc}")
+                return
             self.stdout.write(f"  {type(result).__name__}")
 
-        recovered = recover_stalled_runs(continue_run, older_than=age, using=database, limit=limit)
-        self.stdout.write(self.style.SUCCESS(f"{len(recovered)} stalled run(s) continued."))
+        def sweep() -> list[str]:
+            return recover_stalled_runs(continue_run, older_than=age, using=database, limit=limit)
+
+        if every is None:
+            recovered = sweep()
+            self.stdout.write(self.style.SUCCESS(f"{len(recovered)} stalled run(s) continued."))
+            return
+        self._sweep_forever(sweep, _parse_interval(every))
+
+    def _sweep_forever(self, sweep: Any, interval: float) -> None:
+        """``recover --every``: sweep every *interval* seconds until SIGTERM or Ctrl-C,
+        a line per run continued; a failing sweep is reported and tried again."""
+        from ...workflows.sweeper import SweepThread
+
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        runner = SweepThread(sweep, interval)
+        self.stdout.write(f"Sweeping for stalled runs every {interval:g} s (Ctrl-C to stop).")
+        total = 0
+        while not stop.wait(interval):
+            total += len(runner.run_once())
+        self.stdout.write(self.style.SUCCESS(f"Stopped; {total} stalled run(s) continued."))
 
     # -- list ----------------------------------------------------------------------
 
@@ -752,6 +789,24 @@ def _parse_json(option: str, text: str | None, max_bytes: int = MAX_STATE_BYTES)
             f"shell and use JSON syntax, for example {option} '{{\"approved\": true}}' "
             f"(strings in double quotes: {option} '\"text\"')."
         ) from exc
+
+
+def _parse_interval(text: str) -> float:
+    """``--every``'s value in seconds (empty: ``WORKFLOW_SWEEP_INTERVAL``)."""
+    if not text:
+        from ...workflows.sweeper import sweep_interval
+
+        return sweep_interval()
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds <= 86400:
+        raise CommandError(
+            f"--every {text!r} is not an interval: use a positive number of seconds or a "
+            "duration up to a day, for example --every 2s or --every 1m."
+        )
+    return seconds
 
 
 def _parse_age(text: str) -> timedelta:

@@ -88,7 +88,7 @@ class AwaitApproval(Pause):
     def snapshot_metadata(self) -> dict[str, str]:
         return {REQUEST_METADATA: json.dumps(self.request(), sort_keys=True)}
 
-    def on_paused(self, workflow: Any, snapshot: WorkflowSnapshot) -> None:
+    def persist_with(self, workflow: Any, snapshot: WorkflowSnapshot) -> None:
         request_approval(snapshot, self.request(), using=workflow.runs.db)
 
 
