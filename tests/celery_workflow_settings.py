@@ -5,7 +5,9 @@ and the queue come from the same environment variables), plus:
 
 * the worker imports ``tests.celery_workflows``, which defines the test workflows
   on its ``default`` database (``FLOWWARDEN_TEST_WORKFLOW_DB``);
-* ``FLOWWARDEN_CELERY_RUN_LEASE``: ``FLOWWARDEN["WORKFLOW_RUN_LEASE"]``;
+* ``FLOWWARDEN_CELERY_RUN_LEASE``: ``FLOWWARDEN["WORKFLOW_RUN_LEASE"]``, and
+  ``FLOWWARDEN_CELERY_WORKFLOW_EXECUTION``: ``FLOWWARDEN["WORKFLOW_EXECUTION"]``
+  (``"celery"`` runs the recovery sweep in the worker);
 * ``FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT``: the Redis transport's
   ``visibility_timeout`` (seconds), checked every second;
 * the transport's unacked-message keys are named after the test's queue, so the
@@ -20,10 +22,12 @@ from tests.celery_settings import CELERY_TASK_DEFAULT_QUEUE, FLOWWARDEN
 CELERY_IMPORTS = ["tests.celery_workflows"]
 FLOWWARDEN_TEST_WORKFLOW_DB = "default"
 
-FLOWWARDEN = {
-    **FLOWWARDEN,
-    "WORKFLOW_RUN_LEASE": os.environ.get("FLOWWARDEN_CELERY_RUN_LEASE", "10m"),
-}
+FLOWWARDEN = dict(FLOWWARDEN)
+# Unset: the defaults (a 10 s lease; steps in-process, so no sweep in the worker).
+if os.environ.get("FLOWWARDEN_CELERY_RUN_LEASE"):
+    FLOWWARDEN["WORKFLOW_RUN_LEASE"] = os.environ["FLOWWARDEN_CELERY_RUN_LEASE"]
+if os.environ.get("FLOWWARDEN_CELERY_WORKFLOW_EXECUTION"):
+    FLOWWARDEN["WORKFLOW_EXECUTION"] = os.environ["FLOWWARDEN_CELERY_WORKFLOW_EXECUTION"]
 
 
 def transport_options(queue: str, visibility_timeout: float | None = None) -> dict:

@@ -35,6 +35,7 @@ THREE = "fw-celery-three"
 PAUSING = "fw-celery-pausing"
 KILLABLE = "fw-celery-killable"
 APPROVING = "fw-celery-approving"
+SLOW_SECOND = "fw-celery-slow-second"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -97,6 +98,20 @@ def slow(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
+@step("four")
+def four(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return advance(then(state, "four"))
+
+
+@step("slow")
+def slow_every_time(state: dict[str, Any], ctx: Any) -> Any:
+    """Sleeps ``state["sleep"]`` seconds each time it runs."""
+    _record(state, ctx)
+    time.sleep(state["sleep"])
+    return advance(then(state, "slow"))
+
+
 def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
     """Register the test workflows, on database *using*; their definitions by name."""
     store = OrmSnapshotStore(using=using)
@@ -107,6 +122,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (PAUSING, [one, pause, decide]),
             (KILLABLE, [one, slow, three]),
             (APPROVING, [one, ask, settle]),
+            (SLOW_SECOND, [one, slow_every_time, three, four]),
         )
     }
 

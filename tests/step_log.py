@@ -1,7 +1,8 @@
 """The step-execution log of the worker tests: every step of the test workflows appends
 one JSON line (coordination, step, pid, and what the caller adds) to the file named by
 ``state["log"]`` before doing anything else. That is how a test counts executions
-across processes and sees a step start."""
+across processes and sees a step start. ``assert_chained`` checks the snapshots the
+steps left."""
 
 from __future__ import annotations
 
@@ -39,3 +40,15 @@ def record(state: dict[str, Any], ctx: Any, **extra: Any) -> int:
 def then(state: dict[str, Any], name: str) -> dict[str, Any]:
     """*state* with *name* appended to its ``trail``."""
     return {**state, "trail": [*state.get("trail", []), name]}
+
+
+def assert_chained(wf: Any, steps: list[str]) -> None:
+    """*wf*'s snapshots are one chain: the seed and one snapshot per step of *steps*,
+    each the child of the one before, at consecutive ``seq``."""
+    from flowwarden_django.workflows.metadata import LAST_STEP
+
+    history = wf.history()
+    assert [s.seq for s in history] == list(range(1, len(steps) + 2))
+    assert [s.metadata[LAST_STEP] for s in history] == ["", *steps]
+    assert history[0].parent_id is None
+    assert [s.parent_id for s in history[1:]] == [s.id for s in history[:-1]]

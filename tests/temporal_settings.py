@@ -6,7 +6,9 @@ environment:
   test database pytest-django created (the test process's ``postgres`` alias);
 * ``FLOWWARDEN_TEMPORAL_TARGET``: the dev server the test started, and
   ``FLOWWARDEN_TEMPORAL_QUEUE`` the task queue of this test run;
-* ``FLOWWARDEN_TEMPORAL_RUN_LEASE``: ``FLOWWARDEN["WORKFLOW_RUN_LEASE"]``.
+* ``FLOWWARDEN_TEMPORAL_RUN_LEASE``: ``FLOWWARDEN["WORKFLOW_RUN_LEASE"]``;
+* ``FLOWWARDEN_TEMPORAL_DEFAULTS=1``: flowwarden's defaults but for the server and
+  the task queue.
 
 ``tests.temporalapp`` defines the test workflows (``tests/temporal_workflows.py``) from
 its ``workflows.py``, found by the app's autodiscovery as a project's would be.
@@ -48,3 +50,8 @@ FLOWWARDEN = {
     "WORKFLOW_RUN_LEASE": os.environ.get("FLOWWARDEN_TEMPORAL_RUN_LEASE", "10m"),
     "WORKFLOW_RECOVER_AFTER": "5s",
 }
+if os.environ.get("FLOWWARDEN_TEMPORAL_DEFAULTS") == "1":  # flowwarden's defaults only
+    FLOWWARDEN = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {key: FLOWWARDEN["TEMPORAL"][key] for key in ("TARGET", "TASK_QUEUE")},
+    }

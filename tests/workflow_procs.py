@@ -8,6 +8,10 @@ snapshot store on it. Actions (each prints one JSON line per event on stdout):
 
 * ``resume <coordination_id> <json input>``: ``Workflow.for_coordination(cid)
   .resume(input)``, prints the result.
+* ``start <workflow> <coordination_id> <json state>``: runs the workflow in this
+  process (the in-process provider), prints the result.
+* ``sweep``: ``manage.py flowwarden_workflows recover --every`` (the default
+  interval) until SIGTERM: the in-process sweep, as the README sets it up.
 * ``race <coordination_id>``: prints ``ready``, waits for ``go`` on stdin, then runs
   the ``race`` workflow; if this process wins, its first step prints ``in-step`` and
   waits for ``continue`` on stdin. Prints the result, or ``concurrent`` with the
@@ -19,12 +23,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 APPROVAL = "wf-approval"
 RACE = "wf-race"
 RACE_STEPS = ("one", "two", "three")
+#: Four steps, the second sleeping ``state["sleep"]`` seconds each time it runs; every
+#: execution is logged to ``state["log"]`` (``tests.step_log``).
+SLOW_SECOND = "wf-slow-second"
+SLOW_SECOND_STEPS = ("one", "slow", "three", "four")
 
 #: Called by the race workflow's first step (the subprocess blocks there).
 on_race_step_one: Callable[[], None] | None = None
@@ -66,9 +75,23 @@ def define_workflows(store: Any, using: str | None = None) -> dict[str, Any]:
 
         return run_step
 
+    def logged_step(name: str) -> Any:
+        @step(name)
+        def run_step(state: dict[str, Any], ctx: Any) -> Any:
+            from tests.step_log import record, then
+
+            record(state, ctx)
+            if name == "slow":
+                time.sleep(state["sleep"])
+            return advance(then(state, name))
+
+        return run_step
+
+    slow_second = [logged_step(name) for name in SLOW_SECOND_STEPS]
     return {
         APPROVAL: Workflow.define(APPROVAL, [prepare, ask, decide], store, using=using),
         RACE: Workflow.define(RACE, [race_step(n) for n in RACE_STEPS], store, using=using),
+        SLOW_SECOND: Workflow.define(SLOW_SECOND, slow_second, store, using=using),
     }
 
 
@@ -113,9 +136,25 @@ def _result_fields(result: Any) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     global on_race_step_one
     _configure()
-    from flowwarden_django.workflows import ConcurrentRunError, Workflow, snapshot_stores
+    from flowwarden_django.workflows import (
+        ConcurrentRunError,
+        Workflow,
+        snapshot_stores,
+        workflow_registry,
+    )
 
     define_workflows(snapshot_stores["default"])
+    if argv[0] == "start":
+        name, cid, state = argv[1], argv[2], json.loads(argv[3])
+        _emit("started", pid=os.getpid())
+        result = workflow_registry.get(name).workflow(cid).run(state)
+        _emit("result", **_result_fields(result))
+        return 0
+    if argv[0] == "sweep":
+        from django.core.management import call_command
+
+        call_command("flowwarden_workflows", "recover", "--every")
+        return 0
     action, cid = argv[0], argv[1]
     if action == "resume":
         result = Workflow.for_coordination(cid).resume(json.loads(argv[2]))

@@ -75,7 +75,6 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
-from flowwarden_django.workflows.engine import LAST_STEP
 from flowwarden_django.workflows.execution import configured_provider, reset_providers
 from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.runs import RunRecords
@@ -85,12 +84,15 @@ from tests.celery_procs import wait_until as _wait_until
 from tests.celery_workflow_settings import transport_options
 from tests.lanes import lane_marks
 from tests.services import SERVICES
-from tests.step_log import executions
+from tests.step_log import assert_chained, executions
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "postgres"
 #: Upper bounds of the waits: a hang fails the test instead of blocking CI.
 WAIT = 60.0
+#: The liveness bound of the dead-worker test: its run completes within this many
+#: seconds of a live worker (issue: 20 s; room for a loaded CI machine).
+RECOVERY_BOUND = 30.0
 SOLO = ["--pool=solo"]
 PREFORK = ["--pool=prefork", "--concurrency=1"]
 
@@ -182,7 +184,11 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
     workers: list[Worker] = []
 
     def start(
-        pool: list[str], *, lease: str = "10m", visibility_timeout: float | None = None
+        pool: list[str],
+        *,
+        lease: str = "10m",
+        visibility_timeout: float | None = None,
+        execution: str = "",
     ) -> Worker:
         db = connections[DB].settings_dict
         env = {
@@ -197,6 +203,7 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
             "FLOWWARDEN_CELERY_BROKER_URL": broker_url,
             "FLOWWARDEN_CELERY_QUEUE": queue,
             "FLOWWARDEN_CELERY_RUN_LEASE": lease,
+            "FLOWWARDEN_CELERY_WORKFLOW_EXECUTION": execution,
         }
         for name in (
             "FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT",
@@ -226,15 +233,6 @@ def received(worker: Worker) -> int:
     """How many step tasks *worker* has received (its log says so for each)."""
     prefix = f"Task {STEP_TASK}["
     return sum(1 for line in worker.log().splitlines() if prefix in line and "] received" in line)
-
-
-def assert_chained(wf: Workflow, steps: list[str]) -> None:
-    """The seed and one snapshot per step, each the child of the one before."""
-    history = wf.history()
-    assert [s.seq for s in history] == list(range(1, len(steps) + 2))
-    assert [s.metadata[LAST_STEP] for s in history] == ["", *steps]
-    assert history[0].parent_id is None
-    assert [s.parent_id for s in history[1:]] == [s.id for s in history[:-1]]
 
 
 def wait_for_status(wf: Workflow, status: str, worker: Worker) -> None:
@@ -431,6 +429,50 @@ def test_a_step_killed_mid_way_runs_again_and_the_run_completes(
     assert (killed_task == rerun_task) is (recovery != "sweep")
     assert wf.current_result() == Completed({**state, "trail": ["one", "slow", "three"]}, cid)
     assert_chained(wf, ["one", "slow", "three"])
+
+
+@on_servers
+@pytest.mark.slow
+def test_a_killed_worker_s_run_completes_with_the_default_settings(
+    definitions, provider, start_worker, tmp_path
+):
+    """The README's setup and defaults (``WORKFLOW_EXECUTION = "celery"``, a 10 s
+    claim lease, Redis' 1 h visibility timeout, no beat), ``--pool=threads``: the
+    worker is SIGKILLed while the 3 s second step runs and a new one is started. Its
+    own recovery sweep finds the dead runner's claim run out and queues the step
+    again: the run completes, the killed step ran twice, every other step once."""
+    threads = ["--pool=threads", "--concurrency=4"]
+    first = start_worker(threads, lease="", execution="celery")
+    first.wait_ready()
+    state = {**new_state(tmp_path), "sleep": 3.0}
+    cid = f"dead-celery-{uuid.uuid4().hex[:8]}"
+    wf = definitions[flows.SLOW_SECOND].workflow(cid)
+    with execution(provider):
+        wf.run(state)
+    _wait_until(
+        lambda: any(e["step"] == "slow" for e in executions(state["log"])),
+        WAIT,
+        "the slow step to start",
+        first,
+    )
+    time.sleep(1.0)  # mid-step
+    first.kill()
+    assert first.proc.returncode == -signal.SIGKILL
+    second = start_worker(threads, lease="", execution="celery")
+    second.wait_ready()
+    live_at = time.monotonic()
+    _wait_until(
+        lambda: wf.status() == RunStatus.COMPLETED, RECOVERY_BOUND, "the run's completion", second
+    )
+    took = time.monotonic() - live_at
+    counts = Counter(e["step"] for e in executions(state["log"]))
+    print(
+        f"\n[celery] worker SIGKILLed mid-step, default settings: the run completed "
+        f"{took:.1f} s after a new worker was ready; step executions {dict(counts)}",
+        file=sys.stderr,
+    )
+    assert counts == {"one": 1, "slow": 2, "three": 1, "four": 1}
+    assert_chained(wf, ["one", "slow", "three", "four"])
 
 
 # -- without a worker --------------------------------------------------------------------- #
@@ -689,3 +731,25 @@ def test_a_step_with_a_timeout_gets_a_hard_time_limit(local_workflow):
             },
         ),
     ]
+
+
+@pytest.mark.parametrize(
+    ("setting", "sweeps"),
+    [
+        ({"WORKFLOW_EXECUTION": "celery"}, True),
+        (
+            {"WORKFLOW_EXECUTION": f"{CeleryExecutionProvider.__module__}.CeleryExecutionProvider"},
+            True,
+        ),
+        ({"WORKFLOW_EXECUTION": "celery", "CELERY_RUN_WORKFLOW_SWEEP": False}, False),
+        ({}, False),
+    ],
+    ids=["celery", "dotted-path", "turned-off", "in-process"],
+)
+def test_the_workers_of_a_celery_project_run_the_recovery_sweep(setting, sweeps):
+    from flowwarden_django.integrations.celery import WorkflowSweepBootstep, install_from_settings
+
+    app = Celery("fw-wf-sweep", broker="memory://", fixups=[], set_as_current=False)
+    with override_settings(FLOWWARDEN=setting):
+        install_from_settings(SimpleNamespace(app=app))
+    assert (WorkflowSweepBootstep in app.steps["worker"]) is sweeps

@@ -52,7 +52,7 @@ from flowwarden_django.workflows.registry import workflow_registry
 from tests import temporal_workflows as flows
 from tests.lanes import lane_marks
 from tests.services import temporal_binary
-from tests.step_log import executions
+from tests.step_log import assert_chained, executions
 from tests.temporal_procs import (
     WAIT,
     DevServer,
@@ -62,10 +62,12 @@ from tests.temporal_procs import (
     history_activities,
     wait_until,
 )
+from tests.temporal_procs import executions as temporal_executions
 
 DB = "postgres"
-#: The dead runner's claim in the kill test (the worker's WORKFLOW_RUN_LEASE).
-KILL_LEASE = 3.0
+#: The liveness bound of the kill test: the run completes within this many seconds of
+#: the new worker's start (issue: 20 s; room for a loaded CI machine).
+RECOVERY_BOUND = 30.0
 
 
 def on_temporal(test: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,7 +113,6 @@ def worker_env(
         "FLOWWARDEN_TEMPORAL_DB_USER": str(database["USER"] or "postgres"),
         "FLOWWARDEN_TEMPORAL_TARGET": server.target,
         "FLOWWARDEN_TEMPORAL_QUEUE": queue,
-        "FLOWWARDEN_TEMPORAL_RUN_LEASE": f"{KILL_LEASE}s",
     }
 
 
@@ -380,12 +381,17 @@ def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """flowwarden's default settings (a 10 s heartbeat timeout, a 10 s claim lease):
+    the worker is SIGKILLed mid-step and a new one started. Temporal retries the
+    activity once the heartbeat stops; the dead runner's claim has run out by then
+    (nobody renews it), so the retry runs the step: the killed step ran twice, the
+    others once, one chain."""
     # A task queue of this test's own: no other worker may take the slow step.
     queue = f"fw-kill-{uuid.uuid4().hex[:8]}"
-    env = {**worker_env, "FLOWWARDEN_TEMPORAL_QUEUE": queue}
+    env = {**worker_env, "FLOWWARDEN_TEMPORAL_QUEUE": queue, "FLOWWARDEN_TEMPORAL_DEFAULTS": "1"}
     setting = {
         "WORKFLOW_EXECUTION": "temporal",
-        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue, "HEARTBEAT_TIMEOUT": "2s"},
+        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue},
     }
     first = TemporalWorker(env, tmp_path / "first.log")
     try:
@@ -393,24 +399,62 @@ def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
             reset_providers()
             cid = temporal[flows.KILLABLE].start({"log": log}).coordination_id
         wait_until(lambda: "slow" in steps_of(log, cid), WAIT, "the slow step", [first, server])
+        time.sleep(1.0)  # mid-step
     finally:
         first.kill()  # SIGKILL, mid-step
         reset_providers()
-    killed_at = time.monotonic()
     second = TemporalWorker(env, tmp_path / "second.log")
+    started_at = time.monotonic()
     try:
-        wait_for_status(cid, ("completed",), [second, server])
-        took = time.monotonic() - killed_at
+        wait_for_status(cid, ("completed",), [second, server], timeout=RECOVERY_BOUND)
+        took = time.monotonic() - started_at
     finally:
         second.kill()
     counts = Counter(steps_of(log, cid))
     assert counts == {"one": 1, "slow": 2, "three": 1}
+    assert_chained(Workflow.for_coordination(cid, using=DB), ["one", "slow", "three"])
     with capsys.disabled():  # the figure CI prints (see the README's Temporal section)
         print(
-            f"\ntemporal SIGKILL: per-step executions {dict(counts)}; "
-            f"completed {took:.1f} s after the kill "
-            f"(heartbeat timeout 2 s, the dead runner's claim {KILL_LEASE:.0f} s)"
+            f"\n[temporal] worker SIGKILLed mid-step, default settings: the run completed "
+            f"{took:.1f} s after a new worker started; step executions {dict(counts)}"
         )
+
+
+@on_temporal
+def test_the_workflow_of_a_run_finished_another_way_is_ended_by_the_reconciler(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """A paused run's Temporal workflow waits for a wake; the run then finishes another
+    way (in-process while the server was away, say). The worker's reconciliation
+    wakes that workflow, which re-reads its run and ends, instead of waiting forever."""
+    from flowwarden_django.integrations.temporal.connection import TemporalConnection
+    from flowwarden_django.integrations.temporal.worker import reconcile
+
+    cid = temporal[flows.PAUSING].start({"log": log}).coordination_id
+    wait_for_status(cid, ("hibernated",), [worker, server])
+    WorkflowRun.objects.using(DB).filter(pk=cid).update(status="completed")
+    config = TemporalConfig.from_settings()
+    connection = TemporalConnection(config)
+    ended: list[str] = []
+    try:
+        # Visibility (what lists workflows) follows the server's state within moments.
+        wait_until(
+            lambda: (
+                bool(ended.extend(reconcile(config, lambda op: connection.call(op, 30))))
+                or cid in ended
+            ),
+            WAIT,
+            "the reconciler to find the run",
+            [worker, server],
+        )
+    finally:
+        connection.close()
+    wait_until(
+        lambda: (cid, "COMPLETED") in temporal_executions(server, f"WorkflowId = '{cid}'"),
+        WAIT,
+        "the Temporal workflow to end",
+        [worker, server],
+    )
 
 
 @on_temporal

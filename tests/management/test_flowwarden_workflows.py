@@ -707,3 +707,9 @@ def test_recover_continues_a_stalled_run_and_leaves_the_others() -> None:
     assert WorkflowRun.objects.get(pk=stalled).status == RunStatus.COMPLETED
     assert WorkflowRun.objects.get(pk=hibernated).status == RunStatus.HIBERNATED
     assert "0 stalled run(s) continued." in run("recover")[0]
+
+
+@pytest.mark.parametrize("interval", ["0s", "-1", "soon", "2d"])
+def test_recover_every_refuses_what_is_not_an_interval(interval: str) -> None:
+    with pytest.raises(CommandError, match=r"--every .* is not an interval: .* --every 2s"):
+        run("recover", "--every", interval)

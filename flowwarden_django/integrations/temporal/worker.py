@@ -121,14 +121,19 @@ def reconcile(config: TemporalConfig, client_call: Any) -> list[str]:
     the server was down, say): each gets a ``refresh`` wake, re-reads its run and
     returns. The ids refreshed."""
     from ...common.app_models import models
+    from ...workflows.registry import workflow_registry
     from ...workflows.runs import RunRecords, RunStatus
 
     open_ids = client_call(lambda client: open_run_workflows(client, config))
-    finished = list(
-        models.WorkflowRun.objects.using(RunRecords().db)
-        .filter(pk__in=open_ids, status__in=(RunStatus.COMPLETED, RunStatus.FAILED))
-        .values_list("pk", flat=True)
-    )
+    # The runs live where their workflows keep them: every database a workflow uses.
+    databases = {RunRecords(workflow_registry.get(n).using).db for n in workflow_registry.names()}
+    finished: list[str] = []
+    for db in sorted(databases or {RunRecords().db}):
+        finished += (
+            models.WorkflowRun.objects.using(db)
+            .filter(pk__in=open_ids, status__in=(RunStatus.COMPLETED, RunStatus.FAILED))
+            .values_list("pk", flat=True)
+        )
     for cid in finished:
 
         async def refresh(client: Any, cid: str = cid) -> None:

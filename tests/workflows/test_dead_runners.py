@@ -1,0 +1,212 @@
+"""A runner killed mid-step, with the default settings, in-process: its run completes
+within seconds; and a step far longer than the claim's lease is never taken over
+while its process lives.
+
+Both run the ``wf-slow-second`` workflow (``tests.workflow_procs``: four steps, the
+second sleeping ``state["sleep"]`` seconds) in a ``tests.workflow_procs start``
+subprocess against the PostgreSQL test database, beside a ``tests.workflow_procs
+sweep`` subprocess: ``manage.py flowwarden_workflows recover --every``, the in-process
+sweep as the README sets it up. Every step execution is logged to a file
+(``tests.step_log``), which is how the steps are counted; the snapshots are checked
+to be one chain. The Celery and Temporal twins are in ``tests/integrations``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from flowwarden_django.models import WorkflowRun
+from flowwarden_django.workflows import RunStatus, workflow_registry
+from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests import workflow_procs
+from tests.lanes import lane_marks
+from tests.step_log import assert_chained, executions
+from tests.story_procs import ROOT, die_with_parent
+
+DB = "postgres"
+#: The liveness bound: a run whose runner died completes within this many seconds of
+#: a live runner (here the sweep) being there. The issue asks for 20 s; the bound
+#: leaves room for a loaded CI machine, and the test prints the figure.
+RECOVERY_BOUND = 30.0
+#: How long the long step sleeps: six times the default claim lease (10 s).
+LONG_STEP = 60.0
+
+pytestmark = [
+    *lane_marks("postgres", databases=["default", DB]),
+    pytest.mark.slow,
+    pytest.mark.subprocess,
+]
+
+
+class Proc:
+    """A ``python -m tests.workflow_procs ...`` subprocess and its output lines."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        db = connections[DB].settings_dict
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "FW_WF_DB_ENGINE": "postgresql",
+            "FW_WF_DB_NAME": str(db["NAME"]),
+            "FW_WF_DB_HOST": str(db["HOST"]),
+            "FW_WF_DB_PORT": str(db["PORT"]),
+            "FW_WF_DB_USER": str(db["USER"]),
+            "FW_WF_DB_PASSWORD": str(db["PASSWORD"]),
+        }
+        self.log_path = log_path
+        self.stderr = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "tests.workflow_procs", *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            preexec_fn=die_with_parent,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        #: Every line printed so far.
+        self.printed: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.printed.append(line.rstrip("\n"))
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for_line(self, prefix: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                raise AssertionError(f"no line {prefix!r}:\n{self.describe()}") from None
+            if line.startswith(prefix):
+                return line
+
+    def describe(self) -> str:
+        self.stderr.flush()
+        return self.log_path.read_text(errors="replace")[-4000:] or "(no stderr)"
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.stderr.close()
+
+
+@pytest.fixture
+def definitions() -> Any:
+    defined = workflow_procs.define_workflows(OrmSnapshotStore(using=DB), using=DB)
+    yield defined
+    for name in defined:
+        workflow_registry.unregister(name)
+
+
+def _status(cid: str) -> str | None:
+    run = WorkflowRun.objects.using(DB).filter(pk=cid).first()
+    return None if run is None else run.status
+
+
+def _wait(condition: Any, timeout: float, what: str, *procs: Proc) -> float:
+    """Poll *condition* until it holds; the ``time.monotonic()`` when it did."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{what} did not happen within {timeout:.0f} s\n"
+                + "\n".join(proc.describe() for proc in procs)
+            )
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def test_a_killed_in_process_runner_s_run_completes_by_the_sweep(definitions, tmp_path):
+    """SIGKILL the process running the 3 s second step, start the sweep: the run
+    completes, the killed step ran twice, every other step once, one chain."""
+    cid = f"dead-inprocess-{uuid.uuid4().hex[:8]}"
+    state = {"log": str(tmp_path / "steps.log"), "sleep": 3.0, "trail": []}
+    runner = Proc(["start", workflow_procs.SLOW_SECOND, cid, json.dumps(state)], tmp_path / "r")
+    sweeper = None
+    try:
+        _wait(
+            lambda: any(e["step"] == "slow" for e in executions(state["log"])),
+            60,
+            "the slow step's start",
+            runner,
+        )
+        time.sleep(1.0)  # mid-step
+        runner.stop(signal.SIGKILL)
+        assert runner.proc.returncode == -signal.SIGKILL
+        sweeper = Proc(["sweep"], tmp_path / "sweep")
+        sweeper.wait_for_line("Sweeping for stalled runs")
+        live_at = time.monotonic()
+        done_at = _wait(
+            lambda: _status(cid) == RunStatus.COMPLETED,
+            RECOVERY_BOUND,
+            "the run's completion",
+            sweeper,
+        )
+    finally:
+        runner.stop(signal.SIGKILL)
+        if sweeper is not None:
+            sweeper.stop()
+    counts = Counter(e["step"] for e in executions(state["log"]))
+    print(
+        f"\n[in-process] SIGKILL mid-step, default settings: the run completed "
+        f"{done_at - live_at:.1f} s after the sweep started; step executions {dict(counts)}",
+        file=sys.stderr,
+    )
+    assert counts == {"one": 1, "slow": 2, "three": 1, "four": 1}
+    assert_chained(
+        definitions[workflow_procs.SLOW_SECOND].workflow(cid), ["one", "slow", "three", "four"]
+    )
+
+
+def test_a_step_six_leases_long_is_never_taken_over_while_its_process_lives(definitions, tmp_path):
+    """A 60 s step under the default 10 s lease, with the sweep running all along:
+    its claim is renewed, so nothing takes the run over, and it runs once."""
+    cid = f"long-step-{uuid.uuid4().hex[:8]}"
+    state = {"log": str(tmp_path / "steps.log"), "sleep": LONG_STEP, "trail": []}
+    sweeper = Proc(["sweep"], tmp_path / "sweep")
+    runner = Proc(["start", workflow_procs.SLOW_SECOND, cid, json.dumps(state)], tmp_path / "r")
+    try:
+        sweeper.wait_for_line("Sweeping for stalled runs")
+        result = json.loads(runner.wait_for_line('{"event": "result"', LONG_STEP + 60))
+    finally:
+        runner.stop(signal.SIGKILL)
+        sweeper.stop()
+    counts = Counter(e["step"] for e in executions(state["log"]))
+    run = WorkflowRun.objects.using(DB).get(pk=cid)
+    print(
+        f"\n[in-process] a {LONG_STEP:.0f} s step, default 10 s lease, sweep every 2 s: "
+        f"step executions {dict(counts)}, retries {run.attempts}",
+        file=sys.stderr,
+    )
+    assert result["kind"] == "Completed"
+    assert counts == {"one": 1, "slow": 1, "three": 1, "four": 1}
+    assert run.attempts == 0  # never taken over, never retried
+    assert not [line for line in sweeper.printed if "Continuing" in line], sweeper.printed
+    assert_chained(
+        definitions[workflow_procs.SLOW_SECOND].workflow(cid), ["one", "slow", "three", "four"]
+    )
