@@ -94,7 +94,8 @@ class ClaimKeeper:
     def drop(self, runner: str) -> None:
         """Stop renewing *runner*'s claim (it was released, or the runner is done)."""
         with self._lock:
-            self._claims.pop(runner, None)
+            if self._claims.pop(runner, None) is not None and not self._claims:
+                self._lock.notify()  # none left: the thread closes its connections now
 
     def __len__(self) -> int:
         with self._lock:

@@ -1,15 +1,13 @@
 """Letting go of run claims that a database outage kept a runner from releasing.
 
 A runner that loses its database in the middle of a run cannot release its claim
-(the ``UPDATE`` fails too), so the run would stay claimed until the lease ends
-(``WORKFLOW_RUN_LEASE``, 10 minutes by default) and the recovery sweep would not
-see it. Instead the claim is handed to ``pending_releases``: a daemon thread retries
-the release until the database answers (then the sweep continues the run at once:
-the release leaves ``updated_at`` as it was), or until the lease has ended anyway.
-
-The trade-off: a runner *process* that dies holding a claim cannot hand it over, so
-its run still waits for the lease; keep ``WORKFLOW_RUN_LEASE`` only as long as your
-slowest step needs.
+(the ``UPDATE`` fails too), so the run would stay claimed until the lease runs out
+(``WORKFLOW_RUN_LEASE``). Instead the claim is handed to ``pending_releases``: a
+daemon thread retries the release until the database answers (then the sweep
+continues the run at once: the release leaves ``updated_at`` as it was), or until the
+lease has run out anyway. A runner *process* that dies cannot hand its claim over,
+but nobody renews that claim any more (``workflows.claim_keeper``), so it runs out
+within one lease and the sweep takes the run then.
 """
 
 from __future__ import annotations

@@ -10,15 +10,15 @@ once that step's snapshot has committed. A hibernated (or waiting, completed, fa
 run holds no task.
 
 Crashes: the task is ``acks_late`` and ``reject_on_worker_lost``, so a step whose
-worker dies is delivered again (a lost pool child at once; a lost worker when the
-broker gives the message back, after the Redis ``visibility_timeout`` say). The dead
-runner's claim on the run lives until its lease (``WORKFLOW_RUN_LEASE``) ends: a
-redelivered task that finds the claim alive retries once the lease is over. The
-beat task ``flowwarden_django.recover_workflows`` (``workflows/recovery.py``) queues
-the next step of every running run that has no live claim and has not moved for
-``WORKFLOW_RECOVER_AFTER`` (10 s), which also covers a message the broker lost or a
-publish that failed. Steps
-must be idempotent: a killed step runs again.
+pool child dies is delivered again at once; its task, meeting the dead child's claim,
+retries once that claim has run out (nobody renews it: ``workflows.claim_keeper``).
+A whole worker that dies leaves its message with the broker (until the Redis
+``visibility_timeout``, say), but every worker runs the recovery sweep
+(``WorkflowSweepBootstep``, every ``WORKFLOW_SWEEP_INTERVAL``), which queues the next
+step of every running run whose claim ran out, or that has no claim and has not moved
+for ``WORKFLOW_RECOVER_AFTER`` (10 s): a message the broker lost or a publish that
+failed. The beat task ``flowwarden_django.recover_workflows`` runs the same sweep.
+Steps must be idempotent: a killed step runs again.
 
 Each task carries the head snapshot it continues from and where it came from. It
 checks both *under its claim on the run* and does nothing when the run has moved on,
