@@ -7,8 +7,10 @@ of its SPI; E004 ``OPTIONS`` do not fit the backend; E005 an optional extra is m
 an alias named in ``OPTIONS`` does not exist; E007 unsupported database; E008 bad option
 value; E009 ``USE_TZ`` is off; E010 a lease or status interval is not a positive duration;
 E011 the lease renewal interval is more than half the TTL; E012 a simple setting has
-a value of the wrong form; W002 an unknown ``FLOWWARDEN`` key (with the nearest known
-one); W001 pymongo (``bson``) is
+a value of the wrong form; E013 an unknown ``FLOWWARDEN`` key that is a near miss of a
+known one (a typo: the default applies in silence); W002 any other unknown key (with
+the nearest known one, if any); W203 (``check --deploy`` only) runs fall back to
+in-process execution when their provider is unreachable; W001 pymongo (``bson``) is
 missing, so no resume token can be stored; W201 (``check --deploy`` only) a snapshot store
 writes workflow state in plaintext; E202 ``WORKFLOW_EXECUTION`` names no usable execution
 provider; W202 it is ``"celery"`` but no Celery app is loaded; E203 ``TEMPORAL`` is
@@ -55,7 +57,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 @checks.register()
 def check_setting_keys(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """W002 for a ``FLOWWARDEN`` key the app does not know (with the nearest known one);
+    """E013 for a ``FLOWWARDEN`` key that is a near miss of a known one, W002 for any
+    other key the app does not know (with the nearest known one);
     E012 for a mistyped value of a simple key (the stores, clients, durations and the
     endpoint settings have checks of their own)."""
     configured = getattr(settings, SETTING_NAME, {})
@@ -64,6 +67,18 @@ def check_setting_keys(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     messages: list[checks.CheckMessage] = []
     for key in configured:
         if key in DEFAULTS:
+            continue
+        close = difflib.get_close_matches(str(key).upper(), list(DEFAULTS), n=1, cutoff=0.8)
+        if close:
+            # A near miss of a known key is a typo: the default would apply in silence.
+            messages.append(
+                checks.Error(
+                    f"{SETTING_NAME}[{key!r}] is not a flowwarden_django setting: the "
+                    f"default of {close[0]!r} applies instead of what you set.",
+                    hint=f'Did you mean "{close[0]}"? Rename the key.',
+                    id="flowwarden_django.E013",
+                )
+            )
             continue
         close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1, cutoff=0.6)
         hint = (
@@ -113,8 +128,20 @@ _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "CELERY_RUN_STREAMS": (lambda value: isinstance(value, bool), "True or False"),
     "CELERY_RUN_WORKFLOW_SWEEP": (lambda value: isinstance(value, bool), "True or False"),
+    "WORKFLOW_FALLBACK_TO_INPROCESS": (lambda value: isinstance(value, bool), "True or False"),
     "STREAM_RUNNER": (lambda value: value in ("threads", "asyncio"), '"threads" or "asyncio"'),
     "INSTANCE_ID": (_instance_id, "None or a name of 1 to 200 characters"),
+    "API_AUTHENTICATION": (
+        lambda value: (
+            value is None
+            or (
+                isinstance(value, list | tuple)
+                and bool(value)
+                and all(isinstance(path, str) and path.count(".") >= 1 for path in value)
+            )
+        ),
+        "None or a non-empty list of authentication classes' dotted paths",
+    ),
     "WORKFLOW_EXECUTION": (
         lambda value: isinstance(value, str) and bool(value.strip()),
         '"inprocess", "celery" or the dotted path of an ExecutionProvider',
@@ -279,6 +306,28 @@ def check_workflow_execution(app_configs: Any = None, **kwargs: Any) -> list[che
             hint="Load your Celery app when Django starts, as Celery's Django guide does: "
             "in your project package's __init__.py, `from .celery import app as celery_app`.",
             id="flowwarden_django.W202",
+        )
+    ]
+
+
+@checks.register(deploy=True)
+def check_execution_fallback(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W203 (``check --deploy``): a remote provider is configured, and a run whose
+    provider does not answer falls back to running its steps in the calling process
+    (a web request, say)."""
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    execution = fw_settings.WORKFLOW_EXECUTION
+    if execution in ("inprocess", None) or not fw_settings.WORKFLOW_FALLBACK_TO_INPROCESS:
+        return []
+    return [
+        checks.Warning(
+            f'{SETTING_NAME}["WORKFLOW_EXECUTION"] is {execution!r}, but when it does not '
+            "answer, runs fall back to running their steps in the calling process (inside "
+            "a web request, say).",
+            hint=f'Set {SETTING_NAME}["WORKFLOW_FALLBACK_TO_INPROCESS"] = False to refuse '
+            "(ExecutionUnavailableError; a started run is continued by the sweep later).",
+            id="flowwarden_django.W203",
         )
     ]
 

@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
     # Where workflow steps run: "inprocess", "celery", "temporal" or an ExecutionProvider
     # dotted path.
     "WORKFLOW_EXECUTION": "inprocess",
+    # When the provider (Celery's broker, Temporal) does not answer: run the workflow in
+    # the calling process (True), or raise ExecutionUnavailableError (False).
+    "WORKFLOW_FALLBACK_TO_INPROCESS": True,
     # FLOWWARDEN["TEMPORAL"]: the Temporal provider (integrations/temporal/config.py).
     "TEMPORAL": {},
     # How long a runner's claim on a workflow run outlives its last renewal: the
@@ -65,6 +68,9 @@ DEFAULTS: dict[str, Any] = {
     # counts): "staff" (active staff users), "none", "all" (anyone, even anonymous) or a
     # permission "app_label.codename".
     "HEALTH_DETAILS": "staff",
+    # The REST API's authentication classes (dotted paths); None: a token (with
+    # rest_framework.authtoken), HTTP Basic and the session (api/authentication.py).
+    "API_AUTHENTICATION": None,
     # When set, /flowwarden/metrics/ needs "Authorization: Bearer <token>"; a list of tokens
     # accepts each (to rotate). None: open, as a scrape target usually is.
     "METRICS_TOKEN": None,

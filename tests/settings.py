@@ -29,6 +29,8 @@ INSTALLED_APPS = [
 if all(find_spec(m) for m in ("rest_framework", "drf_spectacular", "django_filters")):
     INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular"]
     INSTALLED_APPS += ["django_filters"]
+    if find_spec("drf_spectacular_sidecar"):
+        INSTALLED_APPS += ["drf_spectacular_sidecar"]
     REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
     SPECTACULAR_SETTINGS = {"TITLE": "flowwarden-django API"}
 

@@ -169,6 +169,8 @@ BAD_VALUES = {
     "WORKFLOW_RECOVER_AFTER": -1,
     "WORKFLOW_SWEEP_INTERVAL": "0s",
     "CELERY_RUN_WORKFLOW_SWEEP": "yes",
+    "WORKFLOW_FALLBACK_TO_INPROCESS": "no",
+    "API_AUTHENTICATION": "rest_framework.authentication.BasicAuthentication",
     "HEALTH_DETAILS": 5,
     "METRICS_TOKEN": 5,
 }
@@ -191,20 +193,34 @@ def test_a_bad_value_of_every_key_is_an_error_naming_the_key(settings, key, valu
 @pytest.mark.parametrize(
     ("key", "suggestion"),
     [
+        ("CHEKPOINT_STORES", "CHECKPOINT_STORES"),
         ("CHECKPOINT_STORE", "CHECKPOINT_STORES"),
         ("STREAM_MAX_AWAIT_MSEC", "STREAM_MAX_AWAIT_MS"),
         ("WORKFLOW_RUN_LEASES", "WORKFLOW_RUN_LEASE"),
-        ("health_details", None),
+        ("health_details", "HEALTH_DETAILS"),
     ],
 )
-def test_an_unknown_key_is_a_warning_with_a_suggestion(settings, key, suggestion):
+def test_a_near_miss_of_a_known_key_is_an_error(settings, key, suggestion):
+    """A typo would let the default apply in silence: it fails the check."""
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, key: {}}
+    (error,) = [m for m in run_checks(databases=[]) if m.id == "flowwarden_django.E013"]
+    assert repr(key) in error.msg and error.is_serious()
+    assert f"the default of {suggestion!r} applies" in error.msg
+    assert error.hint == f'Did you mean "{suggestion}"? Rename the key.'
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [("SNAPSHOTS", "SNAPSHOT_STORES"), ("MY_OWN_THING", None)],
+)
+def test_another_unknown_key_is_a_warning(settings, key, suggestion):
     settings.FLOWWARDEN = {**settings.FLOWWARDEN, key: {}}
     (warning,) = [m for m in run_checks(databases=[]) if m.id == "flowwarden_django.W002"]
     assert repr(key) in warning.msg and not warning.is_serious()
     if suggestion:
         assert warning.hint == f'Did you mean "{suggestion}"?'
     else:
-        assert "The settings are: CELERY_RUN_STREAMS" in warning.hint
+        assert "The settings are: API_AUTHENTICATION" in warning.hint
 
 
 def test_stream_max_await_accepts_milliseconds_and_durations(settings):

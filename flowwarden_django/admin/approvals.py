@@ -371,8 +371,8 @@ class ApprovalAdmin(
     # each one's tooltip).
     @admin.display(description=_("requested"), ordering="requested_at")
     def requested(self, obj: Approval) -> SafeString | str:
-        """When it was asked, and when it expires."""
-        if obj.expires_at is None:
+        """When it was asked, and when it expires (while it is pending)."""
+        if obj.expires_at is None or obj.status != Approval.Status.PENDING:
             return age(obj.requested_at)
         return format_html(
             '{}<br><span class="flowwarden-quiet">{} {}</span>',
@@ -439,6 +439,13 @@ class ApprovalAdmin(
 
     @admin.display(description=_("expires at"))
     def expires_at_text(self, obj: Approval) -> SafeString | str:
+        if obj.expires_at is not None and obj.status != Approval.Status.PENDING:
+            return format_html(
+                '{} <span class="flowwarden-quiet">({})</span>',
+                timestamp(obj.expires_at),
+                gettext("no longer applies: the approval is %(status)s")
+                % {"status": obj.get_status_display()},
+            )
         return timestamp(obj.expires_at)
 
     @admin.display(description=_("decided at"))

@@ -94,7 +94,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if detail is not None:
         code = getattr(detail, "code", None) or "error"
         response.data = {"code": code, "detail": str(detail)}
+        if response.status_code == status.HTTP_401_UNAUTHORIZED:
+            response.data.update(_accepted(context))
     return response
+
+
+def _accepted(context: dict[str, Any]) -> dict[str, Any]:
+    """What a 401 adds: the schemes the view accepts, and how to use them."""
+    from .authentication import accepted_schemes
+
+    view = context.get("view")
+    authenticators = view.get_authenticators() if view is not None else []
+    if not authenticators:
+        return {}
+    names, how = accepted_schemes(authenticators)
+    return {"accepted": names, "hint": how}
 
 
 def _validation_body(errors: Any) -> dict[str, Any]:

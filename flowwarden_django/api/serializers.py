@@ -251,7 +251,9 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
     state = serializers.SerializerMethodField(
         help_text=_("The state of the paused snapshot (null when it is gone).")
     )
-    can_decide = serializers.SerializerMethodField()
+    can_decide = serializers.SerializerMethodField(
+        help_text=_("Whether you may decide it now (it is pending and you are a decider).")
+    )
 
     class Meta(ApprovalSerializer.Meta):
         fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide"]
@@ -267,7 +269,9 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
         return None if snapshot is None else json_safe(snapshot.state)
 
     def get_can_decide(self, approval: Approval) -> bool:
-        return can_decide(self.context["request"].user, approval)
+        """Whether the user may decide it now: it is pending, and they are a decider."""
+        pending = approval.status == Approval.Status.PENDING
+        return pending and can_decide(self.context["request"].user, approval)
 
 
 class ApprovalDetailSerializer(ApprovalDecidedSerializer):

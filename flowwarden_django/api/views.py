@@ -1,9 +1,8 @@
 """The API's views: runs, snapshots, approvals, the root and the OpenAPI schema.
 
-Authentication (token, then session with CSRF) and the error rendering are set
-here on every view, so a project's ``REST_FRAMEWORK`` defaults do not change them.
-Token authentication comes first so that an anonymous request gets 401 with a
-``WWW-Authenticate: Token`` header rather than 403.
+Authentication (``api.authentication``: a token, HTTP Basic and the session by
+default) and the error rendering are set here on every view, so a project's
+``REST_FRAMEWORK`` defaults do not change them.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any
 from django.db import connections, transaction
 from django.http import Http404
 from django.utils.decorators import method_decorator
-from django.utils.translation import gettext_lazy as _
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -26,10 +24,9 @@ from drf_spectacular.utils import (
 )
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework import exceptions, mixins, status, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
-from rest_framework.permissions import BasePermission, IsAuthenticated
-from rest_framework.renderers import JSONRenderer
+from rest_framework.permissions import AllowAny, BasePermission, IsAuthenticated
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
@@ -42,6 +39,7 @@ from ..workflows.encryption import SnapshotDecryptionError
 from ..workflows.serializers import StateDecodeError
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore
+from .authentication import authentication_classes
 from .exceptions import SnapshotUnreadable, exception_handler
 from .filters import ApprovalFilter, RunFilter, SnapshotFilter, StoreParameter
 from .pagination import PagePagination, SnapshotCursorPagination
@@ -93,31 +91,29 @@ LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: _error("No such page.")}
 DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
 
 
-class StrictTokenAuthentication(TokenAuthentication):
-    """DRF's token authentication, refusing a key no token can have (a NUL, which
-    PostgreSQL would refuse in the query) as an invalid token (401)."""
-
-    def authenticate_credentials(self, key: str) -> Any:
-        if "\x00" in key or len(key) > 128:
-            raise exceptions.AuthenticationFailed(_("Invalid token."))
-        return super().authenticate_credentials(key)
-
-
 class ApiAuthentication:
-    """Mixin: the API's authentication, permission and error rendering."""
+    """Mixin: the API's authentication (``api.authentication``: the schemes
+    ``FLOWWARDEN["API_AUTHENTICATION"]`` names, read per request), permission and
+    error rendering."""
 
-    authentication_classes = [StrictTokenAuthentication, SessionAuthentication]
     permission_classes: list[type[BasePermission]] = [IsAuthenticated]
     versioning_class = None  # the version is the URL prefix (v1/)
+
+    def get_authenticators(self) -> list[Any]:
+        return [scheme() for scheme in authentication_classes()]
 
     def get_exception_handler(self) -> Callable[..., Response | None]:
         return exception_handler
 
 
-class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
-    """Base of the API's viewsets: JSON in, JSON out."""
+#: JSON for programs; DRF's browsable API for a person's browser (``Accept: text/html``).
+RENDERERS = [JSONRenderer, BrowsableAPIRenderer]
 
-    renderer_classes = [JSONRenderer]
+
+class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
+    """Base of the API's viewsets: JSON in, JSON out (and the browsable API)."""
+
+    renderer_classes = RENDERERS
     parser_classes = [StorableJSONParser]
     filter_backends: list[Any] = []
     pagination_class = PagePagination
@@ -432,15 +428,17 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewS
 
 
 class ApiRootView(ApiAuthentication, APIView):
-    """``GET v1/``: links to the collections and the schema."""
+    """``GET v1/``: links to the collections, the schema and its pages."""
 
-    renderer_classes = [JSONRenderer]
+    renderer_classes = RENDERERS
     links = {
         "runs": "run-list",
         "snapshots": "snapshot-list",
         "approvals": "approval-list",
         "my_approvals": "approval-mine",
         "schema": "schema",
+        "docs": "docs",
+        "redoc": "redoc",
     }
 
     @extend_schema(
@@ -466,7 +464,10 @@ def only_this_api(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple
 
 class SchemaView(ApiAuthentication, SpectacularAPIView):
     """``GET v1/schema/``: the OpenAPI 3 schema of this API (YAML, or JSON with
-    ``?format=json`` or ``Accept: application/vnd.oai.openapi+json``)."""
+    ``?format=json`` or ``Accept: application/vnd.oai.openapi+json``). Open to anyone,
+    as its pages are (``api.docs``): it describes the API, and holds no data."""
+
+    permission_classes = [AllowAny]
 
     custom_settings = {
         "TITLE": "flowwarden-django API",
@@ -482,8 +483,8 @@ class SchemaView(ApiAuthentication, SpectacularAPIView):
     @extend_schema(
         operation_id="schema_retrieve",
         summary="This OpenAPI schema",
-        description="YAML by default; JSON with `?format=json`.",
-        responses={200: OpenApiTypes.OBJECT, **READ_ERRORS},
+        description="YAML by default; JSON with `?format=json`. Open to anyone.",
+        responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)

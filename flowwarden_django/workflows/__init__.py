@@ -5,7 +5,12 @@ Nothing in this package imports the admin, DRF or Celery.
 
 from .approvals import ApprovalDecision, await_approval
 from .engine import StepTimeoutError, Workflow, WorkflowDefinition
-from .execution import ExecutionProvider, InProcessProvider, resolve_provider
+from .execution import (
+    ExecutionProvider,
+    ExecutionUnavailableError,
+    InProcessProvider,
+    resolve_provider,
+)
 from .registry import workflow_registry
 from .results import Completed, Failed, Hibernated, Running, StartedRun, WorkflowResult
 from .runs import ConcurrentRunError, LeaseLostError, RunConflictError, RunStatus, UnknownRunError
@@ -40,6 +45,7 @@ __all__ = [
     "ConcurrentRunError",
     "Done",
     "ExecutionProvider",
+    "ExecutionUnavailableError",
     "Fail",
     "Failed",
     "Hibernate",

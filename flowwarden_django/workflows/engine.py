@@ -64,7 +64,7 @@ from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
 from .claim_keeper import HeldClaim, claim_keeper
 from .decisions import ApprovalDecision
-from .execution import resolve_provider
+from .execution import ExecutionUnavailableError, resolve_provider
 from .forking import fork_snapshot
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from .registry import WorkflowRegistry, workflow_for, workflow_registry
@@ -1071,6 +1071,10 @@ class WorkflowDefinition:
 def _run_started(workflow: Workflow) -> WorkflowResult:
     try:
         return workflow.run()
+    except ExecutionUnavailableError as exc:
+        # Recorded and seeded: the recovery sweep continues it once the provider answers.
+        logger.warning("workflow %s (%s) was started but not run: %s", workflow.name, workflow, exc)
+        return workflow.current_result() or Running(None, workflow.coordination_id, "")
     except ConcurrentRunError:
         # Someone else is driving the run we just created: it is running, not lost.
         logger.info("workflow %s (%s) was started and is run elsewhere", workflow.name, workflow)

@@ -5,7 +5,9 @@ in the calling thread), ``"celery"``, or the dotted path of an ``ExecutionProvid
 subclass. ``resolve_provider()`` runs on every ``Workflow.run()`` / ``resume()``: when
 the configured provider says it is not available (``is_available()`` is False or
 raises: its broker is down, say), the run falls back to the in-process engine and
-the fallback is logged (a WARNING when it starts, again when it ends).
+the fallback is logged (a WARNING when it starts, again when it ends); with
+``FLOWWARDEN["WORKFLOW_FALLBACK_TO_INPROCESS"] = False`` it raises
+``ExecutionUnavailableError`` instead, so steps never run inside a web request.
 
 A provider must never call ``Workflow.run()`` or ``resume()`` (they resolve the
 provider again); it calls ``Workflow.run_local()``, in this process or in a worker.
@@ -49,6 +51,12 @@ PROVIDER_ALIASES = {
 
 class InvalidExecutionProviderError(ImproperlyConfigured):
     """``FLOWWARDEN["WORKFLOW_EXECUTION"]`` names no usable provider."""
+
+
+class ExecutionUnavailableError(ConnectionError):
+    """The configured provider is unreachable and ``WORKFLOW_FALLBACK_TO_INPROCESS``
+    is False: the run was not run here (nothing was written by ``run()`` or
+    ``resume()``; a run ``start()`` recorded is continued by the sweep later)."""
 
 
 class ExecutableWorkflow(Protocol):
@@ -262,6 +270,12 @@ def resolve_provider() -> ExecutionProvider:
         if was_falling_back:
             logger.warning("workflow execution provider %r is available again", provider.name)
         return provider
+    if not fw_settings.WORKFLOW_FALLBACK_TO_INPROCESS:
+        raise ExecutionUnavailableError(
+            f"workflow execution provider {provider.name!r} {problem}, and "
+            f'{SETTING_NAME}["WORKFLOW_FALLBACK_TO_INPROCESS"] is False: not running it '
+            "in this process. Try again once the provider answers."
+        )
     log = logger.debug if was_falling_back else logger.warning
     log(
         "workflow execution provider %r %s; running workflows in-process instead",

@@ -157,7 +157,10 @@ def check_approve_resumes_once_and_replays(definition: Any, people: People) -> N
     body = first.json()
     assert body["status"] == "approved" and body["decided_by"] == "alice"
     assert body["comment"] == "ok" and body["payload"] == {"note": "vip"}
-    assert body["decided_at"] is not None and body["can_decide"] is True
+    # Decided: nobody may decide it any more, the decider included.
+    assert body["decided_at"] is not None and body["can_decide"] is False
+    detail = client.get(f"{API}/approvals/{approval.pk}/").json()
+    assert detail["status"] == "approved" and detail["can_decide"] is False
     assert "events" not in body
     assert len(SEEN) == 1 and SEEN[0].payload == {"note": "vip"}
     run = WorkflowRun.objects.get(pk=approval.coordination_id)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from flowwarden_django.models import WorkflowRun
@@ -26,17 +27,68 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # -- authentication --------------------------------------------------------------------
 
 
-ALL_GETS = ["/", "/runs/", "/runs/x/", "/snapshots/", "/snapshots/x/", "/schema/"]
+ALL_GETS = ["/", "/runs/", "/runs/x/", "/snapshots/", "/snapshots/x/"]
 ALL_GETS += ["/approvals/", "/approvals/mine/", "/approvals/00000000-0000-0000-0000-000000000000/"]
 
 
 @pytest.mark.parametrize("url", ALL_GETS)
-def test_anonymous_requests_are_401_with_a_token_challenge(url: str) -> None:
+def test_anonymous_requests_are_401_naming_the_accepted_schemes(url: str) -> None:
     response = Client().get(API + url)
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"] == "Token"
-    if url != "/schema/":  # the schema view answers in YAML by default
-        assert response.json()["code"] == "not_authenticated"
+    body = response.json()
+    assert body["code"] == "not_authenticated"
+    assert body["accepted"] == ["Token", "Basic", "Session"]
+    assert "Authorization: Token <key>" in body["hint"]
+    assert "Authorization: Basic" in body["hint"]
+
+
+def test_the_schema_and_its_pages_are_open_to_anyone() -> None:
+    client = Client()
+    schema = client.get(f"{API}/schema/?format=json")
+    assert schema.status_code == 200 and schema.json()["info"]["title"]
+    for page, marker in (("docs", "SwaggerUIBundle"), ("redoc", "redoc.standalone.js")):
+        response = client.get(f"{API}/{page}/")
+        assert response.status_code == 200, page
+        html = response.content.decode()
+        assert marker in html
+        # The scripts come with the package (the sidecar), not from a CDN.
+        assert "/static/drf_spectacular_sidecar/" in html and "cdn.jsdelivr" not in html
+        assert f"{API}/schema/" in html
+
+
+def test_basic_authentication_and_a_token_from_the_token_endpoint(people: People) -> None:
+    basic = base64.b64encode(b"viewer:pw").decode()
+    client = Client(headers={"Authorization": f"Basic {basic}"})
+    assert client.get(f"{API}/runs/").status_code == 200
+
+    response = Client().post(f"{API}/token/", {"username": "viewer", "password": "pw"})
+    assert response.status_code == 200
+    key = response.json()["token"]
+    assert Client(headers={"Authorization": f"Token {key}"}).get(f"{API}/runs/").status_code == 200
+
+    refused = Client().post(f"{API}/token/", {"username": "viewer", "password": "no"})
+    assert refused.status_code == 400
+    assert refused.json()["code"] == "invalid"
+
+
+def test_the_browsable_api_answers_a_browser(people: People) -> None:
+    client = people.client("viewer")
+    response = client.get(f"{API}/runs/", headers={"Accept": "text/html"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/html")
+    assert "Run List" in response.content.decode() or "runs" in response.content.decode()
+    assert client.get(f"{API}/runs/").json()["results"] == []  # JSON stays the default
+
+
+def test_the_schemes_are_a_setting(people: People) -> None:
+    basic_only = {"API_AUTHENTICATION": ["rest_framework.authentication.BasicAuthentication"]}
+    with override_settings(FLOWWARDEN=basic_only):
+        response = Client().get(f"{API}/runs/")
+        assert response.headers["WWW-Authenticate"].startswith("Basic")
+        assert response.json()["accepted"] == ["Basic"]
+        # The session is not accepted any more.
+        assert people.client("viewer").get(f"{API}/runs/").status_code == 401
 
 
 def test_anonymous_posts_are_401_too() -> None:
@@ -50,7 +102,9 @@ def test_a_bad_token_is_401(people: People) -> None:
     client = Client(headers={"Authorization": "Token nope"})
     response = client.get(f"{API}/runs/")
     assert response.status_code == 401
-    assert response.json() == {"code": "authentication_failed", "detail": "Invalid token."}
+    body = response.json()
+    assert (body["code"], body["detail"]) == ("authentication_failed", "Invalid token.")
+    assert body["accepted"] == ["Token", "Basic", "Session"]
 
 
 def test_token_and_session_authentication(people: People) -> None:
@@ -83,6 +137,8 @@ def test_the_root_links_everything(people: People) -> None:
         "approvals": "http://testserver/api/v1/approvals/",
         "my_approvals": "http://testserver/api/v1/approvals/mine/",
         "schema": "http://testserver/api/v1/schema/",
+        "docs": "http://testserver/api/v1/docs/",
+        "redoc": "http://testserver/api/v1/redoc/",
     }
 
 

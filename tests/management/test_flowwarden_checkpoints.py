@@ -555,3 +555,23 @@ def test_database_errors_become_command_errors(monkeypatch):
     monkeypatch.setattr(OrmCheckpointStore, "list_checkpoints", broken)
     with pytest.raises(CommandError, match=r"manage\.py migrate"):
         call_command("flowwarden_checkpoints", "list")
+
+
+@pytest.mark.django_db
+def test_reset_of_a_copying_stream_says_the_collection_is_copied_again(store, orders):
+    from flowwarden_django.streams.registry import register_stream, stream_registry
+    from flowwarden_django.streams.spec import CheckpointSpec
+
+    register_stream(
+        "orders",
+        "orders",
+        on_insert=lambda doc: None,
+        on_snapshot=lambda doc: None,
+        checkpoint=CheckpointSpec(start_position="COPY_EXISTING"),
+    )
+    try:
+        out, _ = run("reset", "orders", "--yes")
+    finally:
+        stream_registry.unregister("orders")
+    assert "copies the whole collection again" in out
+    assert "not delivered" not in out

@@ -713,3 +713,26 @@ def test_recover_continues_a_stalled_run_and_leaves_the_others() -> None:
 def test_recover_every_refuses_what_is_not_an_interval(interval: str) -> None:
     with pytest.raises(CommandError, match=r"--every .* is not an interval: .* --every 2s"):
         run("recover", "--every", interval)
+
+
+def test_resume_of_a_run_waiting_for_its_approval_points_to_the_approvals_command() -> None:
+    from flowwarden_django.models import Approval
+    from flowwarden_django.workflows import await_approval
+
+    @step("ask")
+    def ask_for_approval(state: dict[str, Any]) -> Any:
+        return await_approval(state, "Ship it?")
+
+    name = f"fw-cmd-approval-{uuid.uuid4().hex[:6]}"
+    Workflow.define(name, [ask_for_approval, ship])
+    try:
+        cid = start(name)
+        approval = Approval.objects.get(coordination_id=cid)
+        with pytest.raises(CommandError) as refused:
+            run("resume", cid, "--input", '{"approved": true}')
+    finally:
+        workflow_registry.unregister(name)
+    message = str(refused.value)
+    assert "a resume input is no decision" in message
+    assert f"manage.py flowwarden_approvals approve {approval.pk} --by USER" in message
+    assert WorkflowRun.objects.get(pk=cid).status == RunStatus.WAITING

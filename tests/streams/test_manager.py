@@ -143,3 +143,24 @@ def test_oplog_window_reported_per_client(fast_settings, broken, status):
     assert (sender, reported) == ("default", status)
     # Positions are a second apart in the fake oplog, and idle polls add no-op entries.
     assert (hours is None) if broken else hours > 0
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_manager_used_with_with_stops_its_streams_when_the_script_raises(fast_settings, runner):
+    """Stream threads are not daemons: a script that raises after starting them would
+    never exit. ``with StreamManager()`` stops (and flushes) them on the way out."""
+    register_stream("scripted", "orders", on_insert=lambda doc: None)
+    oplog = FakeOplog()
+    before = set(threading.enumerate())
+    try:
+        with (
+            pytest.raises(RuntimeError, match="the script failed"),
+            new_manager(runner, oplog, publish_status=False) as manager,
+        ):
+            manager.start_all(["scripted"])
+            wait_until(lambda: manager.consumer("scripted") is not None, "the stream")
+            raise RuntimeError("the script failed")
+    finally:
+        stream_registry.unregister("scripted")
+    left = [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.daemon]
+    assert left == []

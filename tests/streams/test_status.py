@@ -95,6 +95,19 @@ def test_a_stale_row_belongs_to_a_gone_process(registry):
     assert status.last_event_time == ago(20)
 
 
+def test_only_the_instances_that_run_a_stream_count_as_its_instances(registry):
+    declare(registry, "orders")
+    worker("orders", "edge:1", "stopped", updated=2)
+    status = status_of(registry, "orders")
+    assert status.state == "stopped"
+    assert [i.instance_id for i in status.instances] == ["edge:1"]  # still reported...
+    assert status.live_instances == ()  # ... but a stopped stream has no live instance
+    worker("orders", "host-a:2", "running", updated=2)
+    worker("orders", "host-b:3", "standby", role="standby", updated=2)
+    live = status_of(registry, "orders").live_instances
+    assert sorted(i.instance_id for i in live) == ["host-a:2", "host-b:3"]
+
+
 def test_staleness_follows_the_status_interval(registry):
     declare(registry, "orders")
     worker("orders", "host-a:1", "running", updated=120)

@@ -176,6 +176,50 @@ def test_a_fallback_run_is_executed_in_process(db: Any) -> None:
     assert Recording.calls == []
 
 
+def test_with_the_fallback_refused_an_unreachable_provider_runs_nothing_here(
+    transactional_db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``WORKFLOW_FALLBACK_TO_INPROCESS = False``: ``run()`` raises and writes nothing;
+    ``start()`` records the run (the sweep continues it later) and runs no step."""
+    from django.core.checks import run_checks
+
+    from flowwarden_django.models import WorkflowRun
+    from flowwarden_django.workflows import ExecutionUnavailableError
+
+    Recording.available = False
+    refused = {"WORKFLOW_EXECUTION": f"{HERE}.Recording", "WORKFLOW_FALLBACK_TO_INPROCESS": False}
+    name = f"fw-refused-{uuid.uuid4().hex[:6]}"
+    definition = Workflow.define(name, steps()[:1], InMemorySnapshotStore())
+    try:
+        with override_settings(FLOWWARDEN=refused):
+            reset_providers()
+            cid = uuid.uuid4().hex
+            with pytest.raises(ExecutionUnavailableError, match="not running it in this process"):
+                definition.workflow(cid).run("s")
+            assert not WorkflowRun.objects.filter(pk=cid).exists()
+            with caplog.at_level(logging.WARNING, "flowwarden_django"):
+                started = Workflow.start(name, "s")
+            assert started.created and isinstance(started.result, Running)
+            assert WorkflowRun.objects.get(pk=started.coordination_id).status == RunStatus.RUNNING
+            assert "was started but not run" in caplog.text
+            assert Recording.calls == []
+            assert not [
+                m
+                for m in run_checks(include_deployment_checks=True, databases=[])
+                if m.id == "flowwarden_django.W203"
+            ]
+        with override_settings(FLOWWARDEN={"WORKFLOW_EXECUTION": f"{HERE}.Recording"}):
+            (warning,) = [
+                m
+                for m in run_checks(include_deployment_checks=True, databases=[])
+                if m.id == "flowwarden_django.W203"
+            ]
+            assert "WORKFLOW_FALLBACK_TO_INPROCESS" in warning.hint
+    finally:
+        workflow_registry.unregister(name)
+        reset_providers()
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -183,10 +183,7 @@ class Command(ActionCommand):
         )
         self.stdout.write("  kept:            instance id and metadata")
         if fresh is None:
-            self.stdout.write(
-                "The stream's next start bootstraps from the current end of the stream: "
-                "events written until then are not delivered."
-            )
+            self.stdout.write(_next_start_after_reset(name))
         else:
             self.stdout.write("The stream's next start resumes after the given seen token.")
         if not self._confirmed("Reset", **options):
@@ -298,3 +295,23 @@ def _moment_text(value: Any, now: datetime) -> str:
 def _at_text(checkpoint: Checkpoint) -> str:
     at = checkpoint.last_heartbeat_at
     return NONE_TEXT if at is None else at.isoformat()
+
+
+def _next_start_after_reset(name: str) -> str:
+    """What the stream *name* does at its next start once its anchors are gone."""
+    from ...streams.registry import stream_registry
+
+    try:
+        start = stream_registry.get(name).checkpoint.start_position
+    except KeyError:
+        start = None
+    if start == "COPY_EXISTING":
+        return (
+            "The stream's next start copies the whole collection again (its start "
+            "position is COPY_EXISTING), then streams the changes made since the copy "
+            "began."
+        )
+    return (
+        "The stream's next start bootstraps from the current end of the stream: "
+        "events written until then are not delivered."
+    )

@@ -394,7 +394,7 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
         spec.deployment_mode,
         status.state,
         status.leader or NONE_TEXT,
-        str(len(status.instances)),
+        str(len(status.live_instances)),
         age_text(status.last_event_time, now),
         age_text(status.checkpoint_at, now),
         age_text(status.heartbeat_at, now),

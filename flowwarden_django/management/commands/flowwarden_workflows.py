@@ -480,6 +480,8 @@ class Command(ActionCommand):
         if record.status == RunStatus.COMPLETED:
             self.stdout.write(f"Run {coordination!r} has already completed: nothing to resume.")
             return
+        if record.status == RunStatus.WAITING and _pending_approval(coordination, database):
+            raise CommandError(_waiting_for_a_decision(coordination, database))
         self.stdout.write(
             f"Resuming run {coordination!r} of workflow {record.workflow_name!r} "
             f"({record.status}, after step {record.last_step or '(start)'!r})"
@@ -508,8 +510,7 @@ class Command(ActionCommand):
             self.stdout.write(
                 self.style.WARNING(
                     f"Run {cid!r} is waiting for approval after step {result.last_step_name!r} "
-                    f"({done}). Resume it with the decision: "
-                    f"`{COMMAND} resume {cid} --input '{{\"approved\": true}}'`."
+                    f"({done}). {_how_to_continue(cid)}"
                 )
             )
         elif isinstance(result, Hibernated):
@@ -789,6 +790,44 @@ def _parse_json(option: str, text: str | None, max_bytes: int = MAX_STATE_BYTES)
             f"shell and use JSON syntax, for example {option} '{{\"approved\": true}}' "
             f"(strings in double quotes: {option} '\"text\"')."
         ) from exc
+
+
+def _pending_approval(coordination: str, database: str | None) -> Any:
+    """The pending ``Approval`` of *coordination*, or ``None``."""
+    from ...models import Approval
+
+    return (
+        Approval.objects.using(RunRecords(database).db)
+        .filter(coordination_id=coordination, status=Approval.Status.PENDING)
+        .order_by("-requested_at")
+        .first()
+    )
+
+
+def _how_to_continue(coordination: str) -> str:
+    """How to continue a waiting run: decide its approval, or resume it with input
+    (a pause that waits for input, not for an approval)."""
+    if _pending_approval(coordination, None) is not None:
+        return _how_to_decide(coordination, None)
+    return f"Resume it with the decision: `{COMMAND} resume {coordination} --input '{{...}}'`."
+
+
+def _how_to_decide(coordination: str, database: str | None) -> str:
+    """How to decide the pending approval of *coordination* from the shell."""
+    pending = _pending_approval(coordination, database)
+    ident = str(pending.pk) if pending is not None else "APPROVAL_ID"
+    return (
+        f"Decide its approval: `manage.py flowwarden_approvals approve {ident} --by USER` "
+        f"(or `reject`); the run then continues by itself."
+    )
+
+
+def _waiting_for_a_decision(coordination: str, database: str | None) -> str:
+    return (
+        f"Run {coordination!r} is waiting for a decision on its approval, and a resume "
+        f"input is no decision (only the approval's own row is). "
+        + _how_to_decide(coordination, database)
+    )
 
 
 def _parse_interval(text: str) -> float:

@@ -170,6 +170,12 @@ class StreamStatus:
         )
 
     @property
+    def live_instances(self) -> tuple[WorkerStatus, ...]:
+        """The instances that run the stream, copy it, bring it up or stand by for it:
+        not those that report it stopped, paused or crashed."""
+        return tuple(i for i in self.instances if i.state not in (STOPPED, PAUSED, CRASHED))
+
+    @property
     def required(self) -> bool:
         """Whether health needs this stream running (enabled and auto-start)."""
         return self.enabled and self.auto_start

@@ -133,6 +133,13 @@ class AsyncStreamManager(StreamManager):
             closing.result(timeout=10)
         except Exception:
             logger.debug("closing the async MongoDB clients failed", exc_info=True)
+        # The loop's default executor (blocking store calls) ends with it: its threads
+        # are not daemons.
+        ending = asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop)
+        try:
+            ending.result(timeout=timeout)
+        except Exception:
+            logger.debug("ending the loop's executor failed", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)
         if not thread.is_alive():

@@ -60,6 +60,14 @@ class StreamManager:
     runs only while this process holds its lease; until then it stands by and
     the supervisor polls for the lease. ``publish_status=False`` keeps the manager
     off the database: no status rows, no operator requests (tests, embedded use).
+
+    Stream threads are not daemons (a stream's anchor must be flushed before the
+    process ends), so a script stops its manager, best with ``with``, which stops
+    every stream on the way out, an exception included::
+
+        with StreamManager() as manager:
+            manager.start_all()
+            ...  # raises or returns: the streams stop and flush either way
     """
 
     def __init__(
@@ -202,6 +210,12 @@ class StreamManager:
             logger.debug("stream %r ended", consumer.spec.name, exc_info=True)
         finally:
             connections.close_all()  # this thread's own connections
+
+    def __enter__(self) -> StreamManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_all()
 
     def start_all(self, names: Iterable[str] | None = None, *, burst: bool = False) -> None:
         """Start the given streams, or every enabled auto-start stream."""
