@@ -30,7 +30,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from ..common.formatting import NONE_TEXT, truncate
+from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ..models import Approval, ApprovalEvent, WorkflowRun
 from ..workflows.approvals import (
@@ -55,7 +55,6 @@ from .base import (
     timestamp,
 )
 from .runs import pretty_json, run_status_badge, run_store
-from .snapshots import state_json
 
 logger = logging.getLogger("flowwarden_django.admin")
 

@@ -308,15 +308,14 @@ class DeadLetterAdmin(
     need ``flowwarden_django.resolve_deadletter``.
     """
 
+    # Five columns fit a 1280 px window beside the navigation sidebar and the filters:
+    # the operation goes under the stream, the attempts and replays under the status.
     list_display = [
         "created",
-        "stream_name",
-        "operation_type",
+        "stream_and_operation",
         "document_key_short",
         "error_kind",
-        "attempts",
-        "status_icon",
-        "replay_count",
+        "status_and_counts",
     ]
     list_filter = [
         ("stream_name", admin.AllValuesFieldListFilter),
@@ -338,10 +337,10 @@ class DeadLetterAdmin(
                     "operation_type",
                     "status_icon",
                     "attempts",
-                    "created_at",
-                    "first_attempt_at",
-                    "last_attempt_at",
-                    "expires_at",
+                    "created_at_text",
+                    "first_attempt_at_text",
+                    "last_attempt_at_text",
+                    "expires_at_text",
                 ]
             },
         ),
@@ -367,10 +366,10 @@ class DeadLetterAdmin(
         "operation_type",
         "status_icon",
         "attempts",
-        "created_at",
-        "first_attempt_at",
-        "last_attempt_at",
-        "expires_at",
+        "created_at_text",
+        "first_attempt_at_text",
+        "last_attempt_at_text",
+        "expires_at_text",
         "document_key_json",
         "full_document_json",
         "resume_token_json",
@@ -463,9 +462,42 @@ class DeadLetterAdmin(
     def error_kind(self, obj: DeadLetter) -> SafeString:
         return format_html('<span title="{}">{}</span>', obj.error_type, _last_name(obj.error_type))
 
+    # Dates as every page of the package writes them (``timestamp``), not Django's default.
+    @admin.display(description=_("created at"))
+    def created_at_text(self, obj: DeadLetter) -> SafeString | str:
+        return timestamp(obj.created_at)
+
+    @admin.display(description=_("first attempt at"))
+    def first_attempt_at_text(self, obj: DeadLetter) -> SafeString | str:
+        return timestamp(obj.first_attempt_at)
+
+    @admin.display(description=_("last attempt at"))
+    def last_attempt_at_text(self, obj: DeadLetter) -> SafeString | str:
+        return timestamp(obj.last_attempt_at)
+
+    @admin.display(description=_("expires at"))
+    def expires_at_text(self, obj: DeadLetter) -> SafeString | str:
+        return timestamp(obj.expires_at)
+
+    @admin.display(description=_("stream / operation"), ordering="stream_name")
+    def stream_and_operation(self, obj: DeadLetter) -> SafeString:
+        return format_html(
+            '{}<br><span class="flowwarden-quiet">{}</span>', obj.stream_name, obj.operation_type
+        )
+
     @admin.display(description=_("status"), ordering="status")
     def status_icon(self, obj: DeadLetter) -> SafeString:
         return dlq_status_badge(obj.status)
+
+    @admin.display(description=_("status, attempts, replays"), ordering="status")
+    def status_and_counts(self, obj: DeadLetter) -> SafeString:
+        return format_html(
+            '{}<br><span class="flowwarden-quiet">{}</span>',
+            dlq_status_badge(obj.status),
+            ngettext("%(n)d attempt", "%(n)d attempts", obj.attempts) % {"n": obj.attempts}
+            + ", "
+            + ngettext("%(n)d replay", "%(n)d replays", obj.replay_count) % {"n": obj.replay_count},
+        )
 
     # -- detail fields ---------------------------------------------------------------
 

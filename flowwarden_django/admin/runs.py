@@ -32,7 +32,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ..common.formatting import NONE_TEXT, truncate
+from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, parse_user_json
 from ..models import Approval, WorkflowRun
 from ..workflows.engine import workflow_registry
@@ -59,7 +59,6 @@ from .snapshots import (
     load_page,
     node_badges,
     state_diff,
-    state_json,
 )
 
 logger = logging.getLogger("flowwarden_django.admin")

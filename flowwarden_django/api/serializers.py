@@ -28,8 +28,8 @@ from ..common.user_input import (
 from ..models import Approval, ApprovalEvent, WorkflowRun
 from ..workflows.approvals import can_decide
 from ..workflows.snapshot import UnreadableSnapshot, WorkflowSnapshot
+from ..workflows.store import store_for_workflow
 from .permissions import readable_approvals
-from .stores import store_for_workflow
 
 logger = logging.getLogger("flowwarden_django.api")
 

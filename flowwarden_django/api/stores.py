@@ -1,10 +1,11 @@
-"""Which snapshot store the API reads and writes: by alias, or a run's workflow's."""
+"""Which snapshot store the API reads and writes: by alias, or a run's workflow's
+(``store_for_workflow``, from the workflow core)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..workflows.engine import Workflow, workflow_registry
+from ..workflows.engine import Workflow
 from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore, snapshot_stores
@@ -15,14 +16,6 @@ DEFAULT_ALIAS = "default"
 def store_aliases() -> list[str]:
     """The configured aliases of ``FLOWWARDEN["SNAPSHOT_STORES"]``."""
     return sorted(snapshot_stores)
-
-
-def store_for_workflow(workflow_name: str) -> SnapshotStore:
-    """The store of a registered workflow, else the ``default`` alias's."""
-    if workflow_name in workflow_registry:
-        store = workflow_registry.get(workflow_name).store
-        return snapshot_stores[store] if isinstance(store, str) else store
-    return snapshot_stores[DEFAULT_ALIAS]
 
 
 def fork_snapshot(store: SnapshotStore, source: WorkflowSnapshot, state: Any) -> WorkflowSnapshot:

@@ -93,3 +93,23 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[
 def mapping_text(value: Mapping[str, Any]) -> str:
     """A mapping as one line of JSON (``{}`` when empty)."""
     return json.dumps(dict(value), ensure_ascii=False, default=str, sort_keys=True)
+
+
+def state_json(state: Any) -> str:
+    """*state* as JSON indented by 2 with sorted keys; values JSON cannot hold (dates,
+    decimals, objects) are written with ``str()``."""
+    try:
+        return json.dumps(state, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # keys json cannot sort or write (tuples, mixed types)
+        return json.dumps(_plain(state), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _plain(value: Any) -> Any:
+    """*value* with every mapping key made a string, so that it sorts and dumps."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_plain(item) for item in value), key=repr)
+    return value

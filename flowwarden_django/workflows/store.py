@@ -241,3 +241,14 @@ class SnapshotStore(ABC):
 snapshot_stores: BackendAliases[SnapshotStore] = BackendAliases(
     "SNAPSHOT_STORES", SnapshotStore, "snapshot store"
 )
+
+
+def store_for_workflow(workflow_name: str) -> SnapshotStore:
+    """The snapshot store of a workflow defined in this process, else the ``default``
+    alias's (where a run of a workflow defined elsewhere most likely keeps its own)."""
+    from .registry import workflow_registry
+
+    if workflow_name in workflow_registry:
+        store = workflow_registry.get(workflow_name).store
+        return snapshot_stores[store] if isinstance(store, str) else store
+    return snapshot_stores["default"]

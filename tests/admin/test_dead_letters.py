@@ -192,10 +192,9 @@ class TestChangelist:
         assert response.status_code == 200
         body = page(response)
         assert "<h1>Select dead letter to view</h1>" in body
-        for header in ("Created", "Stream", "Operation", "Document key", "Error type"):
+        for header in ("Created", "Stream / operation", "Document key", "Error type"):
             assert header in body
-        for header in ("Attempts", "Status", "Replays"):
-            assert header in body
+        assert "Status, attempts, replays" in body and "3 attempts, 0 replays" in body
         # The document key's ObjectId, short; the whole key as relaxed EJSON in the title.
         oid = f"65a1b2c3d4e5f6{42:010x}"
         assert (

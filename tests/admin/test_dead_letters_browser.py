@@ -152,8 +152,8 @@ def test_replay_a_poison_event_after_fixing_its_handler(live_server, tmp_path, p
             # Back on the changelist: a success message, and the entry replayed.
             success = present(".messagelist .success").text
             assert success == "Replayed 1 dead letter."
-            status = driver.find_element(By.CSS_SELECTOR, "#result_list td.field-status_icon")
-            assert status.text == "Replayed"
+            status = driver.find_element(By.CSS_SELECTOR, "#result_list td.field-status_and_counts")
+            assert status.text == "Replayed\n3 attempts, 1 replay"
             badge = status.find_element(By.CSS_SELECTOR, "[data-status]")
             assert badge.get_attribute("data-status") == "REPLAYED"
             driver.save_screenshot(str(artifacts / "admin-dead-letters-replayed.png"))

@@ -14,7 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from flowwarden_django.admin.runs import WorkflowRunAdmin
-from flowwarden_django.admin.snapshots import DiffLine, build_forest, state_diff, state_json
+from flowwarden_django.admin.snapshots import DiffLine, build_forest, state_diff
+from flowwarden_django.common.formatting import state_json
 from flowwarden_django.models import Approval, SnapshotRecord, WorkflowRun
 from flowwarden_django.workflows import (
     Completed,

@@ -167,7 +167,8 @@ def test_the_served_demo_shows_both_halves_alive(tmp_path):
                     if state == "RUNNING" or time.monotonic() > deadline:
                         break
                     time.sleep(1)
-                assert row.find_element(By.CSS_SELECTOR, "th.field-name").text == "orders"
+                name = row.find_element(By.CSS_SELECTOR, "th.field-name").text
+                assert name.splitlines() == ["orders", "ALL_INSTANCES"]
                 assert state == "RUNNING", row.text
                 assert "no report from" not in row.text
                 driver.save_screenshot(str(artifacts / "demo-streams-console.png"))
@@ -211,7 +212,7 @@ def test_the_served_demo_shows_both_halves_alive(tmp_path):
                 statuses = sorted(
                     badge.get_attribute("data-status")
                     for badge in driver.find_elements(
-                        By.CSS_SELECTOR, "#result_list td.field-status_icon [data-status]"
+                        By.CSS_SELECTOR, "#result_list td.field-status_and_counts [data-status]"
                     )
                 )
                 assert statuses == ["DISCARDED", "REPLAYED"]

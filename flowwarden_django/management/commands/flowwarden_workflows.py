@@ -480,7 +480,8 @@ class Command(ActionCommand):
         if record.status == RunStatus.COMPLETED:
             self.stdout.write(f"Run {coordination!r} has already completed: nothing to resume.")
             return
-        if record.status == RunStatus.WAITING and _pending_approval(coordination, database):
+        waiting = record.status == RunStatus.WAITING
+        if waiting and payload is not None and _pending_approval(coordination, database):
             raise CommandError(_waiting_for_a_decision(coordination, database))
         self.stdout.write(
             f"Resuming run {coordination!r} of workflow {record.workflow_name!r} "

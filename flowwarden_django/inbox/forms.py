@@ -1,0 +1,61 @@
+"""The inbox's forms: the list's filters and a decision."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from ..common.user_input import MAX_COMMENT_CHARS, UserJSONError, check_comment, check_user_json
+from ..models import Approval
+
+STATUS_CHOICES = [("", _("Pending")), ("all", _("All")), *Approval.Status.choices]
+
+
+class InboxFilter(forms.Form):
+    """``?status=&workflow=&q=`` of the list (a bad value is ignored, not an error)."""
+
+    status = forms.ChoiceField(choices=STATUS_CHOICES, required=False, label=_("Status"))
+    workflow = forms.CharField(required=False, max_length=200, label=_("Workflow"))
+    q = forms.CharField(required=False, max_length=200, label=_("Search"))
+
+
+class DecisionForm(forms.Form):
+    """A decision's comment and JSON payload; which decision is the button pressed."""
+
+    comment = forms.CharField(
+        required=False,
+        max_length=MAX_COMMENT_CHARS,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        label=_("Comment"),
+        help_text=_("Kept in the audit trail; the next step reads it."),
+    )
+    payload = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "spellcheck": "false"}),
+        label=_("Payload (JSON)"),
+        help_text=_('Optional; handed to the next step, e.g. {"note": "vip"}.'),
+    )
+
+    def clean_comment(self) -> str:
+        try:
+            return check_comment(self.cleaned_data["comment"])
+        except UserJSONError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_payload(self) -> Any:
+        text = self.cleaned_data["payload"].strip()
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(
+                _('Not JSON (%(error)s). Strings need double quotes: "text".') % {"error": exc}
+            ) from exc
+        try:
+            return check_user_json(value, what="the payload")
+        except UserJSONError as exc:
+            raise forms.ValidationError(str(exc)) from exc

@@ -1,0 +1,20 @@
+"""URLs of the approver's inbox (see the package docstring), namespace
+``flowwarden-inbox``."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from .views import ApprovalPage, InboxLoginView, MyApprovals
+
+app_name = "flowwarden-inbox"
+
+urlpatterns = [
+    path("", MyApprovals.as_view(), name="list"),
+    path("login/", InboxLoginView.as_view(), name="login"),
+    path(
+        "logout/",
+        auth_views.LogoutView.as_view(template_name="flowwarden_django/inbox/logged_out.html"),
+        name="logout",
+    ),
+    path("<uuid:pk>/", ApprovalPage.as_view(), name="approval"),
+]
