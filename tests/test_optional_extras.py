@@ -4,6 +4,7 @@ The check runs in a child interpreter in which pymongo/bson, redis, django-redis
 celery and DRF cannot be imported, as in an install without extras.
 """
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -62,3 +63,46 @@ def test_core_works_without_optional_extras():
     )
     assert result.returncode == 0, result.stderr
     assert "core without extras: ok" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_celery_and_redis_extras_give_a_working_redis_transport(tmp_path):
+    """Issue 27: with ``pip install ".[celery,redis]"`` in a clean virtualenv, kombu's
+    Redis transport imports (kombu 5.7 needs ``packaging``, which neither redis nor
+    celery brings), so a worker on a Redis broker starts."""
+    # A copy of the project: building it writes an egg-info beside the sources, which
+    # another lane running this test at the same time must not share.
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(
+        ROOT / "flowwarden_django",
+        project / "flowwarden_django",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"{ROOT}[celery,redis]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    check = subprocess.run(
+        [str(python), "-c", "import kombu.transport.redis, celery.bin.celery; print('ok')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.stdout.strip() == "ok", check.stderr

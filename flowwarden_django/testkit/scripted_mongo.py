@@ -73,6 +73,7 @@ from ._scripted_wire import (
     plain,
     project,
 )
+from ._scripted_writes import WRITE_COMMANDS, field_names
 
 __all__ = ["RecordedCommand", "ScriptedReplicaSet", "main"]
 
@@ -304,7 +305,16 @@ class ScriptedReplicaSet:
         """``$set``/``$unset`` on a stored document; returns the event, None if nothing changed.
 
         Like the server, an update that changes nothing writes no oplog entry.
+        *set_fields* are field paths and values, not an update document: a key like
+        ``"$set"`` raises ``ValueError`` (it would be stored as a field of that name).
         """
+        operators = field_names(set_fields or {}) + field_names(unset_fields or ())
+        if operators:
+            raise ValueError(
+                f"update() takes field paths, not an update document: {operators[0]!r} "
+                "would be stored as a field. Pass set_fields={'path': value} and "
+                "unset_fields=['path'] (or write through the driver: update_one works)."
+            )
         with self._cond:
             entry = self._log.update(db, coll, _id, set_fields, unset_fields)
             self._cond.notify_all()
@@ -473,9 +483,15 @@ class ScriptedReplicaSet:
             if isinstance(fault, CommandError):
                 raise fault
             handler = self._handlers.get(lowered)
-            if handler is None:
+            if handler is not None:
+                reply = handler(self, doc)
+            elif lowered in WRITE_COMMANDS:
+                with self._cond:
+                    reply = WRITE_COMMANDS[lowered](self._log, doc)
+                    reply["operationTime"] = to_timestamp(self._log.last_position)
+                    self._cond.notify_all()  # idle change streams see the writes now
+            else:
                 raise CommandError(59, f"no such command: '{name}'")
-            reply = handler(self, doc)
         except CommandError as error:
             return request.command_err(**error.reply_fields())
         except Exception:
