@@ -17,19 +17,21 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 # so two cores keep more than two busy.
 TEST_WORKERS ?= 4
 
-.PHONY: demo test test-fast test-deps print-venv lint format serve serve-demo bench clean
+.PHONY: demo test test-fast test-deps print-venv lint format docs serve serve-demo bench clean
 
 ## demo: set up and run the sample project on SQLite (no servers needed)
 demo: $(VENV)/.demo-installed
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py demo
 
-## test: set up, lint (ruff, import contracts) and run the whole test suite in
-## $(TEST_WORKERS) processes (server lanes skip when their server is down)
+## test: set up, lint (ruff, import contracts), build the docs (warnings are errors)
+## and run the whole test suite in $(TEST_WORKERS) processes (server lanes skip when
+## their server is down)
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m sphinx -W -q -b html -d $(VENV)/docs-doctrees docs $(VENV)/docs-html
 	$(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=10
 
 ## test-fast: the edit-test loop: every test that needs no server, no subprocess and
@@ -47,6 +49,10 @@ lint: $(VENV)/.test-installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+
+## docs: build the documentation into docs/_build/html (warnings are errors)
+docs: $(VENV)/.test-installed
+	$(PY) -m sphinx -W -q -b html docs docs/_build/html
 
 format: $(VENV)/.test-installed
 	$(PY) -m ruff format .
@@ -93,4 +99,4 @@ $(VENV)/.test-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
 	touch $(VENV)/.demo-installed $@
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache sampleproject/db.sqlite3
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache sampleproject/db.sqlite3 docs/_build

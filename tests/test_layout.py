@@ -1,5 +1,5 @@
 """The package layout's promises (docs/architecture.md): every import path the README
-shows resolves, the core imports before Django is set up, the old root modules are
+and the docs show resolves, the core imports before Django is set up, the old root modules are
 gone, and the package root holds only the app plumbing."""
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+#: The README and the documentation pages: every import and dotted name they show.
+README = "\n".join(
+    path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+)
 PACKAGE = ROOT / "flowwarden_django"
 
 #: ``from flowwarden_django... import a, b`` or ``import (a, b)`` across lines.
@@ -133,7 +136,7 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
     assert modules == plumbing
     packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {
-        "admin", "api", "common", "integrations", "management", "migrations", "streams",
+        "admin", "api", "common", "inbox", "integrations", "management", "migrations", "streams",
         "testkit", "workflows",
     }  # fmt: skip
 

@@ -189,7 +189,7 @@ class ScriptedReplicaSet:
         self._mockupdb: Any = None
         self._port = 0
         self._max_recorded = max_recorded
-        #: Idle change-stream ``getMore``s waiting for events now, and how many of the
+        #: Idle change-stream getMore commands waiting for events now, and how many of the
         #: waits so far a write ended early (rather than the time running out).
         self.idle_waiters = 0
         self.idle_wakeups = 0

@@ -45,7 +45,7 @@ class SnapshotConflictError(RuntimeError):
 
 
 class SnapshotStore(ABC):
-    """Persists ``WorkflowSnapshot``s. Thread-safe.
+    """Persists workflow snapshots (``WorkflowSnapshot``). Thread-safe.
 
     * ``save(snapshot)``: upsert by id (the same id replaces its snapshot, keeping its
       ``seq`` unless one is given). A snapshot without ``seq`` gets the next one of its
