@@ -122,11 +122,19 @@ class CopyWatch:
                 mininterval=0.5,
                 dynamic_ncols=False,
                 ncols=100,
+                # The copy's own rate (from its progress record), not tqdm's: the bar
+                # starts when this command does, which may be long after the copy did.
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{postfix}]",
             )
         if progress.estimated is not None and progress.copied > (self._bar.total or 0):
             self._bar.total = progress.copied  # the estimate was low
         self._bar.n = progress.copied
-        self._bar.refresh()
+        rate = progress.rate
+        self._bar.set_postfix_str(
+            f"{rate:,.0f} docs/s" if rate is not None else "starting", refresh=False
+        )
+        if progress.phase != DONE:
+            self._bar.refresh()  # the last line is drawn once, by close()
 
 
 def _status_of(name: str) -> StreamStatus | None:

@@ -12,7 +12,15 @@ from .execution import (
     resolve_provider,
 )
 from .registry import workflow_registry
-from .results import Completed, Failed, Hibernated, Running, StartedRun, WorkflowResult
+from .results import (
+    Completed,
+    Failed,
+    Hibernated,
+    Running,
+    StartedRun,
+    Waiting,
+    WorkflowResult,
+)
 from .runs import ConcurrentRunError, LeaseLostError, RunConflictError, RunStatus, UnknownRunError
 from .snapshot import CheckpointQuery, WorkflowSnapshot
 from .steps import (
@@ -64,6 +72,7 @@ __all__ = [
     "StepTimeoutError",
     "UnknownRunError",
     "UnknownSnapshotError",
+    "Waiting",
     "Workflow",
     "WorkflowDefinition",
     "WorkflowResult",

@@ -68,7 +68,16 @@ from .execution import ExecutionUnavailableError, resolve_provider
 from .forking import fork_snapshot
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from .registry import WorkflowRegistry, workflow_for, workflow_registry
-from .results import Completed, Failed, Hibernated, Running, StartedRun, WorkflowResult
+from .results import (
+    Completed,
+    Failed,
+    Hibernated,
+    Running,
+    StartedRun,
+    Waiting,
+    WorkflowResult,
+    paused,
+)
 from .runs import (
     ConcurrentRunError,
     RunRecords,
@@ -418,7 +427,7 @@ class Workflow:
         if record.status == RunStatus.COMPLETED:
             return Completed(state, cid)
         if record.status in RunStatus.PAUSED:
-            return Hibernated(state, cid, last_step, record.status)
+            return paused(state, cid, last_step, record.status)
         if record.status == RunStatus.FAILED:
             index = self._start_index(last_step)
             failed = self._steps[index].name if index < len(self._steps) else last_step
@@ -680,7 +689,7 @@ class _Execution:
             # Waiting for a decision: only resume(input=...) continues it (or a fork,
             # which moves the latest snapshot off the one that asked).
             self.finish()
-            return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING)
+            return Waiting(head.state, self.cid, last_step)
         if record.status != RunStatus.RUNNING or record.head_snapshot_id != head.id:
             self.update(status=RunStatus.RUNNING, head_snapshot_id=head.id, last_step=last_step)
 
@@ -704,7 +713,7 @@ class _Execution:
             last_step = current.name
             pending_input = decision = None
             if isinstance(outcome, Pause):
-                return Hibernated(head.state, self.cid, current.name, outcome.status)
+                return paused(head.state, self.cid, current.name, outcome.status)
             if index == last or isinstance(outcome, Done):
                 return Completed(head.state, self.cid)
         raise AssertionError("unreachable: the last step completes the run")
@@ -760,7 +769,7 @@ class _Execution:
         else:  # closed: ask again
             head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
         cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
-        return Hibernated(head.state, self.cid, last_step, RunStatus.WAITING), None
+        return Waiting(head.state, self.cid, last_step), None
 
     def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:
         fields: dict[str, Any] = {"status": RunStatus.COMPLETED, "head_snapshot_id": head.id}

@@ -42,6 +42,22 @@ class Hibernated(WorkflowResult):
 
 
 @dataclasses.dataclass(frozen=True)
+class Waiting(Hibernated):
+    """The run waits for a decision (status ``waiting``): an approval, or an input a
+    step asked for. A ``Hibernated`` too, so code that tests for a pause still sees
+    one; its name says what the run waits for."""
+
+    status: str = RunStatus.WAITING
+
+
+def paused(state: Any, coordination_id: str, last_step: str, status: str) -> Hibernated:
+    """The result of a run paused with *status*: ``Waiting`` or ``Hibernated``."""
+    if status == RunStatus.WAITING:
+        return Waiting(state, coordination_id, last_step)
+    return Hibernated(state, coordination_id, last_step, status)
+
+
+@dataclasses.dataclass(frozen=True)
 class Failed(WorkflowResult):
     """Step ``last_step_name`` failed; ``last_state`` is the state it was given. Nothing
     was persisted for it: a later run executes it again."""

@@ -110,7 +110,10 @@ def test_the_schema_generates_without_warnings() -> None:
     GENERATOR_STATS.reset()
     with patched_settings(SchemaView.custom_settings):
         schema = SchemaGenerator().get_schema(request=None, public=True)
-    assert not GENERATOR_STATS._warn_cache and not GENERATOR_STATS._error_cache
+    assert not GENERATOR_STATS._warn_cache and not GENERATOR_STATS._error_cache, (
+        GENERATOR_STATS._warn_cache,
+        GENERATOR_STATS._error_cache,
+    )
     assert all(path.startswith("/api/v1/") for path in schema["paths"])
 
 

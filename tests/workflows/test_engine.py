@@ -31,6 +31,7 @@ from flowwarden_django.workflows import (
     RunStatus,
     StepContext,
     UnknownSnapshotError,
+    Waiting,
     Workflow,
     WorkflowStep,
     advance,
@@ -283,11 +284,11 @@ def test_a_waiting_run_only_continues_with_input(store: Any) -> None:
     steps = [appending("ask", calls, AwaitDecision), appending("act", calls, done)]
     wf = Workflow("w", cid, steps, store)
 
-    assert wf.run("s") == Hibernated("s:ask", cid, "ask", RunStatus.WAITING)
+    assert wf.run("s") == Waiting("s:ask", cid, "ask")
     assert wf.status() == RunStatus.WAITING
     assert wf.history()[-1].metadata["approval.pending"] == "true"
     assert AwaitDecision.paused[-1] == (cid, wf.history()[-1].id, RunStatus.WAITING)
-    assert wf.run() == Hibernated("s:ask", cid, "ask", RunStatus.WAITING)
+    assert wf.run() == Waiting("s:ask", cid, "ask")
     assert calls == {"ask": 1}
 
     assert wf.resume(input="approved") == Completed("s:ask:act", cid)
