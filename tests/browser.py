@@ -40,3 +40,28 @@ def artifact_dir(tmp_path: Path) -> Path:
     directory = Path(configured) if configured else tmp_path
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+class BrowserPage:
+    """A Chromium driver, the server's base URL, and the waits the browser tests use."""
+
+    def __init__(self, driver, base_url: str) -> None:
+        from selenium.webdriver.support.wait import WebDriverWait
+
+        self.driver = driver
+        self.base_url = base_url
+        self.wait = WebDriverWait(driver, 20)
+
+    def present(self, css: str):
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions
+
+        return self.wait.until(
+            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
+        )
+
+    def click(self, css: str) -> None:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions
+
+        self.wait.until(expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, css))).click()

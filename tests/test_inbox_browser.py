@@ -12,30 +12,15 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 
 from flowwarden_django.models import Approval, WorkflowRun
-from tests.browser import artifact_dir, start_chrome
+from tests.browser import BrowserPage, artifact_dir, start_chrome
 from tests.lanes import on_lane
 from tests.test_inbox import pending, refunds  # noqa: F401  (the fixture)
 
 PASSWORD = "s3cret-pass"
 
 
-class Page:
-    """A Chromium at 1280 x 900 and the waits the test uses."""
-
-    def __init__(self, driver: Any, base_url: str) -> None:
-        from selenium.webdriver.support.wait import WebDriverWait
-
-        self.driver = driver
-        self.base_url = base_url
-        self.wait = WebDriverWait(driver, 20)
-
-    def present(self, css: str) -> Any:
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions
-
-        return self.wait.until(
-            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
-        )
+class Page(BrowserPage):
+    """A Chromium at 1280 x 900 on the inbox."""
 
     def log_in(self, username: str) -> None:
         self.driver.get(f"{self.base_url}/approvals/")

@@ -10,11 +10,8 @@ schema.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.apps import apps
 from drf_spectacular.settings import spectacular_settings
-from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -38,18 +35,18 @@ def _schema_url(request: Request) -> str:
     return reverse(f"{namespace}:schema" if namespace else "schema")
 
 
-class ApiDocsView(SpectacularSwaggerView):
-    """``GET v1/docs/``: Swagger UI, to read the API and try it (with your session)."""
+class _SchemaPage:
+    """Mixin of the two pages: open to anyone, titled, reading this API's schema."""
 
     permission_classes = [AllowAny]
     title = TITLE
 
-    @extend_schema(exclude=True)
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        return super().get(request, *args, **kwargs)
-
     def _get_schema_url(self, request: Request) -> str:
         return _schema_url(request)
+
+
+class ApiDocsView(_SchemaPage, SpectacularSwaggerView):
+    """``GET v1/docs/``: Swagger UI, to read the API and try it (with your session)."""
 
     @staticmethod
     def _swagger_ui_resource(filename: str) -> str:
@@ -64,18 +61,8 @@ class ApiDocsView(SpectacularSwaggerView):
         )
 
 
-class ApiRedocView(SpectacularRedocView):
+class ApiRedocView(_SchemaPage, SpectacularRedocView):
     """``GET v1/redoc/``: the API's reference, as Redoc lays it out."""
-
-    permission_classes = [AllowAny]
-    title = TITLE
-
-    @extend_schema(exclude=True)
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        return super().get(request, *args, **kwargs)
-
-    def _get_schema_url(self, request: Request) -> str:
-        return _schema_url(request)
 
     @staticmethod
     def _redoc_standalone() -> str:

@@ -23,7 +23,7 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests.browser import artifact_dir, start_chrome
+from tests.browser import BrowserPage, artifact_dir, start_chrome
 from tests.lanes import on_lane
 
 PASSWORD = "s3cret-pass"
@@ -51,29 +51,8 @@ def refunds() -> Any:
     workflow_registry.unregister("browser-refund")
 
 
-class Browser:
+class Browser(BrowserPage):
     """A logged-in Chromium and the waits the tests use."""
-
-    def __init__(self, driver: Any, base_url: str) -> None:
-        from selenium.webdriver.support.wait import WebDriverWait
-
-        self.driver = driver
-        self.base_url = base_url
-        self.wait = WebDriverWait(driver, 20)
-
-    def present(self, css: str) -> Any:
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions
-
-        return self.wait.until(
-            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
-        )
-
-    def click(self, css: str) -> None:
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions
-
-        self.wait.until(expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, css))).click()
 
     def log_in(self, username: str) -> None:
         self.driver.get(f"{self.base_url}/admin/")
