@@ -100,3 +100,22 @@ def test_a_user_who_may_only_see_gets_no_form(chrome, refunds, tmp_path):  # noq
     assert not chrome.driver.find_elements(By.CSS_SELECTOR, "input[name=approve]")
     assert "not decide it" in chrome.driver.find_element(By.ID, "content-main").text
     assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+@on_lane("browser")
+@pytest.mark.django_db(transaction=True)
+def test_the_api_s_swagger_and_redoc_pages_render(chrome, tmp_path):
+    """Their scripts come with the package (no CDN here): the pages draw the API."""
+    from selenium.webdriver.common.by import By
+
+    shots = artifact_dir(tmp_path)
+    chrome.driver.get(f"{chrome.base_url}/api/v1/docs/")
+    chrome.present(".swagger-ui .opblock")
+    paths = [e.text for e in chrome.driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")]
+    assert "/api/v1/approvals/{id}/approve/" in paths
+    chrome.driver.save_screenshot(str(shots / "api-swagger.png"))
+
+    chrome.driver.get(f"{chrome.base_url}/api/v1/redoc/")
+    chrome.present("redoc h1, .api-info h1, [role=main] h1")
+    assert "flowwarden-django API" in chrome.driver.find_element(By.TAG_NAME, "body").text
+    chrome.driver.save_screenshot(str(shots / "api-redoc.png"))

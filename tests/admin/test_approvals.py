@@ -174,6 +174,16 @@ class TestDetail:
         expires = expires[: expires.index("</time>")]
         assert "in 2\xa0days" in expires and "ago" not in expires, expires
 
+    def test_a_decided_approval_has_no_expiry_to_come(self, client, refunds, people):
+        _, approval = pending(refunds, expires_in=2 * 86400 + 60)
+        reject(approval.pk, people["alice"], comment="no")
+        client.force_login(people["alice"])
+        body = page(client.get(change_url(approval)))
+        expires = body[body.index("field-expires_at_text") :]
+        assert "no longer applies: the approval is rejected" in expires[:800]
+        listed = page(client.get(CHANGELIST))
+        assert "expires" not in listed[listed.index('id="result_list"') :]
+
     def test_no_buttons_for_viewers_or_decided_approvals(self, client, refunds, people):
         _, approval = pending(refunds)
         client.force_login(people["victor"])
