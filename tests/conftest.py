@@ -20,19 +20,35 @@ def _require_lane(request: pytest.FixtureRequest) -> None:
         pytest.skip(reason)
 
 
-def _cost(item: pytest.Item) -> int:
-    """0 for the long tests (crash, chaos, Temporal, browser, subprocesses), 1 for
-    the rest: under pytest-xdist the long ones start first, so they overlap with the
-    many short ones instead of trailing after them."""
+def _long(item: pytest.Item) -> bool:
+    """The long tests: crash, chaos, Temporal, browser, subprocesses. Most of their time
+    is spent waiting (on a process, a server, a clock), not on a core."""
     if any(item.get_closest_marker(name) for name in ("slow", "browser", "chaos", "subprocess")):
-        return 0
-    if any(mark.args[0] == "temporal" for mark in item.iter_markers("lane")):
-        return 0
-    return 1
+        return True
+    return any(mark.args[0] == "temporal" for mark in item.iter_markers("lane"))
+
+
+#: Where the last long test goes: this share of the way through the short ones.
+LONG_TESTS_WITHIN = 0.6
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_cost)  # stable: each group keeps the order it was collected in
+    """Spread the long tests through the first part of the run, one every few short
+    tests. ``make test`` hands tests out one at a time (``--maxschedchunk 1``), so a
+    long test waits on one worker while the others run short ones, which need the
+    cores; all long tests first would leave the cores idle, then busy; all last would
+    make the run as long as its slowest tail. The order is the same in every worker."""
+    long_tests = [item for item in items if _long(item)]
+    short_tests = [item for item in items if not _long(item)]
+    if not long_tests:
+        return
+    every = max(1, int(len(short_tests) * LONG_TESTS_WITHIN) // len(long_tests))
+    ordered: list[pytest.Item] = []
+    for index, item in enumerate(long_tests):
+        ordered.append(item)
+        ordered.extend(short_tests[index * every : (index + 1) * every])
+    ordered.extend(short_tests[len(long_tests) * every :])
+    items[:] = ordered
 
 
 @pytest.fixture(autouse=True)

@@ -173,10 +173,15 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {first}..{first + _PORT_BLOCK} (worker {worker_index()})")
 
 
+#: Which lane of the support matrix this is (``.ci/run`` runs two at once on one Redis).
+LANE = int(os.environ.get("FLOWWARDEN_TEST_LANE", "0"))
+
+
 def redis_db() -> int:
-    """The Redis database of this worker (15, 14, ... for gw0, gw1, ...; 14 and 13 stay
-    the brokers'): keys of one worker never meet another's ``flushdb`` or scan."""
-    return (15, 12, 11, 10, 9, 8, 7, 6)[worker_index() % 8]
+    """The Redis database of this worker (15, 12, 11, 10 for gw0 to gw3 of lane 0; 9, 8,
+    7, 6 for lane 1; 14 and 13 stay the brokers'): keys of one worker never meet another
+    worker's, or another lane's, ``flushdb`` or scan."""
+    return (15, 12, 11, 10, 9, 8, 7, 6)[(worker_index() + 4 * LANE) % 8]
 
 
 def redis_url() -> str:

@@ -26,6 +26,9 @@ DEFAULT_PORT = 27018
 
 
 class Command(BaseCommand):
+    # A development server needs no database: the system checks (which, on Django 6,
+    # reach every configured database) are not run.
+    requires_system_checks: list[str] = []
     help = (
         "Serve a development MongoDB replica set (in memory; the testkit's scripted "
         "replica set) that your code and your streams can use. Ctrl-C stops it."
