@@ -37,7 +37,7 @@ test: $(VENV)/.test-installed
 ## test-fast: the edit-test loop: every test that needs no server, no subprocess and
 ## no browser (SQLite and in-process fakes only), in under 90 seconds
 test-fast: $(VENV)/.test-installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 -q -m "not lane and not slow and not browser and not chaos and not subprocess"
+	$(PY) -m pytest -n $(TEST_WORKERS) -q -m "not lane and not slow and not browser and not chaos and not subprocess"
 
 ## test-deps: set up the virtualenv of `make test` without running anything
 test-deps: $(VENV)/.test-installed
