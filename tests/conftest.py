@@ -28,27 +28,12 @@ def _long(item: pytest.Item) -> bool:
     return any(mark.args[0] == "temporal" for mark in item.iter_markers("lane"))
 
 
-#: Where the last long test goes: this share of the way through the short ones.
-LONG_TESTS_WITHIN = 0.6
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Spread the long tests through the first part of the run, one every few short
-    tests. ``make test`` hands tests out one at a time (``--maxschedchunk 1``), so a
-    long test waits on one worker while the others run short ones, which need the
-    cores; all long tests first would leave the cores idle, then busy; all last would
-    make the run as long as its slowest tail. The order is the same in every worker."""
-    long_tests = [item for item in items if _long(item)]
-    short_tests = [item for item in items if not _long(item)]
-    if not long_tests:
-        return
-    every = max(1, int(len(short_tests) * LONG_TESTS_WITHIN) // len(long_tests))
-    ordered: list[pytest.Item] = []
-    for index, item in enumerate(long_tests):
-        ordered.append(item)
-        ordered.extend(short_tests[index * every : (index + 1) * every])
-    ordered.extend(short_tests[len(long_tests) * every :])
-    items[:] = ordered
+    """The long tests first. ``make test`` hands tests out one at a time
+    (``--maxschedchunk 1``), so the long ones start at once on every worker and the
+    short ones fill in around them; nothing long trails at the end. (Measured: 6:03
+    for ``make test``; spreading the long tests through the run took 7:12.)"""
+    items.sort(key=lambda item: not _long(item))  # stable: each group keeps its order
 
 
 @pytest.fixture(autouse=True)
