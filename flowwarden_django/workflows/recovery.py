@@ -44,7 +44,7 @@ from django.utils import timezone
 from ..common.app_models import models
 from .metadata import LAST_STEP
 from .registry import workflow_registry
-from .runs import RunRecords, RunStatus, recover_after
+from .runs import RunRecords, RunStatus, recover_after, unclaimed
 from .snapshot import CheckpointQuery
 
 if TYPE_CHECKING:
@@ -73,10 +73,6 @@ def stalled_runs(
 def _expired_claim() -> Q:
     """A claim its runner stopped renewing: the runner is dead (or has no database)."""
     return ~Q(runner="") & Q(claimed_until__lt=Now())
-
-
-def _unclaimed() -> Q:
-    return Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
 
 
 class _UndefinedWorkflowLog:
@@ -144,7 +140,7 @@ def recover_stalled_runs(
         # Still unclaimed, or its claim still expired: a runner that renewed it meanwhile
         # (it had only lost its database for a while) keeps its run.
         claimed = models.WorkflowRun.objects.using(db).filter(
-            _unclaimed(), **unchanged, updated_at=run.updated_at
+            unclaimed(), **unchanged, updated_at=run.updated_at
         )
         # A dead runner's claim is ended here: the run is unclaimed from now on, so the
         # next sweep leaves it for another older_than (and the runner, were it alive

@@ -116,7 +116,7 @@ def new_runner_token() -> str:
     return f"{instance}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"[-255:]
 
 
-def _unclaimed() -> Q:
+def unclaimed() -> Q:
     """Runs no runner holds (none, or its lease ran out)."""
     return Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
 
@@ -237,7 +237,7 @@ class RunRecords:
         }
         if resume_input is not None:
             fields["resume_input"] = resume_input
-        rows = self._rows().filter(_unclaimed(), pk=coordination_id)
+        rows = self._rows().filter(unclaimed(), pk=coordination_id)
         if workflow_name is not None:
             rows = rows.filter(workflow_name=workflow_name)
         if where is not None:
@@ -414,7 +414,7 @@ class RunRecords:
         """Make an unclaimed run wait for a decision at snapshot *head* (a fork of a
         snapshot that asked for one), dropping any input it held; False when a runner
         holds it (the engine then makes it wait when it reaches *head*)."""
-        rows = self._rows().filter(_unclaimed(), pk=coordination_id)
+        rows = self._rows().filter(unclaimed(), pk=coordination_id)
         fields = {"status": RunStatus.WAITING, "head_snapshot_id": head, "resume_input": None}
         return rows.update(**fields, failure_reason="", updated_at=timezone.now()) == 1
 
@@ -430,7 +430,7 @@ class RunRecords:
 
     def _waiting_at(self, coordination_id: str, head: str) -> Any:
         return self._rows().filter(
-            _unclaimed(), pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
+            unclaimed(), pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
         )
 
     def release(
