@@ -55,7 +55,7 @@ FLOWWARDEN = {
 
 CELERY_BROKER_URL = os.environ.get("FLOWWARDEN_BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/12")
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FLOWWARDEN_BENCH_CELERY_QUEUE", "fw-bench")
-CELERY_IMPORTS = ["bench.providers_app.workflows"]
+CELERY_IMPORTS = ["bench.providers_app.workflows", "bench.providers_app.raw_chain"]
 # The transport's unacked-message keys are named after the queue, so the benchmark can
 # delete them with it.
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -76,6 +76,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import itertools
+import json
 import os
 import platform
 import signal
@@ -107,7 +110,23 @@ from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the scr
 
 #: Every coordination id of the benchmark starts with this (cleanup deletes them).
 PREFIX = "bench-wfp-"
-PROVIDERS = ("in-process", "celery", "temporal")
+#: What is measured, in this order: flowwarden's providers, each followed by its raw
+#: engine (the anchor its ratio is taken against).
+LANES = (
+    "in-process",
+    "celery",
+    "raw celery",
+    "temporal",
+    "raw temporal",
+    "temporal local",
+    "raw temporal local",
+)
+#: Each lane of flowwarden and the raw lane it is compared with.
+ANCHORS = {
+    "celery": "raw celery",
+    "temporal": "raw temporal",
+    "temporal local": "raw temporal local",
+}
 MODES = ("sequential", "concurrent")
 #: Each worker's execution slots (threads).
 WORKER_CONCURRENCY = 4
@@ -303,30 +322,26 @@ def initial_state() -> dict[str, Any]:
     return {"order": 42, "n": 0, "pid": 0}
 
 
-def start_run() -> str:
-    """Start one run of the benchmark workflow with the configured provider; its id."""
-    from bench.providers_app.workflows import NAME
+def new_cid() -> str:
+    """A fresh coordination id of the benchmark."""
+    return f"{PREFIX}{uuid.uuid4().hex}"
+
+
+def start_run(workflow: str) -> str:
+    """Start one run of *workflow* with the configured provider; its id."""
     from flowwarden_django.workflows import Workflow
 
-    cid = f"{PREFIX}{uuid.uuid4().hex}"
-    Workflow.start(NAME, initial_state(), coordination_id=cid)
+    cid = new_cid()
+    Workflow.start(workflow, initial_state(), coordination_id=cid)
     return cid
 
 
-def wait_completed(cids: list[str], alive: list[Any]) -> None:
-    """Poll the run table until every run of *cids* is ``completed``; raise when one
-    fails or a worker dies, or after :data:`WAIT` seconds."""
-    from flowwarden_django.models import WorkflowRun
-
-    pending = set(cids)
+def _wait(pending: set[str], done: Callable[[set[str]], set[str]], alive: list[Any]) -> None:
+    """Call ``done(pending)`` (the ids that finished) every :data:`POLL` seconds until
+    nothing is pending; raise when a worker dies or after :data:`WAIT` seconds."""
     deadline = time.monotonic() + WAIT
-    runs = WorkflowRun.objects.using(ALIAS)
     while True:
-        rows = runs.filter(coordination_id__in=pending).exclude(status="running")
-        for cid, status in rows.values_list("coordination_id", "status"):
-            if status != "completed":
-                raise RuntimeError(f"run {cid} is {status}, not completed")
-            pending.discard(cid)
+        pending -= done(pending)
         if not pending:
             return
         if time.monotonic() > deadline:
@@ -337,22 +352,62 @@ def wait_completed(cids: list[str], alive: list[Any]) -> None:
         time.sleep(POLL)
 
 
-def check_runs(cids: list[str], pid: int) -> None:
-    """Raise unless every run of *cids* has its 21 snapshots, its counter at 20, and ran
-    each of its steps in process *pid* (no fallback to in-process execution)."""
-    from bench.providers_app.workflows import BENCH, STEPS
-    from flowwarden_django.workflows import CheckpointQuery
+def wait_completed(cids: list[str], alive: list[Any]) -> None:
+    """Wait until every flowwarden run of *cids* reads ``completed`` in the run table;
+    raise when one fails."""
+    from flowwarden_django.models import WorkflowRun
 
-    snapshots = BENCH.store.list(CheckpointQuery(coordination_ids=frozenset(cids)))
-    chains: dict[str, list[Any]] = {cid: [] for cid in cids}
-    for snapshot in snapshots:
-        chains[snapshot.coordination_id].append(snapshot)
+    runs = WorkflowRun.objects.using(ALIAS)
+
+    def done(pending: set[str]) -> set[str]:
+        rows = runs.filter(coordination_id__in=pending).exclude(status="running")
+        finished = set()
+        for cid, status in rows.values_list("coordination_id", "status"):
+            if status != "completed":
+                raise RuntimeError(f"run {cid} is {status}, not completed")
+            finished.add(cid)
+        return finished
+
+    _wait(set(cids), done, alive)
+
+
+def wait_raw(cids: list[str], alive: list[Any]) -> None:
+    """Wait until every raw run of *cids* has the row of its last step."""
+    from bench.providers_app.workflows import STEPS
+    from flowwarden_django.models import SnapshotRecord
+
+    rows = SnapshotRecord.objects.using(ALIAS)
+
+    def done(pending: set[str]) -> set[str]:
+        last = rows.filter(coordination_id__in=pending, seq=STEPS + 1)
+        return set(last.values_list("coordination_id", flat=True))
+
+    _wait(set(cids), done, alive)
+
+
+def check_runs(cids: list[str], pid: int) -> None:
+    """Raise unless every run of *cids* (flowwarden's or raw) has its 21 rows chained
+    parent to child, its counter going 0 to 20, and ran each of its steps in process
+    *pid* (no fallback to in-process execution)."""
+    from bench.providers_app.workflows import STEPS
+    from flowwarden_django.models import SnapshotRecord
+
+    rows = (
+        SnapshotRecord.objects.using(ALIAS)
+        .filter(coordination_id__in=cids)
+        .order_by("coordination_id", "seq")
+        .values_list("coordination_id", "id", "parent_id", "state")
+    )
+    chains: dict[str, list[tuple[str, str | None, dict[str, Any]]]] = {cid: [] for cid in cids}
+    for cid, row_id, parent, state in rows:
+        chains[cid].append((row_id, parent, json.loads(state)))
     for cid, chain in chains.items():
-        chain.sort(key=lambda snapshot: snapshot.seq)
-        counters = [snapshot.state["n"] for snapshot in chain]
+        counters = [state["n"] for _, _, state in chain]
         if counters != list(range(STEPS + 1)):
             raise RuntimeError(f"run {cid} has the counters {counters}, not 0 to {STEPS}")
-        pids = {snapshot.state["pid"] for snapshot in chain[1:]}
+        if any(child[1] != parent[0] for parent, child in itertools.pairwise(chain)):
+            raise RuntimeError(f"the rows of run {cid} are not chained parent to child")
+        pids = {state["pid"] for _, _, state in chain[1:]}
         if pids != {pid}:
             raise RuntimeError(
                 f"the steps of run {cid} ran in the processes {sorted(pids)}, not in {pid} "
@@ -381,38 +436,57 @@ class Starters:
 
         list(self.pool.map(call, range(self.k)))
 
-    def start(self, runs: int) -> list[str]:
-        """Start *runs* runs (at most *k*) at once; their ids once all have started."""
-        return list(self.pool.map(lambda _: start_run(), range(min(runs, self.k))))
+    def start(self, runs: int, start: Callable[[], str]) -> list[str]:
+        """Call *start* on *runs* threads (at most *k*) at once; the ids it returned."""
+        return list(self.pool.map(lambda _: start(), range(min(runs, self.k))))
 
     def close(self) -> None:
-        """Close each thread's database connection, then the threads."""
+        """Close each thread's database connections, then the threads."""
         from django.db import connections
 
-        self._on_each_thread(connections.close_all)
+        from bench.providers_app import raw_chain
+
+        def close() -> None:
+            connections.close_all()
+            raw_chain.close_connection()
+
+        self._on_each_thread(close)
         self.pool.shutdown()
 
 
-def sequential(runs: int, alive: list[Any]) -> tuple[float, list[str]]:
+@dataclasses.dataclass
+class Lane:
+    """One thing measured: how a run is started and waited for, the processes that must
+    stay up, the process that must run the steps, and the settings it runs under."""
+
+    name: str
+    start: Callable[[], str]
+    wait: Callable[[list[str], list[Any]], None]
+    alive: list[Any]
+    pid: int
+    settings: dict[str, Any]
+
+
+def sequential(lane: Lane, runs: int) -> tuple[float, list[str]]:
     """*runs* runs one after the other: steps per second, and their ids."""
     from bench.providers_app.workflows import STEPS
 
     cids = []
     start = time.perf_counter()
     for _ in range(runs):
-        cid = start_run()
-        wait_completed([cid], alive)
+        cid = lane.start()
+        lane.wait([cid], lane.alive)
         cids.append(cid)
     return runs * STEPS / (time.perf_counter() - start), cids
 
 
-def concurrent(starters: Starters, runs: int, alive: list[Any]) -> tuple[float, list[str]]:
+def concurrent(lane: Lane, starters: Starters, runs: int) -> tuple[float, list[str]]:
     """*runs* runs started at once: steps per second until all complete, and their ids."""
     from bench.providers_app.workflows import STEPS
 
     start = time.perf_counter()
-    cids = starters.start(runs)
-    wait_completed(cids, alive)
+    cids = starters.start(runs, lane.start)
+    lane.wait(cids, lane.alive)
     return len(cids) * STEPS / (time.perf_counter() - start), cids
 
 
@@ -428,6 +502,37 @@ def cleanup() -> None:
                 f'DELETE FROM "{model._meta.db_table}" WHERE coordination_id LIKE %s',
                 [f"{PREFIX}%"],
             )
+
+
+class RawTemporalStarter:
+    """Starts raw temporalio runs: the seed row, then the workflow (one client, on a
+    loop thread of its own, as the provider's)."""
+
+    def __init__(self, target: str, task_queue: str) -> None:
+        from flowwarden_django.integrations.temporal.config import TemporalConfig
+        from flowwarden_django.integrations.temporal.connection import TemporalConnection
+
+        self.task_queue = task_queue
+        self.connection = TemporalConnection(TemporalConfig(target=target))
+
+    def start(self, local: bool) -> str:
+        from bench.providers_app import raw_chain
+        from bench.providers_app.workflows import STEPS
+        from bench.raw_temporal import WORKFLOW_TYPE, RawRun, insert_seed
+
+        cid = new_cid()
+        state = initial_state()
+        seed = insert_seed(raw_chain.connection(), cid, state)
+        run = RawRun(cid, STEPS, seed, state, local)
+        self.connection.call(
+            lambda client: client.start_workflow(
+                WORKFLOW_TYPE, run, id=cid, task_queue=self.task_queue
+            )
+        )
+        return cid
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 @contextlib.contextmanager
@@ -452,6 +557,20 @@ def temporal_version(binary: str) -> str:
     return (result.stdout.strip().splitlines() or ["temporal (version unknown)"])[0]
 
 
+def start_raw_temporal_worker(env: dict[str, str], target: str, queue: str, log: Path):
+    """``bench/raw_temporal.py``'s worker on a task queue of its own."""
+    from bench.raw_temporal import READY_LINE
+
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "raw_temporal.py"),
+        target,
+        queue,
+        str(WORKER_CONCURRENCY),
+    ]
+    return WorkerProcess("the raw Temporal worker", command, env, log, READY_LINE)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results."""
     args = parse_args(argv)
@@ -461,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     redis_version, temporal = check_servers(broker_url)
     celery_queue = f"fw-bench-{uuid.uuid4().hex[:12]}"
     temporal_queue = f"fw-bench-{uuid.uuid4().hex[:12]}"
+    raw_temporal_queue = f"fw-bench-raw-{uuid.uuid4().hex[:12]}"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -497,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
     from django.test.utils import override_settings
 
-    from bench.providers_app.workflows import STEPS
+    from bench.providers_app import raw_chain
+    from bench.providers_app.workflows import NAME, SHORT_NAME, STEPS
     from bench.providers_celery import app as celery_app
     from tests.temporal_procs import DevServer
 
@@ -515,74 +636,132 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print(
-        f"workers: celery {' '.join(CELERY_POOL)}, flowwarden_temporal_worker --concurrency "
-        f"{WORKER_CONCURRENCY}; in-process: the calling thread, {args.concurrent} threads "
-        f"concurrent. {args.rounds} rounds x ({args.runs} sequential runs + {args.concurrent} "
-        f"concurrent runs) of {STEPS} steps per provider, {args.warmup} warm-up round(s)",
+        f"workers: celery {' '.join(CELERY_POOL)} (flowwarden and raw tasks), "
+        f"flowwarden_temporal_worker --concurrency {WORKER_CONCURRENCY}, raw temporalio "
+        f"worker with {WORKER_CONCURRENCY} slots; in-process: the calling thread, "
+        f"{args.concurrent} threads concurrent. {args.rounds} rounds x ({args.runs} "
+        f"sequential runs + {args.concurrent} concurrent runs) of {STEPS} steps per lane, "
+        f"{args.warmup} warm-up round(s)",
         flush=True,
     )
 
-    settings_of = {
-        "in-process": {"WORKFLOW_EXECUTION": "inprocess"},
-        "celery": {"WORKFLOW_EXECUTION": "celery"},
-    }
     rates: dict[tuple[str, str], list[float]] = {
-        (provider, mode): [] for provider in PROVIDERS for mode in MODES
+        (lane, mode): [] for lane in LANES for mode in MODES
     }
     workdir = tempfile.TemporaryDirectory(prefix="fw-bench-providers-")
-    server = temporal_worker = celery_worker = starters = None
+    server = temporal_worker = raw_temporal_worker = celery_worker = starters = None
+    raw_temporal = None
     try:
         with sigterm_as_exit():
             cleanup()
             server = DevServer(Path(workdir.name))
             server.start()
             env["FLOWWARDEN_BENCH_TEMPORAL_TARGET"] = server.target
-            settings_of["temporal"] = {
+            temporal_settings = {
                 "WORKFLOW_EXECUTION": "temporal",
                 "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": temporal_queue},
             }
-            temporal_worker = start_temporal_worker(env, Path(workdir.name) / "temporal-worker.log")
-            celery_worker = start_celery_worker(env, Path(workdir.name) / "celery-worker.log")
-            alive_of = {
-                "in-process": [],
-                "celery": [celery_worker],
-                "temporal": [temporal_worker, server],
-            }
-            # The process that must run each provider's steps.
-            worker_pids = {
-                "in-process": os.getpid(),
-                "celery": celery_worker.proc.pid,
-                "temporal": temporal_worker.proc.pid,
-            }
+            logs = Path(workdir.name)
+            temporal_worker = start_temporal_worker(env, logs / "temporal-worker.log")
+            raw_temporal_worker = start_raw_temporal_worker(
+                env, server.target, raw_temporal_queue, logs / "raw-temporal-worker.log"
+            )
+            celery_worker = start_celery_worker(env, logs / "celery-worker.log")
+            raw_temporal = RawTemporalStarter(server.target, raw_temporal_queue)
+            celery_pid = celery_worker.proc.pid
+            on_temporal = [temporal_worker, server]
+            on_raw_temporal = [raw_temporal_worker, server]
+            inprocess = {"WORKFLOW_EXECUTION": "inprocess"}
+            lanes = [
+                Lane(
+                    "in-process",
+                    partial(start_run, NAME),
+                    wait_completed,
+                    [],
+                    os.getpid(),
+                    inprocess,
+                ),
+                Lane(
+                    "celery",
+                    partial(start_run, NAME),
+                    wait_completed,
+                    [celery_worker],
+                    celery_pid,
+                    {"WORKFLOW_EXECUTION": "celery"},
+                ),
+                Lane(
+                    "raw celery",
+                    partial(start_raw_chain, STEPS),
+                    wait_raw,
+                    [celery_worker],
+                    celery_pid,
+                    inprocess,
+                ),
+                Lane(
+                    "temporal",
+                    partial(start_run, NAME),
+                    wait_completed,
+                    on_temporal,
+                    temporal_worker.proc.pid,
+                    temporal_settings,
+                ),
+                Lane(
+                    "raw temporal",
+                    partial(raw_temporal.start, False),
+                    wait_raw,
+                    on_raw_temporal,
+                    raw_temporal_worker.proc.pid,
+                    inprocess,
+                ),
+                Lane(
+                    "temporal local",
+                    partial(start_run, SHORT_NAME),
+                    wait_completed,
+                    on_temporal,
+                    temporal_worker.proc.pid,
+                    temporal_settings,
+                ),
+                Lane(
+                    "raw temporal local",
+                    partial(raw_temporal.start, True),
+                    wait_raw,
+                    on_raw_temporal,
+                    raw_temporal_worker.proc.pid,
+                    inprocess,
+                ),
+            ]
+            assert [lane.name for lane in lanes] == list(LANES)
             starters = Starters(args.concurrent)
             # Enough to busy every worker thread at least once.
             warmup_batch = min(args.concurrent, 2 * WORKER_CONCURRENCY)
 
-            def measure(provider: str, timed: bool) -> None:
-                with override_settings(FLOWWARDEN=settings_of[provider]):
-                    rate, cids = sequential(args.runs if timed else 1, alive_of[provider])
-                    check_runs(cids, worker_pids[provider])
+            def measure(lane: Lane, timed: bool) -> None:
+                with override_settings(FLOWWARDEN=lane.settings):
+                    rate, cids = sequential(lane, args.runs if timed else 1)
+                    check_runs(cids, lane.pid)
                     if timed:
-                        rates[provider, "sequential"].append(rate)
+                        rates[lane.name, "sequential"].append(rate)
                     batch = args.concurrent if timed else warmup_batch
-                    rate, cids = concurrent(starters, batch, alive_of[provider])
-                    check_runs(cids, worker_pids[provider])
+                    rate, cids = concurrent(lane, starters, batch)
+                    check_runs(cids, lane.pid)
                     if timed:
-                        rates[provider, "concurrent"].append(rate)
+                        rates[lane.name, "concurrent"].append(rate)
 
             for _ in range(args.warmup):
-                for provider in PROVIDERS:
-                    measure(provider, timed=False)
+                for lane in lanes:
+                    measure(lane, timed=False)
             for number in range(1, args.rounds + 1):
-                shift = (number - 1) % len(PROVIDERS)
-                for provider in PROVIDERS[shift:] + PROVIDERS[:shift]:
-                    measure(provider, timed=True)
+                # Each round rotates which lane goes first; a lane and its anchor
+                # keep running back to back.
+                shift = (number - 1) % len(lanes)
+                for lane in lanes[shift:] + lanes[:shift]:
+                    measure(lane, timed=True)
                 print(
                     f"round {number}/{args.rounds}: "
                     + ", ".join(
-                        f"{provider} {rates[provider, 'sequential'][-1]:.0f}/"
-                        f"{rates[provider, 'concurrent'][-1]:.0f}"
-                        for provider in PROVIDERS
+                        f"{lane} {rates[lane, 'sequential'][-1]:.0f}/"
+                        f"{rates[lane, 'concurrent'][-1]:.0f}"
+                        for lane in LANES
                     )
                     + " steps/s (sequential/concurrent)",
                     flush=True,
@@ -596,17 +775,29 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all(
             starters.close if starters else None,
+            raw_temporal.close if raw_temporal else None,
             celery_worker.stop if celery_worker else None,
             temporal_worker.stop if temporal_worker else None,
+            raw_temporal_worker.stop if raw_temporal_worker else None,
             server.stop if server else None,
             partial(delete_celery_queue, broker_url, celery_queue, transport_keys),
             cleanup,
+            raw_chain.close_connection,
             connections.close_all,
             workdir.cleanup,
         )
 
     print_table(rates, args)
     return 0
+
+
+def start_raw_chain(steps: int) -> str:
+    """Start one raw Celery chain of *steps* tasks; its id."""
+    from bench.providers_app import raw_chain
+
+    cid = new_cid()
+    raw_chain.start_chain(cid, steps, initial_state())
+    return cid
 
 
 def stop_all(*stops: Callable[[], None] | None) -> None:
@@ -622,14 +813,18 @@ def stop_all(*stops: Callable[[], None] | None) -> None:
 
 
 def print_table(rates: dict[tuple[str, str], list[float]], args: argparse.Namespace) -> None:
-    """The medians over rounds: provider, mode, runs, steps/s, ratio to in-process."""
-    print(f"{'provider':<11} {'mode':<11} {'runs':>5} {'steps/s':>9} {'vs in-process':>14}")
+    """The medians over rounds: lane, mode, runs, steps/s, and each flowwarden lane's
+    ratio to its raw engine."""
+    print(f"{'lane':<19} {'mode':<11} {'runs':>5} {'steps/s':>9} {'vs raw engine':>14}")
     for mode in MODES:
         runs = args.runs if mode == "sequential" else args.concurrent
-        baseline = statistics.median(rates["in-process", mode])
-        for provider in PROVIDERS:
-            rate = statistics.median(rates[provider, mode])
-            print(f"{provider:<11} {mode:<11} {runs:>5} {rate:>9.0f} {rate / baseline:>14.3f}")
+        for lane in LANES:
+            rate = statistics.median(rates[lane, mode])
+            anchor = ANCHORS.get(lane)
+            ratio = (
+                f"{rate / statistics.median(rates[anchor, mode]):>14.2f}" if anchor else f"{'':>14}"
+            )
+            print(f"{lane:<19} {mode:<11} {runs:>5} {rate:>9.0f} {ratio}")
 
 
 if __name__ == "__main__":

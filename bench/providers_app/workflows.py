@@ -33,3 +33,22 @@ BENCH = Workflow.define(
     OrmSnapshotStore(using=USING),
     using=USING,
 )
+
+#: The same workflow with every step marked short: on Temporal, local activities.
+SHORT_NAME = "bench.providers.short"
+
+
+def _make_short(number: int) -> WorkflowStep:
+    @step(f"s{number:02d}", short=True)
+    def bump(state: dict[str, Any]) -> Any:
+        return advance({**state, "n": state["n"] + 1, "pid": os.getpid()})
+
+    return bump
+
+
+SHORT = Workflow.define(
+    SHORT_NAME,
+    [_make_short(number) for number in range(1, STEPS + 1)],
+    OrmSnapshotStore(using=USING),
+    using=USING,
+)

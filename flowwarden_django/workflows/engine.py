@@ -53,7 +53,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -79,9 +79,12 @@ from .results import (
     paused,
 )
 from .runs import (
+    ClaimTerms,
     ConcurrentRunError,
+    RunConflictError,
     RunRecords,
     RunStatus,
+    UnknownRunError,
     new_runner_token,
     run_lease,
 )
@@ -321,43 +324,115 @@ class Workflow:
         runs = self.runs
         lease = run_lease()
         token = new_runner_token()
-        record, seeded = self._open(runs, token, lease, input, initial_state)
-        execution = _Execution(self, runs, token, lease, record, attempt)
+        opened = self._open(runs, token, lease, input, initial_state)
+        execution = _Execution(self, runs, token, lease, opened.record, attempt)
         kept = execution.keep_alive()
         try:
-            return execution.run(initial_state, max_steps, seeded)
+            return execution.run(initial_state, max_steps, opened)
         finally:
             if kept:
                 claim_keeper.drop(token)
             execution.release()
 
+    def _claim_terms(self) -> ClaimTerms | None:
+        """The terms an execution provider's step runner claims the run on (it never
+        creates one); ``None`` (the engine's own runs): claim or create the run."""
+        return None
+
+    def _refused(self, runs: RunRecords, terms: ClaimTerms) -> NoReturn:
+        """Raise why a claim on *terms* was refused: ``UnknownRunError``,
+        ``RunConflictError``, what ``_stale`` raises, else ``ConcurrentRunError``."""
+        cid = self._coordination_id
+        current = runs.get(cid)
+        if current is None:
+            raise UnknownRunError(f"no workflow run {cid!r}")
+        if current.workflow_name != self._name:
+            raise RunConflictError(
+                f"coordination {cid!r} is a run of workflow {current.workflow_name!r}, "
+                f"not {self._name!r}"
+            )
+        self._stale(current, terms)
+        raise ConcurrentRunError(cid, current.runner, current.claimed_until)
+
+    def _stale(self, current: WorkflowRun, terms: ClaimTerms) -> None:
+        """Raise when run *current* does not meet *terms* (a step runner's claim was
+        refused for it, not because the run is held); subclasses say why."""
+
     def _open(
         self, runs: RunRecords, token: str, lease: Any, input: Any, initial_state: Any
-    ) -> tuple[WorkflowRun, WorkflowSnapshot | None]:
+    ) -> _Opened:
         """``_take``, and where the store can (the ORM store on the run's PostgreSQL
-        database), in the claim's own statement the seed of a run the claim creates
-        (``OrmSnapshotStore.open_run``). Returns the run and the seed when that
-        statement wrote it (``None``: the run existed, or its snapshots did)."""
+        database), in the claim's own statement: the seed of a run the claim creates
+        (``OrmSnapshotStore.open_run``), or the latest snapshot of a run claimed on
+        terms (``OrmSnapshotStore.claim_run``)."""
         store = self.store
+        cid = self._coordination_id
+        terms = self._claim_terms()
+        try:
+            if terms is None:
+                opened = self._open_or_seed(runs, store, token, lease, input, initial_state)
+            else:
+                opened = self._open_on_terms(runs, store, token, lease, input, terms)
+        except DatabaseError:
+            from .releases import release_after_failed_claim
+
+            release_after_failed_claim(runs, cid, token)
+            raise
+        if opened is not None:
+            return opened
+        return _Opened(self._take(runs, token, lease, input))
+
+    def _open_or_seed(
+        self,
+        runs: RunRecords,
+        store: SnapshotStore,
+        token: str,
+        lease: Any,
+        input: Any,
+        initial_state: Any,
+    ) -> _Opened | None:
         opener = getattr(store, "open_run", None)
         cid, name = self._coordination_id, self._name
-        if opener is not None and type(self)._claim is Workflow._claim:  # no own claim
-            statement = runs.claim_statement(cid, name, token, lease, input)
-            if statement is not None:
-                seed = _seed_snapshot(self, initial_state)
-                try:
-                    opened = opener(seed, statement, run_using=runs.db)
-                except DatabaseError:
-                    from .releases import release_after_failed_claim
+        statement = None if opener is None else runs.claim_statement(cid, name, token, lease, input)
+        if statement is None:
+            return None
+        seed = _seed_snapshot(self, initial_state)
+        opened = opener(seed, statement, run_using=runs.db)
+        if opened is None:
+            return None
+        row, seeded = opened
+        if row is None:
+            runs.refused(cid, name)  # raises, unless the run was deleted meanwhile
+            return None
+        if seeded is None:
+            return _Opened(runs.claimed(row))
+        return _Opened(runs.claimed(row), seeded, head_known=True, seeded=True)
 
-                    release_after_failed_claim(runs, cid, token)
-                    raise
-                if opened is not None:
-                    row, seeded = opened
-                    if row is not None:
-                        return runs.claimed(row), seeded
-                    runs.refused(cid, name)  # raises, unless the run was deleted meanwhile
-        return self._take(runs, token, lease, input), None
+    def _open_on_terms(
+        self,
+        runs: RunRecords,
+        store: SnapshotStore,
+        token: str,
+        lease: Any,
+        input: Any,
+        terms: ClaimTerms,
+    ) -> _Opened | None:
+        claimer = getattr(store, "claim_run", None)
+        cid, name = self._coordination_id, self._name
+        statement = (
+            None
+            if claimer is None
+            else runs.claim_statement_for(cid, name, token, lease, terms, input)
+        )
+        if statement is None:
+            return None
+        found = claimer(statement, run_using=runs.db)
+        if found is None:
+            return None
+        row, latest = found
+        if row is None:
+            self._refused(runs, terms)
+        return _Opened(runs.claimed(row), latest, head_known=True)
 
     def _take(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
         """``_claim``, and when a database error breaks it off, let go of the claim it
@@ -372,9 +447,22 @@ class Workflow:
             raise
 
     def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
-        return runs.claim_or_create(
-            self._coordination_id, self._name, token, lease, resume_input=input
-        )
+        terms = self._claim_terms()
+        if terms is None:
+            return runs.claim_or_create(
+                self._coordination_id, self._name, token, lease, resume_input=input
+            )
+        try:
+            return runs.claim(
+                self._coordination_id,
+                token,
+                lease,
+                resume_input=input,
+                workflow_name=self._name,
+                where=terms.as_q(),
+            )
+        except ConcurrentRunError:
+            self._refused(runs, terms)
 
     def seed(self, initial_state: Any = None) -> WorkflowSnapshot:
         """Make sure the run exists and has its seed snapshot; return the latest snapshot.
@@ -565,6 +653,17 @@ def _save_seed(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
         raise ConcurrentRunError(workflow.coordination_id) from exc
 
 
+class _Opened(NamedTuple):
+    """A claimed run, and what the claim's statement wrote or read of its snapshots:
+    *head* is the latest snapshot when *head_known* (``None``: it has none), and the
+    seed that statement wrote when *seeded*."""
+
+    record: WorkflowRun
+    head: WorkflowSnapshot | None = None
+    head_known: bool = False
+    seeded: bool = False
+
+
 class _Execution:
     """One claimed ``run_local`` call: the step loop and its run-record writes."""
 
@@ -641,15 +740,20 @@ class _Execution:
         self.unsynced = {}
 
     def run(
-        self, initial_state: Any, max_steps: int | None, seeded: WorkflowSnapshot | None = None
+        self, initial_state: Any, max_steps: int | None, opened: _Opened | None = None
     ) -> WorkflowResult:
-        """Execute the steps; *seeded*: the seed the claim's statement wrote, which
-        the run record has yet to point at (``Workflow._open``)."""
+        """Execute the steps; *opened*: what the claim's statement wrote or read
+        (``Workflow._open``): the seed, which the run record has yet to point at, or
+        the latest snapshot."""
         wf, record = self.workflow, self.record
-        if seeded is not None:
-            head: WorkflowSnapshot | None = seeded
-            self.unsynced.update(head_snapshot_id=seeded.id, last_step="")
-            record.head_snapshot_id = seeded.id
+        head: WorkflowSnapshot | None
+        if opened is not None and opened.seeded:
+            head = opened.head
+            assert head is not None
+            self.unsynced.update(head_snapshot_id=head.id, last_step="")
+            record.head_snapshot_id = head.id
+        elif opened is not None and opened.head_known:
+            head = opened.head
         else:
             head = self.store.latest(self.cid)
         if head is None:
@@ -697,18 +801,21 @@ class _Execution:
         for executed, index in enumerate(range(start, last + 1)):
             if max_steps is not None and executed >= max_steps:
                 self.finish()
-                return Running(head.state, self.cid, last_step)
+                return Running(head.state, self.cid, last_step, head.id)
             current = wf.steps[index]
             outcome = self.execute(current, head.state, pending_input, decision)
             if isinstance(outcome, Fail):
                 self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
+            # The last step this execution may run lets go of the run with its snapshot.
+            releases = max_steps is not None and executed + 1 >= max_steps
             head = self.persist(
                 head,
                 current.name,
                 outcome,
                 consumed_input=pending_input is not None,
                 completes=index == last,
+                releases=releases,
             )
             last_step = current.name
             pending_input = decision = None
@@ -716,6 +823,8 @@ class _Execution:
                 return paused(head.state, self.cid, current.name, outcome.status)
             if index == last or isinstance(outcome, Done):
                 return Completed(head.state, self.cid)
+            if releases:
+                return Running(head.state, self.cid, last_step, head.id)
         raise AssertionError("unreachable: the last step completes the run")
 
     def decision_asked(
@@ -786,10 +895,12 @@ class _Execution:
         *,
         consumed_input: bool,
         completes: bool = False,
+        releases: bool = False,
     ) -> WorkflowSnapshot:
         """Save the snapshot of step *step_name* (parent: *head*, ``seq``: head's + 1)
         and move the run record to it; *completes*: it was the workflow's last step
-        (falling off the end completes the run).
+        (falling off the end completes the run); *releases*: let go of the run with
+        it (the execution's last step: ``max_steps``), in the same statement.
 
         A plain step (``advance`` of a step before the last, no input consumed, the
         lease young) saves the snapshot alone, one ``INSERT``: its explicit ``seq``
@@ -801,7 +912,7 @@ class _Execution:
         name = self.name
         if (
             isinstance(outcome, Advance)
-            and not (completes or consumed_input)
+            and not (completes or consumed_input or releases)
             and time.monotonic() < self.young_until
         ):
             metadata = {LAST_STEP: step_name, WORKFLOW_NAME: name, WORKFLOW_DONE: "false"}
@@ -824,13 +935,13 @@ class _Execution:
             agent_name=name,
             metadata=metadata,
         )
-        finishing = is_done or isinstance(outcome, Pause) or completes
+        finishing = is_done or isinstance(outcome, Pause) or completes or releases
         fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": step_name}
         if consumed_input:
             fields["resume_input"] = None
         if isinstance(outcome, Pause):
             fields.update(status=outcome.status, failure_reason="")
-        elif finishing:
+        elif is_done or completes:
             fields.update(status=RunStatus.COMPLETED, failure_reason="")
         try:
             if isinstance(outcome, Pause):

@@ -73,11 +73,13 @@ class Failed(WorkflowResult):
 class Running(WorkflowResult):
     """The run is not finished and not paused: an execution provider queued its next
     step, ``max_steps`` was reached, or another runner is driving it.
-    ``last_step_name`` is the last completed step (``""`` before the first)."""
+    ``last_step_name`` is the last completed step (``""`` before the first);
+    ``snapshot_id``, when known, the id of the snapshot the run stands at."""
 
     state: Any
     coordination_id: str
     last_step_name: str
+    snapshot_id: str | None = dataclasses.field(default=None, compare=False, repr=False)
     status: ClassVar[str] = RunStatus.RUNNING
 
 

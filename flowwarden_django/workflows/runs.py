@@ -11,6 +11,9 @@ Every operation is one SQL statement, so it needs no surrounding transaction:
 * ``claim_or_create`` is ``claim``, and ``create`` when there is no run: on PostgreSQL
   one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (unclaimed) ``RETURNING`` the row,
   so the engine's claim of a new or an existing run is one statement.
+* ``claim_statement_for`` is ``claim`` of an existing run on ``ClaimTerms`` (an
+  execution provider's step runner) as one ``UPDATE ... RETURNING``: a store on the
+  same database reads the run's latest snapshot in the same statement.
 * ``update`` / ``finish`` / ``release`` only touch a run still held by the caller's
   runner token; a runner whose lease was taken over gets ``LeaseLostError``.
 
@@ -21,6 +24,7 @@ other runners until it commits.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -123,6 +127,26 @@ def unclaimed() -> Q:
 
 def _lease_end(lease: timedelta) -> ExpressionWrapper:
     return ExpressionWrapper(Now() + Value(lease), output_field=DateTimeField())
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimTerms:
+    """What an existing run must be for an execution provider's step runner to claim
+    it (a runner on terms never creates a run): at snapshot *head* when *check_head*
+    (``None``: no head yet), and ``running`` when *running_only*."""
+
+    head: str | None = None
+    check_head: bool = False
+    running_only: bool = False
+
+    def as_q(self) -> Q | None:
+        """The terms as a filter of ``WorkflowRun`` rows (``None``: no condition)."""
+        where = Q()
+        if self.check_head:
+            where &= Q(head_snapshot_id=self.head)
+        if self.running_only:
+            where &= Q(status=RunStatus.RUNNING)
+        return where or None
 
 
 class RunRecords:
@@ -317,6 +341,34 @@ class RunRecords:
             workflow_name,
         ]
         return _claim_or_create_sql(resume_input is not None), params
+
+    def claim_statement_for(
+        self,
+        coordination_id: str,
+        workflow_name: str,
+        runner: str,
+        lease: timedelta,
+        terms: ClaimTerms,
+        resume_input: Any = None,
+    ) -> tuple[str, list[Any]] | None:
+        """``claim``'s statement and parameters for a run on *terms*, on PostgreSQL
+        (``None`` elsewhere): one ``UPDATE ... RETURNING`` the claimed row (the
+        model's columns in order; ``claimed`` makes it a ``WorkflowRun``), no row when
+        refused. A store on the same database may run it inside a larger statement."""
+        connection = connections[self.db]
+        if connection.vendor != "postgresql":
+            return None
+        json_field = models.WorkflowRun._meta.get_field("resume_input")
+        with_input = resume_input is not None
+        params: list[Any] = [runner, lease.total_seconds(), timezone.now()]
+        if with_input:
+            params.append(json_field.get_db_prep_save(resume_input, connection))
+        params += [coordination_id, workflow_name]
+        head_is_null = terms.check_head and terms.head is None
+        if terms.check_head and not head_is_null:
+            params.append(terms.head)
+        sql = _claim_sql(with_input, terms.check_head, head_is_null, terms.running_only)
+        return sql, params
 
     def claimed(self, row: Sequence[Any]) -> WorkflowRun:
         """The ``WorkflowRun`` of a row ``claim_statement`` returned."""
@@ -516,4 +568,36 @@ def _claim_or_create_sql(with_input: bool) -> str:
         # statement inserted (an ON CONFLICT update leaves its own xid there).
         f"RETURNING {', '.join(column[field.name] for field in fields)}, "
         '(run.xmax = 0) AS "created"'
+    )
+
+
+@lru_cache(maxsize=16)
+def _claim_sql(with_input: bool, check_head: bool, head_is_null: bool, running_only: bool) -> str:
+    """PostgreSQL: ``claim`` of an existing run on terms, returning the claimed row."""
+    fields = _run_fields()
+    column = {field.name: f'"{field.column}"' for field in fields}
+    runner, until, status = column["runner"], column["claimed_until"], column["status"]
+    retry = f"CASE WHEN run.{status} = '{RunStatus.FAILED}' OR run.{runner} <> '' THEN 1 ELSE 0 END"
+    sets = [
+        f"{column['attempts']} = run.{column['attempts']} + {retry}",
+        f"{runner} = %s",
+        f"{until} = STATEMENT_TIMESTAMP() + make_interval(secs => %s)",
+        f"{column['updated_at']} = %s",
+    ]
+    if with_input:
+        sets.append(f"{column['resume_input']} = %s")
+    where = [
+        f"run.{column['coordination_id']} = %s",
+        f"run.{column['workflow_name']} = %s",
+        f"(run.{runner} = '' OR run.{until} IS NULL OR run.{until} < STATEMENT_TIMESTAMP())",
+    ]
+    if check_head:
+        head = f"run.{column['head_snapshot_id']}"
+        where.append(f"{head} IS NULL" if head_is_null else f"{head} = %s")
+    if running_only:
+        where.append(f"run.{status} = '{RunStatus.RUNNING}'")
+    return (
+        f'UPDATE "{models.WorkflowRun._meta.db_table}" AS run SET {", ".join(sets)} '
+        f"WHERE {' AND '.join(where)} "
+        f"RETURNING {', '.join(f'run.{column[field.name]}' for field in fields)}"
     )

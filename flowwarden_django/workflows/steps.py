@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, overload
 
 from .decisions import ApprovalDecision
@@ -139,13 +139,17 @@ class WorkflowStep:
     restart from the first step). ``max_retries``: extra attempts after an exception
     (a returned ``fail`` is never retried); ``retry_delay``: seconds between attempts;
     ``timeout``: seconds an attempt may take (``None`` = no limit), see
-    ``StepTimeoutError``.
+    ``StepTimeoutError``. ``short``: whether the step is short work that needs no
+    heartbeat (``True``), is not (``False``), or is judged by its ``timeout``
+    (``None``, the default); on Temporal a short step runs as a local activity (see
+    ``integrations.temporal``), elsewhere it changes nothing.
     """
 
     name: str = ""
     max_retries: int = 0
     retry_delay: float = 0.1
     timeout: float | None = None
+    short: bool | None = None
 
     def __init__(
         self,
@@ -154,6 +158,7 @@ class WorkflowStep:
         max_retries: int | None = None,
         retry_delay: float | None = None,
         timeout: float | None = None,
+        short: bool | None = None,
     ) -> None:
         if name is not None:
             self.name = name
@@ -163,6 +168,8 @@ class WorkflowStep:
             self.retry_delay = retry_delay
         if timeout is not None:
             self.timeout = timeout
+        if short is not None:
+            self.short = short
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"a step needs a non-blank name, not {self.name!r}")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
@@ -171,6 +178,8 @@ class WorkflowStep:
             raise ValueError(f"retry_delay must be >= 0, not {self.retry_delay!r}")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds or None, not {self.timeout!r}")
+        if self.short is not None and not isinstance(self.short, bool):
+            raise ValueError(f"short must be True, False or None, not {self.short!r}")
 
     def execute(self, state: Any, ctx: StepContext) -> StepOutcome:
         """Do the step's work on *state*; return an outcome."""
@@ -223,6 +232,7 @@ def step(
     max_retries: int = 0,
     retry_delay: float = 0.1,
     timeout: float | None = None,
+    short: bool | None = None,
 ) -> Callable[[Callable[..., StepOutcome]], FunctionStep]: ...
 
 
@@ -232,6 +242,7 @@ def step(
     max_retries: int = 0,
     retry_delay: float = 0.1,
     timeout: float | None = None,
+    short: bool | None = None,
 ) -> FunctionStep | Callable[[Callable[..., StepOutcome]], FunctionStep]:
     """Make a ``WorkflowStep`` from a function::
 
@@ -241,14 +252,29 @@ def step(
             return advance({**state, "charged": True})
 
     The function takes ``(state)`` or ``(state, ctx)``; the name defaults to the
-    function's. ``@step`` without arguments works too.
+    function's. ``@step`` without arguments works too. ``short=True`` marks quick
+    work that needs no heartbeat (a local activity on Temporal; see ``WorkflowStep``).
     """
     if callable(name):
         return FunctionStep(name)
 
     def decorate(fn: Callable[..., StepOutcome]) -> FunctionStep:
         return FunctionStep(
-            fn, name, max_retries=max_retries, retry_delay=retry_delay, timeout=timeout
+            fn,
+            name,
+            max_retries=max_retries,
+            retry_delay=retry_delay,
+            timeout=timeout,
+            short=short,
         )
 
     return decorate
+
+
+def step_after(steps: Sequence[WorkflowStep], last_step: str) -> WorkflowStep | None:
+    """The step after *last_step* (the first when it is ``""`` or not a step any more,
+    as the engine does); ``None`` after the last."""
+    for index, candidate in enumerate(steps):
+        if candidate.name == last_step:
+            return steps[index + 1] if index + 1 < len(steps) else None
+    return steps[0] if steps else None

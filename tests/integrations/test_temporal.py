@@ -36,7 +36,11 @@ from django.test import override_settings
 
 from flowwarden_django.checks import check_temporal
 from flowwarden_django.integrations.temporal.config import TemporalConfig, parse
-from flowwarden_django.integrations.temporal.messages import STATUS_ACTIVITY, STEP_ACTIVITY
+from flowwarden_django.integrations.temporal.messages import (
+    STATUS_ACTIVITY,
+    STEP_ACTIVITY,
+    StepPolicy,
+)
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import (
     Completed,
@@ -660,7 +664,9 @@ def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
         return advance(state)
 
     Workflow.define("fw-temporal-recover", [only], InMemorySnapshotStore())
-    stalled = SimpleNamespace(coordination_id="stalled-1", workflow_name="fw-temporal-recover")
+    stalled = SimpleNamespace(
+        coordination_id="stalled-1", workflow_name="fw-temporal-recover", last_step=""
+    )
 
     def sweep(enqueue: Callable[[Any], None]) -> list[str]:
         enqueue(stalled)
@@ -685,4 +691,5 @@ def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
     assert (start.step_timeout, start.heartbeat_timeout) == (7, 3)
     assert kwargs["id"] == "stalled-1" and kwargs["task_queue"] == "q"
     assert kwargs["start_signal"] == WAKE_SIGNAL
-    assert kwargs["start_signal_args"] == [Wake("recover")]
+    # The wake says how to schedule the step it continues with (its first, here).
+    assert kwargs["start_signal_args"] == [Wake("recover", policy=StepPolicy(0, 0.1, None))]

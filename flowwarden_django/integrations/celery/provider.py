@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery, current_app
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from ...common.failure_log import FailureLog
@@ -47,6 +46,7 @@ from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, wo
 from ...workflows.execution import RemoteExecutionProvider
 from ...workflows.recovery import recover_stalled_runs
 from ...workflows.runs import (
+    ClaimTerms,
     ConcurrentRunError,
     LeaseLostError,
     RunRecords,
@@ -54,7 +54,7 @@ from ...workflows.runs import (
     UnknownRunError,
     run_lease,
 )
-from ...workflows.steps import WorkflowStep
+from ...workflows.steps import WorkflowStep, step_after
 
 if TYPE_CHECKING:
     from ...models import WorkflowRun
@@ -97,16 +97,6 @@ class StaleStepError(Exception):
 # -- queueing a step ---------------------------------------------------------------------
 
 
-def next_step(steps: Sequence[WorkflowStep], last_step: str) -> WorkflowStep | None:
-    """The step after *last_step* (the first when it is ``""`` or not a step any more,
-    as the engine does); ``None`` after the last."""
-    names = [s.name for s in steps]
-    if last_step not in names:
-        return steps[0]
-    index = names.index(last_step) + 1
-    return steps[index] if index < len(steps) else None
-
-
 def step_time_limit(current: WorkflowStep | None) -> int | None:
     """The hard ``time_limit`` of *current*'s task: every attempt's ``timeout`` and the
     delays between them, plus :data:`TIME_LIMIT_MARGIN`; ``None`` without a timeout.
@@ -138,7 +128,7 @@ def send_step(
     recovery sweep queues what could not be published.
     """
     options: dict[str, Any] = {"retry": True, "retry_policy": PUBLISH_RETRY_POLICY}
-    limit = step_time_limit(next_step(definition.steps, last_step))
+    limit = step_time_limit(step_after(definition.steps, last_step))
     if limit is not None:
         options["time_limit"] = limit
     app.send_task(
@@ -291,29 +281,21 @@ class _StepWorkflow(Workflow):
         self.expected_head = head
         self.origin = origin
 
-    def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
-        # One statement claims the run only while the task is current (the head it
-        # continues from, and a running run unless run()/resume() queued it), and
-        # stores the input with it. It never creates the run (the engine's _claim
-        # would, for an unknown one), and a stale task (a redelivery, a duplicate)
-        # leaves the run untouched: claiming it would move its ``updated_at`` and hide
-        # a stalled run from the recovery sweep for another WORKFLOW_RECOVER_AFTER.
-        cid = self.coordination_id
-        wanted = Q(head_snapshot_id=self.expected_head)
-        if self.origin != Origin.RUN:
-            wanted &= Q(status=RunStatus.RUNNING)
-        try:
-            return runs.claim(
-                cid, token, lease, resume_input=input, workflow_name=self.name, where=wanted
-            )
-        except ConcurrentRunError:
-            current = runs.get(cid)  # refused: say why
-            reason = (
-                "" if current is None else _stale_reason(current, self.expected_head, self.origin)
-            )
-            if reason:
-                raise StaleStepError(reason) from None
-            raise
+    def _claim_terms(self) -> ClaimTerms:
+        # The claim is taken only while the task is current (the head it continues
+        # from, and a running run unless run()/resume() queued it), in one statement
+        # with the input and (ORM store) the read of the head. It never creates the
+        # run, and a stale task (a redelivery, a duplicate) leaves the run untouched:
+        # claiming it would move its ``updated_at`` and hide a stalled run from the
+        # recovery sweep for another WORKFLOW_RECOVER_AFTER.
+        return ClaimTerms(
+            head=self.expected_head, check_head=True, running_only=self.origin != Origin.RUN
+        )
+
+    def _stale(self, current: WorkflowRun, terms: ClaimTerms) -> None:
+        reason = _stale_reason(current, self.expected_head, self.origin)
+        if reason:
+            raise StaleStepError(reason)
 
 
 def _stale_reason(record: WorkflowRun, head: str | None, origin: str) -> str:
@@ -374,14 +356,17 @@ def run_step(
         )
         raise task.retry(countdown=countdown) from exc
     if isinstance(result, Running):
-        record = wf.run_record()
-        assert record is not None
+        head = result.snapshot_id
+        if head is None:  # not this step's own snapshot: read where the run stands
+            record = wf.run_record()
+            assert record is not None
+            head = record.head_snapshot_id
         send = partial(
             _send_or_log,
             task.app,
             definition,
             coordination_id,
-            head=record.head_snapshot_id,
+            head=head,
             last_step=result.last_step_name,
             origin=Origin.NEXT,
         )

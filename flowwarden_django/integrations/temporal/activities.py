@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import close_old_connections
-from django.db.models import Q
 from django.utils import timezone
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -20,8 +19,17 @@ from ...common.app_models import models
 from ...workflows.approvals.sweep import expire_due_approvals
 from ...workflows.engine import StepAttemptFailed, Workflow
 from ...workflows.registry import RegisteredWorkflow, workflow_registry
-from ...workflows.runs import ConcurrentRunError, LeaseLostError, RunRecords, RunStatus, run_lease
-from ...workflows.steps import WorkflowStep
+from ...workflows.results import Running
+from ...workflows.runs import (
+    ClaimTerms,
+    ConcurrentRunError,
+    LeaseLostError,
+    RunRecords,
+    RunStatus,
+    run_lease,
+)
+from ...workflows.steps import step_after
+from .config import TemporalConfig
 from .messages import (
     EXPIRE_ACTIVITY,
     STATUS_ACTIVITY,
@@ -30,6 +38,7 @@ from .messages import (
     StepPolicy,
     StepRequest,
 )
+from .policies import policy_of
 
 logger = logging.getLogger("flowwarden_django.temporal")
 
@@ -52,36 +61,23 @@ class _ActivityWorkflow(Workflow):
         )
         self.origin = origin
 
-    def _claim(self, runs: RunRecords, token: str, lease: Any, input: Any) -> Any:
-        # One statement: a paused or finished run is claimed only by a "run" wake, and
-        # the input is stored with the claim.
-        cid = self.coordination_id
-        wanted = None if self.origin == "run" else Q(status=RunStatus.RUNNING)
-        try:
-            return runs.claim(
-                cid, token, lease, resume_input=input, workflow_name=self.name, where=wanted
-            )
-        except ConcurrentRunError:
-            current = runs.get(cid)  # refused: say why
-            if wanted is not None and current is not None and current.status != RunStatus.RUNNING:
-                raise StaleStep(f"the run is {current.status}") from None
-            raise
+    def _claim_terms(self) -> ClaimTerms:
+        # A paused or finished run is claimed only by a "run" wake; the input is
+        # stored with the claim, in one statement with (ORM store) the head's read.
+        return ClaimTerms(running_only=self.origin != "run")
+
+    def _stale(self, current: Any, terms: ClaimTerms) -> None:
+        if terms.running_only and current.status != RunStatus.RUNNING:
+            raise StaleStep(f"the run is {current.status}")
 
 
-def next_step(steps: tuple[WorkflowStep, ...], last_step: str) -> WorkflowStep | None:
-    """The step after *last_step* (the first when it is ``""`` or unknown)."""
-    names = [s.name for s in steps]
-    if last_step not in names:
-        return steps[0] if steps else None
-    index = names.index(last_step) + 1
-    return steps[index] if index < len(steps) else None
+def _local_activity_timeout() -> float:
+    return TemporalConfig.from_settings().local_activity_timeout
 
 
-def policy_of(current: WorkflowStep | None) -> StepPolicy | None:
-    """The activity options of *current*: its retries, their delay and its timeout."""
-    if current is None:
-        return None
-    return StepPolicy(current.max_retries, float(current.retry_delay or 0), current.timeout)
+def next_policy(definition: RegisteredWorkflow, last_step: str) -> StepPolicy | None:
+    """How the step after *last_step* is scheduled (``policies``)."""
+    return policy_of(step_after(definition.steps, last_step), _local_activity_timeout())
 
 
 def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "") -> RunReport:
@@ -107,7 +103,7 @@ def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "
     return RunReport(
         status=record.status,
         last_step=last_step,
-        next_policy=policy_of(next_step(definition.steps, last_step)),
+        next_policy=next_policy(definition, last_step),
         expires_at=expires_at,
         detail=detail,
     )
@@ -160,10 +156,13 @@ def _run_step(request: StepRequest) -> RunReport:
     cid = request.coordination_id
     wf = _ActivityWorkflow(definition, cid, request.origin)
     info = activity.info()
-    heartbeat = (info.heartbeat_timeout or timedelta(seconds=10)).total_seconds() / 3
     try:
-        with _Heartbeats(max(heartbeat, 0.2)):
+        if info.is_local:  # a short step: local activities cannot heartbeat
             result = wf.run_local(input=request.input, max_steps=1, attempt=info.attempt)
+        else:
+            heartbeat = (info.heartbeat_timeout or timedelta(seconds=10)).total_seconds() / 3
+            with _Heartbeats(max(heartbeat, 0.2)):
+                result = wf.run_local(input=request.input, max_steps=1, attempt=info.attempt)
     except StaleStep as exc:
         logger.info("workflow %s (%s): step not run: %s", wf.name, cid, exc)
         return report(definition, cid, str(exc))
@@ -182,7 +181,12 @@ def _run_step(request: StepRequest) -> RunReport:
         raise ApplicationError(
             str(exc), type="ConcurrentRunError", next_retry_delay=timedelta(seconds=delay)
         ) from exc
-    outcome = report(definition, cid)
+    if isinstance(result, Running):
+        # This very step left the run running at its snapshot: no need to read it.
+        last_step = result.last_step_name
+        outcome = RunReport("running", last_step, next_policy(definition, last_step))
+    else:
+        outcome = report(definition, cid)
     logger.info(
         "workflow %s (%s): step %s done (attempt %d), run %s",
         wf.name,

@@ -12,11 +12,13 @@
             "HEARTBEAT_TIMEOUT": "10s",   # a step's worker is taken for dead after this
             "CONNECT_TIMEOUT": "2s",      # connecting, and the health check
             "CALL_TIMEOUT": "10s",        # starting or signalling a workflow
+            "LOCAL_ACTIVITY_TIMEOUT": "5s",  # steps with a timeout up to this: local
         },
     }
 
 Durations take the app's usual forms (``"500ms"``, ``"30s"``, ``"2m"``, a number of
-seconds).
+seconds). ``LOCAL_ACTIVITY_TIMEOUT`` may be ``0``: then only steps marked
+``short=True`` run as local activities.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ _DURATION_KEYS = {
     "HEARTBEAT_TIMEOUT": "heartbeat_timeout",
     "CONNECT_TIMEOUT": "connect_timeout",
     "CALL_TIMEOUT": "call_timeout",
+    "LOCAL_ACTIVITY_TIMEOUT": "local_activity_timeout",
 }
+#: Duration keys that may be 0 (off).
+_MAY_BE_ZERO = {"LOCAL_ACTIVITY_TIMEOUT"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,8 @@ class TemporalConfig:
     heartbeat_timeout: float = 10.0
     connect_timeout: float = 2.0
     call_timeout: float = 10.0
+    #: Steps whose own ``timeout`` is at most this many seconds run as local activities.
+    local_activity_timeout: float = 5.0
 
     @classmethod
     def from_settings(cls) -> TemporalConfig:
@@ -98,8 +105,9 @@ def parse(value: Any) -> tuple[TemporalConfig, list[str]]:
         except ValueError as exc:
             errors.append(f'{SETTING}["{key}"]: {exc}')
             continue
-        if seconds <= 0:
-            errors.append(f'{SETTING}["{key}"] must be more than 0 seconds')
+        if seconds < 0 or (seconds == 0 and key not in _MAY_BE_ZERO):
+            at_least = "0 seconds or more" if key in _MAY_BE_ZERO else "more than 0 seconds"
+            errors.append(f'{SETTING}["{key}"] must be {at_least}')
         else:
             fields[field] = seconds
     return TemporalConfig(**fields), errors

@@ -18,11 +18,13 @@ WAKE_SIGNAL = "wake"
 @dataclasses.dataclass(frozen=True)
 class StepPolicy:
     """How Temporal schedules one step's activity: the step's ``max_retries``,
-    ``retry_delay`` and ``timeout`` (``None``: the ``STEP_TIMEOUT`` setting)."""
+    ``retry_delay`` and ``timeout`` (``None``: the ``STEP_TIMEOUT`` setting), and
+    whether it is a local activity (a short step: see ``policies``)."""
 
     max_retries: int = 0
     retry_delay: float = 0.0
     timeout: float | None = None
+    local: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +35,13 @@ class Wake:
     next step runs even if the run is paused); ``"recover"``: the worker's recovery
     sweep found the run stalled (continued only if still ``running``); ``"refresh"``:
     the run changed outside (a fork), so the workflow re-reads what it waits for.
+    ``policy``: how to schedule the step the wake continues with, when the sender
+    knows it (``None``: as a regular activity with the default options).
     """
 
     origin: str = "run"
     input: Any = None
+    policy: StepPolicy | None = None
 
 
 @dataclasses.dataclass(frozen=True)

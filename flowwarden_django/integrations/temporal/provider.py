@@ -23,9 +23,11 @@ from ...workflows.execution import ExecutableWorkflow, RemoteExecutionProvider
 from ...workflows.metadata import LAST_STEP
 from ...workflows.registry import workflow_registry
 from ...workflows.results import Running, WorkflowResult
+from ...workflows.steps import step_after
 from .config import TemporalConfig
 from .connection import TemporalConnection
-from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, RunStart, Wake
+from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, RunStart, StepPolicy, Wake
+from .policies import policy_of
 
 logger = logging.getLogger("flowwarden_django.temporal")
 
@@ -51,6 +53,11 @@ def run_start(config: TemporalConfig, definition: Any, coordination_id: str) -> 
         step_timeout=config.step_timeout,
         heartbeat_timeout=config.heartbeat_timeout,
     )
+
+
+def next_policy(config: TemporalConfig, definition: Any, last_step: str) -> StepPolicy | None:
+    """How the step after *last_step* of *definition* is scheduled."""
+    return policy_of(step_after(definition.steps, last_step), config.local_activity_timeout)
 
 
 async def signal_with_start(
@@ -103,9 +110,11 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
         if settled is not None:
             return settled
         start = run_start(self.config, definition, workflow.coordination_id)
-        wake = partial(self._wake_after_commit, start, Wake("run", input))
+        last_step = head.metadata.get(LAST_STEP, "")
+        policy = next_policy(self.config, definition, last_step)
+        wake = partial(self._wake_after_commit, start, Wake("run", input, policy))
         transaction.on_commit(wake, using=workflow.runs.db)
-        return Running(head.state, workflow.coordination_id, head.metadata.get(LAST_STEP, ""))
+        return Running(head.state, workflow.coordination_id, last_step)
 
     def run_changed(self, coordination_id: str, using: str) -> None:
         """A fork: wake the run's Temporal workflow to re-read what it waits for (only

@@ -17,7 +17,7 @@ from ...workflows.recovery import recover_stalled_runs
 from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
-from .provider import run_start, signal_with_start
+from .provider import next_policy, run_start, signal_with_start
 from .workflow import RunWorkflow
 
 logger = logging.getLogger("flowwarden_django.temporal")
@@ -76,6 +76,7 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
         activities=list(ACTIVITIES),
         activity_executor=ThreadPoolExecutor(concurrency, thread_name_prefix="flowwarden-step"),
         max_concurrent_activities=concurrency,
+        max_concurrent_local_activities=concurrency,
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
         graceful_shutdown_timeout=timedelta(seconds=30),
         # A killed worker's cached runs move to another worker after this (the SDK's
@@ -91,7 +92,8 @@ def recover(config: TemporalConfig, client_call: Any) -> list[str]:
     def enqueue(run: Any) -> None:
         definition = workflow_registry.get(run.workflow_name)
         start = run_start(config, definition, run.coordination_id)
-        client_call(lambda client: signal_with_start(client, config, start, Wake("recover")))
+        wake = Wake("recover", policy=next_policy(config, definition, run.last_step))
+        client_call(lambda client: signal_with_start(client, config, start, wake))
 
     return recover_stalled_runs(enqueue)
 

@@ -1,11 +1,12 @@
 """The Temporal workflow that drives one flowwarden run.
 
-It runs one activity per step and, while the run is paused, waits for a ``wake``
-signal (``run()``, ``resume(input)``, a decision, a fork) or for the expiry of the
-approval the run waits for: a durable Temporal timer, so a run waiting for days holds
-no worker slot and no thread. The snapshot chain in the Django database stays the
-source of truth: the activities read and write it through the engine, and this
-workflow only decides when the next one runs. Deterministic by construction: it
+It runs one activity per step (a local activity for a short step: ``policies``)
+and, while the run is paused, waits for a ``wake`` signal (``run()``,
+``resume(input)``, a decision, a fork) or for the expiry of the approval the run
+waits for: a durable Temporal timer, so a run waiting for days holds no worker slot
+and no thread. The snapshot chain in the Django database stays the source of truth:
+the activities read and write it through the engine, and this workflow only decides
+when the next one runs. Deterministic by construction: it
 imports nothing but ``messages`` and reads time only through ``workflow.now()``.
 """
 
@@ -71,7 +72,8 @@ class RunWorkflow:
                     # "run": run()/resume()/a decision may continue a paused run; a
                     # "recover" wake (the worker's sweep) continues a running one only.
                     origin = "run" if wake.origin == "run" else "next"
-                    report = await self._step(start, report.next_policy, origin, wake.input)
+                    policy = wake.policy if wake.policy is not None else report.next_policy
+                    report = await self._step(start, policy, origin, wake.input)
             elif report.status == "running":
                 report = await self._step(start, report.next_policy, "next", None)
             elif report.status in FINAL:
@@ -95,20 +97,32 @@ class RunWorkflow:
     ) -> RunReport:
         policy = policy or StepPolicy()
         request = StepRequest(start.coordination_id, start.workflow, origin, input, start.using)
+        # The step's own retries are counted by the activity (``max_retries``);
+        # Temporal retries every attempt that did not end (a killed worker) too.
+        retry_policy = RetryPolicy(
+            initial_interval=timedelta(seconds=max(policy.retry_delay, 0.1)),
+            backoff_coefficient=1.0,
+            maximum_interval=timedelta(seconds=max(policy.retry_delay, 0.1) + 30),
+            non_retryable_error_types=["UnknownRunError", "LookupError"],
+        )
+        if policy.local:
+            # A short step: run in this worker's workflow task, no activity task.
+            # No heartbeats: a killed worker is noticed when the workflow task
+            # times out, and the step runs again on the next worker.
+            return await workflow.execute_local_activity(
+                STEP_ACTIVITY,
+                request,
+                result_type=RunReport,
+                start_to_close_timeout=_start_to_close(policy, start),
+                retry_policy=retry_policy,
+            )
         return await workflow.execute_activity(
             STEP_ACTIVITY,
             request,
             result_type=RunReport,
             start_to_close_timeout=_start_to_close(policy, start),
             heartbeat_timeout=timedelta(seconds=start.heartbeat_timeout),
-            # The step's own retries are counted by the activity (``max_retries``);
-            # Temporal retries every attempt that did not end (a killed worker) too.
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=max(policy.retry_delay, 0.1)),
-                backoff_coefficient=1.0,
-                maximum_interval=timedelta(seconds=max(policy.retry_delay, 0.1) + 30),
-                non_retryable_error_types=["UnknownRunError", "LookupError"],
-            ),
+            retry_policy=retry_policy,
         )
 
     async def _quick(self, activity: str, start: RunStart) -> RunReport:

@@ -11,7 +11,8 @@ collides (or is chosen as a deadlock victim) is retried.
 A snapshot saved at an explicit ``seq`` outside a transaction (every workflow step)
 is one ``INSERT`` (PostgreSQL, SQLite); only a taken id or seq goes the general way.
 For the workflow engine, on PostgreSQL, ``open_run`` and ``save_advancing_run`` write
-a step's snapshot and the run's record in one statement.
+a step's snapshot and the run's record in one statement, and ``claim_run`` claims a
+run and reads its latest snapshot in one.
 
 Called inside the caller's ``transaction.atomic()`` on the same database, every
 operation joins that transaction; events are then emitted before it commits.
@@ -190,6 +191,22 @@ def _open_run_sql(claim_sql: str) -> str:
         f'AND NOT EXISTS (SELECT 1 FROM "{table}" WHERE "coordination_id" = %s) '
         "RETURNING 1) "
         "SELECT claimed.*, EXISTS (SELECT 1 FROM seeded) FROM claimed"
+    )
+
+
+@lru_cache(maxsize=16)
+def _claim_run_sql(claim_sql: str) -> str:
+    """PostgreSQL: the claim of an existing run (``RunRecords.claim_statement_for``)
+    and the coordination's latest snapshot (none when refused), one statement."""
+    table = SnapshotRecord._meta.db_table
+    quoted = ", ".join(f'latest."{c}"' for c in _SNAPSHOT_COLUMNS)
+    inner = ", ".join(f'"{c}"' for c in _SNAPSHOT_COLUMNS)
+    return (
+        f"WITH claimed AS ({claim_sql}) "
+        f"SELECT claimed.*, {quoted} FROM claimed LEFT JOIN LATERAL "
+        f'(SELECT {inner} FROM "{table}" '
+        'WHERE "coordination_id" = claimed."coordination_id" '
+        'ORDER BY "seq" DESC LIMIT 1) AS latest ON TRUE'
     )
 
 
@@ -440,6 +457,33 @@ class OrmSnapshotStore(SnapshotStore):
             return found[:-1], None
         self._emit(Saved, seed)
         return found[:-1], seed
+
+    def claim_run(
+        self, claim: tuple[str, list[Any]], *, run_using: str
+    ) -> tuple[tuple[Any, ...] | None, WorkflowSnapshot | None] | None:
+        """Claim an existing workflow run and read its latest snapshot in ONE
+        statement (an execution provider's step: claim, then continue from the head).
+
+        *claim* is ``RunRecords.claim_statement_for``'s statement and parameters, for
+        the run records in database *run_using*. Returns ``(row, latest)``: the
+        claim's row (``None``: refused, nothing was written) and the coordination's
+        snapshot with the highest ``seq`` (``None``: it has none). ``None`` when this
+        path does not apply (not PostgreSQL, inside a transaction, runs in another
+        database): claim, then read, one by one then.
+        """
+        alias = self.using or router.db_for_write(SnapshotRecord)
+        connection = connections[alias]
+        if connection.vendor != "postgresql" or connection.in_atomic_block or run_using != alias:
+            return None
+        claim_sql, claim_params = claim
+        found = _fetch_one(connection, _claim_run_sql(claim_sql), claim_params)
+        if found is None:
+            return None, None
+        width = len(_SNAPSHOT_COLUMNS)
+        row, snapshot = found[:-width], found[-width:]
+        if snapshot[0] is None:  # the coordination has no snapshot
+            return row, None
+        return row, self._decode(_Row(*snapshot))
 
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
         snapshot = self._get(snapshot_id)
