@@ -73,6 +73,8 @@ class ClaimKeeper:
         self._lock = threading.Condition()
         self._claims: dict[str, HeldClaim] = {}
         self._thread: threading.Thread | None = None
+        #: When (``time.monotonic()``) the thread wakes next; ``None``: only when told.
+        self._wake_at: float | None = None
         self._pid = 0
         self.failure_log = FailureLog(logger, "workflows: renewing run claims")
 
@@ -89,13 +91,18 @@ class ClaimKeeper:
                     target=self._work, name="fw-claim-keeper", daemon=True
                 )
                 self._thread.start()
-            self._lock.notify()
+            elif self._wake_at is None or claim.due < self._wake_at:
+                # Woken only when it would sleep past the new claim's renewal: a
+                # process running short steps back to back holds and drops a claim
+                # per step, and waking a thread for each costs more than the step's
+                # own bookkeeping.
+                self._lock.notify()
 
     def drop(self, runner: str) -> None:
-        """Stop renewing *runner*'s claim (it was released, or the runner is done)."""
+        """Stop renewing *runner*'s claim (it was released, or the runner is done).
+        With none left, the thread closes its connections when it next wakes."""
         with self._lock:
-            if self._claims.pop(runner, None) is not None and not self._claims:
-                self._lock.notify()  # none left: the thread closes its connections now
+            self._claims.pop(runner, None)
 
     def __len__(self) -> int:
         with self._lock:
@@ -144,9 +151,11 @@ class ClaimKeeper:
                         connections.close_all()
                     except Exception:
                         discard_unusable_connections()
+                    self._wake_at = None
                     while not self._claims:
                         self._lock.wait()
                     continue
+                self._wake_at = time.monotonic() + wait
                 self._lock.wait(timeout=wait)
 
 

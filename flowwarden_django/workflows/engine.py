@@ -163,8 +163,15 @@ def _as_step(value: WorkflowStep | Callable[..., StepOutcome]) -> WorkflowStep:
     raise TypeError(f"a workflow step must be a WorkflowStep or a function, not {value!r}")
 
 
+class _CheckedSteps(tuple):
+    """Steps ``_check_steps`` accepted: a provider rebuilds a registered workflow for
+    every step it runs, without checking them again."""
+
+
 def _check_steps(name: str, steps: Iterable[Any]) -> tuple[WorkflowStep, ...]:
-    checked = tuple(_as_step(s) for s in steps)
+    if isinstance(steps, _CheckedSteps):
+        return steps
+    checked = _CheckedSteps(_as_step(s) for s in steps)
     if not checked:
         raise ValueError(f"workflow {name!r} has no steps")
     seen: set[str] = set()

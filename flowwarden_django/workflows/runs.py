@@ -98,9 +98,15 @@ class RunConflictError(ValueError):
 
 def run_lease() -> timedelta:
     """``FLOWWARDEN["WORKFLOW_RUN_LEASE"]`` as a ``timedelta``."""
+    return _as_timedelta(fw_settings.WORKFLOW_RUN_LEASE)
+
+
+@lru_cache(maxsize=8)
+def _as_timedelta(value: str | float) -> timedelta:
+    # Read for every claim: parsed once per value.
     from ..common.durations import parse_duration
 
-    return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RUN_LEASE))
+    return timedelta(seconds=parse_duration(value))
 
 
 def recover_after() -> timedelta:
@@ -116,8 +122,14 @@ def new_runner_token() -> str:
     Unique per call, so a thread that runs the same coordination twice in a row
     never mistakes its old claim for its new one.
     """
-    instance = fw_settings.INSTANCE_ID or f"{socket.gethostname()}:{os.getpid()}"
+    instance = fw_settings.INSTANCE_ID or _host_and_pid(os.getpid())
     return f"{instance}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"[-255:]
+
+
+@lru_cache(maxsize=4)
+def _host_and_pid(pid: int) -> str:
+    # gethostname() is a system call: once per process (a forked child has its pid).
+    return f"{socket.gethostname()}:{pid}"
 
 
 def unclaimed() -> Q:
