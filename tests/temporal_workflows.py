@@ -31,6 +31,9 @@ APPROVING = "fw-temporal-approving"
 EXPIRING = "fw-temporal-expiring"
 KILLABLE = "fw-temporal-killable"
 FLAKY = "fw-temporal-flaky"
+#: Short steps (local activities): marked ``short=True``, or with a short ``timeout``.
+SHORT = "fw-temporal-short"
+KILLABLE_SHORT = "fw-temporal-killable-short"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -39,8 +42,8 @@ def _record(state: dict[str, Any], ctx: Any) -> int:
     return record(state, ctx, attempt=ctx.attempt, at=time.time())
 
 
-def _plain(name: str) -> Any:
-    @step(name)
+def _plain(name: str, **options: Any) -> Any:
+    @step(name, **options)
     def body(state: dict[str, Any], ctx: Any) -> Any:
         _record(state, ctx)
         return advance(then(state, name))
@@ -79,6 +82,13 @@ def slow(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
+@step("slow", short=True)
+def slow_short(state: dict[str, Any], ctx: Any) -> Any:
+    if _record(state, ctx) == 1:
+        time.sleep(SLOW_SECONDS)
+    return advance(then(state, "slow"))
+
+
 @step("flaky", max_retries=2, retry_delay=0.2)
 def flaky(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) < 3:
@@ -99,5 +109,18 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (EXPIRING, [_plain("one"), ask, decide]),
             (KILLABLE, [_plain("one"), slow, _plain("three")]),
             (FLAKY, [_plain("one"), flaky, _plain("three")]),
+            (
+                SHORT,
+                [
+                    _plain("one", short=True),
+                    _plain("two", timeout=2),  # within LOCAL_ACTIVITY_TIMEOUT: local
+                    _plain("three", timeout=2, short=False),  # kept a regular activity
+                    _plain("four", short=True),
+                ],
+            ),
+            (
+                KILLABLE_SHORT,
+                [_plain("one", short=True), slow_short, _plain("three", short=True)],
+            ),
         )
     }

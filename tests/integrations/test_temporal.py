@@ -424,6 +424,78 @@ def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
         )
 
 
+def local_activities(server: DevServer, cid: str) -> int:
+    """How many local activities completed in the history of *cid*'s workflows (each
+    leaves one marker)."""
+    return sum(
+        1 for event in history(server, cid) if event.HasField("marker_recorded_event_attributes")
+    )
+
+
+@on_temporal
+def test_short_steps_run_as_local_activities(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """``short=True`` and a ``timeout`` within ``LOCAL_ACTIVITY_TIMEOUT`` run as local
+    activities (a marker in the history, no activity task); ``short=False`` stays a
+    regular activity whatever its timeout."""
+    cid = temporal[flows.SHORT].start({"log": log}).coordination_id
+    record = wait_for_status(cid, ("completed", "failed"), [worker, server])
+    assert record.status == "completed"
+    assert steps_of(log, cid) == ["one", "two", "three", "four"]
+    assert history_activities(server, cid) == [STEP_ACTIVITY]  # "three" alone
+    assert local_activities(server, cid) == 3
+    assert_chained(Workflow.for_coordination(cid, using=DB), ["one", "two", "three", "four"])
+
+
+@on_temporal
+@pytest.mark.slow
+def test_a_worker_killed_in_a_local_activity_step_is_replaced_and_the_run_completes(
+    temporal: Any,
+    worker_env: dict[str, str],
+    server: DevServer,
+    log: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A short step has no heartbeat: its worker, SIGKILLed mid-step, is noticed when
+    the workflow task times out; the new worker replays the run, runs the local
+    activity again once the dead runner's claim has run out (nobody renews it), and
+    the run completes: the killed step ran twice, the others once, one chain."""
+    queue = f"fw-kill-local-{uuid.uuid4().hex[:8]}"
+    env = {**worker_env, "FLOWWARDEN_TEMPORAL_QUEUE": queue, "FLOWWARDEN_TEMPORAL_DEFAULTS": "1"}
+    setting = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue},
+    }
+    first = TemporalWorker(env, tmp_path / "first.log")
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            cid = temporal[flows.KILLABLE_SHORT].start({"log": log}).coordination_id
+        wait_until(lambda: "slow" in steps_of(log, cid), WAIT, "the slow step", [first, server])
+        time.sleep(1.0)  # mid-step
+    finally:
+        first.kill()  # SIGKILL, mid-step
+        reset_providers()
+    second = TemporalWorker(env, tmp_path / "second.log")
+    started_at = time.monotonic()
+    try:
+        wait_for_status(cid, ("completed",), [second, server], timeout=RECOVERY_BOUND)
+        took = time.monotonic() - started_at
+    finally:
+        second.kill()
+    counts = Counter(steps_of(log, cid))
+    assert counts == {"one": 1, "slow": 2, "three": 1}
+    assert_chained(Workflow.for_coordination(cid, using=DB), ["one", "slow", "three"])
+    assert history_activities(server, cid) == []  # local activities only
+    with capsys.disabled():
+        print(
+            f"\n[temporal] worker SIGKILLed in a local-activity step, default settings: the "
+            f"run completed {took:.1f} s after a new worker started; executions {dict(counts)}"
+        )
+
+
 @on_temporal
 def test_the_workflow_of_a_run_finished_another_way_is_ended_by_the_reconciler(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str
@@ -579,6 +651,7 @@ def test_with_the_server_down_a_run_falls_back_to_in_process_with_one_warning(
         ({"TASK_QUEUE": ""}, '"TASK_QUEUE"] must be a non-empty string'),
         ({"STEP_TIMEOUT": "soon"}, '"STEP_TIMEOUT"]: invalid duration'),
         ({"HEARTBEAT_TIMEOUT": 0}, '"HEARTBEAT_TIMEOUT"] must be more than 0 seconds'),
+        ({"LOCAL_ACTIVITY_TIMEOUT": -1}, '"LOCAL_ACTIVITY_TIMEOUT"] must be 0 seconds or more'),
         ({"TARGETS": "x:1"}, "unknown keys 'TARGETS'"),
     ],
 )
@@ -589,6 +662,43 @@ def test_a_bad_temporal_setting_is_a_check_error(value: Any, fragment: str) -> N
         assert fragment in messages[0].msg
         with pytest.raises(SystemCheckError, match="E203"):
             call_command("check", databases=[])
+
+
+@pytest.mark.parametrize(
+    ("options", "limit", "local"),
+    [
+        ({"short": True}, 5.0, True),
+        ({"short": True}, 0.0, True),  # a short step is local even with the limit off
+        ({"timeout": 5}, 5.0, True),  # within the limit
+        ({"timeout": 5.5}, 5.0, False),
+        ({"timeout": 1}, 0.0, False),  # limit off: only short=True is local
+        ({}, 5.0, False),  # no timeout: it may be long, and heartbeats
+        ({"timeout": 1, "short": False}, 5.0, False),
+    ],
+)
+def test_which_steps_run_as_local_activities(
+    options: dict[str, Any], limit: float, local: bool
+) -> None:
+    from flowwarden_django.integrations.temporal.policies import policy_of
+
+    @step("s", max_retries=2, retry_delay=0.5, **options)
+    def s(state: Any) -> Any:
+        return advance(state)
+
+    policy = policy_of(s, limit)
+    assert policy == StepPolicy(2, 0.5, options.get("timeout"), local=local)
+    assert policy_of(None, limit) is None
+
+
+def test_the_local_activity_limit_is_a_duration_that_may_be_zero() -> None:
+    assert parse({})[0].local_activity_timeout == 5.0
+    assert parse({"LOCAL_ACTIVITY_TIMEOUT": "500ms"})[0].local_activity_timeout == 0.5
+    assert parse({"LOCAL_ACTIVITY_TIMEOUT": 0}) == (TemporalConfig(local_activity_timeout=0), [])
+
+
+def test_short_is_true_false_or_none() -> None:
+    with pytest.raises(ValueError, match="short must be True, False or None, not 1"):
+        step("s", short=1)(advance)  # type: ignore[arg-type]
 
 
 def test_the_default_temporal_setting_is_valid() -> None:

@@ -30,10 +30,13 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.engine import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from flowwarden_django.workflows.results import Running
 from flowwarden_django.workflows.runs import (
+    ClaimTerms,
     LeaseLostError,
     RunConflictError,
     RunRecords,
+    UnknownRunError,
     new_runner_token,
 )
 from flowwarden_django.workflows.snapshot import WorkflowSnapshot
@@ -315,3 +318,65 @@ def test_an_initial_state_the_store_cannot_write_matters_only_to_a_new_run(alias
     assert WorkflowRun.objects.using(alias).get(pk=cid).runner == ""  # let go
     wf.run([])
     assert wf.run(object()) == Completed(["one", "two"], cid)  # ignored: it has a seed
+
+
+class _OnTerms(Workflow):
+    """A provider's step runner (as Celery's and Temporal's are): it claims an existing
+    run only on its terms."""
+
+    def __init__(self, *args: Any, terms: ClaimTerms, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.terms = terms
+
+    def _claim_terms(self) -> ClaimTerms:
+        return self.terms
+
+
+def appending_steps(count: int) -> list[Any]:
+    def make(name: str) -> Any:
+        @step(name)
+        def run(state: list[str]) -> Any:
+            return advance([*state, name])
+
+        return run
+
+    return [make(f"s{number}") for number in range(1, count + 1)]
+
+
+def one_step(alias: str, cid: str, terms: ClaimTerms) -> tuple[Any, list[dict[str, str]]]:
+    runner = _OnTerms("path", cid, appending_steps(3), OrmSnapshotStore(using=alias), terms=terms)
+    with CaptureQueriesContext(connections[alias]) as captured:
+        result = runner.run_local(max_steps=1)
+    return result, captured.captured_queries
+
+
+@ALIASES
+def test_a_provider_step_claims_reads_and_lets_go_in_two_statements_on_postgres(
+    alias: str,
+) -> None:
+    """One step of a provider (``max_steps=1``, claimed on terms): on PostgreSQL the
+    claim with the read of the head, then the snapshot with the run's release; the
+    result names the snapshot the next step continues from. Elsewhere the same
+    outcome in more statements."""
+    cid = new_cid()
+    store = OrmSnapshotStore(using=alias)
+    seed = Workflow("path", cid, [step("s1")(advance)], store).seed([])
+    terms = ClaimTerms(head=seed.id, check_head=True, running_only=True)
+    result, queries = one_step(alias, cid, terms)
+    assert isinstance(result, Running) and result.state == ["s1"]
+    run = WorkflowRun.objects.using(alias).get(pk=cid)
+    assert (run.status, run.runner, run.claimed_until) == (RunStatus.RUNNING, "", None)
+    assert (run.head_snapshot_id, run.last_step) == (result.snapshot_id, "s1")
+    assert store.latest(cid).id == result.snapshot_id
+    if alias == "postgres":
+        assert len(queries) == 2, kinds(queries)
+        assert queries[0]["sql"].startswith("WITH claimed AS (UPDATE")
+        assert queries[1]["sql"].startswith("WITH run AS (UPDATE")
+    # Terms the run does not meet (the head moved on): refused, nothing written.
+    with pytest.raises(ConcurrentRunError):
+        one_step(alias, cid, terms)
+    after = WorkflowRun.objects.using(alias).get(pk=cid)
+    assert (after.updated_at, after.runner) == (run.updated_at, "")
+    # And a run that does not exist is never created by a runner on terms.
+    with pytest.raises(UnknownRunError):
+        one_step(alias, new_cid(), ClaimTerms())
