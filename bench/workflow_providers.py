@@ -1,5 +1,6 @@
 """Steps per second of 20-step workflow runs on the in-process, Celery and Temporal
-execution providers, against the same PostgreSQL, in one run.
+execution providers, each against its raw engine, against the same PostgreSQL, in one
+run.
 
 Run from the repository root::
 
@@ -8,59 +9,66 @@ Run from the repository root::
 
 What is measured
 ----------------
-One workflow, ``bench.providers`` (``bench/providers_app/workflows.py``): 20 trivial
-steps on the ORM snapshot store of the benchmark's PostgreSQL database (each step
-increments a counter and records the id of the process that ran it). Runs are started
-as an application starts them, ``Workflow.start(name, state)`` in this process, with
-``FLOWWARDEN["WORKFLOW_EXECUTION"]`` set to each provider in turn:
+Seven lanes. flowwarden's runs are ``bench.providers`` (``bench/providers_app/
+workflows.py``): 20 trivial steps on the ORM snapshot store (each increments a counter
+and records the id of the process that ran it), started as an application starts
+them, ``Workflow.start(name, state)``, with ``FLOWWARDEN["WORKFLOW_EXECUTION"]`` set
+to each provider in turn:
 
 * **in-process**: the steps run in the thread that starts the run;
 * **celery**: one task per step, executed by a ``celery worker`` subprocess
   (``--pool=threads --concurrency=4``) on the Redis broker;
 * **temporal**: one activity per step, executed by a ``manage.py
   flowwarden_temporal_worker --concurrency 4`` subprocess, on a ``temporal server
-  start-dev`` subprocess (its history in a temporary SQLite file).
+  start-dev`` subprocess (its history in a temporary SQLite file);
+* **temporal local**: the same workflow with every step marked ``short=True``
+  (``bench.providers.short``): one *local* activity per step, same worker.
 
-A run is done when its ``WorkflowRun`` row reads ``completed``: this process polls the
-table every 2 ms (an in-process run is already completed when ``Workflow.start``
-returns). Two modes, each timed from the first start to the last completion:
+Each is compared with its raw engine, doing the least a durable step needs (one
+autocommitted ``INSERT`` of a snapshot-shaped row per step into the same table, after
+a seed row written by the starter), with none of flowwarden's machinery:
+
+* **raw celery**: a Celery ``chain`` of 20 plain tasks (``bench/providers_app/
+  raw_chain.py``), each receiving the previous task's result, inserting its row on a
+  psycopg connection of its thread and returning; the same worker process and flags,
+  and the delivery options of flowwarden's step task (``acks_late``,
+  ``reject_on_worker_lost``, no result);
+* **raw temporal** and **raw temporal local**: a temporalio workflow
+  (``bench/raw_temporal.py``) running 20 activities (local activities) one after the
+  other, each inserting its row, on a worker subprocess with the same slots (4
+  activity threads, 4 activities and 4 local activities at once) and the same server.
+
+A run is done when its ``WorkflowRun`` row reads ``completed`` (raw: when its last
+row exists): this process polls every 2 ms (an in-process run is already completed
+when ``Workflow.start`` returns). Two modes, each timed from the first start to the
+last completion:
 
 1. **sequential**: *runs* runs one at a time (start, wait until completed, next):
-   latency-bound, so it shows what each provider adds to every step (Celery: publishing
-   the next task and the worker receiving it; Temporal: a workflow task and an
-   activity task, with their history events, per step);
+   latency-bound, so it shows what each lane adds to every step;
 2. **concurrent**: *K* runs started at once from *K* threads of this process, then
-   waited for together: throughput. Celery and Temporal run at most 4 steps at once
-   (their workers' 4 threads); in-process, each of the *K* threads runs its own run,
-   which is what an application starting *K* runs from *K* threads gets.
+   waited for together: throughput (the workers run at most 4 steps at once).
 
-Steps per second = 20 x runs / elapsed. The baseline is the in-process provider: each
-provider's figure is also given as its ratio to the in-process figure of the mode.
+Steps per second = 20 x runs / elapsed; each flowwarden lane's figure is also given as
+its ratio to its raw engine's (in-process against raw inserts is
+``bench/workflow_steps.py``).
 
 Why the comparison is fair
 --------------------------
-Every provider runs the same workflow definition, on the same database, started by the
-same code, and the per-run work (the run row and seed snapshot, releasing the run) is
-counted in for all. Every step commits its snapshot and moves the run record wherever
-it runs; on Celery and Temporal each step also claims and releases the run, which is
-part of what those providers cost. Before a round's figures are kept, every run is
-checked to have completed with 21 snapshots and its counter at 20, and to have run its
-steps in the process its provider names (this one, the Celery worker, the Temporal
-worker): a provider that fell back to in-process execution (a broker or server that
-did not answer) fails the benchmark instead of flattering it. The steps of each
-provider execute in one Python process; the machine's CPUs are shared by all (this
-process, PostgreSQL, Redis, the Temporal server, both workers), which stay up through
-the whole run. Each worker logs at its default level (Celery: WARNING; the Temporal
-worker: one INFO line per step), neither runs a recovery sweep (no beat, and
-``--no-recovery``), and both keep their database connections as this process does
-(``CONN_MAX_AGE``, and ``CELERY_DB_REUSE_MAX``: Celery's Django fixup otherwise
-closes them around every task), so no provider pays for a new connection per step.
-All three are warmed up first (*warmup* untimed rounds, each one sequential run and up
-to 8 runs at once: connections, threads, the workers' first tasks; the *K* threads open
-their connections beforehand); each round then measures every provider in both modes,
-rotating which provider goes first; the median over rounds is reported. The defaults
-(4 sequential and 12 concurrent runs per round, 3 rounds) keep the whole run under
-three minutes on a busy 2-CPU machine, most of it Temporal's.
+Every lane writes the same 21 rows per run into the same table, on the same
+database, started from the same threads; flowwarden's lanes also write the run
+record (created, claimed, moved and released per step), which is what they cost.
+Before a round's figures are kept, every run is checked to have its 21 rows chained
+parent to child, its counter going 0 to 20, and to have run its steps in the process
+its lane names (a provider that fell back to in-process execution, a broker or server
+that did not answer, fails the benchmark instead of flattering it). The machine's
+CPUs are shared by all (this process, PostgreSQL, Redis, the Temporal server, the
+workers), which stay up through the whole run. The workers log at their default
+level, run no recovery sweep (no beat, ``--no-recovery``), and keep their database
+connections (``CONN_MAX_AGE``, ``CELERY_DB_REUSE_MAX``). The tables are vacuumed
+first (this machine's PostgreSQL runs without autovacuum). Every lane is warmed up
+(*warmup* untimed rounds, each one sequential run and up to 8 runs at once); each
+round then measures every lane in both modes, rotating which goes first; the median
+over rounds is reported.
 
 Servers: PostgreSQL as for the other benchmarks (``bench/_postgres.py``:
 FLOWWARDEN_BENCH_PG_HOST, _PORT, _USER and _DB; database ``fw_bench``, created if
@@ -106,6 +114,7 @@ from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the scr
     ensure_database,
     pg_target,
     server_info,
+    vacuum_workflow_tables,
 )
 
 #: Every coordination id of the benchmark starts with this (cleanup deletes them).
@@ -654,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with sigterm_as_exit():
             cleanup()
+            vacuum_workflow_tables()
             server = DevServer(Path(workdir.name))
             server.start()
             env["FLOWWARDEN_BENCH_TEMPORAL_TARGET"] = server.target

@@ -90,6 +90,7 @@ from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the scr
     open_raw_connection,
     pg_target,
     server_info,
+    vacuum_workflow_tables,
 )
 
 WORKFLOW = "bench.workflow_steps"
@@ -461,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     sql = insert_sql(SnapshotRecord._meta.db_table)
     try:
         cleanup(conn)
+        vacuum_workflow_tables()
         check_same_rows(steps, store, conn, sql)
         check_committed_per_step(store, conn)
         engine_round(steps, store, args.warmup)

@@ -136,7 +136,11 @@ def run_story(story: Story, server: DevServer, queue: str) -> str:
         for e in events
         if e.HasField("workflow_execution_signaled_event_attributes")
     ]
-    assert signals == [(WAKE_SIGNAL, [{"origin": "run", "input": None}])] * 2, signals
+    # Each wake says how to schedule the step it continues with (regular activities:
+    # the shop's steps have no timeout and are not marked short).
+    policy = {"max_retries": 0, "retry_delay": 0.1, "timeout": None, "local": False}
+    wake = {"origin": "run", "input": None, "policy": policy}
+    assert signals == [(WAKE_SIGNAL, [wake])] * 2, signals
     assert "recovery sweep: woke" not in worker.log(), worker.describe(120)
     story_seconds = time.monotonic() - started
 
