@@ -51,6 +51,23 @@ def ensure_database(target: dict[str, str]) -> None:
             conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(target["dbname"])))
 
 
+#: ``FLOWWARDEN_BENCH_PG_PREPARE=1``: the connection ``OPTIONS`` of a project that uses
+#: prepared statements (no transaction-mode pooler in front of PostgreSQL): psycopg's
+#: server-side binding, each statement prepared from its fifth execution (psycopg's
+#: default). Unset: Django's defaults (client-side binding, nothing prepared).
+PREPARED_OPTIONS = {"server_side_binding": True, "prepare_threshold": 5}
+
+
+def prepared_statements() -> bool:
+    """Whether the benchmark runs with :data:`PREPARED_OPTIONS`."""
+    return os.environ.get("FLOWWARDEN_BENCH_PG_PREPARE") == "1"
+
+
+def connection_options() -> dict[str, Any]:
+    """The ``OPTIONS`` of the benchmark database (see :data:`PREPARED_OPTIONS`)."""
+    return dict(PREPARED_OPTIONS) if prepared_statements() else {}
+
+
 def configure_django(
     target: dict[str, str], extra_apps: tuple[str, ...] = (), **extra_settings: Any
 ) -> None:
@@ -73,6 +90,7 @@ def configure_django(
                 "PORT": target["port"],
                 "USER": target["user"],
                 "NAME": target["dbname"],
+                "OPTIONS": connection_options(),
             }
         },
         USE_TZ=True,

@@ -42,6 +42,12 @@ DATABASES = {
         # CONN_MAX_AGE is 0 (see also CELERY_DB_REUSE_MAX). The figures compare the
         # providers, not the cost of connecting to PostgreSQL.
         "CONN_MAX_AGE": 600,
+        # FLOWWARDEN_BENCH_PG_PREPARE=1: prepared statements (bench/_postgres.py).
+        "OPTIONS": (
+            {"server_side_binding": True, "prepare_threshold": 5}
+            if os.environ.get("FLOWWARDEN_BENCH_PG_PREPARE") == "1"
+            else {}
+        ),
     }
 }
 

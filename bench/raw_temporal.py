@@ -9,7 +9,8 @@ Run as the benchmark's worker subprocess::
 It prints :data:`READY_LINE` once it polls. The worker has the slots of
 ``flowwarden_temporal_worker --concurrency N``: N activity threads, N activities and
 N local activities at once. Each activity thread keeps its own autocommitted psycopg
-connection to the benchmark database (``bench/_postgres.py``'s variables).
+connection to the benchmark database (``bench/_postgres.py``'s variables), connected
+as Django connects (prepared statements only with ``FLOWWARDEN_BENCH_PG_PREPARE=1``).
 """
 
 from __future__ import annotations
@@ -93,7 +94,12 @@ def _connection() -> Any:
 
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed:
+        # As Django connects (bench/_postgres.py): prepared statements only with
+        # FLOWWARDEN_BENCH_PG_PREPARE=1, else client-side binding, nothing prepared.
+        prepared = os.environ.get("FLOWWARDEN_BENCH_PG_PREPARE") == "1"
         conn = psycopg.connect(
+            prepare_threshold=5 if prepared else None,
+            cursor_factory=psycopg.Cursor if prepared else psycopg.ClientCursor,
             host=os.environ.get("FLOWWARDEN_BENCH_PG_HOST", "127.0.0.1"),
             port=os.environ.get("FLOWWARDEN_BENCH_PG_PORT", "5432"),
             user=os.environ.get("FLOWWARDEN_BENCH_PG_USER", "postgres"),

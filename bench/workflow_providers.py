@@ -113,6 +113,7 @@ from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the scr
     configure_django,
     ensure_database,
     pg_target,
+    prepared_statements,
     server_info,
     vacuum_workflow_tables,
 )
@@ -638,7 +639,9 @@ def main(argv: list[str] | None = None) -> int:
     version, synchronous_commit = server_info()
     print(
         f"PostgreSQL {version} at {target['host']}:{target['port']}/{target['dbname']}, "
-        f"synchronous_commit={synchronous_commit}; Redis {redis_version} at {broker_url}; "
+        f"synchronous_commit={synchronous_commit}, prepared statements "
+        f"{'on' if prepared_statements() else 'off (Django default)'}; "
+        f"Redis {redis_version} at {broker_url}; "
         f"{temporal_version(temporal)} (dev server, SQLite file); Celery {celery.__version__}; "
         f"Python {platform.python_version()}; {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.2f}",

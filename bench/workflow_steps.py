@@ -89,6 +89,7 @@ from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the scr
     ensure_database,
     open_raw_connection,
     pg_target,
+    prepared_statements,
     server_info,
     vacuum_workflow_tables,
 )
@@ -450,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     version, synchronous_commit = server_info()
     print(
         f"PostgreSQL {version} at {target['host']}:{target['port']}/{target['dbname']}, "
-        f"synchronous_commit={synchronous_commit}; {args.rounds} rounds x {args.runs} runs "
+        f"synchronous_commit={synchronous_commit}, prepared statements "
+        f"{'on' if prepared_statements() else 'off (Django default)'}; "
+        f"{args.rounds} rounds x {args.runs} runs "
         f"of {STEPS} steps per path ({args.runs * (STEPS + 1)} raw inserts), "
         f"{args.warmup} warm-up runs each",
         flush=True,
