@@ -76,6 +76,10 @@ BOB, BOB_RUNS = "bob", 25
 #: carol's group, which may decide the approvals of every ALICE_EVERY-th run after
 #: the middle one.
 CAROL, GROUP = "carol", "finance"
+#: A user who may read the runs of one approver's approvals: about 2,200 runs.
+MANY_RUNS = APPROVERS[7]
+#: The admin's deep page of the approvals changelist (100 rows a page).
+DEEP_PAGE = 999
 #: The data set's version, kept as the approval table's comment (a new version rebuilds).
 DATA_VERSION = "fw_listings v2"
 ADMIN = "bench-admin"
@@ -378,6 +382,10 @@ def users() -> dict[str, Any]:
         user = User.objects.filter(username=name).first()
         found[name] = user or User.objects.create_user(name, f"{name}@example.com", "bench")
     found[CAROL].groups.add(Group.objects.get_or_create(name=GROUP)[0])
+    # One of the approvers: assigned about 2,500 approvals of about 2,200 runs, more
+    # than the API reads run by run (the user who sees more than 100 runs).
+    user = User.objects.filter(username=MANY_RUNS).first()
+    found[MANY_RUNS] = user or User.objects.create_user(MANY_RUNS, "many@example.com", "bench")
     return found
 
 
@@ -541,6 +549,10 @@ def listings(conn: Any, people: dict[str, Any]) -> list[tuple[str, Callable[[], 
         ("API snapshots, first page (bob)", api_call(snapshots, people[BOB])),
         ("API snapshots, first page (carol)", api_call(snapshots, people[CAROL])),
         (
+            f"API snapshots, first page ({MANY_RUNS}: >100 runs)",
+            api_call(snapshots, people[MANY_RUNS]),
+        ),
+        (
             "API snapshots, keyset page at 500,000",
             api_call(snapshots, admin, cursor=deep_cursor(conn, RUNS * PER_RUN // 2)),
         ),
@@ -554,6 +566,18 @@ def listings(conn: Any, people: dict[str, Any]) -> list[tuple[str, Callable[[], 
         (
             "admin approvals, status=pending",
             admin_call(client, f"{approvals_url}?status__exact=pending", 'class="paginator"'),
+        ),
+        (
+            "admin approvals, search ?q=ORD-004242",
+            admin_call(client, f"{approvals_url}?q=ORD-004242", 'class="paginator"'),
+        ),
+        (
+            f"admin approvals, page ?p={DEEP_PAGE}",
+            admin_call(client, f"{approvals_url}?p={DEEP_PAGE}", 'class="paginator"'),
+        ),
+        (
+            f"admin runs, page ?p={DEEP_PAGE // 10}",
+            admin_call(client, f"{runs_url}?p={DEEP_PAGE // 10}", 'class="paginator"'),
         ),
     ]
 

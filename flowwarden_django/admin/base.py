@@ -190,10 +190,17 @@ class LargeTableChangeList(GuardedChangeList):
     """The changelist of a table that grows large (runs, approvals): counted by
     :class:`EstimatedCountPaginator`; when the list is too long to count, its date
     hierarchy is found by index probes (:func:`probed_datetimes`) rather than by
-    reading every row of the list."""
+    reading every row of the list. Columns that need more than the row are read for
+    the page's rows only, after the page (the model admin's ``annotate_page``): an
+    annotation of the list would be computed for every row a deep page skips."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
+        annotate_page = getattr(self.model_admin, "annotate_page", None)
+        if annotate_page is not None:
+            self.result_list = list(self.result_list)
+            if self.result_list:
+                annotate_page(self.result_list)
         if self.date_hierarchy and getattr(self.paginator, "estimated", False):
             self.queryset = with_probed_datetimes(self.queryset)
 

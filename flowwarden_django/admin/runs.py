@@ -20,7 +20,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -233,18 +232,20 @@ class WorkflowRunAdmin(
 
     # -- data ------------------------------------------------------------------------
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        pending = Approval.objects.filter(
-            coordination_id=OuterRef("pk"), status=Approval.Status.PENDING
-        ).order_by("-requested_at")
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                pending_approval_id=Subquery(pending.values("pk")[:1]),
-                pending_approval_prompt=Subquery(pending.values("prompt")[:1]),
-            )
+    def annotate_page(self, runs: list[WorkflowRun]) -> None:
+        """Give each run of a changelist page its newest pending approval
+        (``pending_approval_id`` and ``_prompt``), in one query for the page."""
+        pending = (
+            Approval.objects.using(runs[0]._state.db)
+            .filter(coordination_id__in=[run.pk for run in runs], status=Approval.Status.PENDING)
+            .order_by("coordination_id", "-requested_at")
+            .values_list("coordination_id", "pk", "prompt")
         )
+        newest: dict[str, tuple[str, str]] = {}
+        for cid, pk, prompt in pending:
+            newest.setdefault(cid, (pk, prompt))
+        for run in runs:
+            run.pending_approval_id, run.pending_approval_prompt = newest.get(run.pk, (None, ""))
 
     def store_of(self, run: WorkflowRun) -> RunStore:
         """Where *run*'s snapshots are read (see :func:`run_store`)."""

@@ -229,3 +229,35 @@ def test_distinct_values_are_the_values_django_reads(alias: str) -> None:
     assert distinct_values(rows.filter(pk=None), "workflow_name") == expected  # the table's
     Approval.objects.using(alias).all().delete()
     assert distinct_values(rows, "workflow_name") == []
+
+
+@pytest.mark.parametrize("model", ["approval", "workflowrun"])
+def test_select_all_says_about_when_the_count_is_an_estimate(model: str) -> None:
+    from types import SimpleNamespace
+
+    from django.template.loader import render_to_string
+
+    def actions(estimated: bool) -> str:
+        cl = SimpleNamespace(
+            result_count=100000,
+            result_list=list(range(100)),
+            paginator=SimpleNamespace(estimated=estimated),
+        )
+        context = {
+            "cl": cl,
+            "actions_selection_counter": True,
+            "action_form": [],
+            "module_name": "approvals",
+            "selection_note": "0 of 100 selected",
+            "selection_note_all": "All 100000 selected",
+        }
+        return " ".join(
+            render_to_string(f"admin/flowwarden_django/{model}/actions.html", context).split()
+        )
+
+    estimated = actions(True)
+    assert "Select all of about 100000 approvals" in estimated
+    assert "All of about 100000 selected" in estimated
+    counted = actions(False)
+    assert "Select all 100000 approvals" in counted and "All 100000 selected" in counted
+    assert "about" not in counted
