@@ -261,3 +261,37 @@ def test_select_all_says_about_when_the_count_is_an_estimate(model: str) -> None
     counted = actions(False)
     assert "Select all 100000 approvals" in counted and "All 100000 selected" in counted
     assert "about" not in counted
+
+
+@pytest.mark.parametrize("lane", [postgres_lane()])
+def test_the_admin_searches_are_read_through_trigram_indexes_on_postgresql(
+    lane: str, on_lane: None
+) -> None:
+    """The admin's "contains" searches of approvals and runs (``icontains`` on each
+    search field) match the expressions of migration 0009's trigram indexes, so a
+    search of a large table reads an index instead of every row."""
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    db = router.db_for_read(Approval)
+    make_approvals(db, MOMENTS, ("orders",))
+    chain_run("search-run", 1)
+    request = RequestFactory().get("/", {"q": "ORD-0042"})
+    request.user = User(is_superuser=True, is_staff=True)
+    connection = connections[db]
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")  # a tiny table: plan as for a large one
+    try:
+        for model, indexes in (
+            (Approval, ("fw_approval_prompt_search", "fw_approval_coordination_search")),
+            (WorkflowRun, ("fw_run_coordination_search", "fw_run_key_search")),
+        ):
+            model_admin = admin.site._registry[model]
+            rows = model._default_manager.using(db).all()
+            found, _duplicates = model_admin.get_search_results(request, rows, "ORD-0042")
+            plan = found.order_by().explain()  # the filter's plan, not the order's
+            for index in indexes:
+                assert index in plan, plan
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET enable_seqscan")
