@@ -17,31 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import sys
 import threading
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
 
+from bench.raw_rows import insert_sql, row
+
 WORKFLOW_TYPE = "bench.RawSteps"
 ACTIVITY = "bench.raw_insert"
 READY_LINE = "flowwarden bench: raw temporal worker ready"
-COLUMNS = (
-    "id",
-    "parent_id",
-    "coordination_id",
-    "seq",
-    "agent_name",
-    "state",
-    "state_type",
-    "metadata",
-    "created_at",
-)
-TABLE = "flowwarden_django_snapshotrecord"
 
 
 @dataclasses.dataclass
@@ -108,28 +96,6 @@ def _connection() -> Any:
         )
         _local.conn = conn
     return conn
-
-
-def insert_sql() -> str:
-    """The single-row ``INSERT`` of a snapshot-shaped row."""
-    names = ", ".join(f'"{column}"' for column in COLUMNS)
-    return f'INSERT INTO "{TABLE}" ({names}) VALUES ({", ".join(["%s"] * len(COLUMNS))})'
-
-
-def row(cid: str, seq: int, parent: str | None, state: dict[str, Any], name: str) -> tuple:
-    """One row as a step of the benchmark workflow writes it."""
-    metadata = {"workflow.done": "false", "workflow.lastStep": name, "workflow.name": "raw"}
-    return (
-        uuid.uuid4().hex,
-        parent,
-        cid,
-        seq,
-        "raw",
-        json.dumps(state, separators=(",", ":")),
-        "dict",
-        json.dumps(metadata, separators=(",", ":"), sort_keys=True),
-        datetime.now(UTC),
-    )
 
 
 @activity.defn(name=ACTIVITY)

@@ -13,28 +13,15 @@ has the delivery options of flowwarden's step task (``acks_late``,
 
 from __future__ import annotations
 
-import json
 import threading
-import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 from celery import chain, shared_task
 
+from bench.raw_rows import insert_sql, row
+
 #: The task name (the worker finds it through ``CELERY_IMPORTS``).
 RAW_STEP = "bench.raw_step"
-COLUMNS = (
-    "id",
-    "parent_id",
-    "coordination_id",
-    "seq",
-    "agent_name",
-    "state",
-    "state_type",
-    "metadata",
-    "created_at",
-)
-
 _local = threading.local()
 
 
@@ -49,31 +36,6 @@ def connection() -> Any:
         conn = psycopg.connect(**params, autocommit=True)
         _local.conn = conn
     return conn
-
-
-def insert_sql() -> str:
-    """The single-row ``INSERT`` of a snapshot-shaped row."""
-    from flowwarden_django.models import SnapshotRecord
-
-    names = ", ".join(f'"{column}"' for column in COLUMNS)
-    placeholders = ", ".join(["%s"] * len(COLUMNS))
-    return f'INSERT INTO "{SnapshotRecord._meta.db_table}" ({names}) VALUES ({placeholders})'
-
-
-def row(cid: str, seq: int, parent: str | None, state: dict[str, Any], name: str) -> tuple:
-    """One row as a step of the benchmark workflow writes it."""
-    metadata = {"workflow.done": "false", "workflow.lastStep": name, "workflow.name": "raw"}
-    return (
-        uuid.uuid4().hex,
-        parent,
-        cid,
-        seq,
-        "raw",
-        json.dumps(state, separators=(",", ":")),
-        "dict",
-        json.dumps(metadata, separators=(",", ":"), sort_keys=True),
-        datetime.now(UTC),
-    )
 
 
 @shared_task(name=RAW_STEP, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
