@@ -51,6 +51,7 @@ from .base import (
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    reverse_for_key,
     status_badge,
     timestamp,
 )
@@ -337,9 +338,9 @@ class ApprovalAdmin(
     # -- urls ------------------------------------------------------------------------
 
     def _run_url(self, coordination_id: str) -> str:
-        return reverse(
+        return reverse_for_key(
             "admin:flowwarden_django_workflowrun_change",
-            args=[quote(coordination_id)],
+            coordination_id,
             current_app=self.admin_site.name,
         )
 

@@ -44,6 +44,7 @@ from .base import (
     LargeTableAdminMixin,
     ReadOnlyAdminMixin,
     age,
+    reverse_for_key,
     status_badge,
     timestamp,
 )
@@ -733,6 +734,4 @@ def _int_param(request: HttpRequest, name: str) -> int:
 
 
 def _approval_url(site_name: str, pk: Any) -> str:
-    return reverse(
-        "admin:flowwarden_django_approval_change", args=[quote(pk)], current_app=site_name
-    )
+    return reverse_for_key("admin:flowwarden_django_approval_change", pk, current_app=site_name)

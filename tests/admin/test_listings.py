@@ -12,6 +12,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
 from django.db import connections, router
 from django.test import Client
@@ -295,3 +297,67 @@ def test_the_admin_searches_are_read_through_trigram_indexes_on_postgresql(
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET enable_seqscan")
+
+
+# -- the rows of a page ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_deep_page_reads_its_keys_first_and_shows_the_rows_django_would(
+    lane: str, on_lane: None, admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = router.db_for_read(Approval)
+    moments = [datetime(2031, 1, 1, tzinfo=UTC).replace(minute=n) for n in range(30)]
+    # Two approvals at one moment: the order's tie is broken by the id.
+    make_approvals(db, [*moments, moments[7]], ("orders", "refunds"))
+    monkeypatch.setattr(EstimatedCountPaginator, "keys_first_from", 4)
+    rows = Approval.objects.using(db).order_by("-requested_at", "id")
+    for number, query in ((1, ""), (3, "?p=3"), (3, "?p=3&workflow_name=refunds")):
+        listed = rows.filter(workflow_name="refunds") if "refunds" in query else rows
+        expected = [str(pk) for pk in listed.values_list("pk", flat=True)[(number - 1) * 5 :][:5]]
+        with monkeypatch.context() as small_pages:
+            small_pages.setattr(admin.site._registry[Approval], "list_per_page", 5)
+            with CaptureQueriesContext(connections[db]) as captured:
+                body = page(admin_client.get(f"{APPROVALS}{query}"))
+        shown = re.findall(r'name="_selected_action" value="([^"]+)"', body)
+        assert shown == expected
+        keys_first = [q["sql"] for q in captured.captured_queries if "OFFSET" in q["sql"]]
+        if number == 1:
+            assert not keys_first
+        else:  # the skipped rows are read as keys only
+            assert len(keys_first) == 1 and '"prompt"' not in keys_first[0], keys_first
+
+
+def test_the_rows_links_and_checkboxes_are_the_ones_django_makes(admin_client: Client) -> None:
+    from django.contrib.admin import ModelAdmin
+
+    make_approvals("default", MOMENTS[:2], ("orders",))
+    chain_run("run/with?odd_chars", 1)
+    for model, url in ((Approval, APPROVALS), (WorkflowRun, RUNS)):
+        model_admin = admin.site._registry[model]
+        for obj in model._default_manager.all():
+            assert model_admin.action_checkbox(obj) == ModelAdmin.action_checkbox(model_admin, obj)
+        body = page(admin_client.get(f"{url}?o=1"))  # a filtered list: links keep its filters
+        for obj in model._default_manager.all():
+            change = reverse(
+                f"admin:flowwarden_django_{model._meta.model_name}_change", args=[quote(obj.pk)]
+            )
+            assert f'href="{change}?_changelist_filters=o%3D1"' in body, (change, body)
+
+
+def test_reverse_for_key_is_reverse() -> None:
+    for key in ("plain", "a/b?c_d%e f", uuid.uuid4(), 42):
+        for name in ("workflowrun_change", "approval_change", "workflowrun_tree"):
+            viewname = f"admin:flowwarden_django_{name}"
+            expected = reverse(viewname, args=[quote(key)], current_app="admin")
+            assert base.reverse_for_key(viewname, key, current_app="admin") == expected
+
+
+def test_icon_urls_follow_the_static_settings() -> None:
+    from django.test import override_settings
+
+    icon = "admin/img/icon-yes.svg"
+    before = base.icon_url(icon)
+    with override_settings(STATIC_URL="/elsewhere/"):
+        assert base.icon_url(icon) == "/elsewhere/" + icon
+    assert base.icon_url(icon) == before
