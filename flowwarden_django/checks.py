@@ -17,7 +17,9 @@ provider; W202 it is ``"celery"`` but no Celery app is loaded; E203 ``TEMPORAL``
 wrong; E204 ``"temporal"`` without the SDK installed; E301 ``HEALTH_DETAILS``
 is not ``"staff"``, ``"none"``, ``"all"`` or a permission of an installed app; W301 no
 model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`` is
-``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens. Declared streams:
+``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens; W204 unfinished
+runs are on a workflow version this code does not define; W205 unfinished runs stand
+after a step their defined version lacks. Declared streams:
 E101-E113, E115-E119 and W101-W106 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL.
 """
@@ -599,3 +601,64 @@ def check_public_health_details(
             id="flowwarden_django.W302",
         )
     ]
+
+
+@checks.register()
+def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W204 for each workflow version that unfinished runs are on and this code does
+    not define; W205 for runs that stand after a step their defined version lacks.
+    One grouped query of the run table (skipped while it cannot be read: before
+    ``migrate``, without a database; and when the caller names the databases checks
+    may read and the runs' database is not one of them)."""
+    from django.db import DatabaseError
+
+    from .workflows.runs import RunRecords
+    from .workflows.versions import versions_in_use
+
+    databases = kwargs.get("databases")
+    runs_db = RunRecords().db
+    # ``manage.py check`` passes None (every check runs); a caller that names the
+    # databases checks may use (the test runner, ``run_checks(databases=[])``) is
+    # obeyed.
+    if databases is not None and runs_db not in databases:
+        return []
+    try:
+        in_use = versions_in_use()
+    except DatabaseError:
+        return []
+    command = "manage.py flowwarden_workflows"
+    messages: list[checks.CheckMessage] = []
+    for row in in_use:
+        runs = f"{row.total} unfinished run{'s' if row.total != 1 else ''}"
+        if not row.defined:
+            apply = (
+                f"run `{command} upgrade` to apply the declared upgrade ({row.upgrade})"
+                if row.upgrade
+                else "or declare an upgrade from it (Workflow.define_upgrade) and run "
+                f"`{command} upgrade`"
+            )
+            messages.append(
+                checks.Warning(
+                    f"{runs} of workflow {row.workflow!r} are on version {row.version}, "
+                    "which this code does not define: they cannot continue here.",
+                    hint=f"Keep version {row.version} defined beside the new one until its "
+                    f"runs finish, {apply}. `{command} versions` lists the versions in use.",
+                    id="flowwarden_django.W204",
+                )
+            )
+            continue
+        missing = row.missing_steps()
+        if missing:
+            steps = ", ".join(f"{step!r} ({count})" for step, count in sorted(missing.items()))
+            messages.append(
+                checks.Warning(
+                    f"Unfinished runs of version {row.version} of workflow {row.workflow!r} "
+                    f"stand after steps this code's version {row.version} lacks: {steps}; "
+                    "they would wait as needs_upgrade.",
+                    hint="Give a changed definition a new version (Workflow.define(..., "
+                    "version=N)) and keep the old one as it was, or declare an upgrade "
+                    f"that maps those steps and run `{command} upgrade`.",
+                    id="flowwarden_django.W205",
+                )
+            )
+    return messages

@@ -258,9 +258,13 @@ class WorkflowRun(models.Model):
         WAITING = "waiting", _("waiting for approval")
         COMPLETED = "completed", _("completed")
         FAILED = "failed", _("failed")
+        NEEDS_UPGRADE = "needs_upgrade", _("needs upgrade")
 
     coordination_id = models.CharField(_("coordination"), max_length=255, primary_key=True)
     workflow_name = models.CharField(_("workflow"), max_length=255)
+    #: The version of the workflow's definition the run started on (or was upgraded
+    #: to): it continues on that definition only. Runs made before versions: 1.
+    workflow_version = models.PositiveIntegerField(_("version"), default=1)
     status = models.CharField(
         _("status"), max_length=16, choices=Status.choices, default=Status.RUNNING
     )
@@ -284,7 +288,10 @@ class WorkflowRun(models.Model):
         verbose_name = _("workflow run")
         verbose_name_plural = _("workflow runs")
         ordering = ["-updated_at"]
-        permissions = [("fork_workflowrun", _("Can fork a workflow run from a snapshot"))]
+        permissions = [
+            ("fork_workflowrun", _("Can fork a workflow run from a snapshot")),
+            ("upgrade_workflowrun", _("Can upgrade workflow runs to another version")),
+        ]
         indexes = [
             models.Index(fields=["status", "updated_at"], name="fw_run_status"),
             # The runs' listings: the admin's changelist and the API's, newest first.

@@ -28,7 +28,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, state_json, truncate
@@ -39,6 +39,7 @@ from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
 from ..workflows.metadata import LAST_STEP
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore, snapshot_stores
+from ..workflows.upgrades import upgrade_runs
 from .base import (
     GuardedLookupsMixin,
     LargeTableAdminMixin,
@@ -65,6 +66,9 @@ logger = logging.getLogger("flowwarden_django.admin")
 
 #: The permission the fork action needs.
 FORK_PERMISSION = "flowwarden_django.fork_workflowrun"
+UPGRADE_PERMISSION = "flowwarden_django.upgrade_workflowrun"
+#: The most runs one "Upgrade" action works on (select fewer, or use the command).
+MAX_UPGRADED = 500
 VIEW_SNAPSHOTS_PERMISSION = "flowwarden_django.view_snapshotrecord"
 
 #: The admin icon shown next to each run status.
@@ -74,6 +78,7 @@ RUN_STATUS_ICONS = {
     WorkflowRun.Status.WAITING: "admin/img/icon-alert.svg",
     WorkflowRun.Status.COMPLETED: "admin/img/icon-yes.svg",
     WorkflowRun.Status.FAILED: "admin/img/icon-no.svg",
+    WorkflowRun.Status.NEEDS_UPGRADE: "admin/img/icon-alert.svg",
 }
 
 #: The words of the tree's badges.
@@ -133,8 +138,8 @@ def run_store(workflow_name: str, coordination_id: str, alias: str = "default") 
 def fork_snapshot(run: WorkflowRun, found: RunStore, snapshot_id: str, state: Any) -> Any:
     """Fork *run* off *snapshot_id* with *state*: ``Workflow.fork`` when the workflow is
     registered (it checks the snapshot belongs to the run), else ``store.fork``."""
-    if found.registered:
-        definition = workflow_registry.get(run.workflow_name)
+    if found.registered and workflow_registry.defines(run.workflow_name, run.workflow_version):
+        definition = workflow_registry.get(run.workflow_name, run.workflow_version)
         return definition.workflow(run.coordination_id).fork(snapshot_id, state)
     return fork_snapshot_in_store(found.store, snapshot_id, state)
 
@@ -160,7 +165,7 @@ class WorkflowRunAdmin(
     list_display = [
         "coordination_id",
         "run_key",
-        "workflow_name",
+        "workflow_and_version",
         "status_icon",
         "last_step_text",
         "pending_approval",
@@ -173,7 +178,7 @@ class WorkflowRunAdmin(
     # The order of the fw_run_updated index (the coordination id breaks ties).
     ordering = ["-updated_at", "coordination_id"]
     empty_value_display = NONE_TEXT
-    actions = None
+    actions = ["upgrade_selected"]
     fieldsets = [
         (
             None,
@@ -181,6 +186,7 @@ class WorkflowRunAdmin(
                 "fields": [
                     "coordination_id",
                     "workflow_name",
+                    "workflow_version",
                     "status_icon",
                     "last_step_text",
                     "head_snapshot",
@@ -197,6 +203,7 @@ class WorkflowRunAdmin(
     readonly_fields = [
         "coordination_id",
         "workflow_name",
+        "workflow_version",
         "status_icon",
         "last_step_text",
         "head_snapshot",
@@ -217,6 +224,78 @@ class WorkflowRunAdmin(
     def has_fork_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """May the user fork runs from a snapshot (``fork_workflowrun``)?"""
         return request.user.has_perm(FORK_PERMISSION)
+
+    def has_upgrade_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """May the user upgrade runs to another version (``upgrade_workflowrun``)?"""
+        return request.user.has_perm(UPGRADE_PERMISSION)
+
+    @admin.action(
+        permissions=["upgrade"],
+        description=_("Upgrade the selected runs (the declared upgrades)"),
+    )
+    def upgrade_selected(self, request: HttpRequest, queryset: Any) -> None:
+        """Apply the declared upgrades (``Workflow.define_upgrade``) to the selected
+        runs, as ``flowwarden_workflows upgrade --run ...`` does; each upgraded run
+        gets a history entry."""
+        selected = list(queryset.order_by().values_list("pk", flat=True)[: MAX_UPGRADED + 1])
+        capped = len(selected) > MAX_UPGRADED
+        outcomes = upgrade_runs(
+            coordination_ids=selected[:MAX_UPGRADED],
+            using=queryset.db,
+            by=request.user.get_username(),
+        )
+        upgraded = [o for o in outcomes if o.upgraded]
+        runs = {
+            run.pk: run for run in queryset.filter(pk__in=[o.coordination_id for o in upgraded])
+        }
+        for outcome in upgraded:
+            text = gettext(
+                "Upgraded from version %(from)s (after step “%(from_step)s”) to version "
+                "%(to)s (after step “%(to_step)s”)."
+            ) % {
+                "from": outcome.from_version,
+                "from_step": outcome.from_step or "-",
+                "to": outcome.to_version,
+                "to_step": outcome.to_step or "-",
+            }
+            if outcome.coordination_id in runs:
+                self.log_change(request, runs[outcome.coordination_id], text)
+        refused = [o for o in outcomes if not o.upgraded]
+        untouched = len(selected[:MAX_UPGRADED]) - len(outcomes)
+        text = ngettext("Upgraded %(count)d run.", "Upgraded %(count)d runs.", len(upgraded))
+        self.message_user(
+            request,
+            text % {"count": len(upgraded)},
+            messages.SUCCESS if upgraded else messages.WARNING,
+        )
+        for outcome in refused[:5]:
+            self.message_user(
+                request,
+                gettext("Run “%(run)s” was not upgraded: %(reason)s")
+                % {"run": outcome.coordination_id, "reason": outcome.reason},
+                messages.WARNING,
+            )
+        if untouched:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected run has no declared upgrade from its version.",
+                    "%(count)d selected runs have no declared upgrade from their version.",
+                    untouched,
+                )
+                % {"count": untouched},
+                messages.INFO,
+            )
+        if capped:
+            self.message_user(
+                request,
+                gettext(
+                    "Only the first %(max)d selected runs were upgraded: run "
+                    "`manage.py flowwarden_workflows upgrade` for the others."
+                )
+                % {"max": MAX_UPGRADED},
+                messages.WARNING,
+            )
 
     def has_snapshot_permission(self, request: HttpRequest) -> bool:
         """May the user read snapshots (``view_snapshotrecord``), as in the API?"""
@@ -349,6 +428,12 @@ class WorkflowRunAdmin(
         if not obj.failure_reason:
             return NONE_TEXT
         return format_html('<pre class="flowwarden-json">{}</pre>', obj.failure_reason)
+
+    @admin.display(description=_("workflow"), ordering="workflow_name")
+    def workflow_and_version(self, obj: WorkflowRun) -> SafeString:
+        return format_html(
+            '{} <span class="flowwarden-quiet">v{}</span>', obj.workflow_name, obj.workflow_version
+        )
 
     @admin.display(description=_("approvals"))
     def approvals_list(self, obj: WorkflowRun) -> SafeString | str:

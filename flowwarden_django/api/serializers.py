@@ -101,12 +101,18 @@ class RunSerializer(serializers.ModelSerializer):
     """A workflow run in a list."""
 
     workflow = serializers.CharField(source="workflow_name", read_only=True)
+    version = serializers.IntegerField(
+        source="workflow_version",
+        read_only=True,
+        help_text=_("The version of the workflow's definition the run is on."),
+    )
 
     class Meta:
         model = WorkflowRun
         fields = [
             "coordination_id",
             "workflow",
+            "version",
             "status",
             "last_step",
             "head_snapshot_id",

@@ -5,6 +5,7 @@ say what to fix instead of a traceback."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 from typing import Any
 
@@ -47,6 +48,14 @@ class ActionCommand(BaseCommand):
     def database_subject_of(self, options: dict[str, Any]) -> str:
         """What a database error is about (override to name a store)."""
         return self.database_subject
+
+
+def os_user() -> str:
+    """Who runs the command (the operating system's user name), for audit records."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        return "unknown user"
 
 
 def refuse_nul(options: dict[str, Any]) -> None:

@@ -11,17 +11,25 @@ from .execution import (
     InProcessProvider,
     resolve_provider,
 )
-from .registry import workflow_registry
+from .registry import VersionNotDefinedError, workflow_registry
 from .results import (
     Completed,
     Failed,
     Hibernated,
+    NeedsUpgrade,
     Running,
     StartedRun,
     Waiting,
     WorkflowResult,
 )
-from .runs import ConcurrentRunError, LeaseLostError, RunConflictError, RunStatus, UnknownRunError
+from .runs import (
+    ConcurrentRunError,
+    LeaseLostError,
+    RunConflictError,
+    RunStatus,
+    RunVersionError,
+    UnknownRunError,
+)
 from .snapshot import CheckpointQuery, WorkflowSnapshot
 from .steps import (
     Advance,
@@ -60,9 +68,11 @@ __all__ = [
     "Hibernated",
     "InProcessProvider",
     "LeaseLostError",
+    "NeedsUpgrade",
     "Pause",
     "RunConflictError",
     "RunStatus",
+    "RunVersionError",
     "Running",
     "SnapshotConflictError",
     "SnapshotStore",
@@ -72,6 +82,7 @@ __all__ = [
     "StepTimeoutError",
     "UnknownRunError",
     "UnknownSnapshotError",
+    "VersionNotDefinedError",
     "Waiting",
     "Workflow",
     "WorkflowDefinition",

@@ -52,7 +52,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 from asgiref.sync import sync_to_async
@@ -72,6 +72,7 @@ from .results import (
     Completed,
     Failed,
     Hibernated,
+    NeedsUpgrade,
     Running,
     StartedRun,
     Waiting,
@@ -81,10 +82,10 @@ from .results import (
 from .runs import (
     ClaimTerms,
     ConcurrentRunError,
-    RunConflictError,
     RunRecords,
     RunStatus,
     UnknownRunError,
+    check_run_of,
     new_runner_token,
     run_lease,
 )
@@ -101,6 +102,7 @@ from .steps import (
 )
 from .store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError, snapshot_stores
 from .transactions import write_transaction
+from .upgrades import WorkflowUpgrade, upgrade_registry
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun
@@ -112,6 +114,7 @@ __all__ = [
     "Completed",
     "Failed",
     "Hibernated",
+    "NeedsUpgrade",
     "Running",
     "StartedRun",
     "StepAttemptFailed",
@@ -188,11 +191,20 @@ def _check_name(name: object) -> str:
     return name
 
 
+def _check_version(version: object) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"a workflow version is an integer >= 1, not {version!r}")
+    return version
+
+
 class Workflow:
     """One coordination of a workflow: ``Workflow(name, coordination_id, steps, store)``.
 
     *steps* is a non-empty sequence of ``WorkflowStep`` (or functions, made into steps
-    named after them) with unique names. *store* is a ``SnapshotStore`` or an alias of
+    named after them) with unique names; *version* the version of the workflow's
+    definition they are (a run records the version it started on, and only a
+    ``Workflow`` of that version continues it: ``RunVersionError`` otherwise).
+    *store* is a ``SnapshotStore`` or an alias of
     ``FLOWWARDEN["SNAPSHOT_STORES"]``. The ``WorkflowRun`` row lives in database
     *using*: by default the store's own database when it has one (``store.using``),
     else the router's choice.
@@ -214,8 +226,10 @@ class Workflow:
         store: SnapshotStore | str = "default",
         *,
         using: str | None = None,
+        version: int = 1,
     ) -> None:
         self._name = _check_name(name)
+        self._version = _check_version(version)
         if not isinstance(coordination_id, str) or not coordination_id.strip():
             raise ValueError(f"coordination_id must be a non-blank string, not {coordination_id!r}")
         if len(coordination_id) > 255:
@@ -239,6 +253,10 @@ class Workflow:
     @property
     def coordination_id(self) -> str:
         return self._coordination_id
+
+    @property
+    def version(self) -> int:
+        return self._version
 
     @property
     def steps(self) -> tuple[WorkflowStep, ...]:
@@ -353,11 +371,7 @@ class Workflow:
         current = runs.get(cid)
         if current is None:
             raise UnknownRunError(f"no workflow run {cid!r}")
-        if current.workflow_name != self._name:
-            raise RunConflictError(
-                f"coordination {cid!r} is a run of workflow {current.workflow_name!r}, "
-                f"not {self._name!r}"
-            )
+        check_run_of(current, self._name, self._version)
         self._stale(current, terms)
         raise ConcurrentRunError(cid, current.runner, current.claimed_until)
 
@@ -400,7 +414,12 @@ class Workflow:
     ) -> _Opened | None:
         opener = getattr(store, "open_run", None)
         cid, name = self._coordination_id, self._name
-        statement = None if opener is None else runs.claim_statement(cid, name, token, lease, input)
+        version = self._version
+        statement = (
+            None
+            if opener is None
+            else runs.claim_statement(cid, name, token, lease, input, version)
+        )
         if statement is None:
             return None
         seed = _seed_snapshot(self, initial_state)
@@ -409,7 +428,7 @@ class Workflow:
             return None
         row, seeded = opened
         if row is None:
-            runs.refused(cid, name)  # raises, unless the run was deleted meanwhile
+            runs.refused(cid, name, version)  # raises, unless the run was deleted meanwhile
             return None
         if seeded is None:
             return _Opened(runs.claimed(row))
@@ -429,7 +448,7 @@ class Workflow:
         statement = (
             None
             if claimer is None
-            else runs.claim_statement_for(cid, name, token, lease, terms, input)
+            else runs.claim_statement_for(cid, name, token, lease, terms, input, self._version)
         )
         if statement is None:
             return None
@@ -457,7 +476,12 @@ class Workflow:
         terms = self._claim_terms()
         if terms is None:
             return runs.claim_or_create(
-                self._coordination_id, self._name, token, lease, resume_input=input
+                self._coordination_id,
+                self._name,
+                token,
+                lease,
+                resume_input=input,
+                workflow_version=self._version,
             )
         try:
             return runs.claim(
@@ -466,6 +490,7 @@ class Workflow:
                 lease,
                 resume_input=input,
                 workflow_name=self._name,
+                workflow_version=self._version,
                 where=terms.as_q(),
             )
         except ConcurrentRunError:
@@ -523,26 +548,37 @@ class Workflow:
             return Completed(state, cid)
         if record.status in RunStatus.PAUSED:
             return paused(state, cid, last_step, record.status)
+        if record.status == RunStatus.NEEDS_UPGRADE:
+            return NeedsUpgrade(state, cid, last_step, record.failure_reason)
         if record.status == RunStatus.FAILED:
             index = self._start_index(last_step)
-            failed = self._steps[index].name if index < len(self._steps) else last_step
+            failed = (
+                self._steps[index].name
+                if index is not None and index < len(self._steps)
+                else last_step
+            )
             return Failed(state, cid, failed, record.failure_reason)
         return Running(state, cid, last_step)
 
-    def _start_index(self, last_step: str) -> int:
+    def _start_index(self, last_step: str) -> int | None:
+        """The index of the step after *last_step*; ``None`` when *last_step* is not
+        a step of this definition (the run then needs an upgrade: it is never
+        started over from the first step)."""
         if not last_step:
             return 0
         for index, s in enumerate(self._steps):
             if s.name == last_step:
                 return index + 1
-        logger.warning(
-            "workflow %s (%s): the last completed step %r is not a step any more; "
-            "restarting from the first step with its state",
-            self._name,
-            self._coordination_id,
-            last_step,
+        return None
+
+    def _missing_step_reason(self, last_step: str) -> str:
+        return (
+            f"the step this run stands after, {last_step!r}, is not a step of version "
+            f"{self._version} of workflow {self._name!r} "
+            f"(its steps: {', '.join(s.name for s in self._steps)}); define that version "
+            "as it was (a changed definition takes a new version), or declare an upgrade "
+            "that maps the step and run `manage.py flowwarden_workflows upgrade`"
         )
-        return 0
 
     # -- snapshots -------------------------------------------------------------------
 
@@ -586,13 +622,42 @@ class Workflow:
         *,
         using: str | None = None,
         register: bool = True,
+        version: int = 1,
     ) -> WorkflowDefinition:
         """Declare a workflow by name (registered, so ``Workflow.start(name)`` and
-        ``Workflow.for_coordination(cid)`` find it, in any process that imports it)."""
-        definition = WorkflowDefinition(name, steps, store, using=using)
+        ``Workflow.for_coordination(cid)`` find it, in any process that imports it).
+
+        *version* (default 1: what every run made before versions records) numbers
+        this definition of the workflow. Define a new version whenever a change would
+        not fit runs already under way (a step removed, renamed or moved, a state
+        that changes shape), and keep the old one defined beside it until its runs
+        are finished or upgraded: ``Workflow.start`` starts runs on the highest
+        version, and each run continues on its own. See "Upgrading workflows" in
+        the README."""
+        definition = WorkflowDefinition(name, steps, store, using=using, version=version)
         if register:
             workflow_registry.register(definition)
         return definition
+
+    @classmethod
+    def define_upgrade(
+        cls,
+        name: str,
+        *,
+        from_version: int,
+        to_version: int,
+        steps: Mapping[str, str | None] | None = None,
+        state: Callable[[Any], Any] | None = None,
+    ) -> WorkflowUpgrade:
+        """Declare how runs of version *from_version* of workflow *name* move to
+        *to_version*: *steps* maps the step a run stands after to the step of the new
+        version it stands after then (``None``: before the first step; a name both
+        versions have needs no entry), *state* turns its state into the new one's.
+        Applied by ``manage.py flowwarden_workflows upgrade`` or the admin (see
+        ``workflows.upgrades``), never on its own."""
+        upgrade = WorkflowUpgrade(name, from_version, to_version, steps or {}, state)
+        upgrade_registry.register(upgrade)
+        return upgrade
 
     @classmethod
     def start(
@@ -784,12 +849,14 @@ class _Execution:
 
         if head.metadata.get(WORKFLOW_DONE) == "true":
             return self.complete(head, pending_input)
+        start = wf._start_index(last_step)
+        if start is None:
+            return self.needs_upgrade(head, last_step)
         asked, decision = self.decision_asked(head, pending_input)
         if asked is not None:
             return asked
         if decision is not None:
             pending_input = decision.as_input()
-        start = wf._start_index(last_step)
         if start >= len(wf.steps):
             return self.complete(head, pending_input)
         if (
@@ -886,6 +953,14 @@ class _Execution:
             head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
         cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
         return Waiting(head.state, self.cid, last_step), None
+
+    def needs_upgrade(self, head: WorkflowSnapshot, last_step: str) -> NeedsUpgrade:
+        """Stop a run whose last step this definition lacks: status
+        ``needs_upgrade``, its head and any input kept, nothing run."""
+        reason = self.workflow._missing_step_reason(last_step)
+        logger.warning("workflow %s (%s) needs an upgrade: %s", self.name, self.cid, reason)
+        self.finish(status=RunStatus.NEEDS_UPGRADE, failure_reason=reason)
+        return NeedsUpgrade(head.state, self.cid, last_step, reason)
 
     def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:
         fields: dict[str, Any] = {"status": RunStatus.COMPLETED, "head_snapshot_id": head.id}
@@ -1120,8 +1195,8 @@ def _call_step(current: WorkflowStep, state: Any, ctx: StepContext) -> StepOutco
 
 
 class WorkflowDefinition:
-    """A named workflow (its steps and store) without a coordination; it makes
-    ``Workflow``s and starts runs. Made by ``Workflow.define``."""
+    """One version of a named workflow (its steps and store) without a coordination;
+    it makes ``Workflow``s and starts runs. Made by ``Workflow.define``."""
 
     def __init__(
         self,
@@ -1130,18 +1205,28 @@ class WorkflowDefinition:
         store: SnapshotStore | str = "default",
         *,
         using: str | None = None,
+        version: int = 1,
     ) -> None:
         self.name = _check_name(name)
+        self.version = _check_version(version)
         self.steps = _check_steps(name, steps)
         self.store = store
         self.using = using
 
     def __repr__(self) -> str:
-        return f"<WorkflowDefinition {self.name!r} {[s.name for s in self.steps]}>"
+        steps = [s.name for s in self.steps]
+        return f"<WorkflowDefinition {self.name!r} v{self.version} {steps}>"
 
     def workflow(self, coordination_id: str) -> Workflow:
-        """The ``Workflow`` of one coordination."""
-        return Workflow(self.name, coordination_id, self.steps, self.store, using=self.using)
+        """The ``Workflow`` of one coordination (on this version)."""
+        return Workflow(
+            self.name,
+            coordination_id,
+            self.steps,
+            self.store,
+            using=self.using,
+            version=self.version,
+        )
 
     def start(
         self,
@@ -1167,12 +1252,14 @@ class WorkflowDefinition:
         wf = self.workflow(cid)
         runs = wf.runs
         with transaction.atomic(using=runs.db):
-            record, created = runs.create(cid, self.name, idempotency_key=idempotency_key)
+            record, created = runs.create(
+                cid, self.name, idempotency_key=idempotency_key, workflow_version=self.version
+            )
             if created:
                 head = wf.store.latest(cid) or _save_seed(wf, initial_state)
                 runs.set_head(cid, head.id)
         if not created:
-            existing = self.workflow(record.coordination_id)
+            existing = Workflow.for_coordination(record.coordination_id, using=runs.db)
             return StartedRun(record.coordination_id, False, existing.current_result())
         connection = connections[runs.db]
         if connection.in_atomic_block:

@@ -93,9 +93,10 @@ class _UndefinedWorkflowLog:
         while len(self._seen) > self.size:
             self._seen.pop(next(iter(self._seen)))
         logger.warning(
-            "workflow run %s is stalled, but its workflow %r is not defined in this "
-            "process; not recovering it here (logged once for this run and state)",
+            "workflow run %s is stalled, but version %d of its workflow %r is not defined "
+            "in this process; not recovering it here (logged once for this run and state)",
             run.coordination_id,
+            run.workflow_version,
             run.workflow_name,
         )
 
@@ -109,7 +110,8 @@ def last_step_of(run: WorkflowRun) -> str:
     # The newest snapshot's position and metadata only: its state is not needed here.
     query = CheckpointQuery.for_coordination(run.pk, newest_first=True, limit=1, with_state=False)
     try:
-        heads = workflow_registry.get(run.workflow_name).workflow(run.pk).store.list(query)
+        definition = workflow_registry.get(run.workflow_name, run.workflow_version)
+        heads = definition.workflow(run.pk).store.list(query)
     except Exception:  # an unknown workflow or an unreadable store: the record's word
         return run.last_step
     return heads[0].metadata.get(LAST_STEP, run.last_step) if heads else run.last_step
@@ -132,7 +134,7 @@ def recover_stalled_runs(
     db = RunRecords(using).db
     recovered: list[str] = []
     for run in stalled_runs(older_than=older_than, using=using, limit=limit):
-        if run.workflow_name not in workflow_registry:
+        if not workflow_registry.defines(run.workflow_name, run.workflow_version):
             _undefined.warn(run)
             continue
         unchanged = {"pk": run.pk, "status": RunStatus.RUNNING, "runner": run.runner}

@@ -1,5 +1,6 @@
-"""What running a workflow returns: ``Completed``, ``Hibernated``, ``Failed`` or
-``Running`` (all ``WorkflowResult``), and ``StartedRun`` from ``Workflow.start``.
+"""What running a workflow returns: ``Completed``, ``Hibernated``, ``Failed``,
+``NeedsUpgrade`` or ``Running`` (all ``WorkflowResult``), and ``StartedRun`` from
+``Workflow.start``.
 
 They live below the engine so that execution providers and approvals can name them
 without importing it; ``engine`` and ``flowwarden_django.workflows`` re-export them.
@@ -67,6 +68,21 @@ class Failed(WorkflowResult):
     last_step_name: str
     reason: str
     status: ClassVar[str] = RunStatus.FAILED
+
+
+@dataclasses.dataclass(frozen=True)
+class NeedsUpgrade(WorkflowResult):
+    """The run cannot continue on the code that tried: its version, or the step it
+    stands after (``last_step_name``), is not defined (``reason`` says which). Nothing
+    ran and nothing was lost (its state, its position and any input wait with it);
+    it continues once that definition is back or an upgrade moved it (see
+    ``workflows.upgrades``)."""
+
+    state: Any
+    coordination_id: str
+    last_step_name: str
+    reason: str
+    status: ClassVar[str] = RunStatus.NEEDS_UPGRADE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, router, transaction
@@ -55,9 +55,14 @@ class RunStatus:
     WAITING = "waiting"
     COMPLETED = "completed"
     FAILED = "failed"
+    #: Its version, or the step it stands after, is not defined by the code that
+    #: tried to continue it: it waits for that definition or an upgrade.
+    NEEDS_UPGRADE = "needs_upgrade"
 
     #: A paused run: it holds no runner and continues when run or resumed.
     PAUSED = (HIBERNATED, WAITING)
+    #: What an upgrade may move to another version: every status but these two.
+    UPGRADABLE = (HIBERNATED, WAITING, FAILED, NEEDS_UPGRADE)
 
 
 class ConcurrentRunError(RuntimeError):
@@ -94,6 +99,35 @@ class UnknownRunError(LookupError):
 
 class RunConflictError(ValueError):
     """The coordination or idempotency key already belongs to another run or workflow."""
+
+
+class RunVersionError(RunConflictError):
+    """The run is on another version of its workflow than the definition that tried to
+    run it (``Workflow.for_coordination(cid)`` gives the run's own); nothing changed."""
+
+    def __init__(self, coordination_id: str, workflow_name: str, run_version: int, version: int):
+        self.coordination_id = coordination_id
+        self.run_version = run_version
+        self.version = version
+        super().__init__(
+            f"coordination {coordination_id!r} is a run of version {run_version} of "
+            f"workflow {workflow_name!r}, not of version {version}; continue it with "
+            "Workflow.for_coordination(coordination_id), or upgrade it "
+            "(manage.py flowwarden_workflows upgrade)"
+        )
+
+
+def check_run_of(record: WorkflowRun, workflow_name: str, version: int | None) -> None:
+    """``RunConflictError`` when *record* is not a run of *workflow_name* (at *version*,
+    when given)."""
+    cid = record.coordination_id
+    if record.workflow_name != workflow_name:
+        raise RunConflictError(
+            f"coordination {cid!r} is a run of workflow {record.workflow_name!r}, "
+            f"not {workflow_name!r}"
+        )
+    if version is not None and record.workflow_version != version:
+        raise RunVersionError(cid, workflow_name, record.workflow_version, version)
 
 
 def run_lease() -> timedelta:
@@ -195,19 +229,23 @@ class RunRecords:
         idempotency_key: str | None = None,
         runner: str = "",
         lease: timedelta | None = None,
+        workflow_version: int = 1,
     ) -> tuple[WorkflowRun, bool]:
-        """Insert a run (claimed by *runner* for *lease* when given) and return
-        ``(run, True)``; when the coordination or the key exists already, return
-        ``(existing run, False)`` and change nothing.
+        """Insert a run of version *workflow_version* (claimed by *runner* for *lease*
+        when given) and return ``(run, True)``; when the coordination or the key
+        exists already, return ``(existing run, False)`` and change nothing.
 
         ``RunConflictError`` when the existing run belongs to another workflow, or
-        when the coordination exists under another idempotency key.
+        when the coordination exists under another idempotency key. An existing run
+        of another version of the workflow is returned as it is (a start with an
+        idempotency key after a deploy finds the run started before it).
         """
         model = models.WorkflowRun
         now = timezone.now()
         row = model(
             coordination_id=coordination_id,
             workflow_name=workflow_name,
+            workflow_version=workflow_version,
             status=RunStatus.RUNNING,
             idempotency_key=idempotency_key,
             runner=runner,
@@ -249,6 +287,7 @@ class RunRecords:
         *,
         resume_input: Any = None,
         workflow_name: str | None = None,
+        workflow_version: int | None = None,
         where: Q | None = None,
     ) -> WorkflowRun:
         """Take the run for *runner* until now + *lease* (one conditional ``UPDATE``)
@@ -257,7 +296,7 @@ class RunRecords:
         when the run does not match *where* (a further condition of the same
         statement); ``UnknownRunError`` when there is no such run;
         ``RunConflictError`` when *workflow_name* is given and the run belongs to
-        another workflow."""
+        another workflow (``RunVersionError``: to another *workflow_version*)."""
         # A retry: a failed run run again, or a claim that ran out taken over (its
         # runner died); not a first run, a resume, or the next step of a run.
         retry = Case(
@@ -276,17 +315,16 @@ class RunRecords:
         rows = self._rows().filter(unclaimed(), pk=coordination_id)
         if workflow_name is not None:
             rows = rows.filter(workflow_name=workflow_name)
+            if workflow_version is not None:
+                rows = rows.filter(workflow_version=workflow_version)
         if where is not None:
             rows = rows.filter(where)
         if rows.update(**fields) != 1:
             current = self.get(coordination_id)
             if current is None:
                 raise UnknownRunError(f"no workflow run {coordination_id!r}")
-            if workflow_name is not None and current.workflow_name != workflow_name:
-                raise RunConflictError(
-                    f"coordination {coordination_id!r} is a run of workflow "
-                    f"{current.workflow_name!r}, not {workflow_name!r}"
-                )
+            if workflow_name is not None:
+                check_run_of(current, workflow_name, workflow_version)
             raise ConcurrentRunError(coordination_id, current.runner, current.claimed_until)
         run = self.get(coordination_id)
         assert run is not None
@@ -300,6 +338,7 @@ class RunRecords:
         lease: timedelta,
         *,
         resume_input: Any = None,
+        workflow_version: int = 1,
     ) -> WorkflowRun:
         """Take the run for *runner* until now + *lease* as ``claim`` does, creating it
         (status ``running``, claimed by *runner*) when there is none; *resume_input*,
@@ -310,9 +349,10 @@ class RunRecords:
         Elsewhere: ``claim``, and ``create`` (then ``claim`` again, when another
         runner created it at the same moment) for an unknown run.
         ``ConcurrentRunError`` when another runner's lease is live;
-        ``RunConflictError`` when the run belongs to another workflow.
+        ``RunConflictError`` when the run belongs to another workflow
+        (``RunVersionError``: to another version of it).
         """
-        args = (coordination_id, workflow_name, runner, lease, resume_input)
+        args = (coordination_id, workflow_name, runner, lease, resume_input, workflow_version)
         statement = self.claim_statement(*args)
         if statement is None:
             return self._claim_or_create(*args)
@@ -320,7 +360,7 @@ class RunRecords:
             cursor.execute(*statement)
             row = cursor.fetchone()
         if row is None:
-            self.refused(coordination_id, workflow_name)
+            self.refused(coordination_id, workflow_name, workflow_version)
             return self._claim_or_create(*args)  # deleted between the two statements
         return self.claimed(row)
 
@@ -331,6 +371,7 @@ class RunRecords:
         runner: str,
         lease: timedelta,
         resume_input: Any = None,
+        workflow_version: int = 1,
     ) -> tuple[str, list[Any]] | None:
         """``claim_or_create``'s statement and parameters on PostgreSQL (``None``
         elsewhere): it returns the claimed row, its columns in the model's order then
@@ -345,12 +386,14 @@ class RunRecords:
         params = [
             coordination_id,
             workflow_name,
+            workflow_version,
             json_field.get_db_prep_save(resume_input, connection),
             runner,
             lease.total_seconds(),
             now,
             now,
             workflow_name,
+            workflow_version,
         ]
         return _claim_or_create_sql(resume_input is not None), params
 
@@ -362,6 +405,7 @@ class RunRecords:
         lease: timedelta,
         terms: ClaimTerms,
         resume_input: Any = None,
+        workflow_version: int = 1,
     ) -> tuple[str, list[Any]] | None:
         """``claim``'s statement and parameters for a run on *terms*, on PostgreSQL
         (``None`` elsewhere): one ``UPDATE ... RETURNING`` the claimed row (the
@@ -375,7 +419,7 @@ class RunRecords:
         params: list[Any] = [runner, lease.total_seconds(), timezone.now()]
         if with_input:
             params.append(json_field.get_db_prep_save(resume_input, connection))
-        params += [coordination_id, workflow_name]
+        params += [coordination_id, workflow_name, workflow_version]
         head_is_null = terms.check_head and terms.head is None
         if terms.check_head and not head_is_null:
             params.append(terms.head)
@@ -391,18 +435,17 @@ class RunRecords:
                 values[index] = field.from_db_value(values[index], None, connection)
         return models.WorkflowRun.from_db(self.db, _run_attnames(), values)
 
-    def refused(self, coordination_id: str, workflow_name: str) -> None:
+    def refused(
+        self, coordination_id: str, workflow_name: str, workflow_version: int | None = None
+    ) -> None:
         """Raise why ``claim_statement`` returned no row: ``RunConflictError`` (another
-        workflow's run) or ``ConcurrentRunError`` (held); returns when the run is gone
-        (deleted in between: the caller tries again)."""
+        workflow's run; ``RunVersionError``: another version's) or
+        ``ConcurrentRunError`` (held); returns when the run is gone (deleted in
+        between: the caller tries again)."""
         current = self.get(coordination_id)
         if current is None:
             return
-        if current.workflow_name != workflow_name:
-            raise RunConflictError(
-                f"coordination {coordination_id!r} is a run of workflow "
-                f"{current.workflow_name!r}, not {workflow_name!r}"
-            )
+        check_run_of(current, workflow_name, workflow_version)
         raise ConcurrentRunError(coordination_id, current.runner, current.claimed_until)
 
     def _claim_or_create(
@@ -412,19 +455,30 @@ class RunRecords:
         runner: str,
         lease: timedelta,
         resume_input: Any,
+        workflow_version: int,
     ) -> WorkflowRun:
-        name = workflow_name
+        claim = partial(
+            self.claim,
+            coordination_id,
+            runner,
+            lease,
+            resume_input=resume_input,
+            workflow_name=workflow_name,
+            workflow_version=workflow_version,
+        )
         try:
-            return self.claim(
-                coordination_id, runner, lease, resume_input=resume_input, workflow_name=name
-            )
+            return claim()
         except UnknownRunError:
             pass
-        record, created = self.create(coordination_id, name, runner=runner, lease=lease)
+        record, created = self.create(
+            coordination_id,
+            workflow_name,
+            runner=runner,
+            lease=lease,
+            workflow_version=workflow_version,
+        )
         if not created:  # another runner created it at the same moment
-            return self.claim(
-                coordination_id, runner, lease, resume_input=resume_input, workflow_name=name
-            )
+            return claim()
         if resume_input is not None:
             self.update(coordination_id, runner, lease, resume_input=resume_input)
             record.resume_input = resume_input
@@ -492,6 +546,22 @@ class RunRecords:
             == 1
         )
 
+    def needs_upgrade(
+        self, coordination_id: str, reason: str, *, only_if_idle: bool = False
+    ) -> bool:
+        """Mark the run ``needs_upgrade`` with *reason* (its input and head kept), if
+        no runner holds it and it is not completed; *only_if_idle*: only a
+        hibernated, failed or already stranded run (a running or waiting run may be
+        continued by a process that has its definition). False when not marked."""
+        statuses = (
+            (RunStatus.HIBERNATED, RunStatus.FAILED, RunStatus.NEEDS_UPGRADE)
+            if only_if_idle
+            else (*RunStatus.UPGRADABLE, RunStatus.RUNNING)
+        )
+        rows = self._rows().filter(unclaimed(), pk=coordination_id, status__in=statuses)
+        fields = {"status": RunStatus.NEEDS_UPGRADE, "failure_reason": reason}
+        return rows.update(**fields, updated_at=timezone.now()) == 1
+
     def _waiting_at(self, coordination_id: str, head: str) -> Any:
         return self._rows().filter(
             unclaimed(), pk=coordination_id, status=RunStatus.WAITING, head_snapshot_id=head
@@ -537,6 +607,7 @@ def _converted_fields() -> tuple[tuple[int, Any], ...]:
 _INSERTED = {
     "coordination_id": "%s",
     "workflow_name": "%s",
+    "workflow_version": "%s",
     "status": f"'{RunStatus.RUNNING}'",
     "last_step": "''",
     "head_snapshot_id": "NULL",
@@ -576,6 +647,7 @@ def _claim_or_create_sql(with_input: bool) -> str:
         f"VALUES ({', '.join(_INSERTED.values())}) "
         f"ON CONFLICT ({column['coordination_id']}) DO UPDATE SET {', '.join(taken)} "
         f"WHERE {unclaimed} AND run.{column['workflow_name']} = %s "
+        f"AND run.{column['workflow_version']} = %s "
         # xmax = 0: a row version no transaction has locked or updated, one this
         # statement inserted (an ON CONFLICT update leaves its own xid there).
         f"RETURNING {', '.join(column[field.name] for field in fields)}, "
@@ -601,6 +673,7 @@ def _claim_sql(with_input: bool, check_head: bool, head_is_null: bool, running_o
     where = [
         f"run.{column['coordination_id']} = %s",
         f"run.{column['workflow_name']} = %s",
+        f"run.{column['workflow_version']} = %s",
         f"(run.{runner} = '' OR run.{until} IS NULL OR run.{until} < STATEMENT_TIMESTAMP())",
     ]
     if check_head:

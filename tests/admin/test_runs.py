@@ -5,6 +5,7 @@ forking a run from a snapshot."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -221,7 +222,11 @@ class TestChangelist:
     def test_read_only(self, admin_client, orders) -> None:
         cid, _ = completed_run(orders)
         body = page(admin_client.get(CHANGELIST))
-        assert 'name="action"' not in body and "workflowrun/add/" not in body
+        # The only action changes no run by hand: it applies the declared upgrades.
+        actions = re.findall(
+            r'<option value="(\w+)"', body.split('name="action"')[1].split("</select>")[0]
+        )
+        assert actions == ["upgrade_selected"] and "workflowrun/add/" not in body
         add = reverse("admin:flowwarden_django_workflowrun_add")
         assert admin_client.get(add).status_code == 403
         delete = reverse("admin:flowwarden_django_workflowrun_delete", args=[cid])
@@ -524,3 +529,52 @@ def test_the_admin_is_registered() -> None:
     from django.contrib import admin
 
     assert isinstance(admin.site._registry[WorkflowRun], WorkflowRunAdmin)
+
+
+# -- versions ------------------------------------------------------------------------
+
+
+def test_the_upgrade_action_applies_declared_upgrades_for_who_may(client: Any) -> None:
+    from django.contrib.admin.models import LogEntry
+
+    from flowwarden_django.workflows import hibernate
+    from flowwarden_django.workflows.upgrades import upgrade_registry
+
+    @step("first")
+    def first(state: dict[str, Any]) -> Any:
+        return hibernate({**state, "first": True})
+
+    @step("last")
+    def last(state: dict[str, Any]) -> Any:
+        return done({**state, "last": True})
+
+    store = OrmSnapshotStore()
+    Workflow.define("admin-v", [first, last], store)
+    try:
+        cid = Workflow.start("admin-v", {}).coordination_id
+        workflow_registry.unregister("admin-v")
+        Workflow.define("admin-v", [last], store, version=2)
+        Workflow.define_upgrade("admin-v", from_version=1, to_version=2, steps={"first": None})
+        viewer = staff("viewer", "view_workflowrun")
+        client.force_login(viewer)
+        body = page(client.get(CHANGELIST))
+        assert 'name="action"' not in body  # no action for a viewer
+        assert "admin-v" in body and "v1</span>" in body
+
+        operator = staff("operator", "view_workflowrun", "upgrade_workflowrun")
+        client.force_login(operator)
+        response = client.post(
+            CHANGELIST,
+            {"action": "upgrade_selected", "_selected_action": [cid]},
+            follow=True,
+        )
+        assert "Upgraded 1 run." in page(response)
+        run = WorkflowRun.objects.get(pk=cid)
+        assert (run.workflow_version, run.status) == (2, "hibernated")
+        entry = LogEntry.objects.get(object_id=cid)
+        assert entry.user == operator and "to version 2" in entry.get_change_message()
+        detail = page(client.get(run_url(cid)))
+        assert "Version:" in detail or ">version<" in detail.lower()
+    finally:
+        workflow_registry.unregister("admin-v")
+        upgrade_registry.unregister("admin-v")

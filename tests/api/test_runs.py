@@ -169,6 +169,7 @@ def test_runs_newest_updated_first_with_filters(refunds: Any, people: People) ->
     assert body["results"][2] == {
         "coordination_id": "legacy-1",
         "workflow": "legacy",
+        "version": 1,
         "status": "failed",
         "last_step": "",
         "head_snapshot_id": None,
@@ -203,6 +204,7 @@ def test_run_detail(refunds: Any, people: People) -> None:
     assert body == {
         "coordination_id": "order:42.v1",
         "workflow": WORKFLOW,
+        "version": 1,
         "status": "waiting",
         "last_step": "review",
         "head_snapshot_id": run.head_snapshot_id,

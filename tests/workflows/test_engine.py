@@ -27,6 +27,7 @@ from flowwarden_django.workflows import (
     ConcurrentRunError,
     Failed,
     Hibernated,
+    NeedsUpgrade,
     Pause,
     RunStatus,
     StepContext,
@@ -421,17 +422,32 @@ def test_a_step_with_a_timeout_that_finishes_in_time_advances(store: Any) -> Non
 # -- renamed steps, forks, deletion, store errors --------------------------------------
 
 
-def test_an_unknown_last_step_restarts_from_the_first_step(
+def test_an_unknown_last_step_stops_the_run_as_needing_an_upgrade(
     store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A run never starts over: the step it stands after missing from the code that
+    resumes it, it waits as ``needs_upgrade``, with its state, position and input,
+    and goes on from there once that step is defined again."""
     calls = Calls()
     cid = new_cid()
-    Workflow("w", cid, [appending("old", calls, hibernate), appending("b", calls)], store).run("s")
+    original = [appending("old", calls, hibernate), appending("b", calls)]
+    Workflow("w", cid, original, store).run("s")
     renamed = [appending("new", calls), appending("b", calls, done)]
     with caplog.at_level(logging.WARNING, "flowwarden_django.workflows"):
-        result = Workflow("w", cid, renamed, store).run()
-    assert result == Completed("s:old:new:b", cid)
-    assert "'old' is not a step any more" in caplog.text
+        result = Workflow("w", cid, renamed, store).resume(input={"note": "kept"})
+    assert isinstance(result, NeedsUpgrade)
+    assert (result.state, result.last_step_name) == ("s:old", "old")
+    assert "'old', is not a step of version 1 of workflow 'w'" in result.reason
+    assert calls == {"old": 1}  # nothing ran again
+    record = RunRecords().get(cid)
+    assert record.status == RunStatus.NEEDS_UPGRADE and record.failure_reason == result.reason
+    assert record.runner == "" and record.resume_input == {"note": "kept"}
+    assert len(Workflow("w", cid, renamed, store).history()) == 2  # seed, old
+    assert Workflow("w", cid, renamed, store).current_result() == result
+    assert "needs an upgrade" in caplog.text
+
+    assert Workflow("w", cid, original, store).run() == Completed("s:old:b", cid)
+    assert calls == {"old": 1, "b": 1}
 
 
 def test_fork_branches_off_a_snapshot_and_the_next_run_continues_from_it(store: Any) -> None:

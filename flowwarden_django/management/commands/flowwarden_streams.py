@@ -23,7 +23,6 @@ take it. ``--metrics-port`` serves this process's Prometheus counters.
 
 from __future__ import annotations
 
-import getpass
 import signal
 import threading
 import time
@@ -45,7 +44,7 @@ from ...streams.runtime.manager import StreamManager
 from ...streams.runtime.threaded import StreamState
 from ...streams.spec import StreamSpec
 from ...streams.stores import checkpoint_stores
-from ..base import confirmed, port_number, positive_seconds
+from ..base import confirmed, os_user, port_number, positive_seconds
 from ..copy_watch import CopyWatch
 
 
@@ -312,7 +311,7 @@ class Command(BaseCommand):
             return
         store = checkpoint_stores[spec.checkpoint_store]
         try:
-            request_resync(name, by=f"{_user()} (manage.py)")
+            request_resync(name, by=f"{os_user()} (manage.py)")
         except ResyncError as exc:
             raise CommandError(f"Cannot resync: {exc}.") from exc
         requested = store.find(name)
@@ -407,13 +406,6 @@ def _namespace(spec: StreamSpec) -> str:
     if spec.database:
         return f"{spec.database}.{spec.collection}"
     return f"{spec.collection} (in the client's default database)"
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (some containers)
-        return "unknown user"
 
 
 def unreachable_message(alias: str, reason: str) -> str:

@@ -1,4 +1,5 @@
-"""``manage.py flowwarden_workflows``: list, show, resume, fork and prune workflow runs.
+"""``manage.py flowwarden_workflows``: list, show, resume, fork, prune and upgrade
+workflow runs, and the versions they are on.
 
 A thin layer over the workflow API: ``WorkflowRun`` rows for the runs, the snapshot
 stores of ``FLOWWARDEN["SNAPSHOT_STORES"]`` for their history, and the registered
@@ -46,9 +47,11 @@ from ...workflows import (
     ConcurrentRunError,
     Failed,
     Hibernated,
+    NeedsUpgrade,
     RunStatus,
     SnapshotStore,
     UnknownSnapshotError,
+    VersionNotDefinedError,
     Workflow,
     WorkflowResult,
     WorkflowSnapshot,
@@ -60,7 +63,9 @@ from ...workflows.engine import LAST_STEP
 from ...workflows.retention import PruneRow, plan_prune
 from ...workflows.runs import RunRecords
 from ...workflows.snapshot import Saved, SnapshotEvent
-from ..base import ActionCommand, confirmed, non_negative_int, positive_int
+from ...workflows.upgrades import UpgradeOutcome, upgrade_runs
+from ...workflows.versions import versions_in_use
+from ..base import ActionCommand, confirmed, non_negative_int, os_user, positive_int
 
 COMMAND = "manage.py flowwarden_workflows"
 LIST_HEADERS = (
@@ -187,13 +192,38 @@ class Command(ActionCommand):
             "--dry-run", action="store_true", help="List the stalled runs; change nothing."
         )
 
+        upgrade = actions.add_parser(
+            "upgrade",
+            help="Move unfinished runs to the version their declared upgrades lead to "
+            "(Workflow.define_upgrade); runs stopped as needs_upgrade then continue.",
+        )
+        upgrade.add_argument("--workflow", metavar="NAME", help="Only runs of this workflow.")
+        upgrade.add_argument(
+            "--run", action="append", metavar="COORDINATION", help="Only this run (repeatable)."
+        )
+        upgrade.add_argument("--limit", type=positive_int, metavar="N", help="At most N runs.")
+        upgrade.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Show each run's new version, position and whether its state converts; "
+            "change nothing.",
+        )
+        upgrade.add_argument("--json", action="store_true", help="Print a JSON list.")
+
+        versions = actions.add_parser(
+            "versions",
+            help="The workflow versions the unfinished runs are on, and whether this "
+            "process defines them.",
+        )
+        versions.add_argument("--json", action="store_true", help="Print a JSON list.")
+
         reencrypt = actions.add_parser(
             "reencrypt",
             help="Bind legacy enc:v1 snapshot values to their run (re-encrypt them as "
             "enc:v2); the ORM store refuses enc:v1 values until then.",
         )
 
-        for sub in (listing, show, resume, recover):
+        for sub in (listing, show, resume, recover, upgrade, versions):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",
@@ -221,6 +251,102 @@ class Command(ActionCommand):
                 dest="interactive",
                 help="Do not ask for confirmation (same as --yes).",
             )
+
+    # -- versions and upgrades -----------------------------------------------------
+
+    def handle_versions(self, *, database: str | None, json: bool, **options: Any) -> None:
+        rows = versions_in_use(using=database)
+        if json:
+            self.stdout.write(dump_json([row.as_dict() for row in rows]))
+            return
+        if not rows:
+            self.stdout.write("No unfinished runs.")
+            return
+        table = [
+            (
+                row.workflow,
+                str(row.version),
+                "yes" if row.defined else "NO",
+                ", ".join(f"{status} {count}" for status, count in row.statuses.items()),
+                row.upgrade,
+            )
+            for row in rows
+        ]
+        headers = ("WORKFLOW", "VERSION", "DEFINED HERE", "UNFINISHED RUNS", "UPGRADE")
+        for line in format_table(headers, table):
+            self.stdout.write(line)
+        stranded = [row for row in rows if not row.defined and not row.upgrade]
+        if stranded:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{sum(row.total for row in stranded)} unfinished run(s) are on versions "
+                    "this process neither defines nor upgrades: define those versions "
+                    "again, or declare upgrades (Workflow.define_upgrade) and run "
+                    f"`{COMMAND} upgrade`."
+                )
+            )
+
+    def handle_upgrade(
+        self,
+        *,
+        workflow: str | None,
+        run: list[str] | None,
+        limit: int | None,
+        dry_run: bool,
+        database: str | None,
+        json: bool,
+        **options: Any,
+    ) -> None:
+        if workflow is not None and workflow not in workflow_registry:
+            raise CommandError(
+                f"Workflow {workflow!r} is not defined in this process (defined: "
+                f"{', '.join(workflow_registry.names()) or 'none'})."
+            )
+        verb = "Would upgrade" if dry_run else "Upgraded"
+        lines = 0
+
+        def report(outcome: UpgradeOutcome) -> None:
+            nonlocal lines
+            lines += 1
+            if json:
+                return
+            where = (
+                f"v{outcome.from_version} after {outcome.from_step or '(start)'!r} -> "
+                f"v{outcome.to_version} after {outcome.to_step or '(start)'!r}"
+            )
+            if outcome.upgraded:
+                then = " and continued it" if outcome.continued else ""
+                self.stdout.write(f"[{lines}] {verb} {outcome.coordination_id}: {where}{then}")
+            else:
+                self.stdout.write(
+                    self.style.WARNING(
+                        f"[{lines}] Not upgraded {outcome.coordination_id} "
+                        f"(v{outcome.from_version}): {outcome.reason}"
+                    )
+                )
+
+        outcomes = upgrade_runs(
+            workflow,
+            using=database,
+            coordination_ids=run,
+            dry_run=dry_run,
+            by=os_user(),
+            limit=limit,
+            progress=report,
+        )
+        if json:
+            self.stdout.write(dump_json([outcome.as_dict() for outcome in outcomes]))
+            return
+        done = sum(outcome.upgraded for outcome in outcomes)
+        if not outcomes:
+            self.stdout.write(
+                "No run to upgrade: no declared upgrade applies to an unfinished run."
+            )
+            return
+        summary = f"{verb} {done} of {len(outcomes)} run(s)."
+        if done < len(outcomes):
+            raise CommandError(f"{summary} Fix what is said above and run it again.")
+        self.stdout.write(self.style.SUCCESS(summary))
 
     # -- reencrypt -----------------------------------------------------------------
 
@@ -476,7 +602,13 @@ class Command(ActionCommand):
                 f"No workflow run {coordination!r}. Run `{COMMAND} list` to see the runs."
             )
         self._definition(record.workflow_name, coordination)
-        workflow = Workflow.for_coordination(coordination, using=database)
+        try:
+            workflow = Workflow.for_coordination(coordination, using=database)
+        except VersionNotDefinedError as exc:
+            raise CommandError(
+                f"{exc}. `{COMMAND} upgrade --dry-run` shows what a declared upgrade "
+                "would do to it."
+            ) from exc
         if record.status == RunStatus.COMPLETED:
             self.stdout.write(f"Run {coordination!r} has already completed: nothing to resume.")
             return
@@ -518,6 +650,11 @@ class Command(ActionCommand):
             self.stdout.write(
                 f"Run {cid!r} hibernated after step {result.last_step_name!r} ({done}). "
                 f"Continue it with `{COMMAND} resume {cid}`."
+            )
+        elif isinstance(result, NeedsUpgrade):
+            raise CommandError(
+                f"Run {cid!r} needs an upgrade ({done}): {result.reason}. Nothing ran; "
+                f"`{COMMAND} upgrade --dry-run` shows what a declared upgrade would do."
             )
         elif isinstance(result, Failed):
             raise CommandError(

@@ -140,7 +140,8 @@ def restore_missing_approvals(*, using: str | None = None, limit: int = 500) -> 
     known = workflow_registry.names()
     for run in orphans.filter(workflow_name__in=known).order_by("updated_at")[:limit]:
         try:
-            workflow = workflow_registry.get(run.workflow_name).workflow(run.coordination_id)
+            definition = workflow_registry.get(run.workflow_name, run.workflow_version)
+            workflow = definition.workflow(run.coordination_id)
             snapshot = workflow.store.load(run.head_snapshot_id)
             request = None if snapshot is None else request_from_snapshot(snapshot)
             if snapshot is None or request is None:
