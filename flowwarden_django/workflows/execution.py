@@ -70,6 +70,11 @@ class ExecutableWorkflow(Protocol):
     def coordination_id(self) -> str: ...
 
     @property
+    def version(self) -> int:
+        """The version of the workflow's definition this is (and its run is on)."""
+        ...
+
+    @property
     def runs(self) -> RunRecords:
         """The run's ``WorkflowRun`` records (``runs.db``: its database)."""
         ...

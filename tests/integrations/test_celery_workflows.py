@@ -711,6 +711,7 @@ def test_a_step_with_a_timeout_gets_a_hard_time_limit(local_workflow):
                 "kwargs": {
                     "coordination_id": "cid",
                     "workflow": "fw-timed",
+                    "version": 1,
                     "head": "h1",
                     "origin": "next",
                     "input": None,
@@ -724,6 +725,7 @@ def test_a_step_with_a_timeout_gets_a_hard_time_limit(local_workflow):
                 "kwargs": {
                     "coordination_id": "cid",
                     "workflow": "fw-timed",
+                    "version": 1,
                     "head": "h0",
                     "origin": "run",
                     "input": 7,

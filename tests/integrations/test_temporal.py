@@ -775,7 +775,10 @@ def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
 
     Workflow.define("fw-temporal-recover", [only], InMemorySnapshotStore())
     stalled = SimpleNamespace(
-        coordination_id="stalled-1", workflow_name="fw-temporal-recover", last_step=""
+        coordination_id="stalled-1",
+        workflow_name="fw-temporal-recover",
+        workflow_version=1,
+        last_step="",
     )
 
     def sweep(enqueue: Callable[[Any], None]) -> list[str]:
@@ -802,4 +805,6 @@ def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
     assert kwargs["id"] == "stalled-1" and kwargs["task_queue"] == "q"
     assert kwargs["start_signal"] == WAKE_SIGNAL
     # The wake says how to schedule the step it continues with (its first, here).
-    assert kwargs["start_signal_args"] == [Wake("recover", policy=StepPolicy(0, 0.1, None))]
+    assert kwargs["start_signal_args"] == [
+        Wake("recover", policy=StepPolicy(0, 0.1, None), version=1)
+    ]

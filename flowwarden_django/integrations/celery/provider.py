@@ -20,6 +20,13 @@ for ``WORKFLOW_RECOVER_AFTER`` (10 s): a message the broker lost or a publish th
 failed. The beat task ``flowwarden_django.recover_workflows`` runs the same sweep.
 Steps must be idempotent: a killed step runs again.
 
+Versions: each task also carries the version of the run's workflow. A worker that
+does not define that version (a rolling deploy: old and new workers on one queue)
+never runs the step: it hands the task back to the queue (``task.retry``, after
+``HANDBACK_DELAYS``), so a worker that has the version takes it. After
+``HANDBACK_WAIT`` seconds of hand-backs (no worker has the version any more) the run
+is stopped as ``needs_upgrade`` and the task dropped.
+
 Each task carries the head snapshot it continues from and where it came from. It
 checks both *under its claim on the run* and does nothing when the run has moved on,
 so a duplicate (a redelivery, a sweep, a retry) never runs a step twice in a row and
@@ -45,6 +52,7 @@ from ...common.failure_log import FailureLog
 from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
 from ...workflows.execution import RemoteExecutionProvider
 from ...workflows.recovery import recover_stalled_runs
+from ...workflows.registry import VersionNotDefinedError
 from ...workflows.runs import (
     ClaimTerms,
     ConcurrentRunError,
@@ -70,6 +78,11 @@ RECOVER_TASK = "flowwarden_django.recover_workflows"
 TIME_LIMIT_MARGIN = 30
 #: How many times a step task waits for another runner's claim to expire.
 CONFLICT_RETRIES = 3
+#: Seconds before a step task of a version this worker lacks is offered again (the
+#: n-th hand-back waits the n-th delay; the last one from then on).
+HANDBACK_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+#: Seconds of hand-backs after which the run is stopped as ``needs_upgrade``.
+HANDBACK_WAIT = 600.0
 
 
 class Origin:
@@ -136,6 +149,7 @@ def send_step(
         kwargs={
             "coordination_id": coordination_id,
             "workflow": definition.name,
+            "version": definition.version,
             "head": head,
             "origin": origin,
             "input": input,
@@ -225,7 +239,7 @@ class CeleryExecutionProvider(RemoteExecutionProvider):
         """Seed the run, queue its next step on commit, return ``Running`` (or the
         current result of a completed run, or of a waiting run resumed without input,
         without queueing anything)."""
-        definition = workflow_registry.get(workflow.name)
+        definition = workflow_registry.get(workflow.name, workflow.version)
         head, record, settled = self.handover(workflow, initial_state, input)
         if settled is not None:
             return settled
@@ -277,6 +291,7 @@ class _StepWorkflow(Workflow):
             definition.steps,
             definition.store,
             using=definition.using,
+            version=definition.version,
         )
         self.expected_head = head
         self.origin = origin
@@ -306,13 +321,49 @@ def _stale_reason(record: WorkflowRun, head: str | None, origin: str) -> str:
     return ""
 
 
-def _definition(workflow: str | None, coordination_id: str) -> WorkflowDefinition:
-    if workflow is None:
+def _definition(
+    workflow: str | None, version: int | None, coordination_id: str
+) -> WorkflowDefinition:
+    """The definition a step task names; a task of an older release names no
+    version (or no workflow): the run's record says."""
+    if workflow is None or version is None:
         record = RunRecords().get(coordination_id)
         if record is None:
             raise UnknownRunError(f"no workflow run {coordination_id!r}")
-        workflow = record.workflow_name
-    return workflow_registry.get(workflow)
+        workflow, version = record.workflow_name, record.workflow_version
+    return workflow_registry.get(workflow, version)
+
+
+def _hand_back(
+    task: Any, coordination_id: str, error: VersionNotDefinedError, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Offer the task again for a worker that defines its version; after
+    ``HANDBACK_WAIT`` seconds of that, stop the run as ``needs_upgrade``."""
+    handbacks = fields.get("handbacks", 0)
+    since = fields.get("handed_back_since") or timezone.now().timestamp()
+    waited = timezone.now().timestamp() - since
+    outcome = {"coordination_id": coordination_id, "workflow": error.workflow_name}
+    if waited >= HANDBACK_WAIT:
+        RunRecords().needs_upgrade(coordination_id, str(error))
+        logger.warning(
+            "workflow %s (%s): no worker ran version %d for %.0f s; the run needs an upgrade: %s",
+            error.workflow_name,
+            coordination_id,
+            error.version,
+            waited,
+            error,
+        )
+        return {**outcome, "status": RunStatus.NEEDS_UPGRADE, "reason": str(error)}
+    delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
+    logger.info(
+        "workflow %s (%s): this worker does not define version %d; handing the step back (%d)",
+        error.workflow_name,
+        coordination_id,
+        error.version,
+        handbacks + 1,
+    )
+    kwargs = {**fields, "handbacks": handbacks + 1, "handed_back_since": since}
+    raise task.retry(kwargs=kwargs, countdown=delay)
 
 
 def _retry_countdown(exc: ConcurrentRunError) -> float | None:
@@ -332,12 +383,32 @@ def run_step(
     head: str | None = None,
     origin: str = Origin.RUN,
     input: Any = None,
+    version: int | None = None,
+    handbacks: int = 0,
+    handed_back_since: float | None = None,
 ) -> dict[str, Any]:
     """The body of ``flowwarden_django.run_workflow_step`` (*task* is the bound task):
-    execute one step, queue the next one on commit. Returns what happened."""
+    execute one step, queue the next one on commit. Returns what happened. A task
+    of a version this worker does not define is handed back (see the module)."""
     if origin not in Origin.ALL:
         raise ValueError(f"unknown step task origin {origin!r}")
-    definition = _definition(workflow, coordination_id)
+    try:
+        definition = _definition(workflow, version, coordination_id)
+    except UnknownRunError as exc:
+        logger.info("workflow %s (%s): step task dropped: %s", workflow, coordination_id, exc)
+        return {"coordination_id": coordination_id, "status": "dropped", "reason": str(exc)}
+    except VersionNotDefinedError as exc:
+        fields = {
+            "coordination_id": coordination_id,
+            "workflow": exc.workflow_name,
+            "version": exc.version,
+            "head": head,
+            "origin": origin,
+            "input": input,
+            "handbacks": handbacks,
+            "handed_back_since": handed_back_since,
+        }
+        return _hand_back(task, coordination_id, exc, fields)
     wf = _StepWorkflow(definition, coordination_id, head, origin)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
@@ -347,7 +418,7 @@ def run_step(
         return {**outcome, "status": "dropped", "reason": str(exc)}
     except ConcurrentRunError as exc:
         countdown = _retry_countdown(exc)
-        if countdown is None or task.request.retries >= CONFLICT_RETRIES:
+        if countdown is None or task.request.retries - handbacks >= CONFLICT_RETRIES:
             logger.info("workflow %s (%s): step task dropped: %s", wf.name, coordination_id, exc)
             return {**outcome, "status": "dropped", "reason": str(exc)}
         # The holder may be dead (a killed worker): try again once its claim is over.
@@ -391,7 +462,7 @@ def recover_workflows(
     def enqueue(run: WorkflowRun) -> None:
         send_step(
             publisher,
-            workflow_registry.get(run.workflow_name),
+            workflow_registry.get(run.workflow_name, run.workflow_version),
             run.coordination_id,
             head=run.head_snapshot_id,
             last_step=run.last_step,

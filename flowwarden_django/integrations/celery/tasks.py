@@ -76,12 +76,25 @@ def run_workflow_step(
     head: str | None = None,
     origin: str = "run",
     input: Any = None,
+    version: int | None = None,
+    handbacks: int = 0,
+    handed_back_since: float | None = None,
 ) -> dict[str, Any]:
     """Execute the next step of one workflow run and queue the step after it on
     commit; queued by ``CeleryExecutionProvider`` (see ``provider``)."""
     from .provider import run_step
 
-    return run_step(self, coordination_id, workflow=workflow, head=head, origin=origin, input=input)
+    return run_step(
+        self,
+        coordination_id,
+        workflow=workflow,
+        head=head,
+        origin=origin,
+        input=input,
+        version=version,
+        handbacks=handbacks,
+        handed_back_since=handed_back_since,
+    )
 
 
 @shared_task(name="flowwarden_django.recover_workflows", bind=True)

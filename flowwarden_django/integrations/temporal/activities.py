@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from ...common.app_models import models
 from ...workflows.approvals.sweep import expire_due_approvals
 from ...workflows.engine import StepAttemptFailed, Workflow
-from ...workflows.registry import RegisteredWorkflow, workflow_registry
+from ...workflows.registry import RegisteredWorkflow, VersionNotDefinedError, workflow_registry
 from ...workflows.results import Running
 from ...workflows.runs import (
     ClaimTerms,
@@ -34,6 +34,7 @@ from .messages import (
     EXPIRE_ACTIVITY,
     STATUS_ACTIVITY,
     STEP_ACTIVITY,
+    VERSION_HANDBACK,
     RunReport,
     StepPolicy,
     StepRequest,
@@ -58,6 +59,7 @@ class _ActivityWorkflow(Workflow):
             definition.steps,
             definition.store,
             using=definition.using,
+            version=definition.version,
         )
         self.origin = origin
 
@@ -100,12 +102,19 @@ def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "
         if approval is not None:
             expires_at = approval.expires_at.isoformat()
     last_step = record.last_step or ""
+    if record.workflow_version != definition.version:  # upgraded: its new version's
+        if not workflow_registry.defines(record.workflow_name, record.workflow_version):
+            return RunReport(
+                record.status, last_step, None, expires_at, detail, record.workflow_version
+            )
+        definition = workflow_registry.get(record.workflow_name, record.workflow_version)
     return RunReport(
         status=record.status,
         last_step=last_step,
         next_policy=next_policy(definition, last_step),
         expires_at=expires_at,
         detail=detail,
+        version=record.workflow_version,
     )
 
 
@@ -134,9 +143,26 @@ class _Heartbeats:
         self._thread.join()
 
 
-def _definition(name: str) -> RegisteredWorkflow:
+def _definition(request: StepRequest) -> RegisteredWorkflow:
+    """The definition of the request's workflow, at the run's version (the request's,
+    else the run record's). A worker that does not define that version hands the
+    step back (``VERSION_HANDBACK``): the workflow offers it to another worker."""
+    version = request.version
     try:
-        return workflow_registry.get(name)
+        if version is None:
+            # The run's database is where this worker's definitions keep their runs.
+            using = workflow_registry.get(request.workflow).using
+            record = RunRecords(using).get(request.coordination_id)
+            version = None if record is None else record.workflow_version
+        return workflow_registry.get(request.workflow, version)
+    except VersionNotDefinedError as exc:
+        logger.info(
+            "workflow %s (%s): this worker does not define version %s; handing the step back",
+            request.workflow,
+            request.coordination_id,
+            version,
+        )
+        raise ApplicationError(str(exc), type=VERSION_HANDBACK, non_retryable=True) from exc
     except LookupError as exc:
         raise ApplicationError(str(exc), type="LookupError", non_retryable=True) from exc
 
@@ -152,7 +178,7 @@ def run_step(request: StepRequest) -> RunReport:
 
 
 def _run_step(request: StepRequest) -> RunReport:
-    definition = _definition(request.workflow)
+    definition = _definition(request)
     cid = request.coordination_id
     wf = _ActivityWorkflow(definition, cid, request.origin)
     info = activity.info()
@@ -184,7 +210,8 @@ def _run_step(request: StepRequest) -> RunReport:
     if isinstance(result, Running):
         # This very step left the run running at its snapshot: no need to read it.
         last_step = result.last_step_name
-        outcome = RunReport("running", last_step, next_policy(definition, last_step))
+        policy = next_policy(definition, last_step)
+        outcome = RunReport("running", last_step, policy, version=definition.version)
     else:
         outcome = report(definition, cid)
     logger.info(
@@ -204,7 +231,7 @@ def expire_approval(request: StepRequest) -> RunReport:
     sweep it stands in for. The expiry continues the run through the provider."""
     close_old_connections()
     try:
-        definition = _definition(request.workflow)
+        definition = _definition(request)
         db = RunRecords(definition.using).db
         expired = expire_due_approvals(using=db, coordination_id=request.coordination_id)
         if expired:
@@ -219,7 +246,7 @@ def run_status(request: StepRequest) -> RunReport:
     """Where the run stands (after a fork, say)."""
     close_old_connections()
     try:
-        return report(_definition(request.workflow), request.coordination_id)
+        return report(_definition(request), request.coordination_id)
     finally:
         close_old_connections()
 

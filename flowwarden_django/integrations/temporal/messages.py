@@ -13,6 +13,11 @@ STATUS_ACTIVITY = "flowwarden.status"
 #: The Temporal workflow type and its one signal.
 WORKFLOW_TYPE = "flowwarden.Run"
 WAKE_SIGNAL = "wake"
+#: The error type of a step activity on a worker that does not define the run's
+#: version: the workflow offers the step again, as a regular activity, to any worker.
+VERSION_HANDBACK = "VersionNotDefined"
+#: Seconds before a handed-back step is offered again (the n-th wait, then the last).
+HANDBACK_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +47,8 @@ class Wake:
     origin: str = "run"
     input: Any = None
     policy: StepPolicy | None = None
+    #: The version of the run's workflow (``None``: the activity reads the run's).
+    version: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +73,9 @@ class StepRequest:
     origin: str
     input: Any = None
     using: str | None = None
+    #: The version of the run's workflow (``None``: the activity reads the run's); a
+    #: worker that does not define it hands the step back (``VERSION_HANDBACK``).
+    version: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,3 +88,5 @@ class RunReport:
     next_policy: StepPolicy | None = None
     expires_at: str | None = None
     detail: str = ""
+    #: The version the run is on (an upgrade may have moved it).
+    version: int | None = None

@@ -105,14 +105,15 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
     ) -> WorkflowResult:
         """Seed the run, wake its Temporal workflow on commit, return ``Running`` (or the
         current result of a completed run, or of a waiting run given no input)."""
-        definition = workflow_registry.get(workflow.name)
+        definition = workflow_registry.get(workflow.name, workflow.version)
         head, _record, settled = self.handover(workflow, initial_state, input)
         if settled is not None:
             return settled
         start = run_start(self.config, definition, workflow.coordination_id)
         last_step = head.metadata.get(LAST_STEP, "")
         policy = next_policy(self.config, definition, last_step)
-        wake = partial(self._wake_after_commit, start, Wake("run", input, policy))
+        wake = Wake("run", input, policy, definition.version)
+        wake = partial(self._wake_after_commit, start, wake)
         transaction.on_commit(wake, using=workflow.runs.db)
         return Running(head.state, workflow.coordination_id, last_step)
 

@@ -90,9 +90,10 @@ def recover(config: TemporalConfig, client_call: Any) -> list[str]:
     from ...workflows.registry import workflow_registry
 
     def enqueue(run: Any) -> None:
-        definition = workflow_registry.get(run.workflow_name)
+        definition = workflow_registry.get(run.workflow_name, run.workflow_version)
         start = run_start(config, definition, run.coordination_id)
-        wake = Wake("recover", policy=next_policy(config, definition, run.last_step))
+        policy = next_policy(config, definition, run.last_step)
+        wake = Wake("recover", policy=policy, version=definition.version)
         client_call(lambda client: signal_with_start(client, config, start, wake))
 
     return recover_stalled_runs(enqueue)

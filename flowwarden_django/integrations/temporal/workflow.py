@@ -16,12 +16,15 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from .messages import (
         EXPIRE_ACTIVITY,
+        HANDBACK_DELAYS,
         STATUS_ACTIVITY,
         STEP_ACTIVITY,
+        VERSION_HANDBACK,
         WAKE_SIGNAL,
         WORKFLOW_TYPE,
         RunReport,
@@ -55,6 +58,8 @@ class RunWorkflow:
 
     def __init__(self) -> None:
         self._wakes: list[Wake] = []
+        #: The version of the run's workflow, as the last wake or report said.
+        self._version: int | None = None
 
     @workflow.signal(name=WAKE_SIGNAL)
     def wake(self, wake: Wake) -> None:
@@ -66,6 +71,8 @@ class RunWorkflow:
         while True:
             if self._wakes:
                 wake = self._wakes.pop(0)
+                if wake.version is not None:
+                    self._version = wake.version
                 if wake.origin == "refresh":
                     report = await self._quick(STATUS_ACTIVITY, start)
                 else:
@@ -84,6 +91,8 @@ class RunWorkflow:
                     await workflow.wait_condition(lambda: bool(self._wakes), timeout=timeout)
                 except TimeoutError:
                     report = await self._quick(EXPIRE_ACTIVITY, start)
+            if report.version is not None:
+                self._version = report.version
 
     def _until(self, expires_at: str | None) -> timedelta | None:
         if expires_at is None:
@@ -95,15 +104,36 @@ class RunWorkflow:
     async def _step(
         self, start: RunStart, policy: StepPolicy | None, origin: str, input: object
     ) -> RunReport:
+        """Run one step; a worker that lacks the run's version hands it back, and it is
+        offered again as a regular activity (any worker may take that; a local
+        activity would run on this worker again)."""
         policy = policy or StepPolicy()
-        request = StepRequest(start.coordination_id, start.workflow, origin, input, start.using)
+        handbacks = 0
+        while True:
+            try:
+                return await self._step_once(start, policy, origin, input)
+            except ActivityError as error:
+                cause = error.cause
+                if not (isinstance(cause, ApplicationError) and cause.type == VERSION_HANDBACK):
+                    raise
+            delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
+            handbacks += 1
+            policy = StepPolicy(policy.max_retries, policy.retry_delay, policy.timeout, False)
+            await workflow.sleep(delay)
+
+    async def _step_once(
+        self, start: RunStart, policy: StepPolicy, origin: str, input: object
+    ) -> RunReport:
+        request = StepRequest(
+            start.coordination_id, start.workflow, origin, input, start.using, self._version
+        )
         # The step's own retries are counted by the activity (``max_retries``);
         # Temporal retries every attempt that did not end (a killed worker) too.
         retry_policy = RetryPolicy(
             initial_interval=timedelta(seconds=max(policy.retry_delay, 0.1)),
             backoff_coefficient=1.0,
             maximum_interval=timedelta(seconds=max(policy.retry_delay, 0.1) + 30),
-            non_retryable_error_types=["UnknownRunError", "LookupError"],
+            non_retryable_error_types=["UnknownRunError", "LookupError", VERSION_HANDBACK],
         )
         if policy.local:
             # A short step: run in this worker's workflow task, no activity task.
@@ -126,7 +156,9 @@ class RunWorkflow:
         )
 
     async def _quick(self, activity: str, start: RunStart) -> RunReport:
-        request = StepRequest(start.coordination_id, start.workflow, "refresh", None, start.using)
+        request = StepRequest(
+            start.coordination_id, start.workflow, "refresh", None, start.using, self._version
+        )
         return await workflow.execute_activity(
             activity,
             request,
