@@ -6,7 +6,9 @@ Both processes define them with ``define_workflows(using)``: the test on its
 it when it imports this module.
 
 Every step execution appends one JSON line to the file named by ``state["log"]``
-(coordination, step, pid, Celery task id) before doing anything else; that is how
+(coordination, step, pid, Celery task id; for the versioned workflows also the
+version the step belongs to and the worker's ``FLOWWARDEN_TEST_WORKER_TAG``) before
+doing anything else; that is how
 the test counts executions and sees a step start. The ``slow`` step sleeps on its
 first execution of a coordination (the test kills it there) and returns at once
 on the next.
@@ -14,6 +16,7 @@ on the next.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -36,6 +39,10 @@ PAUSING = "fw-celery-pausing"
 KILLABLE = "fw-celery-killable"
 APPROVING = "fw-celery-approving"
 SLOW_SECOND = "fw-celery-slow-second"
+#: Two versions, each run by the worker that defines it (a rolling deploy).
+ROLLING = "fw-celery-rolling"
+#: Version 1 pauses after ``a``; version 2 has no ``a`` (the upgrade story).
+UPGRADED = "fw-celery-upgraded"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -112,6 +119,48 @@ def slow_every_time(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
+def versioned(name: str, version: int, outcome: Any = advance) -> Any:
+    """A step of version *version* that logs its version and the worker's tag."""
+
+    @step(name)
+    def run(state: dict[str, Any], ctx: Any) -> Any:
+        _record_tagged(state, ctx, version)
+        return outcome(then(state, name))
+
+    return run
+
+
+def _record_tagged(state: dict[str, Any], ctx: Any, version: int) -> None:
+    from celery import current_task
+
+    task = current_task.request.id if current_task else None
+    tag = os.environ.get("FLOWWARDEN_TEST_WORKER_TAG", "")
+    record(state, ctx, task=task, version=version, tag=tag)
+
+
+#: The steps of each version of the versioned workflows.
+VERSIONED = {
+    (ROLLING, 1): lambda: [versioned("r1", 1), versioned("r2", 1)],
+    (ROLLING, 2): lambda: [versioned("r1", 2), versioned("r2", 2), versioned("r3", 2)],
+    (UPGRADED, 1): lambda: [
+        versioned("a", 1, hibernate),
+        versioned("b", 1),
+        versioned("c", 1),
+    ],
+    (UPGRADED, 2): lambda: [versioned("b2", 2), versioned("c", 2)],
+}
+
+
+def define_versions(using: str, versions: tuple[int, ...]) -> dict[tuple[str, int], Any]:
+    """Register *versions* of the versioned workflows, on database *using*."""
+    store = OrmSnapshotStore(using=using)
+    return {
+        (name, version): Workflow.define(name, steps(), store, using=using, version=version)
+        for (name, version), steps in VERSIONED.items()
+        if version in versions
+    }
+
+
 def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
     """Register the test workflows, on database *using*; their definitions by name."""
     store = OrmSnapshotStore(using=using)
@@ -129,3 +178,8 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
 
 if getattr(settings, "FLOWWARDEN_TEST_WORKFLOW_DB", None):  # the worker
     define_workflows(settings.FLOWWARDEN_TEST_WORKFLOW_DB)
+    # The versions this worker's "deploy" defines (a rolling deploy runs two).
+    _versions = os.environ.get("FLOWWARDEN_TEST_WORKFLOW_VERSIONS", "1,2")
+    define_versions(
+        settings.FLOWWARDEN_TEST_WORKFLOW_DB, tuple(int(v) for v in _versions.split(","))
+    )

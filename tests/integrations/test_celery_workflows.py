@@ -189,8 +189,10 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
         lease: str = "10m",
         visibility_timeout: float | None = None,
         execution: str = "",
+        env: dict[str, str] | None = None,
     ) -> Worker:
         db = connections[DB].settings_dict
+        extra = env or {}
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -213,6 +215,7 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
             env.pop(name, None)
         if visibility_timeout is not None:
             env["FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT"] = str(visibility_timeout)
+        env.update(extra)
         worker = Worker(env, pool, tmp_path / f"worker-{len(workers) + 1}.log")
         workers.append(worker)
         return worker
@@ -473,6 +476,111 @@ def test_a_killed_worker_s_run_completes_with_the_default_settings(
     )
     assert counts == {"one": 1, "slow": 2, "three": 1, "four": 1}
     assert_chained(wf, ["one", "slow", "three", "four"])
+
+
+# -- versions ------------------------------------------------------------------------------ #
+
+
+@pytest.fixture
+def versions() -> Iterator[Callable[..., dict[tuple[str, int], Any]]]:
+    """``versions(1, 2)``: define those versions of the versioned workflows here."""
+    defined: list[str] = []
+
+    def define(*numbers: int) -> dict[tuple[str, int], Any]:
+        found = flows.define_versions(DB, numbers)
+        defined.extend(name for name, _ in found)
+        return found
+
+    yield define
+    from flowwarden_django.workflows.upgrades import upgrade_registry
+
+    for name in set(defined):
+        workflow_registry.unregister(name)
+        upgrade_registry.unregister(name)
+
+
+def versioned_worker(start_worker: Callable[..., Worker], versions: str, tag: str) -> Worker:
+    return start_worker(
+        SOLO,
+        env={"FLOWWARDEN_TEST_WORKFLOW_VERSIONS": versions, "FLOWWARDEN_TEST_WORKER_TAG": tag},
+    )
+
+
+@on_servers
+def test_a_rolling_deploy_runs_each_version_on_the_workers_that_define_it(
+    versions, provider, start_worker, tmp_path
+):
+    """Two workers on one queue, one with version 1 of the workflow and one with
+    version 2: every step of a version-1 run ran on the first, every step of a
+    version-2 run on the second (the other hands them back)."""
+    defined = versions(1, 2)
+    old = versioned_worker(start_worker, "1", "old")
+    new = versioned_worker(start_worker, "2", "new")
+    state = new_state(tmp_path)
+    runs: dict[str, int] = {}
+    with execution(provider):
+        for _ in range(4):
+            for version in (1, 2):
+                started = defined[(flows.ROLLING, version)].start(state)
+                runs[started.coordination_id] = version
+    for cid, version in runs.items():
+        wf = defined[(flows.ROLLING, version)].workflow(cid)
+        worker = old if version == 1 else new
+        wait_for_status(wf, RunStatus.COMPLETED, worker)
+        assert_chained(wf, ["r1", "r2"] if version == 1 else ["r1", "r2", "r3"])
+    done = executions(state["log"])
+    assert len(done) == 4 * 2 + 4 * 3  # every step once
+    for execution_ in done:
+        version = runs[execution_["cid"]]
+        assert (execution_["version"], execution_["tag"]) == (
+            version,
+            "old" if version == 1 else "new",
+        ), execution_
+    assert WorkflowRun.objects.using(DB).filter(pk__in=runs, workflow_version=2).count() == 4
+    # The steps that reached the wrong worker first (about half of the 20) were sent on.
+    handed_back = sum(w.log().count("does not define version") for w in (old, new))
+    assert handed_back > 0, (old.log_tail(), new.log_tail())
+
+
+@on_servers
+def test_a_deploy_without_a_step_waits_for_the_upgrade_that_continues_it_once(
+    versions, provider, start_worker, tmp_path
+):
+    """Version 1 ([a, b, c], a pauses) is replaced by version 2 ([b2, c]): the paused
+    run is not run again from its first step; the upgrade continues it on a worker
+    of version 2, each step once."""
+    from flowwarden_django.workflows import VersionNotDefinedError
+    from flowwarden_django.workflows.upgrades import upgrade_runs
+
+    first = versions(1)
+    old = versioned_worker(start_worker, "1", "old")
+    state = new_state(tmp_path)
+    with execution(provider):
+        cid = first[(flows.UPGRADED, 1)].start(state).coordination_id
+    wf = first[(flows.UPGRADED, 1)].workflow(cid)
+    wait_for_status(wf, RunStatus.HIBERNATED, old)
+    old.terminate()
+
+    # The deploy: this process and the worker define version 2 only.
+    workflow_registry.unregister(flows.UPGRADED)
+    second = versions(2)
+    new = versioned_worker(start_worker, "2", "new")
+    new.wait_ready()
+    with execution(provider), pytest.raises(VersionNotDefinedError):
+        Workflow.for_coordination(cid, using=DB).resume()
+    record = WorkflowRun.objects.using(DB).get(pk=cid)
+    assert (record.status, record.workflow_version) == (RunStatus.NEEDS_UPGRADE, 1)
+
+    Workflow.define_upgrade(flows.UPGRADED, from_version=1, to_version=2, steps={"a": None})
+    with execution(provider):
+        (outcome,) = upgrade_runs(flows.UPGRADED, using=DB, by="test")
+    assert outcome.upgraded and outcome.continued
+    upgraded = second[(flows.UPGRADED, 2)].workflow(cid)
+    wait_for_status(upgraded, RunStatus.COMPLETED, new)
+    steps = [(e["step"], e["tag"]) for e in executions(state["log"])]
+    assert steps == [("a", "old"), ("b2", "new"), ("c", "new")]
+    history = upgraded.history()
+    assert [s.metadata["workflow.lastStep"] for s in history] == ["", "a", "", "b2", "c"]
 
 
 # -- without a worker --------------------------------------------------------------------- #

@@ -161,6 +161,28 @@ def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
         install_workflow_sweep(app)
 
 
+@signals.celeryd_after_setup.connect(
+    weak=False, dispatch_uid="flowwarden_django.celery.version_queues"
+)
+def consume_version_queues(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+    """Make the starting worker consume, beside each of its queues, the queue of
+    every workflow version it defines (``provider.version_queue``): where a worker
+    without a run's version sends that run's steps. Sent after ``-Q`` was applied
+    and the task modules (and so the workflow definitions) were imported."""
+    from ...workflows.registry import workflow_registry
+    from .provider import version_queue
+
+    app = getattr(instance, "app", None)
+    if app is None:
+        return
+    queues = app.amqp.queues
+    consumed = list(queues.consume_from or queues)
+    for queue in consumed:
+        for name in workflow_registry.names():
+            for version in workflow_registry.versions(name):
+                queues.select_add(version_queue(queue, name, version))
+
+
 def install_workflow_sweep(app: Celery) -> None:
     """Add :class:`WorkflowSweepBootstep` to *app*'s workers; calling it again changes
     nothing."""

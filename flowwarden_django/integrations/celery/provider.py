@@ -22,10 +22,11 @@ Steps must be idempotent: a killed step runs again.
 
 Versions: each task also carries the version of the run's workflow. A worker that
 does not define that version (a rolling deploy: old and new workers on one queue)
-never runs the step: it hands the task back to the queue (``task.retry``, after
-``HANDBACK_DELAYS``), so a worker that has the version takes it. After
-``HANDBACK_WAIT`` seconds of hand-backs (no worker has the version any more) the run
-is stopped as ``needs_upgrade`` and the task dropped.
+never runs the step: it sends the task on to the queue of that version
+(``version_queue``: ``<its queue>.<workflow>.v<version>``), which only workers that
+define the version consume, and acknowledges it. A step whose version no running
+worker defines waits in that queue until one starts (``manage.py check`` and
+``flowwarden_workflows versions`` name such runs).
 
 Each task carries the head snapshot it continues from and where it came from. It
 checks both *under its claim on the run* and does nothing when the run has moved on,
@@ -78,11 +79,6 @@ RECOVER_TASK = "flowwarden_django.recover_workflows"
 TIME_LIMIT_MARGIN = 30
 #: How many times a step task waits for another runner's claim to expire.
 CONFLICT_RETRIES = 3
-#: Seconds before a step task of a version this worker lacks is offered again (the
-#: n-th hand-back waits the n-th delay; the last one from then on).
-HANDBACK_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
-#: Seconds of hand-backs after which the run is stopped as ``needs_upgrade``.
-HANDBACK_WAIT = 600.0
 
 
 class Origin:
@@ -334,36 +330,46 @@ def _definition(
     return workflow_registry.get(workflow, version)
 
 
+def version_queue(queue: str, workflow: str, version: int) -> str:
+    """The queue of the step tasks of version *version* of *workflow* that a worker
+    without that version received from *queue*: every worker consumes, beside each
+    of its queues, the queues of the versions it defines
+    (``bootstep.consume_version_queues``)."""
+    return f"{queue}.{workflow}.v{version}"
+
+
 def _hand_back(
     task: Any, coordination_id: str, error: VersionNotDefinedError, fields: dict[str, Any]
 ) -> dict[str, Any]:
-    """Offer the task again for a worker that defines its version; after
-    ``HANDBACK_WAIT`` seconds of that, stop the run as ``needs_upgrade``."""
-    handbacks = fields.get("handbacks", 0)
-    since = fields.get("handed_back_since") or timezone.now().timestamp()
-    waited = timezone.now().timestamp() - since
-    outcome = {"coordination_id": coordination_id, "workflow": error.workflow_name}
-    if waited >= HANDBACK_WAIT:
-        RunRecords().needs_upgrade(coordination_id, str(error))
-        logger.warning(
-            "workflow %s (%s): no worker ran version %d for %.0f s; the run needs an upgrade: %s",
-            error.workflow_name,
-            coordination_id,
-            error.version,
-            waited,
-            error,
-        )
-        return {**outcome, "status": RunStatus.NEEDS_UPGRADE, "reason": str(error)}
-    delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
+    """Send the task on to the queue of its version (a worker that defines it takes
+    it there) instead of running it here."""
+    delivery = getattr(task.request, "delivery_info", None) or {}
+    came_from = delivery.get("routing_key") or task.app.conf.task_default_queue
+    queue = version_queue(came_from, error.workflow_name, error.version)
+    options: dict[str, Any] = {
+        "retry": True,
+        "retry_policy": PUBLISH_RETRY_POLICY,
+        "queue": queue,
+    }
+    hard_limit = (getattr(task.request, "timelimit", None) or (None, None))[0]
+    if hard_limit:
+        options["time_limit"] = hard_limit
+    task.app.send_task(
+        STEP_TASK, kwargs={**fields, "handbacks": fields["handbacks"] + 1}, **options
+    )
     logger.info(
-        "workflow %s (%s): this worker does not define version %d; handing the step back (%d)",
+        "workflow %s (%s): this worker does not define version %d; step sent on to %s",
         error.workflow_name,
         coordination_id,
         error.version,
-        handbacks + 1,
+        queue,
     )
-    kwargs = {**fields, "handbacks": handbacks + 1, "handed_back_since": since}
-    raise task.retry(kwargs=kwargs, countdown=delay)
+    return {
+        "coordination_id": coordination_id,
+        "workflow": error.workflow_name,
+        "status": "handed back",
+        "queue": queue,
+    }
 
 
 def _retry_countdown(exc: ConcurrentRunError) -> float | None:
@@ -385,7 +391,6 @@ def run_step(
     input: Any = None,
     version: int | None = None,
     handbacks: int = 0,
-    handed_back_since: float | None = None,
 ) -> dict[str, Any]:
     """The body of ``flowwarden_django.run_workflow_step`` (*task* is the bound task):
     execute one step, queue the next one on commit. Returns what happened. A task
@@ -406,7 +411,6 @@ def run_step(
             "origin": origin,
             "input": input,
             "handbacks": handbacks,
-            "handed_back_since": handed_back_since,
         }
         return _hand_back(task, coordination_id, exc, fields)
     wf = _StepWorkflow(definition, coordination_id, head, origin)

@@ -78,7 +78,6 @@ def run_workflow_step(
     input: Any = None,
     version: int | None = None,
     handbacks: int = 0,
-    handed_back_since: float | None = None,
 ) -> dict[str, Any]:
     """Execute the next step of one workflow run and queue the step after it on
     commit; queued by ``CeleryExecutionProvider`` (see ``provider``)."""
@@ -93,7 +92,6 @@ def run_workflow_step(
         input=input,
         version=version,
         handbacks=handbacks,
-        handed_back_since=handed_back_since,
     )
 
 
