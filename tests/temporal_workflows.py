@@ -10,6 +10,7 @@ of a coordination (the test kills the worker there) and returns at once after.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -34,6 +35,11 @@ FLAKY = "fw-temporal-flaky"
 #: Short steps (local activities): marked ``short=True``, or with a short ``timeout``.
 SHORT = "fw-temporal-short"
 KILLABLE_SHORT = "fw-temporal-killable-short"
+#: Two versions, each run by the worker that defines it (a rolling deploy); short
+#: steps in version 1 (local activities), regular ones in version 2.
+ROLLING = "fw-temporal-rolling"
+#: Version 1 pauses after ``a``; version 2 has no ``a`` (the upgrade story).
+UPGRADED = "fw-temporal-upgraded"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -94,6 +100,41 @@ def flaky(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) < 3:
         raise RuntimeError("not yet")
     return advance(then(state, "flaky"))
+
+
+def versioned(name: str, version: int, outcome: Any = advance, **options: Any) -> Any:
+    """A step of version *version* that logs its version and the worker's tag."""
+
+    @step(name, **options)
+    def body(state: dict[str, Any], ctx: Any) -> Any:
+        tag = os.environ.get("FLOWWARDEN_TEST_WORKER_TAG", "")
+        record(state, ctx, attempt=ctx.attempt, version=version, tag=tag)
+        return outcome(then(state, name))
+
+    return body
+
+
+#: The steps of each version of the versioned workflows.
+VERSIONED = {
+    (ROLLING, 1): lambda: [versioned("r1", 1, short=True), versioned("r2", 1, short=True)],
+    (ROLLING, 2): lambda: [versioned("r1", 2), versioned("r2", 2), versioned("r3", 2)],
+    (UPGRADED, 1): lambda: [
+        versioned("a", 1, hibernate),
+        versioned("b", 1),
+        versioned("c", 1),
+    ],
+    (UPGRADED, 2): lambda: [versioned("b2", 2), versioned("c", 2)],
+}
+
+
+def define_versions(using: str, versions: tuple[int, ...]) -> dict[tuple[str, int], Any]:
+    """Register *versions* of the versioned workflows, on database *using*."""
+    store = OrmSnapshotStore(using=using)
+    return {
+        (name, version): Workflow.define(name, steps(), store, using=using, version=version)
+        for (name, version), steps in VERSIONED.items()
+        if version in versions
+    }
 
 
 def define_workflows(using: str) -> dict[str, WorkflowDefinition]:

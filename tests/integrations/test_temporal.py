@@ -496,6 +496,122 @@ def test_a_worker_killed_in_a_local_activity_step_is_replaced_and_the_run_comple
         )
 
 
+@pytest.fixture
+def versioned_queue(
+    server: DevServer, worker_env: dict[str, str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A task queue of this test and the settings of this process on it; the
+    versioned workflows are forgotten after."""
+    from flowwarden_django.workflows.upgrades import upgrade_registry
+
+    queue = f"fw-versions-{uuid.uuid4().hex[:8]}"
+    setting = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue, "HEARTBEAT_TIMEOUT": "2s"},
+    }
+    reset_providers()
+    yield queue, setting
+    reset_providers()
+    for name in (flows.ROLLING, flows.UPGRADED):
+        workflow_registry.unregister(name)
+        upgrade_registry.unregister(name)
+    connections[DB].close()
+
+
+def versioned_worker(
+    worker_env: dict[str, str], queue: str, versions: str, tag: str, log: Path
+) -> TemporalWorker:
+    env = {
+        **worker_env,
+        "FLOWWARDEN_TEMPORAL_QUEUE": queue,
+        "FLOWWARDEN_TEST_WORKFLOW_VERSIONS": versions,
+        "FLOWWARDEN_TEST_WORKER_TAG": tag,
+    }
+    return TemporalWorker(env, log, name=f"the {tag} worker")
+
+
+@on_temporal
+def test_a_rolling_deploy_runs_each_version_on_the_workers_that_define_it(
+    versioned_queue: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
+) -> None:
+    """Two workers on one task queue, one with version 1 of the workflow (short steps:
+    local activities) and one with version 2: every step of a version-1 run ran on
+    the first, every step of a version-2 run on the second."""
+    queue, setting = versioned_queue
+    defined = flows.define_versions(DB, (1, 2))
+    old = versioned_worker(worker_env, queue, "1", "old", tmp_path / "old.log")
+    new = versioned_worker(worker_env, queue, "2", "new", tmp_path / "new.log")
+    runs: dict[str, int] = {}
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            for _ in range(3):
+                for version in (1, 2):
+                    started = defined[(flows.ROLLING, version)].start({"log": log})
+                    runs[started.coordination_id] = version
+        for cid in runs:
+            record = wait_for_status(cid, ("completed", "failed"), [old, new, server])
+            assert record.status == "completed", record.failure_reason
+    finally:
+        old.kill()
+        new.kill()
+    done = executions(log)
+    assert len(done) == 3 * 2 + 3 * 3  # every step once
+    for execution in done:
+        version = runs[execution["cid"]]
+        assert (execution["version"], execution["tag"]) == (
+            version,
+            "old" if version == 1 else "new",
+        ), execution
+    handed_back = old.log().count("does not define version") + new.log().count(
+        "does not define version"
+    )
+    assert handed_back > 0, (old.log_tail(), new.log_tail())
+
+
+@on_temporal
+def test_a_deploy_without_a_step_waits_for_the_upgrade_that_continues_it_once(
+    versioned_queue: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
+) -> None:
+    """Version 1 ([a, b, c], a pauses) is replaced by version 2 ([b2, c]): the paused
+    run is not run again from its first step; the upgrade continues it on a worker of
+    version 2, each step once."""
+    from flowwarden_django.workflows import VersionNotDefinedError
+    from flowwarden_django.workflows.upgrades import upgrade_runs
+
+    queue, setting = versioned_queue
+    first = flows.define_versions(DB, (1,))
+    old = versioned_worker(worker_env, queue, "1", "old", tmp_path / "old.log")
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            cid = first[(flows.UPGRADED, 1)].start({"log": log}).coordination_id
+        wait_for_status(cid, ("hibernated",), [old, server])
+    finally:
+        old.kill()
+    workflow_registry.unregister(flows.UPGRADED)
+    flows.define_versions(DB, (2,))
+    new = versioned_worker(worker_env, queue, "2", "new", tmp_path / "new.log")
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            with pytest.raises(VersionNotDefinedError):
+                Workflow.for_coordination(cid, using=DB).resume()
+            record = WorkflowRun.objects.using(DB).get(pk=cid)
+            assert (record.status, record.workflow_version) == ("needs_upgrade", 1)
+            Workflow.define_upgrade(flows.UPGRADED, from_version=1, to_version=2, steps={"a": None})
+            (outcome,) = upgrade_runs(flows.UPGRADED, using=DB, by="test")
+        assert outcome.upgraded and outcome.continued
+        record = wait_for_status(cid, ("completed", "failed"), [new, server])
+        assert record.status == "completed", record.failure_reason
+    finally:
+        new.kill()
+    steps = [(e["step"], e["tag"]) for e in executions(log) if e["cid"] == cid]
+    assert steps == [("a", "old"), ("b2", "new"), ("c", "new")]
+    history = Workflow.for_coordination(cid, using=DB).history()
+    assert [s.metadata["workflow.lastStep"] for s in history] == ["", "a", "", "b2", "c"]
+
+
 @on_temporal
 def test_the_workflow_of_a_run_finished_another_way_is_ended_by_the_reconciler(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str

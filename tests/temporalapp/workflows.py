@@ -1,8 +1,15 @@
 """Found by flowwarden's autodiscovery in the Temporal worker: defines the test
-workflows on the worker's database (``FLOWWARDEN_TEST_WORKFLOW_DB``)."""
+workflows on the worker's database (``FLOWWARDEN_TEST_WORKFLOW_DB``), and the versions
+of the versioned ones that ``FLOWWARDEN_TEST_WORKFLOW_VERSIONS`` names (default: all)."""
+
+import os
 
 from django.conf import settings
 
-from tests.temporal_workflows import define_workflows
+from tests.temporal_workflows import define_versions, define_workflows
 
 define_workflows(settings.FLOWWARDEN_TEST_WORKFLOW_DB)
+define_versions(
+    settings.FLOWWARDEN_TEST_WORKFLOW_DB,
+    tuple(int(v) for v in os.environ.get("FLOWWARDEN_TEST_WORKFLOW_VERSIONS", "1,2").split(",")),
+)
