@@ -67,6 +67,13 @@ from .decisions import ApprovalDecision
 from .execution import ExecutionUnavailableError, resolve_provider
 from .forking import fork_snapshot
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from .patches import (
+    NO_PATCHES,
+    PATCHES_METADATA,
+    PatchBook,
+    patches_metadata,
+    recorded_patches,
+)
 from .registry import WorkflowRegistry, workflow_for, workflow_registry
 from .results import (
     Completed,
@@ -764,6 +771,9 @@ class _Execution:
         #: The head and last step not yet written to the run record (see ``persist``).
         self.unsynced: dict[str, Any] = {}
         self.lease_seconds = lease.total_seconds()
+        #: Whether a step declares patches (``ctx.patched``): only then, or when the
+        #: run recorded answers, does a step get a ``PatchBook``.
+        self.patching = any(s.patches for s in workflow.steps)
         #: Until when (``time.monotonic()``) the lease is young: a third of it after it
         #: was last taken or renewed. Plain steps before then leave the run record alone.
         self.young_until = time.monotonic() + self.lease_seconds / 3
@@ -877,7 +887,10 @@ class _Execution:
                 self.finish()
                 return Running(head.state, self.cid, last_step, head.id)
             current = wf.steps[index]
-            outcome = self.execute(current, head.state, pending_input, decision)
+            book = None
+            if self.patching or PATCHES_METADATA in head.metadata:
+                book = PatchBook(recorded_patches(head.metadata), wf.steps, index)
+            outcome = self.execute(current, head.state, pending_input, decision, book or NO_PATCHES)
             if isinstance(outcome, Fail):
                 self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
@@ -890,6 +903,7 @@ class _Execution:
                 consumed_input=pending_input is not None,
                 completes=index == last,
                 releases=releases,
+                patches=None if book is None else book.after(current),
             )
             last_step = current.name
             pending_input = decision = None
@@ -950,7 +964,13 @@ class _Execution:
                 outcome.persist_with(self.workflow, head)
             outcome.on_paused(self.workflow, head)
         else:  # closed: ask again
-            head = self.persist(head, last_step, outcome, consumed_input=pending_input is not None)
+            head = self.persist(
+                head,
+                last_step,
+                outcome,
+                consumed_input=pending_input is not None,
+                patches=recorded_patches(head.metadata) or None,
+            )
         cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
         return Waiting(head.state, self.cid, last_step), None
 
@@ -978,11 +998,13 @@ class _Execution:
         consumed_input: bool,
         completes: bool = False,
         releases: bool = False,
+        patches: dict[str, bool] | None = None,
     ) -> WorkflowSnapshot:
         """Save the snapshot of step *step_name* (parent: *head*, ``seq``: head's + 1)
         and move the run record to it; *completes*: it was the workflow's last step
         (falling off the end completes the run); *releases*: let go of the run with
-        it (the execution's last step: ``max_steps``), in the same statement.
+        it (the execution's last step: ``max_steps``), in the same statement;
+        *patches*: the run's patch answers, recorded with the snapshot.
 
         A plain step (``advance`` of a step before the last, no input consumed, the
         lease young) saves the snapshot alone, one ``INSERT``: its explicit ``seq``
@@ -998,6 +1020,8 @@ class _Execution:
             and time.monotonic() < self.young_until
         ):
             metadata = {LAST_STEP: step_name, WORKFLOW_NAME: name, WORKFLOW_DONE: "false"}
+            if patches:
+                metadata.update(patches_metadata(patches))
             try:
                 return self.save_plain(
                     head.successor(outcome.state, agent_name=name, metadata=metadata), step_name
@@ -1012,6 +1036,8 @@ class _Execution:
         }
         if isinstance(outcome, Pause):
             metadata.update(outcome.snapshot_metadata())
+        if patches:
+            metadata.update(patches_metadata(patches))
         snapshot = head.successor(
             outcome.state,  # type: ignore[attr-defined]
             agent_name=name,
@@ -1105,6 +1131,7 @@ class _Execution:
         state: Any,
         step_input: Any,
         decision: ApprovalDecision | None = None,
+        patch_book: PatchBook | None = None,
     ) -> StepOutcome:
         """Run one step with its retries and timeout; a ``Fail`` when attempts run out."""
         attempts = current.max_retries + 1
@@ -1122,6 +1149,7 @@ class _Execution:
                 attempt=attempt,
                 input=step_input,
                 decision=decision,
+                patch_book=patch_book,
             )
             try:
                 outcome = _call_step(current, state, ctx)

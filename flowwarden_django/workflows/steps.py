@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, overload
 
 from .decisions import ApprovalDecision
+from .patches import PatchBook, check_patches
 from .runs import RunStatus
 
 
@@ -30,6 +31,8 @@ class StepContext:
     (``None`` for every other step). ``attempt`` counts from 1 within one run of the
     step (``max_retries + 1`` at most). ``idempotency_key`` is
     ``"<coordination_id>:<step_name>"``: stable across attempts, runs and processes.
+    ``patched(id)`` answers whether the run takes the new code of a patch (see
+    ``workflows.patches``).
     """
 
     coordination_id: str
@@ -38,10 +41,20 @@ class StepContext:
     attempt: int = 1
     input: Any = None
     decision: ApprovalDecision | None = None
+    patch_book: PatchBook | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
         return f"{self.coordination_id}:{self.step_name}"
+
+    def patched(self, patch_id: str) -> bool:
+        """True when this run takes the new code of patch *patch_id* (it reached the
+        step declaring it after the change), False when that step ran the old code;
+        the same answer every time for one run. ``UndeclaredPatchError`` when no step
+        declares it. Outside a run (a step called in a unit test): True."""
+        if self.patch_book is None:
+            return True
+        return self.patch_book.answer(patch_id)
 
 
 # -- outcomes ------------------------------------------------------------------------
@@ -135,14 +148,17 @@ def fail(reason: str) -> Fail:
 class WorkflowStep:
     """One step of a workflow. Subclass and implement ``execute(state, ctx)``.
 
-    ``name`` is the stable resume key (renaming a step makes runs paused after it
-    restart from the first step). ``max_retries``: extra attempts after an exception
-    (a returned ``fail`` is never retried); ``retry_delay``: seconds between attempts;
+    ``name`` is the stable resume key (a run paused after a step its workflow no
+    longer has waits as ``needs_upgrade``: give a changed workflow a new version).
+    ``max_retries``: extra attempts after an exception (a returned ``fail`` is never
+    retried); ``retry_delay``: seconds between attempts;
     ``timeout``: seconds an attempt may take (``None`` = no limit), see
     ``StepTimeoutError``. ``short``: whether the step is short work that needs no
     heartbeat (``True``), is not (``False``), or is judged by its ``timeout``
     (``None``, the default); on Temporal a short step runs as a local activity (see
-    ``integrations.temporal``), elsewhere it changes nothing.
+    ``integrations.temporal``), elsewhere it changes nothing. ``patches``: the ids of
+    the changes this step introduces for runs that reach it from now on
+    (``ctx.patched(id)``; see ``workflows.patches``).
     """
 
     name: str = ""
@@ -150,6 +166,7 @@ class WorkflowStep:
     retry_delay: float = 0.1
     timeout: float | None = None
     short: bool | None = None
+    patches: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -159,9 +176,12 @@ class WorkflowStep:
         retry_delay: float | None = None,
         timeout: float | None = None,
         short: bool | None = None,
+        patches: Sequence[str] | None = None,
     ) -> None:
         if name is not None:
             self.name = name
+        if patches is not None:
+            self.patches = check_patches(patches)
         if max_retries is not None:
             self.max_retries = max_retries
         if retry_delay is not None:
@@ -233,6 +253,7 @@ def step(
     retry_delay: float = 0.1,
     timeout: float | None = None,
     short: bool | None = None,
+    patches: Sequence[str] | None = None,
 ) -> Callable[[Callable[..., StepOutcome]], FunctionStep]: ...
 
 
@@ -243,6 +264,7 @@ def step(
     retry_delay: float = 0.1,
     timeout: float | None = None,
     short: bool | None = None,
+    patches: Sequence[str] | None = None,
 ) -> FunctionStep | Callable[[Callable[..., StepOutcome]], FunctionStep]:
     """Make a ``WorkflowStep`` from a function::
 
@@ -266,15 +288,18 @@ def step(
             retry_delay=retry_delay,
             timeout=timeout,
             short=short,
+            patches=patches,
         )
 
     return decorate
 
 
 def step_after(steps: Sequence[WorkflowStep], last_step: str) -> WorkflowStep | None:
-    """The step after *last_step* (the first when it is ``""`` or not a step any more,
-    as the engine does); ``None`` after the last."""
+    """The step after *last_step* (the first when it is ``""``); ``None`` after the
+    last, and when *last_step* is not a step (the run needs an upgrade)."""
+    if not last_step:
+        return steps[0] if steps else None
     for index, candidate in enumerate(steps):
         if candidate.name == last_step:
             return steps[index + 1] if index + 1 < len(steps) else None
-    return steps[0] if steps else None
+    return None

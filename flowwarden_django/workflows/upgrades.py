@@ -50,6 +50,7 @@ from django.utils import timezone
 from ..common.app_models import models
 from .approvals.request import REQUEST_METADATA
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from .patches import PATCHES_METADATA
 from .registry import RegisteredWorkflow, workflow_registry
 from .runs import RunRecords, RunStatus
 from .snapshot import WorkflowSnapshot
@@ -352,7 +353,8 @@ def partial_outcome(
 def _upgraded_metadata(
     head: WorkflowSnapshot, upgrade: WorkflowUpgrade, new_step: str, by: str
 ) -> dict[str, str]:
-    metadata = {key: value for key, value in head.metadata.items() if key == REQUEST_METADATA}
+    kept = (REQUEST_METADATA, PATCHES_METADATA)  # what it waits for, its patch answers
+    metadata = {key: value for key, value in head.metadata.items() if key in kept}
     record = {
         "from": upgrade.from_version,
         "to": upgrade.to_version,

@@ -328,3 +328,70 @@ def test_the_versions_and_upgrade_commands(name: str, store: Any) -> None:
     workflow_registry.unregister(name, 1)
     with pytest.raises(CommandError, match="upgrade --dry-run"):
         run("resume", third)
+
+
+# -- patching ------------------------------------------------------------------------------
+
+
+def test_ctx_patched_is_true_for_runs_that_reach_the_change_and_never_flips(
+    name: str, store: Any
+) -> None:
+    """v1 [a, ship (hibernates), notify]; the patched code of ``ship`` tracks the
+    parcel and ``notify`` sends the tracking link only for runs whose ``ship`` ran it."""
+    seen: list[tuple[str, str, bool]] = []
+
+    def old_ship(state: dict[str, Any]) -> Any:
+        return hibernate({**state, "shipped": True})
+
+    @step("ship", patches=["tracked"])
+    def new_ship(state: dict[str, Any], ctx: Any) -> Any:
+        tracked = ctx.patched("tracked")
+        seen.append((ctx.coordination_id, "ship", tracked))
+        return hibernate({**state, "shipped": True, "tracking": "T1" if tracked else None})
+
+    @step("notify")
+    def notify(state: dict[str, Any], ctx: Any) -> Any:
+        tracked = ctx.patched("tracked")
+        seen.append((ctx.coordination_id, "notify", tracked))
+        return advance({**state, "link": state["tracking"] if tracked else None})
+
+    @step("a")
+    def a(state: dict[str, Any]) -> Any:
+        return hibernate(state)
+
+    old = [a, step("ship")(old_ship), notify]
+    Workflow.define(name, old, store)
+    past = Workflow.start(name, {}).coordination_id  # will be past ship: old code
+    Workflow.for_coordination(past).resume()
+    before = Workflow.start(name, {}).coordination_id  # paused before ship
+    # The patch is deployed (a compatible change: the same version).
+    Workflow.define(name, [a, new_ship, notify], store)
+    fresh = Workflow.start(name, {}).coordination_id
+    for cid in (before, fresh):
+        Workflow.for_coordination(cid).resume()  # a -> ship (hibernates)
+    for cid in (past, before, fresh):
+        result = Workflow.for_coordination(cid).resume()
+        assert isinstance(result, Completed), result
+    answers = {(cid, where): value for cid, where, value in seen}
+    assert answers[(past, "notify")] is False  # its ship ran the old code
+    assert answers[(before, "ship")] is True and answers[(before, "notify")] is True
+    assert answers[(fresh, "ship")] is True and answers[(fresh, "notify")] is True
+    head = Workflow.for_coordination(past).history()[-1]
+    assert head.metadata["workflow.patches"] == '{"tracked":false}'
+    assert Workflow.for_coordination(past).history()[-1].state["link"] is None
+    assert Workflow.for_coordination(before).history()[-1].state["link"] == "T1"
+
+
+def test_an_undeclared_patch_is_an_error_naming_the_fix(name: str, store: Any) -> None:
+    from flowwarden_django.workflows import Failed
+
+    @step("only")
+    def only(state: Any, ctx: Any) -> Any:
+        ctx.patched("nowhere")
+        return advance(state)
+
+    result = Workflow.define(name, [only], store).start({}).result
+    assert isinstance(result, Failed)
+    assert "no step declares patch 'nowhere'" in result.reason
+    with pytest.raises(ValueError, match="list of patch ids"):
+        step("x", patches="tracked")(lambda state: advance(state))
