@@ -74,7 +74,7 @@ from .patches import (
     patches_metadata,
     recorded_patches,
 )
-from .registry import WorkflowRegistry, workflow_for, workflow_registry
+from .registry import VersionNotDefinedError, WorkflowRegistry, workflow_for, workflow_registry
 from .results import (
     Completed,
     Failed,
@@ -1287,7 +1287,10 @@ class WorkflowDefinition:
                 head = wf.store.latest(cid) or _save_seed(wf, initial_state)
                 runs.set_head(cid, head.id)
         if not created:
-            existing = Workflow.for_coordination(record.coordination_id, using=runs.db)
+            try:
+                existing = Workflow.for_coordination(record.coordination_id, using=runs.db)
+            except VersionNotDefinedError:  # started on a version this code lacks
+                return StartedRun(record.coordination_id, False, None)
             return StartedRun(record.coordination_id, False, existing.current_result())
         connection = connections[runs.db]
         if connection.in_atomic_block:
