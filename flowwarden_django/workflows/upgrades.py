@@ -228,6 +228,11 @@ def upgrade_run(
         hop = _upgrade_once(coordination_id, records, dry_run=dry_run, by=by)
         if hop is None:
             break
+        if outcome is not None and outcome.upgraded and not hop.upgraded:
+            # Moved part of the way: say so, and where it stopped.
+            stopped = f"stopped at version {hop.from_version}: {hop.reason}"
+            outcome = dataclasses.replace(outcome, reason=stopped)
+            break
         outcome = (
             hop
             if first is None

@@ -139,7 +139,8 @@ def run_story(story: Story, server: DevServer, queue: str) -> str:
     # Each wake says how to schedule the step it continues with (regular activities:
     # the shop's steps have no timeout and are not marked short).
     policy = {"max_retries": 0, "retry_delay": 0.1, "timeout": None, "local": False}
-    wake = {"origin": "run", "input": None, "policy": policy}
+    # And the version of the run's workflow (a worker without it hands the step on).
+    wake = {"origin": "run", "input": None, "policy": policy, "version": 1}
     assert signals == [(WAKE_SIGNAL, [wake])] * 2, signals
     assert "recovery sweep: woke" not in worker.log(), worker.describe(120)
     story_seconds = time.monotonic() - started

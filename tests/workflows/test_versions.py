@@ -395,3 +395,17 @@ def test_an_undeclared_patch_is_an_error_naming_the_fix(name: str, store: Any) -
     assert "no step declares patch 'nowhere'" in result.reason
     with pytest.raises(ValueError, match="list of patch ids"):
         step("x", patches="tracked")(lambda state: advance(state))
+
+
+def test_an_upgrade_chain_that_stops_part_way_says_where(name: str, store: Any) -> None:
+    calls = Calls()
+    Workflow.define(name, [counting("a", calls, hibernate), counting("b", calls)], store)
+    cid = Workflow.start(name, {}).coordination_id
+    Workflow.define_upgrade(name, from_version=1, to_version=2, steps={"a": "a2"})
+    Workflow.define_upgrade(name, from_version=2, to_version=3, steps={"a2": "a3"})
+    workflow_registry.unregister(name)
+    Workflow.define(name, [counting("a2", calls), counting("b", calls)], store, version=2)
+    (outcome,) = upgrade_runs(name)
+    assert outcome.upgraded and (outcome.from_version, outcome.to_version) == (1, 2)
+    assert "stopped at version 2: version 3 is not defined" in outcome.reason
+    assert record(cid).workflow_version == 2
