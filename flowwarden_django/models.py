@@ -264,7 +264,9 @@ class WorkflowRun(models.Model):
     workflow_name = models.CharField(_("workflow"), max_length=255)
     #: The version of the workflow's definition the run started on (or was upgraded
     #: to): it continues on that definition only. Runs made before versions: 1.
-    workflow_version = models.PositiveIntegerField(_("version"), default=1)
+    # db_default too: the previous release's processes, which leave the column out of
+    # their INSERTs, keep starting runs between `migrate` and the end of a rollout.
+    workflow_version = models.PositiveIntegerField(_("version"), default=1, db_default=1)
     status = models.CharField(
         _("status"), max_length=16, choices=Status.choices, default=Status.RUNNING
     )

@@ -31,7 +31,7 @@ from django.utils.html import format_html
 from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import get_language, gettext, ngettext
 
 from ..common.formatting import NONE_TEXT, relative_time
 
@@ -452,14 +452,20 @@ def reverse_for_key(viewname: str, key: Any, *, current_app: str) -> str:
     """``reverse(viewname, args=[quote(key)], current_app=current_app)``, resolving
     the URL pattern once per view name rather than once per changelist row."""
     template = _url_template(
-        viewname, current_app, get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF
+        viewname,
+        current_app,
+        get_script_prefix(),
+        get_urlconf() or settings.ROOT_URLCONF,
+        get_language(),  # i18n_patterns put it in the path
     )
     # Encoded as reverse() encodes its arguments.
     return template.replace(_KEY_MARKER, url_quote(quote(str(key)), safe=_URL_SAFE))
 
 
 @lru_cache(maxsize=256)
-def _url_template(viewname: str, current_app: str, prefix: str, urlconf: Any) -> str:
+def _url_template(
+    viewname: str, current_app: str, prefix: str, urlconf: Any, language: str | None
+) -> str:
     return reverse(viewname, args=[_KEY_MARKER], current_app=current_app)
 
 

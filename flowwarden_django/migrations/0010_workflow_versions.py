@@ -25,7 +25,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="workflowrun",
             name="workflow_version",
-            field=models.PositiveIntegerField(default=1, verbose_name="version"),
+            field=models.PositiveIntegerField(db_default=1, default=1, verbose_name="version"),
         ),
         migrations.AlterField(
             model_name="workflowrun",

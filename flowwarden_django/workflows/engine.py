@@ -109,7 +109,7 @@ from .steps import (
 )
 from .store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError, snapshot_stores
 from .transactions import write_transaction
-from .upgrades import WorkflowUpgrade, upgrade_registry
+from .upgrades import UPGRADE_METADATA, WorkflowUpgrade, upgrade_of, upgrade_registry
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun
@@ -860,7 +860,7 @@ class _Execution:
         if head.metadata.get(WORKFLOW_DONE) == "true":
             return self.complete(head, pending_input)
         start = wf._start_index(last_step)
-        if start is None:
+        if start is None or (UPGRADE_METADATA in head.metadata and self.upgraded_away(head)):
             return self.needs_upgrade(head, last_step)
         asked, decision = self.decision_asked(head, pending_input)
         if asked is not None:
@@ -974,10 +974,25 @@ class _Execution:
         cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
         return Waiting(head.state, self.cid, last_step), None
 
+    def upgraded_away(self, head: WorkflowSnapshot) -> bool:
+        """Whether *head* is the snapshot of an upgrade to another version than this
+        definition's: an upgrade interrupted before the run moved (a store outside
+        the run's database), whose position is the other version's."""
+        found = upgrade_of(head)
+        return found is not None and found.get("to") != self.workflow.version
+
     def needs_upgrade(self, head: WorkflowSnapshot, last_step: str) -> NeedsUpgrade:
-        """Stop a run whose last step this definition lacks: status
-        ``needs_upgrade``, its head and any input kept, nothing run."""
-        reason = self.workflow._missing_step_reason(last_step)
+        """Stop a run whose last step this definition lacks (or whose head an
+        interrupted upgrade wrote): status ``needs_upgrade``, its head and any input
+        kept, nothing run."""
+        if UPGRADE_METADATA in head.metadata and self.upgraded_away(head):
+            reason = (
+                f"an upgrade of this run to version {upgrade_of(head).get('to')} was "
+                "interrupted before the run moved; run `manage.py flowwarden_workflows "
+                "upgrade` again"
+            )
+        else:
+            reason = self.workflow._missing_step_reason(last_step)
         logger.warning("workflow %s (%s) needs an upgrade: %s", self.name, self.cid, reason)
         self.finish(status=RunStatus.NEEDS_UPGRADE, failure_reason=reason)
         return NeedsUpgrade(head.state, self.cid, last_step, reason)
@@ -1288,10 +1303,11 @@ class WorkflowDefinition:
                 runs.set_head(cid, head.id)
         if not created:
             try:
-                existing = Workflow.for_coordination(record.coordination_id, using=runs.db)
+                existing = workflow_for(record.coordination_id, using=runs.db, mark=False)
             except VersionNotDefinedError:  # started on a version this code lacks
                 return StartedRun(record.coordination_id, False, None)
-            return StartedRun(record.coordination_id, False, existing.current_result())
+            result = cast(Workflow, existing).current_result()
+            return StartedRun(record.coordination_id, False, result)
         connection = connections[runs.db]
         if connection.in_atomic_block:
             transaction.on_commit(lambda: _run_started(wf), using=runs.db)

@@ -162,12 +162,14 @@ class WorkflowRegistry:
 workflow_registry = WorkflowRegistry()
 
 
-def workflow_for(coordination_id: str, *, using: str | None = None) -> Coordination:
+def workflow_for(
+    coordination_id: str, *, using: str | None = None, mark: bool = True
+) -> Coordination:
     """The ``Workflow`` of an existing run: the registered definition of the
     workflow and version its record names. ``UnknownRunError`` / ``LookupError`` when
     the run or its workflow is unknown; ``VersionNotDefinedError`` when its version
-    is not defined here (a hibernated or failed run is then marked ``needs_upgrade``:
-    ``RunRecords.needs_upgrade``)."""
+    is not defined here (a hibernated run is then marked ``needs_upgrade``, unless
+    not *mark*: ``RunRecords.needs_upgrade``)."""
     records = RunRecords(using)
     record = records.get(coordination_id)
     if record is None:
@@ -176,6 +178,7 @@ def workflow_for(coordination_id: str, *, using: str | None = None) -> Coordinat
         definition = workflow_registry.get(record.workflow_name, record.workflow_version)
     except VersionNotDefinedError as exc:
         error = VersionNotDefinedError(exc.workflow_name, exc.version, exc.defined, coordination_id)
-        records.needs_upgrade(coordination_id, str(error), only_if_idle=True)
+        if mark:
+            records.needs_upgrade(coordination_id, str(error), only_if_idle=True)
         raise error from None
     return definition.workflow(coordination_id)

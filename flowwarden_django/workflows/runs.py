@@ -551,10 +551,11 @@ class RunRecords:
     ) -> bool:
         """Mark the run ``needs_upgrade`` with *reason* (its input and head kept), if
         no runner holds it and it is not completed; *only_if_idle*: only a
-        hibernated, failed or already stranded run (a running or waiting run may be
-        continued by a process that has its definition). False when not marked."""
+        hibernated or already stranded run (a running or waiting run may be continued
+        by a process that has its definition; a failed run keeps its failure).
+        False when not marked."""
         statuses = (
-            (RunStatus.HIBERNATED, RunStatus.FAILED, RunStatus.NEEDS_UPGRADE)
+            (RunStatus.HIBERNATED, RunStatus.NEEDS_UPGRADE)
             if only_if_idle
             else (*RunStatus.UPGRADABLE, RunStatus.RUNNING)
         )

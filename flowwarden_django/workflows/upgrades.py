@@ -29,8 +29,10 @@ paused or failed run keeps its status (``resume()`` continues it as before).
 
 With a snapshot store on another database than the run rows (Redis, MongoDB), the
 snapshot is saved before the run row's transaction commits: a crash in between
-leaves an extra snapshot the run does not point at, and the next attempt upgrades
-the run again from its head. The run row never moves without its snapshot.
+leaves the upgrade snapshot as the run's latest while the run is still on the old
+version. The engine never runs the old version from it (the run stops as
+``needs_upgrade``), and the next attempt adopts it as it is. The run row never
+moves without its snapshot.
 """
 
 from __future__ import annotations
@@ -45,14 +47,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from ..common.app_models import models
 from .approvals.request import REQUEST_METADATA
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from .patches import PATCHES_METADATA
 from .registry import RegisteredWorkflow, workflow_registry
-from .runs import RunRecords, RunStatus
+from .runs import RunRecords, RunStatus, unclaimed
 from .snapshot import WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -268,7 +269,7 @@ def _upgrade_once(
     upgrade = upgrade_registry.get(record.workflow_name, record.workflow_version)
     if upgrade is None:
         return None
-    refused = partial_outcome(record, upgrade)
+    refused = _outcome_of(record, upgrade)
     if not workflow_registry.defines(upgrade.name, upgrade.to_version):
         return refused(reason=f"version {upgrade.to_version} is not defined in this process")
     target = workflow_registry.get(upgrade.name, upgrade.to_version)
@@ -283,32 +284,42 @@ def _upgrade_once(
         )
         if run is None:
             return None  # upgraded (or finished) meanwhile
-        refused = partial_outcome(run, upgrade)
-        if run.runner and run.claimed_until is not None and run.claimed_until > timezone.now():
+        refused = _outcome_of(run, upgrade)
+        # The claim's lease on the database's clock, as the runners compare it.
+        if not rows.filter(unclaimed(), pk=cid).exists():
             return refused(reason=f"runner {run.runner} holds it; upgrade it once it let go")
         head = store.latest(cid)
         if head is None:
             return refused(reason="it has no snapshot")
-        last_step = head.metadata.get(LAST_STEP, "")
-        try:
-            new_step = upgrade.position(last_step, target)
-            new_state = head.state if upgrade.state is None else upgrade.state(head.state)
-        except Exception as exc:
-            return refused(from_step=last_step, reason=f"{type(exc).__name__}: {exc}")
+        interrupted = _interrupted_upgrade(head, run, upgrade)
+        if interrupted is not None:
+            # An earlier attempt saved its snapshot (a store outside this database)
+            # and stopped before the run moved: take that snapshot as it is.
+            last_step, new_step = interrupted, head.metadata.get(LAST_STEP, "")
+        else:
+            last_step = head.metadata.get(LAST_STEP, "")
+            try:
+                new_step = upgrade.position(last_step, target)
+                new_state = head.state if upgrade.state is None else upgrade.state(head.state)
+            except Exception as exc:
+                return refused(from_step=last_step, reason=f"{type(exc).__name__}: {exc}")
         resumes = run.status in (RunStatus.NEEDS_UPGRADE, RunStatus.RUNNING)
         status = RunStatus.RUNNING if resumes else run.status
-        done = partial_outcome(
+        done = _outcome_of(
             run, upgrade, from_step=last_step, to_step=new_step, status=status, upgraded=True
         )
         if dry_run:
             return done(continued=resumes)
-        snapshot = head.successor(
-            new_state,
-            agent_name=upgrade.name,
-            metadata=_upgraded_metadata(head, upgrade, new_step, by),
-        )
-        saved = store.save(snapshot)
-        models.Approval.objects.using(db).filter(snapshot_id=head.id).update(
+        if interrupted is not None:
+            saved = head
+        else:
+            snapshot = head.successor(
+                new_state,
+                agent_name=upgrade.name,
+                metadata=_upgraded_metadata(head, upgrade, new_step, by),
+            )
+            saved = store.save(snapshot)
+        models.Approval.objects.using(db).filter(snapshot_id=run.head_snapshot_id).update(
             snapshot_id=saved.id, step_name=new_step
         )
         fields: dict[str, Any] = {
@@ -320,7 +331,9 @@ def _upgrade_once(
         }
         if run.status == RunStatus.NEEDS_UPGRADE:
             fields["failure_reason"] = ""
-        rows.filter(pk=cid).update(**fields)
+        moved = rows.filter(unclaimed(), pk=cid, workflow_version=upgrade.from_version)
+        if moved.update(**fields) != 1:  # cannot happen under the row lock; never half
+            raise RuntimeError(f"run {cid} changed while it was being upgraded")
     logger.info(
         "workflow %s (%s) upgraded from version %d (after step %r) to %d (after step %r)%s",
         upgrade.name,
@@ -334,9 +347,31 @@ def _upgrade_once(
     return done(continued=resumes)
 
 
-def partial_outcome(
-    run: Any, upgrade: WorkflowUpgrade, **fields: Any
-) -> Callable[..., UpgradeOutcome]:
+def _interrupted_upgrade(head: WorkflowSnapshot, run: Any, upgrade: WorkflowUpgrade) -> str | None:
+    """The step the run stood after when an earlier attempt of *upgrade* saved
+    *head* (its upgrade snapshot, the child of the run's head) and was interrupted
+    before the run moved; ``None`` when *head* is no such snapshot."""
+    found = upgrade_of(head)
+    if found is None or head.parent_id != run.head_snapshot_id:
+        return None
+    if (found.get("from"), found.get("to")) != (upgrade.from_version, upgrade.to_version):
+        return None
+    return str(found.get("step", ""))
+
+
+def upgrade_of(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
+    """The ``workflow.upgrade`` record of an upgrade snapshot (``None`` for others)."""
+    raw = snapshot.metadata.get(UPGRADE_METADATA)
+    if not raw:
+        return None
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _outcome_of(run: Any, upgrade: WorkflowUpgrade, **fields: Any) -> Callable[..., UpgradeOutcome]:
     """An outcome of *run* under *upgrade*, completed by the keyword arguments given."""
 
     def make(**more: Any) -> UpgradeOutcome:

@@ -15,6 +15,9 @@ from .registry import workflow_registry
 from .runs import RunRecords, RunStatus
 from .upgrades import upgrade_registry
 
+#: Every status but completed.
+UNFINISHED = (*RunStatus.UPGRADABLE, RunStatus.RUNNING)
+
 
 @dataclasses.dataclass
 class VersionInUse:
@@ -51,7 +54,9 @@ def versions_in_use(*, using: str | None = None) -> list[VersionInUse]:
     """Every (workflow, version) with unfinished runs, by name then version."""
     rows = (
         models.WorkflowRun.objects.using(RunRecords(using).db)
-        .exclude(status=RunStatus.COMPLETED)
+        # An IN list, not "<> completed": read through the status index, so a table of
+        # mostly finished runs costs the check little.
+        .filter(status__in=UNFINISHED)
         .values_list("workflow_name", "workflow_version", "status", "last_step")
         .annotate(runs=Count("pk"))
         .order_by()

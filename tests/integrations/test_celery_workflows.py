@@ -863,3 +863,36 @@ def test_the_workers_of_a_celery_project_run_the_recovery_sweep(setting, sweeps)
     with override_settings(FLOWWARDEN=setting):
         install_from_settings(SimpleNamespace(app=app))
     assert (WorkflowSweepBootstep in app.steps["worker"]) is sweeps
+
+
+def test_a_step_of_a_version_this_worker_lacks_goes_to_that_version_s_queue():
+    """The queue is named after the queue the task came from (found by its routing
+    key), and every worker consumes, beside each of its queues, those of its versions."""
+    from kombu import Queue
+
+    from flowwarden_django.integrations.celery import bootstep
+    from flowwarden_django.integrations.celery import provider as provider_module
+    from flowwarden_django.workflows import VersionNotDefinedError
+
+    app = Celery("fw-handback", broker="memory://", fixups=[], set_as_current=False)
+    app.conf.task_queues = [Queue("steps", routing_key="flow.steps")]
+    sent: list[tuple[str, dict[str, Any]]] = []
+    app.send_task = lambda name, **options: sent.append((name, options))  # type: ignore[method-assign]
+    request = SimpleNamespace(delivery_info={"routing_key": "flow.steps"}, timelimit=(90, None))
+    task = SimpleNamespace(app=app, request=request)
+    fields = {"coordination_id": "cid", "workflow": "wf", "version": 3, "handbacks": 0}
+    outcome = provider_module._hand_back(
+        task, "cid", VersionNotDefinedError("wf", 3, [1, 2]), fields
+    )
+    assert outcome["status"] == "handed back" and outcome["queue"] == "steps.wf.v3"
+    ((name, options),) = sent
+    assert (name, options["queue"], options["time_limit"]) == (STEP_TASK, "steps.wf.v3", 90)
+    assert options["kwargs"] == {**fields, "handbacks": 1}
+
+    Workflow.define("wf", [step_a], InMemorySnapshotStore(), version=3)
+    try:
+        bootstep.consume_version_queues(instance=SimpleNamespace(app=app))
+    finally:
+        workflow_registry.unregister("wf")
+    assert "steps.wf.v3" in app.amqp.queues
+    app.close()

@@ -15,6 +15,7 @@ from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import (
     Completed,
     Hibernated,
+    NeedsUpgrade,
     RunStatus,
     RunVersionError,
     VersionNotDefinedError,
@@ -409,3 +410,72 @@ def test_an_upgrade_chain_that_stops_part_way_says_where(name: str, store: Any) 
     assert outcome.upgraded and (outcome.from_version, outcome.to_version) == (1, 2)
     assert "stopped at version 2: version 3 is not defined" in outcome.reason
     assert record(cid).workflow_version == 2
+
+
+def test_an_interrupted_upgrade_is_never_run_as_the_old_version_and_is_taken_up(
+    name: str,
+) -> None:
+    """A store outside the run's database: the upgrade snapshot saved, then the
+    process died before the run moved. The old version's engine must not read that
+    snapshot's position as its own (it would start over); the next upgrade adopts it."""
+    from flowwarden_django.workflows.upgrades import _upgraded_metadata
+
+    calls = Calls()
+    store = InMemorySnapshotStore()
+    Workflow.define(
+        name, [counting("a", calls, hibernate), counting("b", calls), counting("c", calls)], store
+    )
+    cid = Workflow.start(name, {}).coordination_id
+    upgrade = Workflow.define_upgrade(name, from_version=1, to_version=2, steps={"a": None})
+    head = store.latest(cid)
+    store.save(
+        head.successor(
+            head.state, agent_name=name, metadata=_upgraded_metadata(head, upgrade, "", "x")
+        )
+    )
+
+    result = Workflow.for_coordination(cid).resume()
+    assert isinstance(result, NeedsUpgrade) and "was interrupted" in result.reason
+    assert calls == {"a": 1}
+
+    Workflow.define(name, [counting("b2", calls), counting("c", calls)], store, version=2)
+    (outcome,) = upgrade_runs(name)
+    assert outcome.upgraded and outcome.from_step == "a" and outcome.continued
+    history = Workflow.for_coordination(cid).history()
+    assert [s.metadata["workflow.lastStep"] for s in history] == ["", "a", "", "b2", "c"]
+    assert calls == {"a": 1, "b2": 1, "c": 1}
+
+
+def test_runs_inserted_without_a_version_are_on_version_1() -> None:
+    """The previous release leaves the column out of its INSERTs during a rollout."""
+    from django.db import connection
+
+    table = WorkflowRun._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{table}" (coordination_id, workflow_name, status, last_step, '
+            "failure_reason, runner, attempts, created_at, updated_at) "
+            "VALUES ('legacy-insert', 'w', 'running', '', '', '', 0, %s, %s)",
+            [timezone_now(), timezone_now()],
+        )
+    assert record("legacy-insert").workflow_version == 1
+
+
+def timezone_now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+def test_a_failed_run_of_a_version_not_defined_keeps_its_failure(name: str, store: Any) -> None:
+    @step("boom")
+    def boom(state: Any) -> Any:
+        raise RuntimeError("nope")
+
+    Workflow.define(name, [boom], store)
+    cid = Workflow.start(name, {}).coordination_id
+    assert record(cid).status == RunStatus.FAILED
+    deploy(name, [counting("x", Calls())], store, version=2)
+    with pytest.raises(VersionNotDefinedError):
+        Workflow.for_coordination(cid)
+    assert record(cid).status == RunStatus.FAILED and "nope" in record(cid).failure_reason

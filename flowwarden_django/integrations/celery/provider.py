@@ -60,6 +60,7 @@ from ...workflows.runs import (
     LeaseLostError,
     RunRecords,
     RunStatus,
+    RunVersionError,
     UnknownRunError,
     run_lease,
 )
@@ -338,14 +339,23 @@ def version_queue(queue: str, workflow: str, version: int) -> str:
     return f"{queue}.{workflow}.v{version}"
 
 
+def _queue_of(task: Any) -> str:
+    """The name of the queue *task* was delivered from: the declared queue its
+    routing key leads to (a queue's name and its routing key may differ)."""
+    delivery = getattr(task.request, "delivery_info", None) or {}
+    key = delivery.get("routing_key")
+    for queue in task.app.amqp.queues.values():
+        if key is not None and key in (queue.routing_key, queue.name):
+            return queue.name
+    return key or task.app.conf.task_default_queue
+
+
 def _hand_back(
     task: Any, coordination_id: str, error: VersionNotDefinedError, fields: dict[str, Any]
 ) -> dict[str, Any]:
     """Send the task on to the queue of its version (a worker that defines it takes
     it there) instead of running it here."""
-    delivery = getattr(task.request, "delivery_info", None) or {}
-    came_from = delivery.get("routing_key") or task.app.conf.task_default_queue
-    queue = version_queue(came_from, error.workflow_name, error.version)
+    queue = version_queue(_queue_of(task), error.workflow_name, error.version)
     options: dict[str, Any] = {
         "retry": True,
         "retry_policy": PUBLISH_RETRY_POLICY,
@@ -417,12 +427,14 @@ def run_step(
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
         result = wf.run_local(input=input, max_steps=1)
-    except (StaleStepError, UnknownRunError) as exc:
+    except (StaleStepError, UnknownRunError, RunVersionError) as exc:
+        # RunVersionError: upgraded since this task was queued (the upgrade queues the
+        # step of the new version).
         logger.info("workflow %s (%s): step task dropped: %s", wf.name, coordination_id, exc)
         return {**outcome, "status": "dropped", "reason": str(exc)}
     except ConcurrentRunError as exc:
         countdown = _retry_countdown(exc)
-        if countdown is None or task.request.retries - handbacks >= CONFLICT_RETRIES:
+        if countdown is None or task.request.retries >= CONFLICT_RETRIES:
             logger.info("workflow %s (%s): step task dropped: %s", wf.name, coordination_id, exc)
             return {**outcome, "status": "dropped", "reason": str(exc)}
         # The holder may be dead (a killed worker): try again once its claim is over.

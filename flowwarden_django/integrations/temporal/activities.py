@@ -26,6 +26,7 @@ from ...workflows.runs import (
     LeaseLostError,
     RunRecords,
     RunStatus,
+    RunVersionError,
     run_lease,
 )
 from ...workflows.steps import step_after
@@ -143,10 +144,12 @@ class _Heartbeats:
         self._thread.join()
 
 
-def _definition(request: StepRequest) -> RegisteredWorkflow:
+def _definition(request: StepRequest, *, strict: bool = True) -> RegisteredWorkflow:
     """The definition of the request's workflow, at the run's version (the request's,
     else the run record's). A worker that does not define that version hands the
-    step back (``VERSION_HANDBACK``): the workflow offers it to another worker."""
+    step back (``VERSION_HANDBACK``): the workflow offers it to another worker;
+    not *strict* (a status read, an expiry, which run no step): the newest version,
+    whose database holds the run."""
     version = request.version
     try:
         if version is None:
@@ -156,6 +159,8 @@ def _definition(request: StepRequest) -> RegisteredWorkflow:
             version = None if record is None else record.workflow_version
         return workflow_registry.get(request.workflow, version)
     except VersionNotDefinedError as exc:
+        if not strict:
+            return workflow_registry.get(request.workflow)
         logger.info(
             "workflow %s (%s): this worker does not define version %s; handing the step back",
             request.workflow,
@@ -189,7 +194,9 @@ def _run_step(request: StepRequest) -> RunReport:
             heartbeat = (info.heartbeat_timeout or timedelta(seconds=10)).total_seconds() / 3
             with _Heartbeats(max(heartbeat, 0.2)):
                 result = wf.run_local(input=request.input, max_steps=1, attempt=info.attempt)
-    except StaleStep as exc:
+    except (StaleStep, RunVersionError) as exc:
+        # RunVersionError: upgraded since this step was scheduled; the report carries
+        # the run's new version to the workflow.
         logger.info("workflow %s (%s): step not run: %s", wf.name, cid, exc)
         return report(definition, cid, str(exc))
     except StepAttemptFailed as exc:
@@ -231,7 +238,7 @@ def expire_approval(request: StepRequest) -> RunReport:
     sweep it stands in for. The expiry continues the run through the provider."""
     close_old_connections()
     try:
-        definition = _definition(request)
+        definition = _definition(request, strict=False)
         db = RunRecords(definition.using).db
         expired = expire_due_approvals(using=db, coordination_id=request.coordination_id)
         if expired:
@@ -246,7 +253,7 @@ def run_status(request: StepRequest) -> RunReport:
     """Where the run stands (after a fork, say)."""
     close_old_connections()
     try:
-        return report(_definition(request), request.coordination_id)
+        return report(_definition(request, strict=False), request.coordination_id)
     finally:
         close_old_connections()
 

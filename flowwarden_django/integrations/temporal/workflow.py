@@ -106,7 +106,8 @@ class RunWorkflow:
     ) -> RunReport:
         """Run one step; a worker that lacks the run's version hands it back, and it is
         offered again as a regular activity (any worker may take that; a local
-        activity would run on this worker again)."""
+        activity would run on this worker again). A wake meanwhile (an upgrade moved
+        the run, say) ends the wait: the run loop takes it, with its version."""
         policy = policy or StepPolicy()
         handbacks = 0
         while True:
@@ -119,7 +120,12 @@ class RunWorkflow:
             delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
             handbacks += 1
             policy = StepPolicy(policy.max_retries, policy.retry_delay, policy.timeout, False)
-            await workflow.sleep(delay)
+            try:
+                await workflow.wait_condition(lambda: bool(self._wakes), timeout=delay)
+            except TimeoutError:
+                continue
+            # Not finished: the run loop reads the wake first, then the run again.
+            return RunReport(status="running")
 
     async def _step_once(
         self, start: RunStart, policy: StepPolicy, origin: str, input: object
