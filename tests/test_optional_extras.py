@@ -92,7 +92,7 @@ def test_the_celery_and_redis_extras_give_a_working_redis_transport(tmp_path):
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            f"{ROOT}[celery,redis]",
+            f"{project}[celery,redis]",
         ],
         capture_output=True,
         text=True,
