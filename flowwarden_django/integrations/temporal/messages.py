@@ -16,9 +16,11 @@ WAKE_SIGNAL = "wake"
 #: The error type of a step activity on a worker that does not define the run's
 #: version: the workflow offers the step again, as a regular activity, to any worker.
 VERSION_HANDBACK = "VersionNotDefined"
-#: Seconds before a handed-back step is offered again (the n-th wait, then the last:
-#: a version no worker defines costs its run a few history events a minute).
-HANDBACK_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 15.0, 30.0, 60.0)
+#: Seconds before a handed-back step is offered again (the n-th wait, then the last).
+#: Which worker takes an activity is Temporal's choice, so a step may be offered a
+#: few times before a worker of its version takes it; short waits keep that quick (a
+#: version no worker defines costs its run about 90 history events a minute).
+HANDBACK_DELAYS = (0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,6 +60,9 @@ class RunWorkflow:
         self._wakes: list[Wake] = []
         #: The version of the run's workflow, as the last wake or report said.
         self._version: int | None = None
+        #: Set once a step was handed back: this worker lacks the run's version, and a
+        #: local activity would run here again, so every later step is a regular one.
+        self._regular_only = False
 
     @workflow.signal(name=WAKE_SIGNAL)
     def wake(self, wake: Wake) -> None:
@@ -119,7 +122,7 @@ class RunWorkflow:
                     raise
             delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
             handbacks += 1
-            policy = StepPolicy(policy.max_retries, policy.retry_delay, policy.timeout, False)
+            self._regular_only = True
             try:
                 await workflow.wait_condition(lambda: bool(self._wakes), timeout=delay)
             except TimeoutError:
@@ -141,7 +144,7 @@ class RunWorkflow:
             maximum_interval=timedelta(seconds=max(policy.retry_delay, 0.1) + 30),
             non_retryable_error_types=["UnknownRunError", "LookupError", VERSION_HANDBACK],
         )
-        if policy.local:
+        if policy.local and not self._regular_only:
             # A short step: run in this worker's workflow task, no activity task.
             # No heartbeats: a killed worker is noticed when the workflow task
             # times out, and the step runs again on the next worker.
