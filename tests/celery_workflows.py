@@ -32,6 +32,7 @@ from flowwarden_django.workflows import (
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from tests import step_log
 from tests.step_log import record, then
 
 THREE = "fw-celery-three"
@@ -153,12 +154,7 @@ VERSIONED = {
 
 def define_versions(using: str, versions: tuple[int, ...]) -> dict[tuple[str, int], Any]:
     """Register *versions* of the versioned workflows, on database *using*."""
-    store = OrmSnapshotStore(using=using)
-    return {
-        (name, version): Workflow.define(name, steps(), store, using=using, version=version)
-        for (name, version), steps in VERSIONED.items()
-        if version in versions
-    }
+    return step_log.define_versions(VERSIONED, using, versions)
 
 
 def define_workflows(using: str) -> dict[str, WorkflowDefinition]:

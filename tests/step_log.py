@@ -52,3 +52,19 @@ def assert_chained(wf: Any, steps: list[str]) -> None:
     assert [s.metadata[LAST_STEP] for s in history] == ["", *steps]
     assert history[0].parent_id is None
     assert [s.parent_id for s in history[1:]] == [s.id for s in history[:-1]]
+
+
+def define_versions(
+    versioned: dict[tuple[str, int], Any], using: str, versions: tuple[int, ...]
+) -> dict[tuple[str, int], Any]:
+    """Register *versions* of the *versioned* workflows (``{(name, version): steps
+    factory}``) on database *using*, each on an ORM store there."""
+    from flowwarden_django.workflows import Workflow
+    from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+
+    store = OrmSnapshotStore(using=using)
+    return {
+        (name, version): Workflow.define(name, steps(), store, using=using, version=version)
+        for (name, version), steps in versioned.items()
+        if version in versions
+    }
