@@ -259,6 +259,8 @@ class WorkflowRun(models.Model):
         COMPLETED = "completed", _("completed")
         FAILED = "failed", _("failed")
         NEEDS_UPGRADE = "needs_upgrade", _("needs upgrade")
+        SLEEPING = "sleeping", _("sleeping")
+        CANCELLED = "cancelled", _("cancelled")
 
     coordination_id = models.CharField(_("coordination"), max_length=255, primary_key=True)
     workflow_name = models.CharField(_("workflow"), max_length=255)
@@ -283,6 +285,11 @@ class WorkflowRun(models.Model):
     claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
     #: Retries: a failed run run again, or a dead runner's claim taken over.
     attempts = models.PositiveIntegerField(_("retries"), default=0)
+    #: When a ``sleeping`` run wakes (a step returned ``sleep(...)``).
+    wake_at = models.DateTimeField(_("wakes at"), null=True, blank=True)
+    #: The errors of the failed attempts of the step in progress, when its provider
+    #: runs each attempt on its own (Temporal); its snapshot takes them.
+    step_errors = models.JSONField(_("step errors"), null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"))
 
@@ -293,9 +300,12 @@ class WorkflowRun(models.Model):
         permissions = [
             ("fork_workflowrun", _("Can fork a workflow run from a snapshot")),
             ("upgrade_workflowrun", _("Can upgrade workflow runs to another version")),
+            ("cancel_workflowrun", _("Can cancel workflow runs")),
         ]
         indexes = [
             models.Index(fields=["status", "updated_at"], name="fw_run_status"),
+            # The sweep's due sleepers: status = 'sleeping' AND wake_at <= now.
+            models.Index(fields=["status", "wake_at"], name="fw_run_wake"),
             # The runs' listings: the admin's changelist and the API's, newest first.
             models.Index(fields=["-updated_at", "coordination_id"], name="fw_run_updated"),
         ]

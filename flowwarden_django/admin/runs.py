@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonRes
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
@@ -34,10 +35,13 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, parse_user_json
 from ..models import Approval, WorkflowRun
+from ..workflows.cancellation import cancel_coordination, cancellation_of
 from ..workflows.engine import workflow_registry
 from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
 from ..workflows.metadata import LAST_STEP
+from ..workflows.runs import UnknownRunError
 from ..workflows.snapshot import WorkflowSnapshot
+from ..workflows.step_timings import step_timing_of
 from ..workflows.store import SnapshotStore, snapshot_stores
 from ..workflows.upgrades import upgrade_runs
 from .base import (
@@ -67,6 +71,9 @@ logger = logging.getLogger("flowwarden_django.admin")
 #: The permission the fork action needs.
 FORK_PERMISSION = "flowwarden_django.fork_workflowrun"
 UPGRADE_PERMISSION = "flowwarden_django.upgrade_workflowrun"
+CANCEL_PERMISSION = "flowwarden_django.cancel_workflowrun"
+#: The most runs one "Cancel" action works on (select fewer, or use the command).
+MAX_CANCELLED = 500
 #: The most runs one "Upgrade" action works on (select fewer, or use the command).
 MAX_UPGRADED = 500
 VIEW_SNAPSHOTS_PERMISSION = "flowwarden_django.view_snapshotrecord"
@@ -79,6 +86,8 @@ RUN_STATUS_ICONS = {
     WorkflowRun.Status.COMPLETED: "admin/img/icon-yes.svg",
     WorkflowRun.Status.FAILED: "admin/img/icon-no.svg",
     WorkflowRun.Status.NEEDS_UPGRADE: "admin/img/icon-alert.svg",
+    WorkflowRun.Status.SLEEPING: "admin/img/icon-clock.svg",
+    WorkflowRun.Status.CANCELLED: "admin/img/icon-no.svg",
 }
 
 #: The words of the tree's badges.
@@ -96,6 +105,48 @@ def run_status_badge(status: str) -> SafeString:
     labels = dict(WorkflowRun.Status.choices)
     return status_badge(
         status, labels=labels, icons=RUN_STATUS_ICONS, css_class="flowwarden-run-status"
+    )
+
+
+def tree_step_text(snapshot: WorkflowSnapshot) -> dict[str, str]:
+    """What the tree says of how the snapshot's step ran (``duration``, ``attempts``,
+    ``errors``: the classes of the failed attempts, never their messages, which may
+    quote the state), or of its cancellation (``cancelled``)."""
+    found: dict[str, str] = {}
+    cancelled = cancellation_of(snapshot)
+    if cancelled:
+        found["cancelled"] = cancelled.get("reason") or gettext("cancelled")
+    timing = step_timing_of(snapshot.metadata)
+    if timing is None:
+        return found
+    if timing.duration_ms is not None:
+        found["duration"] = duration_text(timing.duration_ms)
+    if timing.attempts and timing.attempts > 1:
+        found["attempts"] = ngettext("%(count)d attempt", "%(count)d attempts", timing.attempts) % {
+            "count": timing.attempts
+        }
+    if timing.errors:
+        found["errors"] = ", ".join(f"#{e.attempt} {e.error}" for e in timing.errors)
+    return found
+
+
+def duration_text(milliseconds: float) -> str:
+    """``850 ms``, ``12.4 s``, ``3 min 5 s``."""
+    if milliseconds < 1000:
+        return f"{milliseconds:.0f} ms" if milliseconds >= 10 else f"{milliseconds:.1f} ms"
+    seconds = milliseconds / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def wakes_text(wake_at: Any) -> SafeString:
+    """``wakes in 2 hours`` (``due 3 minutes ago`` once past), the exact time as a title."""
+    return format_html(
+        "{} {}",
+        gettext("wakes") if wake_at > timezone.now() else gettext("due"),
+        age(wake_at),
     )
 
 
@@ -178,7 +229,7 @@ class WorkflowRunAdmin(
     # The order of the fw_run_updated index (the coordination id breaks ties).
     ordering = ["-updated_at", "coordination_id"]
     empty_value_display = NONE_TEXT
-    actions = ["upgrade_selected"]
+    actions = ["upgrade_selected", "cancel_selected"]
     fieldsets = [
         (
             None,
@@ -188,6 +239,7 @@ class WorkflowRunAdmin(
                     "workflow_name",
                     "workflow_version",
                     "status_icon",
+                    "wake_at_text",
                     "last_step_text",
                     "head_snapshot",
                     "idempotency_key",
@@ -205,6 +257,7 @@ class WorkflowRunAdmin(
         "workflow_name",
         "workflow_version",
         "status_icon",
+        "wake_at_text",
         "last_step_text",
         "head_snapshot",
         "head_snapshot_id",
@@ -228,6 +281,52 @@ class WorkflowRunAdmin(
     def has_upgrade_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """May the user upgrade runs to another version (``upgrade_workflowrun``)?"""
         return request.user.has_perm(UPGRADE_PERMISSION)
+
+    def has_cancel_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """May the user cancel runs (``cancel_workflowrun``)?"""
+        return request.user.has_perm(CANCEL_PERMISSION)
+
+    @admin.action(permissions=["cancel"], description=_("Cancel the selected runs"))
+    def cancel_selected(self, request: HttpRequest, queryset: Any) -> None:
+        """Cancel the selected runs (``Workflow.cancel``, by the user): none runs
+        another step; each cancelled run gets a history entry. Completed and already
+        cancelled runs are left alone."""
+        selected = list(queryset.order_by().values_list("pk", flat=True)[: MAX_CANCELLED + 1])
+        by = request.user.get_username()
+        reason = gettext("cancelled in the admin")
+        cancelled, finished = 0, 0
+        for cid in selected[:MAX_CANCELLED]:
+            try:
+                outcome = cancel_coordination(cid, reason, by=by, using=queryset.db)
+            except UnknownRunError:
+                continue
+            if not outcome.cancelled:
+                finished += 1
+                continue
+            cancelled += 1
+            run = queryset.model.objects.using(queryset.db).filter(pk=cid).first()
+            if run is not None:
+                self.log_change(request, run, gettext("Cancelled."))
+        text = ngettext("Cancelled %(count)d run.", "Cancelled %(count)d runs.", cancelled)
+        level = messages.SUCCESS if cancelled else messages.WARNING
+        self.message_user(request, text % {"count": cancelled}, level)
+        if finished:
+            text = ngettext(
+                "%(count)d selected run was already finished and was left alone.",
+                "%(count)d selected runs were already finished and were left alone.",
+                finished,
+            )
+            self.message_user(request, text % {"count": finished}, messages.INFO)
+        if len(selected) > MAX_CANCELLED:
+            self.message_user(
+                request,
+                gettext(
+                    "Only the first %(max)d selected runs were cancelled: run "
+                    "`manage.py flowwarden_workflows cancel` for the others."
+                )
+                % {"max": MAX_CANCELLED},
+                messages.WARNING,
+            )
 
     @admin.action(
         permissions=["upgrade"],
@@ -377,7 +476,16 @@ class WorkflowRunAdmin(
 
     @admin.display(description=_("status"), ordering="status")
     def status_icon(self, obj: WorkflowRun) -> SafeString:
-        return run_status_badge(obj.status)
+        badge = run_status_badge(obj.status)
+        if obj.status == WorkflowRun.Status.SLEEPING and obj.wake_at is not None:
+            return format_html("{} <small>({})</small>", badge, wakes_text(obj.wake_at))
+        return badge
+
+    @admin.display(description=_("wakes at"))
+    def wake_at_text(self, obj: WorkflowRun) -> SafeString | str:
+        if obj.status != WorkflowRun.Status.SLEEPING or obj.wake_at is None:
+            return NONE_TEXT
+        return timestamp(obj.wake_at)
 
     @admin.display(description=_("last step"), ordering="last_step")
     def last_step_text(self, obj: WorkflowRun) -> SafeString | str:
@@ -672,6 +780,7 @@ class WorkflowRunAdmin(
             "branches": [],
             "moved_branches": [],
             "parent_url": None,
+            "step": tree_step_text(snapshot),
         }
         if node.detached and snapshot.parent_id:
             item["parent_url"] = self.snapshot_url(run.pk, snapshot.parent_id)
@@ -715,6 +824,9 @@ class WorkflowRunAdmin(
             parent_url=parent_url,
             is_head=snapshot.id == run.head_snapshot_id,
             last_step=snapshot.metadata.get(LAST_STEP, ""),
+            # The page shows the state: the errors' messages too.
+            timing=step_timing_of(snapshot.metadata),
+            cancellation=cancellation_of(snapshot),
             metadata_text=state_json(dict(snapshot.metadata)),
             state_text=state_text,
             diff=diff,

@@ -44,6 +44,13 @@ class Gone(exceptions.APIException):
     default_code = "gone"
 
 
+class RunFinished(Conflict):
+    """409: the run is completed or already cancelled: there is nothing to cancel."""
+
+    default_detail = _("The run is already finished.")
+    default_code = "run_finished"
+
+
 class SnapshotUnreadable(Conflict):
     """409: the store cannot read the snapshot (a wrong key, tampered data)."""
 

@@ -2,7 +2,8 @@
 
 * Runs: holders of ``flowwarden_django.view_workflowrun`` see every run; anyone else
   sees the runs of coordinations that have an approval visible to them
-  (``visible_approvals``), so an approver can read what they decide.
+  (``visible_approvals``), so an approver can read what they decide. Cancelling a
+  run needs ``flowwarden_django.cancel_workflowrun`` as well.
 * Snapshots: the same, with ``flowwarden_django.view_snapshotrecord``. Forking needs
   ``flowwarden_django.fork_workflowrun`` as well.
 * Approvals: ``visible_approvals(user)``; deciding needs ``can_decide`` (checked, and
@@ -29,6 +30,7 @@ from ..workflows.runs import RunRecords
 VIEW_RUNS = "flowwarden_django.view_workflowrun"
 VIEW_SNAPSHOTS = "flowwarden_django.view_snapshotrecord"
 FORK_RUNS = "flowwarden_django.fork_workflowrun"
+CANCEL_RUNS = "flowwarden_django.cancel_workflowrun"
 
 
 def api_database() -> str:
@@ -77,6 +79,16 @@ class SnapshotAccess:
     def allows(self, coordination_id: str) -> bool:
         """Whether snapshots of *coordination_id* are readable."""
         return self.everything or coordination_id in self.coordinations
+
+
+class CanCancelRuns(BasePermission):
+    """Cancelling a (visible) run needs ``flowwarden_django.cancel_workflowrun``."""
+
+    message = _("You may not cancel workflow runs.")
+    code = "cancel_forbidden"
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        return bool(request.user.has_perm(CANCEL_RUNS))
 
 
 class CanForkRuns(BasePermission):

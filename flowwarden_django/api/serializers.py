@@ -27,7 +27,9 @@ from ..common.user_input import (
 )
 from ..models import Approval, ApprovalEvent, WorkflowRun
 from ..workflows.approvals import can_decide
+from ..workflows.cancellation import REASON_LIMIT
 from ..workflows.snapshot import UnreadableSnapshot, WorkflowSnapshot
+from ..workflows.step_timings import step_timing_of
 from ..workflows.store import store_for_workflow
 from .permissions import readable_approvals
 
@@ -106,6 +108,9 @@ class RunSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text=_("The version of the workflow's definition the run is on."),
     )
+    wake_at = serializers.SerializerMethodField(
+        help_text=_("When a sleeping run wakes (null unless its status is sleeping).")
+    )
 
     class Meta:
         model = WorkflowRun
@@ -117,10 +122,30 @@ class RunSerializer(serializers.ModelSerializer):
             "last_step",
             "head_snapshot_id",
             "failure_reason",
+            "wake_at",
             "created_at",
             "updated_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_wake_at(self, run: WorkflowRun) -> str | None:
+        if run.status != WorkflowRun.Status.SLEEPING or run.wake_at is None:
+            return None
+        return serializers.DateTimeField().to_representation(run.wake_at)
+
+
+class CancelSerializer(serializers.Serializer):
+    """``POST .../cancel/``: why the run is cancelled (kept on the run and in the
+    audit of its approvals)."""
+
+    reason = serializers.CharField(
+        max_length=REASON_LIMIT,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text=_("Why the run is cancelled."),
+    )
 
 
 class RunDetailSerializer(RunSerializer):
@@ -146,6 +171,22 @@ class RunDetailSerializer(RunSerializer):
 # -- snapshots -------------------------------------------------------------------------
 
 
+class AttemptErrorSerializer(serializers.Serializer):
+    """A failed attempt of a step (``message`` only in a snapshot's detail)."""
+
+    attempt = serializers.IntegerField()
+    error = serializers.CharField(help_text=_("The exception's class."))
+    message = serializers.CharField(required=False)
+
+
+class StepTimingSerializer(serializers.Serializer):
+    """How the step that wrote a snapshot ran."""
+
+    duration_ms = serializers.FloatField(allow_null=True)
+    attempts = serializers.IntegerField(allow_null=True)
+    errors = AttemptErrorSerializer(many=True)
+
+
 class SnapshotSerializer(serializers.Serializer):
     """A snapshot in a list: where it sits, not what it holds."""
 
@@ -163,18 +204,36 @@ class SnapshotSerializer(serializers.Serializer):
         )
     )
 
+    step = serializers.SerializerMethodField(
+        help_text=_(
+            "null, or how the step that wrote the snapshot ran: duration_ms (its last "
+            "attempt), attempts, and errors [{attempt, error}] of the attempts that "
+            "failed (their messages in the snapshot's detail)."
+        )
+    )
+
+    #: Whether error messages show (they may quote the state: only with it).
+    with_messages = False
+
     @extend_schema_field(ErrorSerializer(allow_null=True))
     def get_error(self, snapshot: WorkflowSnapshot) -> dict[str, str] | None:
         if not isinstance(snapshot, UnreadableSnapshot):
             return None
         return {"code": "snapshot_unreadable", "detail": snapshot.error}
 
+    @extend_schema_field(StepTimingSerializer(allow_null=True))
+    def get_step(self, snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
+        timing = step_timing_of(snapshot.metadata or {})
+        return None if timing is None else timing.as_dict(with_messages=self.with_messages)
+
 
 class SnapshotDetailSerializer(SnapshotSerializer):
-    """A snapshot with its metadata and state (as JSON)."""
+    """A snapshot with its metadata and state (as JSON), and its step's errors with
+    their messages."""
 
     metadata = serializers.DictField(child=serializers.CharField(), read_only=True)
     state = StateField()
+    with_messages = True
 
 
 def _checked(value: Any, **limits: Any) -> Any:

@@ -35,16 +35,19 @@ from rest_framework.views import APIView
 
 from ..models import Approval, WorkflowRun
 from ..workflows.approvals import check_may_decide, decidable_approvals, decide
+from ..workflows.cancellation import cancel_coordination
 from ..workflows.encryption import SnapshotDecryptionError
+from ..workflows.runs import UnknownRunError
 from ..workflows.serializers import StateDecodeError
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore
 from .authentication import authentication_classes
-from .exceptions import SnapshotUnreadable, exception_handler
+from .exceptions import RunFinished, SnapshotUnreadable, exception_handler
 from .filters import ApprovalFilter, RunFilter, SnapshotFilter, StoreParameter
 from .pagination import PagePagination, SnapshotCursorPagination
 from .parsers import StorableJSONParser
 from .permissions import (
+    CanCancelRuns,
     CanForkRuns,
     SnapshotAccess,
     api_database,
@@ -56,6 +59,7 @@ from .serializers import (
     ApprovalDecidedSerializer,
     ApprovalDetailSerializer,
     ApprovalSerializer,
+    CancelSerializer,
     DecisionSerializer,
     ErrorSerializer,
     ForkSerializer,
@@ -147,6 +151,22 @@ class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
         description="404 when the run does not exist or is not visible to you.",
         responses={200: RunDetailSerializer, **DETAIL_ERRORS},
     ),
+    cancel=extend_schema(
+        operation_id="runs_cancel",
+        summary="Cancel the run: it never runs another step",
+        description="Needs `cancel_workflowrun` (403 without it). A step running now "
+        "finishes and its result is discarded; the run's pending approvals are "
+        "cancelled and audited. 409 `run_finished` when it is completed or already "
+        "cancelled.",
+        request=CancelSerializer,
+        responses={
+            200: RunDetailSerializer,
+            400: BAD_REQUEST,
+            **DETAIL_ERRORS,
+            403: _error("cancel_forbidden: you may not cancel runs (or no CSRF token)."),
+            409: _error("run_finished: the run is completed or already cancelled."),
+        },
+    ),
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     """Workflow runs (``WorkflowRun``) visible to the user."""
@@ -162,7 +182,30 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
         return readable_runs(self.request.user).order_by("-updated_at", "coordination_id")
 
     def get_serializer_class(self) -> Any:
+        if self.action == "cancel":
+            return CancelSerializer
         return RunDetailSerializer if self.action == "retrieve" else RunSerializer
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.action == "cancel":
+            return [IsAuthenticated(), CanCancelRuns()]
+        return super().get_permissions()
+
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, coordination_id: str) -> Response:
+        run = self.get_object()
+        body = CancelSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        by = request.user.get_username()
+        reason = body.validated_data["reason"]
+        try:
+            outcome = cancel_coordination(run.pk, reason, by=by, using=api_database())
+        except UnknownRunError:  # deleted meanwhile
+            raise exceptions.NotFound(code=self.not_found_code) from None
+        if not outcome.cancelled:
+            raise RunFinished(f"The run is already {outcome.status}.")
+        run.refresh_from_db()
+        return Response(RunDetailSerializer(run, context={"request": request}).data)
 
 
 # -- snapshots -------------------------------------------------------------------------

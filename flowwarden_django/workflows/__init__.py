@@ -13,11 +13,13 @@ from .execution import (
 )
 from .registry import VersionNotDefinedError, workflow_registry
 from .results import (
+    Cancelled,
     Completed,
     Failed,
     Hibernated,
     NeedsUpgrade,
     Running,
+    Sleeping,
     StartedRun,
     Waiting,
     WorkflowResult,
@@ -37,6 +39,7 @@ from .steps import (
     Fail,
     Hibernate,
     Pause,
+    Sleep,
     StepContext,
     StepOutcome,
     WorkflowStep,
@@ -44,6 +47,7 @@ from .steps import (
     done,
     fail,
     hibernate,
+    sleep,
     step,
 )
 from .store import (
@@ -56,6 +60,7 @@ from .store import (
 __all__ = [
     "Advance",
     "ApprovalDecision",
+    "Cancelled",
     "CheckpointQuery",
     "Completed",
     "ConcurrentRunError",
@@ -74,6 +79,8 @@ __all__ = [
     "RunStatus",
     "RunVersionError",
     "Running",
+    "Sleep",
+    "Sleeping",
     "SnapshotConflictError",
     "SnapshotStore",
     "StartedRun",
@@ -95,6 +102,7 @@ __all__ = [
     "fail",
     "hibernate",
     "resolve_provider",
+    "sleep",
     "snapshot_stores",
     "step",
     "workflow_registry",

@@ -48,6 +48,7 @@ through the ``execution.ExecutableWorkflow`` protocol.
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import threading
 import time
@@ -62,10 +63,12 @@ from ..common.app_models import models
 from ..common.user_input import check_resume_input
 from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
+from .cancellation import CancelOutcome, cancel_run, cancellation_of
 from .claim_keeper import HeldClaim, claim_keeper
 from .decisions import ApprovalDecision
 from .execution import ExecutionUnavailableError, resolve_provider
 from .forking import fork_snapshot
+from .metadata import CANCELLED as CANCELLED_METADATA
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from .patches import (
     NO_PATCHES,
@@ -76,6 +79,7 @@ from .patches import (
 )
 from .registry import VersionNotDefinedError, WorkflowRegistry, workflow_for, workflow_registry
 from .results import (
+    Cancelled,
     Completed,
     Failed,
     Hibernated,
@@ -97,6 +101,7 @@ from .runs import (
     run_lease,
 )
 from .snapshot import CheckpointQuery, WorkflowSnapshot, check_id, new_snapshot_id
+from .step_timings import AttemptError, StepTiming, errors_json, parse_errors
 from .steps import (
     Advance,
     Done,
@@ -330,6 +335,17 @@ class Workflow:
         """
         return await sync_to_async(self.resume, thread_sensitive=True)(input)
 
+    def cancel(self, reason: str = "", *, by: str = "") -> CancelOutcome:
+        """Cancel this run: it never runs another step (see ``workflows.cancellation``);
+        *by* names who cancelled (kept with the reason and in the approvals' audit).
+        ``CancelOutcome.cancelled`` is False when it was already completed or
+        cancelled. ``UnknownRunError`` when there is no run."""
+        return cancel_run(self, reason, by=by)
+
+    async def acancel(self, reason: str = "", *, by: str = "") -> CancelOutcome:
+        """``cancel()`` from async code."""
+        return await sync_to_async(self.cancel, thread_sensitive=True)(reason, by=by)
+
     def run_local(
         self,
         initial_state: Any = None,
@@ -361,10 +377,28 @@ class Workflow:
         kept = execution.keep_alive()
         try:
             return execution.run(initial_state, max_steps, opened)
+        except ConcurrentRunError:
+            # Cancelled while a step ran: the step's result was discarded.
+            cancelled = self._if_cancelled(runs)
+            if cancelled is None:
+                raise
+            return cancelled
         finally:
             if kept:
                 claim_keeper.drop(token)
             execution.release()
+
+    def _if_cancelled(self, runs: RunRecords) -> Cancelled | None:
+        """``Cancelled`` when the run is (now) cancelled, else ``None``."""
+        try:
+            record = runs.get(self._coordination_id)
+        except DatabaseError:
+            return None
+        if record is None or record.status != RunStatus.CANCELLED:
+            return None
+        head = self.store.latest(self._coordination_id)
+        state = None if head is None else head.state
+        return Cancelled(state, self._coordination_id, record.failure_reason)
 
     def _claim_terms(self) -> ClaimTerms | None:
         """The terms an execution provider's step runner claims the run on (it never
@@ -553,8 +587,10 @@ class Workflow:
         cid = self._coordination_id
         if record.status == RunStatus.COMPLETED:
             return Completed(state, cid)
+        if record.status == RunStatus.CANCELLED:
+            return Cancelled(state, cid, record.failure_reason)
         if record.status in RunStatus.PAUSED:
-            return paused(state, cid, last_step, record.status)
+            return paused(state, cid, last_step, record.status, record.wake_at)
         if record.status == RunStatus.NEEDS_UPGRADE:
             return NeedsUpgrade(state, cid, last_step, record.failure_reason)
         if record.status == RunStatus.FAILED:
@@ -770,6 +806,8 @@ class _Execution:
         self.store = workflow.store
         #: The head and last step not yet written to the run record (see ``persist``).
         self.unsynced: dict[str, Any] = {}
+        #: How the step just executed ran (``execute``), recorded with its snapshot.
+        self.timing: StepTiming | None = None
         self.lease_seconds = lease.total_seconds()
         #: Whether a step declares patches (``ctx.patched``): only then, or when the
         #: run recorded answers, does a step get a ``PatchBook``.
@@ -859,6 +897,8 @@ class _Execution:
 
         if head.metadata.get(WORKFLOW_DONE) == "true":
             return self.complete(head, pending_input)
+        if CANCELLED_METADATA in head.metadata or record.status == RunStatus.CANCELLED:
+            return self.cancelled(head)
         start = wf._start_index(last_step)
         if start is None or (UPGRADE_METADATA in head.metadata and self.upgraded_away(head)):
             return self.needs_upgrade(head, last_step)
@@ -879,7 +919,10 @@ class _Execution:
             self.finish()
             return Waiting(head.state, self.cid, last_step)
         if record.status != RunStatus.RUNNING or record.head_snapshot_id != head.id:
-            self.update(status=RunStatus.RUNNING, head_snapshot_id=head.id, last_step=last_step)
+            woken = {"wake_at": None} if record.wake_at is not None else {}
+            self.update(
+                status=RunStatus.RUNNING, head_snapshot_id=head.id, last_step=last_step, **woken
+            )
 
         last = len(wf.steps) - 1
         for executed, index in enumerate(range(start, last + 1)):
@@ -908,7 +951,8 @@ class _Execution:
             last_step = current.name
             pending_input = decision = None
             if isinstance(outcome, Pause):
-                return paused(head.state, self.cid, current.name, outcome.status)
+                wake_at = getattr(outcome, "wake_at", None)
+                return paused(head.state, self.cid, current.name, outcome.status, wake_at)
             if index == last or isinstance(outcome, Done):
                 return Completed(head.state, self.cid)
             if releases:
@@ -997,6 +1041,13 @@ class _Execution:
         self.finish(status=RunStatus.NEEDS_UPGRADE, failure_reason=reason)
         return NeedsUpgrade(head.state, self.cid, last_step, reason)
 
+    def cancelled(self, head: WorkflowSnapshot) -> Cancelled:
+        """A cancelled run (its record says so, or its head is the snapshot
+        ``Workflow.cancel`` wrote before it could move the record): nothing runs."""
+        reason = cancellation_of(head).get("reason", "") or self.record.failure_reason
+        self.finish(status=RunStatus.CANCELLED, head_snapshot_id=head.id, resume_input=None)
+        return Cancelled(head.state, self.cid, reason)
+
     def complete(self, head: WorkflowSnapshot, pending_input: Any) -> Completed:
         fields: dict[str, Any] = {"status": RunStatus.COMPLETED, "head_snapshot_id": head.id}
         if pending_input is not None:
@@ -1037,6 +1088,7 @@ class _Execution:
             metadata = {LAST_STEP: step_name, WORKFLOW_NAME: name, WORKFLOW_DONE: "false"}
             if patches:
                 metadata.update(patches_metadata(patches))
+            self._add_timing(metadata)
             try:
                 return self.save_plain(
                     head.successor(outcome.state, agent_name=name, metadata=metadata), step_name
@@ -1053,6 +1105,7 @@ class _Execution:
             metadata.update(outcome.snapshot_metadata())
         if patches:
             metadata.update(patches_metadata(patches))
+        self._add_timing(metadata)
         snapshot = head.successor(
             outcome.state,  # type: ignore[attr-defined]
             agent_name=name,
@@ -1063,7 +1116,7 @@ class _Execution:
         if consumed_input:
             fields["resume_input"] = None
         if isinstance(outcome, Pause):
-            fields.update(status=outcome.status, failure_reason="")
+            fields.update(status=outcome.status, failure_reason="", **outcome.run_fields())
         elif is_done or completes:
             fields.update(status=RunStatus.COMPLETED, failure_reason="")
         try:
@@ -1076,6 +1129,16 @@ class _Execution:
         if isinstance(outcome, Pause):
             outcome.on_paused(self.workflow, saved)
         return saved
+
+    def _add_timing(self, metadata: dict[str, str]) -> None:
+        """Record the timing of the step just executed in its snapshot's *metadata*,
+        and clear the failed attempts' errors the run record kept for it."""
+        timing, self.timing = self.timing, None
+        if timing is not None:
+            metadata.update(timing.metadata())
+        if self.record.step_errors is not None:
+            self.record.step_errors = None
+            self.unsynced["step_errors"] = None
 
     def _save_pause(
         self, snapshot: WorkflowSnapshot, fields: dict[str, Any], outcome: Pause
@@ -1152,8 +1215,12 @@ class _Execution:
         attempts = current.max_retries + 1
         if self.attempt is None:
             tries: Iterable[int] = range(1, attempts + 1)
+            errors: list[AttemptError] = []
         else:
             tries = (min(self.attempt, attempts),)
+            # The attempts before this one ran in other calls: their errors wait on
+            # the run record (see ``step_timings``).
+            errors = list(parse_errors(self.record.step_errors))
         for attempt in tries:
             if attempt > 1 and self.attempt is None:
                 self.update()  # renew the lease; LeaseLostError if it was taken over
@@ -1166,15 +1233,19 @@ class _Execution:
                 decision=decision,
                 patch_book=patch_book,
             )
+            started = time.perf_counter()
             try:
                 outcome = _call_step(current, state, ctx)
                 if not isinstance(outcome, _OUTCOMES):
                     raise TypeError(
                         f"step {current.name!r} returned {outcome!r}; return advance(), "
-                        "hibernate(), done() or fail()"
+                        "hibernate(), sleep(), done() or fail()"
                     )
+                elapsed = (time.perf_counter() - started) * 1000
+                self.timing = StepTiming(elapsed, attempt, tuple(errors))
                 return outcome
             except Exception as exc:
+                errors.append(AttemptError.of(attempt, exc))
                 logger.warning(
                     "workflow %s (%s): step %r attempt %d/%d failed: %r",
                     self.workflow.name,
@@ -1188,6 +1259,8 @@ class _Execution:
                 if attempt == attempts:
                     return Fail(f"unhandled exception: {type(exc).__name__}: {exc}")
                 if self.attempt is not None:
+                    # Written when this execution lets go of the run (``release``).
+                    self.unsynced["step_errors"] = json.loads(errors_json(errors))
                     raise StepAttemptFailed(current, attempt, exc) from exc
                 if current.retry_delay:
                     time.sleep(current.retry_delay)

@@ -109,6 +109,9 @@ class ExecutionProvider(ABC):
     * ``run_changed(coordination_id, using)``: the run changed outside its steps (a
       fork); a provider that waits on its own (Temporal: a waiting run's expiry timer)
       re-reads it. Called once the change has committed; by default nothing happens.
+    * ``cancelled(workflow)``: the run was cancelled (``Workflow.cancel``); called once
+      the cancel committed. Temporal cancels the run's workflow; by default nothing
+      happens (queued work finds the run cancelled and does nothing).
     """
 
     name: ClassVar[str] = ""
@@ -118,6 +121,10 @@ class ExecutionProvider(ABC):
 
     def run_changed(self, coordination_id: str, using: str) -> None:
         """The run changed outside its steps (see the class docstring)."""
+        return None
+
+    def cancelled(self, workflow: ExecutableWorkflow) -> None:
+        """The run was cancelled (see the class docstring)."""
         return None
 
     @abstractmethod

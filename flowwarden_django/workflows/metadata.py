@@ -10,3 +10,15 @@ LAST_STEP = "workflow.lastStep"
 WORKFLOW_NAME = "workflow.name"
 #: ``"true"`` once the run is done (a ``done`` outcome), else ``"false"``.
 WORKFLOW_DONE = "workflow.done"
+#: On the snapshot of a ``sleep`` outcome: when the run wakes (ISO 8601, UTC).
+WAKE_AT = "workflow.wakeAt"
+#: On the snapshot ``Workflow.cancel`` writes: JSON ``{"reason": ..., "by": ...}``.
+CANCELLED = "workflow.cancelled"
+#: On every step's snapshot: how long its last attempt took (milliseconds, as text).
+STEP_DURATION_MS = "workflow.step.durationMs"
+#: On every step's snapshot: how many attempts the step took (as text).
+STEP_ATTEMPTS = "workflow.step.attempts"
+#: On a step's snapshot when attempts failed before it succeeded: JSON list of
+#: ``{"attempt": n, "error": class name, "message": text}`` (the message is shown
+#: only to those who may read the run's state: ``workflows.step_timings``).
+STEP_ERRORS = "workflow.step.errors"

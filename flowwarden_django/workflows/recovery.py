@@ -67,12 +67,35 @@ def stalled_runs(
         .filter(idle | _expired_claim(), status=RunStatus.RUNNING)
         .order_by("updated_at", "coordination_id")
     )
+    stalled = list(rows if limit is None else rows[:limit])
+    room = None if limit is None else limit - len(stalled)
+    return stalled + (due_sleepers(using=using, limit=room) if room != 0 else [])
+
+
+def due_sleepers(*, using: str | None = None, limit: int | None = 100) -> list[WorkflowRun]:
+    """Sleeping runs whose wake time has come (by the database's clock), earliest
+    first (at most *limit*): the sweep continues them as it does stalled runs."""
+    rows = (
+        models.WorkflowRun.objects.using(RunRecords(using).db)
+        .filter(status=RunStatus.SLEEPING, wake_at__lte=Now(), runner="")
+        .order_by("wake_at", "coordination_id")
+    )
     return list(rows if limit is None else rows[:limit])
 
 
 def _expired_claim() -> Q:
     """A claim its runner stopped renewing: the runner is dead (or has no database)."""
     return ~Q(runner="") & Q(claimed_until__lt=Now())
+
+
+def wake_due_run(coordination_id: str, *, using: str | None = None) -> bool:
+    """Make run *coordination_id* ``running`` if it sleeps, unclaimed, and its wake
+    time has come (by the database's clock): one conditional ``UPDATE``; True if it
+    did. Whoever called continues it (Temporal's timer: the workflow's next step)."""
+    rows = models.WorkflowRun.objects.using(RunRecords(using).db).filter(
+        pk=coordination_id, status=RunStatus.SLEEPING, wake_at__lte=Now(), runner=""
+    )
+    return rows.update(status=RunStatus.RUNNING, wake_at=None, updated_at=timezone.now()) == 1
 
 
 class _UndefinedWorkflowLog:
@@ -137,7 +160,8 @@ def recover_stalled_runs(
         if not workflow_registry.defines(run.workflow_name, run.workflow_version):
             _undefined.warn(run)
             continue
-        unchanged = {"pk": run.pk, "status": RunStatus.RUNNING, "runner": run.runner}
+        sleeping = run.status == RunStatus.SLEEPING
+        unchanged = {"pk": run.pk, "status": run.status, "runner": run.runner}
         taken_at = timezone.now()
         # Still unclaimed, or its claim still expired: a runner that renewed it meanwhile
         # (it had only lost its database for a while) keeps its run.
@@ -148,19 +172,38 @@ def recover_stalled_runs(
         # next sweep leaves it for another older_than (and the runner, were it alive
         # after all, gets LeaseLostError at its next write).
         taken = {"updated_at": taken_at, "runner": "", "claimed_until": None}
-        if claimed.update(**taken, attempts=F("attempts") + 1) != 1:
+        if sleeping:
+            # Woken: a running run from now on, which the sweep recovers as any other
+            # (a step task of its own that never came is queued again).
+            moved = claimed.filter(head_snapshot_id=run.head_snapshot_id).update(
+                **taken, status=RunStatus.RUNNING, wake_at=None
+            )
+        else:
+            moved = claimed.update(**taken, attempts=F("attempts") + 1)
+        if moved != 1:
             continue
-        logger.warning(
-            "workflow %s (%s) stalled after step %r%s; queueing its next step",
-            run.workflow_name,
-            run.coordination_id,
-            last_step_of(run),
-            f" (runner {run.runner} did not finish it)" if run.runner else "",
-        )
+        if sleeping:
+            logger.info(
+                "workflow %s (%s) woke after step %r (due at %s); queueing its next step",
+                run.workflow_name,
+                run.coordination_id,
+                run.last_step,
+                run.wake_at.isoformat() if run.wake_at else "-",
+            )
+            run.status = RunStatus.RUNNING
+        else:
+            logger.warning(
+                "workflow %s (%s) stalled after step %r%s; queueing its next step",
+                run.workflow_name,
+                run.coordination_id,
+                last_step_of(run),
+                f" (runner {run.runner} did not finish it)" if run.runner else "",
+            )
         try:
             enqueue(run)
         except Exception:
-            _give_back(db, {**unchanged, "runner": ""}, taken_at, run.updated_at)
+            back = {**unchanged, "runner": "", "status": RunStatus.RUNNING}
+            _give_back(db, back, taken_at, run.updated_at)
             raise
         recovered.append(run.coordination_id)
     return recovered

@@ -1,6 +1,6 @@
-"""What running a workflow returns: ``Completed``, ``Hibernated``, ``Failed``,
-``NeedsUpgrade`` or ``Running`` (all ``WorkflowResult``), and ``StartedRun`` from
-``Workflow.start``.
+"""What running a workflow returns: ``Completed``, ``Hibernated`` (``Waiting``,
+``Sleeping``), ``Failed``, ``Cancelled``, ``NeedsUpgrade`` or ``Running`` (all
+``WorkflowResult``), and ``StartedRun`` from ``Workflow.start``.
 
 They live below the engine so that execution providers and approvals can name them
 without importing it; ``engine`` and ``flowwarden_django.workflows`` re-export them.
@@ -51,11 +51,37 @@ class Waiting(Hibernated):
     status: str = RunStatus.WAITING
 
 
-def paused(state: Any, coordination_id: str, last_step: str, status: str) -> Hibernated:
-    """The result of a run paused with *status*: ``Waiting`` or ``Hibernated``."""
+@dataclasses.dataclass(frozen=True)
+class Sleeping(Hibernated):
+    """A step returned ``sleep(...)``: the run waits, holding no thread or task, and
+    continues by itself at ``wake_at`` (or earlier when run or resumed). A
+    ``Hibernated`` too."""
+
+    wake_at: Any = None
+    status: str = RunStatus.SLEEPING
+
+
+def paused(
+    state: Any, coordination_id: str, last_step: str, status: str, wake_at: Any = None
+) -> Hibernated:
+    """The result of a run paused with *status*: ``Waiting``, ``Sleeping`` or
+    ``Hibernated``."""
     if status == RunStatus.WAITING:
         return Waiting(state, coordination_id, last_step)
+    if status == RunStatus.SLEEPING:
+        return Sleeping(state, coordination_id, last_step, wake_at=wake_at)
     return Hibernated(state, coordination_id, last_step, status)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancelled(WorkflowResult):
+    """The run was cancelled (``Workflow.cancel``): it never runs another step.
+    ``state`` is where it stood; ``reason`` what the canceller gave."""
+
+    state: Any
+    coordination_id: str
+    reason: str = ""
+    status: ClassVar[str] = RunStatus.CANCELLED
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,11 +58,18 @@ class RunStatus:
     #: Its version, or the step it stands after, is not defined by the code that
     #: tried to continue it: it waits for that definition or an upgrade.
     NEEDS_UPGRADE = "needs_upgrade"
+    #: A step returned ``sleep(...)``: it continues by itself at ``wake_at`` (or
+    #: earlier, when run or resumed).
+    SLEEPING = "sleeping"
+    #: Stopped for good by ``Workflow.cancel`` (or its endpoint, action or command).
+    CANCELLED = "cancelled"
 
     #: A paused run: it holds no runner and continues when run or resumed.
-    PAUSED = (HIBERNATED, WAITING)
-    #: What an upgrade may move to another version: every status but these two.
-    UPGRADABLE = (HIBERNATED, WAITING, FAILED, NEEDS_UPGRADE)
+    PAUSED = (HIBERNATED, WAITING, SLEEPING)
+    #: A run that never continues again (a failed one does, when run again).
+    FINAL = (COMPLETED, CANCELLED)
+    #: What an upgrade may move to another version.
+    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE)
 
 
 class ConcurrentRunError(RuntimeError):
@@ -423,7 +430,10 @@ class RunRecords:
         head_is_null = terms.check_head and terms.head is None
         if terms.check_head and not head_is_null:
             params.append(terms.head)
-        sql = _claim_sql(with_input, terms.check_head, head_is_null, terms.running_only)
+        # A claim without input is committed without waiting for the WAL flush (see
+        # ``_claim_sql``), unless the caller's transaction would inherit that.
+        lazy = not with_input and not connection.in_atomic_block
+        sql = _claim_sql(with_input, terms.check_head, head_is_null, terms.running_only, lazy)
         return sql, params
 
     def claimed(self, row: Sequence[Any]) -> WorkflowRun:
@@ -618,6 +628,8 @@ _INSERTED = {
     "runner": "%s",
     "claimed_until": "STATEMENT_TIMESTAMP() + make_interval(secs => %s)",
     "attempts": "0",
+    "wake_at": "NULL",
+    "step_errors": "NULL",
     "created_at": "%s",
     "updated_at": "%s",
 }
@@ -657,8 +669,24 @@ def _claim_or_create_sql(with_input: bool) -> str:
 
 
 @lru_cache(maxsize=16)
-def _claim_sql(with_input: bool, check_head: bool, head_is_null: bool, running_only: bool) -> str:
-    """PostgreSQL: ``claim`` of an existing run on terms, returning the claimed row."""
+@lru_cache(maxsize=64)
+def _claim_sql(
+    with_input: bool,
+    check_head: bool,
+    head_is_null: bool,
+    running_only: bool,
+    lazy_commit: bool = False,
+) -> str:
+    """PostgreSQL: ``claim`` of an existing run on terms, returning the claimed row.
+
+    *lazy_commit* commits the claim asynchronously (``synchronous_commit`` off for
+    its own transaction only, set by the statement itself: one round trip). That
+    saves the WAL flush, most of a claim's cost (about 0.8 ms of 1 ms here), and
+    risks nothing a step relies on: WAL is flushed in order, so the step's snapshot,
+    committed synchronously, makes the claim durable with it; a server crash before
+    then forgets a claim whose step wrote nothing yet, as if the worker had died
+    before claiming (the step runs again, as after any crash). A claim carrying
+    resume input is never lazy: the input must outlive a crash."""
     fields = _run_fields()
     column = {field.name: f'"{field.column}"' for field in fields}
     runner, until, status = column["runner"], column["claimed_until"], column["status"]
@@ -682,6 +710,8 @@ def _claim_sql(with_input: bool, check_head: bool, head_is_null: bool, running_o
         where.append(f"{head} IS NULL" if head_is_null else f"{head} = %s")
     if running_only:
         where.append(f"run.{status} = '{RunStatus.RUNNING}'")
+    if lazy_commit:
+        where.append("set_config('synchronous_commit', 'off', true) IS NOT NULL")
     return (
         f'UPDATE "{models.WorkflowRun._meta.db_table}" AS run SET {", ".join(sets)} '
         f"WHERE {' AND '.join(where)} "

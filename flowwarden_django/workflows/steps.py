@@ -2,20 +2,26 @@
 ``StepContext`` a step may ask for, and the outcomes a step returns.
 
 A step receives the state and returns one of ``advance(state)``, ``hibernate(state)``,
-``done(state)`` or ``fail(reason)``. Steps must be idempotent: a retry runs the step
-again, and so does a resume after a crash between the step's side effect and its
-snapshot. ``ctx.idempotency_key`` is the same for every attempt and every run of one
-step of one coordination, so a side effect keyed on it happens once.
+``sleep(state, for_=...)``, ``done(state)`` or ``fail(reason)``. Steps must be
+idempotent: a retry runs the step again, and so does a resume after a crash between
+the step's side effect and its snapshot. ``ctx.idempotency_key`` is the same for
+every attempt and every run of one step of one coordination, so a side effect keyed
+on it happens once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, overload
 
+from django.utils import timezone
+
 from .decisions import ApprovalDecision
+from .metadata import WAKE_AT
 from .patches import PatchBook, check_patches
 from .runs import RunStatus
 
@@ -91,6 +97,11 @@ class Pause(StepOutcome):
         """Extra metadata for the paused step's snapshot."""
         return {}
 
+    def run_fields(self) -> dict[str, Any]:
+        """Extra ``WorkflowRun`` fields set with the pause's status (in the same
+        statement)."""
+        return {}
+
     def persist_with(self, workflow: Any, snapshot: Any) -> None:
         """Write what the pause needs in the transaction that saves its snapshot and
         sets the run's status (an ``Approval`` row, say), on the run's database: a
@@ -105,6 +116,25 @@ class Pause(StepOutcome):
 @dataclasses.dataclass(frozen=True)
 class Hibernate(Pause):
     """Persist *state* and return ``Hibernated``; resume starts at the next step."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sleep(Pause):
+    """Persist *state* and wait until *wake_at* (an aware ``datetime``): status
+    ``sleeping``, no thread or task held. The recovery sweep (every Celery worker's,
+    ``flowwarden_temporal_worker``'s, or ``flowwarden_workflows recover --every``)
+    continues it once due; on Temporal a durable timer does. ``run()`` or
+    ``resume()`` before then continues it early."""
+
+    wake_at: datetime | None = None
+    status: ClassVar[str] = RunStatus.SLEEPING
+
+    def snapshot_metadata(self) -> dict[str, str]:
+        assert self.wake_at is not None
+        return {WAKE_AT: self.wake_at.astimezone(UTC).isoformat()}
+
+    def run_fields(self) -> dict[str, Any]:
+        return {"wake_at": self.wake_at}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +160,27 @@ def advance(state: Any) -> Advance:
 def hibernate(state: Any) -> Hibernate:
     """Persist *state* and stop until the workflow is run or resumed again."""
     return Hibernate(state)
+
+
+def sleep(
+    state: Any, for_: float | timedelta | None = None, *, until: datetime | None = None
+) -> Sleep:
+    """Persist *state* and wait, holding nothing, for *for_* (seconds or a
+    ``timedelta``) or *until* an aware ``datetime`` (exactly one of them); the run
+    then continues with the next step. A time already past continues it at the next
+    sweep (see ``Sleep``)."""
+    if (for_ is None) == (until is None):
+        raise ValueError("sleep() takes exactly one of for_= and until=")
+    if until is None:
+        seconds = for_.total_seconds() if isinstance(for_, timedelta) else for_
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"for_ must be seconds or a timedelta, not {for_!r}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"for_ must be a finite duration >= 0, not {for_!r}")
+        until = timezone.now() + timedelta(seconds=seconds)
+    elif not isinstance(until, datetime) or timezone.is_naive(until):
+        raise ValueError(f"until must be an aware datetime, not {until!r}")
+    return Sleep(state, wake_at=until)
 
 
 def done(state: Any) -> Done:

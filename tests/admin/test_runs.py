@@ -222,11 +222,12 @@ class TestChangelist:
     def test_read_only(self, admin_client, orders) -> None:
         cid, _ = completed_run(orders)
         body = page(admin_client.get(CHANGELIST))
-        # The only action changes no run by hand: it applies the declared upgrades.
+        # The actions edit no run by hand: they apply the declared upgrades, or cancel.
         actions = re.findall(
             r'<option value="(\w+)"', body.split('name="action"')[1].split("</select>")[0]
         )
-        assert actions == ["upgrade_selected"] and "workflowrun/add/" not in body
+        assert actions == ["upgrade_selected", "cancel_selected"]
+        assert "workflowrun/add/" not in body
         add = reverse("admin:flowwarden_django_workflowrun_add")
         assert admin_client.get(add).status_code == 403
         delete = reverse("admin:flowwarden_django_workflowrun_delete", args=[cid])

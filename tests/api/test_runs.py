@@ -174,6 +174,7 @@ def test_runs_newest_updated_first_with_filters(refunds: Any, people: People) ->
         "last_step": "",
         "head_snapshot_id": None,
         "failure_reason": "boom",
+        "wake_at": None,
         "created_at": body["results"][2]["created_at"],
         "updated_at": body["results"][2]["updated_at"],
     }
@@ -189,7 +190,7 @@ def test_runs_newest_updated_first_with_filters(refunds: Any, people: People) ->
 
 
 def test_a_bad_run_filter_is_400(people: People) -> None:
-    response = people.client("viewer").get(f"{API}/runs/?status=sleeping")
+    response = people.client("viewer").get(f"{API}/runs/?status=snoozing")
     assert response.status_code == 400
     assert field_errors(response.json()) == ["status"]
     assert people.client("viewer").get(f"{API}/runs/?page=9").status_code == 404
@@ -209,6 +210,7 @@ def test_run_detail(refunds: Any, people: People) -> None:
         "last_step": "review",
         "head_snapshot_id": run.head_snapshot_id,
         "failure_reason": "",
+        "wake_at": None,
         "created_at": body["created_at"],
         "updated_at": body["updated_at"],
         "pending_approvals": [str(approval.pk)],

@@ -53,6 +53,7 @@ OPERATIONS = {
     "approvals_reject": ("POST", f"{API}/approvals/{{id}}/reject/"),
     "schema_retrieve": ("GET", f"{API}/schema/"),
     "token_create": ("POST", f"{API}/token/"),
+    "runs_cancel": ("POST", f"{API}/runs/{{coordination_id}}/cancel/"),
 }
 #: The operations open to anyone (no 401): the schema and the token exchange.
 OPEN = {"schema_retrieve", "token_create"}

@@ -227,6 +227,7 @@ def test_snapshot_detail(refunds: Any, people: People) -> None:
         "metadata": body["metadata"],
         "state": {"amount": 500, "review": "manual"},
         "error": None,
+        "step": {"duration_ms": body["step"]["duration_ms"], "attempts": 1, "errors": []},
     }
     assert body["metadata"]["workflow.lastStep"] == "review"
     root = people.client("viewer").get(f"{API}/snapshots/{seed.id}/").json()

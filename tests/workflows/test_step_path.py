@@ -121,7 +121,13 @@ def test_a_run_written_step_by_step_reads_the_same_everywhere(alias: str) -> Non
     store = OrmSnapshotStore(using=alias)
     head = store.latest(cid)
     assert head.id == rows[-1].id and head.state == ["init", *[f"s{n}" for n in range(1, 6)]]
-    assert head.metadata == {LAST_STEP: f"s{STEPS}", WORKFLOW_NAME: "path", WORKFLOW_DONE: "false"}
+    timing = {k: v for k, v in head.metadata.items() if k.startswith("workflow.step.")}
+    assert set(timing) == {"workflow.step.durationMs", "workflow.step.attempts"}
+    assert {k: v for k, v in head.metadata.items() if k not in timing} == {
+        LAST_STEP: f"s{STEPS}",
+        WORKFLOW_NAME: "path",
+        WORKFLOW_DONE: "false",
+    }
     run = WorkflowRun.objects.using(alias).get(pk=cid)
     assert (run.status, run.runner, run.head_snapshot_id) == (RunStatus.COMPLETED, "", head.id)
 
@@ -380,3 +386,31 @@ def test_a_provider_step_claims_reads_and_lets_go_in_two_statements_on_postgres(
     # And a run that does not exist is never created by a runner on terms.
     with pytest.raises(UnknownRunError):
         one_step(alias, new_cid(), ClaimTerms())
+
+
+@pytest.mark.parametrize("alias", [POSTGRES])
+def test_a_provider_claim_commits_without_waiting_for_the_wal_flush_only_for_itself(
+    alias: str,
+) -> None:
+    """A step runner's claim without input is committed asynchronously (its step's
+    snapshot, committed synchronously, flushes it): ``synchronous_commit`` is off for
+    the claim's own transaction only, never for the connection's next one; a claim
+    carrying input is committed synchronously."""
+    cid = new_cid()
+    store = OrmSnapshotStore(using=alias)
+    seed = Workflow("path", cid, [step("s1")(advance)], store).seed([])
+    terms = ClaimTerms(head=seed.id, check_head=True, running_only=True)
+    with connections[alias].cursor() as cursor:
+        # The tests' connections run with it off; the claim must not leave it changed.
+        cursor.execute("SET synchronous_commit = on")
+    _, queries = one_step(alias, cid, terms)
+    assert "set_config('synchronous_commit', 'off', true)" in queries[0]["sql"]
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+        cursor.execute("SET synchronous_commit = off")
+    runs = RunRecords(alias)
+    claim = runs.claim_statement_for(
+        cid, "path", "r", timedelta(seconds=30), ClaimTerms(), resume_input={"go": True}
+    )
+    assert claim is not None and "synchronous_commit" not in claim[0]

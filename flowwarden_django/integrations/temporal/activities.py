@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from ...common.app_models import models
 from ...workflows.approvals.sweep import expire_due_approvals
 from ...workflows.engine import StepAttemptFailed, Workflow
+from ...workflows.recovery import wake_due_run
 from ...workflows.registry import RegisteredWorkflow, VersionNotDefinedError, workflow_registry
 from ...workflows.results import Running
 from ...workflows.runs import (
@@ -102,11 +103,14 @@ def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "
         )
         if approval is not None:
             expires_at = approval.expires_at.isoformat()
+    wake_at = None
+    if record.status == RunStatus.SLEEPING and record.wake_at is not None:
+        wake_at = record.wake_at.isoformat()
     last_step = record.last_step or ""
     if record.workflow_version != definition.version:  # upgraded: its new version's
         if not workflow_registry.defines(record.workflow_name, record.workflow_version):
             return RunReport(
-                record.status, last_step, None, expires_at, detail, record.workflow_version
+                record.status, last_step, None, expires_at, detail, record.workflow_version, wake_at
             )
         definition = workflow_registry.get(record.workflow_name, record.workflow_version)
     return RunReport(
@@ -116,6 +120,7 @@ def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "
         expires_at=expires_at,
         detail=detail,
         version=record.workflow_version,
+        wake_at=wake_at,
     )
 
 
@@ -234,16 +239,21 @@ def _run_step(request: StepRequest) -> RunReport:
 
 @activity.defn(name=EXPIRE_ACTIVITY)
 def expire_approval(request: StepRequest) -> RunReport:
-    """Expire the run's approval once it is due (the timer fired); idempotent, like the
-    sweep it stands in for. The expiry continues the run through the provider."""
+    """The run's timer fired: expire its approval once it is due, or wake it when it
+    sleeps and its time has come (the workflow then runs its next step); idempotent,
+    like the sweep it stands in for. The expiry continues the run through the
+    provider."""
     close_old_connections()
     try:
         definition = _definition(request, strict=False)
         db = RunRecords(definition.using).db
-        expired = expire_due_approvals(using=db, coordination_id=request.coordination_id)
+        cid = request.coordination_id
+        if wake_due_run(cid, using=db):
+            logger.info("workflow run %s woke (its sleep is over)", cid)
+        expired = expire_due_approvals(using=db, coordination_id=cid)
         if expired:
-            logger.info("workflow run %s: approval %s expired", request.coordination_id, expired[0])
-        return report(definition, request.coordination_id)
+            logger.info("workflow run %s: approval %s expired", cid, expired[0])
+        return report(definition, cid)
     finally:
         close_old_connections()
 

@@ -84,7 +84,8 @@ class StepRequest:
 @dataclasses.dataclass(frozen=True)
 class RunReport:
     """Where a run stands after an activity: its status, the policy of its next step,
-    and the expiry of the approval it waits for (ISO 8601, UTC)."""
+    the expiry of the approval it waits for and the wake time of a sleeping run (ISO
+    8601, UTC)."""
 
     status: str
     last_step: str = ""
@@ -93,3 +94,5 @@ class RunReport:
     detail: str = ""
     #: The version the run is on (an upgrade may have moved it).
     version: int | None = None
+    #: When a sleeping run wakes (ISO 8601, UTC).
+    wake_at: str | None = None

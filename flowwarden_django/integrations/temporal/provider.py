@@ -5,7 +5,8 @@ execution whose workflow id is the coordination id, each step one activity.
 *signal-with-start* the run's Temporal workflow with a ``wake``: Temporal starts it
 when it is not running, or signals the one that is, so a run never has two. A decision
 on an approval continues the run the same way; a fork sends a ``refresh`` wake (the
-waiting run re-reads its approval's expiry). ``is_available()`` asks the server's
+waiting run re-reads its approval's expiry). A sleeping run waits on a durable timer
+until its wake time; a cancel cancels the run's workflow. ``is_available()`` asks the server's
 health; while it does not answer, runs fall back to the in-process engine.
 """
 
@@ -138,6 +139,24 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
         try:
             self.connection.call(refresh)
         except Exception as exc:
+            wake_failures.failed(exc)
+
+    def cancelled(self, workflow: ExecutableWorkflow) -> None:
+        """The run was cancelled: cancel its Temporal workflow (an activity in flight is
+        cancelled at its next heartbeat; its step's result was discarded anyway)."""
+        cid = workflow.coordination_id
+
+        async def cancel(client: Any) -> None:
+            from temporalio.service import RPCError
+
+            # RPCError: no workflow running for the run, so nothing to cancel.
+            with contextlib.suppress(RPCError):
+                await client.get_workflow_handle(cid).cancel()
+
+        try:
+            self.connection.call(cancel)
+        except Exception as exc:
+            # The workflow's next activity finds the run cancelled and it ends then.
             wake_failures.failed(exc)
 
     def wake(self, start: RunStart, wake: Wake) -> None:

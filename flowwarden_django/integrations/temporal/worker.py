@@ -134,7 +134,10 @@ def reconcile(config: TemporalConfig, client_call: Any) -> list[str]:
     for db in sorted(databases or {RunRecords().db}):
         finished += (
             models.WorkflowRun.objects.using(db)
-            .filter(pk__in=open_ids, status__in=(RunStatus.COMPLETED, RunStatus.FAILED))
+            .filter(
+                pk__in=open_ids,
+                status__in=(RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED),
+            )
             .values_list("pk", flat=True)
         )
     for cid in finished:

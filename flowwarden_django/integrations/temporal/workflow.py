@@ -2,12 +2,13 @@
 
 It runs one activity per step (a local activity for a short step: ``policies``)
 and, while the run is paused, waits for a ``wake`` signal (``run()``,
-``resume(input)``, a decision, a fork) or for the expiry of the approval the run
-waits for: a durable Temporal timer, so a run waiting for days holds no worker slot
-and no thread. The snapshot chain in the Django database stays the source of truth:
-the activities read and write it through the engine, and this workflow only decides
-when the next one runs. Deterministic by construction: it
-imports nothing but ``messages`` and reads time only through ``workflow.now()``.
+``resume(input)``, a decision, a fork), for the expiry of the approval the run
+waits for, or for the end of its sleep: a durable Temporal timer, so a run waiting
+for days holds no worker slot and no thread. A cancelled run's workflow is cancelled
+(``Workflow.cancel``) and ends as cancelled. The snapshot chain in the Django
+database stays the source of truth: the activities read and write it through the
+engine, and this workflow only decides when the next one runs. Deterministic by
+construction: it imports nothing but ``messages`` and reads time only through ``workflow.now()``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ with workflow.unsafe.imports_passed_through():
     )
 
 #: Statuses after which the Temporal workflow ends (a later ``run()`` starts another).
-FINAL = ("completed", "failed")
-#: Statuses of a paused run: the workflow waits for a wake or the approval's expiry.
-PAUSED = ("hibernated", "waiting")
+FINAL = ("completed", "failed", "cancelled")
+#: Statuses of a paused run: the workflow waits for a wake, the approval's expiry or
+#: the end of a sleep.
+PAUSED = ("hibernated", "waiting", "sleeping")
 #: Activities that only read or expire (not steps): short, retried until they work.
 QUICK = timedelta(seconds=60)
 #: Seconds added to a step's own ``timeout`` for its activity's start-to-close timeout:
@@ -89,7 +91,7 @@ class RunWorkflow:
             elif report.status in FINAL:
                 return report.status
             else:
-                timeout = self._until(report.expires_at)
+                timeout = self._sooner(self._until(report.expires_at), self._until(report.wake_at))
                 try:
                     await workflow.wait_condition(lambda: bool(self._wakes), timeout=timeout)
                 except TimeoutError:
@@ -97,12 +99,19 @@ class RunWorkflow:
             if report.version is not None:
                 self._version = report.version
 
-    def _until(self, expires_at: str | None) -> timedelta | None:
-        if expires_at is None:
+    def _until(self, due_at: str | None) -> timedelta | None:
+        if due_at is None:
             return None
-        remaining = datetime.fromisoformat(expires_at) - workflow.now()
-        # A little late rather than early: an approval is expired only once due.
+        remaining = datetime.fromisoformat(due_at) - workflow.now()
+        # A little late rather than early: an approval is expired, and a sleeping run
+        # woken, only once due.
         return max(remaining, timedelta(0)) + timedelta(milliseconds=100)
+
+    @staticmethod
+    def _sooner(first: timedelta | None, second: timedelta | None) -> timedelta | None:
+        if first is None or second is None:
+            return first if second is None else second
+        return min(first, second)
 
     async def _step(
         self, start: RunStart, policy: StepPolicy | None, origin: str, input: object

@@ -1,5 +1,5 @@
-"""``manage.py flowwarden_workflows``: list, show, resume, fork, prune and upgrade
-workflow runs, and the versions they are on.
+"""``manage.py flowwarden_workflows``: list, show, resume, cancel, fork, prune and
+upgrade workflow runs, and the versions they are on.
 
 A thin layer over the workflow API: ``WorkflowRun`` rows for the runs, the snapshot
 stores of ``FLOWWARDEN["SNAPSHOT_STORES"]`` for their history, and the registered
@@ -59,6 +59,7 @@ from ...workflows import (
     workflow_registry,
 )
 from ...workflows.backends.orm import OrmSnapshotStore
+from ...workflows.cancellation import cancel_coordination
 from ...workflows.engine import LAST_STEP
 from ...workflows.retention import PruneRow, plan_prune
 from ...workflows.runs import RunRecords
@@ -134,6 +135,18 @@ class Command(ActionCommand):
             "--input",
             metavar="JSON",
             help="Handed to the next step as ctx.input, as JSON: '{\"approved\": true}'.",
+        )
+
+        cancel = actions.add_parser(
+            "cancel",
+            help="Cancel runs: they never run another step (a step running now finishes "
+            "and its result is discarded); their pending approvals are cancelled.",
+        )
+        cancel.add_argument(
+            "coordinations", nargs="+", metavar="COORDINATION", help="The coordination ids."
+        )
+        cancel.add_argument(
+            "--reason", default="", metavar="TEXT", help="Why (kept on the run and audited)."
         )
 
         fork = actions.add_parser(
@@ -223,7 +236,7 @@ class Command(ActionCommand):
             "enc:v2); the ORM store refuses enc:v1 values until then.",
         )
 
-        for sub in (listing, show, resume, recover, upgrade, versions):
+        for sub in (listing, show, resume, cancel, recover, upgrade, versions):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",
@@ -240,7 +253,7 @@ class Command(ActionCommand):
                 metavar="ALIAS",
                 help=f"The alias in FLOWWARDEN['SNAPSHOT_STORES'] (default: {default}).",
             )
-        for sub in (fork, prune, reencrypt):
+        for sub in (fork, prune, reencrypt, cancel):
             sub.add_argument(
                 "-y", "--yes", action="store_true", help="Do not ask for confirmation."
             )
@@ -667,6 +680,38 @@ class Command(ActionCommand):
                 f"Run {cid!r} is running ({done}): its next step was handed to the execution "
                 f"provider. Follow it with `{COMMAND} show {cid}`."
             )
+
+    # -- cancel --------------------------------------------------------------------
+
+    def handle_cancel(
+        self, *, coordinations: list[str], reason: str, database: str | None, **options: Any
+    ) -> None:
+        runs = RunRecords(database)
+        records = {cid: runs.get(cid) for cid in dict.fromkeys(coordinations)}
+        unknown = [cid for cid, record in records.items() if record is None]
+        if unknown:
+            raise CommandError(
+                f"No workflow run {', '.join(map(repr, unknown))}; nothing was cancelled. "
+                f"Run `{COMMAND} list` to see the runs."
+            )
+        self.stdout.write(f"Cancelling {len(records)} run(s): they never run another step.")
+        if not confirmed(
+            self, "Cancelling", yes=options["yes"], interactive=options["interactive"]
+        ):
+            return
+        by = os_user()
+        cancelled = 0
+        for cid in records:
+            outcome = cancel_coordination(cid, reason, by=by, using=database)
+            if outcome.cancelled:
+                cancelled += 1
+                approvals = f", {len(outcome.approvals)} approval(s) cancelled" * bool(
+                    outcome.approvals
+                )
+                self.stdout.write(f"Cancelled {cid!r}{approvals}.")
+            else:
+                self.stdout.write(f"Run {cid!r} is already {outcome.status}: left alone.")
+        self.stdout.write(self.style.SUCCESS(f"{cancelled} run(s) cancelled."))
 
     # -- fork ----------------------------------------------------------------------
 

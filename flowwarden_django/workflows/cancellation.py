@@ -1,0 +1,200 @@
+"""Cancelling a workflow run: ``Workflow.cancel(reason, by=...)``.
+
+A cancelled run (status ``cancelled``) never runs another step, on any provider. The
+cancel writes a snapshot of its own after the run's latest, with
+``workflow.cancelled`` metadata (reason, by), and moves the run to it, lets go of any
+runner's claim, and cancels the run's pending approvals (audited, with who
+cancelled), in one transaction of the run's database.
+
+A step running at that moment finishes, and its result is discarded: its snapshot
+would take the ``seq`` the cancel's snapshot took (the store refuses it), and its
+runner no longer holds the run. Steps do not see the cancel while they run; one that
+must stop early checks ``workflow.status`` itself. The provider is told once the
+cancel committed (``ExecutionProvider.cancelled``): Temporal cancels the run's
+workflow; Celery's queued tasks find the run moved on and do nothing.
+
+Completed and cancelled runs are left as they are (``CancelOutcome.cancelled`` is
+False); a failed, paused, sleeping or running run is cancelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..common.app_models import models
+from .approvals.transitions import record_event
+from .metadata import CANCELLED, LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from .runs import RunStatus, UnknownRunError
+from .store import SnapshotConflictError
+from .transactions import write_transaction
+
+if TYPE_CHECKING:
+    from .snapshot import WorkflowSnapshot
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+#: Characters of a cancel's reason kept.
+REASON_LIMIT = 1000
+#: Times the cancel's snapshot is tried again when a step wrote its ``seq`` first.
+CONFLICT_TRIES = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelOutcome:
+    """What ``Workflow.cancel`` did: ``cancelled`` is False when the run was already
+    completed or cancelled (``status`` says which); ``approvals`` the ids of the
+    pending approvals it cancelled."""
+
+    coordination_id: str
+    cancelled: bool
+    status: str
+    approvals: tuple[str, ...] = ()
+
+
+def cancellation_of(snapshot: WorkflowSnapshot) -> dict[str, Any]:
+    """The ``{"reason", "by"}`` a cancel's snapshot records (``{}`` for any other)."""
+    raw = snapshot.metadata.get(CANCELLED)
+    if raw is None:
+        return {}
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return {"reason": ""}
+    return found if isinstance(found, dict) else {"reason": ""}
+
+
+def cancel_run(workflow: Any, reason: str = "", *, by: str = "") -> CancelOutcome:
+    """Cancel *workflow*'s run (see the module). ``UnknownRunError`` when it has none."""
+    reason = str(reason or "")[:REASON_LIMIT]
+    runs, store, cid = workflow.runs, workflow.store, workflow.coordination_id
+    for _ in range(CONFLICT_TRIES):
+        record = runs.get(cid)
+        if record is None:
+            raise UnknownRunError(f"no workflow run {cid!r}")
+        if record.status in RunStatus.FINAL:
+            return CancelOutcome(cid, False, record.status)
+        head = store.latest(cid)
+        try:
+            with write_transaction(runs.db):
+                saved = (
+                    None
+                    if head is None
+                    else store.save(_cancel_snapshot(workflow, head, reason, by))
+                )
+                moved = _move_run(runs.db, cid, saved, reason)
+                if not moved:  # completed (or cancelled) meanwhile: the snapshot goes too
+                    raise _RunFinished
+                approvals = _cancel_approvals(runs.db, cid, reason, by)
+        except SnapshotConflictError:
+            continue  # a step wrote that seq first: cancel after it
+        except _RunFinished:
+            continue
+        logger.info("workflow %s (%s) cancelled by %s: %s", workflow.name, cid, by or "-", reason)
+        transaction.on_commit(lambda: _tell_provider(workflow), using=runs.db)
+        return CancelOutcome(cid, True, RunStatus.CANCELLED, approvals)
+    record = runs.get(cid)
+    status = record.status if record is not None else RunStatus.CANCELLED
+    return CancelOutcome(cid, status == RunStatus.CANCELLED, status)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Coordination:
+    """What ``cancel_run`` needs of a run whose definition this process may lack."""
+
+    name: str
+    coordination_id: str
+    runs: Any
+    store: Any
+
+
+def cancel_coordination(
+    coordination_id: str, reason: str = "", *, by: str = "", using: str | None = None
+) -> CancelOutcome:
+    """Cancel run *coordination_id* of the runs in *using*, whether or not this process
+    defines its workflow (or its version): the endpoint, the admin action and the
+    command cancel any run. ``UnknownRunError`` when there is none."""
+    from .registry import workflow_registry
+    from .runs import RunRecords
+    from .store import snapshot_stores, store_for_workflow
+
+    runs = RunRecords(using)
+    record = runs.get(coordination_id)
+    if record is None:
+        raise UnknownRunError(f"no workflow run {coordination_id!r}")
+    name = record.workflow_name
+    if workflow_registry.defines(name, record.workflow_version):
+        workflow = workflow_registry.get(name, record.workflow_version).workflow(coordination_id)
+        return cancel_run(workflow, reason, by=by)
+    store = store_for_workflow(name)
+    store = snapshot_stores[store] if isinstance(store, str) else store
+    return cancel_run(_Coordination(name, coordination_id, runs, store), reason, by=by)
+
+
+class _RunFinished(Exception):
+    """The run completed (or was cancelled) between the read and the cancel."""
+
+
+def _cancel_snapshot(
+    workflow: Any, head: WorkflowSnapshot, reason: str, by: str
+) -> WorkflowSnapshot:
+    metadata = {
+        LAST_STEP: head.metadata.get(LAST_STEP, ""),
+        WORKFLOW_NAME: workflow.name,
+        WORKFLOW_DONE: "false",
+        CANCELLED: json.dumps({"reason": reason, "by": by}, separators=(",", ":")),
+    }
+    return head.successor(head.state, agent_name=workflow.name, metadata=metadata)
+
+
+def _move_run(db: str, cid: str, saved: WorkflowSnapshot | None, reason: str) -> bool:
+    fields: dict[str, Any] = {
+        "status": RunStatus.CANCELLED,
+        "failure_reason": reason,
+        "runner": "",
+        "claimed_until": None,
+        "resume_input": None,
+        "wake_at": None,
+        "updated_at": timezone.now(),
+    }
+    if saved is not None:
+        fields["head_snapshot_id"] = saved.id
+    rows = models.WorkflowRun.objects.using(db).filter(pk=cid).exclude(status__in=RunStatus.FINAL)
+    return rows.update(**fields) == 1
+
+
+def _cancel_approvals(db: str, cid: str, reason: str, by: str) -> tuple[str, ...]:
+    pending = (
+        models.Approval.objects.using(db)
+        .select_for_update()
+        .filter(coordination_id=cid, status=models.Approval.Status.PENDING)
+    )
+    now = timezone.now()
+    cancelled = []
+    for approval in pending:
+        approval.status = models.Approval.Status.CANCELLED
+        approval.decided_at = now
+        approval.save(using=db, update_fields=["status", "decided_at"])
+        detail = f"the run was cancelled: {reason}" if reason else "the run was cancelled"
+        record_event(approval, "cancelled", using=db, actor=by, at=now, detail=detail)
+        cancelled.append(str(approval.pk))
+    return tuple(cancelled)
+
+
+def _tell_provider(workflow: Any) -> None:
+    from .execution import configured_provider
+
+    try:
+        configured_provider().cancelled(workflow)
+    except Exception:  # the cancel stands; the provider's tasks find the run cancelled
+        logger.warning(
+            "workflow %s (%s): telling the execution provider of the cancel failed",
+            workflow.name,
+            workflow.coordination_id,
+            exc_info=True,
+        )

@@ -1,0 +1,329 @@
+"""Durable sleep, cancel and step timings (issue 31) on the in-process engine: a
+sleeping run holds nothing and the sweep wakes it at its time, ``resume()`` wakes it
+early; a cancelled run never runs another step, a step running when it is cancelled
+has its result discarded; each step's snapshot records its duration, attempts and
+the errors of its failed attempts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
+from flowwarden_django.workflows import (
+    Cancelled,
+    Completed,
+    RunStatus,
+    Sleeping,
+    UnknownRunError,
+    Workflow,
+    advance,
+    await_approval,
+    sleep,
+    step,
+    workflow_registry,
+)
+from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
+from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.cancellation import cancellation_of
+from flowwarden_django.workflows.metadata import STEP_ATTEMPTS, STEP_DURATION_MS, WAKE_AT
+from flowwarden_django.workflows.recovery import due_sleepers, recover_stalled_runs
+from flowwarden_django.workflows.step_timings import step_timing_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["memory", "orm"])
+def store(request: pytest.FixtureRequest) -> Any:
+    return InMemorySnapshotStore() if request.param == "memory" else OrmSnapshotStore()
+
+
+@pytest.fixture
+def name() -> Iterator[str]:
+    workflow = f"reminders-{uuid.uuid4().hex[:8]}"
+    yield workflow
+    workflow_registry.unregister(workflow)
+
+
+def new_cid() -> str:
+    return f"sct-{uuid.uuid4().hex[:12]}"
+
+
+def record(cid: str) -> WorkflowRun:
+    return WorkflowRun.objects.get(pk=cid)
+
+
+def path_step(name: str, outcome: Any = advance, calls: list[str] | None = None) -> Any:
+    @step(name)
+    def run(state: dict[str, Any]) -> Any:
+        if calls is not None:
+            calls.append(name)
+        return outcome({**state, "path": [*state.get("path", []), name]})
+
+    return run
+
+
+def sweep() -> list[str]:
+    """The in-process sweep (``flowwarden_workflows recover``): continue what it hands."""
+    return recover_stalled_runs(lambda run: Workflow.for_coordination(run.pk).run())
+
+
+# -- sleep -------------------------------------------------------------------------------
+
+
+def test_sleep_takes_exactly_one_of_for_and_until() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        sleep({})
+    with pytest.raises(ValueError, match="exactly one"):
+        sleep({}, 1, until=timezone.now())
+    with pytest.raises(ValueError, match=">= 0"):
+        sleep({}, -1)
+    with pytest.raises(TypeError, match="seconds or a timedelta"):
+        sleep({}, "2 days")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="aware datetime"):
+        sleep({}, until=timezone.now().replace(tzinfo=None))
+    assert sleep({}, timedelta(days=2)).wake_at > timezone.now() + timedelta(days=1)
+
+
+def test_a_sleeping_run_holds_nothing_and_the_sweep_wakes_it_at_its_time(
+    name: str, store: Any
+) -> None:
+    calls: list[str] = []
+    steps = [
+        path_step("ask", calls=calls),
+        path_step("remind", lambda s: sleep(s, 0.6), calls),
+        path_step("follow_up", calls=calls),
+    ]
+    Workflow.define(name, steps, store)
+    cid = new_cid()
+    result = Workflow.start(name, {}, coordination_id=cid).result
+    assert isinstance(result, Sleeping) and result.status == RunStatus.SLEEPING
+    run = record(cid)
+    assert (run.status, run.runner, run.last_step) == (RunStatus.SLEEPING, "", "remind")
+    assert run.wake_at == result.wake_at
+    assert store.latest(cid).metadata[WAKE_AT] == result.wake_at.isoformat()
+    assert Workflow.for_coordination(cid).current_result() == result
+    assert sweep() == []  # not due yet
+    assert calls == ["ask", "remind"]
+    time.sleep(0.7)
+    assert [r.pk for r in due_sleepers()] == [cid]
+    assert sweep() == [cid]
+    assert calls == ["ask", "remind", "follow_up"]
+    run = record(cid)
+    assert (run.status, run.wake_at) == (RunStatus.COMPLETED, None)
+    assert sweep() == []  # woken once
+
+
+def test_resume_wakes_a_sleeping_run_early_and_the_sweep_then_leaves_it(
+    name: str, store: Any
+) -> None:
+    calls: list[str] = []
+    steps = [
+        path_step("nap", lambda s: sleep(s, timedelta(hours=1)), calls),
+        path_step("after", calls=calls),
+    ]
+    Workflow.define(name, steps, store)
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    assert isinstance(Workflow.for_coordination(cid).resume(), Completed)
+    assert calls == ["nap", "after"]
+    assert (record(cid).status, record(cid).wake_at) == (RunStatus.COMPLETED, None)
+
+
+def test_the_sweep_wakes_a_sleeper_once_when_two_sweeps_race(name: str) -> None:
+    calls: list[str] = []
+    steps = [path_step("nap", lambda s: sleep(s, 0), calls), path_step("after", calls=calls)]
+    Workflow.define(name, steps, OrmSnapshotStore())
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    woken: list[list[str]] = []
+    barrier = threading.Barrier(2)
+
+    def race() -> None:
+        barrier.wait()
+        woken.append(sweep())
+
+    threads = [threading.Thread(target=race) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(len(w) for w in woken) == [0, 1]
+    assert calls == ["nap", "after"]
+
+
+# -- cancel ------------------------------------------------------------------------------
+
+
+def test_cancel_a_paused_run_writes_a_snapshot_and_it_never_runs_again(
+    name: str, store: Any
+) -> None:
+    calls: list[str] = []
+    steps = [
+        path_step("first", lambda s: sleep(s, timedelta(days=2)), calls),
+        path_step("second", calls=calls),
+    ]
+    Workflow.define(name, steps, store)
+    cid = new_cid()
+    Workflow.start(name, {"order": 7}, coordination_id=cid)
+    wf = Workflow.for_coordination(cid)
+    outcome = wf.cancel("order withdrawn", by="alice")
+    assert (outcome.cancelled, outcome.status) == (True, RunStatus.CANCELLED)
+    run = record(cid)
+    assert (run.status, run.failure_reason, run.wake_at) == (
+        RunStatus.CANCELLED,
+        "order withdrawn",
+        None,
+    )
+    head = store.latest(cid)
+    assert run.head_snapshot_id == head.id
+    assert cancellation_of(head) == {"reason": "order withdrawn", "by": "alice"}
+    assert head.state == {"order": 7, "path": ["first"]}
+    for again in (wf.run, wf.resume):
+        result = again()
+        assert isinstance(result, Cancelled) and result.reason == "order withdrawn"
+    assert sweep() == []
+    assert calls == ["first"]
+    assert not wf.cancel("twice").cancelled  # already cancelled: nothing changes
+    assert len(wf.history()) == 3  # seed, first, cancel
+    assert isinstance(wf.current_result(), Cancelled)
+
+
+def test_cancel_leaves_a_completed_run_and_refuses_an_unknown_one(name: str) -> None:
+    Workflow.define(name, [path_step("only")], OrmSnapshotStore())
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    outcome = Workflow.for_coordination(cid).cancel("too late")
+    assert (outcome.cancelled, outcome.status) == (False, RunStatus.COMPLETED)
+    assert record(cid).status == RunStatus.COMPLETED
+    with pytest.raises(UnknownRunError):
+        Workflow(name, new_cid(), [path_step("only")], OrmSnapshotStore()).cancel()
+
+
+def test_cancel_during_a_long_step_discards_its_result_and_runs_no_next_step(
+    name: str,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @step("long")
+    def long(state: dict[str, Any]) -> Any:
+        calls.append("long")
+        started.set()
+        release.wait(10)
+        return advance({**state, "long": True})
+
+    Workflow.define(name, [long, path_step("next", calls=calls)], OrmSnapshotStore())
+    cid = new_cid()
+    results: list[Any] = []
+    runner = threading.Thread(target=lambda: results.append(Workflow.start(name, {}, coordination_id=cid)))
+    runner.start()
+    assert started.wait(10)
+    assert Workflow.for_coordination(cid).cancel("withdrawn", by="bob").cancelled
+    release.set()
+    runner.join(10)
+    result = results[0].result
+    assert isinstance(result, Cancelled) and result.reason == "withdrawn"
+    assert calls == ["long"]
+    wf = Workflow.for_coordination(cid)
+    assert [s.metadata.get("workflow.lastStep") for s in wf.history()] == ["", ""]
+    assert "long" not in wf.history()[-1].state
+    assert record(cid).status == RunStatus.CANCELLED
+
+
+def test_cancel_cancels_the_pending_approval_and_audits_who(name: str) -> None:
+    steps = [
+        step("ask")(lambda s: await_approval(s, prompt="ship?", assignees=["carol"])),
+        path_step("ship"),
+    ]
+    Workflow.define(name, steps, OrmSnapshotStore())
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    approval = Approval.objects.get(coordination_id=cid)
+    outcome = Workflow.for_coordination(cid).cancel("customer withdrew", by="dave")
+    assert outcome.approvals == (str(approval.pk),)
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.CANCELLED
+    event = ApprovalEvent.objects.filter(approval=approval).latest("at")
+    assert (event.action, event.actor) == ("cancelled", "dave")
+    assert "customer withdrew" in event.detail
+
+
+# -- step timings ------------------------------------------------------------------------
+
+
+def test_each_step_snapshot_records_its_duration_attempts_and_failed_attempts(
+    name: str, store: Any
+) -> None:
+    tries = {"n": 0}
+
+    @step("flaky", max_retries=2, retry_delay=0)
+    def flaky(state: dict[str, Any]) -> Any:
+        tries["n"] += 1
+        if tries["n"] < 3:
+            raise ConnectionError(f"carrier down (try {tries['n']})")
+        time.sleep(0.02)
+        return advance(state)
+
+    Workflow.define(name, [path_step("quick"), flaky], store)
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    seed, quick, flaky_snapshot = Workflow.for_coordination(cid).history()
+    assert step_timing_of(seed.metadata) is None
+    timing = step_timing_of(quick.metadata)
+    assert timing is not None and timing.attempts == 1 and timing.errors == ()
+    assert timing.duration_ms is not None and timing.duration_ms >= 0
+    timing = step_timing_of(flaky_snapshot.metadata)
+    assert timing is not None and timing.attempts == 3
+    assert timing.duration_ms is not None and timing.duration_ms >= 20
+    assert [(e.attempt, e.error, e.message) for e in timing.errors] == [
+        (1, "ConnectionError", "carrier down (try 1)"),
+        (2, "ConnectionError", "carrier down (try 2)"),
+    ]
+    listed = timing.as_dict(with_messages=False)
+    assert listed["errors"] == [
+        {"attempt": 1, "error": "ConnectionError"},
+        {"attempt": 2, "error": "ConnectionError"},
+    ]
+    assert json.loads(flaky_snapshot.metadata["workflow.step.errors"])[0]["attempt"] == 1
+    assert {STEP_DURATION_MS, STEP_ATTEMPTS} <= set(flaky_snapshot.metadata)
+
+
+def test_errors_of_attempts_run_one_by_one_wait_on_the_run_until_the_step_succeeds(
+    name: str,
+) -> None:
+    """A provider that runs each attempt in a call of its own (Temporal): the failed
+    attempts' errors wait on the run record, and the step's snapshot takes them."""
+    from flowwarden_django.workflows.engine import StepAttemptFailed
+
+    tries = {"n": 0}
+
+    @step("flaky", max_retries=2, retry_delay=0)
+    def flaky(state: dict[str, Any]) -> Any:
+        tries["n"] += 1
+        if tries["n"] < 3:
+            raise KeyError("card")
+        return advance(state)
+
+    Workflow.define(name, [flaky], OrmSnapshotStore())
+    cid = new_cid()
+    definition = workflow_registry.get(name)
+    wf = definition.workflow(cid)
+    wf.seed({})
+    for attempt in (1, 2):
+        with pytest.raises(StepAttemptFailed):
+            wf.run_local(max_steps=1, attempt=attempt)
+        assert [e["attempt"] for e in record(cid).step_errors] == list(range(1, attempt + 1))
+    assert isinstance(wf.run_local(max_steps=1, attempt=3), Completed)
+    assert record(cid).step_errors is None
+    timing = step_timing_of(wf.history()[-1].metadata)
+    assert timing is not None and timing.attempts == 3
+    assert [(e.attempt, e.error) for e in timing.errors] == [(1, "KeyError"), (2, "KeyError")]
