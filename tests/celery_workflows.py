@@ -29,6 +29,7 @@ from flowwarden_django.workflows import (
     await_approval,
     done,
     hibernate,
+    sleep,
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
@@ -44,6 +45,8 @@ SLOW_SECOND = "fw-celery-slow-second"
 ROLLING = "fw-celery-rolling"
 #: Version 1 pauses after ``a``; version 2 has no ``a`` (the upgrade story).
 UPGRADED = "fw-celery-upgraded"
+#: ``one``, a sleep of ``state["nap"]`` seconds, ``three``.
+SLEEPING = "fw-celery-sleeping"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -76,6 +79,12 @@ def three(state: dict[str, Any], ctx: Any) -> Any:
 def pause(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
     return hibernate(then(state, "pause"))
+
+
+@step("nap")
+def nap(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return sleep(then(state, "nap"), state["nap"])
 
 
 @step("decide")
@@ -168,6 +177,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (KILLABLE, [one, slow, three]),
             (APPROVING, [one, ask, settle]),
             (SLOW_SECOND, [one, slow_every_time, three, four]),
+            (SLEEPING, [one, nap, three]),
         )
     }
 

@@ -21,6 +21,7 @@ from flowwarden_django.workflows import (
     await_approval,
     done,
     hibernate,
+    sleep,
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
@@ -41,6 +42,10 @@ KILLABLE_SHORT = "fw-temporal-killable-short"
 ROLLING = "fw-temporal-rolling"
 #: Version 1 pauses after ``a``; version 2 has no ``a`` (the upgrade story).
 UPGRADED = "fw-temporal-upgraded"
+#: ``one``, a sleep of ``state["nap"]`` seconds, ``three``.
+SLEEPING = "fw-temporal-sleeping"
+#: ``one``, a step sleeping ``state["sleep"]`` seconds every time, ``three``.
+LONG_STEP = "fw-temporal-long-step"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -96,6 +101,19 @@ def slow_short(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
+@step("nap")
+def nap(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return sleep(then(state, "nap"), state["nap"])
+
+
+@step("long")
+def long(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    time.sleep(state["sleep"])
+    return advance(then(state, "long"))
+
+
 @step("flaky", max_retries=2, retry_delay=0.2)
 def flaky(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) < 3:
@@ -146,6 +164,8 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (EXPIRING, [_plain("one"), ask, decide]),
             (KILLABLE, [_plain("one"), slow, _plain("three")]),
             (FLAKY, [_plain("one"), flaky, _plain("three")]),
+            (SLEEPING, [_plain("one"), nap, _plain("three")]),
+            (LONG_STEP, [_plain("one"), long, _plain("three")]),
             (
                 SHORT,
                 [

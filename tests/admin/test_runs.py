@@ -579,3 +579,65 @@ def test_the_upgrade_action_applies_declared_upgrades_for_who_may(client: Any) -
     finally:
         workflow_registry.unregister("admin-v")
         upgrade_registry.unregister("admin-v")
+
+
+def test_cancel_action_needs_its_permission_and_cancels_with_a_history_entry(client) -> None:
+    """Issue 31: a viewer has no cancel action; an operator with
+    ``cancel_workflowrun`` cancels the selected runs (a sleeping one and a completed
+    one: only the first changes), each with a history entry; the list and the page
+    show a sleeping run's wake time, the tree a step's duration and failed attempts."""
+    from django.contrib.admin.models import LogEntry
+
+    from flowwarden_django.workflows import sleep
+
+    tries = {"n": 0}
+
+    @step("flaky", max_retries=1, retry_delay=0)
+    def flaky(state: dict[str, Any]) -> Any:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise ConnectionError("carrier down")
+        return advance(state)
+
+    @step("nap")
+    def nap(state: dict[str, Any]) -> Any:
+        return sleep(state, timedelta(hours=3))
+
+    Workflow.define("admin-sleepy", [flaky, nap, step("after")(advance)], OrmSnapshotStore())
+    Workflow.define("admin-quick", [step("only")(advance)], OrmSnapshotStore())
+    try:
+        sleeping = Workflow.start("admin-sleepy", {}).coordination_id
+        finished = Workflow.start("admin-quick", {}).coordination_id
+        viewer = staff("viewer", "view_workflowrun", "view_snapshotrecord")
+        client.force_login(viewer)
+        body = page(client.get(CHANGELIST))
+        assert "cancel_selected" not in body
+        assert "(wakes <time datetime=" in body
+        detail = page(client.get(run_url(sleeping)))
+        assert "Wakes at:" in detail
+        tree = page(client.get(tree_url(sleeping)))
+        assert 'class="fw-duration"' in tree
+        assert "2 attempts" in tree and "#1 ConnectionError" in tree
+        assert "carrier down" not in tree  # messages only where the state shows
+        history = Workflow.for_coordination(sleeping).history()
+        snapshot = page(client.get(snapshot_url(sleeping, history[1].id)))
+        assert "carrier down" in snapshot
+
+        operator = staff("operator", "view_workflowrun", "cancel_workflowrun")
+        client.force_login(operator)
+        response = client.post(
+            CHANGELIST,
+            {"action": "cancel_selected", "_selected_action": [sleeping, finished]},
+            follow=True,
+        )
+        text = page(response)
+        assert "Cancelled 1 run." in text and "1 selected run was already finished" in text
+        assert WorkflowRun.objects.get(pk=sleeping).status == "cancelled"
+        assert WorkflowRun.objects.get(pk=finished).status == "completed"
+        entry = LogEntry.objects.get(object_id=sleeping)
+        assert entry.user == operator and "Cancelled" in entry.get_change_message()
+        client.force_login(viewer)
+        assert "fw-badge-cancelled" in page(client.get(tree_url(sleeping)))
+    finally:
+        workflow_registry.unregister("admin-sleepy")
+        workflow_registry.unregister("admin-quick")

@@ -236,3 +236,55 @@ def test_runs_of_an_approver_and_hidden_runs(refunds: Any, people: People) -> No
 
 def test_run_ids_with_slashes_are_not_addressable(people: People) -> None:
     assert people.client("viewer").get(f"{API}/runs/a/b/").status_code == 404
+
+
+# -- cancel ----------------------------------------------------------------------------
+
+
+def test_cancel_needs_the_permission_and_cancels_the_run_and_its_approval(
+    refunds: Any, people: People
+) -> None:
+    from flowwarden_django.models import Approval, ApprovalEvent
+    from tests.api.helpers import perms, post_json
+
+    approval = pending(refunds, coordination_id="order:77")
+    url = f"{API}/runs/order:77/cancel/"
+    # Not visible to carol: 404; visible to the viewer, who may not cancel: 403.
+    assert post_json(people.client("carol"), url, {}).status_code == 404
+    refused = post_json(people.client("viewer"), url, {"reason": "no"})
+    assert (refused.status_code, refused.json()["code"]) == (403, "cancel_forbidden")
+    assert WorkflowRun.objects.get(pk="order:77").status == "waiting"
+    # A bad body: 400 with the field's error, nothing changed.
+    bad = post_json(people.client("admin"), url, {"reason": "x" * 1001})
+    assert bad.status_code == 400 and field_errors(bad.json()) == ["reason"]
+    assert WorkflowRun.objects.get(pk="order:77").status == "waiting"
+
+    canceller = perms(people.viewer, "cancel_workflowrun")
+    response = post_json(token_client(canceller), url, {"reason": "customer withdrew"})
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["failure_reason"]) == ("cancelled", "customer withdrew")
+    assert body["pending_approvals"] == []
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.CANCELLED
+    event = ApprovalEvent.objects.filter(approval=approval, action="cancelled").get()
+    assert event.actor == "viewer"
+    again = post_json(token_client(canceller), url, {})
+    assert (again.status_code, again.json()["code"]) == (409, "run_finished")
+
+
+def test_a_sleeping_run_shows_its_wake_time(people: People) -> None:
+    import uuid
+
+    from flowwarden_django.workflows import Workflow, sleep, step, workflow_registry
+
+    name = f"api-sleepy-{uuid.uuid4().hex[:6]}"
+    Workflow.define(name, [step("nap")(lambda s: sleep(s, timedelta(hours=2)))])
+    try:
+        started = Workflow.start(name, {})
+        body = people.client("viewer").get(f"{API}/runs/{started.coordination_id}/").json()
+    finally:
+        workflow_registry.unregister(name)
+    run = WorkflowRun.objects.get(pk=started.coordination_id)
+    assert body["status"] == "sleeping"
+    assert body["wake_at"].startswith(run.wake_at.isoformat()[:19])

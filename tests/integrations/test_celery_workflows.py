@@ -303,6 +303,63 @@ def test_a_hibernated_run_holds_no_task_and_resumes_through_the_provider(
     assert wf.run_record().resume_input is None
 
 
+#: How late a sleeping run may wake on Celery (docs/workflows.md, "Durable sleep"):
+#: the workers' sweep interval (2 s) and the time to queue and start its step, with
+#: room for a loaded CI machine.
+SLEEP_LATENCY = 2.0 + 2.0
+
+
+@on_servers
+def test_a_two_second_sleep_holds_no_task_and_wakes_within_the_sweep_latency(
+    definitions, provider, start_worker, tmp_path, queue, redis_client
+):
+    worker = start_worker(SOLO, execution="celery")  # which runs the workers' sweep
+    state = {**new_state(tmp_path), "nap": 2.0}
+    cid = f"sleep-{uuid.uuid4().hex[:12]}"
+    wf = definitions[flows.SLEEPING].workflow(cid)
+    with execution(provider):
+        wf.run(state)
+    wait_for_status(wf, RunStatus.SLEEPING, worker)
+    wake_at = wf.run_record().wake_at
+    assert redis_client.llen(queue) == 0  # nothing queued while it sleeps
+    wait_for_status(wf, RunStatus.COMPLETED, worker)
+    after = wf.history()[-1]
+    late = (after.created_at - wake_at).total_seconds()
+    print(f"\n[celery] a 2 s sleep woke {late:.2f} s after its wake time", file=sys.stderr)
+    assert 0 <= late <= SLEEP_LATENCY
+    assert [e["step"] for e in executions(state["log"])] == ["one", "nap", "three"]
+    assert_chained(wf, ["one", "nap", "three"])
+    assert wf.run_record().wake_at is None
+
+
+@on_servers
+def test_a_cancel_during_a_long_step_runs_no_next_step(
+    definitions, provider, start_worker, tmp_path
+):
+    worker = start_worker(SOLO)
+    state = {**new_state(tmp_path), "sleep": 3.0}
+    cid = f"cancel-{uuid.uuid4().hex[:12]}"
+    wf = definitions[flows.SLOW_SECOND].workflow(cid)
+    with execution(provider):
+        wf.run(state)
+    _wait_until(
+        lambda: any(e["step"] == "slow" for e in executions(state["log"])),
+        WAIT,
+        "the slow step to start",
+        worker,
+    )
+    with execution(provider):
+        assert wf.cancel("order withdrawn", by="ops").cancelled
+    # The slow step's task finishes (its result discarded), and nothing follows it.
+    _wait_until(lambda: finished_tasks(worker) >= 2, WAIT, "the slow step's task", worker)
+    time.sleep(1.0)  # a next step, were one queued, would have started by now
+    assert [e["step"] for e in executions(state["log"])] == ["one", "slow"]
+    record = wf.run_record()
+    assert (record.status, record.failure_reason) == (RunStatus.CANCELLED, "order withdrawn")
+    assert [s.metadata["workflow.lastStep"] for s in wf.history()] == ["", "one", "one"]
+    assert "cancelled" in worker.log() or received(worker) == 2
+
+
 def finished_tasks(worker: Worker) -> int:
     """How many step tasks *worker* has finished (succeeded or raised)."""
     prefix = f"Task {STEP_TASK}["

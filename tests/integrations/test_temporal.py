@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -53,6 +54,7 @@ from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.engine import StepAttemptFailed
 from flowwarden_django.workflows.execution import reset_providers
 from flowwarden_django.workflows.registry import workflow_registry
+from flowwarden_django.workflows.step_timings import step_timing_of
 from tests import temporal_workflows as flows
 from tests.lanes import lane_marks
 from tests.services import temporal_binary
@@ -67,6 +69,23 @@ from tests.temporal_procs import (
     wait_until,
 )
 from tests.temporal_procs import executions as temporal_executions
+
+
+def workflow_status(server: DevServer, cid: str) -> str:
+    """The status name of run *cid*'s newest Temporal workflow execution."""
+    found = temporal_executions(server, f"WorkflowId = '{cid}'")
+    return found[0][1] if found else ""
+
+
+def history_event_types(server: DevServer, cid: str) -> set[str]:
+    """The event type names in the history of *cid*'s Temporal workflows."""
+    from temporalio.api.enums.v1 import EventType
+
+    return {
+        EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+        for event in history(server, cid)
+    }
+
 
 DB = "postgres"
 #: The liveness bound of the kill test: the run completes within this many seconds of
@@ -358,6 +377,58 @@ def test_step_retries_are_the_activitys_retry_policy(
     attempts = [e["attempt"] for e in executions(log) if e["step"] == "flaky"]
     assert attempts == [1, 2, 3]
     assert steps_of(log, cid) == ["one", "flaky", "flaky", "flaky", "three"]
+    # Each attempt ran in an activity of its own: the failed ones' errors reached the
+    # step's snapshot through the run record.
+    flaky = Workflow.for_coordination(cid, using=DB).history()[2]
+    timing = step_timing_of(flaky.metadata)
+    assert timing is not None and timing.attempts == 3
+    assert [(e.attempt, e.error, e.message) for e in timing.errors] == [
+        (1, "RuntimeError", "not yet"),
+        (2, "RuntimeError", "not yet"),
+    ]
+    assert WorkflowRun.objects.using(DB).get(pk=cid).step_errors is None
+
+
+#: How late a sleeping run may wake on Temporal (docs/workflows.md, "Durable sleep"):
+#: its timer fires 0.1 s after the wake time, then an activity wakes it and the next
+#: step's runs; room for a loaded CI machine.
+SLEEP_LATENCY = 2.0
+
+
+@on_temporal
+def test_a_two_second_sleep_wakes_by_a_durable_timer_without_the_sweep(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    cid = temporal[flows.SLEEPING].start({"log": log, "nap": 2.0}).coordination_id
+    record = wait_for_status(cid, ("sleeping",), [worker, server])
+    wake_at = record.wake_at
+    # Nothing here or in the worker (--no-recovery) runs the sweep: the timer wakes it.
+    wait_for_status(cid, ("completed",), [worker, server], timeout=30)
+    after = [e for e in executions(log) if e["cid"] == cid and e["step"] == "three"]
+    late = after[0]["at"] - wake_at.timestamp()
+    print(f"\n[temporal] a 2 s sleep woke {late:.2f} s after its wake time", file=sys.stderr)
+    assert 0 <= late <= SLEEP_LATENCY
+    assert steps_of(log, cid) == ["one", "nap", "three"]
+    assert "TIMER_STARTED" in history_event_types(server, cid)
+
+
+@on_temporal
+def test_a_cancel_during_a_long_step_runs_no_next_step_and_cancels_the_workflow(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    cid = temporal[flows.LONG_STEP].start({"log": log, "sleep": 3.0}).coordination_id
+    wait_until(lambda: "long" in steps_of(log, cid), WAIT, "the long step", [worker, server])
+    assert Workflow.for_coordination(cid, using=DB).cancel("withdrawn", by="ops").cancelled
+    wait_until(
+        lambda: workflow_status(server, cid) == "CANCELED",
+        WAIT,
+        "the Temporal workflow to be cancelled",
+        [worker, server],
+    )
+    time.sleep(4.0)  # the long step has ended by now; a next step would have started
+    assert steps_of(log, cid) == ["one", "long"]
+    record = WorkflowRun.objects.using(DB).get(pk=cid)
+    assert (record.status, record.failure_reason) == ("cancelled", "withdrawn")
 
 
 @on_temporal

@@ -405,7 +405,7 @@ def test_resume_a_completed_run_runs_nothing() -> None:
     cid = start(ORDERS)
     run("resume", cid)
     out, _ = run("resume", cid)
-    assert out == f"Run '{cid}' has already completed: nothing to resume.\n"
+    assert out == f"Run '{cid}' is completed: nothing to resume.\n"
 
 
 def test_resume_a_failed_run() -> None:
@@ -736,3 +736,31 @@ def test_resume_of_a_run_waiting_for_its_approval_points_to_the_approvals_comman
     assert "a resume input is no decision" in message
     assert f"manage.py flowwarden_approvals approve {approval.pk} --by USER" in message
     assert WorkflowRun.objects.get(pk=cid).status == RunStatus.WAITING
+
+
+# -- cancel ----------------------------------------------------------------------------
+
+
+def test_cancel_asks_cancels_and_leaves_finished_runs(non_interactive: None) -> None:
+    hibernated = start(ORDERS)
+    STOCK["available"] = True
+    completed = start(FLAKY)
+    assert WorkflowRun.objects.get(pk=completed).status == RunStatus.COMPLETED
+    # No terminal: --yes is needed, and nothing changes without it.
+    with pytest.raises(CommandError, match="pass --yes"):
+        run("cancel", hibernated)
+    assert WorkflowRun.objects.get(pk=hibernated).status == RunStatus.HIBERNATED
+    out, _ = run("cancel", hibernated, completed, "--reason", "withdrawn", "--yes")
+    assert f"Cancelled {hibernated!r}." in out
+    assert f"Run {completed!r} is already completed: left alone." in out
+    assert "1 run(s) cancelled." in out
+    record = WorkflowRun.objects.get(pk=hibernated)
+    assert (record.status, record.failure_reason) == (RunStatus.CANCELLED, "withdrawn")
+    assert "by" in json.loads(history(hibernated)[-1].metadata["workflow.cancelled"])
+
+
+def test_cancel_of_an_unknown_run_changes_nothing() -> None:
+    known = start(ORDERS)
+    with pytest.raises(CommandError, match="No workflow run 'nope'; nothing was cancelled"):
+        run("cancel", known, "nope", "--yes")
+    assert WorkflowRun.objects.get(pk=known).status == RunStatus.HIBERNATED

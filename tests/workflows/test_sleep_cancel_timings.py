@@ -224,7 +224,9 @@ def test_cancel_during_a_long_step_discards_its_result_and_runs_no_next_step(
     Workflow.define(name, [long, path_step("next", calls=calls)], OrmSnapshotStore())
     cid = new_cid()
     results: list[Any] = []
-    runner = threading.Thread(target=lambda: results.append(Workflow.start(name, {}, coordination_id=cid)))
+    runner = threading.Thread(
+        target=lambda: results.append(Workflow.start(name, {}, coordination_id=cid))
+    )
     runner.start()
     assert started.wait(10)
     assert Workflow.for_coordination(cid).cancel("withdrawn", by="bob").cancelled

@@ -42,6 +42,7 @@ from ...common.user_input import (
 )
 from ...models import SnapshotRecord, WorkflowRun
 from ...workflows import (
+    Cancelled,
     CheckpointQuery,
     Completed,
     ConcurrentRunError,
@@ -49,6 +50,7 @@ from ...workflows import (
     Hibernated,
     NeedsUpgrade,
     RunStatus,
+    Sleeping,
     SnapshotStore,
     UnknownSnapshotError,
     VersionNotDefinedError,
@@ -622,8 +624,8 @@ class Command(ActionCommand):
                 f"{exc}. `{COMMAND} upgrade --dry-run` shows what a declared upgrade "
                 "would do to it."
             ) from exc
-        if record.status == RunStatus.COMPLETED:
-            self.stdout.write(f"Run {coordination!r} has already completed: nothing to resume.")
+        if record.status in RunStatus.FINAL:
+            self.stdout.write(f"Run {coordination!r} is {record.status}: nothing to resume.")
             return
         waiting = record.status == RunStatus.WAITING
         if waiting and payload is not None and _pending_approval(coordination, database):
@@ -659,10 +661,21 @@ class Command(ActionCommand):
                     f"({done}). {_how_to_continue(cid)}"
                 )
             )
+        elif isinstance(result, Sleeping):
+            self.stdout.write(
+                f"Run {cid!r} sleeps after step {result.last_step_name!r} ({done}) until "
+                f"{timestamp_text(result.wake_at, timezone.now())}; the sweep continues it "
+                f"then, or `{COMMAND} resume {cid}` now."
+            )
         elif isinstance(result, Hibernated):
             self.stdout.write(
                 f"Run {cid!r} hibernated after step {result.last_step_name!r} ({done}). "
                 f"Continue it with `{COMMAND} resume {cid}`."
+            )
+        elif isinstance(result, Cancelled):
+            raise CommandError(
+                f"Run {cid!r} is cancelled ({result.reason or 'no reason given'}): it never "
+                "runs another step."
             )
         elif isinstance(result, NeedsUpgrade):
             raise CommandError(
