@@ -260,6 +260,7 @@ class WorkflowRun(models.Model):
         FAILED = "failed", _("failed")
         NEEDS_UPGRADE = "needs_upgrade", _("needs upgrade")
         SLEEPING = "sleeping", _("sleeping")
+        WAITING_CHILDREN = "waiting_children", _("waiting for child runs")
         CANCELLED = "cancelled", _("cancelled")
 
     coordination_id = models.CharField(_("coordination"), max_length=255, primary_key=True)
@@ -290,6 +291,10 @@ class WorkflowRun(models.Model):
     #: The errors of the failed attempts of the step in progress, when its provider
     #: runs each attempt on its own (Temporal); its snapshot takes them.
     step_errors = models.JSONField(_("step errors"), null=True, blank=True, editable=False)
+    #: The run whose step started this one (``spawn``); it waits for it to finish.
+    parent_coordination_id = models.CharField(  # noqa: DJ001
+        _("parent run"), max_length=255, null=True, blank=True, db_index=True
+    )
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"))
 

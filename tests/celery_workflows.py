@@ -30,6 +30,7 @@ from flowwarden_django.workflows import (
     done,
     hibernate,
     sleep,
+    spawn,
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
@@ -47,6 +48,10 @@ ROLLING = "fw-celery-rolling"
 UPGRADED = "fw-celery-upgraded"
 #: ``one``, a sleep of ``state["nap"]`` seconds, ``three``.
 SLEEPING = "fw-celery-sleeping"
+#: Spawns five ``FAN_CHILD`` runs and sums their values; the child whose ``n`` is
+#: ``state["stall"]`` sleeps on its first execution (the test kills it there).
+FAN_OUT = "fw-celery-fan-out"
+FAN_CHILD = "fw-celery-fan-child"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -129,6 +134,38 @@ def slow_every_time(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
+@step("fan_out")
+def fan_out(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    children = [
+        (FAN_CHILD, {"n": n, "log": state["log"], "stall": state.get("stall")}) for n in range(1, 6)
+    ]
+    return spawn(state, children, then="results")
+
+
+@step("collect")
+def collect(state: dict[str, Any], ctx: Any) -> Any:
+    from celery import current_task
+
+    record(
+        state,
+        ctx,
+        task=current_task.request.id if current_task else None,
+        children=len(ctx.children),
+    )
+    return done({**state, "total": sum(r["state"]["value"] for r in state["results"])})
+
+
+@step("enrich")
+def enrich(state: dict[str, Any], ctx: Any) -> Any:
+    from celery import current_task
+
+    task = current_task.request.id if current_task else None
+    if record(state, ctx, task=task, n=state["n"]) == 1 and state["n"] == state.get("stall"):
+        time.sleep(SLOW_SECONDS)
+    return advance({**state, "value": state["n"] * 10})
+
+
 def versioned(name: str, version: int, outcome: Any = advance) -> Any:
     """A step of version *version* that logs its version and the worker's tag."""
 
@@ -178,6 +215,8 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (APPROVING, [one, ask, settle]),
             (SLOW_SECOND, [one, slow_every_time, three, four]),
             (SLEEPING, [one, nap, three]),
+            (FAN_CHILD, [enrich]),
+            (FAN_OUT, [fan_out, collect]),
         )
     }
 

@@ -22,6 +22,7 @@ from flowwarden_django.workflows import (
     done,
     hibernate,
     sleep,
+    spawn,
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
@@ -46,6 +47,10 @@ UPGRADED = "fw-temporal-upgraded"
 SLEEPING = "fw-temporal-sleeping"
 #: ``one``, a step sleeping ``state["sleep"]`` seconds every time, ``three``.
 LONG_STEP = "fw-temporal-long-step"
+#: Spawns five ``FAN_CHILD`` runs and sums their values; the child whose ``n`` is
+#: ``state["stall"]`` sleeps on its first execution (the test kills the worker there).
+FAN_OUT = "fw-temporal-fan-out"
+FAN_CHILD = "fw-temporal-fan-child"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -114,6 +119,28 @@ def long(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "long"))
 
 
+@step("fan_out")
+def fan_out(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    children = [
+        (FAN_CHILD, {"n": n, "log": state["log"], "stall": state.get("stall")}) for n in range(1, 6)
+    ]
+    return spawn(state, children, then="results")
+
+
+@step("collect")
+def collect(state: dict[str, Any], ctx: Any) -> Any:
+    record(state, ctx, attempt=ctx.attempt, children=len(ctx.children))
+    return done({**state, "total": sum(r["state"]["value"] for r in state["results"])})
+
+
+@step("enrich")
+def enrich(state: dict[str, Any], ctx: Any) -> Any:
+    if record(state, ctx, n=state["n"]) == 1 and state["n"] == state.get("stall"):
+        time.sleep(SLOW_SECONDS)
+    return advance({**state, "value": state["n"] * 10})
+
+
 @step("flaky", max_retries=2, retry_delay=0.2)
 def flaky(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) < 3:
@@ -166,6 +193,8 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (FLAKY, [_plain("one"), flaky, _plain("three")]),
             (SLEEPING, [_plain("one"), nap, _plain("three")]),
             (LONG_STEP, [_plain("one"), long, _plain("three")]),
+            (FAN_CHILD, [enrich]),
+            (FAN_OUT, [fan_out, collect]),
             (
                 SHORT,
                 [

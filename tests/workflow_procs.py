@@ -34,6 +34,12 @@ RACE_STEPS = ("one", "two", "three")
 #: execution is logged to ``state["log"]`` (``tests.step_log``).
 SLOW_SECOND = "wf-slow-second"
 SLOW_SECOND_STEPS = ("one", "slow", "three", "four")
+#: Spawns five ``wf-fan-child`` runs (``n`` = 1..5) and sums what they return; a
+#: child whose ``n`` is ``state["stall"]`` sleeps 300 s on its first execution (a
+#: test kills the process there: after the spawn committed, mid-way through the
+#: children). Every execution is logged to ``state["log"]``.
+FAN_OUT = "wf-fan-out"
+FAN_CHILD = "wf-fan-child"
 
 #: Called by the race workflow's first step (the subprocess blocks there).
 on_race_step_one: Callable[[], None] | None = None
@@ -49,7 +55,7 @@ def _effect(ctx: Any, order_id: int = 0) -> None:
 
 def define_workflows(store: Any, using: str | None = None) -> dict[str, Any]:
     """Register the shared workflows on *store*; return their definitions by name."""
-    from flowwarden_django.workflows import Workflow, advance, done, hibernate, step
+    from flowwarden_django.workflows import Workflow, advance, done, hibernate, spawn, step
 
     @step("prepare")
     def prepare(state: dict[str, Any], ctx: Any) -> Any:
@@ -88,7 +94,36 @@ def define_workflows(store: Any, using: str | None = None) -> dict[str, Any]:
         return run_step
 
     slow_second = [logged_step(name) for name in SLOW_SECOND_STEPS]
+
+    @step("fan_out")
+    def fan_out(state: dict[str, Any], ctx: Any) -> Any:
+        from tests.step_log import record
+
+        record(state, ctx)
+        children = [
+            (FAN_CHILD, {"n": n, "log": state["log"], "stall": state.get("stall")})
+            for n in range(1, 6)
+        ]
+        return spawn(state, children, then="results")
+
+    @step("collect")
+    def collect(state: dict[str, Any], ctx: Any) -> Any:
+        from tests.step_log import record
+
+        record(state, ctx, children=len(ctx.children))
+        return done({**state, "total": sum(r["state"]["value"] for r in state["results"])})
+
+    @step("enrich")
+    def enrich(state: dict[str, Any], ctx: Any) -> Any:
+        from tests.step_log import record
+
+        if record(state, ctx, n=state["n"]) == 1 and state["n"] == state.get("stall"):
+            time.sleep(300)
+        return advance({**state, "value": state["n"] * 10})
+
     return {
+        FAN_CHILD: Workflow.define(FAN_CHILD, [enrich], store, using=using),
+        FAN_OUT: Workflow.define(FAN_OUT, [fan_out, collect], store, using=using),
         APPROVAL: Workflow.define(APPROVAL, [prepare, ask, decide], store, using=using),
         RACE: Workflow.define(RACE, [race_step(n) for n in RACE_STEPS], store, using=using),
         SLOW_SECOND: Workflow.define(SLOW_SECOND, slow_second, store, using=using),

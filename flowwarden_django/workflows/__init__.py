@@ -4,6 +4,7 @@ Nothing in this package imports the admin, DRF or Celery.
 """
 
 from .approvals import ApprovalDecision, await_approval
+from .children import ChildResult, Spawn, spawn
 from .engine import StepTimeoutError, Workflow, WorkflowDefinition
 from .execution import (
     ExecutionProvider,
@@ -22,6 +23,7 @@ from .results import (
     Sleeping,
     StartedRun,
     Waiting,
+    WaitingForChildren,
     WorkflowResult,
 )
 from .runs import (
@@ -62,6 +64,7 @@ __all__ = [
     "ApprovalDecision",
     "Cancelled",
     "CheckpointQuery",
+    "ChildResult",
     "Completed",
     "ConcurrentRunError",
     "Done",
@@ -83,6 +86,7 @@ __all__ = [
     "Sleeping",
     "SnapshotConflictError",
     "SnapshotStore",
+    "Spawn",
     "StartedRun",
     "StepContext",
     "StepOutcome",
@@ -91,6 +95,7 @@ __all__ = [
     "UnknownSnapshotError",
     "VersionNotDefinedError",
     "Waiting",
+    "WaitingForChildren",
     "Workflow",
     "WorkflowDefinition",
     "WorkflowResult",
@@ -104,6 +109,7 @@ __all__ = [
     "resolve_provider",
     "sleep",
     "snapshot_stores",
+    "spawn",
     "step",
     "workflow_registry",
 ]

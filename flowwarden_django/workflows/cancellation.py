@@ -11,7 +11,9 @@ would take the ``seq`` the cancel's snapshot took (the store refuses it), and it
 runner no longer holds the run. Steps do not see the cancel while they run; one that
 must stop early checks ``workflow.status`` itself. The provider is told once the
 cancel committed (``ExecutionProvider.cancelled``): Temporal cancels the run's
-workflow; Celery's queued tasks find the run moved on and do nothing.
+workflow; Celery's queued tasks find the run moved on and do nothing. The run's unfinished
+child runs (``spawn``) are cancelled with it, and a parent waiting for it is
+continued when it was the last child running.
 
 Completed and cancelled runs are left as they are (``CancelOutcome.cancelled`` is
 False); a failed, paused, sleeping or running run is cancelled.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -97,6 +100,8 @@ def cancel_run(workflow: Any, reason: str = "", *, by: str = "") -> CancelOutcom
             continue
         logger.info("workflow %s (%s) cancelled by %s: %s", workflow.name, cid, by or "-", reason)
         transaction.on_commit(lambda: _tell_provider(workflow), using=runs.db)
+        after = partial(_after_cancel, runs.db, record, reason, by)
+        transaction.on_commit(after, using=runs.db)
         return CancelOutcome(cid, True, RunStatus.CANCELLED, approvals)
     record = runs.get(cid)
     status = record.status if record is not None else RunStatus.CANCELLED
@@ -184,6 +189,19 @@ def _cancel_approvals(db: str, cid: str, reason: str, by: str) -> tuple[str, ...
         record_event(approval, "cancelled", using=db, actor=by, at=now, detail=detail)
         cancelled.append(str(approval.pk))
     return tuple(cancelled)
+
+
+def _after_cancel(db: str, record: Any, reason: str, by: str) -> None:
+    """Cancel the run's unfinished children, and continue its parent if this was the
+    last child it waited for."""
+    from .children import notify_parent, unfinished_children_of
+
+    for child in unfinished_children_of(record.coordination_id, db):
+        try:
+            cancel_coordination(child, reason, by=by, using=db)
+        except UnknownRunError:
+            continue
+    notify_parent(record)
 
 
 def _tell_provider(workflow: Any) -> None:

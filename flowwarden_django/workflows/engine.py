@@ -64,6 +64,8 @@ from ..common.user_input import check_resume_input
 from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
 from .cancellation import CancelOutcome, cancel_run, cancellation_of
+from .children import CHILDREN, ChildResult, Spawn, children_results, notify_parent, spawned
+from .children import FINISHED as CHILD_FINISHED
 from .claim_keeper import HeldClaim, claim_keeper
 from .decisions import ApprovalDecision
 from .execution import ExecutionUnavailableError, resolve_provider
@@ -87,6 +89,7 @@ from .results import (
     Running,
     StartedRun,
     Waiting,
+    WaitingForChildren,
     WorkflowResult,
     paused,
 )
@@ -376,17 +379,20 @@ class Workflow:
         execution = _Execution(self, runs, token, lease, opened.record, attempt)
         kept = execution.keep_alive()
         try:
-            return execution.run(initial_state, max_steps, opened)
+            result = execution.run(initial_state, max_steps, opened)
         except ConcurrentRunError:
             # Cancelled while a step ran: the step's result was discarded.
             cancelled = self._if_cancelled(runs)
             if cancelled is None:
                 raise
-            return cancelled
+            result = cancelled
         finally:
             if kept:
                 claim_keeper.drop(token)
             execution.release()
+        if opened.record.parent_coordination_id and result.status in CHILD_FINISHED:
+            notify_parent(opened.record)
+        return result
 
     def _if_cancelled(self, runs: RunRecords) -> Cancelled | None:
         """``Cancelled`` when the run is (now) cancelled, else ``None``."""
@@ -907,6 +913,17 @@ class _Execution:
             return asked
         if decision is not None:
             pending_input = decision.as_input()
+        children: tuple[ChildResult, ...] = ()
+        first_state = head.state
+        if CHILDREN in head.metadata:
+            found = children_results(self.cid, head, self.runs.db)
+            if found is None:  # run or resumed early: it waits for them
+                self.finish(status=RunStatus.WAITING_CHILDREN, head_snapshot_id=head.id)
+                return WaitingForChildren(head.state, self.cid, last_step)
+            children = found
+            then = (spawned(head) or {}).get("then")
+            if then and isinstance(head.state, dict):
+                first_state = {**head.state, then: [child.as_dict() for child in found]}
         if start >= len(wf.steps):
             return self.complete(head, pending_input)
         if (
@@ -933,7 +950,10 @@ class _Execution:
             book = None
             if self.patching or PATCHES_METADATA in head.metadata:
                 book = PatchBook(recorded_patches(head.metadata), wf.steps, index)
-            outcome = self.execute(current, head.state, pending_input, decision, book or NO_PATCHES)
+            state = first_state if executed == 0 else head.state
+            outcome = self.execute(
+                current, state, pending_input, decision, book or NO_PATCHES, children
+            )
             if isinstance(outcome, Fail):
                 self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
@@ -950,6 +970,12 @@ class _Execution:
             )
             last_step = current.name
             pending_input = decision = None
+            children = ()
+            if isinstance(outcome, Spawn):
+                # Its children may have run (in-process) and continued it meanwhile.
+                return self.workflow.current_result() or paused(
+                    head.state, self.cid, current.name, outcome.status
+                )
             if isinstance(outcome, Pause):
                 wake_at = getattr(outcome, "wake_at", None)
                 return paused(head.state, self.cid, current.name, outcome.status, wake_at)
@@ -1210,6 +1236,7 @@ class _Execution:
         step_input: Any,
         decision: ApprovalDecision | None = None,
         patch_book: PatchBook | None = None,
+        children: tuple[ChildResult, ...] = (),
     ) -> StepOutcome:
         """Run one step with its retries and timeout; a ``Fail`` when attempts run out."""
         attempts = current.max_retries + 1
@@ -1232,6 +1259,7 @@ class _Execution:
                 input=step_input,
                 decision=decision,
                 patch_book=patch_book,
+                children=children,
             )
             started = time.perf_counter()
             try:

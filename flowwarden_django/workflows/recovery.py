@@ -42,6 +42,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..common.app_models import models
+from .children import parents_ready
 from .metadata import LAST_STEP
 from .registry import workflow_registry
 from .runs import RunRecords, RunStatus, recover_after, unclaimed
@@ -69,7 +70,12 @@ def stalled_runs(
     )
     stalled = list(rows if limit is None else rows[:limit])
     room = None if limit is None else limit - len(stalled)
-    return stalled + (due_sleepers(using=using, limit=room) if room != 0 else [])
+    if room != 0:
+        stalled += due_sleepers(using=using, limit=room)
+    room = None if limit is None else limit - len(stalled)
+    if room != 0:
+        stalled += parents_ready(using=using, limit=room)
+    return stalled
 
 
 def due_sleepers(*, using: str | None = None, limit: int | None = 100) -> list[WorkflowRun]:
@@ -160,7 +166,8 @@ def recover_stalled_runs(
         if not workflow_registry.defines(run.workflow_name, run.workflow_version):
             _undefined.warn(run)
             continue
-        sleeping = run.status == RunStatus.SLEEPING
+        # A due sleeper, or a parent whose children have all finished: woken.
+        sleeping = run.status in (RunStatus.SLEEPING, RunStatus.WAITING_CHILDREN)
         unchanged = {"pk": run.pk, "status": run.status, "runner": run.runner}
         taken_at = timezone.now()
         # Still unclaimed, or its claim still expired: a runner that renewed it meanwhile
@@ -184,11 +191,13 @@ def recover_stalled_runs(
             continue
         if sleeping:
             logger.info(
-                "workflow %s (%s) woke after step %r (due at %s); queueing its next step",
+                "workflow %s (%s) woke after step %r (%s); queueing its next step",
                 run.workflow_name,
                 run.coordination_id,
                 run.last_step,
-                run.wake_at.isoformat() if run.wake_at else "-",
+                f"due at {run.wake_at.isoformat()}"
+                if run.wake_at
+                else "its children have finished",
             )
             run.status = RunStatus.RUNNING
         else:

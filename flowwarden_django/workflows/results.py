@@ -61,15 +61,25 @@ class Sleeping(Hibernated):
     status: str = RunStatus.SLEEPING
 
 
+@dataclasses.dataclass(frozen=True)
+class WaitingForChildren(Hibernated):
+    """A step returned ``spawn(...)``: the run continues once every child run has
+    finished. A ``Hibernated`` too."""
+
+    status: str = RunStatus.WAITING_CHILDREN
+
+
 def paused(
     state: Any, coordination_id: str, last_step: str, status: str, wake_at: Any = None
 ) -> Hibernated:
-    """The result of a run paused with *status*: ``Waiting``, ``Sleeping`` or
-    ``Hibernated``."""
+    """The result of a run paused with *status*: ``Waiting``, ``Sleeping``,
+    ``WaitingForChildren`` or ``Hibernated``."""
     if status == RunStatus.WAITING:
         return Waiting(state, coordination_id, last_step)
     if status == RunStatus.SLEEPING:
         return Sleeping(state, coordination_id, last_step, wake_at=wake_at)
+    if status == RunStatus.WAITING_CHILDREN:
+        return WaitingForChildren(state, coordination_id, last_step)
     return Hibernated(state, coordination_id, last_step, status)
 
 

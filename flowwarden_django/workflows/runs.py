@@ -63,13 +63,15 @@ class RunStatus:
     SLEEPING = "sleeping"
     #: Stopped for good by ``Workflow.cancel`` (or its endpoint, action or command).
     CANCELLED = "cancelled"
+    #: A step returned ``spawn(...)``: it continues once every child run finished.
+    WAITING_CHILDREN = "waiting_children"
 
     #: A paused run: it holds no runner and continues when run or resumed.
-    PAUSED = (HIBERNATED, WAITING, SLEEPING)
+    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN)
     #: A run that never continues again (a failed one does, when run again).
     FINAL = (COMPLETED, CANCELLED)
     #: What an upgrade may move to another version.
-    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE)
+    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN, FAILED, NEEDS_UPGRADE)
 
 
 class ConcurrentRunError(RuntimeError):
@@ -630,6 +632,7 @@ _INSERTED = {
     "attempts": "0",
     "wake_at": "NULL",
     "step_errors": "NULL",
+    "parent_coordination_id": "NULL",
     "created_at": "%s",
     "updated_at": "%s",
 }

@@ -34,7 +34,9 @@ class StepContext:
     step a resumed run executes; ``None`` for the others). ``decision`` is the
     ``ApprovalDecision`` of the step before it, when that step returned
     ``await_approval``: read from the decided ``Approval`` row, never from the input
-    (``None`` for every other step). ``attempt`` counts from 1 within one run of the
+    (``None`` for every other step). ``children`` holds the ``ChildResult`` of each
+    child run the step before it started with ``spawn`` (empty for every other step).
+    ``attempt`` counts from 1 within one run of the
     step (``max_retries + 1`` at most). ``idempotency_key`` is
     ``"<coordination_id>:<step_name>"``: stable across attempts, runs and processes.
     ``patched(id)`` answers whether the run takes the new code of a patch (see
@@ -48,6 +50,8 @@ class StepContext:
     input: Any = None
     decision: ApprovalDecision | None = None
     patch_book: PatchBook | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: The outcomes of the child runs the step before it spawned (``ChildResult``s).
+    children: tuple[Any, ...] = ()
 
     @property
     def idempotency_key(self) -> str:

@@ -360,6 +360,45 @@ def test_a_cancel_during_a_long_step_runs_no_next_step(
     assert "cancelled" in worker.log() or received(worker) == 2
 
 
+@on_servers
+@pytest.mark.slow
+def test_a_parent_whose_child_s_worker_is_killed_completes_once_with_five_results(
+    definitions, provider, start_worker, tmp_path
+):
+    """Issue 31: a parent spawns five children on two workers; the pool child running
+    the third child's step is SIGKILLed (the spawn committed, children mid-way). Every
+    child completes, the parent continues once with the five results, no child is
+    doubled and only the killed step ran twice."""
+    workers = [start_worker(PREFORK, lease="2s", execution="celery") for _ in range(2)]
+    state = {**new_state(tmp_path), "stall": 3}
+    cid = f"fan-{uuid.uuid4().hex[:12]}"
+    wf = definitions[flows.FAN_OUT].workflow(cid)
+    with execution(provider):
+        wf.run(state)
+
+    def stalled() -> list[dict[str, Any]]:
+        return [e for e in executions(state["log"]) if e.get("n") == 3]
+
+    children = WorkflowRun.objects.using(DB).filter(parent_coordination_id=cid)
+    _wait_until(
+        lambda: bool(stalled()) and children.filter(status=RunStatus.COMPLETED).count() == 4,
+        WAIT,
+        "four children done and the third's step running",
+        workers[0],
+    )
+    os.kill(stalled()[0]["pid"], signal.SIGKILL)
+    wait_for_status(wf, RunStatus.COMPLETED, workers[0])
+    log = executions(state["log"])
+    enrich_pids = Counter(e["pid"] for e in log if e["step"] == "enrich")
+    print(f"\n[celery] children's steps by process: {dict(enrich_pids)}", file=sys.stderr)
+    assert Counter(e["step"] for e in log if e["cid"] == cid) == {"fan_out": 1, "collect": 1}
+    assert [e["children"] for e in log if e["step"] == "collect"] == [5]
+    assert Counter(e["n"] for e in log if e["step"] == "enrich") == {1: 1, 2: 1, 3: 2, 4: 1, 5: 1}
+    assert children.count() == 5
+    assert set(children.values_list("status", flat=True)) == {RunStatus.COMPLETED}
+    assert wf.current_result().final_state["total"] == 150
+
+
 def finished_tasks(worker: Worker) -> int:
     """How many step tasks *worker* has finished (succeeded or raised)."""
     prefix = f"Task {STEP_TASK}["

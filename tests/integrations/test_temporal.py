@@ -495,6 +495,55 @@ def test_a_worker_killed_mid_step_is_replaced_and_the_run_completes(
         )
 
 
+@on_temporal
+@pytest.mark.slow
+def test_a_parent_whose_worker_is_killed_mid_children_completes_once_with_five_results(
+    temporal: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
+) -> None:
+    """Issue 31: a parent spawns five children (each a run with a Temporal workflow of
+    its own); the worker is SIGKILLed while the third child's step runs, the other
+    four done. A new worker finishes it; the parent continues once, with the five
+    results; no child is doubled and only the killed step ran twice."""
+    queue = f"fw-fan-{uuid.uuid4().hex[:8]}"
+    env = {**worker_env, "FLOWWARDEN_TEMPORAL_QUEUE": queue, "FLOWWARDEN_TEMPORAL_DEFAULTS": "1"}
+    setting = {
+        "WORKFLOW_EXECUTION": "temporal",
+        "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": queue},
+    }
+    first = TemporalWorker(env, tmp_path / "first.log")
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            cid = temporal[flows.FAN_OUT].start({"log": log, "stall": 3}).coordination_id
+        children = WorkflowRun.objects.using(DB).filter(parent_coordination_id=cid)
+        wait_until(
+            lambda: (
+                children.filter(status="completed").count() == 4
+                and any(e.get("n") == 3 for e in executions(log))
+            ),
+            WAIT,
+            "four children done and the third's step running",
+            [first, server],
+        )
+    finally:
+        first.kill()
+        reset_providers()
+    second = TemporalWorker(env, tmp_path / "second.log")
+    try:
+        wait_for_status(cid, ("completed",), [second, server], timeout=60)
+    finally:
+        second.kill()
+    entries = executions(log)
+    assert Counter(e["step"] for e in entries if e["cid"] == cid) == {"fan_out": 1, "collect": 1}
+    assert [e["children"] for e in entries if e["step"] == "collect"] == [5]
+    enriched = Counter(e["n"] for e in entries if e["step"] == "enrich")
+    assert enriched == {1: 1, 2: 1, 3: 2, 4: 1, 5: 1}
+    assert children.count() == 5
+    assert set(children.values_list("status", flat=True)) == {"completed"}
+    final = Workflow.for_coordination(cid, using=DB).current_result()
+    assert final.final_state["total"] == 150
+
+
 def local_activities(server: DevServer, cid: str) -> int:
     """How many local activities completed in the history of *cid*'s workflows (each
     leaves one marker)."""

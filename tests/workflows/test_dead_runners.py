@@ -183,6 +183,53 @@ def test_a_killed_in_process_runner_s_run_completes_by_the_sweep(definitions, tm
     )
 
 
+def test_a_parent_killed_mid_spawn_completes_once_with_its_five_children(definitions, tmp_path):
+    """Issue 31: SIGKILL the process while it runs the third of the five children its
+    parent spawned (the spawn committed; children 1-2 done, 3 running, 4-5 not
+    started); with the sweep, every child completes, the parent continues once, with
+    the five results; no child is doubled and only the killed step ran twice."""
+    cid = f"fan-out-{uuid.uuid4().hex[:8]}"
+    state = {"log": str(tmp_path / "steps.log"), "stall": 3}
+    runner = Proc(["start", workflow_procs.FAN_OUT, cid, json.dumps(state)], tmp_path / "r")
+    sweeper = None
+    try:
+        _wait(
+            lambda: any(e.get("n") == 3 for e in executions(state["log"])),
+            60,
+            "the third child's step",
+            runner,
+        )
+        runner.stop(signal.SIGKILL)
+        assert runner.proc.returncode == -signal.SIGKILL
+        sweeper = Proc(["sweep"], tmp_path / "sweep")
+        sweeper.wait_for_line("Sweeping for stalled runs")
+        live_at = time.monotonic()
+        done_at = _wait(
+            lambda: _status(cid) == RunStatus.COMPLETED,
+            RECOVERY_BOUND,
+            "the parent's completion",
+            sweeper,
+        )
+    finally:
+        runner.stop(signal.SIGKILL)
+        if sweeper is not None:
+            sweeper.stop()
+    log = executions(state["log"])
+    print(
+        f"\n[in-process] SIGKILL mid-spawn: the parent completed {done_at - live_at:.1f} s "
+        f"after the sweep started",
+        file=sys.stderr,
+    )
+    assert Counter(e["step"] for e in log if e["cid"] == cid) == {"fan_out": 1, "collect": 1}
+    assert [e["children"] for e in log if e["step"] == "collect"] == [5]
+    assert Counter(e["n"] for e in log if e["step"] == "enrich") == {1: 1, 2: 1, 3: 2, 4: 1, 5: 1}
+    children = WorkflowRun.objects.using(DB).filter(parent_coordination_id=cid)
+    assert children.count() == 5
+    assert set(children.values_list("status", flat=True)) == {RunStatus.COMPLETED}
+    final = definitions[workflow_procs.FAN_OUT].workflow(cid).current_result()
+    assert final.final_state["total"] == 150
+
+
 def test_a_step_six_leases_long_is_never_taken_over_while_its_process_lives(definitions, tmp_path):
     """A 60 s step under the default 10 s lease, with the sweep running all along:
     its claim is renewed, so nothing takes the run over, and it runs once."""

@@ -329,3 +329,173 @@ def test_errors_of_attempts_run_one_by_one_wait_on_the_run_until_the_step_succee
     timing = step_timing_of(wf.history()[-1].metadata)
     assert timing is not None and timing.attempts == 3
     assert [(e.attempt, e.error) for e in timing.errors] == [(1, "KeyError"), (2, "KeyError")]
+
+
+# -- child runs --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def child_name() -> Iterator[str]:
+    workflow = f"child-{uuid.uuid4().hex[:8]}"
+    yield workflow
+    workflow_registry.unregister(workflow)
+
+
+def define_child(child_name: str, store: Any, outcome: Any = advance) -> list[str]:
+    calls: list[str] = []
+
+    @step("enrich")
+    def enrich(state: dict[str, Any], ctx: Any) -> Any:
+        calls.append(ctx.coordination_id)
+        return outcome({**state, "enriched": state["n"] * 10})
+
+    Workflow.define(child_name, [enrich], store)
+    return calls
+
+
+def test_a_parent_waits_for_its_children_and_reads_their_outcomes(
+    name: str, child_name: str, store: Any
+) -> None:
+    from flowwarden_django.workflows import ChildResult, spawn
+
+    child_calls = define_child(child_name, store)
+    seen: list[Any] = []
+
+    @step("fan_out")
+    def fan_out(state: dict[str, Any]) -> Any:
+        return spawn(state, [(child_name, {"n": n}) for n in range(1, 6)], then="results")
+
+    @step("collect")
+    def collect(state: dict[str, Any], ctx: Any) -> Any:
+        seen.append(ctx.children)
+        return advance({**state, "total": sum(r["state"]["enriched"] for r in state["results"])})
+
+    Workflow.define(name, [fan_out, collect], store)
+    cid = new_cid()
+    result = Workflow.start(name, {}, coordination_id=cid).result
+    assert isinstance(result, Completed) and result.final_state["total"] == 150
+    assert len(child_calls) == 5 and len(set(child_calls)) == 5
+    (children,) = seen
+    assert [type(c) for c in children] == [ChildResult] * 5
+    assert [(c.status, c.state["enriched"]) for c in children] == [
+        ("completed", n * 10) for n in range(1, 6)
+    ]
+    rows = WorkflowRun.objects.filter(parent_coordination_id=cid).order_by("created_at")
+    assert sorted(r.pk for r in rows) == sorted(c.coordination_id for c in children)
+    assert {r.status for r in rows} == {RunStatus.COMPLETED}
+    assert record(cid).status == RunStatus.COMPLETED
+
+
+def test_a_parent_run_early_waits_and_the_sweep_continues_it_when_a_notice_was_lost(
+    name: str, child_name: str
+) -> None:
+    """A child that waits (hibernates) keeps the parent waiting, also when the parent
+    is run or resumed; once it finishes the parent continues, by the child's notice
+    or, when that was lost, by the sweep."""
+    from flowwarden_django.workflows import WaitingForChildren, hibernate, spawn
+    from flowwarden_django.workflows import children as children_module
+
+    store = OrmSnapshotStore()
+    define_child(child_name, store, hibernate)
+    steps = [
+        step("fan_out")(lambda s: spawn(s, [(child_name, {"n": 1}), (child_name, {"n": 2})])),
+        path_step("after"),
+    ]
+    Workflow.define(name, steps, store)
+    cid = new_cid()
+    assert isinstance(Workflow.start(name, {}, coordination_id=cid).result, WaitingForChildren)
+    parent = Workflow.for_coordination(cid)
+    assert isinstance(parent.resume(), WaitingForChildren)
+    assert isinstance(parent.run(), WaitingForChildren)
+    assert record(cid).status == RunStatus.WAITING_CHILDREN
+    first, second = sorted(
+        WorkflowRun.objects.filter(parent_coordination_id=cid).values_list("pk", flat=True)
+    )
+    Workflow.for_coordination(first).resume()
+    assert record(cid).status == RunStatus.WAITING_CHILDREN
+    # The last child's notice is lost (a crash right after its commit): the sweep.
+    original = children_module.notify_parent
+    children_module.notify_parent = lambda child: False
+    try:
+        import flowwarden_django.workflows.engine as engine_module
+
+        engine_module.notify_parent = children_module.notify_parent
+        Workflow.for_coordination(second).resume()
+    finally:
+        children_module.notify_parent = original
+        engine_module.notify_parent = original
+    assert record(cid).status == RunStatus.WAITING_CHILDREN
+    assert sweep() == [cid]
+    assert record(cid).status == RunStatus.COMPLETED
+    assert sweep() == []
+
+
+def test_a_failed_spawn_transaction_leaves_no_child_and_the_retry_makes_each_once(
+    name: str, child_name: str
+) -> None:
+    from flowwarden_django.workflows import spawn
+    from flowwarden_django.workflows.children import Spawn
+
+    store = OrmSnapshotStore()
+    define_child(child_name, store)
+    Workflow.define(
+        name,
+        [step("fan_out")(lambda s: spawn(s, [(child_name, {"n": n}) for n in (1, 2, 3)]))],
+        store,
+    )
+    cid = new_cid()
+    original = Spawn.persist_with
+    made: list[int] = []
+
+    def crash_after_two(self: Any, workflow: Any, snapshot: Any) -> None:
+        from flowwarden_django.workflows.children import _create_child
+
+        for index, (child, state) in enumerate(self.children[:2], start=1):
+            _create_child(
+                workflow.runs.db, workflow.coordination_id, snapshot.id, index, child, state
+            )
+            made.append(index)
+        raise RuntimeError("killed mid-spawn")
+
+    Spawn.persist_with = crash_after_two
+    try:
+        with pytest.raises(RuntimeError, match="mid-spawn"):
+            Workflow.start(name, {}, coordination_id=cid)
+    finally:
+        Spawn.persist_with = original
+    assert made == [1, 2]
+    assert not WorkflowRun.objects.filter(parent_coordination_id=cid).exists()
+    assert isinstance(Workflow.for_coordination(cid).run(), Completed)
+    assert WorkflowRun.objects.filter(parent_coordination_id=cid).count() == 3
+
+
+def test_cancelling_a_parent_cancels_its_children(name: str, child_name: str) -> None:
+    from flowwarden_django.workflows import hibernate, spawn
+
+    store = OrmSnapshotStore()
+    define_child(child_name, store, hibernate)
+    Workflow.define(
+        name, [step("fan_out")(lambda s: spawn(s, [(child_name, {"n": 1})] * 3))], store
+    )
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    assert Workflow.for_coordination(cid).cancel("withdrawn", by="ops").cancelled
+    statuses = set(
+        WorkflowRun.objects.filter(parent_coordination_id=cid).values_list("status", flat=True)
+    )
+    assert statuses == {RunStatus.CANCELLED}
+    assert record(cid).status == RunStatus.CANCELLED
+
+
+def test_spawn_refuses_what_it_cannot_start(child_name: str) -> None:
+    from flowwarden_django.workflows import spawn
+
+    with pytest.raises(ValueError, match="not defined"):
+        spawn({}, [("nope", {})])
+    Workflow.define(child_name, [path_step("x")])
+    with pytest.raises(ValueError, match="at least one"):
+        spawn({}, [])
+    with pytest.raises(TypeError, match="pair"):
+        spawn({}, [child_name])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="must then be a dict"):
+        spawn([1], [(child_name, {})], then="results")

@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
 FINAL = ("completed", "failed", "cancelled")
 #: Statuses of a paused run: the workflow waits for a wake, the approval's expiry or
 #: the end of a sleep.
-PAUSED = ("hibernated", "waiting", "sleeping")
+PAUSED = ("hibernated", "waiting", "sleeping", "waiting_children")
 #: Activities that only read or expire (not steps): short, retried until they work.
 QUICK = timedelta(seconds=60)
 #: Seconds added to a step's own ``timeout`` for its activity's start-to-close timeout:

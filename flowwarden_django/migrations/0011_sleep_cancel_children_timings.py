@@ -1,7 +1,8 @@
-# Durable sleep, cancel and step timings (issue 31): a sleeping run's wake time (and
-# the index the sweep finds due sleepers by), the statuses "sleeping" and "cancelled",
-# the permission to cancel runs, and the errors of a step's failed attempts while a
-# provider runs each attempt on its own (Temporal).
+# Durable sleep, cancel, child runs and step timings (issue 31): a sleeping run's
+# wake time (and the index the sweep finds due sleepers by), the statuses "sleeping",
+# "waiting_children" and "cancelled", a child run's parent, the permission to cancel
+# runs, and the errors of a step's failed attempts while a provider runs each attempt
+# on its own (Temporal).
 
 from django.db import migrations, models
 
@@ -27,6 +28,13 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name="workflowrun",
+            name="parent_coordination_id",
+            field=models.CharField(
+                blank=True, db_index=True, max_length=255, null=True, verbose_name="parent run"
+            ),
+        ),
+        migrations.AddField(
+            model_name="workflowrun",
             name="step_errors",
             field=models.JSONField(
                 blank=True, editable=False, null=True, verbose_name="step errors"
@@ -49,6 +57,7 @@ class Migration(migrations.Migration):
                     ("failed", "failed"),
                     ("needs_upgrade", "needs upgrade"),
                     ("sleeping", "sleeping"),
+                    ("waiting_children", "waiting for child runs"),
                     ("cancelled", "cancelled"),
                 ],
                 default="running",
