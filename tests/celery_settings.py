@@ -13,6 +13,7 @@ The test passes everything through the environment:
 """
 
 import os
+from importlib.util import find_spec
 
 from tests.settings import DEFAULT_AUTO_FIELD, SECRET_KEY, TIME_ZONE, USE_TZ  # noqa: F401
 
@@ -22,6 +23,8 @@ INSTALLED_APPS = [
     "flowwarden_django",
     "tests.testapp",
 ]
+if find_spec("django_celery_beat"):  # scheduled starts (the "beat" extra)
+    INSTALLED_APPS += ["django_celery_beat"]
 
 DATABASES = {
     "default": {

@@ -25,6 +25,10 @@ INSTALLED_APPS = [
     "tests.testapp",
 ]
 
+# Scheduled starts (the "beat" extra).
+if find_spec("django_celery_beat"):
+    INSTALLED_APPS += ["django_celery_beat"]
+
 # The REST API (the "drf" extra); absent in tests/test_optional_extras.py's child.
 if all(find_spec(m) for m in ("rest_framework", "drf_spectacular", "django_filters")):
     INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular"]

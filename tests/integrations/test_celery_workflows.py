@@ -217,6 +217,7 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
             env["FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT"] = str(visibility_timeout)
         env.update(extra)
         worker = Worker(env, pool, tmp_path / f"worker-{len(workers) + 1}.log")
+        worker.env = env  # what a beat beside it runs with
         workers.append(worker)
         return worker
 
@@ -397,6 +398,111 @@ def test_a_parent_whose_child_s_worker_is_killed_completes_once_with_five_result
     assert children.count() == 5
     assert set(children.values_list("status", flat=True)) == {RunStatus.COMPLETED}
     assert wf.current_result().final_state["total"] == 150
+
+
+class Beat:
+    """``celery beat`` with django-celery-beat's database scheduler, beside a worker."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        import subprocess
+
+        from tests.story_procs import die_with_parent
+
+        self.log_path = log_path
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_app",
+            "beat",
+            "-S",
+            "django_celery_beat.schedulers:DatabaseScheduler",
+            "--loglevel=INFO",
+            "--max-interval=1",
+        ]
+        with log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+
+    def sent(self, name: str) -> int:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text.count(f"Sending due task {name} ")
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+def scheduled_runs(name: str) -> Any:
+    return WorkflowRun.objects.using(DB).filter(idempotency_key__startswith=f"schedule:{name}:")
+
+
+@on_servers
+@pytest.mark.slow
+def test_a_beat_schedule_starts_exactly_one_run_per_tick(
+    definitions, start_worker, tmp_path, broker_url, queue
+):
+    """Issue 31: django-celery-beat sends the start task every 2 s: one run per tick,
+    each keyed by its tick; the same tick sent again starts nothing; ticks missed while
+    no worker ran start one run, for the latest tick."""
+    pytest.importorskip("django_celery_beat")
+    from flowwarden_django.integrations.celery.schedules import START_TASK, schedule_workflow
+
+    name = f"fw-every-2s-{uuid.uuid4().hex[:6]}"
+    template = {"log": str(tmp_path / "steps.log"), "trail": [], "tick": "{tick}"}
+    schedule_workflow(name, flows.THREE, state=template, every=timedelta(seconds=2), using=DB)
+    worker = start_worker(SOLO)
+    beat = Beat(worker.env, tmp_path / "beat.log")
+    try:
+        _wait_until(lambda: beat.sent(name) >= 4, WAIT, "four ticks sent", worker)
+    finally:
+        beat.stop()
+    sent = beat.sent(name)
+    _wait_until(
+        lambda: scheduled_runs(name).filter(status=RunStatus.COMPLETED).count() == sent,
+        WAIT,
+        "a run per tick",
+        worker,
+    )
+    runs = list(scheduled_runs(name))
+    assert len({run.idempotency_key for run in runs}) == sent
+    assert {run.status for run in runs} == {RunStatus.COMPLETED}
+    for run in runs:  # the state template got the run's tick
+        final = definitions[flows.THREE].workflow(run.pk).current_result().final_state
+        assert run.idempotency_key == f"schedule:{name}:{final['tick']}"
+
+    # The same tick sent twice more (a second beat, say): nothing more starts.
+    producer = Celery(broker=broker_url)
+    producer.conf.task_default_queue = queue
+    hourly = f"fw-hourly-{uuid.uuid4().hex[:6]}"
+    schedule_workflow(hourly, flows.THREE, state=template, crontab={"minute": "0"}, using=DB)
+    for _ in range(3):
+        producer.send_task(
+            START_TASK,
+            kwargs={"workflow": flows.THREE, "state": template},
+            headers={"periodic_task_name": hourly},
+        )
+    _wait_until(
+        lambda: worker.log().count(f"Task {START_TASK}[") >= 2 * (sent + 3),  # received, done
+        WAIT,
+        "the three sends",
+        worker,
+    )
+    assert scheduled_runs(hourly).count() == 1
+    key = scheduled_runs(hourly).get().idempotency_key
+    tick = timezone.now().replace(minute=0, second=0, microsecond=0)
+    assert key == f"schedule:{hourly}:{tick.isoformat()}"
+    producer.close()
 
 
 def finished_tasks(worker: Worker) -> int:

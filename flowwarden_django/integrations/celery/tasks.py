@@ -4,7 +4,8 @@ and the workflow step and recovery tasks of ``provider.py``.
 Found by ``app.autodiscover_tasks()`` (or registered by
 ``flowwarden_django.integrations.celery.install(app)``). Each returns plain JSON-serializable
 data, so any result backend can keep it. ``purge_dead_letters`` and
-``recover_workflows`` are meant for beat::
+``recover_workflows`` are meant for beat, and ``start_scheduled_workflow`` starts a
+workflow from a django-celery-beat periodic task (``schedules``)::
 
     CELERY_BEAT_SCHEDULE = {
         "flowwarden-purge-dead-letters": {
@@ -106,6 +107,25 @@ def recover_workflows(
 
     age = None if older_than is None else timedelta(seconds=older_than)
     return sweep(self.app, older_than=age, limit=limit)
+
+
+@shared_task(name="flowwarden_django.start_scheduled_workflow", bind=True)
+def start_scheduled_workflow(
+    self: Any, workflow: str, state: Any = None, schedule: str | None = None
+) -> dict[str, Any]:
+    """Start *workflow* (its state a template) for the current tick of the
+    django-celery-beat periodic task that sent this, at most once per tick (see
+    ``schedules``). *schedule* names the periodic task when the message does not
+    (django-celery-beat sends its name in the ``periodic_task_name`` header)."""
+    from .schedules import ScheduleError, start_scheduled
+
+    name = getattr(self.request, "periodic_task_name", None) or schedule
+    if not name:
+        raise ScheduleError(
+            "no periodic task named: send this task from django-celery-beat, or pass "
+            "schedule=<the periodic task's name>"
+        )
+    return start_scheduled(name, workflow, state)
 
 
 @shared_task(name="flowwarden_django.expire_approvals")
