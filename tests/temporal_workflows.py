@@ -30,6 +30,8 @@ from tests import step_log
 from tests.step_log import record, then
 
 TWENTY = "fw-temporal-twenty"
+#: One step (what the scheduled-start test starts).
+ONE = "fw-temporal-one"
 PAUSING = "fw-temporal-pausing"
 APPROVING = "fw-temporal-approving"
 EXPIRING = "fw-temporal-expiring"
@@ -186,6 +188,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
         name: Workflow.define(name, steps, store, using=using)
         for name, steps in (
             (TWENTY, twenty),
+            (ONE, [_plain("one")]),
             (PAUSING, [_plain("one"), pause, decide]),
             (APPROVING, [_plain("one"), ask, decide]),
             (EXPIRING, [_plain("one"), ask, decide]),

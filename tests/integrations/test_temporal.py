@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -542,6 +543,57 @@ def test_a_parent_whose_worker_is_killed_mid_children_completes_once_with_five_r
     assert set(children.values_list("status", flat=True)) == {"completed"}
     final = Workflow.for_coordination(cid, using=DB).current_result()
     assert final.final_state["total"] == 150
+
+
+@on_temporal
+def test_a_temporal_schedule_starts_exactly_one_run_per_tick(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str, queue: str
+) -> None:
+    """Issue 31: a Temporal Schedule every 2 s starts one run per tick, each keyed by
+    its tick; an action triggered by hand within a tick that had its run starts
+    nothing more."""
+    from flowwarden_django.integrations.temporal.config import TemporalConfig
+    from flowwarden_django.integrations.temporal.connection import TemporalConnection
+    from flowwarden_django.integrations.temporal.schedules import (
+        delete_schedule,
+        schedule_workflow,
+    )
+
+    schedule_id = f"fw-sched-{uuid.uuid4().hex[:8]}"
+    config = TemporalConfig(target=server.target, task_queue=queue)
+    runs = WorkflowRun.objects.using(DB).filter(
+        idempotency_key__startswith=f"schedule:{schedule_id}:"
+    )
+    template = {"log": log, "tick": "{tick}"}
+    schedule_workflow(
+        schedule_id, flows.ONE, every=timedelta(seconds=2), state=template, config=config
+    )
+    try:
+        wait_until(lambda: runs.count() >= 3, WAIT, "three scheduled runs", [worker, server])
+        # A second action now, within the tick of the latest run: nothing more starts.
+        latest = max(run.idempotency_key for run in runs)
+        connection = TemporalConnection(config)
+        try:
+            connection.call(lambda client: client.get_schedule_handle(schedule_id).trigger())
+        finally:
+            connection.close()
+        time.sleep(1.0)
+    finally:
+        delete_schedule(schedule_id, config=config)
+    keys = sorted(run.idempotency_key for run in runs)
+    assert len(keys) == len(set(keys)) >= 3
+    ticks = [datetime.fromisoformat(key.split(":", 2)[2]) for key in keys]
+    assert all(tick.timestamp() % 2 == 0 for tick in ticks)  # multiples of the period
+    assert latest in keys
+    wait_until(
+        lambda: set(runs.values_list("status", flat=True)) == {"completed"},
+        WAIT,
+        "the scheduled runs to complete",
+        [worker, server],
+    )
+    for run in runs:
+        final = Workflow.for_coordination(run.pk, using=DB).current_result().final_state
+        assert run.idempotency_key == f"schedule:{schedule_id}:{final['tick']}"
 
 
 def local_activities(server: DevServer, cid: str) -> int:

@@ -23,10 +23,21 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+
+from ...workflows.schedule_ticks import ScheduleError, interval_tick, render_state, start_for_tick
+
+__all__ = [
+    "START_TASK",
+    "ScheduleError",
+    "latest_tick",
+    "render_state",
+    "schedule_workflow",
+    "start_scheduled",
+]
 
 logger = logging.getLogger("flowwarden_django.celery")
 
@@ -37,11 +48,6 @@ CRONTAB_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_yea
 MAX_LOOKBACK = timedelta(days=366)
 
 
-class ScheduleError(ValueError):
-    """The periodic task cannot start a run: unknown, or a schedule this module cannot
-    place ticks on (a solar or clocked schedule)."""
-
-
 def latest_tick(schedule: Any, now: datetime) -> datetime:
     """The latest time at or before *now* (aware) that *schedule* (a Celery
     ``crontab`` or ``schedule``) is due at."""
@@ -49,11 +55,7 @@ def latest_tick(schedule: Any, now: datetime) -> datetime:
     if hasattr(schedule, "minute") and hasattr(schedule, "day_of_week"):
         return _crontab_tick(schedule, now)
     if isinstance(run_every, timedelta):
-        period = run_every.total_seconds()
-        if period <= 0:
-            raise ScheduleError(f"an interval of {run_every} has no ticks")
-        seconds = now.timestamp()
-        return datetime.fromtimestamp(seconds - seconds % period, tz=UTC)
+        return interval_tick(run_every.total_seconds(), now)
     raise ScheduleError(
         f"{type(schedule).__name__} schedules are not supported: use a crontab or an interval"
     )
@@ -92,20 +94,6 @@ def _crontab_tick(schedule: Any, now: datetime) -> datetime:
     raise ScheduleError(f"{schedule} had no tick in the year before {now.isoformat()}")
 
 
-def render_state(template: Any, **values: str) -> Any:
-    """*template* with every string formatted with *values* (``{{`` for a brace)."""
-    if isinstance(template, str):
-        try:
-            return template.format(**values)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ScheduleError(f"state template {template!r}: {exc}") from exc
-    if isinstance(template, dict):
-        return {key: render_state(value, **values) for key, value in template.items()}
-    if isinstance(template, list):
-        return [render_state(value, **values) for value in template]
-    return template
-
-
 def start_scheduled(
     schedule_name: str, workflow: str, state: Any = None, *, now: datetime | None = None
 ) -> dict[str, Any]:
@@ -113,21 +101,16 @@ def start_scheduled(
     once per tick (see the module); what happened, as JSON."""
     from django_celery_beat.models import PeriodicTask
 
-    from ...workflows import Workflow
-
     task = PeriodicTask.objects.filter(name=schedule_name).first()
     if task is None:
         raise ScheduleError(f"no periodic task named {schedule_name!r}")
     tick = latest_tick(task.schedule, now or timezone.now())
-    stamp = tick.isoformat()
-    initial = render_state(state, tick=stamp, date=tick.date().isoformat(), schedule=schedule_name)
-    key = f"schedule:{schedule_name}:{stamp}"
-    started = Workflow.start(workflow, initial, idempotency_key=key)
+    started = start_for_tick(schedule_name, workflow, state, tick)
     if started.created:
-        logger.info("schedule %s: started %s for tick %s", schedule_name, workflow, stamp)
+        logger.info("schedule %s: started %s for tick %s", schedule_name, workflow, tick)
     return {
         "schedule": schedule_name,
-        "tick": stamp,
+        "tick": tick.isoformat(),
         "coordination_id": started.coordination_id,
         "created": started.created,
     }

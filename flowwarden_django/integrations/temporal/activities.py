@@ -30,14 +30,17 @@ from ...workflows.runs import (
     RunVersionError,
     run_lease,
 )
+from ...workflows.schedule_ticks import interval_tick, start_for_tick
 from ...workflows.steps import step_after
 from .config import TemporalConfig
 from .messages import (
     EXPIRE_ACTIVITY,
+    SCHEDULED_START_ACTIVITY,
     STATUS_ACTIVITY,
     STEP_ACTIVITY,
     VERSION_HANDBACK,
     RunReport,
+    ScheduledStart,
     StepPolicy,
     StepRequest,
 )
@@ -268,4 +271,20 @@ def run_status(request: StepRequest) -> RunReport:
         close_old_connections()
 
 
-ACTIVITIES = (run_step, expire_approval, run_status)
+@activity.defn(name=SCHEDULED_START_ACTIVITY)
+def start_scheduled(start: ScheduledStart) -> str:
+    """Start the run of the schedule's current tick (``schedules``): the latest
+    multiple of its period, so a late or repeated action starts nothing more and
+    missed ticks start one run. The run's coordination id."""
+    close_old_connections()
+    try:
+        tick = interval_tick(start.every, timezone.now())
+        started = start_for_tick(start.schedule, start.workflow, start.state, tick)
+        if started.created:
+            logger.info("schedule %s: started %s for tick %s", start.schedule, start.workflow, tick)
+        return started.coordination_id
+    finally:
+        close_old_connections()
+
+
+ACTIVITIES = (run_step, expire_approval, run_status, start_scheduled)

@@ -13,6 +13,9 @@ STATUS_ACTIVITY = "flowwarden.status"
 #: The Temporal workflow type and its one signal.
 WORKFLOW_TYPE = "flowwarden.Run"
 WAKE_SIGNAL = "wake"
+#: What a Temporal Schedule starts at each tick, and the activity that starts the run.
+SCHEDULED_START_TYPE = "flowwarden.ScheduledStart"
+SCHEDULED_START_ACTIVITY = "flowwarden.start_scheduled"
 #: The error type of a step activity on a worker that does not define the run's
 #: version: the workflow offers the step again, as a regular activity, to any worker.
 VERSION_HANDBACK = "VersionNotDefined"
@@ -65,6 +68,17 @@ class RunStart:
     step_timeout: float = 600.0
     #: Seconds without a heartbeat after which a step's worker is taken for dead.
     heartbeat_timeout: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledStart:
+    """A Temporal Schedule's action: start *workflow* (its state a template) for the
+    current tick of *schedule* (every *every* seconds)."""
+
+    schedule: str
+    workflow: str
+    state: Any = None
+    every: float = 60.0
 
 
 @dataclasses.dataclass(frozen=True)

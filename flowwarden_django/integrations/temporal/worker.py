@@ -18,7 +18,7 @@ from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
 from .provider import next_policy, run_start, signal_with_start
-from .workflow import RunWorkflow
+from .workflow import RunWorkflow, ScheduledStartWorkflow
 
 logger = logging.getLogger("flowwarden_django.temporal")
 
@@ -72,7 +72,7 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
     return Worker(
         client,
         task_queue=config.task_queue,
-        workflows=[RunWorkflow],
+        workflows=[RunWorkflow, ScheduledStartWorkflow],
         activities=list(ACTIVITIES),
         activity_executor=ThreadPoolExecutor(concurrency, thread_name_prefix="flowwarden-step"),
         max_concurrent_activities=concurrency,

@@ -23,6 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from .messages import (
         EXPIRE_ACTIVITY,
         HANDBACK_DELAYS,
+        SCHEDULED_START_ACTIVITY,
+        SCHEDULED_START_TYPE,
         STATUS_ACTIVITY,
         STEP_ACTIVITY,
         VERSION_HANDBACK,
@@ -30,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
         RunReport,
         RunStart,
+        ScheduledStart,
         StepPolicy,
         StepRequest,
         Wake,
@@ -181,6 +184,22 @@ class RunWorkflow:
             activity,
             request,
             result_type=RunReport,
+            start_to_close_timeout=QUICK,
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+        )
+
+
+@workflow.defn(name=SCHEDULED_START_TYPE)
+class ScheduledStartWorkflow:
+    """One tick of a Temporal Schedule (``schedules``): start the flowwarden run of
+    that tick (one activity; the run then has a Temporal workflow of its own)."""
+
+    @workflow.run
+    async def run(self, start: ScheduledStart) -> str:
+        return await workflow.execute_activity(
+            SCHEDULED_START_ACTIVITY,
+            start,
+            result_type=str,
             start_to_close_timeout=QUICK,
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )

@@ -1,0 +1,89 @@
+"""Scheduled starts on Temporal: a Temporal Schedule that starts a flowwarden run at
+every tick.
+
+``schedule_workflow(schedule_id, workflow, every=timedelta(hours=1), state=...)``
+creates (or updates) the Temporal Schedule *schedule_id*. At each tick it starts a
+``flowwarden.ScheduledStart`` workflow on the worker's task queue, whose one activity
+starts the run with the idempotency key ``schedule:<schedule_id>:<tick>`` (the tick:
+the latest multiple of the period since the epoch, UTC), the state rendered from its
+template (``{tick}``, ``{date}``, ``{schedule}``). The run then runs as any other.
+
+Missed ticks: Temporal catches up the actions of a window (``catchup_window``,
+default one period, at least 10 s) once the server or the workers are back, and each of them starts
+the run of the *current* tick: the backlog starts one run; ticks older than the
+window are skipped. The schedule is Temporal's (see it with ``temporal schedule
+list`` or the Temporal UI); ``delete_schedule`` removes it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from ...workflows.schedule_ticks import ScheduleError
+from .config import TemporalConfig
+from .connection import TemporalConnection
+from .messages import SCHEDULED_START_TYPE, ScheduledStart
+
+
+def schedule_workflow(
+    schedule_id: str,
+    workflow: str,
+    *,
+    every: timedelta,
+    state: Any = None,
+    catchup_window: timedelta | None = None,
+    config: TemporalConfig | None = None,
+) -> None:
+    """Create or update Temporal Schedule *schedule_id* starting *workflow* every
+    *every* (at least a second; see the module)."""
+    from temporalio.client import (
+        Schedule,
+        ScheduleActionStartWorkflow,
+        ScheduleAlreadyRunningError,
+        ScheduleIntervalSpec,
+        SchedulePolicy,
+        ScheduleSpec,
+        ScheduleUpdate,
+    )
+
+    if every < timedelta(seconds=1):
+        raise ScheduleError(f"every must be at least a second, not {every}")
+    config = config or TemporalConfig.from_settings()
+    action = ScheduleActionStartWorkflow(
+        SCHEDULED_START_TYPE,
+        ScheduledStart(schedule_id, workflow, state, every.total_seconds()),
+        id=f"flowwarden-schedule-{schedule_id}",
+        task_queue=config.task_queue,
+    )
+    schedule = Schedule(
+        action=action,
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        policy=SchedulePolicy(catchup_window=catchup_window or max(every, timedelta(seconds=10))),
+    )
+
+    async def create(client: Any) -> None:
+        try:
+            await client.create_schedule(schedule_id, schedule)
+        except ScheduleAlreadyRunningError:
+            handle = client.get_schedule_handle(schedule_id)
+            await handle.update(lambda _: ScheduleUpdate(schedule=schedule))
+
+    _call(config, create)
+
+
+def delete_schedule(schedule_id: str, *, config: TemporalConfig | None = None) -> None:
+    """Delete Temporal Schedule *schedule_id* (its runs stay as they are)."""
+
+    async def delete(client: Any) -> None:
+        await client.get_schedule_handle(schedule_id).delete()
+
+    _call(config or TemporalConfig.from_settings(), delete)
+
+
+def _call(config: TemporalConfig, operation: Any) -> Any:
+    connection = TemporalConnection(config)
+    try:
+        return connection.call(operation)
+    finally:
+        connection.close()

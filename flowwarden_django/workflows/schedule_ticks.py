@@ -1,0 +1,50 @@
+"""What a scheduled start needs whatever runs the schedule (django-celery-beat or a
+Temporal Schedule): the state template and the idempotency key of a tick.
+
+A scheduled run's idempotency key is ``schedule:<schedule>:<tick>`` (the tick in ISO
+8601), so a tick starts at most one run however often its start is delivered.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+class ScheduleError(ValueError):
+    """A schedule cannot start a run: unknown, a schedule whose ticks cannot be
+    placed (a solar or clocked one), or a state template that does not format."""
+
+
+def render_state(template: Any, **values: str) -> Any:
+    """*template* with every string (at any depth) formatted with *values* (``{{``
+    for a brace)."""
+    if isinstance(template, str):
+        try:
+            return template.format(**values)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ScheduleError(f"state template {template!r}: {exc}") from exc
+    if isinstance(template, dict):
+        return {key: render_state(value, **values) for key, value in template.items()}
+    if isinstance(template, list):
+        return [render_state(value, **values) for value in template]
+    return template
+
+
+def interval_tick(period_seconds: float, now: datetime) -> datetime:
+    """The latest multiple of *period_seconds* since the epoch (UTC) at or before *now*."""
+    if period_seconds <= 0:
+        raise ScheduleError(f"an interval of {period_seconds} s has no ticks")
+    seconds = now.timestamp()
+    return datetime.fromtimestamp(seconds - seconds % period_seconds, tz=UTC)
+
+
+def start_for_tick(schedule: str, workflow: str, template: Any, tick: datetime) -> Any:
+    """Start *workflow* for *tick* of *schedule* (the state rendered from *template*
+    with ``{tick}``, ``{date}`` and ``{schedule}``), at most once per tick: the
+    ``StartedRun`` (``created`` False when the tick had its run already)."""
+    from .engine import Workflow
+
+    stamp = tick.isoformat()
+    state = render_state(template, tick=stamp, date=tick.date().isoformat(), schedule=schedule)
+    return Workflow.start(workflow, state, idempotency_key=f"schedule:{schedule}:{stamp}")
