@@ -16,6 +16,9 @@ or updated during the copy can be copied in its new version and then see its cha
 event too, and an insert event starts that order's workflow (it is a new order), so
 every handler is an upsert and the run is keyed by the order.
 
+An order whose status becomes ``withdrawn`` cancels its workflow runs
+(``withdraw_order``): no step runs for it again and its pending approval is cancelled.
+
 An order the handler cannot take (a negative amount, or one on hold until a later
 time) raises :class:`OrderRejected`; the stream parks it in the dead-letter queue
 and goes on. In the admin's Dead letters list it can be replayed (an order on hold
@@ -30,7 +33,7 @@ from flowwarden_django.streams.context import ChangeContext
 from flowwarden_django.streams.registry import change_stream, checkpoint, dead_letter_queue
 
 from .models import Order
-from .workflows import start_for_order
+from .workflows import start_for_order, withdraw_order
 
 
 class OrderRejected(ValueError):
@@ -73,10 +76,17 @@ class OrderProjection:
 
     def on_replace(self, doc: dict[str, Any]) -> None:
         self._upsert(doc)
+        self._withdrawn(doc)
 
     def on_update(self, doc: dict[str, Any] | None, ctx: ChangeContext) -> None:
         if doc is not None:  # None when the order was deleted before the lookup
             self._upsert(doc)
+            self._withdrawn(doc)
+
+    def _withdrawn(self, doc: dict[str, Any]) -> None:
+        # Cancelling a run that is already cancelled or finished changes nothing.
+        if doc.get("status") == "withdrawn":
+            withdraw_order(doc["_id"], by="shop.orders stream")
 
     def on_delete(self, ctx: ChangeContext) -> None:
         Order.objects.filter(order_id=ctx.document_key["_id"]).delete()

@@ -125,6 +125,7 @@ def test_demo_runs_the_whole_story(sample_env):
         in out
     )
     assert "approved by approver: run completed, order 1322 approval='approved'" in out
+    assert "its reminder (a run sleeping 1 day, 0:00:00): cancelled (the order was decided)" in out
     assert "rejected by approver: run completed, order 1323 approval='rejected'" in out
     chain = re.findall(r"^  #(\d) \w{12}  (\S+)\s+(root|<- #\d)", out, re.MULTILINE)
     assert chain == [("1", "(seed)", "root"), ("2", "review", "<- #1"), ("3", "fulfil", "<- #2")]
@@ -178,3 +179,52 @@ def test_run_burst_processes_the_events_then_resumes(sample_env, runner):
         assert handled <= 100 - 1, "at most save_every_n - 1 events are re-processed"
         status = run("flowwarden_streams", "status", env=env)
         assert status.returncode == 0 and "shop.orders" in status.stdout
+
+
+def test_a_large_order_sleeps_a_reminder_and_withdrawing_it_cancels_both_runs(sample_env):
+    """The sample's sleep and cancel: a large order waits for an approver and starts
+    its reminder, a run sleeping a day; the customer withdraws the order (its status
+    becomes ``withdrawn`` in MongoDB) and the stream cancels both runs and the
+    pending approval."""
+    with ScriptedReplicaSet() as server:
+        env = {**sample_env, "FLOWWARDEN_MONGO_URL": server.uri}
+        first = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        assert first.returncode == 0, first.stderr
+        order = {"_id": 501, "status": "new", "customer": "acme", "total_cents": 250_000}
+        server.insert("shop", "orders", order)
+        placed = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        assert placed.returncode == 0, placed.stderr
+        with sqlite3.connect(env["SAMPLEPROJECT_DB"]) as db:
+            runs = dict(
+                db.execute(
+                    "SELECT idempotency_key, status FROM flowwarden_django_workflowrun "
+                    "WHERE idempotency_key IN ('shop.orders:501', 'shop.reminders:501')"
+                ).fetchall()
+            )
+            wake_at = db.execute(
+                "SELECT wake_at FROM flowwarden_django_workflowrun "
+                "WHERE idempotency_key = 'shop.reminders:501'"
+            ).fetchone()[0]
+        assert runs == {"shop.orders:501": "waiting", "shop.reminders:501": "sleeping"}
+        assert wake_at is not None
+        server.update("shop", "orders", 501, {"status": "withdrawn"})
+        withdrawn = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+        assert withdrawn.returncode == 0, withdrawn.stderr
+        with sqlite3.connect(env["SAMPLEPROJECT_DB"]) as db:
+            runs = dict(
+                db.execute(
+                    "SELECT idempotency_key, status || ':' || failure_reason "
+                    "FROM flowwarden_django_workflowrun "
+                    "WHERE idempotency_key IN ('shop.orders:501', 'shop.reminders:501')"
+                ).fetchall()
+            )
+            approvals = db.execute(
+                "SELECT a.status FROM flowwarden_django_approval a "
+                "JOIN flowwarden_django_workflowrun r ON r.coordination_id = a.coordination_id "
+                "WHERE r.idempotency_key = 'shop.orders:501'"
+            ).fetchall()
+    assert runs == {
+        "shop.orders:501": "cancelled:the order was withdrawn",
+        "shop.reminders:501": "cancelled:the order was withdrawn",
+    }
+    assert approvals == [("cancelled",)]

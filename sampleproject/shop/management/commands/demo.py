@@ -66,7 +66,14 @@ from flowwarden_django.workflows import Workflow
 from flowwarden_django.workflows.approvals import approve, reject
 
 from ...models import Order
-from ...workflows import APPROVERS_GROUP, WORKFLOW, start_for_order
+from ...workflows import (
+    APPROVERS_GROUP,
+    REMIND_AFTER,
+    REMINDER,
+    WORKFLOW,
+    reminder_key,
+    start_for_order,
+)
 
 #: The large orders written after the small ones: they wait for an approver.
 LARGE_ORDERS = ((250_000, "acme"), (180_000, "globex"))
@@ -406,6 +413,11 @@ class Command(BaseCommand):
                 f"    {result.approval.status} by {approver.username}: run {run.status}, "
                 f"order {order_id} approval={order.approval!r}"
             )
+            reminder = WorkflowRun.objects.get(idempotency_key=reminder_key(order_id))
+            self.stdout.write(
+                f"    its reminder (a run sleeping {REMIND_AFTER}): {reminder.status} "
+                f"({reminder.failure_reason})"
+            )
         approved = Approval.objects.filter(
             workflow_name=WORKFLOW, status=Approval.Status.APPROVED
         ).order_by("-decided_at")[0]
@@ -722,9 +734,9 @@ def _keys_from(first_id: int) -> Any:
 
 
 def forget_order_runs() -> None:
-    """Delete the order-approval runs, snapshots and approvals of an earlier demo (a
-    new scripted server starts order ids from 1 again)."""
-    runs = WorkflowRun.objects.filter(workflow_name=WORKFLOW)
+    """Delete the order-approval and reminder runs, snapshots and approvals of an
+    earlier demo (a new scripted server starts order ids from 1 again)."""
+    runs = WorkflowRun.objects.filter(workflow_name__in=[WORKFLOW, REMINDER])
     coordinations = list(runs.values_list("coordination_id", flat=True))
     SnapshotRecord.objects.filter(coordination_id__in=coordinations).delete()
     Approval.objects.filter(coordination_id__in=coordinations).delete()
