@@ -50,7 +50,7 @@ class StepContext:
     input: Any = None
     decision: ApprovalDecision | None = None
     patch_book: PatchBook | None = dataclasses.field(default=None, repr=False, compare=False)
-    #: The outcomes of the child runs the step before it spawned (``ChildResult``s).
+    #: The outcomes of the child runs the step before it spawned (``ChildResult`` each).
     children: tuple[Any, ...] = ()
 
     @property
