@@ -36,6 +36,7 @@ from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, parse_user_json
 from ..models import Approval, WorkflowRun
 from ..workflows.cancellation import cancel_coordination, cancellation_of
+from ..workflows.children import spawned
 from ..workflows.engine import workflow_registry
 from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
 from ..workflows.metadata import LAST_STEP
@@ -87,6 +88,7 @@ RUN_STATUS_ICONS = {
     WorkflowRun.Status.FAILED: "admin/img/icon-no.svg",
     WorkflowRun.Status.NEEDS_UPGRADE: "admin/img/icon-alert.svg",
     WorkflowRun.Status.SLEEPING: "admin/img/icon-clock.svg",
+    WorkflowRun.Status.WAITING_CHILDREN: "admin/img/icon-clock.svg",
     WorkflowRun.Status.CANCELLED: "admin/img/icon-no.svg",
 }
 
@@ -111,11 +113,18 @@ def run_status_badge(status: str) -> SafeString:
 def tree_step_text(snapshot: WorkflowSnapshot) -> dict[str, str]:
     """What the tree says of how the snapshot's step ran (``duration``, ``attempts``,
     ``errors``: the classes of the failed attempts, never their messages, which may
-    quote the state), or of its cancellation (``cancelled``)."""
+    quote the state), of its cancellation (``cancelled``), or of the child runs it
+    started (``children``: listed on the run's page)."""
     found: dict[str, str] = {}
     cancelled = cancellation_of(snapshot)
     if cancelled:
         found["cancelled"] = cancelled.get("reason") or gettext("cancelled")
+    children = spawned(snapshot)
+    if children is not None:
+        count = len(children.get("workflows") or [])
+        found["children"] = ngettext(
+            "started %(count)d child run", "started %(count)d child runs", count
+        ) % {"count": count}
     timing = step_timing_of(snapshot.metadata)
     if timing is None:
         return found
@@ -245,6 +254,8 @@ class WorkflowRunAdmin(
                     "idempotency_key",
                     "failure_reason_text",
                     "approvals_list",
+                    "parent_run",
+                    "child_runs",
                 ]
             },
         ),
@@ -264,6 +275,8 @@ class WorkflowRunAdmin(
         "idempotency_key",
         "failure_reason_text",
         "approvals_list",
+        "parent_run",
+        "child_runs",
         "runner_text",
         "claimed_until_text",
         "attempts",
@@ -564,6 +577,42 @@ class WorkflowRunAdmin(
             ),
         )
         return format_html('<ul class="flowwarden-approvals">{}</ul>', items)
+
+    @admin.display(description=_("parent run"))
+    def parent_run(self, obj: WorkflowRun) -> SafeString | str:
+        if not obj.parent_coordination_id:
+            return NONE_TEXT
+        url = reverse_for_key(
+            "admin:flowwarden_django_workflowrun_change",
+            obj.parent_coordination_id,
+            current_app=self.admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, obj.parent_coordination_id)
+
+    @admin.display(description=_("child runs"))
+    def child_runs(self, obj: WorkflowRun) -> SafeString | str:
+        rows = WorkflowRun.objects.using(obj._state.db).filter(parent_coordination_id=obj.pk)
+        rows = list(rows.order_by("created_at", "pk")[: self.tree_page_size])
+        if not rows:
+            return NONE_TEXT
+        items = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {} {}</li>',
+            (
+                (
+                    reverse_for_key(
+                        "admin:flowwarden_django_workflowrun_change",
+                        child.pk,
+                        current_app=self.admin_site.name,
+                    ),
+                    child.pk,
+                    child.workflow_name,
+                    run_status_badge(child.status),
+                )
+                for child in rows
+            ),
+        )
+        return format_html('<ul class="flowwarden-children">{}</ul>', items)
 
     @admin.display(description=_("runner"))
     def runner_text(self, obj: WorkflowRun) -> SafeString | str:

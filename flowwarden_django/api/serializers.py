@@ -108,6 +108,12 @@ class RunSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text=_("The version of the workflow's definition the run is on."),
     )
+    parent = serializers.CharField(
+        source="parent_coordination_id",
+        read_only=True,
+        allow_null=True,
+        help_text=_("The run that started this one (spawn), or null."),
+    )
     wake_at = serializers.SerializerMethodField(
         help_text=_("When a sleeping run wakes (null unless its status is sleeping).")
     )
@@ -123,6 +129,7 @@ class RunSerializer(serializers.ModelSerializer):
             "head_snapshot_id",
             "failure_reason",
             "wake_at",
+            "parent",
             "created_at",
             "updated_at",
         ]

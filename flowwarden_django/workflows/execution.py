@@ -192,11 +192,12 @@ class RemoteExecutionProvider(ExecutionProvider):
         workflow: ExecutableWorkflow, initial_state: Any, input: Any
     ) -> tuple[Any, Any, WorkflowResult | None]:
         """Seed the run: its head snapshot, its record, and its current result when
-        there is nothing to hand over (completed, or waiting and given no input)."""
+        there is nothing to hand over (completed or cancelled, or waiting and given no
+        input)."""
         head = workflow.seed(initial_state)
         record = workflow.run_record()
         assert record is not None  # seed() made it
-        if record.status == RunStatus.COMPLETED or (
+        if record.status in RunStatus.FINAL or (
             record.status == RunStatus.WAITING
             and input is None
             and record.head_snapshot_id == head.id

@@ -176,7 +176,7 @@ def upgradable_runs(
 ) -> Any:
     """The unfinished runs on a version some declared upgrade moves runs from."""
     rows = models.WorkflowRun.objects.using(RunRecords(using).db).exclude(
-        status=RunStatus.COMPLETED
+        status__in=RunStatus.FINAL
     )
     declared = Q(pk__in=[])
     for upgrade in upgrade_registry.all():
@@ -264,7 +264,7 @@ def _upgrade_once(
 ) -> UpgradeOutcome | None:
     """One hop; ``None`` when no declared upgrade starts at the run's version."""
     record = records.get(cid)
-    if record is None or record.status == RunStatus.COMPLETED:
+    if record is None or record.status in RunStatus.FINAL:
         return None
     upgrade = upgrade_registry.get(record.workflow_name, record.workflow_version)
     if upgrade is None:
@@ -279,7 +279,7 @@ def _upgrade_once(
         rows = models.WorkflowRun.objects.using(db).select_for_update()
         run = (
             rows.filter(pk=cid, workflow_version=upgrade.from_version)
-            .exclude(status=RunStatus.COMPLETED)
+            .exclude(status__in=RunStatus.FINAL)
             .first()
         )
         if run is None:

@@ -641,3 +641,29 @@ def test_cancel_action_needs_its_permission_and_cancels_with_a_history_entry(cli
     finally:
         workflow_registry.unregister("admin-sleepy")
         workflow_registry.unregister("admin-quick")
+
+
+def test_a_parent_s_page_and_tree_link_its_child_runs(client) -> None:
+    from flowwarden_django.workflows import hibernate, spawn
+
+    Workflow.define("admin-kid", [step("wait")(hibernate)], OrmSnapshotStore())
+    Workflow.define(
+        "admin-parent",
+        [step("fan")(lambda s: spawn(s, [("admin-kid", {}), ("admin-kid", {})]))],
+        OrmSnapshotStore(),
+    )
+    try:
+        cid = Workflow.start("admin-parent", {}).coordination_id
+        kids = sorted(
+            WorkflowRun.objects.filter(parent_coordination_id=cid).values_list("pk", flat=True)
+        )
+        client.force_login(staff("viewer", "view_workflowrun", "view_snapshotrecord"))
+        parent_page = page(client.get(run_url(cid)))
+        assert "Child runs:" in parent_page and all(kid in parent_page for kid in kids)
+        assert "Waiting for child runs" in parent_page
+        kid_page = page(client.get(run_url(kids[0])))
+        assert "Parent run:" in kid_page and run_url(cid) in kid_page
+        assert "started 2 child runs" in page(client.get(tree_url(cid)))
+    finally:
+        workflow_registry.unregister("admin-parent")
+        workflow_registry.unregister("admin-kid")

@@ -175,6 +175,7 @@ def test_runs_newest_updated_first_with_filters(refunds: Any, people: People) ->
         "head_snapshot_id": None,
         "failure_reason": "boom",
         "wake_at": None,
+        "parent": None,
         "created_at": body["results"][2]["created_at"],
         "updated_at": body["results"][2]["updated_at"],
     }
@@ -211,6 +212,7 @@ def test_run_detail(refunds: Any, people: People) -> None:
         "head_snapshot_id": run.head_snapshot_id,
         "failure_reason": "",
         "wake_at": None,
+        "parent": None,
         "created_at": body["created_at"],
         "updated_at": body["updated_at"],
         "pending_approvals": [str(approval.pk)],
