@@ -38,6 +38,8 @@ SLOW_SECOND_STEPS = ("one", "slow", "three", "four")
 #: child whose ``n`` is ``state["stall"]`` sleeps 300 s on its first execution (a
 #: test kills the process there: after the spawn committed, mid-way through the
 #: children). Every execution is logged to ``state["log"]``.
+#: ``one``, a sleep of ``state["nap"]`` seconds, ``three``; every execution logged.
+NAPPER = "wf-napper"
 FAN_OUT = "wf-fan-out"
 FAN_CHILD = "wf-fan-child"
 
@@ -55,7 +57,15 @@ def _effect(ctx: Any, order_id: int = 0) -> None:
 
 def define_workflows(store: Any, using: str | None = None) -> dict[str, Any]:
     """Register the shared workflows on *store*; return their definitions by name."""
-    from flowwarden_django.workflows import Workflow, advance, done, hibernate, spawn, step
+    from flowwarden_django.workflows import (
+        Workflow,
+        advance,
+        done,
+        hibernate,
+        sleep,
+        spawn,
+        step,
+    )
 
     @step("prepare")
     def prepare(state: dict[str, Any], ctx: Any) -> Any:
@@ -121,7 +131,17 @@ def define_workflows(store: Any, using: str | None = None) -> dict[str, Any]:
             time.sleep(300)
         return advance({**state, "value": state["n"] * 10})
 
+    @step("nap")
+    def nap(state: dict[str, Any], ctx: Any) -> Any:
+        from tests.step_log import record, then
+
+        record(state, ctx)
+        return sleep(then(state, "nap"), state["nap"])
+
     return {
+        NAPPER: Workflow.define(
+            NAPPER, [logged_step("one"), nap, logged_step("three")], store, using=using
+        ),
         FAN_CHILD: Workflow.define(FAN_CHILD, [enrich], store, using=using),
         FAN_OUT: Workflow.define(FAN_OUT, [fan_out, collect], store, using=using),
         APPROVAL: Workflow.define(APPROVAL, [prepare, ask, decide], store, using=using),

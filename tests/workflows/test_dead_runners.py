@@ -183,6 +183,39 @@ def test_a_killed_in_process_runner_s_run_completes_by_the_sweep(definitions, tm
     )
 
 
+#: How late an in-process sleeping run may wake (docs/workflows.md, "Durable sleep"):
+#: the sweep's interval (2 s) and its step, with room for a loaded CI machine.
+SLEEP_LATENCY = 2.0 + 2.0
+
+
+def test_a_two_second_sleep_wakes_by_the_in_process_sweep_within_its_latency(definitions, tmp_path):
+    """Issue 31: a run sleeps 2 s after its first step; its process returns at once
+    (nothing held), and ``flowwarden_workflows recover --every`` continues it once
+    it is due."""
+    cid = f"napper-{uuid.uuid4().hex[:8]}"
+    state = {"log": str(tmp_path / "steps.log"), "nap": 2.0, "trail": []}
+    sweeper = Proc(["sweep"], tmp_path / "sweep")
+    try:
+        sweeper.wait_for_line("Sweeping for stalled runs")
+        runner = Proc(["start", workflow_procs.NAPPER, cid, json.dumps(state)], tmp_path / "r")
+        assert runner.proc.wait(timeout=60) == 0  # returned: the sleep holds no thread
+        _wait(lambda: _status(cid) == RunStatus.COMPLETED, 30, "the run's completion", sweeper)
+    finally:
+        sweeper.stop()
+    history = definitions[workflow_procs.NAPPER].workflow(cid).history()
+    wake_at = json_time(history[2].metadata["workflow.wakeAt"])
+    late = (history[3].created_at - wake_at).total_seconds()
+    print(f"\n[in-process] a 2 s sleep woke {late:.2f} s after its wake time", file=sys.stderr)
+    assert 0 <= late <= SLEEP_LATENCY
+    assert [e["step"] for e in executions(state["log"])] == ["one", "nap", "three"]
+
+
+def json_time(text: str) -> Any:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text)
+
+
 def test_a_parent_killed_mid_spawn_completes_once_with_its_five_children(definitions, tmp_path):
     """Issue 31: SIGKILL the process while it runs the third of the five children its
     parent spawned (the spawn committed; children 1-2 done, 3 running, 4-5 not
