@@ -23,7 +23,7 @@ INSTALLED_APPS = [
     "flowwarden_django",
     "tests.testapp",
 ]
-if find_spec("django_celery_beat"):  # scheduled starts (the "beat" extra)
+if find_spec("celery") and find_spec("django_celery_beat"):  # scheduled starts (the "beat" extra)
     INSTALLED_APPS += ["django_celery_beat"]
 
 DATABASES = {

@@ -26,7 +26,7 @@ INSTALLED_APPS = [
 ]
 
 # Scheduled starts (the "beat" extra).
-if find_spec("django_celery_beat"):
+if find_spec("celery") and find_spec("django_celery_beat"):
     INSTALLED_APPS += ["django_celery_beat"]
 
 # The REST API (the "drf" extra); absent in tests/test_optional_extras.py's child.

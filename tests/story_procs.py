@@ -455,6 +455,16 @@ class Story:
         )
         return dict(rows)
 
+    def reminder_of(self, order_id: int) -> tuple[str, str]:
+        """The order's ``approval-reminder`` run (a large order starts one; the decision
+        cancels it): its coordination id and status."""
+        [(cid, status)] = self.db.query(
+            "SELECT coordination_id, status FROM flowwarden_django_workflowrun "
+            "WHERE idempotency_key = %s",
+            [f"shop.reminders:{order_id}"],
+        )
+        return cid, status
+
     def run_of(self, order_id: int) -> tuple[str, str]:
         [(cid, status)] = self.db.query(
             "SELECT coordination_id, status FROM flowwarden_django_workflowrun "

@@ -21,46 +21,29 @@ def exact_stream_names(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
-    dependencies = []
+    dependencies = [
+    ]
 
     operations = [
         migrations.CreateModel(
-            name="StreamCheckpoint",
+            name='StreamCheckpoint',
             fields=[
-                (
-                    "stream_name",
-                    models.CharField(
-                        max_length=255, primary_key=True, serialize=False, verbose_name="stream"
-                    ),
-                ),
-                (
-                    "instance_id",
-                    models.CharField(
-                        blank=True, max_length=255, null=True, verbose_name="instance id"
-                    ),
-                ),
-                ("last_seen_token", models.BinaryField(null=True, verbose_name="last seen token")),
-                ("last_seen_at", models.DateTimeField(null=True, verbose_name="last seen at")),
-                (
-                    "last_processed_token",
-                    models.BinaryField(null=True, verbose_name="last processed token"),
-                ),
-                (
-                    "last_processed_at",
-                    models.DateTimeField(null=True, verbose_name="last processed at"),
-                ),
-                (
-                    "last_heartbeat_at",
-                    models.DateTimeField(null=True, verbose_name="last heartbeat at"),
-                ),
-                ("metadata", models.JSONField(blank=True, default=dict, verbose_name="metadata")),
+                ('stream_name', models.CharField(max_length=255, primary_key=True, serialize=False, verbose_name='stream')),
+                ('instance_id', models.CharField(blank=True, max_length=255, null=True, verbose_name='instance id')),
+                ('last_seen_token', models.BinaryField(null=True, verbose_name='last seen token')),
+                ('last_seen_at', models.DateTimeField(null=True, verbose_name='last seen at')),
+                ('last_processed_token', models.BinaryField(null=True, verbose_name='last processed token')),
+                ('last_processed_at', models.DateTimeField(null=True, verbose_name='last processed at')),
+                ('last_heartbeat_at', models.DateTimeField(null=True, verbose_name='last heartbeat at')),
+                ('metadata', models.JSONField(blank=True, default=dict, verbose_name='metadata')),
             ],
             options={
-                "verbose_name": "stream checkpoint",
-                "verbose_name_plural": "stream checkpoints",
-                "ordering": ["stream_name"],
+                'verbose_name': 'stream checkpoint',
+                'verbose_name_plural': 'stream checkpoints',
+                'ordering': ['stream_name'],
             },
         ),
         migrations.RunPython(exact_stream_names, migrations.RunPython.noop, atomic=False),

@@ -18,176 +18,98 @@ exact_names = exact_columns(EXACT_COLUMNS)
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("flowwarden_django", "0001_initial"),
+        ('flowwarden_django', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="StreamControl",
+            name='StreamControl',
             fields=[
-                (
-                    "stream_name",
-                    models.CharField(
-                        max_length=255, primary_key=True, serialize=False, verbose_name="stream"
-                    ),
-                ),
-                ("paused", models.BooleanField(default=False, verbose_name="paused")),
-                (
-                    "restart_requested_at",
-                    models.DateTimeField(
-                        blank=True, null=True, verbose_name="restart requested at"
-                    ),
-                ),
-                (
-                    "updated_by",
-                    models.CharField(blank=True, max_length=150, verbose_name="updated by"),
-                ),
-                ("updated_at", models.DateTimeField(verbose_name="updated at")),
+                ('stream_name', models.CharField(max_length=255, primary_key=True, serialize=False, verbose_name='stream')),
+                ('paused', models.BooleanField(default=False, verbose_name='paused')),
+                ('restart_requested_at', models.DateTimeField(blank=True, null=True, verbose_name='restart requested at')),
+                ('updated_by', models.CharField(blank=True, max_length=150, verbose_name='updated by')),
+                ('updated_at', models.DateTimeField(verbose_name='updated at')),
             ],
             options={
-                "verbose_name": "stream control",
-                "verbose_name_plural": "stream controls",
+                'verbose_name': 'stream control',
+                'verbose_name_plural': 'stream controls',
             },
         ),
         migrations.CreateModel(
-            name="StreamLease",
+            name='StreamLease',
             fields=[
-                (
-                    "name",
-                    models.CharField(
-                        max_length=255, primary_key=True, serialize=False, verbose_name="name"
-                    ),
-                ),
-                ("owner", models.CharField(blank=True, max_length=255, verbose_name="owner")),
-                ("token", models.BigIntegerField(default=0, verbose_name="fencing token")),
-                (
-                    "acquired_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="acquired at"),
-                ),
-                (
-                    "expires_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
-                ),
+                ('name', models.CharField(max_length=255, primary_key=True, serialize=False, verbose_name='name')),
+                ('owner', models.CharField(blank=True, max_length=255, verbose_name='owner')),
+                ('token', models.BigIntegerField(default=0, verbose_name='fencing token')),
+                ('acquired_at', models.DateTimeField(blank=True, null=True, verbose_name='acquired at')),
+                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
             ],
             options={
-                "verbose_name": "stream lease",
-                "verbose_name_plural": "stream leases",
-                "ordering": ["name"],
+                'verbose_name': 'stream lease',
+                'verbose_name_plural': 'stream leases',
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
-            name="DeadLetter",
+            name='DeadLetter',
             fields=[
-                (
-                    "id",
-                    models.CharField(
-                        max_length=64, primary_key=True, serialize=False, verbose_name="id"
-                    ),
-                ),
-                ("stream_name", models.CharField(max_length=255, verbose_name="stream")),
-                ("operation_type", models.CharField(max_length=32, verbose_name="operation")),
-                ("document_key", models.BinaryField(null=True, verbose_name="document key")),
-                ("full_document", models.BinaryField(null=True, verbose_name="full document")),
-                ("resume_token", models.BinaryField(null=True, verbose_name="resume token")),
-                ("error_type", models.CharField(max_length=255, verbose_name="error type")),
-                ("error_message", models.TextField(blank=True, verbose_name="error message")),
-                (
-                    "stack_trace",
-                    models.TextField(blank=True, null=True, verbose_name="stack trace"),
-                ),
-                ("attempts", models.PositiveIntegerField(default=1, verbose_name="attempts")),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("PENDING", "pending"),
-                            ("REPLAYING", "replaying"),
-                            ("REPLAYED", "replayed"),
-                            ("ACKNOWLEDGED", "acknowledged"),
-                            ("DISCARDED", "discarded"),
-                        ],
-                        default="PENDING",
-                        max_length=16,
-                        verbose_name="status",
-                    ),
-                ),
-                ("first_attempt_at", models.DateTimeField(verbose_name="first attempt at")),
-                ("last_attempt_at", models.DateTimeField(verbose_name="last attempt at")),
-                ("created_at", models.DateTimeField(verbose_name="created at")),
-                (
-                    "expires_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
-                ),
-                ("metadata", models.JSONField(blank=True, default=dict, verbose_name="metadata")),
-                ("replay_count", models.PositiveIntegerField(default=0, verbose_name="replays")),
-                (
-                    "last_replayed_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="last replayed at"),
-                ),
-                (
-                    "resolved_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="resolved at"),
-                ),
-                (
-                    "resolved_by",
-                    models.CharField(blank=True, max_length=150, verbose_name="resolved by"),
-                ),
-                ("note", models.TextField(blank=True, verbose_name="note")),
+                ('id', models.CharField(max_length=64, primary_key=True, serialize=False, verbose_name='id')),
+                ('stream_name', models.CharField(max_length=255, verbose_name='stream')),
+                ('operation_type', models.CharField(max_length=32, verbose_name='operation')),
+                ('document_key', models.BinaryField(null=True, verbose_name='document key')),
+                ('full_document', models.BinaryField(null=True, verbose_name='full document')),
+                ('resume_token', models.BinaryField(null=True, verbose_name='resume token')),
+                ('error_type', models.CharField(max_length=255, verbose_name='error type')),
+                ('error_message', models.TextField(blank=True, verbose_name='error message')),
+                ('stack_trace', models.TextField(blank=True, null=True, verbose_name='stack trace')),
+                ('attempts', models.PositiveIntegerField(default=1, verbose_name='attempts')),
+                ('status', models.CharField(choices=[('PENDING', 'pending'), ('REPLAYING', 'replaying'), ('REPLAYED', 'replayed'), ('ACKNOWLEDGED', 'acknowledged'), ('DISCARDED', 'discarded')], default='PENDING', max_length=16, verbose_name='status')),
+                ('first_attempt_at', models.DateTimeField(verbose_name='first attempt at')),
+                ('last_attempt_at', models.DateTimeField(verbose_name='last attempt at')),
+                ('created_at', models.DateTimeField(verbose_name='created at')),
+                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
+                ('metadata', models.JSONField(blank=True, default=dict, verbose_name='metadata')),
+                ('replay_count', models.PositiveIntegerField(default=0, verbose_name='replays')),
+                ('last_replayed_at', models.DateTimeField(blank=True, null=True, verbose_name='last replayed at')),
+                ('resolved_at', models.DateTimeField(blank=True, null=True, verbose_name='resolved at')),
+                ('resolved_by', models.CharField(blank=True, max_length=150, verbose_name='resolved by')),
+                ('note', models.TextField(blank=True, verbose_name='note')),
             ],
             options={
-                "verbose_name": "dead letter",
-                "verbose_name_plural": "dead letters",
-                "ordering": ["-created_at", "id"],
-                "permissions": [
-                    ("replay_deadletter", "Can replay dead letters"),
-                    ("resolve_deadletter", "Can acknowledge or discard dead letters"),
-                ],
-                "indexes": [
-                    models.Index(fields=["stream_name", "status"], name="fw_dlq_stream_status"),
-                    models.Index(fields=["expires_at"], name="fw_dlq_expires"),
-                ],
+                'verbose_name': 'dead letter',
+                'verbose_name_plural': 'dead letters',
+                'ordering': ['-created_at', 'id'],
+                'permissions': [('replay_deadletter', 'Can replay dead letters'), ('resolve_deadletter', 'Can acknowledge or discard dead letters')],
+                'indexes': [models.Index(fields=['stream_name', 'status'], name='fw_dlq_stream_status'), models.Index(fields=['expires_at'], name='fw_dlq_expires')],
             },
         ),
         migrations.CreateModel(
-            name="StreamWorker",
+            name='StreamWorker',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("stream_name", models.CharField(max_length=255, verbose_name="stream")),
-                ("instance_id", models.CharField(max_length=255, verbose_name="instance")),
-                ("state", models.CharField(max_length=16, verbose_name="state")),
-                ("role", models.CharField(blank=True, max_length=16, verbose_name="role")),
-                (
-                    "started_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="started at"),
-                ),
-                (
-                    "last_event_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="last event at"),
-                ),
-                ("events", models.BigIntegerField(default=0, verbose_name="events")),
-                ("errors", models.BigIntegerField(default=0, verbose_name="errors")),
-                ("retries", models.BigIntegerField(default=0, verbose_name="retries")),
-                ("dead_lettered", models.BigIntegerField(default=0, verbose_name="dead-lettered")),
-                ("restarts", models.BigIntegerField(default=0, verbose_name="restarts")),
-                ("last_error", models.TextField(blank=True, verbose_name="last error")),
-                ("updated_at", models.DateTimeField(verbose_name="updated at")),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('stream_name', models.CharField(max_length=255, verbose_name='stream')),
+                ('instance_id', models.CharField(max_length=255, verbose_name='instance')),
+                ('state', models.CharField(max_length=16, verbose_name='state')),
+                ('role', models.CharField(blank=True, max_length=16, verbose_name='role')),
+                ('started_at', models.DateTimeField(blank=True, null=True, verbose_name='started at')),
+                ('last_event_at', models.DateTimeField(blank=True, null=True, verbose_name='last event at')),
+                ('events', models.BigIntegerField(default=0, verbose_name='events')),
+                ('errors', models.BigIntegerField(default=0, verbose_name='errors')),
+                ('retries', models.BigIntegerField(default=0, verbose_name='retries')),
+                ('dead_lettered', models.BigIntegerField(default=0, verbose_name='dead-lettered')),
+                ('restarts', models.BigIntegerField(default=0, verbose_name='restarts')),
+                ('last_error', models.TextField(blank=True, verbose_name='last error')),
+                ('updated_at', models.DateTimeField(verbose_name='updated at')),
             ],
             options={
-                "verbose_name": "stream worker",
-                "verbose_name_plural": "stream workers",
-                "ordering": ["stream_name", "instance_id"],
-                "permissions": [("control_stream", "Can start, stop and restart streams")],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("stream_name", "instance_id"), name="fw_stream_worker_unique"
-                    )
-                ],
+                'verbose_name': 'stream worker',
+                'verbose_name_plural': 'stream workers',
+                'ordering': ['stream_name', 'instance_id'],
+                'permissions': [('control_stream', 'Can start, stop and restart streams')],
+                'constraints': [models.UniqueConstraint(fields=('stream_name', 'instance_id'), name='fw_stream_worker_unique')],
             },
         ),
         migrations.RunPython(exact_names, migrations.RunPython.noop, atomic=False),

@@ -18,121 +18,55 @@ exact_ids = exact_columns(EXACT_COLUMNS)
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("flowwarden_django", "0002_stream_operations"),
+        ('flowwarden_django', '0002_stream_operations'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="SnapshotRecord",
+            name='SnapshotRecord',
             fields=[
-                (
-                    "id",
-                    models.CharField(
-                        max_length=64, primary_key=True, serialize=False, verbose_name="id"
-                    ),
-                ),
-                (
-                    "parent_id",
-                    models.CharField(blank=True, max_length=64, null=True, verbose_name="parent"),
-                ),
-                ("coordination_id", models.CharField(max_length=255, verbose_name="coordination")),
-                ("seq", models.BigIntegerField(verbose_name="sequence")),
-                (
-                    "agent_name",
-                    models.CharField(blank=True, max_length=255, null=True, verbose_name="agent"),
-                ),
-                ("state", models.TextField(blank=True, null=True, verbose_name="state")),
-                (
-                    "state_type",
-                    models.CharField(blank=True, max_length=255, verbose_name="state type"),
-                ),
-                ("metadata", models.TextField(blank=True, verbose_name="metadata")),
-                ("created_at", models.DateTimeField(verbose_name="created at")),
+                ('id', models.CharField(max_length=64, primary_key=True, serialize=False, verbose_name='id')),
+                ('parent_id', models.CharField(blank=True, max_length=64, null=True, verbose_name='parent')),
+                ('coordination_id', models.CharField(max_length=255, verbose_name='coordination')),
+                ('seq', models.BigIntegerField(verbose_name='sequence')),
+                ('agent_name', models.CharField(blank=True, max_length=255, null=True, verbose_name='agent')),
+                ('state', models.TextField(blank=True, null=True, verbose_name='state')),
+                ('state_type', models.CharField(blank=True, max_length=255, verbose_name='state type')),
+                ('metadata', models.TextField(blank=True, verbose_name='metadata')),
+                ('created_at', models.DateTimeField(verbose_name='created at')),
             ],
             options={
-                "verbose_name": "workflow snapshot",
-                "verbose_name_plural": "workflow snapshots",
-                "ordering": ["coordination_id", "seq"],
-                "indexes": [
-                    models.Index(fields=["created_at"], name="fw_snapshot_created"),
-                    models.Index(fields=["agent_name"], name="fw_snapshot_agent"),
-                    models.Index(fields=["parent_id"], name="fw_snapshot_parent"),
-                ],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("coordination_id", "seq"), name="fw_snapshot_coordination_seq"
-                    )
-                ],
+                'verbose_name': 'workflow snapshot',
+                'verbose_name_plural': 'workflow snapshots',
+                'ordering': ['coordination_id', 'seq'],
+                'indexes': [models.Index(fields=['created_at'], name='fw_snapshot_created'), models.Index(fields=['agent_name'], name='fw_snapshot_agent'), models.Index(fields=['parent_id'], name='fw_snapshot_parent')],
+                'constraints': [models.UniqueConstraint(fields=('coordination_id', 'seq'), name='fw_snapshot_coordination_seq')],
             },
         ),
         migrations.CreateModel(
-            name="WorkflowRun",
+            name='WorkflowRun',
             fields=[
-                (
-                    "coordination_id",
-                    models.CharField(
-                        max_length=255,
-                        primary_key=True,
-                        serialize=False,
-                        verbose_name="coordination",
-                    ),
-                ),
-                ("workflow_name", models.CharField(max_length=255, verbose_name="workflow")),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("running", "running"),
-                            ("hibernated", "hibernated"),
-                            ("waiting", "waiting for approval"),
-                            ("completed", "completed"),
-                            ("failed", "failed"),
-                        ],
-                        default="running",
-                        max_length=16,
-                        verbose_name="status",
-                    ),
-                ),
-                (
-                    "last_step",
-                    models.CharField(blank=True, max_length=255, verbose_name="last step"),
-                ),
-                (
-                    "head_snapshot_id",
-                    models.CharField(
-                        blank=True, max_length=64, null=True, verbose_name="head snapshot"
-                    ),
-                ),
-                (
-                    "idempotency_key",
-                    models.CharField(
-                        blank=True,
-                        max_length=255,
-                        null=True,
-                        unique=True,
-                        verbose_name="idempotency key",
-                    ),
-                ),
-                ("failure_reason", models.TextField(blank=True, verbose_name="failure reason")),
-                (
-                    "resume_input",
-                    models.JSONField(blank=True, null=True, verbose_name="resume input"),
-                ),
-                ("runner", models.CharField(blank=True, max_length=255, verbose_name="runner")),
-                (
-                    "claimed_until",
-                    models.DateTimeField(blank=True, null=True, verbose_name="claimed until"),
-                ),
-                ("attempts", models.PositiveIntegerField(default=0, verbose_name="attempts")),
-                ("created_at", models.DateTimeField(verbose_name="created at")),
-                ("updated_at", models.DateTimeField(verbose_name="updated at")),
+                ('coordination_id', models.CharField(max_length=255, primary_key=True, serialize=False, verbose_name='coordination')),
+                ('workflow_name', models.CharField(max_length=255, verbose_name='workflow')),
+                ('status', models.CharField(choices=[('running', 'running'), ('hibernated', 'hibernated'), ('waiting', 'waiting for approval'), ('completed', 'completed'), ('failed', 'failed')], default='running', max_length=16, verbose_name='status')),
+                ('last_step', models.CharField(blank=True, max_length=255, verbose_name='last step')),
+                ('head_snapshot_id', models.CharField(blank=True, max_length=64, null=True, verbose_name='head snapshot')),
+                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True, unique=True, verbose_name='idempotency key')),
+                ('failure_reason', models.TextField(blank=True, verbose_name='failure reason')),
+                ('resume_input', models.JSONField(blank=True, null=True, verbose_name='resume input')),
+                ('runner', models.CharField(blank=True, max_length=255, verbose_name='runner')),
+                ('claimed_until', models.DateTimeField(blank=True, null=True, verbose_name='claimed until')),
+                ('attempts', models.PositiveIntegerField(default=0, verbose_name='attempts')),
+                ('created_at', models.DateTimeField(verbose_name='created at')),
+                ('updated_at', models.DateTimeField(verbose_name='updated at')),
             ],
             options={
-                "verbose_name": "workflow run",
-                "verbose_name_plural": "workflow runs",
-                "ordering": ["-updated_at"],
-                "indexes": [models.Index(fields=["status", "updated_at"], name="fw_run_status")],
+                'verbose_name': 'workflow run',
+                'verbose_name_plural': 'workflow runs',
+                'ordering': ['-updated_at'],
+                'indexes': [models.Index(fields=['status', 'updated_at'], name='fw_run_status')],
             },
         ),
         migrations.RunPython(exact_ids, migrations.RunPython.noop, atomic=False),

@@ -15,180 +15,92 @@ EXACT_COLUMNS = [
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("flowwarden_django", "0003_workflows"),
+        ('flowwarden_django', '0003_workflows'),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name="workflowrun",
+            name='workflowrun',
+            options={'ordering': ['-updated_at'], 'permissions': [('fork_workflowrun', 'Can fork a workflow run from a snapshot')], 'verbose_name': 'workflow run', 'verbose_name_plural': 'workflow runs'},
+        ),
+        migrations.CreateModel(
+            name='Approval',
+            fields=[
+                ('id', models.UUIDField(primary_key=True, serialize=False, verbose_name='id')),
+                ('coordination_id', models.CharField(max_length=255, verbose_name='coordination')),
+                ('workflow_name', models.CharField(max_length=255, verbose_name='workflow')),
+                ('step_name', models.CharField(max_length=255, verbose_name='step')),
+                ('snapshot_id', models.CharField(max_length=64, unique=True, verbose_name='snapshot')),
+                ('prompt', models.TextField(blank=True, verbose_name='prompt')),
+                ('group', models.CharField(blank=True, max_length=150, verbose_name='group')),
+                ('permission', models.CharField(blank=True, max_length=255, verbose_name='permission')),
+                ('status', models.CharField(choices=[('pending', 'pending'), ('approved', 'approved'), ('rejected', 'rejected'), ('expired', 'expired'), ('cancelled', 'cancelled')], default='pending', max_length=16, verbose_name='status')),
+                ('requested_at', models.DateTimeField(verbose_name='requested at')),
+                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
+                ('on_expiry', models.CharField(choices=[('resume', 'resume with an expired decision'), ('fail', 'fail the run')], default='resume', max_length=8, verbose_name='on expiry')),
+                ('decided_at', models.DateTimeField(blank=True, null=True, verbose_name='decided at')),
+                ('comment', models.TextField(blank=True, verbose_name='comment')),
+                ('payload', models.JSONField(blank=True, null=True, verbose_name='decision payload')),
+                ('decided_by', models.CharField(blank=True, max_length=150, verbose_name='decided by')),
+            ],
             options={
-                "ordering": ["-updated_at"],
-                "permissions": [("fork_workflowrun", "Can fork a workflow run from a snapshot")],
-                "verbose_name": "workflow run",
-                "verbose_name_plural": "workflow runs",
+                'verbose_name': 'approval',
+                'verbose_name_plural': 'approvals',
+                'ordering': ['-requested_at', 'id'],
+                'permissions': [('decide_approval', 'Can decide any approval')],
             },
         ),
         migrations.CreateModel(
-            name="Approval",
+            name='ApprovalAssignee',
             fields=[
-                ("id", models.UUIDField(primary_key=True, serialize=False, verbose_name="id")),
-                ("coordination_id", models.CharField(max_length=255, verbose_name="coordination")),
-                ("workflow_name", models.CharField(max_length=255, verbose_name="workflow")),
-                ("step_name", models.CharField(max_length=255, verbose_name="step")),
-                (
-                    "snapshot_id",
-                    models.CharField(max_length=64, unique=True, verbose_name="snapshot"),
-                ),
-                ("prompt", models.TextField(blank=True, verbose_name="prompt")),
-                ("group", models.CharField(blank=True, max_length=150, verbose_name="group")),
-                (
-                    "permission",
-                    models.CharField(blank=True, max_length=255, verbose_name="permission"),
-                ),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("pending", "pending"),
-                            ("approved", "approved"),
-                            ("rejected", "rejected"),
-                            ("expired", "expired"),
-                            ("cancelled", "cancelled"),
-                        ],
-                        default="pending",
-                        max_length=16,
-                        verbose_name="status",
-                    ),
-                ),
-                ("requested_at", models.DateTimeField(verbose_name="requested at")),
-                (
-                    "expires_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
-                ),
-                (
-                    "on_expiry",
-                    models.CharField(
-                        choices=[
-                            ("resume", "resume with an expired decision"),
-                            ("fail", "fail the run"),
-                        ],
-                        default="resume",
-                        max_length=8,
-                        verbose_name="on expiry",
-                    ),
-                ),
-                (
-                    "decided_at",
-                    models.DateTimeField(blank=True, null=True, verbose_name="decided at"),
-                ),
-                ("comment", models.TextField(blank=True, verbose_name="comment")),
-                (
-                    "payload",
-                    models.JSONField(blank=True, null=True, verbose_name="decision payload"),
-                ),
-                (
-                    "decided_by",
-                    models.CharField(blank=True, max_length=150, verbose_name="decided by"),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('username', models.CharField(max_length=150, verbose_name='username')),
+                ('approval', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='flowwarden_django.approval')),
             ],
             options={
-                "verbose_name": "approval",
-                "verbose_name_plural": "approvals",
-                "ordering": ["-requested_at", "id"],
-                "permissions": [("decide_approval", "Can decide any approval")],
+                'verbose_name': 'approval assignee',
+                'verbose_name_plural': 'approval assignees',
             },
         ),
         migrations.CreateModel(
-            name="ApprovalAssignee",
+            name='ApprovalEvent',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("username", models.CharField(max_length=150, verbose_name="username")),
-                (
-                    "approval",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="assignments",
-                        to="flowwarden_django.approval",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('action', models.CharField(choices=[('requested', 'requested'), ('approved', 'approved'), ('rejected', 'rejected'), ('expired', 'expired'), ('cancelled', 'cancelled'), ('repeated', 'same decision repeated'), ('refused', 'decision refused')], max_length=16, verbose_name='action')),
+                ('actor', models.CharField(blank=True, max_length=150, verbose_name='actor')),
+                ('at', models.DateTimeField(verbose_name='at')),
+                ('comment', models.TextField(blank=True, verbose_name='comment')),
+                ('payload', models.JSONField(blank=True, null=True, verbose_name='payload')),
+                ('detail', models.TextField(blank=True, verbose_name='detail')),
+                ('approval', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='flowwarden_django.approval')),
             ],
             options={
-                "verbose_name": "approval assignee",
-                "verbose_name_plural": "approval assignees",
-            },
-        ),
-        migrations.CreateModel(
-            name="ApprovalEvent",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "action",
-                    models.CharField(
-                        choices=[
-                            ("requested", "requested"),
-                            ("approved", "approved"),
-                            ("rejected", "rejected"),
-                            ("expired", "expired"),
-                            ("cancelled", "cancelled"),
-                            ("repeated", "same decision repeated"),
-                            ("refused", "decision refused"),
-                        ],
-                        max_length=16,
-                        verbose_name="action",
-                    ),
-                ),
-                ("actor", models.CharField(blank=True, max_length=150, verbose_name="actor")),
-                ("at", models.DateTimeField(verbose_name="at")),
-                ("comment", models.TextField(blank=True, verbose_name="comment")),
-                ("payload", models.JSONField(blank=True, null=True, verbose_name="payload")),
-                ("detail", models.TextField(blank=True, verbose_name="detail")),
-                (
-                    "approval",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="events",
-                        to="flowwarden_django.approval",
-                    ),
-                ),
-            ],
-            options={
-                "verbose_name": "approval event",
-                "verbose_name_plural": "approval events",
-                "ordering": ["at", "id"],
+                'verbose_name': 'approval event',
+                'verbose_name_plural': 'approval events',
+                'ordering': ['at', 'id'],
             },
         ),
         migrations.AddIndex(
-            model_name="approval",
-            index=models.Index(fields=["status", "requested_at"], name="fw_approval_status"),
+            model_name='approval',
+            index=models.Index(fields=['status', 'requested_at'], name='fw_approval_status'),
         ),
         migrations.AddIndex(
-            model_name="approval",
-            index=models.Index(fields=["coordination_id"], name="fw_approval_coordination"),
+            model_name='approval',
+            index=models.Index(fields=['coordination_id'], name='fw_approval_coordination'),
         ),
         migrations.AddIndex(
-            model_name="approval",
-            index=models.Index(fields=["status", "expires_at"], name="fw_approval_expiry"),
+            model_name='approval',
+            index=models.Index(fields=['status', 'expires_at'], name='fw_approval_expiry'),
         ),
         migrations.AddIndex(
-            model_name="approvalassignee",
-            index=models.Index(fields=["username"], name="fw_assignee_username"),
+            model_name='approvalassignee',
+            index=models.Index(fields=['username'], name='fw_assignee_username'),
         ),
         migrations.AddConstraint(
-            model_name="approvalassignee",
-            constraint=models.UniqueConstraint(
-                fields=("approval", "username"), name="fw_approval_assignee"
-            ),
+            model_name='approvalassignee',
+            constraint=models.UniqueConstraint(fields=('approval', 'username'), name='fw_approval_assignee'),
         ),
         migrations.RunPython(exact_columns(EXACT_COLUMNS), migrations.RunPython.noop, atomic=False),
     ]

@@ -4,19 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("flowwarden_django", "0004_approvals"),
+        ('flowwarden_django', '0004_approvals'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="streamworker",
-            name="error_kind",
-            field=models.CharField(blank=True, max_length=255, verbose_name="error kind"),
+            model_name='streamworker',
+            name='error_kind',
+            field=models.CharField(blank=True, max_length=255, verbose_name='error kind'),
         ),
         migrations.AddField(
-            model_name="streamworker",
-            name="restarting_since",
-            field=models.DateTimeField(blank=True, null=True, verbose_name="restarting since"),
+            model_name='streamworker',
+            name='restarting_since',
+            field=models.DateTimeField(blank=True, null=True, verbose_name='restarting since'),
         ),
     ]

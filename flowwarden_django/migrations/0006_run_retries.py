@@ -4,14 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("flowwarden_django", "0005_worker_restart_reason"),
+        ('flowwarden_django', '0005_worker_restart_reason'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="workflowrun",
-            name="attempts",
-            field=models.PositiveIntegerField(default=0, verbose_name="retries"),
+            model_name='workflowrun',
+            name='attempts',
+            field=models.PositiveIntegerField(default=0, verbose_name='retries'),
         ),
     ]

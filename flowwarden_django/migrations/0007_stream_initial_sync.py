@@ -4,19 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("flowwarden_django", "0006_run_retries"),
+        ('flowwarden_django', '0006_run_retries'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="streamcheckpoint",
-            name="initial_sync",
-            field=models.JSONField(blank=True, null=True, verbose_name="initial sync"),
+            model_name='streamcheckpoint',
+            name='initial_sync',
+            field=models.JSONField(blank=True, null=True, verbose_name='initial sync'),
         ),
         migrations.AddField(
-            model_name="streamcheckpoint",
-            name="initial_sync_batch",
-            field=models.BigIntegerField(blank=True, null=True, verbose_name="initial sync batch"),
+            model_name='streamcheckpoint',
+            name='initial_sync_batch',
+            field=models.BigIntegerField(blank=True, null=True, verbose_name='initial sync batch'),
         ),
     ]

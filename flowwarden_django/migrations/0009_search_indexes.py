@@ -64,10 +64,11 @@ def drop_search_indexes(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+
     atomic = False
 
     dependencies = [
-        ("flowwarden_django", "0008_listing_indexes"),
+        ('flowwarden_django', '0008_listing_indexes'),
     ]
 
     operations = [

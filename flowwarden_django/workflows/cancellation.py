@@ -27,7 +27,7 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from ..common.app_models import models
@@ -44,8 +44,11 @@ logger = logging.getLogger("flowwarden_django.workflows")
 
 #: Characters of a cancel's reason kept.
 REASON_LIMIT = 1000
-#: Times the cancel's snapshot is tried again when a step wrote its ``seq`` first.
+#: Times the cancel is tried again when a step wrote its ``seq`` first (or the
+#: database broke a deadlock by rolling it back).
 CONFLICT_TRIES = 5
+#: PostgreSQL's deadlock and serialization failures: the transaction was rolled back.
+RETRYABLE_SQLSTATES = ("40P01", "40001")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,22 +85,30 @@ def cancel_run(workflow: Any, reason: str = "", *, by: str = "") -> CancelOutcom
             raise UnknownRunError(f"no workflow run {cid!r}")
         if record.status in RunStatus.FINAL:
             return CancelOutcome(cid, False, record.status)
-        head = store.latest(cid)
         try:
             with write_transaction(runs.db):
+                # Locks in the order deciding takes them (approval, then run), and the
+                # run's row before its snapshot, as a step's save does: no deadlock.
+                pending = _lock_pending_approvals(runs.db, cid)
+                if not _lock_unfinished_run(runs.db, cid):
+                    raise _RunFinished
+                head = store.latest(cid)  # read under the run's lock
                 saved = (
                     None
                     if head is None
                     else store.save(_cancel_snapshot(workflow, head, reason, by))
                 )
-                moved = _move_run(runs.db, cid, saved, reason)
-                if not moved:  # completed (or cancelled) meanwhile: the snapshot goes too
+                if not _move_run(runs.db, cid, saved, reason):
                     raise _RunFinished
-                approvals = _cancel_approvals(runs.db, cid, reason, by)
+                approvals = _cancel_approvals(runs.db, pending, reason, by)
         except SnapshotConflictError:
             continue  # a step wrote that seq first: cancel after it
         except _RunFinished:
             continue
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+                raise
+            continue  # a deadlock or serialization failure: rolled back, try again
         logger.info("workflow %s (%s) cancelled by %s: %s", workflow.name, cid, by or "-", reason)
         transaction.on_commit(lambda: _tell_provider(workflow), using=runs.db)
         after = partial(_after_cancel, runs.db, record, reason, by)
@@ -173,12 +184,17 @@ def _move_run(db: str, cid: str, saved: WorkflowSnapshot | None, reason: str) ->
     return rows.update(**fields) == 1
 
 
-def _cancel_approvals(db: str, cid: str, reason: str, by: str) -> tuple[str, ...]:
-    pending = (
-        models.Approval.objects.using(db)
-        .select_for_update()
-        .filter(coordination_id=cid, status=models.Approval.Status.PENDING)
-    )
+def _lock_pending_approvals(db: str, cid: str) -> list[Any]:
+    rows = models.Approval.objects.using(db).select_for_update()
+    return list(rows.filter(coordination_id=cid, status=models.Approval.Status.PENDING))
+
+
+def _lock_unfinished_run(db: str, cid: str) -> bool:
+    rows = models.WorkflowRun.objects.using(db).select_for_update().filter(pk=cid)
+    return rows.exclude(status__in=RunStatus.FINAL).exists()
+
+
+def _cancel_approvals(db: str, pending: list[Any], reason: str, by: str) -> tuple[str, ...]:
     now = timezone.now()
     cancelled = []
     for approval in pending:

@@ -8,11 +8,14 @@ records its parent (``WorkflowRun.parent_coordination_id``). How it holds up:
 
 * **Once.** The children's run rows and seeds are written in the transaction that
   saves the spawning step's snapshot and pauses the run (``Spawn.persist_with``), at
-  ids derived from that snapshot (``<parent>.<n>.<snapshot id>``): a crash before it
+  ids made of a key the snapshot records (``<parent>.<n>.<key>``): a crash before it
   commits leaves no child, and the step runs again; after it, the children exist
-  exactly once. The children are then started through the execution provider
-  (``on_paused``); one a crash left unstarted is ``running`` and unclaimed, and the
-  recovery sweep continues it.
+  exactly once. (With a snapshot store on another database than the runs, the
+  snapshot is saved on its own: a crash just after leaves a spawn without children,
+  and the run fails with ``ChildrenLostError``'s reason, saying how to run the step
+  again.) A fork of the spawning snapshot waits for the same children. The children
+  are then started through the execution provider (``on_paused``); one a crash left
+  unstarted is ``running`` and unclaimed, and the recovery sweep continues it.
 * **Waking the parent.** A child that finishes (completed, failed or cancelled) checks,
   after its own commit, whether all its siblings have finished; the last one to
   commit sees them all and continues the parent through the provider. The sweep
@@ -75,16 +78,19 @@ class Spawn(Pause):
 
     children: tuple[tuple[str, Any], ...] = ()
     then: str | None = None
+    #: What the children's ids are made of (random per spawn; kept in the metadata,
+    #: so a fork of the spawning snapshot waits for the same children).
+    key: str = ""
     status: ClassVar[str] = RunStatus.WAITING_CHILDREN
 
     def snapshot_metadata(self) -> dict[str, str]:
         names = [name for name, _ in self.children]
-        return {CHILDREN: json.dumps({"workflows": names, "then": self.then})}
+        return {CHILDREN: json.dumps({"workflows": names, "then": self.then, "key": self.key})}
 
     def persist_with(self, workflow: Any, snapshot: Any) -> None:
         db = workflow.runs.db
         for index, (name, state) in enumerate(self.children, start=1):
-            _create_child(db, workflow.coordination_id, snapshot.id, index, name, state)
+            _create_child(db, workflow.coordination_id, self.key, index, name, state)
 
     def on_paused(self, workflow: Any, snapshot: Any) -> None:
         for cid in child_ids(workflow.coordination_id, snapshot):
@@ -114,7 +120,7 @@ def spawn(state: Any, children: Iterable[tuple[Any, Any]], *, then: str | None =
         raise ValueError(f"spawn() starts at most {MAX_CHILDREN} children, not {len(pairs)}")
     if then is not None and (not isinstance(then, str) or not isinstance(state, dict)):
         raise ValueError("then= names a key of the state, which must then be a dict")
-    return Spawn(state, children=tuple(pairs), then=then)
+    return Spawn(state, children=tuple(pairs), then=then, key=new_snapshot_id()[:12])
 
 
 def spawned(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
@@ -129,13 +135,13 @@ def spawned(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def child_id(parent: str, snapshot_id: str, index: int) -> str:
-    """The coordination id of child *index* (1-based) of the spawn *snapshot_id*."""
-    cid = f"{parent}.{index}.{snapshot_id[:12]}"
+def child_id(parent: str, key: str, index: int) -> str:
+    """The coordination id of child *index* (1-based) of the spawn *key*."""
+    cid = f"{parent}.{index}.{key}"
     if len(cid) <= 255:
         return cid
     digest = hashlib.sha256(parent.encode()).hexdigest()[:24]
-    return f"{digest}.{index}.{snapshot_id[:12]}"
+    return f"{digest}.{index}.{key}"
 
 
 def child_ids(parent: str, snapshot: WorkflowSnapshot) -> list[str]:
@@ -144,16 +150,15 @@ def child_ids(parent: str, snapshot: WorkflowSnapshot) -> list[str]:
     if found is None:
         return []
     count = len(found.get("workflows") or [])
-    return [child_id(parent, snapshot.id, index) for index in range(1, count + 1)]
+    key = str(found.get("key") or snapshot.id[:12])
+    return [child_id(parent, key, index) for index in range(1, count + 1)]
 
 
-def _create_child(
-    db: str, parent: str, snapshot_id: str, index: int, name: str, state: Any
-) -> None:
+def _create_child(db: str, parent: str, key: str, index: int, name: str, state: Any) -> None:
     from .registry import workflow_registry
 
     definition = workflow_registry.get(name)
-    cid = child_id(parent, snapshot_id, index)
+    cid = child_id(parent, key, index)
     now = timezone.now()
     seed = WorkflowSnapshot(
         id=new_snapshot_id(),
@@ -211,6 +216,13 @@ def children_results(
             pk__in=ids, parent_coordination_id=parent
         )
     }
+    if not rows and ids:
+        raise ChildrenLostError(
+            f"the {len(ids)} child runs run {parent} spawned do not exist: its spawning "
+            "snapshot was saved, but not the transaction that makes them (a crash, with a "
+            "snapshot store on another database than the runs); fork the run from the "
+            "snapshot before it to run that step again"
+        )
     if len(rows) != len(ids) or any(run.status not in FINISHED for run in rows.values()):
         return None
     results = []
@@ -222,13 +234,23 @@ def children_results(
     return tuple(results)
 
 
+class ChildrenLostError(RuntimeError):
+    """A spawning snapshot's children were never made (see ``children_results``)."""
+
+
 def notify_parent(child: Any) -> bool:
     """After child run *child* finished (its status committed): continue its parent if
     that waits for its children and all have finished. True if it did."""
     parent = getattr(child, "parent_coordination_id", None)
     if not parent:
         return False
-    db = child._state.db or RunRecords().db
+    return continue_if_ready(parent, child._state.db or RunRecords().db)
+
+
+def continue_if_ready(parent: str, db: str) -> bool:
+    """Continue *parent* through the provider if it waits for its children, no runner
+    holds it, and all have finished (``wake_parent``); True if it did. A failure to
+    continue it is logged: it is ``running`` then, and the recovery sweep goes on."""
     if not wake_parent(parent, db):
         return False
     from .registry import workflow_for

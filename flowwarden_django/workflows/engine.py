@@ -64,7 +64,16 @@ from ..common.user_input import check_resume_input
 from .approvals.request import AwaitApproval, decision_on, request_from_snapshot
 from .approvals.sweep import cancel_stale_approvals
 from .cancellation import CancelOutcome, cancel_run, cancellation_of
-from .children import CHILDREN, ChildResult, Spawn, children_results, notify_parent, spawned
+from .children import (
+    CHILDREN,
+    ChildrenLostError,
+    ChildResult,
+    Spawn,
+    children_results,
+    continue_if_ready,
+    notify_parent,
+    spawned,
+)
 from .children import FINISHED as CHILD_FINISHED
 from .claim_keeper import HeldClaim, claim_keeper
 from .decisions import ApprovalDecision
@@ -901,9 +910,13 @@ class _Execution:
         last_step = head.metadata.get(LAST_STEP, "")
         pending_input = record.resume_input
 
+        if record.status == RunStatus.CANCELLED:  # a fork after it changes nothing
+            return self.cancelled(head)
         if head.metadata.get(WORKFLOW_DONE) == "true":
             return self.complete(head, pending_input)
-        if CANCELLED_METADATA in head.metadata or record.status == RunStatus.CANCELLED:
+        if CANCELLED_METADATA in head.metadata:
+            if record.status == RunStatus.COMPLETED:  # it completed while being cancelled
+                return self.complete(head, pending_input)
             return self.cancelled(head)
         start = wf._start_index(last_step)
         if start is None or (UPGRADE_METADATA in head.metadata and self.upgraded_away(head)):
@@ -916,9 +929,16 @@ class _Execution:
         children: tuple[ChildResult, ...] = ()
         first_state = head.state
         if CHILDREN in head.metadata:
-            found = children_results(self.cid, head, self.runs.db)
+            try:
+                found = children_results(self.cid, head, self.runs.db)
+            except ChildrenLostError as exc:
+                logger.error("workflow %s (%s): %s", self.name, self.cid, exc)
+                self.finish(status=RunStatus.FAILED, failure_reason=str(exc))
+                return Failed(head.state, self.cid, last_step, str(exc))
             if found is None:  # run or resumed early: it waits for them
                 self.finish(status=RunStatus.WAITING_CHILDREN, head_snapshot_id=head.id)
+                # The last child may have finished while this runner held the run.
+                continue_if_ready(self.cid, self.runs.db)
                 return WaitingForChildren(head.state, self.cid, last_step)
             children = found
             then = (spawned(head) or {}).get("then")
@@ -955,7 +975,10 @@ class _Execution:
                 current, state, pending_input, decision, book or NO_PATCHES, children
             )
             if isinstance(outcome, Fail):
-                self.finish(status=RunStatus.FAILED, failure_reason=outcome.reason)
+                failed = {"failure_reason": outcome.reason}
+                if self.record.step_errors is not None:  # this round's errors: forgotten
+                    failed["step_errors"] = None
+                self.finish(status=RunStatus.FAILED, **failed)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
             # The last step this execution may run lets go of the run with its snapshot.
             releases = max_steps is not None and executed + 1 >= max_steps

@@ -71,7 +71,8 @@ class RunStatus:
     #: A run that never continues again (a failed one does, when run again).
     FINAL = (COMPLETED, CANCELLED)
     #: What an upgrade may move to another version.
-    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN, FAILED, NEEDS_UPGRADE)
+    #: (Not a run waiting for its children: an upgrade would lose what it waits for.)
+    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE)
 
 
 class ConcurrentRunError(RuntimeError):
@@ -544,7 +545,10 @@ class RunRecords:
         """Make an unclaimed run wait for a decision at snapshot *head* (a fork of a
         snapshot that asked for one), dropping any input it held; False when a runner
         holds it (the engine then makes it wait when it reaches *head*)."""
+        # A cancelled run stays cancelled: a fork does not bring it back (a completed
+        # one may be forked back to a question, as it always could).
         rows = self._rows().filter(unclaimed(), pk=coordination_id)
+        rows = rows.exclude(status=RunStatus.CANCELLED)
         fields = {"status": RunStatus.WAITING, "head_snapshot_id": head, "resume_input": None}
         return rows.update(**fields, failure_reason="", updated_at=timezone.now()) == 1
 

@@ -2,7 +2,10 @@
 Temporal Schedule): the state template and the idempotency key of a tick.
 
 A scheduled run's idempotency key is ``schedule:<schedule>:<tick>`` (the tick in ISO
-8601), so a tick starts at most one run however often its start is delivered.
+8601), so a tick starts at most one run however often its start is delivered. The
+tick is the schedule's latest due time at or before the moment the start was *sent*
+(beat's send, Temporal's scheduled time), unless the start runs after the schedule
+ticked again: then it is late, and starts the run of the current tick.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ def interval_tick(period_seconds: float, now: datetime) -> datetime:
         raise ScheduleError(f"an interval of {period_seconds} s has no ticks")
     seconds = now.timestamp()
     return datetime.fromtimestamp(seconds - seconds % period_seconds, tz=UTC)
+
+
+def late(sent: datetime, now: datetime, next_tick_came: bool) -> bool:
+    """Whether a start sent at *sent* that runs at *now* is late: the schedule has
+    ticked again since it was sent (*next_tick_came*). A late start counts as a
+    missed tick: it starts the run of the current tick instead (one run for a
+    backlog), never one for a tick that has had its chance."""
+    return next_tick_came and now > sent
 
 
 def start_for_tick(schedule: str, workflow: str, template: Any, tick: datetime) -> Any:

@@ -124,3 +124,33 @@ def test_schedule_mistakes_are_clear_errors(nightly: str) -> None:
         schedule_workflow("x", nightly, every=timedelta(milliseconds=10))
     with pytest.raises(ScheduleError, match="no periodic task named 'missing'"):
         start_scheduled("missing", nightly)
+
+
+def test_a_start_counts_for_the_tick_it_was_sent_in_unless_it_is_late(nightly: str) -> None:
+    """Beat's sends of a 10 s interval are a period apart but not on the epoch's
+    multiples: a start sent at :09.9 and run at :10.1 is the :00 tick's (the next
+    send, at :19.9, the :10 tick's); one that runs a period or more after it was sent
+    is late and starts the current tick's run (a backlog starts one)."""
+    schedule_workflow("every-10s", nightly, every=timedelta(seconds=10))
+    first = start_scheduled(
+        "every-10s", nightly, sent_at=at("2026-12-03T10:00:09.9"), now=at("2026-12-03T10:00:10.1")
+    )
+    second = start_scheduled(
+        "every-10s", nightly, sent_at=at("2026-12-03T10:00:19.9"), now=at("2026-12-03T10:00:20.05")
+    )
+    assert (first["tick"], second["tick"]) == (
+        "2026-12-03T10:00:00+00:00",
+        "2026-12-03T10:00:10+00:00",
+    )
+    assert first["created"] and second["created"]
+    backlog = [
+        start_scheduled(
+            "every-10s",
+            nightly,
+            sent_at=at(f"2026-12-03T10:0{n}:00"),
+            now=at("2026-12-03T10:09:05"),
+        )
+        for n in (5, 6, 7)
+    ]
+    assert {b["tick"] for b in backlog} == {"2026-12-03T10:09:00+00:00"}
+    assert [b["created"] for b in backlog] == [True, False, False]

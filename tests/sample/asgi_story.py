@@ -116,7 +116,8 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
 
     cid = seen["large"]["body"]["coordination_id"]
     run = await WorkflowRun.objects.aget(pk=cid)
-    seen["run"] = {"status": run.status, "runs": await WorkflowRun.objects.acount()}
+    orders = WorkflowRun.objects.filter(workflow_name="order-approval")
+    seen["run"] = {"status": run.status, "runs": await orders.acount()}
     history = await sync_to_async(lambda: Workflow.for_coordination(cid).history())()
     seen["chain"] = [snapshot.metadata.get("workflow.lastStep") for snapshot in history]
     seen["final_state"] = history[-1].state
@@ -130,7 +131,7 @@ def table_counts() -> dict[str, Any]:
     from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
 
     return {
-        "runs": WorkflowRun.objects.count(),
+        "runs": WorkflowRun.objects.filter(workflow_name="order-approval").count(),
         "approvals": sorted(Approval.objects.values_list("status", flat=True)),
         "events": ApprovalEvent.objects.count(),
     }

@@ -44,8 +44,10 @@ from tests.lanes import on_lane
 from tests.services import SERVICES
 from tests.story_celery_settings import BROKER_DB
 from tests.story_procs import (
+    LARGE_ORDER,
     ORDERS,
     SMALL_ORDERS,
+    WORKFLOW,
     Service,
     Story,
     delete_queue_keys,
@@ -59,9 +61,11 @@ STEP_SUCCEEDED = re.compile(
 )
 
 
-def step_tasks(worker: Service) -> list[dict[str, Any]]:
-    """What each step task the worker finished returned (``run_step``'s outcome)."""
-    return [ast.literal_eval(m.group(1)) for m in STEP_SUCCEEDED.finditer(worker.log())]
+def step_tasks(worker: Service, workflow: str = WORKFLOW) -> list[dict[str, Any]]:
+    """What each step task of *workflow* the worker finished returned (``run_step``'s
+    outcome)."""
+    found = [ast.literal_eval(m.group(1)) for m in STEP_SUCCEEDED.finditer(worker.log())]
+    return [task for task in found if task.get("workflow") == workflow]
 
 
 @on_lane("postgres")
@@ -130,6 +134,10 @@ def run_story(story: Story, queue: str) -> str:
         "waiting": 1,
         "completed": ORDERS,
     }
+    # The large order's reminder: one task (its sleep), cancelled by the decision.
+    reminders = step_tasks(worker, "approval-reminder")
+    assert [task["status"] for task in reminders] == ["sleeping"], reminders
+    assert story.reminder_of(LARGE_ORDER)[1] == "cancelled"
     story_seconds = time.monotonic() - started
 
     # -- 4. exactly once: every insert delivered again starts nothing -------------------------

@@ -42,7 +42,14 @@ pytest.importorskip("rest_framework", reason="the story's API needs djangorestfr
 
 from flowwarden_django.integrations.temporal.messages import STEP_ACTIVITY, WAKE_SIGNAL
 from tests.lanes import on_lane
-from tests.story_procs import ORDERS, SMALL_ORDERS, WORKFLOW, Story, story_on_postgres
+from tests.story_procs import (
+    LARGE_ORDER,
+    ORDERS,
+    SMALL_ORDERS,
+    WORKFLOW,
+    Story,
+    story_on_postgres,
+)
 from tests.temporal_procs import DevServer, TemporalWorker, executions, history
 
 STEP_DONE = re.compile(
@@ -111,10 +118,17 @@ def run_story(story: Story, server: DevServer, queue: str) -> str:
         "completed": ORDERS,
     }
     # The server's side: one workflow per run (its id the coordination id), completed.
+    # And the large order's reminder, a run that slept until the decision cancelled it.
+    reminder, status = story.reminder_of(LARGE_ORDER)
+    assert status == "cancelled"
+    expected = sorted([*((c, "COMPLETED") for c in cids), (reminder, "CANCELED")])
     on_queue = f"TaskQueue = '{queue}'"
     story.wait(
-        lambda: sorted(executions(server, on_queue)) == sorted((c, "COMPLETED") for c in cids),
-        lambda: f"{ORDERS} completed Temporal workflows; there are {executions(server, on_queue)}",
+        lambda: sorted(executions(server, on_queue)) == expected,
+        lambda: (
+            f"{ORDERS} completed Temporal workflows and a cancelled one; there are "
+            f"{executions(server, on_queue)}"
+        ),
     )
     # The large run's workflow: two step activities (no expiry), and two wakes: the
     # stream's start, then the decision's (the repeated call woke nothing).

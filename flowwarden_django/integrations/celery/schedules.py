@@ -4,14 +4,18 @@
 The schedule is django-celery-beat's (edited in its admin, run by ``celery beat -S
 django``); this module only starts the run. Each run gets the idempotency key
 ``schedule:<periodic task name>:<tick>``, where the tick is the schedule's latest due
-time at or before the moment the task runs (a crontab's matching minute; an
-interval's multiple of its period since the epoch, UTC). Hence:
+time at or before the moment beat *sent* the task (stamped in its headers when it is
+published; a crontab's matching minute, an interval's multiple of its period since
+the epoch, UTC). Hence:
 
-* **one run per tick**: a message delivered twice (two beats, a redelivery within the
-  tick) starts nothing more;
-* **missed ticks start once**: when the workers were down, the messages beat queued
-  meanwhile all run after the latest tick, and start one run, for that tick;
-  the ticks before it are skipped. A run never starts for a tick that has not come.
+* **one run per tick**: a message delivered twice (two beats, a redelivery) starts
+  nothing more; beat's sends of an interval are a period apart, so each has a tick
+  of its own however long it waited in the queue;
+* **missed ticks start once**: a start that runs after the schedule ticked again (an
+  interval's period later; a crontab's next time) is late, and starts the run of the
+  current tick: when the workers were down, the messages beat queued meanwhile start
+  one run, for the latest tick (and that tick's own message finds it). A run never
+  starts for a tick that has not come.
 
 The state is a template: each string value (at any depth) is formatted with
 ``{tick}`` (ISO 8601), ``{date}`` (the tick's date) and ``{schedule}`` (the periodic
@@ -28,7 +32,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from ...workflows.schedule_ticks import ScheduleError, interval_tick, render_state, start_for_tick
+from ...workflows.schedule_ticks import (
+    ScheduleError,
+    interval_tick,
+    late,
+    render_state,
+    start_for_tick,
+)
 
 __all__ = [
     "START_TASK",
@@ -59,6 +69,18 @@ def latest_tick(schedule: Any, now: datetime) -> datetime:
     raise ScheduleError(
         f"{type(schedule).__name__} schedules are not supported: use a crontab or an interval"
     )
+
+
+def _ticked_since(
+    schedule: Any, tick: datetime, current: datetime, sent: datetime, now: datetime
+) -> bool:
+    """Whether *schedule* ticked again between a start's *sent* time and *now*: a
+    crontab's next matching minute came; an interval's period passed (beat's sends of
+    an interval are a period apart, not on the epoch's multiples)."""
+    run_every = getattr(schedule, "run_every", None)
+    if isinstance(run_every, timedelta) and not hasattr(schedule, "minute"):
+        return (now - sent) >= run_every
+    return current > tick
 
 
 def _crontab_tick(schedule: Any, now: datetime) -> datetime:
@@ -95,16 +117,27 @@ def _crontab_tick(schedule: Any, now: datetime) -> datetime:
 
 
 def start_scheduled(
-    schedule_name: str, workflow: str, state: Any = None, *, now: datetime | None = None
+    schedule_name: str,
+    workflow: str,
+    state: Any = None,
+    *,
+    sent_at: datetime | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """Start *workflow* for the current tick of periodic task *schedule_name*, at most
-    once per tick (see the module); what happened, as JSON."""
+    """Start *workflow* for the tick of periodic task *schedule_name* that the start
+    sent at *sent_at* (default: *now*) belongs to, at most once per tick (see the
+    module); what happened, as JSON."""
     from django_celery_beat.models import PeriodicTask
 
     task = PeriodicTask.objects.filter(name=schedule_name).first()
     if task is None:
         raise ScheduleError(f"no periodic task named {schedule_name!r}")
-    tick = latest_tick(task.schedule, now or timezone.now())
+    now = now or timezone.now()
+    sent = sent_at or now
+    tick = latest_tick(task.schedule, sent)
+    current = latest_tick(task.schedule, now)
+    if late(sent, now, _ticked_since(task.schedule, tick, current, sent, now)):
+        tick = current
     started = start_for_tick(schedule_name, workflow, state, tick)
     if started.created:
         logger.info("schedule %s: started %s for tick %s", schedule_name, workflow, tick)

@@ -23,10 +23,11 @@ workflow from a django-celery-beat periodic task (``schedules``)::
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import shared_task
+from celery.signals import before_task_publish
 
 # The tasks import ``streams.replay`` and ``provider`` when they run:
 # ``install(app)`` imports this module from the Celery app module, before Django is set up.
@@ -117,6 +118,8 @@ def start_scheduled_workflow(
     django-celery-beat periodic task that sent this, at most once per tick (see
     ``schedules``). *schedule* names the periodic task when the message does not
     (django-celery-beat sends its name in the ``periodic_task_name`` header)."""
+    from datetime import datetime
+
     from .schedules import ScheduleError, start_scheduled
 
     name = getattr(self.request, "periodic_task_name", None) or schedule
@@ -125,7 +128,23 @@ def start_scheduled_workflow(
             "no periodic task named: send this task from django-celery-beat, or pass "
             "schedule=<the periodic task's name>"
         )
-    return start_scheduled(name, workflow, state)
+    stamp = getattr(self.request, SENT_AT_HEADER, None)
+    sent_at = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    return start_scheduled(name, workflow, state, sent_at=sent_at)
+
+
+#: Stamped on every start task when it is published (by beat): its tick is the one
+#: it was sent in (see ``schedules``).
+SENT_AT_HEADER = "flowwarden_sent_at"
+
+
+@before_task_publish.connect(weak=False, dispatch_uid="flowwarden_django.scheduled_start_sent")
+def stamp_scheduled_start(
+    sender: Any = None, headers: dict[str, Any] | None = None, **kwargs: Any
+) -> None:
+    """Stamp a start task with the time it is sent (kept by a redelivery)."""
+    if sender == "flowwarden_django.start_scheduled_workflow" and headers is not None:
+        headers.setdefault(SENT_AT_HEADER, datetime.now(UTC).isoformat())
 
 
 @shared_task(name="flowwarden_django.expire_approvals")

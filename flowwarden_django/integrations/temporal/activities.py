@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections
@@ -30,7 +30,7 @@ from ...workflows.runs import (
     RunVersionError,
     run_lease,
 )
-from ...workflows.schedule_ticks import interval_tick, start_for_tick
+from ...workflows.schedule_ticks import interval_tick, late, start_for_tick
 from ...workflows.steps import step_after
 from .config import TemporalConfig
 from .messages import (
@@ -273,12 +273,17 @@ def run_status(request: StepRequest) -> RunReport:
 
 @activity.defn(name=SCHEDULED_START_ACTIVITY)
 def start_scheduled(start: ScheduledStart) -> str:
-    """Start the run of the schedule's current tick (``schedules``): the latest
-    multiple of its period, so a late or repeated action starts nothing more and
+    """Start the run of the action's tick (``schedules``): the latest multiple of its
+    period at its scheduled time, so a repeated action starts nothing more; an action
+    run a period or more after its time is late and starts the current tick's run, so
     missed ticks start one run. The run's coordination id."""
     close_old_connections()
     try:
-        tick = interval_tick(start.every, timezone.now())
+        now = timezone.now()
+        sent = datetime.fromisoformat(start.scheduled_at) if start.scheduled_at else now
+        tick = interval_tick(start.every, sent)
+        if late(sent, now, (now - sent).total_seconds() >= start.every):
+            tick = interval_tick(start.every, now)
         started = start_for_tick(start.schedule, start.workflow, start.state, tick)
         if started.created:
             logger.info("schedule %s: started %s for tick %s", start.schedule, start.workflow, tick)

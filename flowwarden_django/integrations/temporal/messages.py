@@ -79,6 +79,9 @@ class ScheduledStart:
     workflow: str
     state: Any = None
     every: float = 60.0
+    #: The action's scheduled time (ISO 8601), set by the workflow from Temporal's
+    #: ``TemporalScheduledStartTime``.
+    scheduled_at: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

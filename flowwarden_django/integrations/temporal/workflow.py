@@ -13,10 +13,11 @@ construction: it imports nothing but ``messages`` and reads time only through ``
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -196,6 +197,10 @@ class ScheduledStartWorkflow:
 
     @workflow.run
     async def run(self, start: ScheduledStart) -> str:
+        key = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+        scheduled = workflow.info().typed_search_attributes.get(key)
+        if scheduled is not None:
+            start = dataclasses.replace(start, scheduled_at=scheduled.isoformat())
         return await workflow.execute_activity(
             SCHEDULED_START_ACTIVITY,
             start,

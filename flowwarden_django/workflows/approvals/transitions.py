@@ -5,6 +5,7 @@ once the transaction commits."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -120,7 +121,17 @@ def expire_locked(approval: Approval, now: datetime, using: str) -> bool:
     record_event(approval, "expired", using=using, at=now, detail=detail)
     if moved and approval.on_expiry != models.Approval.OnExpiry.FAIL:
         resume_on_commit(approval, using)
+    elif moved:  # failed: a parent waiting for this run may go on
+        transaction.on_commit(partial(_notify_parent_of, cid, using), using=using)
     return True
+
+
+def _notify_parent_of(coordination_id: str, using: str) -> None:
+    from ..children import notify_parent
+
+    record = RunRecords(using).get(coordination_id)
+    if record is not None:
+        notify_parent(record)
 
 
 def cancel_locked(approval: Approval, now: datetime, using: str, reason: str) -> None:
