@@ -49,6 +49,18 @@ REASON_LIMIT = 1000
 CONFLICT_TRIES = 5
 #: PostgreSQL's deadlock and serialization failures: the transaction was rolled back.
 RETRYABLE_SQLSTATES = ("40P01", "40001")
+#: MySQL/MariaDB's deadlock and lock wait timeout.
+RETRYABLE_MYSQL_CODES = (1213, 1205)
+
+
+def _rolled_back(exc: OperationalError) -> bool:
+    """Whether the database rolled the transaction back to break a deadlock (or a
+    serialization failure): trying again is safe."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in RETRYABLE_SQLSTATES:
+        return True
+    args = getattr(cause, "args", ())
+    return bool(args) and args[0] in RETRYABLE_MYSQL_CODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +118,7 @@ def cancel_run(workflow: Any, reason: str = "", *, by: str = "") -> CancelOutcom
         except _RunFinished:
             continue
         except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+            if not _rolled_back(exc):
                 raise
             continue  # a deadlock or serialization failure: rolled back, try again
         logger.info("workflow %s (%s) cancelled by %s: %s", workflow.name, cid, by or "-", reason)

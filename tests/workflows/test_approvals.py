@@ -30,6 +30,7 @@ from flowwarden_django.workflows import (
 from flowwarden_django.workflows.approvals import (
     ApprovalConflictError,
     ApprovalDecision,
+    ApprovalError,
     ApprovalExpiredError,
     ApprovalPermissionError,
     UnknownApprovalError,
@@ -418,6 +419,61 @@ def test_racing_decisions_make_exactly_one(alias: str) -> None:
             events = ApprovalEvent.objects.using(alias).filter(approval_id=approval.pk)
             assert events.filter(action=final).count() == 1
         assert len(seen_decisions) == 10  # each run resumed exactly once
+    finally:
+        workflow_registry.unregister("refund")
+
+
+def race_cancel_and_decide(
+    cid: str, approval: Approval, people: dict[str, User], alias: str
+) -> list[tuple[str, BaseException]]:
+    """A cancel and an approval of *approval* at once; the errors either side got."""
+    barrier = threading.Barrier(2)
+    errors: list[tuple[str, BaseException]] = []
+
+    def cancel() -> None:
+        try:
+            barrier.wait()
+            Workflow.for_coordination(cid, using=alias).cancel("race", by="ops")
+        except BaseException as exc:
+            errors.append(("cancel", exc))
+        finally:
+            connections.close_all()
+
+    def decide() -> None:
+        try:
+            barrier.wait()
+            approve(approval.pk, people["alice"], using=alias)
+        except ApprovalError:
+            pass  # cancelled first: refused, as it should be
+        except BaseException as exc:
+            errors.append(("decide", exc))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=cancel), threading.Thread(target=decide)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return errors
+
+
+@pytest.mark.parametrize("alias", SERVER_DATABASES)
+def test_a_cancel_racing_a_decision_ends_the_run_one_way_without_an_error(alias: str) -> None:
+    """Issue 31: a cancel and an approval at once, ten times: each pair ends with the
+    run cancelled (the approval cancelled, or decided first and the resumed run's
+    result discarded) or completed (decided and finished before the cancel, which
+    then leaves it); neither side gets a database error (a deadlock is retried)."""
+    define_refunds("refund", OrmSnapshotStore(using=alias), using=alias)
+    try:
+        people = users(alias)
+        for _ in range(10):
+            cid, approval = pending(workflow_registry.get("refund"))
+            assert race_cancel_and_decide(cid, approval, people, alias) == []
+            status = WorkflowRun.objects.using(alias).get(pk=cid).status
+            assert status in (RunStatus.CANCELLED, RunStatus.COMPLETED)
+            final = Approval.objects.using(alias).get(pk=approval.pk).status
+            assert final != Approval.Status.PENDING
     finally:
         workflow_registry.unregister("refund")
 

@@ -499,3 +499,69 @@ def test_spawn_refuses_what_it_cannot_start(child_name: str) -> None:
         spawn({}, [child_name])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="must then be a dict"):
         spawn([1], [(child_name, {})], then="results")
+
+
+def test_a_fork_of_the_spawning_snapshot_waits_for_the_same_children(
+    name: str, child_name: str
+) -> None:
+    from flowwarden_django.workflows import WaitingForChildren, hibernate, spawn
+
+    store = OrmSnapshotStore()
+    define_child(child_name, store, hibernate)
+    Workflow.define(
+        name,
+        [step("fan_out")(lambda s: spawn(s, [(child_name, {"n": 1})])), path_step("after")],
+        store,
+    )
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    parent = Workflow.for_coordination(cid)
+    spawning = parent.history()[-1]
+    parent.fork(spawning.id, {"forked": True})
+    assert isinstance(parent.run(), WaitingForChildren)
+    (child,) = WorkflowRun.objects.filter(parent_coordination_id=cid).values_list("pk", flat=True)
+    Workflow.for_coordination(child).resume()  # the child finishes: the parent goes on
+    assert record(cid).status == RunStatus.COMPLETED
+    assert parent.history()[-1].state == {"forked": True, "path": ["after"]}
+
+
+def test_a_fork_never_brings_a_cancelled_run_back(name: str) -> None:
+    steps = [
+        step("ask")(lambda s: await_approval(s, prompt="ship?", assignees=["carol"])),
+        path_step("ship"),
+    ]
+    Workflow.define(name, steps, OrmSnapshotStore())
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    wf = Workflow.for_coordination(cid)
+    asked = wf.history()[-1]
+    assert wf.cancel("withdrawn").cancelled
+    wf.fork(asked.id, {"again": True})
+    assert record(cid).status == RunStatus.CANCELLED
+    assert not Approval.objects.filter(coordination_id=cid, status="pending").exists()
+    assert isinstance(wf.run(), Cancelled)
+
+
+def test_a_child_failed_by_its_approval_s_expiry_lets_the_parent_go_on(
+    name: str, child_name: str
+) -> None:
+    from flowwarden_django.workflows import spawn
+    from flowwarden_django.workflows.approvals import sweep_approvals
+
+    store = OrmSnapshotStore()
+    ask = step("ask")(
+        lambda s: await_approval(s, prompt="ok?", assignees=["x"], expires_in=1, on_expiry="fail")
+    )
+    Workflow.define(child_name, [ask, path_step("never")], store)
+    Workflow.define(
+        name,
+        [step("fan_out")(lambda s: spawn(s, [(child_name, {})], then="kids")), path_step("after")],
+        store,
+    )
+    cid = new_cid()
+    Workflow.start(name, {}, coordination_id=cid)
+    assert record(cid).status == RunStatus.WAITING_CHILDREN
+    sweep_approvals(now=timezone.now() + timedelta(seconds=5))
+    assert record(cid).status == RunStatus.COMPLETED
+    final = Workflow.for_coordination(cid).current_result().final_state
+    assert [kid["status"] for kid in final["kids"]] == ["failed"]
