@@ -453,17 +453,20 @@ def scheduled_runs(name: str) -> Any:
 def test_a_beat_schedule_starts_exactly_one_run_per_tick(
     definitions, start_worker, tmp_path, broker_url, queue, steps_on
 ):
-    """Issue 31: django-celery-beat sends the start task every 2 s: one run per tick,
+    """Issue 31: django-celery-beat sends the start task every 3 s: one run per tick,
     each keyed by its tick; the same tick sent again starts nothing; ticks missed while
     no worker ran start one run, for the latest tick. The runs' steps run in the
     worker's task (in-process) or as step tasks (the Celery provider)."""
     pytest.importorskip("django_celery_beat")
     from flowwarden_django.integrations.celery.schedules import START_TASK, schedule_workflow
 
-    name = f"fw-every-2s-{uuid.uuid4().hex[:6]}"
+    name = f"fw-every-3s-{uuid.uuid4().hex[:6]}"
     template = {"log": str(tmp_path / "steps.log"), "trail": [], "tick": "{tick}"}
-    schedule_workflow(name, flows.THREE, state=template, every=timedelta(seconds=2), using=DB)
+    schedule_workflow(name, flows.THREE, state=template, every=timedelta(seconds=3), using=DB)
     worker = start_worker(SOLO, execution="celery" if steps_on == "celery" else "")
+    # Ready before beat sends: a start that waits a period for a worker is late, and
+    # counts for the tick it runs in (the documented policy), not the one it was sent in.
+    worker.wait_ready()
     beat = Beat(worker.env, tmp_path / "beat.log")
     try:
         _wait_until(lambda: beat.sent(name) >= 4, WAIT, "four ticks sent", worker)
