@@ -163,6 +163,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=positive_int, default=3, help="rounds")
     parser.add_argument(
+        "--lanes",
+        type=lanes_list,
+        default=LANES,
+        help="comma-separated lanes to measure (default: all; e.g. 'celery,raw celery')",
+    )
+    parser.add_argument(
         "--warmup",
         type=positive_int,
         default=1,
@@ -170,6 +176,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"up to {2 * WORKER_CONCURRENCY} runs each)",
     )
     return parser.parse_args(argv)
+
+
+def lanes_list(text: str) -> tuple[str, ...]:
+    """The lanes named in *text* (comma-separated), in the benchmark's order."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = names - set(LANES)
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown lanes {sorted(unknown)}; choose from {', '.join(LANES)}"
+        )
+    return tuple(lane for lane in LANES if lane in names)
 
 
 def redis_url() -> str:
@@ -744,6 +761,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             ]
             assert [lane.name for lane in lanes] == list(LANES)
+            lanes = [lane for lane in lanes if lane.name in args.lanes]
             starters = Starters(args.concurrent)
             # Enough to busy every worker thread at least once.
             warmup_batch = min(args.concurrent, 2 * WORKER_CONCURRENCY)
@@ -774,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(
                         f"{lane} {rates[lane, 'sequential'][-1]:.0f}/"
                         f"{rates[lane, 'concurrent'][-1]:.0f}"
-                        for lane in LANES
+                        for lane in args.lanes
                     )
                     + " steps/s (sequential/concurrent)",
                     flush=True,
@@ -831,11 +849,13 @@ def print_table(rates: dict[tuple[str, str], list[float]], args: argparse.Namesp
     print(f"{'lane':<19} {'mode':<11} {'runs':>5} {'steps/s':>9} {'vs raw engine':>14}")
     for mode in MODES:
         runs = args.runs if mode == "sequential" else args.concurrent
-        for lane in LANES:
+        for lane in args.lanes:
             rate = statistics.median(rates[lane, mode])
             anchor = ANCHORS.get(lane)
             ratio = (
-                f"{rate / statistics.median(rates[anchor, mode]):>14.2f}" if anchor else f"{'':>14}"
+                f"{rate / statistics.median(rates[anchor, mode]):>14.2f}"
+                if anchor in args.lanes
+                else f"{'':>14}"
             )
             print(f"{lane:<19} {mode:<11} {runs:>5} {rate:>9.0f} {ratio}")
 
