@@ -116,6 +116,9 @@ def change_stream(
     transaction_using: str = "default",
     checkpoint_store: str = "default",
     description: str = "",
+    parallelism: int = 1,
+    key: Callable[[Mapping[str, Any]], Any] | None = None,
+    window: int | None = None,
     registry: StreamRegistry | None = None,
 ) -> Callable[[C], C]:
     """Declare a class as a change-stream consumer.
@@ -129,6 +132,11 @@ def change_stream(
     in one process at a time, holding a lease of the ``lock_service`` alias.
     The name defaults to the kebab-case class name. The class is instantiated
     once per stream start, with no arguments.
+
+    ``parallelism=N`` handles up to N events at once: events of one ``key`` (a
+    function of the change event, by default its ``documentKey``) strictly in stream
+    order, different keys concurrently; the checkpoint is the low watermark, and at
+    most ``window`` events (default ``4 * N``) are read ahead of it.
     """
     options = {
         "name": name,
@@ -145,6 +153,9 @@ def change_stream(
         "transaction_using": transaction_using,
         "checkpoint_store": checkpoint_store,
         "description": description,
+        "parallelism": parallelism,
+        "key": key,
+        "window": window,
     }
 
     def decorate(cls: C) -> C:

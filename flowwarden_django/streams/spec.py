@@ -173,6 +173,10 @@ class StreamSpec:
     operation except ``invalidate``.
     ``transactional`` runs each handler and its processed-anchor write in one
     transaction on ``transaction_using`` (needs the ORM checkpoint store there).
+    ``parallelism`` > 1 handles up to that many events at once, in stream order per
+    ``key`` (a function of the change event; by default its ``documentKey``), with at
+    most ``window`` events (default 4 per slot) between the checkpoint and the reader
+    (``core.window``).
     """
 
     name: str
@@ -201,6 +205,9 @@ class StreamSpec:
     dead_letter_queue: DeadLetterQueueSpec | None = None
     #: Where it was declared, for messages ("myapp.streams.OrdersStream").
     origin: str = ""
+    parallelism: int = 1
+    key: Callable[[Mapping[str, Any]], Any] | None = None
+    window: int | None = None
 
     def error_handler_for(self, error: BaseException) -> Handler | None:
         """The ``on_error`` handler for *error*: exact type, then the nearest parent

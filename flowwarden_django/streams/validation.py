@@ -97,6 +97,7 @@ def validate_spec(spec: StreamSpec) -> list[Problem]:
                 f'Add FLOWWARDEN["LOCK_SERVICES"]["{spec.lock_service}"] = {{"BACKEND": '
                 '"flowwarden_django.streams.backends.orm.OrmLockService"}.',
             )
+    _validate_parallelism(out, spec)
     _validate_retry_policy(out, spec)
     _validate_dead_letter_queue(out, spec)
     _validate_error_handlers(out, spec)
@@ -183,6 +184,64 @@ def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
             "checkpoint.save_every_n",
             "is ignored by a transactional stream: every event's anchor is written in its "
             "own transaction",
+        )
+
+
+#: The most handler calls a stream may run at once (each is a thread on the threaded
+#: runtime).
+MAX_PARALLELISM = 512
+#: The largest window a stream may declare (the events it holds in memory).
+MAX_WINDOW = 100_000
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate_parallelism(out: _Collector, spec: StreamSpec) -> None:
+    """``parallelism``, ``key`` and ``window`` (``core.window``)."""
+    parallelism = spec.parallelism
+    if not _whole(parallelism) or not 1 <= parallelism <= MAX_PARALLELISM:
+        out.error(
+            "E120",
+            "parallelism",
+            f"must be a whole number from 1 to {MAX_PARALLELISM}, got {parallelism!r}",
+            "1 handles one event at a time; N handles up to N events at once, in order per key.",
+        )
+        return
+    if spec.key is not None and not callable(spec.key):
+        out.error(
+            "E121",
+            "key",
+            f"must be a function of the change event, got {spec.key!r}",
+            'For example key=lambda event: event["fullDocument"]["customer_id"].',
+        )
+    window = spec.window
+    if window is not None and (not _whole(window) or not parallelism <= window <= MAX_WINDOW):
+        out.error(
+            "E122",
+            "window",
+            f"must be a whole number from parallelism ({parallelism}) to {MAX_WINDOW}, "
+            f"got {window!r}",
+            "Leave it out for 4 events per slot.",
+        )
+    if parallelism == 1:
+        if spec.key is not None or window is not None:
+            out.warning(
+                "W107",
+                "key" if spec.key is not None else "window",
+                "has no effect on a stream handled one event at a time (parallelism=1)",
+                "Set parallelism=N, or drop it.",
+            )
+        return
+    if spec.transactional:
+        out.error(
+            "E123",
+            "parallelism",
+            "cannot be combined with transactional=True yet: a transactional stream "
+            "commits its anchor with each event, which needs every earlier event "
+            "settled, so it handles one event at a time",
+            "Drop parallelism, or transactional=True and make the handler idempotent.",
         )
 
 

@@ -192,3 +192,36 @@ class CancelAnchors(Effect):
 class Idle(Effect):
     """The stream found nothing to handle: the driver looks after its database
     connections now and then and lets other streams run."""
+
+
+# -- a stream handled in parallel (``window``) ----------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submit(Effect):
+    """Hand one change event to the stream's window (``parallelism`` > 1): it runs
+    when its key is free and a slot is. Waits while the window is full; raises the
+    error of an event that failed for good (the window then drains)."""
+
+    event: Mapping[str, Any]
+    operation: str
+    event_id: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WindowBusy(Effect):
+    """Whether the window holds an event the watermark has not passed; raises the
+    error of an event that failed for good."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AwaitWindow(Effect):
+    """Wait up to *seconds* for an event of the window to settle."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DrainWindow(Effect):
+    """Wait until every event of the window is settled and its anchor recorded (a
+    lifecycle event is handled alone, after everything before it)."""

@@ -23,7 +23,9 @@ from ..context import aware_datetime, new_event_id
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
 from .driving import Decision
 from .effects import (
+    AwaitWindow,
     CancelAnchors,
+    DrainWindow,
     FindCheckpoint,
     FlushAnchorIfDue,
     HandleEvent,
@@ -31,12 +33,17 @@ from .effects import (
     InitialPosition,
     PollCursor,
     ResetAfterHistoryLost,
+    Submit,
+    WindowBusy,
 )
 from .heartbeat import Heartbeat
 from .lifecycle import RestartNow, StreamInvalidatedError, started
 from .resume import Opened
 
 logger = logging.getLogger("flowwarden_django.streams")
+
+#: Seconds an idle poll of a parallel stream waits for its window to make progress.
+WINDOW_IDLE_WAIT = 0.05
 
 
 def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool) -> Decision[None]:
@@ -48,6 +55,7 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
     name = spec.name
     by_age = bool(spec.checkpoint.save_interval_seconds)  # else no flush is ever due
     beating = bool(heartbeat.interval)
+    parallel = spec.parallelism > 1
     cause = None  # the lifecycle event an invalidate follows
     cursor, event = opened.cursor, opened.first_event
     while not consumer.stopping:
@@ -56,6 +64,12 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
         if event is None:
             if not cursor.alive:
                 raise ConnectionError("the change stream closed")
+            if parallel and (yield WindowBusy()):
+                # Events are still in flight: the heartbeat may not certify the cursor's
+                # position yet, and a burst has not caught up.
+                yield AwaitWindow(WINDOW_IDLE_WAIT)
+                yield FlushAnchorIfDue()
+                continue
             yield FlushAnchorIfDue()
             writes = heartbeat.writes
             yield from heartbeat.on_idle(cursor.resume_token)
@@ -67,16 +81,25 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
         consumer.check_lease()
         operation = event.get("operationType", "")
         if operation in LIFECYCLE_OPERATIONS:
+            if parallel:
+                yield DrainWindow()  # handled alone, after everything before it
             if operation == "invalidate":
                 yield CancelAnchors()
                 yield from invalidated(spec, event, cause or "drop")
             cause = operation
         event_id = announce_received(name, event, operation)
+        if parallel and operation not in LIFECYCLE_OPERATIONS:
+            # The window runs it, counts it and moves the anchor once it settles.
+            yield Submit(event, operation, event_id)
+            if beating:
+                heartbeat.last_activity = heartbeat.monotonic()
+            event = None
+            if by_age:
+                yield FlushAnchorIfDue()
+            continue
         began = time.perf_counter()
         outcome = yield HandleEvent(event, operation, event_id)
-        processed = metrics.listeners(metrics.event_processed, name)
-        if processed:
-            metrics.send_event_processed(name, processed, time.perf_counter() - began, outcome)
+        announce_processed(name, began, outcome)
         if outcome is None:
             # Unsettled (a stop or a lost lease cut its retries short): nothing after it
             # may be handled in this generation.
@@ -84,13 +107,26 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
             if consumer.stopping:
                 break
             raise ConnectionError("an event was left unsettled; resubscribing")
-        consumer.events_handled += 1
-        consumer.last_event_stamp = time.time()
+        counted(consumer)
         if beating:  # the idle heartbeat's clock (nothing else reads it)
             heartbeat.last_activity = heartbeat.monotonic()
         event = None
         if by_age:
             yield FlushAnchorIfDue()
+
+
+def announce_processed(name: str, began: float, outcome: bool | None) -> None:
+    """Send ``event_processed`` for an event whose handling began at *began*
+    (``time.perf_counter()``) when someone listens."""
+    processed = metrics.listeners(metrics.event_processed, name)
+    if processed:
+        metrics.send_event_processed(name, processed, time.perf_counter() - began, outcome)
+
+
+def counted(consumer: Any) -> None:
+    """Count one settled event on *consumer*."""
+    consumer.events_handled += 1
+    consumer.last_event_stamp = time.time()
 
 
 def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:

@@ -42,6 +42,7 @@ from ..locks import LeaseLostError
 from ..source import ChangeCursor, ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, SNAPSHOT_OPERATION, StreamSpec
 from .observed_store import ObservedCheckpointStore
+from .parallel import ThreadedWindow, WindowedAnchors
 from .policy import ProcessedAnchorPolicy, anchor_failure_log
 
 __all__ = ["HistoryLostError", "StreamConsumer", "StreamInvalidatedError", "StreamState"]
@@ -106,7 +107,11 @@ class StreamConsumer:
         self.started_at: datetime | None = None
         #: Set after each dead-letter write; whoever reports the backlog clears it.
         self.dlq_dirty = threading.Event()
-        self.policy: ProcessedAnchorPolicy | None = None
+        self.policy: ProcessedAnchorPolicy | WindowedAnchors | None = None
+        #: A parallel stream's window (``parallelism`` > 1), while a generation runs.
+        self.window: ThreadedWindow | None = None
+        #: On each handler thread of the window, the event it handles (``entry``).
+        self.window_entries = threading.local()
         #: When the stream started restarting (``None`` while it runs), the type of
         #: the error it restarts after and (attempt, error) for ``stream_restarted``.
         self.restarting_since: datetime | None = None
@@ -178,12 +183,26 @@ class StreamConsumer:
             self.spec, opened, self._monotonic, self._heartbeat_failures
         )
         flusher = self._start_flusher()
+        window = self._open_window()
         try:
             drive(consume(self, opened, heartbeat, burst=burst), perform)
         finally:
+            if window is not None:
+                window.close()  # the running events finish first: their anchors count
             if flusher is not None:
                 flusher.set()
             self._close(opened.cursor)
+            self.window = None
+
+    def _open_window(self) -> ThreadedWindow | None:
+        """A parallel stream's window on its handler threads; the event path's anchor
+        calls then go through it (``WindowedAnchors``)."""
+        if self.spec.parallelism <= 1 or self.policy is None:
+            return None
+        window = self.window = ThreadedWindow(self, self.policy)
+        self.policy = WindowedAnchors(self.policy)
+        window.start()
+        return window
 
     def _start_flusher(self) -> threading.Event | None:
         """Flush an aged dirty anchor even while a slow handler holds the stream's thread.
@@ -282,6 +301,14 @@ class StreamConsumer:
                 return self._dead_letter(effect)
             case effects.SaveDeadLetter(entry, policy):
                 return self.dlq_store.save(entry, policy)
+            case effects.Submit(event, operation, event_id):
+                return self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
+            case effects.WindowBusy():
+                return self.window.busy()  # type: ignore[union-attr]
+            case effects.AwaitWindow(seconds):
+                return self.window.wait(seconds)  # type: ignore[union-attr]
+            case effects.DrainWindow():
+                return self.window.drain()  # type: ignore[union-attr]
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     # -- one event --------------------------------------------------------------------
@@ -361,13 +388,21 @@ class StreamConsumer:
         self, handler: Any, ctx: ChangeContext, lifecycle: bool, failed: Any = None
     ) -> Any:
         """``core.events.attempt_loop``, performed on this thread."""
+        entry = getattr(self.window_entries, "entry", None)
+        if entry is not None:
+            entry.failing = True  # its key is parked behind it while it retries
         return drive(
             attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed), self._perform
         )
 
     def _interrupted(self) -> bool:
-        """A stop was asked for, or this process no longer holds the stream's lease."""
-        return self._stop.is_set() or (self.lease_valid is not None and not self.lease_valid())
+        """A stop was asked for, this process no longer holds the stream's lease, or the
+        window of a parallel stream is closing (another event failed for good)."""
+        return (
+            self._stop.is_set()
+            or (self.lease_valid is not None and not self.lease_valid())
+            or (self.window is not None and self.window.closing)
+        )
 
     def _wait(self, seconds: float) -> bool:
         """Sleep the retry backoff; True if a stop or a lost lease cut it short."""

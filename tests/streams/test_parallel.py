@@ -1,0 +1,374 @@
+"""Lane (a): streams handled in parallel (``parallelism`` > 1) against the fake source.
+
+Per-key order, concurrency across keys, the low-watermark anchor, a poison event that
+parks its key and not the stream, backpressure, a graceful stop, the lifecycle
+barrier, and the system checks of the options. The window's own decisions are
+tested without threads first.
+"""
+
+import random
+import threading
+import time
+
+import pytest
+
+from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore, InMemoryDlqStore
+from flowwarden_django.streams.core.window import KeyedWindow, event_key
+from flowwarden_django.streams.spec import (
+    CheckpointSpec,
+    DeadLetterQueueSpec,
+    RestartPolicySpec,
+    RetryPolicySpec,
+    StreamSpec,
+)
+from flowwarden_django.streams.validation import validate_spec
+from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
+from tests.streams.managers import consumer_class
+
+RUNNERS = ("threads",)
+
+
+def spec(handler, *, parallelism=4, checkpoint=None, **options):
+    return StreamSpec(
+        name="orders",
+        collection="orders",
+        handlers={"insert": handler},
+        checkpoint=checkpoint or CheckpointSpec(save_interval_seconds=0),
+        restart_policy=RestartPolicySpec(max_attempts=1, initial_delay="1ms", max_delay="5ms"),
+        parallelism=parallelism,
+        **options,
+    )
+
+
+def by_customer(event):
+    return event["fullDocument"]["customer"]
+
+
+def bootstrapped(runner):
+    """A store and a source whose stream has bootstrapped (its anchor is at the start)."""
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    consumer_class(runner)(spec(lambda doc: None), store, lambda s: source).run(burst=True)
+    return store, source
+
+
+def processed_position(store):
+    """The log position of the processed anchor (of the bootstrap's seen anchor
+    before any event was processed)."""
+    checkpoint = store.find("orders")
+    token = checkpoint.last_processed_token or checkpoint.last_seen_token
+    return int(token["_data"][2:], 16)
+
+
+# -- the window's decisions, without threads ------------------------------------------
+
+
+def entry_of(window, key, n):
+    return window.admit(key, {"_id": fake_token(n)}, "insert", None)
+
+
+def test_one_key_runs_in_order_and_other_keys_do_not_wait():
+    window = KeyedWindow(parallelism=4, capacity=16)
+    a1, b1, a2, c1 = (entry_of(window, k, n) for n, k in enumerate("abac", 1))
+    taken = [window.take() for _ in range(4)]
+    assert taken == [a1, b1, c1, None]  # a2 waits behind a1
+    assert window.settle(b1) == []  # a1 is unsettled: the watermark stays before it
+    assert window.settle(a1) == [a1, b1]
+    assert window.take() is a2
+    assert window.settle(c1) == []
+    assert window.settle(a2) == [a2, c1]
+    assert window.empty and window.watermark is c1
+
+
+def test_the_window_is_full_at_its_capacity_and_bounds_the_slots():
+    window = KeyedWindow(parallelism=2, capacity=3)
+    entries = [entry_of(window, n, n) for n in range(1, 4)]
+    assert window.full and window.held == 3
+    assert [window.take(), window.take(), window.take()] == [entries[0], entries[1], None]
+    window.settle(entries[1])
+    assert window.full  # settled behind an unsettled event: still held
+    assert window.settled_beyond_watermark == 1 and window.in_flight == 2
+    window.settle(entries[0])
+    assert window.held == 1 and not window.full
+
+
+def test_a_failing_event_parks_its_key_only():
+    window = KeyedWindow(parallelism=4)
+    a1, a2, b1 = entry_of(window, "a", 1), entry_of(window, "a", 2), entry_of(window, "b", 3)
+    assert window.take() is a1 and window.take() is b1
+    a1.failing = True
+    assert window.parked_keys() == ["a"]
+    window.settle(b1)
+    window.settle(a1)  # parked in the DLQ: settled
+    assert window.parked_keys() == [] and window.take() is a2
+
+
+def test_a_closed_window_hands_out_nothing():
+    window = KeyedWindow(parallelism=2)
+    first = entry_of(window, "a", 1)
+    entry_of(window, "b", 2)
+    assert window.take() is first
+    window.release(first)
+    assert window.closed and window.take() is None and window.idle
+
+
+def test_the_default_key_is_the_document_key_and_keys_become_hashable():
+    event = {"documentKey": {"_id": 7, "shard": [1, 2]}, "fullDocument": {"customer": "c"}}
+    assert event_key(None, event) == (("_id", 7), ("shard", (1, 2)))
+    assert event_key(by_customer, event) == "c"
+
+
+# -- the threaded runtime ---------------------------------------------------------------
+
+
+@pytest.fixture(params=RUNNERS)
+def runner(request):
+    return request.param
+
+
+def insert_orders(oplog, count, customers, start=1):
+    return [
+        oplog.insert({"_id": n, "customer": f"c{n % customers}"})
+        for n in range(start, start + count)
+    ]
+
+
+class Recorder:
+    """Records each handled order per customer, and the most handler calls at once."""
+
+    def __init__(self, delay=0.0):
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.handled = []
+        self.running = 0
+        self.most = 0
+
+    def __call__(self, doc):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        if self.delay:
+            time.sleep(random.uniform(0, self.delay))
+        with self.lock:
+            self.running -= 1
+            self.handled.append((doc["customer"], doc["_id"]))
+
+
+def per_customer(handled):
+    orders = {}
+    for customer, order in handled:
+        orders.setdefault(customer, []).append(order)
+    return orders
+
+
+def test_events_of_a_key_keep_their_order_while_keys_run_at_once(runner):
+    store, source = bootstrapped(runner)
+    events = insert_orders(source.oplog, 300, customers=12)
+    recorder = Recorder(delay=0.004)
+    consumer = consumer_class(runner)(
+        spec(recorder, parallelism=8, key=by_customer), store, lambda s: source
+    )
+    consumer.run(burst=True)
+    assert sorted(order for _, order in recorder.handled) == list(range(1, 301))
+    for customer, orders in per_customer(recorder.handled).items():
+        assert orders == sorted(orders), customer
+    assert recorder.most > 1
+    assert consumer.events_handled == 300
+    assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
+def test_the_anchor_never_passes_an_unsettled_event(runner):
+    store, source = bootstrapped(runner)
+    events = insert_orders(source.oplog, 40, customers=40)
+    blocked, release = threading.Event(), threading.Event()
+
+    def handler(doc):
+        if doc["_id"] == 5:
+            blocked.set()
+            release.wait(10)
+
+    consumer = consumer_class(runner)(spec(handler, parallelism=4), store, lambda s: source)
+    thread = threading.Thread(target=consumer.run)
+    thread.start()
+    try:
+        assert blocked.wait(5)
+        deadline = time.monotonic() + 5
+        while consumer.window.window.settled_beyond_watermark < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert consumer.window.window.settled_beyond_watermark >= 10
+        # Orders 1-4 are settled and anchored; 5 holds the watermark whatever settled after.
+        assert store.find("orders").last_processed_token == events[3]["_id"]
+        assert consumer.window.window.parked_keys() == []
+        release.set()
+        deadline = time.monotonic() + 5
+        while consumer.events_handled < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        release.set()
+        consumer.stop()
+        thread.join(10)
+    assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
+def test_a_poison_event_parks_its_key_not_the_stream(runner):
+    store, source = bootstrapped(runner)
+    events = insert_orders(source.oplog, 30, customers=3)  # order 3 is customer c0's first
+    handled, dlq = [], InMemoryDlqStore()
+    parked_at = []
+
+    def handler(doc):
+        if doc["_id"] == 3:
+            parked_at.append(time.monotonic())
+            raise ConnectionError("poison")
+        handled.append((doc["customer"], doc["_id"], time.monotonic()))
+
+    stream = spec(
+        handler,
+        parallelism=4,
+        window=64,  # the whole test in the window: nothing waits for room
+        key=by_customer,
+        retry_policy=RetryPolicySpec(
+            max_attempts=3, initial_delay="100ms", multiplier=1.0, jitter=False
+        ),
+        dead_letter_queue=DeadLetterQueueSpec(),
+    )
+    consumer = consumer_class(runner)(stream, store, lambda s: source, dlq_store=dlq)
+    consumer.run(burst=True)
+    gave_up = parked_at[-1]
+    assert len(parked_at) == 3
+    assert [entry.document_key for entry in dlq.find_by_stream("orders")] == [{"_id": 3}]
+    c0 = [(order, at) for customer, order, at in handled if customer == "c0"]
+    others = [at for customer, _, at in handled if customer != "c0"]
+    # The other customers were all handled while order 3 was still being retried...
+    assert len(others) == 20 and max(others) < gave_up
+    # ...and customer c0's later orders waited for it to be parked.
+    assert [order for order, _ in c0] == [6, 9, 12, 15, 18, 21, 24, 27, 30]
+    assert min(at for _, at in c0) >= gave_up
+    assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
+def test_a_full_window_stops_the_reader(runner):
+    store, source = bootstrapped(runner)
+    insert_orders(source.oplog, 500, customers=500)
+    read, blocked, release = [0], threading.Event(), threading.Event()
+
+    def counting_source(stream_spec):
+        opened = FakeChangeSource(source.oplog)
+        original = opened.open
+
+        def open_counted(**options):
+            cursor = original(**options)
+            poll = cursor.try_next
+
+            def try_next():
+                event = poll()
+                if event is not None:
+                    read[0] += 1
+                return event
+
+            cursor.try_next = try_next
+            return cursor
+
+        opened.open = open_counted
+        return opened
+
+    def handler(doc):
+        blocked.set()
+        release.wait(10)
+
+    consumer = consumer_class(runner)(
+        spec(handler, parallelism=4, window=16), store, counting_source
+    )
+    thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
+    thread.start()
+    try:
+        assert blocked.wait(5)
+        time.sleep(0.3)
+        # 16 held, plus the one the reader waits to admit.
+        assert read[0] <= 17
+        assert consumer.window.window.held == 16
+    finally:
+        release.set()
+        thread.join(20)
+    assert read[0] == 500 and consumer.events_handled == 500
+
+
+def test_a_graceful_stop_anchors_what_settled_and_the_restart_reads_the_rest(runner):
+    store, source = bootstrapped(runner)
+    events = insert_orders(source.oplog, 200, customers=7)
+    first = int(events[0]["_id"]["_data"][2:], 16) - 1
+    handled = []
+    lock = threading.Lock()
+    consumer = None
+
+    def handler(doc):
+        time.sleep(0.001)
+        with lock:
+            handled.append(doc["_id"])
+            if len(handled) == 60:
+                consumer.stop()
+
+    consumer = consumer_class(runner)(
+        spec(handler, parallelism=4, checkpoint=CheckpointSpec(save_every_n=10)),
+        store,
+        lambda s: source,
+    )
+    consumer.run()
+    anchored = processed_position(store) - first
+    # The stop let the running events finish and flushed the watermark: every
+    # order up to it was handled, none after it is lost.
+    assert set(range(1, anchored + 1)) <= set(handled)
+    again = []
+    consumer_class(runner)(
+        spec(lambda doc: again.append(doc["_id"]), parallelism=4), store, lambda s: source
+    ).run(burst=True)
+    assert sorted(set(handled) | set(again)) == list(range(1, 201))
+    assert min(again) == anchored + 1
+    redelivered = set(handled) & set(again)
+    assert len(redelivered) <= 16  # at most the window
+
+
+def test_a_lifecycle_event_waits_for_everything_before_it(runner):
+    store, source = bootstrapped(runner)
+    insert_orders(source.oplog, 20, customers=20)
+    source.oplog.append("drop")
+    seen = []
+
+    def on_change(ctx):
+        seen.append(("drop", len(handled)))
+
+    handled = []
+    stream = spec(lambda doc: (time.sleep(0.002), handled.append(doc["_id"])), parallelism=4)
+    stream.on_change = on_change
+    stream.checkpoint = CheckpointSpec(save_interval_seconds=0, on_history_lost="RESUME_FROM_NOW")
+    consumer_class(runner)(stream, store, lambda s: source).run(burst=True)
+    assert seen and seen[0] == ("drop", 20)
+
+
+# -- the checks -------------------------------------------------------------------------
+
+
+def codes(stream):
+    return {problem.code for problem in validate_spec(stream)}
+
+
+@pytest.mark.parametrize(
+    "options, code",
+    [
+        ({"parallelism": 0}, "E120"),
+        ({"parallelism": "4"}, "E120"),
+        ({"parallelism": 10_000}, "E120"),
+        ({"parallelism": 4, "key": "customer"}, "E121"),
+        ({"parallelism": 4, "window": 2}, "E122"),
+        ({"parallelism": 4, "window": True}, "E122"),
+        ({"parallelism": 4, "transactional": True}, "E123"),
+        ({"parallelism": 1, "key": by_customer}, "W107"),
+        ({"parallelism": 1, "window": 8}, "W107"),
+    ],
+)
+def test_bad_parallel_options_are_reported(options, code):
+    assert code in codes(spec(lambda doc: None, **options))
+
+
+def test_good_parallel_options_pass():
+    stream = spec(lambda doc: None, parallelism=16, key=by_customer, window=64)
+    assert not {c for c in codes(stream) if c.startswith(("E12", "W107"))}
