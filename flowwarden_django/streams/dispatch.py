@@ -120,6 +120,14 @@ class AsyncHandlerCaller(HandlerCaller):
     def __init__(self) -> None:
         super().__init__()
         self._async: dict[int, tuple[Callable[..., Any], bool]] = {}
+        #: A parallel stream's thread pool: sync code runs there, several calls at once,
+        #: instead of on the stream's single thread.
+        self.executor: Any = None
+
+    def _to_async(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        if self.executor is not None:
+            return sync_to_async(function, thread_sensitive=False, executor=self.executor)
+        return sync_to_async(function, thread_sensitive=True)
 
     def awaitable(self, function: Callable[..., Any]) -> bool:
         """Whether *function* is an ``async def`` (read once per function)."""
@@ -137,10 +145,10 @@ class AsyncHandlerCaller(HandlerCaller):
             if shape == "ctx":
                 return await function(ctx)
             return await function(doc, ctx)
-        return await sync_to_async(self.call, thread_sensitive=True)(function, doc, ctx)
+        return await self._to_async(self.call)(function, doc, ctx)
 
     async def acall_with(self, function: Callable[..., Any], *args: Any) -> Any:
         """Call *function* with *args* as they are (a document handler, ``on_error``)."""
         if self.awaitable(function):
             return await function(*args)
-        return await sync_to_async(function, thread_sensitive=True)(*args)
+        return await self._to_async(function)(*args)

@@ -25,7 +25,7 @@ from flowwarden_django.streams.validation import validate_spec
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
 from tests.streams.managers import consumer_class
 
-RUNNERS = ("threads",)
+RUNNERS = ("threads", "asyncio")
 
 
 def spec(handler, *, parallelism=4, checkpoint=None, **options):

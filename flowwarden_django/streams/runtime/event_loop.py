@@ -48,6 +48,7 @@ from ..dlq import DlqStore
 from ..locks import LeaseLostError
 from ..source import ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
+from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry
 from .policy import AsyncAnchorPolicy, ProcessedAnchorPolicy, TransactionalAnchors
 from .threaded import StreamConsumer
 
@@ -168,7 +169,9 @@ class AsyncStreamConsumer:
         #: Set after each dead-letter write; whoever reports the backlog clears it.
         self.dlq_dirty = self._thread_side.dlq_dirty
         self.heartbeats = 0
-        self.policy: AsyncAnchorPolicy | TransactionalAnchors | None = None
+        self.policy: AsyncAnchorPolicy | TransactionalAnchors | AsyncWindowedAnchors | None = None
+        #: A parallel stream's window (``parallelism`` > 1), while a generation runs.
+        self.window: AsyncWindow | None = None
 
     # -- control ---------------------------------------------------------------------
 
@@ -201,14 +204,19 @@ class AsyncStreamConsumer:
         """Sleep; True if a stop (or a lost lease) cut it short."""
         assert self._stop is not None
         deadline = time.monotonic() + max(0.0, seconds)
-        while not (self._stop_requested or self._lease_lost()):
+        while not (self._stop_requested or self._lease_lost() or self._window_closing()):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            step = left if self.lease_valid is None else min(left, self.lease_check_seconds)
+            watching = self.lease_valid is not None or self.window is not None
+            step = min(left, self.lease_check_seconds) if watching else left
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=step)
         return True
+
+    def _window_closing(self) -> bool:
+        """A parallel stream's window is closing: another event failed for good."""
+        return self.window is not None and self.window.closing
 
     async def _backoff(self, seconds: float) -> bool:
         """Sleep a retry backoff; True if a stop (or a lost lease) cut it short."""
@@ -259,14 +267,29 @@ class AsyncStreamConsumer:
             self.spec, opened, self._monotonic, side._heartbeat_failures
         )
         flusher = self._start_flusher(policy)
+        window = self._open_window(policy)
         try:
             await adrive(consume(self, opened, heartbeat, burst=burst), perform)
         finally:
+            if window is not None:
+                await window.close()  # the running events finish first: their anchors count
+                self._caller.executor = None
             if flusher is not None:
                 flusher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await flusher
             await self._close(opened.cursor)
+            self.window = None
+
+    def _open_window(self, policy: Any) -> AsyncWindow | None:
+        """A parallel stream's window; the event path's anchor calls then go through it
+        and its sync handlers run on the window's threads."""
+        if self.spec.parallelism <= 1 or not isinstance(policy, AsyncAnchorPolicy):
+            return None
+        window = self.window = AsyncWindow(self, policy)
+        self.policy = AsyncWindowedAnchors(policy)
+        self._caller.executor = window.executor
+        return window
 
     def _new_policy(self, confirmed: Mapping[str, Any] | None) -> Any:
         checkpoint = self.spec.checkpoint
@@ -366,6 +389,14 @@ class AsyncStreamConsumer:
                 return await self._dead_letter(effect)
             case effects.SaveDeadLetter(entry, policy):
                 return await self.dlq_store.asave(entry, policy)
+            case effects.Submit(event, operation, event_id):
+                return await self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
+            case effects.WindowBusy():
+                return await self.window.busy()  # type: ignore[union-attr]
+            case effects.AwaitWindow(seconds):
+                return await self.window.wait(seconds)  # type: ignore[union-attr]
+            case effects.DrainWindow():
+                return await self.window.drain()  # type: ignore[union-attr]
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     def _copy(self, saved: Checkpoint | None, reason: str) -> Mapping[str, Any]:
@@ -436,6 +467,9 @@ class AsyncStreamConsumer:
         self, handler: Any, ctx: ChangeContext, lifecycle: bool, failed: Any = None
     ) -> Any:
         """``core.events.attempt_loop``, performed on the loop."""
+        entry = current_entry.get()
+        if entry is not None:
+            entry.failing = True  # its key is parked behind it while it retries
         return await adrive(
             attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed), self._perform
         )
@@ -471,7 +505,11 @@ class AsyncStreamConsumer:
         if self.spec.transactional:
             # Back to the stream's thread: the attempt's transaction is open there.
             return await sync_to_async(self._thread_side._save_now, thread_sensitive=True)(ctx)
-        policy = self.policy if isinstance(self.policy, AsyncAnchorPolicy) else None
+        policy = (
+            self.policy
+            if isinstance(self.policy, AsyncAnchorPolicy | AsyncWindowedAnchors)
+            else None
+        )
         if refuses_manual_save(self.spec.name, ctx, policy):
             return False
         return await policy.save_now(ctx.resume_token, event_anchor_at(ctx.event))  # type: ignore[union-attr]

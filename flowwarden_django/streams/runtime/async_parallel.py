@@ -1,0 +1,213 @@
+"""A stream handled in parallel on the asyncio runtime: its window as tasks.
+
+``AsyncWindow`` performs the window effects of the consumer core for an
+:class:`~.event_loop.AsyncStreamConsumer` whose stream declares ``parallelism`` > 1.
+Each event :class:`~..core.window.KeyedWindow` lets run becomes a task on the loop
+(at most N at once) running the consumer's usual event path; ``async def``
+handlers run on the loop, sync ones on a pool of N threads of the stream's own
+(``AsyncHandlerCaller.executor``) instead of its single thread, so they run at once
+too.
+
+Events settle in any order; the events the watermark passes are queued and fed to
+the anchor policy by one task at a time, so the processed anchor only moves forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.db import connections
+
+from ..core.anchors import At, event_anchor_at
+from ..core.generation import announce_processed, counted
+from ..core.window import KeyedWindow, WindowEntry, event_key
+from .parallel import UnsettledEventError
+
+logger = logging.getLogger("flowwarden_django.streams")
+
+#: The window event the current task handles (its retries mark its key parked).
+current_entry: contextvars.ContextVar[WindowEntry | None] = contextvars.ContextVar(
+    "flowwarden_window_entry", default=None
+)
+
+
+class AsyncWindowedAnchors:
+    """``WindowedAnchors`` for the asyncio runtime: the event path's settlements are
+    ignored (the window feeds them in order), a manual save writes the watermark."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    async def on_settled(self, token: Mapping[str, Any], at: At) -> None:
+        """Ignored: the window passes settled events to the policy in stream order."""
+
+    async def save_now(self, token: Mapping[str, Any], at: At) -> bool:
+        """``ctx.asave_checkpoint_now()``: write the watermark now."""
+        return await self.policy.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+
+class AsyncWindow:
+    """The window of one parallel generation of an asyncio consumer."""
+
+    #: Seconds between two looks at a stop while the reader waits for room.
+    wait_tick_seconds = 0.25
+
+    def __init__(self, consumer: Any, policy: Any) -> None:
+        spec = consumer.spec
+        self.consumer = consumer
+        self.policy = policy
+        self.key = spec.key
+        self.window = KeyedWindow(spec.parallelism, spec.window)
+        self._progress = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._to_anchor: deque[WindowEntry] = deque()
+        self._feeding = False
+        self.executor = ThreadPoolExecutor(
+            max_workers=self.window.parallelism, thread_name_prefix=f"fw-{spec.name}"
+        )
+
+    # -- the reader's side ---------------------------------------------------------------
+
+    async def submit(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> None:
+        """Admit *event*, waiting while the window is full (a stop leaves it out)."""
+        key = event_key(self.key, event)
+        while self.window.full and not self._failure and not self.consumer.stopping:
+            await self._wait(self.wait_tick_seconds)
+        if self.consumer.stopping:
+            return
+        self._raise_failure()
+        self.window.admit(key, event, operation, event_id)
+        self._dispatch()
+
+    async def busy(self) -> bool:
+        """Whether an admitted event is not yet behind the watermark."""
+        self._raise_failure()
+        return not self.window.empty or self._feeding
+
+    async def wait(self, seconds: float) -> None:
+        """Wait up to *seconds* for a settlement (or a failure)."""
+        if not self.window.empty and not self._failure:
+            await self._wait(seconds)
+        self._raise_failure()
+
+    async def drain(self) -> None:
+        """Wait until every admitted event is settled and its anchor recorded."""
+        while (
+            (not self.window.empty or self._feeding)
+            and not self._failure
+            and not self.consumer.stopping
+        ):
+            await self._wait(self.wait_tick_seconds)
+        self._raise_failure()
+
+    async def close(self) -> None:
+        """Hand out nothing more, let the running events finish (a stop interrupts
+        their backoffs), then release the pool's threads and their connections."""
+        self._stopping = True
+        self.window.close()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._feeding:
+            await self._wait(self.wait_tick_seconds)
+        await asyncio.get_running_loop().run_in_executor(None, self._shut_down_pool)
+
+    def _shut_down_pool(self) -> None:
+        workers = self.window.parallelism
+        barrier = threading.Barrier(workers)
+
+        def close_connections() -> None:
+            # Each pool thread takes one (the barrier holds it until all have one).
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait(timeout=5)
+            connections.close_all()
+
+        for _ in range(workers):
+            self.executor.submit(close_connections)
+        self.executor.shutdown(wait=True)
+
+    @property
+    def closing(self) -> bool:
+        """Whether the window is being closed or failed: running retries stop waiting."""
+        return self._stopping or self._failure is not None
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def _wait(self, seconds: float) -> None:
+        self._progress.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._progress.wait(), timeout=seconds)
+
+    def _changed(self) -> None:
+        self._progress.set()
+
+    # -- the events' tasks ---------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        while (entry := self.window.take()) is not None:
+            task = asyncio.ensure_future(self._run(entry))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, entry: WindowEntry) -> None:
+        consumer = self.consumer
+        entry.began = time.perf_counter()
+        current_entry.set(entry)
+        try:
+            outcome = await consumer._handle(entry.event, entry.operation, entry.event_id)
+        except asyncio.CancelledError:
+            self._failed(entry, None)
+            raise
+        except BaseException as exc:  # failed for good: the generation ends
+            self._failed(entry, exc)
+            return
+        announce_processed(consumer.spec.name, entry.began, outcome)
+        if outcome is None:
+            error = (
+                None
+                if consumer.stopping
+                else UnsettledEventError(
+                    f"stream {consumer.spec.name!r}: an event was left unsettled; resubscribing"
+                )
+            )
+            self._failed(entry, error)
+            return
+        self._to_anchor.extend(self.window.settle(entry))
+        counted(consumer)
+        self._dispatch()
+        await self._feed_anchor()
+        self._changed()
+
+    async def _feed_anchor(self) -> None:
+        """Hand the passed events to the policy in order, one feeder at a time (a
+        write may await; events settled meanwhile queue behind it)."""
+        if self._feeding:
+            return
+        self._feeding = True
+        try:
+            while self._to_anchor:
+                settled = self._to_anchor.popleft()
+                await self.policy.on_settled(settled.event["_id"], event_anchor_at(settled.event))
+        finally:
+            self._feeding = False
+
+    def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
+        self.window.release(entry)
+        if self._failure is None and error is not None:
+            self._failure = error
+        self._changed()
