@@ -11,27 +11,31 @@ environment (see ``settings.py``):
 * ``leader``: transactional and ``SINGLE_LEADER`` (the ORM lease is on the same
   database, so each anchor write is fenced inside that transaction); each row
   records which instance handled the event (``Effect.stream``).
+* ``parallel``: ``count`` with ``parallelism=PARALLELISM`` and the orders keyed by
+  ``seq % KEYS`` (each row records its key in ``Effect.stream``); the anchor is the
+  window's low watermark.
 """
 
 import os
 
 from flowwarden_django.streams.registry import change_stream, checkpoint
+from tests.crash.parallel_mode import KEYS, PARALLELISM, order_key
 from tests.testapp.models import Effect
 
 STREAM_NAME = "crash-orders"
 MODE = os.environ.get("FLOWWARDEN_CRASH_MODE", "count")
 SAVE_EVERY_N = int(os.environ.get("FLOWWARDEN_CRASH_SAVE_EVERY_N", "50"))
 
-if MODE not in ("count", "transactional", "leader"):
-    raise ValueError(
-        f"FLOWWARDEN_CRASH_MODE must be 'count', 'transactional' or 'leader', not {MODE!r}"
-    )
+MODES = ("count", "transactional", "leader", "parallel")
+if MODE not in MODES:
+    raise ValueError(f"FLOWWARDEN_CRASH_MODE must be one of {', '.join(MODES)}, not {MODE!r}")
 #: What each row records: the instance in leader mode, else the stream.
 HANDLER_LABEL = (
     os.environ.get("FLOWWARDEN_CRASH_INSTANCE", STREAM_NAME) if MODE == "leader" else STREAM_NAME
 )
 TRANSACTIONAL = MODE in ("transactional", "leader")
 LEADER = MODE == "leader"
+PARALLEL = MODE == "parallel"
 
 
 @change_stream(
@@ -40,6 +44,8 @@ LEADER = MODE == "leader"
     collection="orders",
     transactional=TRANSACTIONAL,
     deployment_mode="SINGLE_LEADER" if LEADER else "ALL_INSTANCES",
+    parallelism=PARALLELISM if PARALLEL else 1,
+    key=order_key if PARALLEL else None,
 )
 @checkpoint(
     # A transactional stream writes every anchor with its event (save_every_n is moot).
@@ -51,4 +57,5 @@ class CrashOrders:
     """One ``Effect`` row per delivered insert."""
 
     def on_insert(self, doc):
-        Effect.objects.create(order_id=doc["seq"], stream=HANDLER_LABEL)
+        label = f"key-{doc['seq'] % KEYS}" if PARALLEL else HANDLER_LABEL
+        Effect.objects.create(order_id=doc["seq"], stream=label)

@@ -33,13 +33,19 @@ exactly after the persisted anchor. So the re-deliveries a kill caused are the r
 the next generation with order id <= ``H``, which is ``H - A``; both are computed and
 must agree, and their sum must equal the duplicate rows in the table.
 
+``parallel`` (``parallelism=8``, the orders keyed by ``seq % 16``, ``save_every_n=50``,
+the default window of 32): each run's rows are checked per key instead: the key's
+orders right after the anchor, in order, each once; nothing behind the anchor
+unhandled at a kill; and each kill's re-deliveries (the orders past the anchor that
+had a row) at most window + ``save_every_n`` = 82, and delivered again exactly once.
+
 Modes: ``count`` (``save_every_n=50``, ``save_interval_seconds=0``, non-transactional:
 at most 50 re-deliveries per kill, 50 when a kill lands between the 50th row's commit
 and the anchor write) and ``transactional`` (row and anchor in one transaction: ``A == H`` after
 every kill and no order id has two rows; the event in hand at a kill is delivered again
 too, but its first attempt rolled back, so the data counts no re-delivery).
 
-**Runners.** ``count`` runs on both runners, with the same checks: ``threads``
+**Runners.** ``count`` and ``parallel`` run on both runners, with the same checks: ``threads``
 (``--threads``: the stream on a thread of its own, the sync pymongo driver) and
 ``asyncio`` (``--asyncio``: the stream a task on the event loop of
 :class:`~flowwarden_django.streams.runtime.async_manager.AsyncStreamManager`, reading through
@@ -79,6 +85,7 @@ from django.db.models import Count, Max
 
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.testkit._scripted_events import parse_token
+from tests.crash import parallel_mode
 from tests.lanes import on_lane
 from tests.story_procs import die_with_parent
 from tests.testapp.models import Effect
@@ -92,6 +99,8 @@ KILLS = 10
 SAVE_EVERY_N = 50
 #: Events a consumer run handles past the previous high-water mark before its kill.
 KILL_GAP = (200, 1000)
+#: ``parallel`` mode: the window of the stream (the default, 4 per handler slot).
+PARALLEL_WINDOW = parallel_mode.WINDOW
 #: Random delay between reaching the kill point and the SIGKILL.
 KILL_JITTER_SECONDS = 0.02
 APPLICATION_NAME = "fw-crash-consumer"  # tests/crash/settings.py sets it on the connection
@@ -329,7 +338,13 @@ def _anchor(store: OrmCheckpointStore, positions: EventPositions) -> int:
     # asyncio in count mode: its own anchor policy under SIGKILL (a transactional
     # attempt runs the threaded runtime's code on the stream's thread; that mode is
     # killed on asyncio by the initial-sync crash test and the chaos tests).
-    [("count", "threads"), ("count", "asyncio"), ("transactional", "threads")],
+    [
+        ("count", "threads"),
+        ("count", "asyncio"),
+        ("transactional", "threads"),
+        ("parallel", "threads"),
+        ("parallel", "asyncio"),
+    ],
 )
 def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_property):
     """Ten SIGKILLs: every event handled, <= N re-deliveries per kill, or exactly once."""
@@ -452,31 +467,19 @@ def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_proper
     assert "INTERNAL ERROR" not in server_errors, server_errors
 
     # -- checks, from the data ----------------------------------------------------------
-    rows = list(Effect.objects.using("postgres").order_by("id").values_list("id", "order_id"))
-    handled = {order for _, order in rows}
+    rows = list(
+        Effect.objects.using("postgres").order_by("id").values_list("id", "order_id", "stream")
+    )
+    handled = {order for _, order, _ in rows}
     missing = sorted(set(range(1, EVENTS + 1)) - handled)
     assert not missing, f"{len(missing)} events never handled, e.g. {missing[:10]}"
     assert handled == set(range(1, EVENTS + 1)), "rows for orders that were never fed"
     assert final_anchor == EVENTS, f"graceful stop left the anchor at order {final_anchor}"
 
-    # Each consumer run's rows: the orders right after the previous anchor, up to its kill.
-    ends = [kill.last_row_id for kill in kills] + [rows[-1][0]]
-    starts_after = [0] + [kill.anchor for kill in kills]
-    highs = [kill.high_water for kill in kills] + [EVENTS]
-    counted = []
-    for run, (end, after, high) in enumerate(zip(ends, starts_after, highs, strict=True)):
-        begin = ends[run - 1] if run else 0
-        orders = [order for row_id, order in rows if begin < row_id <= end]
-        expected = list(range(after + 1, high + 1))
-        assert orders == expected, (
-            f"consumer run {run + 1} (after kill {run}) handled orders "
-            f"{_ranges(orders)}, expected {after + 1}..{high}: it did not resume right after "
-            "the persisted anchor, or skipped or repeated events"
-        )
-        if run:
-            counted.append(sum(1 for order in orders if order <= highs[run - 1]))
-    per_kill = [kill.redeliveries for kill in kills]
-    assert counted == per_kill, (counted, per_kill)
+    if mode == "parallel":
+        per_kill = _parallel_redeliveries(rows, kills)
+    else:
+        per_kill = _serial_redeliveries(rows, kills)
 
     duplicates = len(rows) - len(handled)
     total = sum(per_kill)
@@ -486,6 +489,12 @@ def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_proper
         assert worst <= SAVE_EVERY_N, (
             f"a kill caused {worst} re-deliveries, more than save_every_n={SAVE_EVERY_N}: "
             f"{per_kill}"
+        )
+    elif mode == "parallel":
+        bound = PARALLEL_WINDOW + SAVE_EVERY_N
+        assert worst <= bound, (
+            f"a kill caused {worst} re-deliveries, more than the window ({PARALLEL_WINDOW}) "
+            f"+ save_every_n ({SAVE_EVERY_N}): {per_kill}"
         )
     else:
         doubled = (
@@ -506,7 +515,7 @@ def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_proper
         "rows": len(rows),
         "redeliveries": total,
         "max_redeliveries_per_kill": worst,
-        "save_every_n": SAVE_EVERY_N if mode == "count" else 1,
+        "save_every_n": SAVE_EVERY_N if mode in ("count", "parallel") else 1,
         "duplicates": duplicates,
         "seconds": round(duration, 1),
     }
@@ -517,14 +526,79 @@ def test_consumer_survives_sigkill(mode, runner, tmp_path, capsys, record_proper
             f"\ncrash test [{mode}-{runner}]: events={EVENTS} kills={len(kills)} "
             f"redeliveries={total} max_per_kill={worst}"
             + (f" (N={SAVE_EVERY_N})" if mode == "count" else "")
+            + (f" (window={PARALLEL_WINDOW} + N={SAVE_EVERY_N})" if mode == "parallel" else "")
             + f" duplicates={duplicates} rows={len(rows)} time={duration:.1f}s seed={seed}"
         )
         print(
-            "  per kill (order high-water H / anchor A / re-deliveries H-A, at s): "
+            "  per kill (order high-water H / anchor A / re-deliveries, at s): "
             + ", ".join(
-                f"{k.high_water}/{k.anchor}/{k.redeliveries}@{k.at_seconds:.1f}" for k in kills
+                f"{k.high_water}/{k.anchor}/{n}@{k.at_seconds:.1f}"
+                for k, n in zip(kills, per_kill, strict=True)
             )
         )
+
+
+def _serial_redeliveries(rows: list[tuple[int, int, str]], kills: list[Kill]) -> list[int]:
+    """One event at a time: each consumer run's rows are exactly the orders right after
+    the previous anchor, up to its kill; the re-deliveries per kill (``H - A``)."""
+    ends = [kill.last_row_id for kill in kills] + [rows[-1][0]]
+    starts_after = [0] + [kill.anchor for kill in kills]
+    highs = [kill.high_water for kill in kills] + [EVENTS]
+    counted = []
+    for run, (end, after, high) in enumerate(zip(ends, starts_after, highs, strict=True)):
+        begin = ends[run - 1] if run else 0
+        orders = [order for row_id, order, _ in rows if begin < row_id <= end]
+        expected = list(range(after + 1, high + 1))
+        assert orders == expected, (
+            f"consumer run {run + 1} (after kill {run}) handled orders "
+            f"{_ranges(orders)}, expected {after + 1}..{high}: it did not resume right after "
+            "the persisted anchor, or skipped or repeated events"
+        )
+        if run:
+            counted.append(sum(1 for order in orders if order <= highs[run - 1]))
+    per_kill = [kill.redeliveries for kill in kills]
+    assert counted == per_kill, (counted, per_kill)
+    return per_kill
+
+
+def _parallel_redeliveries(rows: list[tuple[int, int, str]], kills: list[Kill]) -> list[int]:
+    """Events handled in parallel, in order per key: for each kill, everything up to the
+    anchor was handled (nothing lost), and the next run handled, per key, exactly the
+    key's orders after the anchor, in order, each once (so every order handled past the
+    anchor before the kill was delivered again exactly once). The re-deliveries per
+    kill: the orders past the anchor that had a row when it was killed."""
+    ends = [kill.last_row_id for kill in kills] + [rows[-1][0]]
+    per_kill = []
+    for run, end in enumerate(ends):
+        begin = ends[run - 1] if run else 0
+        after = kills[run - 1].anchor if run else 0
+        by_key: dict[str, list[int]] = {}
+        for row_id, order, key in rows:
+            if begin < row_id <= end:
+                by_key.setdefault(key, []).append(order)
+        for key, orders in by_key.items():
+            residue = int(key.removeprefix("key-"))
+            first = after + 1 + (residue - (after + 1)) % parallel_mode.KEYS
+            expected = list(range(first, orders[-1] + 1, parallel_mode.KEYS))
+            assert orders == expected, (
+                f"consumer run {run + 1} (after kill {run}) handled {key}'s orders "
+                f"{orders[:12]}..., expected {first}, {first + parallel_mode.KEYS}, ... up to "
+                f"{orders[-1]}: out of key order, skipped, or not resumed at the anchor"
+            )
+        if run:
+            kill = kills[run - 1]
+            before = {order for row_id, order, _ in rows if row_id <= kill.last_row_id}
+            lost = set(range(1, kill.anchor + 1)) - before
+            assert not lost, (
+                f"kill {run}: orders {sorted(lost)[:10]} are behind the anchor, unhandled"
+            )
+            redelivered = {order for order in before if order > kill.anchor}
+            again = {order for row_id, order, _ in rows if begin < row_id <= end}
+            assert redelivered <= again, (
+                f"kill {run}: orders {sorted(redelivered - again)[:10]} were not delivered again"
+            )
+            per_kill.append(len(redelivered))
+    return per_kill
 
 
 def _ranges(orders: list[int]) -> str:
