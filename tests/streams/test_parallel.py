@@ -372,3 +372,64 @@ def test_bad_parallel_options_are_reported(options, code):
 def test_good_parallel_options_pass():
     stream = spec(lambda doc: None, parallelism=16, key=by_customer, window=64)
     assert not {c for c in codes(stream) if c.startswith(("E12", "W107"))}
+
+
+# -- quick handlers run on the reader's thread (threaded runtime) -------------------------
+
+
+def test_quick_handlers_run_on_the_reader_and_keep_key_order():
+    store, source = bootstrapped("threads")
+    insert_orders(source.oplog, 600, customers=10)
+    threads, handled = [], []
+
+    def handler(doc):
+        threads.append(threading.get_ident())
+        handled.append((doc["customer"], doc["_id"]))
+
+    consumer = consumer_class("threads")(
+        spec(handler, parallelism=16, key=by_customer), store, lambda s: source
+    )
+    consumer.run(burst=True)  # on this thread: it is the reader
+    reader = threading.get_ident()
+    assert sorted(order for _, order in handled) == list(range(1, 601))
+    for customer, orders in per_customer(handled).items():
+        assert orders == sorted(orders), customer
+    # Once the handler's average was known to be quick, the reader ran the events.
+    assert threads[-300:].count(reader) == 300
+
+
+def test_a_quick_handlers_failure_is_retried_on_a_handler_thread():
+    store, source = bootstrapped("threads")
+    events = insert_orders(source.oplog, 400, customers=4)  # order 300 is customer c0's
+    dlq, attempts, handled = InMemoryDlqStore(), [], []
+
+    def handler(doc):
+        if doc["_id"] == 300:
+            attempts.append((threading.get_ident(), time.monotonic()))
+            raise ConnectionError("poison")
+        handled.append((doc["customer"], doc["_id"], time.monotonic()))
+
+    stream = spec(
+        handler,
+        parallelism=4,
+        window=200,
+        key=by_customer,
+        retry_policy=RetryPolicySpec(
+            max_attempts=3, initial_delay="100ms", multiplier=1.0, jitter=False
+        ),
+        dead_letter_queue=DeadLetterQueueSpec(),
+    )
+    consumer = consumer_class("threads")(stream, store, lambda s: source, dlq_store=dlq)
+    consumer.run(burst=True)
+    reader = threading.get_ident()
+    # The first attempt ran on the reader (the handler was quick); its retries did not
+    # hold the reader: they ran on a handler thread while the other customers went on.
+    assert attempts[0][0] == reader
+    assert {thread for thread, _ in attempts[1:]} - {reader} == {attempts[1][0]}
+    gave_up = attempts[-1][1]
+    others_late = [order for customer, order, at in handled if customer != "c0" and at > gave_up]
+    assert others_late == []  # orders 301-400 all fit in the window while 300 retried
+    c0 = [order for customer, order, _ in handled if customer == "c0"]
+    assert c0 == sorted(c0) and 300 not in c0 and c0[-1] == 400
+    assert [entry.document_key for entry in dlq.find_by_stream("orders")] == [{"_id": 300}]
+    assert store.find("orders").last_processed_token == events[-1]["_id"]

@@ -78,6 +78,7 @@ def attempt_loop(
             return True
         consumer.errors += 1
         consumer.last_error = error
+        consumer.attempt_failed()
         action = yield from error_action(spec, error, ctx)
         if action is ErrorAction.SKIP:
             event_error(spec.name, error, ctx, will_retry=False)

@@ -40,6 +40,13 @@ class EventKeyError(RuntimeError):
 def hashable(value: Any) -> Hashable:
     """*value* as a dictionary key: mappings and sequences become tuples, recursively
     (a ``documentKey`` is a dict; sharded collections give it several fields)."""
+    if type(value) is dict:
+        items = tuple(value.items())
+        try:
+            hash(items)  # the common case: {"_id": <a scalar or an ObjectId>}
+        except TypeError:
+            return tuple((name, hashable(item)) for name, item in items)
+        return items
     if isinstance(value, Mapping):
         return tuple((name, hashable(item)) for name, item in value.items())
     if isinstance(value, list | tuple):
@@ -136,6 +143,11 @@ class KeyedWindow:
     def empty(self) -> bool:
         """Whether every admitted event is settled and passed by the watermark."""
         return not self._order
+
+    @property
+    def ready(self) -> int:
+        """Events that may run now, waiting for a free slot."""
+        return len(self._ready)
 
     @property
     def in_flight(self) -> int:

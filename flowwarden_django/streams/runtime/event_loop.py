@@ -344,6 +344,14 @@ class AsyncStreamConsumer:
                 return await cursor.try_next()
             case effects.HandleEvent(event, operation, event_id):
                 return await self._handle(event, operation, event_id)
+            case effects.Submit(event, operation, event_id):
+                return await self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
+            case effects.WindowBusy():
+                return await self.window.busy()  # type: ignore[union-attr]
+            case effects.AwaitWindow(seconds):
+                return await self.window.wait(seconds)  # type: ignore[union-attr]
+            case effects.DrainWindow():
+                return await self.window.drain()  # type: ignore[union-attr]
             case effects.FlushAnchorIfDue():
                 return await self.policy.flush_if_due()  # type: ignore[union-attr]
             case effects.Idle():
@@ -389,14 +397,6 @@ class AsyncStreamConsumer:
                 return await self._dead_letter(effect)
             case effects.SaveDeadLetter(entry, policy):
                 return await self.dlq_store.asave(entry, policy)
-            case effects.Submit(event, operation, event_id):
-                return await self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
-            case effects.WindowBusy():
-                return await self.window.busy()  # type: ignore[union-attr]
-            case effects.AwaitWindow(seconds):
-                return await self.window.wait(seconds)  # type: ignore[union-attr]
-            case effects.DrainWindow():
-                return await self.window.drain()  # type: ignore[union-attr]
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     def _copy(self, saved: Checkpoint | None, reason: str) -> Mapping[str, Any]:
@@ -467,12 +467,16 @@ class AsyncStreamConsumer:
         self, handler: Any, ctx: ChangeContext, lifecycle: bool, failed: Any = None
     ) -> Any:
         """``core.events.attempt_loop``, performed on the loop."""
-        entry = current_entry.get()
-        if entry is not None:
-            entry.failing = True  # its key is parked behind it while it retries
         return await adrive(
             attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed), self._perform
         )
+
+    def attempt_failed(self) -> None:
+        """An attempt at the event in hand failed (``core.events``): in a parallel
+        stream its key is parked behind it while it retries."""
+        entry = current_entry.get()
+        if entry is not None:
+            entry.failing = True
 
     async def _dead_letter(self, effect: effects.ParkFailedEvent) -> None:
         if self.spec.transactional:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,18 @@ class UnsettledEventError(ConnectionError):
     """An event of a parallel stream ended unsettled (a stop or a lost lease cut its
     retries short): nothing after it may be anchored, so the generation ends and the
     stream resubscribes from its anchor."""
+
+
+class HandOff(Exception):
+    """Raised on the reader's thread when an event it runs itself needs its retry loop
+    (or its whole attempt loop): a handler thread continues it (``ThreadedWindow``)."""
+
+    def __init__(self, handler: Any, ctx: Any, lifecycle: bool, failed: Any) -> None:
+        super().__init__()
+        self.handler = handler
+        self.ctx = ctx
+        self.lifecycle = lifecycle
+        self.failed = failed
 
 
 class WindowedAnchors:
@@ -59,10 +72,26 @@ class WindowedAnchors:
 
 
 class ThreadedWindow:
-    """The window of one parallel generation of a threaded consumer (see the module)."""
+    """The window of one parallel generation of a threaded consumer (see the module).
+
+    One lock guards the window. Idle handler threads wait on ``_work`` and are woken
+    one per event made ready; the reader (and a drain) wait on ``_progress``, which a
+    settlement signals. A handler thread settles its event and takes the next one in
+    one hold of the lock.
+
+    Handing an event to another thread costs a wake-up and a switch of the GIL (about
+    20 us here): more than a handler that does no I/O takes. So while the handler's
+    calls average under :attr:`inline_below_seconds`, the reader runs the ready events
+    itself, in the order the window allows; a slower average hands them to the
+    threads again.
+    """
 
     #: Seconds between two looks at a stop while the reader waits for room.
     wait_tick_seconds = 0.25
+    #: The handler's average time under which the reader runs events itself.
+    inline_below_seconds = 50e-6
+    #: The weight of the newest call in that average.
+    average_weight = 0.1
 
     def __init__(self, consumer: Any, policy: Any) -> None:
         spec = consumer.spec
@@ -70,11 +99,24 @@ class ThreadedWindow:
         self.policy = policy
         self.key = spec.key
         self.window = KeyedWindow(spec.parallelism, spec.window)
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._progress = threading.Condition(self._lock)
+        self._idle_workers = 0
+        self._progress_waiters = 0
+        self._reader = threading.get_ident()
+        #: Whether the reader is running an event itself (``_run_inline``).
+        self._inline = False
+        #: Events the reader began and handed to a handler thread (``HandOff``), and
+        #: the hand-offs of those a thread took, by ``seq``.
+        self._handed: deque[tuple[WindowEntry, HandOff]] = deque()
+        self._continuations: dict[int, HandOff] = {}
+        #: The handler's moving average, in seconds; starts slow (hand to threads).
+        self.average_seconds = 1.0
         self._failure: BaseException | None = None
         self._stopping = False
         self._threads = [
-            threading.Thread(target=self._work, name=f"fw-{spec.name}-{number}", daemon=True)
+            threading.Thread(target=self._serve, name=f"fw-{spec.name}-{number}", daemon=True)
             for number in range(1, self.window.parallelism + 1)
         ]
 
@@ -89,44 +131,68 @@ class ThreadedWindow:
         """Admit *event*, waiting while the window is full. A stop meanwhile leaves it
         out (it is after the anchor: the next run reads it again)."""
         key = event_key(self.key, event)
-        with self._changed:
-            while self.window.full and not self._failure and not self.consumer.stopping:
-                self._changed.wait(self.wait_tick_seconds)
-            if self.consumer.stopping:
+        window = self.window
+        with self._lock:
+            if window.full:
+                while window.full and not self._failure and not self.consumer.stopping:
+                    self._await_progress(self.wait_tick_seconds)
+                if self.consumer.stopping:
+                    return
+            if self._failure is not None:
+                raise self._failure
+            window.admit(key, event, operation, event_id)
+            if self.average_seconds >= self.inline_below_seconds:
+                self._wake_workers()
                 return
-            self._raise_failure()
-            self.window.admit(key, event, operation, event_id)
-            self._changed.notify_all()
+            entry = window.take()
+        if entry is not None:
+            self._run_inline(entry)
+
+    def hand_off_from_reader(self, handler: Any, ctx: Any, lifecycle: bool, failed: Any) -> None:
+        """Raise ``HandOff`` when called on the reader's thread (an event it runs
+        itself has failed, or needs the full attempt loop); else do nothing."""
+        if self._inline and threading.get_ident() == self._reader:
+            raise HandOff(handler, ctx, lifecycle, failed)
+
+    def _run_inline(self, entry: WindowEntry | None) -> None:
+        """Run *entry* and the events it makes ready on the reader's thread (quick
+        handlers: see the class)."""
+        while entry is not None:
+            self._inline = True
+            try:
+                entry = self._run(entry, inline=True)
+            finally:
+                self._inline = False
 
     def busy(self) -> bool:
         """Whether an admitted event is not yet behind the watermark."""
-        with self._changed:
+        with self._lock:
             self._raise_failure()
             return not self.window.empty
 
     def wait(self, seconds: float) -> None:
         """Wait up to *seconds* for a settlement (or a failure)."""
-        with self._changed:
+        with self._lock:
             if not self.window.empty and not self._failure:
-                self._changed.wait(seconds)
+                self._await_progress(seconds)
             self._raise_failure()
 
     def drain(self) -> None:
         """Wait until every admitted event is settled and behind the watermark."""
-        with self._changed:
+        with self._lock:
             while not self.window.empty and not self._failure and not self.consumer.stopping:
-                self._changed.wait(self.wait_tick_seconds)
+                self._await_progress(self.wait_tick_seconds)
             self._raise_failure()
 
     def close(self) -> None:
         """End the generation's window: hand out nothing more, let the running
         events finish (a stop interrupts their retry backoffs), stop the threads."""
-        with self._changed:
+        with self._lock:
             self._stopping = True
             self.window.close()
-            self._changed.notify_all()
+            self._work.notify_all()
             while not self.window.idle:
-                self._changed.wait(self.wait_tick_seconds)
+                self._await_progress(self.wait_tick_seconds)
         for thread in self._threads:
             thread.join()
 
@@ -139,39 +205,81 @@ class ThreadedWindow:
         if self._failure is not None:
             raise self._failure
 
+    def _await_progress(self, seconds: float) -> None:
+        """Wait (under the lock) until a settlement or failure signals, or *seconds*."""
+        self._progress_waiters += 1
+        try:
+            self._progress.wait(seconds)
+        finally:
+            self._progress_waiters -= 1
+
+    def _wake_workers(self) -> None:
+        """Wake as many idle handler threads as events are ready (under the lock)."""
+        wanted = min(self._idle_workers, self.window.ready)
+        if wanted:
+            self._work.notify(wanted)
+
     # -- the handler threads -------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _serve(self) -> None:
         try:
-            while True:
+            with self._lock:
                 entry = self._next()
-                if entry is None:
-                    return
-                self._run(entry)
+            while entry is not None:
+                entry = self._run(entry)
         finally:
             connections.close_all()  # this thread's own connections
 
     def _next(self) -> WindowEntry | None:
-        with self._changed:
-            while True:
-                entry = self.window.take()
-                if entry is not None:
-                    return entry
-                if self._stopping or self.window.closed:
-                    return None
-                self._changed.wait()
+        """The next event this thread runs, waiting for one (under the lock)."""
+        while True:
+            if self._handed:
+                entry, hand_off = self._handed.popleft()
+                self._continuations[entry.seq] = hand_off
+                return entry
+            entry = self.window.take()
+            if entry is not None:
+                return entry
+            if self._stopping or self.window.closed:
+                return None
+            self._idle_workers += 1
+            try:
+                self._work.wait()
+            finally:
+                self._idle_workers -= 1
 
-    def _run(self, entry: WindowEntry) -> None:
+    def _run(self, entry: WindowEntry, *, inline: bool = False) -> WindowEntry | None:
+        """Handle *entry*, settle it; the next event for this thread: for a handler
+        thread, the next it may run (waiting for one); for the reader (*inline*), the
+        next ready one, if any."""
         consumer = self.consumer
-        entry.began = time.perf_counter()
+        began = time.perf_counter()
+        handed = self._continuations.pop(entry.seq, None) if self._continuations else None
+        if handed is None:
+            entry.began = began
         consumer.window_entries.entry = entry
         try:
-            outcome = consumer._handle(entry.event, entry.operation, entry.event_id)
+            if handed is not None:
+                outcome = consumer._attempt_loop(
+                    handed.handler, handed.ctx, handed.lifecycle, failed=handed.failed
+                )
+            else:
+                outcome = consumer._handle(entry.event, entry.operation, entry.event_id)
+        except HandOff as hand_off:  # the reader's own event: a thread continues it
+            with self._lock:
+                if hand_off.failed is not None:
+                    entry.failing = True
+                self._handed.append((entry, hand_off))
+                self._work.notify()
+            self.average_seconds = 1.0  # it may be slow after all: hand events out again
+            return None
         except BaseException as exc:  # the event failed for good: the generation ends
-            self._failed(entry, exc)
-            return
+            return self._failed(entry, exc)
         finally:
             consumer.window_entries.entry = None
+        weight = self.average_weight
+        took = time.perf_counter() - began
+        self.average_seconds += weight * (took - self.average_seconds)
         announce_processed(consumer.spec.name, entry.began, outcome)
         if outcome is None:
             # A stop closes the window anyway; anything else (a lost lease, a window
@@ -183,19 +291,29 @@ class ThreadedWindow:
                     f"stream {consumer.spec.name!r}: an event was left unsettled; resubscribing"
                 )
             )
-            self._failed(entry, error)
-            return
-        with self._changed:
+            return self._failed(entry, error)
+        with self._lock:
             passed = self.window.settle(entry)
             counted(consumer)
             for settled in passed:
                 # Under the lock: the policy sees the settled prefix in stream order.
                 self.policy.on_settled(settled.event["_id"], event_anchor_at(settled.event))
-            self._changed.notify_all()
+            if self._progress_waiters:
+                self._progress.notify_all()
+            if inline and self.average_seconds >= self.inline_below_seconds:
+                self._wake_workers()  # the handler got slow: the threads take over
+                return None
+            following = self.window.take()
+            if following is None:
+                return None if inline else self._next()
+            self._wake_workers()  # its key's next event may be ready for another thread
+            return following
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
-        with self._changed:
+        with self._lock:
             self.window.release(entry)
             if self._failure is None and error is not None:
                 self._failure = error
-            self._changed.notify_all()
+            self._progress.notify_all()
+            self._work.notify_all()
+        return None

@@ -256,6 +256,14 @@ class StreamConsumer:
                 return cursor.try_next()
             case effects.HandleEvent(event, operation, event_id):
                 return self._handle(event, operation, event_id)
+            case effects.Submit(event, operation, event_id):
+                return self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
+            case effects.WindowBusy():
+                return self.window.busy()  # type: ignore[union-attr]
+            case effects.AwaitWindow(seconds):
+                return self.window.wait(seconds)  # type: ignore[union-attr]
+            case effects.DrainWindow():
+                return self.window.drain()  # type: ignore[union-attr]
             case effects.FlushAnchorIfDue():
                 return self.policy.flush_if_due()  # type: ignore[union-attr]
             case effects.Idle():
@@ -301,14 +309,6 @@ class StreamConsumer:
                 return self._dead_letter(effect)
             case effects.SaveDeadLetter(entry, policy):
                 return self.dlq_store.save(entry, policy)
-            case effects.Submit(event, operation, event_id):
-                return self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
-            case effects.WindowBusy():
-                return self.window.busy()  # type: ignore[union-attr]
-            case effects.AwaitWindow(seconds):
-                return self.window.wait(seconds)  # type: ignore[union-attr]
-            case effects.DrainWindow():
-                return self.window.drain()  # type: ignore[union-attr]
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     # -- one event --------------------------------------------------------------------
@@ -387,13 +387,21 @@ class StreamConsumer:
     def _attempt_loop(
         self, handler: Any, ctx: ChangeContext, lifecycle: bool, failed: Any = None
     ) -> Any:
-        """``core.events.attempt_loop``, performed on this thread."""
-        entry = getattr(self.window_entries, "entry", None)
-        if entry is not None:
-            entry.failing = True  # its key is parked behind it while it retries
+        """``core.events.attempt_loop``, performed on this thread (the reader of a
+        parallel stream that runs quick events itself hands it to a handler thread:
+        retries must not hold the reader)."""
+        if self.window is not None:
+            self.window.hand_off_from_reader(handler, ctx, lifecycle, failed)
         return drive(
             attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed), self._perform
         )
+
+    def attempt_failed(self) -> None:
+        """An attempt at the event in hand failed (``core.events``): in a parallel
+        stream its key is parked behind it while it retries."""
+        entry = getattr(self.window_entries, "entry", None)
+        if entry is not None:
+            entry.failing = True
 
     def _interrupted(self) -> bool:
         """A stop was asked for, this process no longer holds the stream's lease, or the
