@@ -95,6 +95,33 @@ class DeadLetter(models.Model):
         return f"{self.stream_name} {self.operation_type} {self.id}"
 
 
+class StreamSettledEvent(models.Model):
+    """An event of a transactional stream handled in parallel that committed with its
+    handler's transaction while an earlier event was still unsettled: the processed
+    anchor (the low watermark) could not pass it yet.
+
+    Written in the event's own transaction, deleted in the transaction that moves the
+    anchor past it; a restart skips the events it finds here (``event_digest``: the
+    SHA-256 of the resume token's BSON bytes), so a crash duplicates no effect.
+    """
+
+    stream_name = models.CharField(_("stream"), max_length=255)
+    event_digest = models.CharField(_("event digest"), max_length=64)
+    settled_at = models.DateTimeField(_("settled at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("settled stream event")
+        verbose_name_plural = _("settled stream events")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["stream_name", "event_digest"], name="fw_settled_event_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stream_name} {self.event_digest[:12]}"
+
+
 class StreamLease(models.Model):
     """The ORM lock service's row: who leads a stream, until when, under which token.
 

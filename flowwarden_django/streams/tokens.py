@@ -81,3 +81,10 @@ def token_from_json(text: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ValueError('a resume token must be a JSON object, such as {"_data": "8263…"}')
     return dict(value)
+
+
+def token_digest(token: Token) -> str:
+    """The SHA-256 (hex) of *token*'s BSON bytes: a fixed-length key for an event."""
+    import hashlib
+
+    return hashlib.sha256(encode_token(token) or b"").hexdigest()

@@ -178,7 +178,7 @@ def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
                 "save_interval_seconds=0, idle_heartbeat_interval_seconds=0 and "
                 "save_every_n>1: up to save_every_n-1 events stay unsaved indefinitely",
             )
-    if spec.transactional and policy.save_every_n != 1:
+    if spec.transactional and spec.parallelism == 1 and policy.save_every_n != 1:
         out.warning(
             "W105",
             "checkpoint.save_every_n",
@@ -225,23 +225,12 @@ def _validate_parallelism(out: _Collector, spec: StreamSpec) -> None:
             f"got {window!r}",
             "Leave it out for 4 events per slot.",
         )
-    if parallelism == 1:
-        if spec.key is not None or window is not None:
-            out.warning(
-                "W107",
-                "key" if spec.key is not None else "window",
-                "has no effect on a stream handled one event at a time (parallelism=1)",
-                "Set parallelism=N, or drop it.",
-            )
-        return
-    if spec.transactional:
-        out.error(
-            "E123",
-            "parallelism",
-            "cannot be combined with transactional=True yet: a transactional stream "
-            "commits its anchor with each event, which needs every earlier event "
-            "settled, so it handles one event at a time",
-            "Drop parallelism, or transactional=True and make the handler idempotent.",
+    if parallelism == 1 and (spec.key is not None or window is not None):
+        out.warning(
+            "W107",
+            "key" if spec.key is not None else "window",
+            "has no effect on a stream handled one event at a time (parallelism=1)",
+            "Set parallelism=N, or drop it.",
         )
 
 

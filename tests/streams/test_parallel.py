@@ -23,6 +23,7 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.streams.validation import validate_spec
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
+from tests.lanes import on_lane
 from tests.streams.managers import consumer_class
 
 RUNNERS = ("threads", "asyncio")
@@ -360,7 +361,6 @@ def codes(stream):
         ({"parallelism": 4, "key": "customer"}, "E121"),
         ({"parallelism": 4, "window": 2}, "E122"),
         ({"parallelism": 4, "window": True}, "E122"),
-        ({"parallelism": 4, "transactional": True}, "E123"),
         ({"parallelism": 1, "key": by_customer}, "W107"),
         ({"parallelism": 1, "window": 8}, "W107"),
     ],
@@ -433,3 +433,76 @@ def test_a_quick_handlers_failure_is_retried_on_a_handler_thread():
     assert c0 == sorted(c0) and 300 not in c0 and c0[-1] == 400
     assert [entry.document_key for entry in dlq.find_by_stream("orders")] == [{"_id": 300}]
     assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
+# -- transactional streams in parallel: settled marks (PostgreSQL) ------------------------
+
+
+def transactional_spec(handler, **options):
+    return spec(
+        handler,
+        parallelism=4,
+        window=64,
+        key=by_customer,
+        transactional=True,
+        transaction_using="postgres",
+        checkpoint=CheckpointSpec(save_every_n=5, save_interval_seconds=0),
+        **options,
+    )
+
+
+@on_lane("postgres", databases=["postgres"])
+def test_a_transactional_stream_in_parallel_marks_what_the_anchor_cannot_pass(runner):
+    from flowwarden_django.models import StreamSettledEvent
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+    from tests.testapp.models import Effect
+
+    store, source = OrmCheckpointStore(using="postgres"), FakeChangeSource()
+    consumer_class(runner)(spec(lambda doc: None), store, lambda s: source).run(burst=True)
+    events = insert_orders(source.oplog, 60, customers=6)
+    blocked, release = threading.Event(), threading.Event()
+
+    def handler(doc):
+        Effect.objects.using("postgres").create(order_id=doc["_id"], stream=doc["customer"])
+        if doc["_id"] == 7 and not release.is_set():
+            blocked.set()
+            release.wait(10)
+            raise RuntimeError("crashed while holding order 7")  # rolls its row back
+
+    marks = StreamSettledEvent.objects.using("postgres").filter(stream_name="orders")
+    consumer = consumer_class(runner)(transactional_spec(handler), store, lambda s: source)
+    consumer._close = lambda cursor: None  # die without a flush, like a kill
+    thread = threading.Thread(target=consumer.run)
+    thread.start()
+    try:
+        assert blocked.wait(10)
+        deadline = time.monotonic() + 10
+        while consumer.window.window.settled_beyond_watermark < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        beyond = consumer.window.window.settled_beyond_watermark
+        assert beyond >= 20
+    finally:
+        consumer.stop()
+        release.set()
+        thread.join(10)
+    # Orders 1-6 anchored (5 by count, the 6th's mark kept), 7 rolled back, and every
+    # order committed beyond it is marked.
+    assert store.find("orders").last_processed_token == events[4]["_id"]
+    committed = set(Effect.objects.using("postgres").values_list("order_id", flat=True))
+    assert 7 not in committed and marks.count() == len(committed) - 5
+
+    seen = []
+
+    def again(doc):
+        seen.append(doc["_id"])
+        Effect.objects.using("postgres").create(order_id=doc["_id"], stream=doc["customer"])
+
+    consumer_class(runner)(transactional_spec(again), store, lambda s: source).run(burst=True)
+    # The restart skipped every marked order: each order has one row, in key order.
+    assert sorted(seen) == sorted(set(range(6, 61)) - committed)
+    rows = list(Effect.objects.using("postgres").order_by("id").values_list("stream", "order_id"))
+    assert sorted(order for _, order in rows) == list(range(1, 61))
+    for customer, orders in per_customer(rows).items():
+        assert orders == sorted(orders), customer
+    assert store.find("orders").last_processed_token == events[-1]["_id"]
+    assert not marks.exists()

@@ -28,7 +28,7 @@ from django.core import checks
 from django.db import connections, router
 
 from ...common.sql import KEPT_CURSOR, QUOTES, kept_cursor
-from ...models import StreamCheckpoint
+from ...models import StreamCheckpoint, StreamSettledEvent
 from ..checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -201,7 +201,29 @@ class OrmCheckpointStore(CheckpointStore):
         return None if row is None else self._to_checkpoint(row)
 
     def delete(self, stream_name: str) -> None:
-        StreamCheckpoint.objects.using(self._write_alias()).filter(pk=stream_name).delete()
+        alias = self._write_alias()
+        StreamCheckpoint.objects.using(alias).filter(pk=stream_name).delete()
+        StreamSettledEvent.objects.using(alias).filter(stream_name=stream_name).delete()
+
+    # -- settled marks (a transactional stream handled in parallel) --------------
+
+    def mark_settled(self, stream_name: str, digest: str) -> None:
+        """Record that the event of *digest* committed (in the caller's transaction)."""
+        StreamSettledEvent.objects.using(self._write_alias()).create(
+            stream_name=stream_name, event_digest=digest
+        )
+
+    def settled_marks(self, stream_name: str) -> set[str]:
+        """The digests of the events of *stream_name* marked settled."""
+        rows = StreamSettledEvent.objects.using(self._write_alias()).filter(stream_name=stream_name)
+        return set(rows.values_list("event_digest", flat=True))
+
+    def forget_settled(self, stream_name: str, digests: Sequence[str]) -> None:
+        """Delete the marks of *digests* (the anchor has passed their events)."""
+        rows = StreamSettledEvent.objects.using(self._write_alias())
+        for start in range(0, len(digests), 500):
+            chunk = digests[start : start + 500]
+            rows.filter(stream_name=stream_name, event_digest__in=chunk).delete()
 
     def list_checkpoints(self) -> list[Checkpoint]:
         rows = StreamCheckpoint.objects.using(self._write_alias()).order_by("stream_name")

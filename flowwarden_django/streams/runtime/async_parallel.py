@@ -31,6 +31,7 @@ from ..core.anchors import At, event_anchor_at
 from ..core.generation import announce_processed, counted
 from ..core.window import KeyedWindow, WindowEntry, event_key
 from .parallel import UnsettledEventError
+from .settled_marks import SettledMarks
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -64,10 +65,12 @@ class AsyncWindow:
     #: Seconds between two looks at a stop while the reader waits for room.
     wait_tick_seconds = 0.25
 
-    def __init__(self, consumer: Any, policy: Any) -> None:
+    def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
         spec = consumer.spec
         self.consumer = consumer
         self.policy = policy
+        #: A transactional stream's settled marks (``settled_marks``).
+        self.marks = marks
         self.key = spec.key
         self.window = KeyedWindow(spec.parallelism, spec.window)
         self._progress = asyncio.Event()
@@ -85,13 +88,19 @@ class AsyncWindow:
     async def submit(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> None:
         """Admit *event*, waiting while the window is full (a stop leaves it out)."""
         key = event_key(self.key, event)
-        while self.window.full and not self._failure and not self.consumer.stopping:
+        while self._full() and not self._failure and not self.consumer.stopping:
             await self._wait(self.wait_tick_seconds)
         if self.consumer.stopping:
             return
         self._raise_failure()
         self.window.admit(key, event, operation, event_id)
         self._dispatch()
+
+    def _full(self) -> bool:
+        """The window is full, counting the passed events whose anchor is not yet
+        recorded (a slow anchor write holds the reader too)."""
+        window = self.window
+        return window.held + len(self._to_anchor) >= window.capacity
 
     async def busy(self) -> bool:
         """Whether an admitted event is not yet behind the watermark."""
@@ -169,7 +178,10 @@ class AsyncWindow:
         entry.began = time.perf_counter()
         current_entry.set(entry)
         try:
-            outcome = await consumer._handle(entry.event, entry.operation, entry.event_id)
+            if self.marks is not None and self.marks.settled_before(entry.event["_id"]):
+                outcome: bool | None = True  # committed before a crash: its effects are there
+            else:
+                outcome = await consumer._handle(entry.event, entry.operation, entry.event_id)
         except asyncio.CancelledError:
             self._failed(entry, None)
             raise
@@ -195,14 +207,23 @@ class AsyncWindow:
 
     async def _feed_anchor(self) -> None:
         """Hand the passed events to the policy in order, one feeder at a time (a
-        write may await; events settled meanwhile queue behind it)."""
+        write may await; events settled meanwhile queue behind it and go in the next
+        batch: a policy on the stream's thread takes a batch in one hop)."""
         if self._feeding:
             return
         self._feeding = True
         try:
             while self._to_anchor:
-                settled = self._to_anchor.popleft()
-                await self.policy.on_settled(settled.event["_id"], event_anchor_at(settled.event))
+                batch = [
+                    (entry.event["_id"], event_anchor_at(entry.event)) for entry in self._to_anchor
+                ]
+                self._to_anchor.clear()
+                settle_batch = getattr(self.policy, "on_settled_batch", None)
+                if settle_batch is not None:
+                    await settle_batch(batch)
+                    continue
+                for token, at in batch:
+                    await self.policy.on_settled(token, at)
         finally:
             self._feeding = False
 

@@ -49,7 +49,14 @@ from ..locks import LeaseLostError
 from ..source import ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
 from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry
-from .policy import AsyncAnchorPolicy, ProcessedAnchorPolicy, TransactionalAnchors
+from .parallel import WindowedAnchors
+from .policy import (
+    AsyncAnchorPolicy,
+    PolicyOnStreamThread,
+    ProcessedAnchorPolicy,
+    TransactionalAnchors,
+)
+from .settled_marks import MarkedAnchorPolicy, SettledMarks, anchor_policy_class
 from .threaded import StreamConsumer
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -267,7 +274,7 @@ class AsyncStreamConsumer:
             self.spec, opened, self._monotonic, side._heartbeat_failures
         )
         flusher = self._start_flusher(policy)
-        window = self._open_window(policy)
+        window = await self._open_window(policy)
         try:
             await adrive(consume(self, opened, heartbeat, burst=burst), perform)
         finally:
@@ -281,19 +288,26 @@ class AsyncStreamConsumer:
             await self._close(opened.cursor)
             self.window = None
 
-    def _open_window(self, policy: Any) -> AsyncWindow | None:
+    async def _open_window(self, policy: Any) -> AsyncWindow | None:
         """A parallel stream's window; the event path's anchor calls then go through it
         and its sync handlers run on the window's threads."""
-        if self.spec.parallelism <= 1 or not isinstance(policy, AsyncAnchorPolicy):
+        if self.spec.parallelism <= 1:
             return None
-        window = self.window = AsyncWindow(self, policy)
+        marks = None
+        if isinstance(policy, PolicyOnStreamThread):
+            side, store = self._thread_side, self.store.inner
+            found = await sync_to_async(store.settled_marks, thread_sensitive=True)(self.spec.name)
+            marks = SettledMarks(store, self.spec.name, found)
+            side.policy = WindowedAnchors(side.policy, marks)
+        window = self.window = AsyncWindow(self, policy, marks)
         self.policy = AsyncWindowedAnchors(policy)
         self._caller.executor = window.executor
         return window
 
     def _new_policy(self, confirmed: Mapping[str, Any] | None) -> Any:
         checkpoint = self.spec.checkpoint
-        kind = ProcessedAnchorPolicy if self.spec.transactional else AsyncAnchorPolicy
+        transactional = self.spec.transactional
+        kind = anchor_policy_class(self.spec) if transactional else AsyncAnchorPolicy
         policy = kind(
             self.store,
             self.spec.name,
@@ -303,6 +317,11 @@ class AsyncStreamConsumer:
             monotonic=self._monotonic,
             failure_log=self._thread_side._anchor_failures,
         )
+        if isinstance(policy, MarkedAnchorPolicy):
+            # Transactional, in parallel: each event's transaction (on a window
+            # thread) writes its settled mark; the window moves the anchor.
+            self._thread_side.policy = policy
+            return PolicyOnStreamThread(policy)
         if isinstance(policy, ProcessedAnchorPolicy):
             # Transactional: the thread side writes each anchor inside its transaction.
             self._thread_side.policy = policy
@@ -312,7 +331,7 @@ class AsyncStreamConsumer:
     def _start_flusher(self, policy: Any) -> asyncio.Task[None] | None:
         """Flush an aged dirty anchor while a slow handler holds the stream's task."""
         interval = self.spec.checkpoint.save_interval_seconds
-        if not interval or not isinstance(policy, AsyncAnchorPolicy):
+        if not interval or not isinstance(policy, AsyncAnchorPolicy | PolicyOnStreamThread):
             return None
         tick = min(float(interval), self.flush_tick_seconds)
 
@@ -434,7 +453,7 @@ class AsyncStreamConsumer:
     ) -> Exception | None:
         if self.spec.transactional and not lifecycle:
             # The handler and the anchor write in one transaction, on the stream's thread.
-            return await sync_to_async(self._thread_side._try_once, thread_sensitive=True)(
+            return await self._caller._to_async(self._thread_side._try_once)(
                 handler, ctx, lifecycle
             )
         if handler is None:
@@ -459,7 +478,7 @@ class AsyncStreamConsumer:
         if lifecycle or ctx.saved_manually:
             return
         if self.spec.transactional:
-            await sync_to_async(self._thread_side._settle, thread_sensitive=True)(ctx, lifecycle)
+            await self._caller._to_async(self._thread_side._settle)(ctx, lifecycle)
             return
         await self.policy.on_settled(ctx.resume_token, event_anchor_at(ctx.event))  # type: ignore[union-attr]
 
@@ -481,7 +500,7 @@ class AsyncStreamConsumer:
     async def _dead_letter(self, effect: effects.ParkFailedEvent) -> None:
         if self.spec.transactional:
             # The dead letter and the anchor in one transaction, as the threaded consumer.
-            await sync_to_async(self._thread_side._dead_letter, thread_sensitive=True)(effect)
+            await self._caller._to_async(self._thread_side._dead_letter)(effect)
             return
         failures = self._thread_side._dlq_failures
         decision = dead_letter(
@@ -506,6 +525,10 @@ class AsyncStreamConsumer:
         return async_to_sync(self._asave_now)(ctx)
 
     async def _asave_now(self, ctx: ChangeContext) -> bool:
+        if self.window is not None:  # the window's watermark, in its own write
+            if refuses_manual_save(self.spec.name, ctx, self.policy):
+                return False
+            return await self.policy.save_now(ctx.resume_token, event_anchor_at(ctx.event))  # type: ignore[union-attr]
         if self.spec.transactional:
             # Back to the stream's thread: the attempt's transaction is open there.
             return await sync_to_async(self._thread_side._save_now, thread_sensitive=True)(ctx)

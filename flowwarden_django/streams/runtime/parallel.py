@@ -29,6 +29,7 @@ from django.db import connections
 from ..core.anchors import At, event_anchor_at
 from ..core.generation import announce_processed, counted
 from ..core.window import KeyedWindow, WindowEntry, event_key
+from .settled_marks import SettledMarks
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -53,14 +54,31 @@ class HandOff(Exception):
 
 class WindowedAnchors:
     """The consumer's ``policy`` while a window decides the anchor: settlements made
-    by the event path are ignored (the window reports them in order), a manual save
-    writes the watermark; everything else is the generation's anchor policy's."""
+    by the event path are left to the window (it reports them in order), a manual
+    save writes the watermark; everything else is the generation's anchor policy's.
 
-    def __init__(self, policy: Any) -> None:
+    A transactional stream's settlement (``strict``, inside the event's transaction)
+    writes the event's settled mark (``settled_marks``) there instead.
+    """
+
+    def __init__(self, policy: Any, marks: SettledMarks | None = None) -> None:
         self.policy = policy
+        self.marks = marks
 
     def on_settled(self, token: Mapping[str, Any], at: At, *, strict: bool = False) -> None:
-        """Ignored: the window passes settled events to the policy in stream order."""
+        """Mark a transactional event settled in its transaction; else nothing (the
+        window passes settled events to the policy in stream order)."""
+        if strict and self.marks is not None:
+            self.marks.mark(token)
+
+    @property
+    def confirmed_token(self) -> Mapping[str, Any] | None:
+        return self.policy.confirmed_token
+
+    @confirmed_token.setter
+    def confirmed_token(self, value: Mapping[str, Any] | None) -> None:
+        """Ignored: a transactional attempt that rolled back wrote only its mark,
+        which rolled back with it; the anchor is the window's."""
 
     def save_now(self, token: Mapping[str, Any], at: At, *, strict: bool = False) -> bool:
         """``ctx.save_checkpoint_now()``: write the watermark now (this event may
@@ -93,10 +111,13 @@ class ThreadedWindow:
     #: The weight of the newest call in that average.
     average_weight = 0.1
 
-    def __init__(self, consumer: Any, policy: Any) -> None:
+    def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
         spec = consumer.spec
         self.consumer = consumer
         self.policy = policy
+        #: A transactional stream's settled marks: events a crash left committed
+        #: beyond the anchor are skipped.
+        self.marks = marks
         self.key = spec.key
         self.window = KeyedWindow(spec.parallelism, spec.window)
         self._lock = threading.Lock()
@@ -263,6 +284,8 @@ class ThreadedWindow:
                 outcome = consumer._attempt_loop(
                     handed.handler, handed.ctx, handed.lifecycle, failed=handed.failed
                 )
+            elif self.marks is not None and self.marks.settled_before(entry.event["_id"]):
+                outcome = True  # committed before a crash: its effects are there
             else:
                 outcome = consumer._handle(entry.event, entry.operation, entry.event_id)
         except HandOff as hand_off:  # the reader's own event: a thread continues it

@@ -25,7 +25,13 @@ from ...common.failure_log import FailureLog
 from ..checkpoint import CheckpointStore
 from ..core.anchors import AnchorLedger, At, resolve_at
 
-__all__ = ["AsyncAnchorPolicy", "At", "ProcessedAnchorPolicy", "TransactionalAnchors"]
+__all__ = [
+    "AsyncAnchorPolicy",
+    "At",
+    "PolicyOnStreamThread",
+    "ProcessedAnchorPolicy",
+    "TransactionalAnchors",
+]
 
 logger = logging.getLogger("flowwarden_django.streams")
 
@@ -195,3 +201,46 @@ class TransactionalAnchors:
 
     async def flush(self) -> bool:
         return not self.policy.dirty
+
+
+class PolicyOnStreamThread:
+    """A sync anchor policy (``ProcessedAnchorPolicy``: a thread lock, the store's
+    sync methods) used from an event loop: each call that may write runs on the
+    stream's thread. The window of a transactional stream handled in parallel on
+    asyncio feeds its ``MarkedAnchorPolicy`` through it."""
+
+    def __init__(self, policy: ProcessedAnchorPolicy) -> None:
+        self.policy = policy
+
+    @property
+    def confirmed_token(self) -> Mapping[str, Any] | None:
+        return self.policy.confirmed_token
+
+    @property
+    def dirty(self) -> bool:
+        return self.policy.dirty
+
+    def cancel(self) -> None:
+        self.policy.cancel()
+
+    async def on_settled(self, token: Mapping[str, Any], at: At) -> None:
+        await sync_to_async(self.policy.on_settled, thread_sensitive=True)(token, at)
+
+    async def on_settled_batch(self, settled: list[tuple[Mapping[str, Any], At]]) -> None:
+        """``on_settled`` for each of *settled*, in order, in one hop to the thread."""
+        await sync_to_async(self._settle_all, thread_sensitive=True)(settled)
+
+    def _settle_all(self, settled: list[tuple[Mapping[str, Any], At]]) -> None:
+        for token, at in settled:
+            self.policy.on_settled(token, at)
+
+    async def flush_if_due(self) -> bool:
+        if not self.policy.dirty:
+            return False
+        return await sync_to_async(self.policy.flush_if_due, thread_sensitive=True)()
+
+    async def flush(self) -> bool:
+        return await sync_to_async(self.policy.flush, thread_sensitive=True)()
+
+    async def save_now(self, token: Mapping[str, Any], at: At) -> bool:
+        return await sync_to_async(self.policy.save_now, thread_sensitive=True)(token, at)

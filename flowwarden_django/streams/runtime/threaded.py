@@ -44,6 +44,7 @@ from ..spec import LIFECYCLE_OPERATIONS, SNAPSHOT_OPERATION, StreamSpec
 from .observed_store import ObservedCheckpointStore
 from .parallel import ThreadedWindow, WindowedAnchors
 from .policy import ProcessedAnchorPolicy, anchor_failure_log
+from .settled_marks import SettledMarks, anchor_policy_class
 
 __all__ = ["HistoryLostError", "StreamConsumer", "StreamInvalidatedError", "StreamState"]
 
@@ -170,7 +171,7 @@ class StreamConsumer:
         opened = drive(open_stream(self.spec), perform)
         checkpoint = self.spec.checkpoint
         self._plans = {}
-        self.policy = ProcessedAnchorPolicy(
+        self.policy = anchor_policy_class(self.spec)(
             self.store,
             self.spec.name,
             save_every_n=checkpoint.save_every_n,
@@ -199,19 +200,21 @@ class StreamConsumer:
         calls then go through it (``WindowedAnchors``)."""
         if self.spec.parallelism <= 1 or self.policy is None:
             return None
-        window = self.window = ThreadedWindow(self, self.policy)
-        self.policy = WindowedAnchors(self.policy)
+        marks = SettledMarks(self.store.inner, self.spec.name) if self.spec.transactional else None
+        window = self.window = ThreadedWindow(self, self.policy, marks)
+        self.policy = WindowedAnchors(self.policy, marks)
         window.start()
         return window
 
     def _start_flusher(self) -> threading.Event | None:
         """Flush an aged dirty anchor even while a slow handler holds the stream's thread.
 
-        Transactional streams write every anchor inside the handler's transaction,
-        so they need none.
+        Transactional streams handled one event at a time write every anchor inside
+        the handler's transaction, so they need none.
         """
         interval = self.spec.checkpoint.save_interval_seconds
-        if not interval or self.spec.transactional or self.policy is None:
+        serial_transactions = self.spec.transactional and self.spec.parallelism <= 1
+        if not interval or serial_transactions or self.policy is None:
             return None
         done, policy = threading.Event(), self.policy
         tick = min(float(interval), self.flush_tick_seconds)
