@@ -168,6 +168,11 @@ class StreamWorker(models.Model):
     #: to anyone: it quotes no event data).
     error_kind = models.CharField(_("error kind"), max_length=255, blank=True)
     restarting_since = models.DateTimeField(_("restarting since"), null=True, blank=True)
+    #: A stream handled in parallel: events admitted and not settled, events settled
+    #: behind an unsettled one (the anchor's lag), keys parked behind a failing event.
+    in_flight = models.IntegerField(_("in flight"), default=0)
+    watermark_lag = models.IntegerField(_("watermark lag"), default=0)
+    parked_keys = models.JSONField(_("parked keys"), default=list, blank=True)
     updated_at = models.DateTimeField(_("updated at"))
 
     class Meta:

@@ -141,6 +141,22 @@ def test_metrics_report_checkpoint_age_and_dlq_backlog(client, declare):
     assert 'flowwarden_dlq_backlog{stream="pm-idle"}' not in body
 
 
+def test_metrics_report_a_parallel_streams_window(client, declare):
+    declare("pm-parallel", parallelism=8)
+    worker("pm-parallel", "host-a:1", "running", in_flight=6, watermark_lag=21, parked_keys=["k"])
+    lines = metric_lines(client.get(METRICS).content)
+    for expected in (
+        'flowwarden_stream_in_flight{stream="pm-parallel"} 6.0',
+        'flowwarden_stream_watermark_lag{stream="pm-parallel"} 21.0',
+        'flowwarden_stream_parked_keys{stream="pm-parallel"} 1.0',
+    ):
+        assert expected in lines, expected
+    # A stream handled one event at a time has no window, so no sample.
+    declare("pm-serial")
+    body = client.get(METRICS).content.decode()
+    assert 'flowwarden_stream_in_flight{stream="pm-serial"}' not in body
+
+
 def test_metrics_count_the_stream_signals(client, declare):
     declare("pm-signals")
     stream = "pm-signals"

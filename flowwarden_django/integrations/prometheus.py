@@ -508,6 +508,13 @@ class FlowwardenCollector:
             "flowwarden_heartbeat_age_seconds": status.heartbeat_age_seconds,
             "flowwarden_dlq_backlog": status.dlq_backlog,
             "flowwarden_stream_lag_seconds": self._lag(status, now),
+            "flowwarden_stream_in_flight": status.in_flight if status.parallelism > 1 else None,
+            "flowwarden_stream_watermark_lag": (
+                status.watermark_lag if status.parallelism > 1 else None
+            ),
+            "flowwarden_stream_parked_keys": (
+                len(status.parked_keys) if status.parallelism > 1 else None
+            ),
             "flowwarden_stream_last_event_timestamp_seconds": (
                 status.last_event_time.timestamp() if status.last_event_time else None
             ),
@@ -557,6 +564,18 @@ def _status_families() -> dict[str, Any]:
         ),
         "flowwarden_stream_last_event_timestamp_seconds": (
             "Unix time of the last event handled, in any process.",
+            stream,
+        ),
+        "flowwarden_stream_in_flight": (
+            "Events admitted and not yet settled (a stream with parallelism > 1).",
+            stream,
+        ),
+        "flowwarden_stream_watermark_lag": (
+            "Events settled beyond the processed anchor, held behind an unsettled one.",
+            stream,
+        ),
+        "flowwarden_stream_parked_keys": (
+            "Keys parked behind a failing event that is being retried.",
             stream,
         ),
     }

@@ -267,6 +267,7 @@ def test_health_report_shape(registry):
         "status": "UP",
         "healthy": True,
         "mode": "ALL_INSTANCES",
+        "parallelism": 1,
         "enabled": True,
         "auto_start": True,
         "paused": False,
@@ -288,6 +289,9 @@ def test_health_report_shape(registry):
                 "last_error": "",
                 "error_kind": "",
                 "restarting_since": None,
+                "in_flight": 0,
+                "watermark_lag": 0,
+                "parked_keys": [],
             }
         ],
         "stale_instances": [],
@@ -297,10 +301,38 @@ def test_health_report_shape(registry):
         "heartbeat_at": ago(4).isoformat(),
         "heartbeat_age_seconds": 4.0,
         "dlq_backlog": 1,
+        "in_flight": 0,
+        "watermark_lag": 0,
+        "parked_keys": [],
         "restart_requested_at": None,
         "initial_sync": None,
         "error": None,
     }
+
+
+def test_a_parallel_streams_window_is_summed_over_its_instances(registry):
+    declare(registry, "orders", parallelism=8)
+    worker("orders", "host-a:1", "running", in_flight=5, watermark_lag=12, parked_keys=["c7"])
+    worker("orders", "host-b:1", "running", in_flight=3, watermark_lag=0)
+    worker("orders", "gone:1", "running", updated=60, in_flight=9, watermark_lag=9)
+    status = status_of(registry, "orders")
+    assert (status.in_flight, status.watermark_lag, status.parked_keys) == (8, 12, ("c7",))
+    assert status.window_note() == (
+        "8 in flight (parallelism 8), 12 settled beyond the anchor, 1 key parked (c7)"
+    )
+    entry = health_report(NOW, registry)["streams"]["orders"]
+    assert (entry["parallelism"], entry["in_flight"], entry["watermark_lag"]) == (8, 8, 12)
+    assert entry["parked_keys"] == ["c7"]
+    # Keys may be event data: without details only their number is shown.
+    hidden = status.redacted()
+    assert hidden.window_note().endswith("12 settled beyond the anchor, 1 key parked")
+    assert status.to_json(details=False)["parked_keys"] == 1
+
+
+def test_a_stream_handled_one_at_a_time_has_no_window_note(registry):
+    declare(registry, "orders")
+    worker("orders", "host-a:1", "running")
+    assert status_of(registry, "orders").window_note() == ""
 
 
 def test_a_report_that_cannot_be_read_is_unhealthy(registry):

@@ -19,6 +19,7 @@ watermark, not the other keys.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
@@ -67,6 +68,21 @@ def event_key(key: Callable[[Mapping[str, Any]], Any] | None, event: Mapping[str
         return hashable(key(event))
     except Exception as exc:
         raise EventKeyError(f"the stream's key function raised {exc!r}") from exc
+
+
+#: The most parked keys a window reports (operators see the first ones).
+REPORTED_PARKED_KEYS = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowStats:
+    """What operators see of a window: events admitted and not settled, events
+    settled but held behind an unsettled one (the watermark's lag), and the keys
+    parked behind a failing event (as text, at most ``REPORTED_PARKED_KEYS``)."""
+
+    in_flight: int = 0
+    watermark_lag: int = 0
+    parked_keys: tuple[str, ...] = ()
 
 
 class WindowEntry:
@@ -162,6 +178,21 @@ class KeyedWindow:
     def parked_keys(self) -> list[Hashable]:
         """Keys whose first unsettled event has failed and is being retried."""
         return [queue[0].key for queue in self._keys.values() if queue and queue[0].failing]
+
+    def stats(self) -> WindowStats:
+        """The operators' view (``WindowStats``), read without a lock: the figures
+        may be a moment apart, never wrong for long."""
+        try:
+            parked = self.parked_keys()
+            order = list(self._order)
+        except RuntimeError:  # changed while read (another thread): the next read
+            return WindowStats()
+        settled = sum(1 for entry in order if entry.state == WindowEntry.SETTLED)
+        return WindowStats(
+            in_flight=len(order) - settled,
+            watermark_lag=settled,
+            parked_keys=tuple(str(key) for key in parked[:REPORTED_PARKED_KEYS]),
+        )
 
     # -- the reader, the slots and the settlements ------------------------------------
 

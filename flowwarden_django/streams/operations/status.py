@@ -59,7 +59,7 @@ WORKING = (RUNNING, COPYING)
 STALE_AFTER_INTERVALS = 3
 
 #: Fields of a worker's report shown only with details.
-WORKER_DETAIL_FIELDS = ("instance_id", "last_error")
+WORKER_DETAIL_FIELDS = ("instance_id", "last_error", "parked_keys")
 
 
 def instance_key(instance_id: str) -> str:
@@ -92,11 +92,18 @@ class WorkerStatus:
     error_kind: str = ""
     #: When this instance started restarting the stream (``None`` unless restarting).
     restarting_since: datetime | None = None
+    #: A stream handled in parallel (``parallelism`` > 1): events in flight, events
+    #: settled behind an unsettled one, and keys parked behind a failing event.
+    in_flight: int = 0
+    watermark_lag: int = 0
+    parked_keys: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row: Any) -> WorkerStatus:
         """Copy a ``StreamWorker`` row."""
-        return cls(**{field.name: getattr(row, field.name) for field in dataclasses.fields(cls)})
+        values = {field.name: getattr(row, field.name) for field in dataclasses.fields(cls)}
+        values["parked_keys"] = tuple(values["parked_keys"] or ())
+        return cls(**values)
 
     @property
     def key(self) -> str:
@@ -153,6 +160,10 @@ class StreamStatus:
     initial_sync: CopyProgress | None = None
     error: str | None = None
     error_summary: str | None = None
+    #: The stream's ``parallelism`` (events handled at once).
+    parallelism: int = 1
+    #: ``False`` once :meth:`redacted`: parked keys are counted, not named.
+    details: bool = True
 
     def redacted(self) -> StreamStatus:
         """This status as a caller without details may see it (the console under
@@ -163,8 +174,15 @@ class StreamStatus:
             self,
             leader=None if self.leader is None else instance_key(self.leader),
             instances=tuple(
-                dataclasses.replace(i, instance_id=i.key, last_error="") for i in self.instances
+                dataclasses.replace(
+                    i,
+                    instance_id=i.key,
+                    last_error="",
+                    parked_keys=("",) * len(i.parked_keys),  # counted, not named
+                )
+                for i in self.instances
             ),
+            details=False,
             stale_instances=tuple(instance_key(i) for i in self.stale_instances),
             error=self.error_summary,
         )
@@ -179,6 +197,39 @@ class StreamStatus:
     def required(self) -> bool:
         """Whether health needs this stream running (enabled and auto-start)."""
         return self.enabled and self.auto_start
+
+    @property
+    def in_flight(self) -> int:
+        """Events in flight in every live instance (a stream handled in parallel)."""
+        return sum(i.in_flight for i in self.live_instances)
+
+    @property
+    def watermark_lag(self) -> int:
+        """Events settled beyond the processed anchor, behind an unsettled one."""
+        return sum(i.watermark_lag for i in self.live_instances)
+
+    @property
+    def parked_keys(self) -> tuple[str, ...]:
+        """Keys parked behind a failing event, in every live instance."""
+        return tuple(key for i in self.live_instances for key in i.parked_keys)
+
+    def window_note(self) -> str:
+        """What a stream handled in parallel has in its window (for example ``"12 in
+        flight, 40 settled beyond the anchor, 1 key parked"``), or ``""``."""
+        parallelism = self.parallelism
+        if parallelism <= 1 or not self.live_instances:
+            return ""
+        parked = self.parked_keys
+        note = (
+            f"{self.in_flight} in flight (parallelism {parallelism}), "
+            f"{self.watermark_lag} settled beyond the anchor"
+        )
+        if parked:
+            count = len(parked)
+            note += f", {count} key{'s' if count > 1 else ''} parked"
+            if self.details:
+                note += f" ({', '.join(parked[:5])}{', ...' if count > 5 else ''})"
+        return note
 
     def restart_note(self) -> str:
         """Why and since when the stream is restarting, from its instances (for
@@ -203,6 +254,7 @@ class StreamStatus:
             "status": "UP" if self.state in WORKING else "DOWN",
             "healthy": self.healthy,
             "mode": self.deployment_mode,
+            "parallelism": self.parallelism,
             "enabled": self.enabled,
             "auto_start": self.auto_start,
             "paused": self.paused,
@@ -217,6 +269,11 @@ class StreamStatus:
             "heartbeat_at": _json_value(self.heartbeat_at),
             "heartbeat_age_seconds": self.heartbeat_age_seconds,
             "dlq_backlog": self.dlq_backlog,
+            "in_flight": self.in_flight,
+            "watermark_lag": self.watermark_lag,
+            "parked_keys": list(self.parked_keys)
+            if details and self.details
+            else len(self.parked_keys),
             "restart_requested_at": _json_value(self.restart_requested_at),
             "initial_sync": self.initial_sync.to_json() if self.initial_sync else None,
             "error": self.error if details else self.error_summary,
@@ -302,6 +359,7 @@ def _one_stream(
         name=spec.name,
         state=state,
         deployment_mode=spec.deployment_mode,
+        parallelism=spec.parallelism,
         enabled=spec.enabled,
         auto_start=spec.auto_start,
         paused=paused,
@@ -415,4 +473,6 @@ def _age(at: datetime | None, now: datetime) -> float | None:
 
 
 def _json_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
     return value.isoformat() if isinstance(value, datetime) else value

@@ -31,6 +31,7 @@ from ...conf import fw_settings
 from .. import metrics
 from ..checkpoint import CheckpointStore
 from ..clients import pymongo_source
+from ..core.window import WindowStats
 from ..registry import StreamRegistry, stream_registry
 from ..source import ChangeSource
 from ..spec import StreamSpec, parse_duration
@@ -534,6 +535,7 @@ class StreamManager:
                 "last_error": str(consumer.last_error or "") if consumer else "",
                 "error_kind": error_summary(consumer.last_error)[:255] if consumer else "",
                 "restarting_since": consumer.restarting_since if consumer else None,
+                **window_report(consumer),
                 "updated_at": now,
             }
             try:
@@ -585,3 +587,14 @@ class StreamManager:
                 }
             )
         return rows
+
+
+def window_report(consumer: Any) -> dict[str, Any]:
+    """The ``StreamWorker`` fields of a parallel stream's window (zeros without one)."""
+    window = getattr(consumer, "window", None) if consumer is not None else None
+    stats = window.window.stats() if window is not None else WindowStats()
+    return {
+        "in_flight": stats.in_flight,
+        "watermark_lag": stats.watermark_lag,
+        "parked_keys": list(stats.parked_keys),
+    }

@@ -1,5 +1,6 @@
-# Settled marks of transactional streams handled in parallel (issue 32): an event that
-# committed while an earlier one was unsettled, so that a restart skips it.
+# Streams handled in parallel (issue 32): the settled marks of transactional ones (an
+# event that committed while an earlier one was unsettled, so that a restart skips it),
+# and what each process reports of its window (in flight, the anchor"s lag, parked keys).
 
 from django.db import migrations, models
 
@@ -10,6 +11,23 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="streamworker",
+            name="in_flight",
+            field=models.IntegerField(default=0, verbose_name="in flight"),
+        ),
+        migrations.AddField(
+            model_name="streamworker",
+            name="parked_keys",
+            field=models.JSONField(
+                blank=True, default=list, verbose_name="parked keys"
+            ),
+        ),
+        migrations.AddField(
+            model_name="streamworker",
+            name="watermark_lag",
+            field=models.IntegerField(default=0, verbose_name="watermark lag"),
+        ),
         migrations.CreateModel(
             name="StreamSettledEvent",
             fields=[
