@@ -1,5 +1,6 @@
 """Throughput of one stream handled in parallel (``parallelism`` = 1, 4, 16, 64), on
-the threaded and the asyncio runtimes, against a hand-written pymongo loop.
+the threaded and the asyncio runtimes and on Celery, against a hand-written pymongo
+loop.
 
 Run from the repository root::
 
@@ -15,7 +16,11 @@ own document (so every event has its own key: the default key, the document key)
 
 1. **A handler that waits 5 ms** (``--sleep-ms``), as one doing I/O does: a plain
    ``def`` that calls ``time.sleep`` on the threaded runtime, an ``async def`` that
-   awaits ``asyncio.sleep`` on the asyncio runtime. Each runtime reads ``--events``
+   awaits ``asyncio.sleep`` on the asyncio runtime; on **Celery**
+   (``execution="celery"``) the threaded runtime reads the stream and keeps the
+   window, and a ``celery worker`` subprocess (``--pool=threads``, as many threads as
+   the highest level, Redis broker and result backend; ``bench.providers_app.streams``)
+   runs the handler, which calls ``time.sleep``. Each runtime reads ``--events``
    events in burst mode (from the sentinel to the end of the log, then stops) once per
    ``parallelism`` level; the anchor is the ``raw loop``: the loop a user would write
    with pymongo alone (``watch()``, ``try_next()``, call the handler, every 100 events
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -80,6 +86,8 @@ STREAM = "bench.parallel_streams"
 RAW_STREAM = "bench.parallel_streams.raw"
 SAVE_EVERY_N = 100
 RUNTIMES = ("threads", "asyncio")
+#: The sleep table's runtimes: those of the no-op comparison, and Celery.
+SLEEP_RUNTIMES = (*RUNTIMES, "celery")
 
 
 def levels_list(text: str) -> list[int]:
@@ -103,6 +111,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=positive_int, default=3, help="no-op rounds")
     parser.add_argument("--sleep-ms", type=float, default=5.0, help="the handler's wait")
     parser.add_argument("--levels", type=levels_list, default=[1, 4, 16, 64])
+    parser.add_argument(
+        "--no-celery", action="store_true", help="leave out the Celery lane (no Redis needed)"
+    )
     return parser.parse_args(argv)
 
 
@@ -146,7 +157,7 @@ class Bench:
         self.store.delete(RAW_STREAM)
         self.client.close()
 
-    def spec(self, handler: Callable[..., Any], parallelism: int) -> Any:
+    def spec(self, handler: Callable[..., Any], parallelism: int, execution: str = "inline") -> Any:
         from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 
         return StreamSpec(
@@ -161,6 +172,7 @@ class Bench:
             ),
             restart_policy=RestartPolicySpec(max_attempts=1, initial_delay=0),
             parallelism=parallelism,
+            execution=execution,
         )
 
     def reset(self) -> None:
@@ -213,6 +225,30 @@ class Bench:
 
         result = self.timed(run)
         self.verify(f"threads p={parallelism}", consumer, calls[0])
+        return result
+
+    def celery(self, parallelism: int, wait: float) -> Run:
+        """The threaded runtime reads; the Celery worker runs the handler (its wait is
+        the worker's, set when it started)."""
+        from flowwarden_django.streams.runtime.threaded import StreamConsumer
+        from flowwarden_django.streams.source import PymongoChangeSource
+
+        def source_factory(spec: Any) -> PymongoChangeSource:
+            return PymongoChangeSource(
+                self.client, DB, COLL, stream_name=spec.name, max_await_ms=MAX_AWAIT_MS
+            )
+
+        self.reset()
+        spec = self.spec(lambda doc: None, parallelism, execution="celery")
+        consumer = StreamConsumer(spec, self.store, source_factory)
+
+        def run() -> int:
+            consumer.run(burst=True)
+            return consumer.events_handled
+
+        result = self.timed(run)
+        # The handler's calls are counted by the worker: the consumer's count instead.
+        self.verify(f"celery p={parallelism}", consumer, consumer.events_handled)
         return result
 
     def asyncio(self, parallelism: int, wait: float) -> Run:
@@ -301,17 +337,99 @@ def server_note(run: Run) -> str:
     return "" if run.server_us is None else f"{run.server_us:.0f}"
 
 
+class CeleryLane:
+    """The Celery worker of the Celery lane, on a queue of this run's own."""
+
+    def __init__(self, target: dict[str, str], levels: list[int], sleep_ms: float) -> None:
+        import uuid
+
+        from workflow_providers import WorkerProcess, redis_url
+
+        self.broker_url = redis_url()
+        self.queue = f"fw-bench-streams-{uuid.uuid4().hex[:12]}"
+        self.levels = levels
+        self.sleep_ms = sleep_ms
+        self.target = target
+        self.worker: Any = None
+        self._process_class = WorkerProcess
+        os.environ.update(
+            FLOWWARDEN_BENCH_CELERY_BROKER=self.broker_url,
+            FLOWWARDEN_BENCH_CELERY_QUEUE=self.queue,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The ``CELERY_*`` settings of the benchmark process (the worker's)."""
+        from bench import providers_settings as worker_settings
+
+        return {
+            name: getattr(worker_settings, name)
+            for name in dir(worker_settings)
+            if name.startswith("CELERY_")
+        }
+
+    def start(self, log_dir: Path) -> None:
+        from bench.providers_celery import READY_LINE
+        from bench.providers_celery import app as celery_app
+
+        celery_app.set_default()  # what Celery's Django fixup does in a project
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "DJANGO_SETTINGS_MODULE": "bench.providers_settings",
+            "FLOWWARDEN_BENCH_PG_HOST": self.target["host"],
+            "FLOWWARDEN_BENCH_PG_PORT": self.target["port"],
+            "FLOWWARDEN_BENCH_PG_USER": self.target["user"],
+            "FLOWWARDEN_BENCH_PG_DB": self.target["dbname"],
+            "FLOWWARDEN_BENCH_SLEEP_MS": str(self.sleep_ms),
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.providers_celery",
+            "worker",
+            "--pool=threads",
+            f"--concurrency={max(self.levels)}",
+            "--loglevel=WARNING",
+            f"--hostname=fw-bench-streams-{self.queue[-8:]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+        self.worker = self._process_class(
+            "the Celery worker", command, env, log_dir / "celery-worker.log", READY_LINE
+        )
+
+    def stop(self) -> None:
+        from workflow_providers import delete_celery_queue
+
+        if self.worker is None:
+            return
+        self.worker.stop()
+        self.worker = None
+        options = self.settings()["CELERY_BROKER_TRANSPORT_OPTIONS"]
+        delete_celery_queue(self.broker_url, self.queue, list(options.values()))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its results."""
+    import tempfile
+
     args = parse_args(argv)
     target = pg_target()
     ensure_database(target)
-    configure_django(target)
+    lane = None if args.no_celery else CeleryLane(target, args.levels, args.sleep_ms)
+    configure_django(target, **(lane.settings() if lane else {}))
 
     from django.core.management import call_command
     from django.db import connections
 
     call_command("migrate", verbosity=0)
+    runtimes = RUNTIMES if lane is None else SLEEP_RUNTIMES
+    logs = tempfile.TemporaryDirectory(prefix="fw-bench-streams-")
+    if lane is not None:
+        lane.start(Path(logs.name))
     wait = args.sleep_ms / 1000
     print(
         f"one stream, {args.events} events per run with a handler that waits "
@@ -319,46 +437,56 @@ def main(argv: list[str] | None = None) -> int:
         f"rounds; ORM checkpoint store (save_every_n={SAVE_EVERY_N}); levels {args.levels}",
         flush=True,
     )
-    results: dict[tuple[str, int], Run] = {}
-    noop: dict[tuple[str, int], list[float]] = {}
-    for events, phase in ((args.events, "sleep"), (args.noop_events, "noop")):
-        proc, uri = start_scripted_server(events + 1)
-        bench = Bench(uri, proc.pid, events)
-        try:
-            if phase == "sleep":
-                raw = bench.raw_loop(wait)
-                print(f"raw loop: {raw.rate:.0f} events/s", flush=True)
-                for runtime in RUNTIMES:
-                    for level in args.levels:
-                        run = getattr(bench, runtime)(level, wait)
-                        results[runtime, level] = run
-                        print(f"{runtime} parallelism={level}: {run.rate:.0f} events/s", flush=True)
-            else:
-                bench.threads(1, 0)  # warm-up: imports, connections, the server's caches
-                for number in range(1, args.rounds + 1):
-                    for runtime in RUNTIMES:
-                        order = (1, 16) if number % 2 else (16, 1)
-                        for level in order:
-                            rate = getattr(bench, runtime)(level, 0).rate
-                            noop.setdefault((runtime, level), []).append(rate)
-                    print(
-                        f"no-op round {number}/{args.rounds}: "
-                        + ", ".join(
-                            f"{runtime} p=1 {noop[runtime, 1][-1]:.0f}/s p=16 "
-                            f"{noop[runtime, 16][-1]:.0f}/s"
-                            for runtime in RUNTIMES
-                        ),
-                        flush=True,
-                    )
-        finally:
-            bench.close()
-            connections.close_all()
-            stop_scripted_server(proc)
+    try:
+        results: dict[tuple[str, int], Run] = {}
+        noop: dict[tuple[str, int], list[float]] = {}
+        for events, phase in ((args.events, "sleep"), (args.noop_events, "noop")):
+            proc, uri = start_scripted_server(events + 1)
+            bench = Bench(uri, proc.pid, events)
+            try:
+                if phase == "sleep":
+                    raw = bench.raw_loop(wait)
+                    print(f"raw loop: {raw.rate:.0f} events/s", flush=True)
+                    for runtime in runtimes:
+                        for level in args.levels:
+                            run = getattr(bench, runtime)(level, wait)
+                            results[runtime, level] = run
+                            print(
+                                f"{runtime} parallelism={level}: {run.rate:.0f} events/s",
+                                flush=True,
+                            )
+                else:
+                    if lane is not None:
+                        lane.stop()  # its idle threads off the CPUs the no-op runs measure
+                    bench.threads(1, 0)  # warm-up: imports, connections, the server's caches
+                    for number in range(1, args.rounds + 1):
+                        for runtime in RUNTIMES:
+                            order = (1, 16) if number % 2 else (16, 1)
+                            for level in order:
+                                rate = getattr(bench, runtime)(level, 0).rate
+                                noop.setdefault((runtime, level), []).append(rate)
+                        print(
+                            f"no-op round {number}/{args.rounds}: "
+                            + ", ".join(
+                                f"{runtime} p=1 {noop[runtime, 1][-1]:.0f}/s p=16 "
+                                f"{noop[runtime, 16][-1]:.0f}/s"
+                                for runtime in RUNTIMES
+                            ),
+                            flush=True,
+                        )
+            finally:
+                bench.close()
+                connections.close_all()
+                stop_scripted_server(proc)
+    finally:
+        if lane is not None:
+            lane.stop()
+        logs.cleanup()
 
     print()
     print(f"handler waits {args.sleep_ms:g} ms; raw pymongo loop: {raw.rate:.0f} events/s")
     print(f"{'runtime':<9} {'parallelism':>11} {'events/s':>9} {'x p=1':>7} {'x raw':>7}")
-    for runtime in RUNTIMES:
+    for runtime in runtimes:
         one = results[runtime, args.levels[0]].rate
         for level in args.levels:
             run = results[runtime, level]

@@ -10,7 +10,8 @@ environment:
   broker and the queue of this benchmark run (the benchmark's producer uses the same
   ``CELERY_*`` settings, read from this module);
 * ``FLOWWARDEN_BENCH_TEMPORAL_TARGET`` and ``FLOWWARDEN_BENCH_TEMPORAL_QUEUE``: the
-  Temporal dev server the benchmark started and its task queue.
+  Temporal dev server the benchmark started and its task queue;
+* ``FLOWWARDEN_BENCH_SLEEP_MS``: the wait of ``bench/parallel_streams.py``'s handler.
 
 ``bench.providers_app`` defines the benchmark workflow from its ``workflows.py``
 (flowwarden's autodiscovery; the Celery worker also imports it through
@@ -61,7 +62,14 @@ FLOWWARDEN = {
 
 CELERY_BROKER_URL = os.environ.get("FLOWWARDEN_BENCH_CELERY_BROKER", "redis://127.0.0.1:6379/12")
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FLOWWARDEN_BENCH_CELERY_QUEUE", "fw-bench")
-CELERY_IMPORTS = ["bench.providers_app.workflows", "bench.providers_app.raw_chain"]
+CELERY_IMPORTS = [
+    "bench.providers_app.workflows",
+    "bench.providers_app.raw_chain",
+    "bench.providers_app.streams",  # bench/parallel_streams.py's Celery lane
+]
+# The answers of bench/parallel_streams.py's Celery lane (its stream's events); the
+# workflow benchmark's tasks store no result.
+CELERY_RESULT_BACKEND = CELERY_BROKER_URL
 # The transport's unacked-message keys are named after the queue, so the benchmark can
 # delete them with it.
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -20,7 +20,7 @@ model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`
 ``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens; W204 unfinished
 runs are on a workflow version this code does not define; W205 unfinished runs stand
 after a step their defined version lacks. Declared streams:
-E101-E113, E115-E122 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
+E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL.
 """
 

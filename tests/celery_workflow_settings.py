@@ -19,7 +19,7 @@ import os
 from tests.celery_settings import *  # noqa: F403
 from tests.celery_settings import CELERY_TASK_DEFAULT_QUEUE, FLOWWARDEN
 
-CELERY_IMPORTS = ["tests.celery_workflows"]
+CELERY_IMPORTS = ["tests.celery_workflows", "tests.celery_parallel_streams"]
 FLOWWARDEN_TEST_WORKFLOW_DB = "default"
 
 FLOWWARDEN = dict(FLOWWARDEN)

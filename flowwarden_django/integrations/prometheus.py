@@ -508,13 +508,9 @@ class FlowwardenCollector:
             "flowwarden_heartbeat_age_seconds": status.heartbeat_age_seconds,
             "flowwarden_dlq_backlog": status.dlq_backlog,
             "flowwarden_stream_lag_seconds": self._lag(status, now),
-            "flowwarden_stream_in_flight": status.in_flight if status.parallelism > 1 else None,
-            "flowwarden_stream_watermark_lag": (
-                status.watermark_lag if status.parallelism > 1 else None
-            ),
-            "flowwarden_stream_parked_keys": (
-                len(status.parked_keys) if status.parallelism > 1 else None
-            ),
+            "flowwarden_stream_in_flight": status.in_flight if status.windowed else None,
+            "flowwarden_stream_watermark_lag": (status.watermark_lag if status.windowed else None),
+            "flowwarden_stream_parked_keys": (len(status.parked_keys) if status.windowed else None),
             "flowwarden_stream_last_event_timestamp_seconds": (
                 status.last_event_time.timestamp() if status.last_event_time else None
             ),

@@ -119,6 +119,7 @@ def change_stream(
     parallelism: int = 1,
     key: Callable[[Mapping[str, Any]], Any] | None = None,
     window: int | None = None,
+    execution: str = "inline",
     registry: StreamRegistry | None = None,
 ) -> Callable[[C], C]:
     """Declare a class as a change-stream consumer.
@@ -137,6 +138,8 @@ def change_stream(
     function of the change event, by default its ``documentKey``) strictly in stream
     order, different keys concurrently; the checkpoint is the low watermark, and at
     most ``window`` events (default ``4 * N``) are read ahead of it.
+    ``execution="celery"`` sends each event to a Celery worker (the task
+    ``flowwarden_django.handle_stream_event``) with the same order and anchor.
     """
     options = {
         "name": name,
@@ -156,6 +159,7 @@ def change_stream(
         "parallelism": parallelism,
         "key": key,
         "window": window,
+        "execution": execution,
     }
 
     def decorate(cls: C) -> C:

@@ -208,6 +208,15 @@ class StreamSpec:
     parallelism: int = 1
     key: Callable[[Mapping[str, Any]], Any] | None = None
     window: int | None = None
+    #: ``"inline"``: handlers run in the consumer's process; ``"celery"``: each event
+    #: is a Celery task (``remote_events``), the window stays here.
+    execution: str = "inline"
+
+    @property
+    def windowed(self) -> bool:
+        """Whether events go through a window (``core.window``): handled in parallel,
+        or each sent to another process (``execution``)."""
+        return self.parallelism > 1 or self.execution != "inline"
 
     def error_handler_for(self, error: BaseException) -> Handler | None:
         """The ``on_error`` handler for *error*: exact type, then the nearest parent

@@ -178,7 +178,7 @@ def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
                 "save_interval_seconds=0, idle_heartbeat_interval_seconds=0 and "
                 "save_every_n>1: up to save_every_n-1 events stay unsaved indefinitely",
             )
-    if spec.transactional and spec.parallelism == 1 and policy.save_every_n != 1:
+    if spec.transactional and not spec.windowed and policy.save_every_n != 1:
         out.warning(
             "W105",
             "checkpoint.save_every_n",
@@ -225,12 +225,47 @@ def _validate_parallelism(out: _Collector, spec: StreamSpec) -> None:
             f"got {window!r}",
             "Leave it out for 4 events per slot.",
         )
-    if parallelism == 1 and (spec.key is not None or window is not None):
+    _validate_execution(out, spec)
+    if not spec.windowed and (spec.key is not None or window is not None):
         out.warning(
             "W107",
             "key" if spec.key is not None else "window",
             "has no effect on a stream handled one event at a time (parallelism=1)",
             "Set parallelism=N, or drop it.",
+        )
+
+
+def _validate_execution(out: _Collector, spec: StreamSpec) -> None:
+    """``execution``: a known one; Celery with a result backend (the answers)."""
+    from .remote_events import EXECUTIONS
+
+    if spec.execution not in EXECUTIONS:
+        out.error(
+            "E123",
+            "execution",
+            f"{spec.execution!r} is not one of {', '.join(EXECUTIONS)}",
+        )
+        return
+    if spec.execution != "celery":
+        return
+    try:
+        from celery import current_app
+    except ImportError:
+        out.error(
+            "E123",
+            "execution",
+            "'celery' needs Celery installed",
+            "pip install 'flowwarden-django[celery]'",
+        )
+        return
+    backend = current_app.conf.result_backend
+    if not backend or str(backend).startswith("disabled"):
+        out.error(
+            "E123",
+            "execution",
+            "'celery' needs a Celery result backend: the consumer waits for each "
+            "event's answer there",
+            'Set CELERY_RESULT_BACKEND (for example "redis://127.0.0.1:6379/1").',
         )
 
 

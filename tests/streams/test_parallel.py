@@ -510,3 +510,107 @@ def test_a_transactional_stream_in_parallel_marks_what_the_anchor_cannot_pass(ru
         assert orders == sorted(orders), customer
     assert store.find("orders").last_processed_token == events[-1]["_id"]
     assert not marks.exists()
+
+
+# -- execution="celery": the worker's side, in process -----------------------------------
+
+
+def test_an_event_travels_as_bson():
+    from bson import ObjectId, Timestamp
+
+    from flowwarden_django.streams.remote_events import decode_event, encode_event
+
+    event = {
+        "_id": fake_token(7),
+        "clusterTime": Timestamp(1_700_000_000, 3),
+        "fullDocument": {"_id": ObjectId(), "tags": ["a"], "raw": b"\x00\x01"},
+    }
+    assert decode_event(encode_event(event)) == event
+
+
+def test_the_worker_runs_the_consumers_event_path():
+    from flowwarden_django.streams.remote_events import HANDLED, SKIPPED, RemoteEventError
+    from flowwarden_django.streams.runtime.remote_runner import EventRunner
+
+    source, dlq = FakeChangeSource(), InMemoryDlqStore()
+    ok, poison = insert_orders(source.oplog, 2, customers=1)
+    handled = []
+
+    def handler(doc):
+        if doc["_id"] == 2:
+            raise ConnectionError("poison")
+        handled.append(doc["_id"])
+
+    with_dlq = spec(
+        handler,
+        retry_policy=RetryPolicySpec(max_attempts=2, initial_delay="1ms", jitter=False),
+        dead_letter_queue=DeadLetterQueueSpec(),
+    )
+    runner = EventRunner(with_dlq)
+    runner.consumer._dlq_store = dlq
+    assert runner.run(ok) == HANDLED and handled == [1]
+    assert runner.run(poison) == SKIPPED  # retried once, then parked
+    assert [e.attempts for e in dlq.find_by_stream("orders")] == [2]
+    with pytest.raises(RemoteEventError, match="poison"):
+        EventRunner(spec(handler)).run(poison)  # no DLQ: unsettled, delivered again
+
+
+def test_execution_is_checked():
+    assert "E123" in codes(spec(lambda doc: None, execution="kafka"))
+    assert "E123" not in codes(spec(lambda doc: None, execution="inline"))
+
+
+def test_quick_async_handlers_run_on_the_asyncio_reader_and_keep_key_order():
+    import asyncio
+
+    store, source = bootstrapped("asyncio")
+    insert_orders(source.oplog, 600, customers=10)
+    tasks, handled = [], []
+
+    async def handler(doc):
+        tasks.append(asyncio.current_task())
+        handled.append((doc["customer"], doc["_id"]))
+
+    consumer_class("asyncio")(
+        spec(handler, parallelism=16, key=by_customer), store, lambda s: source
+    ).run(burst=True)
+    assert sorted(order for _, order in handled) == list(range(1, 601))
+    for customer, orders in per_customer(handled).items():
+        assert orders == sorted(orders), customer
+    # Once known to be quick, the events ran in the reader's own task: no task each.
+    assert len({id(task) for task in tasks[-300:]}) == 1
+    assert len({id(task) for task in tasks[:20]}) > 1
+
+
+def test_a_quick_async_handlers_failure_is_retried_in_a_task_of_its_own():
+    import asyncio
+
+    store, source = bootstrapped("asyncio")
+    events = insert_orders(source.oplog, 400, customers=4)
+    dlq, attempts, handled = InMemoryDlqStore(), [], []
+
+    async def handler(doc):
+        if doc["_id"] == 300:
+            attempts.append((id(asyncio.current_task()), time.monotonic()))
+            raise ConnectionError("poison")
+        handled.append((doc["customer"], doc["_id"], id(asyncio.current_task()), time.monotonic()))
+
+    stream = spec(
+        handler,
+        parallelism=4,
+        window=200,
+        key=by_customer,
+        retry_policy=RetryPolicySpec(
+            max_attempts=3, initial_delay="100ms", multiplier=1.0, jitter=False
+        ),
+        dead_letter_queue=DeadLetterQueueSpec(),
+    )
+    consumer_class("asyncio")(stream, store, lambda s: source, dlq_store=dlq).run(burst=True)
+    reader = handled[250][2]  # a quick event before the poison ran in the reader's task
+    assert attempts[0][0] == reader and attempts[1][0] != reader
+    gave_up = attempts[-1][1]
+    assert [order for customer, order, _, at in handled if customer != "c0" and at > gave_up] == []
+    c0 = [order for customer, order, _, _ in handled if customer == "c0"]
+    assert c0 == sorted(c0) and 300 not in c0 and c0[-1] == 400
+    assert [entry.document_key for entry in dlq.find_by_stream("orders")] == [{"_id": 300}]
+    assert store.find("orders").last_processed_token == events[-1]["_id"]

@@ -155,3 +155,16 @@ def expire_approvals(limit: int = 500) -> dict[str, list[str]]:
     from ...workflows.approvals import sweep_approvals
 
     return sweep_approvals(limit=limit).as_dict()
+
+
+@shared_task(
+    name="flowwarden_django.handle_stream_event",
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
+def handle_stream_event(stream: str, event: str, event_id: str | None = None) -> str:
+    """Handle one change event of *stream* (BSON, base64) sent by its consumer
+    (``execution="celery"``): ``"handled"`` or ``"skipped"`` once settled."""
+    from ...streams.runtime.remote_runner import handle_remote_event
+
+    return handle_remote_event(stream, event, event_id)

@@ -218,6 +218,11 @@ class OrmCheckpointStore(CheckpointStore):
         rows = StreamSettledEvent.objects.using(self._write_alias()).filter(stream_name=stream_name)
         return set(rows.values_list("event_digest", flat=True))
 
+    def is_settled(self, stream_name: str, digest: str) -> bool:
+        """Whether the event of *digest* is marked settled."""
+        rows = StreamSettledEvent.objects.using(self._write_alias())
+        return rows.filter(stream_name=stream_name, event_digest=digest).exists()
+
     def forget_settled(self, stream_name: str, digests: Sequence[str]) -> None:
         """Delete the marks of *digests* (the anchor has passed their events)."""
         rows = StreamSettledEvent.objects.using(self._write_alias())

@@ -55,7 +55,7 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
     name = spec.name
     by_age = bool(spec.checkpoint.save_interval_seconds)  # else no flush is ever due
     beating = bool(heartbeat.interval)
-    parallel = spec.parallelism > 1
+    parallel = spec.windowed
     cause = None  # the lifecycle event an invalidate follows
     cursor, event = opened.cursor, opened.first_event
     while not consumer.stopping:

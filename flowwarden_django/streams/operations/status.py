@@ -164,6 +164,8 @@ class StreamStatus:
     parallelism: int = 1
     #: ``False`` once :meth:`redacted`: parked keys are counted, not named.
     details: bool = True
+    #: Whether the stream's events go through a window (``StreamSpec.windowed``).
+    windowed: bool = False
 
     def redacted(self) -> StreamStatus:
         """This status as a caller without details may see it (the console under
@@ -217,7 +219,7 @@ class StreamStatus:
         """What a stream handled in parallel has in its window (for example ``"12 in
         flight, 40 settled beyond the anchor, 1 key parked"``), or ``""``."""
         parallelism = self.parallelism
-        if parallelism <= 1 or not self.live_instances:
+        if not self.windowed or not self.live_instances:
             return ""
         parked = self.parked_keys
         note = (
@@ -360,6 +362,7 @@ def _one_stream(
         state=state,
         deployment_mode=spec.deployment_mode,
         parallelism=spec.parallelism,
+        windowed=spec.windowed,
         enabled=spec.enabled,
         auto_start=spec.auto_start,
         paused=paused,

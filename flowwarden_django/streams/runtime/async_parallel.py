@@ -30,7 +30,8 @@ from django.db import connections
 from ..core.anchors import At, event_anchor_at
 from ..core.generation import announce_processed, counted
 from ..core.window import KeyedWindow, WindowEntry, event_key
-from .parallel import UnsettledEventError
+from ..remote_events import remote_executor
+from .parallel import HandOff, UnsettledEventError
 from .settled_marks import SettledMarks
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -39,6 +40,14 @@ logger = logging.getLogger("flowwarden_django.streams")
 current_entry: contextvars.ContextVar[WindowEntry | None] = contextvars.ContextVar(
     "flowwarden_window_entry", default=None
 )
+#: Whether the current task is the reader running an event itself (``AsyncWindow``).
+reader_inline: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "flowwarden_reader_inline", default=False
+)
+
+
+#: ``AsyncWindow._run``: the reader handed the event to a task.
+HANDED_OFF: Any = object()
 
 
 class AsyncWindowedAnchors:
@@ -60,10 +69,21 @@ class AsyncWindowedAnchors:
 
 
 class AsyncWindow:
-    """The window of one parallel generation of an asyncio consumer."""
+    """The window of one parallel generation of an asyncio consumer.
+
+    A task per event costs more than an ``async def`` handler that does not wait
+    for anything, so, as the threaded window does, while the handler's calls average
+    under :attr:`inline_below_seconds` the reader awaits the ready events itself; an
+    event that fails there continues in a task of its own (``HandOff``), so its
+    retries never hold the reader.
+    """
 
     #: Seconds between two looks at a stop while the reader waits for room.
     wait_tick_seconds = 0.25
+    #: The handler's average time under which the reader runs events itself.
+    inline_below_seconds = 50e-6
+    #: The weight of the newest call in that average.
+    average_weight = 0.1
 
     def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
         spec = consumer.spec
@@ -71,6 +91,9 @@ class AsyncWindow:
         self.policy = policy
         #: A transactional stream's settled marks (``settled_marks``).
         self.marks = marks
+        #: ``execution="celery"``: what sends an event to a worker and waits for it
+        #: (on a thread of the pool).
+        self.remote = remote_executor(spec.execution) if spec.execution != "inline" else None
         self.key = spec.key
         self.window = KeyedWindow(spec.parallelism, spec.window)
         self._progress = asyncio.Event()
@@ -79,6 +102,10 @@ class AsyncWindow:
         self._tasks: set[asyncio.Task[None]] = set()
         self._to_anchor: deque[WindowEntry] = deque()
         self._feeding = False
+        #: The handler's moving average, in seconds; starts slow (tasks).
+        self.average_seconds = 1.0
+        #: Events the reader began and a task continues (``HandOff``), by ``seq``.
+        self._continuations: dict[int, HandOff] = {}
         self.executor = ThreadPoolExecutor(
             max_workers=self.window.parallelism, thread_name_prefix=f"fw-{spec.name}"
         )
@@ -94,7 +121,19 @@ class AsyncWindow:
             return
         self._raise_failure()
         self.window.admit(key, event, operation, event_id)
-        self._dispatch()
+        if self.remote is None and self.average_seconds < self.inline_below_seconds:
+            await self._run_inline()
+        else:
+            self._dispatch()
+
+    async def _run_inline(self) -> None:
+        """Await the ready events on the reader (quick handlers: see the class)."""
+        while self.average_seconds < self.inline_below_seconds:
+            entry = self.window.take()
+            if entry is None:
+                break
+            await self._run(entry, inline=True)
+        self._dispatch()  # what is still ready (the handler got slow) goes to tasks
 
     def _full(self) -> bool:
         """The window is full, counting the passed events whose anchor is not yet
@@ -169,25 +208,61 @@ class AsyncWindow:
 
     def _dispatch(self) -> None:
         while (entry := self.window.take()) is not None:
-            task = asyncio.ensure_future(self._run(entry))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(entry)
 
-    async def _run(self, entry: WindowEntry) -> None:
+    def _start(self, entry: WindowEntry) -> None:
+        task = asyncio.ensure_future(self._run(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, entry: WindowEntry, *, inline: bool = False) -> None:
         consumer = self.consumer
-        entry.began = time.perf_counter()
-        current_entry.set(entry)
+        began = time.perf_counter()
+        handed = self._continuations.pop(entry.seq, None) if self._continuations else None
+        if handed is None:
+            entry.began = began
+        entry_token = current_entry.set(entry)
+        inline_token = reader_inline.set(True) if inline else None
         try:
-            if self.marks is not None and self.marks.settled_before(entry.event["_id"]):
-                outcome: bool | None = True  # committed before a crash: its effects are there
+            if handed is not None:
+                outcome: bool | None = await consumer._attempt_loop(
+                    handed.handler, handed.ctx, handed.lifecycle, failed=handed.failed
+                )
+            elif self.marks is not None and self.marks.settled_before(entry.event["_id"]):
+                outcome = True  # committed before a crash: its effects are there
+            elif self.remote is not None:
+                outcome = await asyncio.get_running_loop().run_in_executor(
+                    self.executor,
+                    self.remote,
+                    consumer.spec.name,
+                    entry.event,
+                    entry.event_id,
+                    self._stop_waiting,
+                )
             else:
                 outcome = await consumer._handle(entry.event, entry.operation, entry.event_id)
+        except HandOff as hand_off:  # the reader's own event: a task continues it
+            if hand_off.failed is not None:
+                entry.failing = True
+            self._continuations[entry.seq] = hand_off
+            self.average_seconds = 1.0  # it may be slow after all: tasks again
+            outcome = HANDED_OFF
         except asyncio.CancelledError:
             self._failed(entry, None)
             raise
         except BaseException as exc:  # failed for good: the generation ends
             self._failed(entry, exc)
             return
+        finally:
+            if inline_token is not None:
+                reader_inline.reset(inline_token)
+            current_entry.reset(entry_token)
+        if outcome is HANDED_OFF:
+            self._start(entry)  # after the reset: the task is not the reader's
+            return
+        if handed is None:
+            took = time.perf_counter() - began
+            self.average_seconds += self.average_weight * (took - self.average_seconds)
         announce_processed(consumer.spec.name, entry.began, outcome)
         if outcome is None:
             error = (
@@ -201,7 +276,8 @@ class AsyncWindow:
             return
         self._to_anchor.extend(self.window.settle(entry))
         counted(consumer)
-        self._dispatch()
+        if not inline:  # the reader takes the next ready event itself
+            self._dispatch()
         await self._feed_anchor()
         self._changed()
 
@@ -226,6 +302,11 @@ class AsyncWindow:
                     await self.policy.on_settled(token, at)
         finally:
             self._feeding = False
+
+    def _stop_waiting(self) -> bool:
+        """Whether a pool thread waiting for a worker's answer should give up (called
+        on that thread: it reads two flags)."""
+        return self.consumer.stopping or self.closing
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
         self.window.release(entry)

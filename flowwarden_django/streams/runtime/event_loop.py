@@ -48,8 +48,8 @@ from ..dlq import DlqStore
 from ..locks import LeaseLostError
 from ..source import ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
-from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry
-from .parallel import WindowedAnchors
+from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry, reader_inline
+from .parallel import HandOff, WindowedAnchors
 from .policy import (
     AsyncAnchorPolicy,
     PolicyOnStreamThread,
@@ -291,7 +291,7 @@ class AsyncStreamConsumer:
     async def _open_window(self, policy: Any) -> AsyncWindow | None:
         """A parallel stream's window; the event path's anchor calls then go through it
         and its sync handlers run on the window's threads."""
-        if self.spec.parallelism <= 1:
+        if not self.spec.windowed:
             return None
         marks = None
         if isinstance(policy, PolicyOnStreamThread):
@@ -485,7 +485,10 @@ class AsyncStreamConsumer:
     async def _attempt_loop(
         self, handler: Any, ctx: ChangeContext, lifecycle: bool, failed: Any = None
     ) -> Any:
-        """``core.events.attempt_loop``, performed on the loop."""
+        """``core.events.attempt_loop``, performed on the loop (the reader of a
+        parallel stream that awaits quick events itself hands it to a task)."""
+        if self.window is not None and reader_inline.get():
+            raise HandOff(handler, ctx, lifecycle, failed)
         return await adrive(
             attempt_loop(self.spec, handler, ctx, lifecycle, self, failed=failed), self._perform
         )

@@ -29,6 +29,7 @@ from django.db import connections
 from ..core.anchors import At, event_anchor_at
 from ..core.generation import announce_processed, counted
 from ..core.window import KeyedWindow, WindowEntry, event_key
+from ..remote_events import remote_executor
 from .settled_marks import SettledMarks
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -118,6 +119,8 @@ class ThreadedWindow:
         #: A transactional stream's settled marks: events a crash left committed
         #: beyond the anchor are skipped.
         self.marks = marks
+        #: ``execution="celery"``: what sends an event to a worker and waits for it.
+        self.remote = remote_executor(spec.execution) if spec.execution != "inline" else None
         self.key = spec.key
         self.window = KeyedWindow(spec.parallelism, spec.window)
         self._lock = threading.Lock()
@@ -162,7 +165,7 @@ class ThreadedWindow:
             if self._failure is not None:
                 raise self._failure
             window.admit(key, event, operation, event_id)
-            if self.average_seconds >= self.inline_below_seconds:
+            if self.remote is not None or self.average_seconds >= self.inline_below_seconds:
                 self._wake_workers()
                 return
             entry = window.take()
@@ -286,6 +289,10 @@ class ThreadedWindow:
                 )
             elif self.marks is not None and self.marks.settled_before(entry.event["_id"]):
                 outcome = True  # committed before a crash: its effects are there
+            elif self.remote is not None:
+                outcome = self.remote(
+                    consumer.spec.name, entry.event, entry.event_id, self._stop_waiting
+                )
             else:
                 outcome = consumer._handle(entry.event, entry.operation, entry.event_id)
         except HandOff as hand_off:  # the reader's own event: a thread continues it
@@ -331,6 +338,11 @@ class ThreadedWindow:
                 return None if inline else self._next()
             self._wake_workers()  # its key's next event may be ready for another thread
             return following
+
+    def _stop_waiting(self) -> bool:
+        """Whether a slot waiting for a worker's answer should give up (a stop, or the
+        window closing after another event's failure)."""
+        return self.consumer.stopping or self.closing
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
         with self._lock:

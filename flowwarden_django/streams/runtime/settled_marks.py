@@ -38,6 +38,10 @@ class SettledMarks:
         """Mark the event of *token* settled, in the caller's transaction."""
         self.store.mark_settled(self.stream_name, token_digest(token))
 
+    def committed(self, token: Mapping[str, Any]) -> bool:
+        """Whether the event of *token* is marked settled now (a database read)."""
+        return self.store.is_settled(self.stream_name, token_digest(token))
+
     def settled_before(self, token: Mapping[str, Any]) -> bool:
         """Whether the event of *token* committed in an earlier generation."""
         return bool(self.found) and token_digest(token) in self.found
@@ -89,7 +93,7 @@ class MarkedAnchorPolicy(ProcessedAnchorPolicy):
 def anchor_policy_class(spec: Any) -> Callable[..., ProcessedAnchorPolicy]:
     """The sync anchor policy of *spec*'s generations: ``MarkedAnchorPolicy`` (bound
     to its transaction database) for a transactional stream handled in parallel."""
-    if not (spec.transactional and spec.parallelism > 1):
+    if not (spec.transactional and spec.windowed):
         return ProcessedAnchorPolicy
 
     def make(store: Any, stream_name: str, **options: Any) -> MarkedAnchorPolicy:

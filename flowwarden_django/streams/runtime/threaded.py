@@ -198,7 +198,7 @@ class StreamConsumer:
     def _open_window(self) -> ThreadedWindow | None:
         """A parallel stream's window on its handler threads; the event path's anchor
         calls then go through it (``WindowedAnchors``)."""
-        if self.spec.parallelism <= 1 or self.policy is None:
+        if not self.spec.windowed or self.policy is None:
             return None
         marks = SettledMarks(self.store.inner, self.spec.name) if self.spec.transactional else None
         window = self.window = ThreadedWindow(self, self.policy, marks)
@@ -213,7 +213,7 @@ class StreamConsumer:
         the handler's transaction, so they need none.
         """
         interval = self.spec.checkpoint.save_interval_seconds
-        serial_transactions = self.spec.transactional and self.spec.parallelism <= 1
+        serial_transactions = self.spec.transactional and not self.spec.windowed
         if not interval or serial_transactions or self.policy is None:
             return None
         done, policy = threading.Event(), self.policy

@@ -1,0 +1,71 @@
+"""Streams with ``execution="celery"``: each event a Celery task, the window kept by
+the process that reads the change stream (see ``streams.remote_events``).
+
+The window's handler slots (threads of the threaded runtime, the pool of the
+asyncio one) do not run handlers: each sends its event as the task
+``flowwarden_django.handle_stream_event`` and waits for the worker's answer on the
+result backend. The task is ``acks_late`` and ``reject_on_worker_lost``: a worker
+killed during an event leaves its message to be delivered again, and the slot keeps
+waiting for the same task's answer, so the key's next event is still not sent.
+
+An answer that does not come within ``EVENT_TIMEOUT`` seconds (a message the broker
+lost) ends the generation like a failed event: the stream restarts from its anchor
+and sends the event again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...streams.remote_events import HANDLED, SKIPPED, RemoteEventError, encode_event
+
+EVENT_TASK = "flowwarden_django.handle_stream_event"
+#: Seconds a slot waits for a worker's answer before the stream restarts.
+EVENT_TIMEOUT = 600.0
+#: Seconds between two looks at a stop while a slot waits.
+WAIT_TICK = 0.5
+
+
+def run_on_celery(
+    stream_name: str,
+    event: Mapping[str, Any],
+    event_id: str | None,
+    stopping: Callable[[], bool],
+    *,
+    app: Any = None,
+) -> bool | None:
+    """Send *event* to a worker and wait for its answer: ``True`` handled, ``False``
+    skipped or parked, ``None`` when a stop came first (the event stays unsettled:
+    the next run sends it again). Raises ``RemoteEventError`` when the worker could
+    not settle it or did not answer in time."""
+    from celery import current_app
+    from celery.exceptions import TimeoutError as ResultTimeout
+
+    publisher = app if app is not None else current_app._get_current_object()
+    result = publisher.send_task(EVENT_TASK, args=[stream_name, encode_event(event), event_id])
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    try:
+        while True:
+            try:
+                answer = result.get(timeout=WAIT_TICK, propagate=True, disable_sync_subtasks=False)
+            except ResultTimeout:
+                if stopping():
+                    return None
+                if time.monotonic() > deadline:
+                    raise RemoteEventError(
+                        f"stream {stream_name!r}: no answer from a Celery worker within "
+                        f"{EVENT_TIMEOUT:.0f} s (task {result.id})"
+                    ) from None
+                continue
+            except RemoteEventError:
+                raise
+            except Exception as exc:  # the worker's error, re-raised by the backend
+                raise RemoteEventError(f"stream {stream_name!r}: {exc}") from exc
+            break
+    finally:
+        result.forget()
+    if answer not in (HANDLED, SKIPPED):
+        raise RemoteEventError(f"stream {stream_name!r}: unexpected answer {answer!r}")
+    return answer == HANDLED

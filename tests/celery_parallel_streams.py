@@ -1,0 +1,40 @@
+"""The stream whose events the Celery worker of
+``tests/integrations/test_celery_parallel_streams.py`` handles (``execution="celery"``).
+
+The worker imports this module through ``CELERY_IMPORTS``
+(``tests.celery_workflow_settings``); the test's own process reads the change stream
+with a spec of the same name and never imports this module (its registry stays
+clean). Each event takes ``HANDLER_SECONDS`` and writes one ``Effect`` row labelled
+with its key and the process that handled it.
+"""
+
+import os
+import time
+
+from flowwarden_django.streams.registry import change_stream
+from tests.testapp.models import Effect
+
+STREAM_NAME = "celery-parallel-orders"
+KEYS = 4
+HANDLER_SECONDS = 0.03
+
+
+def order_key(event):
+    """The orders' key: ``seq % KEYS``."""
+    return event["fullDocument"]["seq"] % KEYS
+
+
+@change_stream(
+    name=STREAM_NAME,
+    database="app",
+    collection="orders",
+    parallelism=8,
+    key=order_key,
+    execution="celery",
+)
+class CeleryParallelOrders:
+    """One ``Effect`` row per delivery: ``stream`` is ``key-<k>:<pid>``."""
+
+    def on_insert(self, doc):
+        time.sleep(HANDLER_SECONDS)
+        Effect.objects.create(order_id=doc["seq"], stream=f"key-{doc['seq'] % KEYS}:{os.getpid()}")

@@ -1,0 +1,134 @@
+"""A stream with ``execution="celery"``: this process reads the change stream and
+keeps the window; a real ``celery worker`` (prefork, 4 children, Redis broker and
+result backend) handles each event, on both runtimes (``tests/celery_parallel_streams.py``).
+
+The worker's children are killed with SIGKILL while they handle events: the killed
+events are delivered again (``acks_late``, ``reject_on_worker_lost``) and every key's
+events are still handled in stream order, none lost, with the anchor at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from celery import _state as celery_state
+
+from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
+from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
+from flowwarden_django.testkit.fake_source import FakeChangeSource
+from tests import celery_parallel_streams as declared
+from tests.celery_procs import wait_until
+from tests.celery_workflow_settings import transport_options
+from tests.integrations.conftest import DB
+from tests.lanes import lane_marks
+from tests.streams.managers import consumer_class
+from tests.testapp.models import Effect
+
+EVENTS = 240
+WAIT = 90.0
+PREFORK = ["--pool=prefork", "--concurrency=4"]
+
+pytestmark = [*lane_marks("postgres", databases=["default", DB]), pytest.mark.lane("redis")]
+
+
+@pytest.fixture
+def current_producer(broker_url: str, queue: str) -> Iterator[Celery]:
+    """The app this process sends events with and reads answers from, made the
+    default app (what a project's Celery app is in its processes)."""
+    app = Celery("fw-stream-producer", broker=broker_url, backend=broker_url, fixups=[])
+    app.conf.task_default_queue = queue
+    app.conf.broker_transport_options = transport_options(queue)
+    previous = celery_state.default_app
+    app.set_default()
+    yield app
+    celery_state.set_default_app(previous)
+    app.close()
+
+
+def stream_spec() -> StreamSpec:
+    """The stream as this process declares it (the handler runs in the worker only)."""
+    return StreamSpec(
+        name=declared.STREAM_NAME,
+        collection="orders",
+        database="app",
+        handlers={"insert": lambda doc: None},
+        parallelism=8,
+        key=declared.order_key,
+        execution="celery",
+        checkpoint=CheckpointSpec(save_every_n=10, save_interval_seconds=0),
+        restart_policy=RestartPolicySpec(max_attempts=1, initial_delay="1ms"),
+    )
+
+
+def pool_children(pid: int) -> list[int]:
+    """The PIDs of *pid*'s child processes (the prefork pool)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(entry.name))
+    return children
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_events_run_on_celery_in_key_order_through_killed_pool_children(
+    runner, start_worker, current_producer, tmp_path
+):
+    worker = start_worker(PREFORK)
+    worker.wait_ready()
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    Consumer = consumer_class(runner)
+    Consumer(stream_spec(), store, lambda s: source).run(burst=True)  # bootstrap
+    events = [source.oplog.insert({"_id": n, "seq": n}) for n in range(1, EVENTS + 1)]
+    consumer = Consumer(stream_spec(), store, lambda s: source)
+    rows = Effect.objects.using(DB)
+
+    thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
+    began = time.monotonic()
+    thread.start()
+    killed = []
+    try:
+        for target in (60, 140):
+            wait_until(lambda t=target: rows.count() >= t, WAIT, f"{target} rows", worker)
+            child = pool_children(worker.proc.pid)[0]
+            os.kill(child, signal.SIGKILL)
+            killed.append(child)
+        thread.join(WAIT)
+        assert not thread.is_alive(), worker.log_tail()
+    finally:
+        consumer.stop()
+        thread.join(10)
+    took = time.monotonic() - began
+
+    written = list(rows.order_by("id").values_list("order_id", "stream"))
+    orders = [order for order, _ in written]
+    assert set(orders) == set(range(1, EVENTS + 1)), "an event was lost"
+    # Each key's rows, in the order they were written, are its orders in stream order;
+    # a killed event may have written its row before dying: it appears twice in a row.
+    for key in range(declared.KEYS):
+        mine = [order for order, label in written if label.startswith(f"key-{key}:")]
+        deduplicated = [o for i, o in enumerate(mine) if i == 0 or mine[i - 1] != o]
+        assert deduplicated == list(range(key or declared.KEYS, EVENTS + 1, declared.KEYS))
+    handled_by = {label.split(":")[1] for _, label in written}
+    assert len(handled_by) > 1, "one process handled everything: no pool at work"
+    assert "WorkerLostError" in worker.log() or "exited with 'signal 9" in worker.log()
+    assert store.find(declared.STREAM_NAME).last_processed_token == events[-1]["_id"]
+    assert consumer.events_handled == EVENTS
+    print(
+        f"\n[{runner}] {EVENTS} events on Celery in {took:.1f} s; "
+        f"pool children killed: {len(killed)}; "
+        f"rows {len(written)} ({len(written) - EVENTS} re-deliveries left a row)"
+    )
