@@ -12,16 +12,8 @@ import os
 import time
 
 from flowwarden_django.streams.registry import change_stream
+from tests.celery_parallel_mode import HANDLER_SECONDS, KEYS, STREAM_NAME, order_key
 from tests.testapp.models import Effect
-
-STREAM_NAME = "celery-parallel-orders"
-KEYS = 4
-HANDLER_SECONDS = 0.03
-
-
-def order_key(event):
-    """The orders' key: ``seq % KEYS``."""
-    return event["fullDocument"]["seq"] % KEYS
 
 
 @change_stream(

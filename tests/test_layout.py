@@ -143,19 +143,23 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
 
 def test_streams_shows_its_architecture() -> None:
     """At the root, what a project declares and implements (the spec, the context, the
-    three SPIs and the change source); beside it, one package a job: the decisions
-    (``core``), what runs them (``runtime``), the initial sync, the operators' tools and
-    the backends."""
+    three SPIs, the change source and how an event goes to another process); beside it,
+    one package a job: the decisions (``core``), what runs them (``runtime``), the
+    initial sync, the operators' tools and the backends."""
     streams = PACKAGE / "streams"
     packages = {path.name for path in streams.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {"backends", "core", "initial_sync", "operations", "runtime"}
     assert {path.stem for path in streams.glob("*.py")} == {
         "__init__", "async_source", "checkpoint", "clients", "context", "dispatch", "dlq",
-        "locks", "metrics", "registry", "source", "spec", "stores", "tokens", "validation",
+        "locks", "metrics", "registry", "remote_events", "source", "spec", "stores", "tokens",
+        "validation",
     }  # fmt: skip
     assert {path.stem for path in (streams / "runtime").glob("*.py")} == {
         "__init__", "threaded", "event_loop", "policy", "observed_store", "manager",
         "async_manager", "leadership",
+        # a stream handled in parallel: its window on threads, on the loop, the settled
+        # marks of transactional ones, and one event in a Celery worker
+        "parallel", "async_parallel", "settled_marks", "remote_runner",
     }  # fmt: skip
 
 

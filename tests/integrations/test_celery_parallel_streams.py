@@ -23,7 +23,7 @@ from celery import _state as celery_state
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit.fake_source import FakeChangeSource
-from tests import celery_parallel_streams as declared
+from tests import celery_parallel_mode as declared
 from tests.celery_procs import wait_until
 from tests.celery_workflow_settings import transport_options
 from tests.integrations.conftest import DB
