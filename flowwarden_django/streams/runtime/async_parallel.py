@@ -287,6 +287,15 @@ class AsyncWindow:
         batch: a policy on the stream's thread takes a batch in one hop)."""
         if self._feeding:
             return
+        if len(self._to_anchor) == 1 and not hasattr(self.policy, "on_settled_batch"):
+            entry = self._to_anchor.popleft()  # the common case: one event, nothing queued
+            self._feeding = True
+            try:
+                await self.policy.on_settled(entry.event["_id"], event_anchor_at(entry.event))
+            finally:
+                self._feeding = False
+            if not self._to_anchor:
+                return
         self._feeding = True
         try:
             while self._to_anchor:

@@ -445,7 +445,8 @@ class AsyncStreamConsumer:
         except Exception as exc:
             ctx = self._context(event, event_id)
             return await self._attempt_loop(plan.handler, ctx, False, failed=exc)
-        await self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
+        if self.window is None:  # else the window records it
+            await self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
         return True
 
     async def _try_once(

@@ -281,7 +281,8 @@ class ThreadedWindow:
         handed = self._continuations.pop(entry.seq, None) if self._continuations else None
         if handed is None:
             entry.began = began
-        consumer.window_entries.entry = entry
+        if not inline:  # the reader's own events hand off before any retry
+            consumer.window_entries.entry = entry
         try:
             if handed is not None:
                 outcome = consumer._attempt_loop(
@@ -306,7 +307,8 @@ class ThreadedWindow:
         except BaseException as exc:  # the event failed for good: the generation ends
             return self._failed(entry, exc)
         finally:
-            consumer.window_entries.entry = None
+            if not inline:
+                consumer.window_entries.entry = None
         weight = self.average_weight
         took = time.perf_counter() - began
         self.average_seconds += weight * (took - self.average_seconds)

@@ -329,7 +329,8 @@ class StreamConsumer:
             except Exception as exc:
                 ctx = self._context(event, event_id)
                 return self._attempt_loop(handler, ctx, False, failed=exc)
-            self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
+            if self.window is None:  # else the window records it
+                self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
             return True
         if plan.direct:
             return self._first_attempt(handler, event, event_id)
