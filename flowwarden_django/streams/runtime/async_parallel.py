@@ -121,19 +121,14 @@ class AsyncWindow:
             return
         self._raise_failure()
         self.window.admit(key, event, operation, event_id)
-        if self.remote is None and self.average_seconds < self.inline_below_seconds:
-            await self._run_inline()
-        else:
-            self._dispatch()
-
-    async def _run_inline(self) -> None:
-        """Await the ready events on the reader (quick handlers: see the class)."""
-        while self.average_seconds < self.inline_below_seconds:
-            entry = self.window.take()
-            if entry is None:
-                break
-            await self._run(entry, inline=True)
-        self._dispatch()  # what is still ready (the handler got slow) goes to tasks
+        if self.remote is None:
+            # Quick handlers: the reader awaits the ready events itself (see the class).
+            while self.average_seconds < self.inline_below_seconds:
+                entry = self.window.take()
+                if entry is None:
+                    break
+                await self._run(entry, inline=True)
+        self._dispatch()  # what is (still) ready goes to tasks
 
     def _full(self) -> bool:
         """The window is full, counting the passed events whose anchor is not yet
@@ -174,7 +169,10 @@ class AsyncWindow:
         await asyncio.get_running_loop().run_in_executor(None, self._shut_down_pool)
 
     def _shut_down_pool(self) -> None:
-        workers = self.window.parallelism
+        workers = len(self.executor._threads)  # only those it started hold connections
+        if not workers:
+            self.executor.shutdown(wait=True)
+            return
         barrier = threading.Barrier(workers)
 
         def close_connections() -> None:
@@ -221,7 +219,8 @@ class AsyncWindow:
         handed = self._continuations.pop(entry.seq, None) if self._continuations else None
         if handed is None:
             entry.began = began
-        entry_token = current_entry.set(entry)
+        # The reader's own events hand off before any retry: no entry to mark there.
+        entry_token = None if inline else current_entry.set(entry)
         inline_token = reader_inline.set(True) if inline else None
         try:
             if handed is not None:
@@ -256,7 +255,8 @@ class AsyncWindow:
         finally:
             if inline_token is not None:
                 reader_inline.reset(inline_token)
-            current_entry.reset(entry_token)
+            if entry_token is not None:
+                current_entry.reset(entry_token)
         if outcome is HANDED_OFF:
             self._start(entry)  # after the reset: the task is not the reader's
             return
