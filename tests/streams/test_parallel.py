@@ -623,7 +623,7 @@ def test_a_quick_async_handlers_failure_is_retried_in_a_task_of_its_own(quick_un
     # The reader's task: the one that ran most of the quick events before the poison.
     before = Counter(task for _, order, task, _ in handled if order < 300)
     reader = before.most_common(1)[0][0]
-    assert attempts[0][0] == reader and attempts[1][0] != reader
+    assert all(task != reader for task, _ in attempts[1:])  # no backoff held the reader
     gave_up = attempts[-1][1]
     assert [order for customer, order, _, at in handled if customer != "c0" and at > gave_up] == []
     c0 = [order for customer, order, _, _ in handled if customer == "c0"]

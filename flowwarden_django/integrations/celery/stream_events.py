@@ -6,7 +6,10 @@ asyncio one) do not run handlers: each sends its event as the task
 ``flowwarden_django.handle_stream_event`` and waits for the worker's answer on the
 result backend. The task is ``acks_late`` and ``reject_on_worker_lost``: a worker
 killed during an event leaves its message to be delivered again, and the slot keeps
-waiting for the same task's answer, so the key's next event is still not sent.
+waiting for the same task's answer, so the key's next event is still not sent. A
+child killed after storing its answer but before the acknowledgement leaves a
+redelivery that finds that answer and returns it without running the handler again
+(the key's next event may already be running).
 
 An answer that does not come within ``EVENT_TIMEOUT`` seconds (a message the broker
 lost) ends the generation like a failed event: the stream restarts from its anchor
@@ -46,26 +49,25 @@ def run_on_celery(
     publisher = app if app is not None else current_app._get_current_object()
     result = publisher.send_task(EVENT_TASK, args=[stream_name, encode_event(event), event_id])
     deadline = time.monotonic() + EVENT_TIMEOUT
-    try:
-        while True:
-            try:
-                answer = result.get(timeout=WAIT_TICK, propagate=True, disable_sync_subtasks=False)
-            except ResultTimeout:
-                if stopping():
-                    return None
-                if time.monotonic() > deadline:
-                    raise RemoteEventError(
-                        f"stream {stream_name!r}: no answer from a Celery worker within "
-                        f"{EVENT_TIMEOUT:.0f} s (task {result.id})"
-                    ) from None
-                continue
-            except RemoteEventError:
-                raise
-            except Exception as exc:  # the worker's error, re-raised by the backend
-                raise RemoteEventError(f"stream {stream_name!r}: {exc}") from exc
-            break
-    finally:
-        result.forget()
+    # The answer is not forgotten here: a redelivery of the same task finds it
+    # (``handle_stream_event``); the backend expires it (``result_expires``).
+    while True:
+        try:
+            answer = result.get(timeout=WAIT_TICK, propagate=True, disable_sync_subtasks=False)
+        except ResultTimeout:
+            if stopping():
+                return None
+            if time.monotonic() > deadline:
+                raise RemoteEventError(
+                    f"stream {stream_name!r}: no answer from a Celery worker within "
+                    f"{EVENT_TIMEOUT:.0f} s (task {result.id})"
+                ) from None
+            continue
+        except RemoteEventError:
+            raise
+        except Exception as exc:  # the worker's error, re-raised by the backend
+            raise RemoteEventError(f"stream {stream_name!r}: {exc}") from exc
+        break
     if answer not in (HANDLED, SKIPPED):
         raise RemoteEventError(f"stream {stream_name!r}: unexpected answer {answer!r}")
     return answer == HANDLED

@@ -159,12 +159,22 @@ def expire_approvals(limit: int = 500) -> dict[str, list[str]]:
 
 @shared_task(
     name="flowwarden_django.handle_stream_event",
+    bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
 )
-def handle_stream_event(stream: str, event: str, event_id: str | None = None) -> str:
+def handle_stream_event(self: Any, stream: str, event: str, event_id: str | None = None) -> str:
     """Handle one change event of *stream* (BSON, base64) sent by its consumer
-    (``execution="celery"``): ``"handled"`` or ``"skipped"`` once settled."""
+    (``execution="celery"``): ``"handled"`` or ``"skipped"`` once settled.
+
+    A redelivered message whose first run had already answered (a pool child killed
+    between storing its result and the acknowledgement) answers the same again
+    without running: the consumer may already have sent the key's next event.
+    """
     from ...streams.runtime.remote_runner import handle_remote_event
 
+    if (self.request.delivery_info or {}).get("redelivered"):
+        earlier = self.app.backend.get_task_meta(self.request.id)
+        if earlier.get("status") == "SUCCESS":
+            return earlier["result"]
     return handle_remote_event(stream, event, event_id)
