@@ -29,9 +29,8 @@ from django.db import connections
 
 from ..core.anchors import At, event_anchor_at
 from ..core.generation import announce_processed, counted
-from ..core.window import KeyedWindow, WindowEntry, event_key
-from ..remote_events import remote_executor
-from .parallel import HandOff, UnsettledEventError
+from ..core.window import WindowEntry, event_key
+from .parallel import HandOff, WindowDriver
 from .settled_marks import SettledMarks
 
 logger = logging.getLogger("flowwarden_django.streams")
@@ -68,7 +67,7 @@ class AsyncWindowedAnchors:
         return getattr(self.policy, name)
 
 
-class AsyncWindow:
+class AsyncWindow(WindowDriver):
     """The window of one parallel generation of an asyncio consumer.
 
     A task per event costs more than an ``async def`` handler that does not wait
@@ -78,36 +77,14 @@ class AsyncWindow:
     retries never hold the reader.
     """
 
-    #: Seconds between two looks at a stop while the reader waits for room.
-    wait_tick_seconds = 0.25
-    #: The handler's average time under which the reader runs events itself.
-    inline_below_seconds = 50e-6
-    #: The weight of the newest call in that average.
-    average_weight = 0.1
-
     def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
-        spec = consumer.spec
-        self.consumer = consumer
-        self.policy = policy
-        #: A transactional stream's settled marks (``settled_marks``).
-        self.marks = marks
-        #: ``execution="celery"``: what sends an event to a worker and waits for it
-        #: (on a thread of the pool).
-        self.remote = remote_executor(spec.execution) if spec.execution != "inline" else None
-        self.key = spec.key
-        self.window = KeyedWindow(spec.parallelism, spec.window)
+        super().__init__(consumer, policy, marks)
         self._progress = asyncio.Event()
-        self._failure: BaseException | None = None
-        self._stopping = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._to_anchor: deque[WindowEntry] = deque()
         self._feeding = False
-        #: The handler's moving average, in seconds; starts slow (tasks).
-        self.average_seconds = 1.0
-        #: Events the reader began and a task continues (``HandOff``), by ``seq``.
-        self._continuations: dict[int, HandOff] = {}
         self.executor = ThreadPoolExecutor(
-            max_workers=self.window.parallelism, thread_name_prefix=f"fw-{spec.name}"
+            max_workers=self.window.parallelism, thread_name_prefix=f"fw-{consumer.spec.name}"
         )
 
     # -- the reader's side ---------------------------------------------------------------
@@ -121,13 +98,12 @@ class AsyncWindow:
             return
         self._raise_failure()
         self.window.admit(key, event, operation, event_id)
-        if self.remote is None:
-            # Quick handlers: the reader awaits the ready events itself (see the class).
-            while self.average_seconds < self.inline_below_seconds:
-                entry = self.window.take()
-                if entry is None:
-                    break
-                await self._run(entry, inline=True)
+        # Quick handlers: the reader awaits the ready events itself (see the class).
+        while self.quick:
+            entry = self.window.take()
+            if entry is None:
+                break
+            await self._run(entry, inline=True)
         self._dispatch()  # what is (still) ready goes to tasks
 
     def _full(self) -> bool:
@@ -184,15 +160,6 @@ class AsyncWindow:
         for _ in range(workers):
             self.executor.submit(close_connections)
         self.executor.shutdown(wait=True)
-
-    @property
-    def closing(self) -> bool:
-        """Whether the window is being closed or failed: running retries stop waiting."""
-        return self._stopping or self._failure is not None
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise self._failure
 
     async def _wait(self, seconds: float) -> None:
         self._progress.clear()
@@ -261,18 +228,10 @@ class AsyncWindow:
             self._start(entry)  # after the reset: the task is not the reader's
             return
         if handed is None:
-            took = time.perf_counter() - began
-            self.average_seconds += self.average_weight * (took - self.average_seconds)
+            self._timed(began)
         announce_processed(consumer.spec.name, entry.began, outcome)
         if outcome is None:
-            error = (
-                None
-                if consumer.stopping
-                else UnsettledEventError(
-                    f"stream {consumer.spec.name!r}: an event was left unsettled; resubscribing"
-                )
-            )
-            self._failed(entry, error)
+            self._failed(entry, self._unsettled())
             return
         self._to_anchor.extend(self.window.settle(entry))
         counted(consumer)
@@ -311,11 +270,6 @@ class AsyncWindow:
                     await self.policy.on_settled(token, at)
         finally:
             self._feeding = False
-
-    def _stop_waiting(self) -> bool:
-        """Whether a pool thread waiting for a worker's answer should give up (called
-        on that thread: it reads two flags)."""
-        return self.consumer.stopping or self.closing
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
         self.window.release(entry)

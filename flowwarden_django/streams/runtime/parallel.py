@@ -90,19 +90,13 @@ class WindowedAnchors:
         return getattr(self.policy, name)
 
 
-class ThreadedWindow:
-    """The window of one parallel generation of a threaded consumer (see the module).
+class WindowDriver:
+    """What the threaded and the asyncio windows share: the stream's window, its
+    settled marks and remote executor, the handler's moving average that decides
+    when the reader runs events itself, and the generation's failure.
 
-    One lock guards the window. Idle handler threads wait on ``_work`` and are woken
-    one per event made ready; the reader (and a drain) wait on ``_progress``, which a
-    settlement signals. A handler thread settles its event and takes the next one in
-    one hold of the lock.
-
-    Handing an event to another thread costs a wake-up and a switch of the GIL (about
-    20 us here): more than a handler that does no I/O takes. So while the handler's
-    calls average under :attr:`inline_below_seconds`, the reader runs the ready events
-    itself, in the order the window allows; a slower average hands them to the
-    threads again.
+    A subclass performs the window effects (``submit``, ``busy``, ``wait``, ``drain``,
+    ``close``) with its own means of waiting (a lock and conditions, or the loop).
     """
 
     #: Seconds between two looks at a stop while the reader waits for room.
@@ -123,6 +117,67 @@ class ThreadedWindow:
         self.remote = remote_executor(spec.execution) if spec.execution != "inline" else None
         self.key = spec.key
         self.window = KeyedWindow(spec.parallelism, spec.window)
+        #: The handler's moving average, in seconds; starts slow (hand events out).
+        self.average_seconds = 1.0
+        #: Events the reader began and another thread or task continues (``HandOff``),
+        #: by ``seq``.
+        self._continuations: dict[int, HandOff] = {}
+        self._failure: BaseException | None = None
+        self._stopping = False
+
+    @property
+    def quick(self) -> bool:
+        """Whether the reader runs the ready events itself: handlers in this process
+        that average under :attr:`inline_below_seconds`."""
+        return self.remote is None and self.average_seconds < self.inline_below_seconds
+
+    def _timed(self, began: float) -> None:
+        """Fold a call that began at *began* (``time.perf_counter()``) into the average."""
+        took = time.perf_counter() - began
+        self.average_seconds += self.average_weight * (took - self.average_seconds)
+
+    def _unsettled(self) -> BaseException | None:
+        """The generation's error for an event that ended unsettled: none after a stop
+        (it closes the window anyway); else (a lost lease, a window closed by another
+        event's failure) ``UnsettledEventError``."""
+        if self.consumer.stopping:
+            return None
+        return UnsettledEventError(
+            f"stream {self.consumer.spec.name!r}: an event was left unsettled; resubscribing"
+        )
+
+    @property
+    def closing(self) -> bool:
+        """Whether the window is being closed or failed: running retries stop waiting."""
+        return self._stopping or self._failure is not None
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _stop_waiting(self) -> bool:
+        """Whether a slot waiting for a worker's answer should give up (a stop, or the
+        window closing after another event's failure); read from any thread."""
+        return self.consumer.stopping or self.closing
+
+
+class ThreadedWindow(WindowDriver):
+    """The window of one parallel generation of a threaded consumer (see the module).
+
+    One lock guards the window. Idle handler threads wait on ``_work`` and are woken
+    one per event made ready; the reader (and a drain) wait on ``_progress``, which a
+    settlement signals. A handler thread settles its event and takes the next one in
+    one hold of the lock.
+
+    Handing an event to another thread costs a wake-up and a switch of the GIL (about
+    20 us here): more than a handler that does no I/O takes. So while the handler's
+    calls average under :attr:`inline_below_seconds`, the reader runs the ready events
+    itself, in the order the window allows; a slower average hands them to the
+    threads again.
+    """
+
+    def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
+        super().__init__(consumer, policy, marks)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._progress = threading.Condition(self._lock)
@@ -131,16 +186,11 @@ class ThreadedWindow:
         self._reader = threading.get_ident()
         #: Whether the reader is running an event itself (``_run_inline``).
         self._inline = False
-        #: Events the reader began and handed to a handler thread (``HandOff``), and
-        #: the hand-offs of those a thread took, by ``seq``.
+        #: Events the reader began and handed to a handler thread (``HandOff``).
         self._handed: deque[tuple[WindowEntry, HandOff]] = deque()
-        self._continuations: dict[int, HandOff] = {}
-        #: The handler's moving average, in seconds; starts slow (hand to threads).
-        self.average_seconds = 1.0
-        self._failure: BaseException | None = None
-        self._stopping = False
+        name = consumer.spec.name
         self._threads = [
-            threading.Thread(target=self._serve, name=f"fw-{spec.name}-{number}", daemon=True)
+            threading.Thread(target=self._serve, name=f"fw-{name}-{number}", daemon=True)
             for number in range(1, self.window.parallelism + 1)
         ]
 
@@ -165,7 +215,7 @@ class ThreadedWindow:
             if self._failure is not None:
                 raise self._failure
             window.admit(key, event, operation, event_id)
-            if self.remote is not None or self.average_seconds >= self.inline_below_seconds:
+            if not self.quick:
                 self._wake_workers()
                 return
             entry = window.take()
@@ -219,15 +269,6 @@ class ThreadedWindow:
                 self._await_progress(self.wait_tick_seconds)
         for thread in self._threads:
             thread.join()
-
-    @property
-    def closing(self) -> bool:
-        """Whether the window is being closed or failed: running retries stop waiting."""
-        return self._stopping or self._failure is not None
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise self._failure
 
     def _await_progress(self, seconds: float) -> None:
         """Wait (under the lock) until a settlement or failure signals, or *seconds*."""
@@ -309,21 +350,10 @@ class ThreadedWindow:
         finally:
             if not inline:
                 consumer.window_entries.entry = None
-        weight = self.average_weight
-        took = time.perf_counter() - began
-        self.average_seconds += weight * (took - self.average_seconds)
+        self._timed(began)
         announce_processed(consumer.spec.name, entry.began, outcome)
         if outcome is None:
-            # A stop closes the window anyway; anything else (a lost lease, a window
-            # closed by another event's failure) ends the generation.
-            error = (
-                None
-                if consumer.stopping
-                else UnsettledEventError(
-                    f"stream {consumer.spec.name!r}: an event was left unsettled; resubscribing"
-                )
-            )
-            return self._failed(entry, error)
+            return self._failed(entry, self._unsettled())
         with self._lock:
             passed = self.window.settle(entry)
             counted(consumer)
@@ -332,7 +362,7 @@ class ThreadedWindow:
                 self.policy.on_settled(settled.event["_id"], event_anchor_at(settled.event))
             if self._progress_waiters:
                 self._progress.notify_all()
-            if inline and self.average_seconds >= self.inline_below_seconds:
+            if inline and not self.quick:
                 self._wake_workers()  # the handler got slow: the threads take over
                 return None
             following = self.window.take()
@@ -340,11 +370,6 @@ class ThreadedWindow:
                 return None if inline else self._next()
             self._wake_workers()  # its key's next event may be ready for another thread
             return following
-
-    def _stop_waiting(self) -> bool:
-        """Whether a slot waiting for a worker's answer should give up (a stop, or the
-        window closing after another event's failure)."""
-        return self.consumer.stopping or self.closing
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
         with self._lock:
