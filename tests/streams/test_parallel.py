@@ -298,6 +298,47 @@ def test_a_full_window_stops_the_reader(runner):
     assert read[0] == 500 and consumer.events_handled == 500
 
 
+def test_a_slow_anchor_write_holds_the_reader(runner):
+    """While a processed-anchor write hangs, at most ``window`` events are handled past
+    the ``save_every_n`` being written: a kill then re-delivers at most their sum."""
+    store, source = bootstrapped(runner)
+    events = insert_orders(source.oplog, 400, customers=400)
+    writing, release = threading.Event(), threading.Event()
+    save_processed = store.save_processed
+
+    def hanging_save(*args, **kwargs):
+        writing.set()
+        release.wait(10)
+        return save_processed(*args, **kwargs)
+
+    store.save_processed = hanging_save
+    handled = []
+
+    def handler(doc):
+        # Slow enough to run off the reader; the first order holds the watermark
+        # while the others settle, so the anchor is then fed a batch at once.
+        time.sleep(0.2 if doc["_id"] == 1 else 0.001)
+        handled.append(doc["_id"])
+
+    checkpoint = CheckpointSpec(save_interval_seconds=0, save_every_n=10)
+    consumer = consumer_class(runner)(
+        spec(handler, window=16, checkpoint=checkpoint),
+        store,
+        lambda s: source,
+    )
+    thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
+    thread.start()
+    try:
+        assert writing.wait(5)
+        time.sleep(0.3)
+        assert len(handled) <= 10 + 16
+    finally:
+        release.set()
+        thread.join(20)
+    assert len(handled) == 400
+    assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
 def test_a_graceful_stop_anchors_what_settled_and_the_restart_reads_the_rest(runner):
     store, source = bootstrapped(runner)
     events = insert_orders(source.oplog, 200, customers=7)

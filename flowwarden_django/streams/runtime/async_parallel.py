@@ -83,6 +83,8 @@ class AsyncWindow(WindowDriver):
         self._tasks: set[asyncio.Task[None]] = set()
         self._to_anchor: deque[WindowEntry] = deque()
         self._feeding = False
+        #: Events handed to the policy whose ``on_settled`` has not returned yet.
+        self._in_feed = 0
         self.executor = ThreadPoolExecutor(
             max_workers=self.window.parallelism, thread_name_prefix=f"fw-{consumer.spec.name}"
         )
@@ -108,9 +110,10 @@ class AsyncWindow(WindowDriver):
 
     def _full(self) -> bool:
         """The window is full, counting the passed events whose anchor is not yet
-        recorded (a slow anchor write holds the reader too)."""
+        recorded, queued or in the policy's hands (a slow anchor write holds the
+        reader too, so at most ``window`` events past ``save_every_n`` are unsaved)."""
         window = self.window
-        return window.held + len(self._to_anchor) >= window.capacity
+        return window.held + len(self._to_anchor) + self._in_feed >= window.capacity
 
     async def busy(self) -> bool:
         """Whether an admitted event is not yet behind the watermark."""
@@ -248,11 +251,11 @@ class AsyncWindow(WindowDriver):
             return
         if len(self._to_anchor) == 1 and not hasattr(self.policy, "on_settled_batch"):
             entry = self._to_anchor.popleft()  # the common case: one event, nothing queued
-            self._feeding = True
+            self._feeding, self._in_feed = True, 1
             try:
                 await self.policy.on_settled(entry.event["_id"], event_anchor_at(entry.event))
             finally:
-                self._feeding = False
+                self._feeding, self._in_feed = False, 0
             if not self._to_anchor:
                 return
         self._feeding = True
@@ -262,14 +265,16 @@ class AsyncWindow(WindowDriver):
                     (entry.event["_id"], event_anchor_at(entry.event)) for entry in self._to_anchor
                 ]
                 self._to_anchor.clear()
+                self._in_feed = len(batch)
                 settle_batch = getattr(self.policy, "on_settled_batch", None)
                 if settle_batch is not None:
                     await settle_batch(batch)
                     continue
                 for token, at in batch:
                     await self.policy.on_settled(token, at)
+                    self._in_feed -= 1
         finally:
-            self._feeding = False
+            self._feeding, self._in_feed = False, 0
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
         self.window.release(entry)
