@@ -19,7 +19,7 @@ own document (so every event has its own key: the default key, the document key)
    awaits ``asyncio.sleep`` on the asyncio runtime; on **Celery**
    (``execution="celery"``) the threaded runtime reads the stream and keeps the
    window, and a ``celery worker`` subprocess (``--pool=threads``, as many threads as
-   the highest level, Redis broker and result backend; ``bench.providers_app.streams``)
+   the highest level, Redis broker and result backend; ``bench.providers_app.stream_events``)
    runs the handler, which calls ``time.sleep``. Each runtime reads ``--events``
    events in burst mode (from the sentinel to the end of the log, then stops) once per
    ``parallelism`` level; the anchor is the ``raw loop``: the loop a user would write

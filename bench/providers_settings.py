@@ -11,7 +11,8 @@ environment:
   ``CELERY_*`` settings, read from this module);
 * ``FLOWWARDEN_BENCH_TEMPORAL_TARGET`` and ``FLOWWARDEN_BENCH_TEMPORAL_QUEUE``: the
   Temporal dev server the benchmark started and its task queue;
-* ``FLOWWARDEN_BENCH_SLEEP_MS``: the wait of ``bench/parallel_streams.py``'s handler.
+* ``FLOWWARDEN_BENCH_SLEEP_MS``: the wait of ``bench/parallel_streams.py``'s handler
+  (set only by that benchmark, whose worker then imports ``bench.providers_app.stream_events``).
 
 ``bench.providers_app`` defines the benchmark workflow from its ``workflows.py``
 (flowwarden's autodiscovery; the Celery worker also imports it through
@@ -65,8 +66,12 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("FLOWWARDEN_BENCH_CELERY_QUEUE", "fw-
 CELERY_IMPORTS = [
     "bench.providers_app.workflows",
     "bench.providers_app.raw_chain",
-    "bench.providers_app.streams",  # bench/parallel_streams.py's Celery lane
 ]
+if "FLOWWARDEN_BENCH_SLEEP_MS" in os.environ:
+    # bench/parallel_streams.py's Celery lane declares its stream in its worker only
+    # (not a ``streams`` module: the workflow benchmark's workers would then check a
+    # stream they have no MongoDB client for).
+    CELERY_IMPORTS.append("bench.providers_app.stream_events")
 # The answers of bench/parallel_streams.py's Celery lane (its stream's events); the
 # workflow benchmark's tasks store no result.
 CELERY_RESULT_BACKEND = CELERY_BROKER_URL

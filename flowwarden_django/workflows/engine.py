@@ -264,6 +264,9 @@ class Workflow:
             raise TypeError(f"store must be a SnapshotStore or an alias, not {store!r}")
         self._store = store
         self._using = using
+        #: The seed and record ``WorkflowDefinition.start`` has just written, for the
+        #: provider's first ``run()`` (a remote provider then need not read them back).
+        self.started_with: tuple[WorkflowSnapshot, WorkflowRun] | None = None
 
     def __repr__(self) -> str:
         return f"<Workflow {self._name!r} {self._coordination_id!r}>"
@@ -774,6 +777,41 @@ def _seed_snapshot(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
         seq=1,
         metadata={LAST_STEP: "", WORKFLOW_NAME: workflow.name, WORKFLOW_DONE: "false"},
     )
+
+
+def _create_seeded(
+    workflow: Workflow, runs: RunRecords, initial_state: Any, idempotency_key: str | None
+) -> tuple[WorkflowSnapshot, WorkflowRun] | None:
+    """Create the run at its seed and write the seed in ONE statement where the store
+    can (the ORM store on the run's PostgreSQL database, outside a transaction):
+    ``(seed, record)``. ``None`` when that path does not apply or the coordination
+    or key exists (``WorkflowDefinition.start`` then goes the long way, which finds
+    the existing run)."""
+    opener = getattr(workflow.store, "open_run", None)
+    if opener is None:
+        return None
+    cid = workflow.coordination_id
+    seed = _seed_snapshot(workflow, initial_state)
+    statement = runs.create_statement(
+        cid,
+        workflow.name,
+        seed.id,
+        idempotency_key=idempotency_key,
+        workflow_version=workflow.version,
+    )
+    if statement is None:
+        return None
+    opened = opener(seed, statement, run_using=runs.db)
+    if opened is None or opened[0] is None:
+        return None
+    row, seeded = opened
+    record = runs.claimed(row)
+    if seeded is None:  # the coordination had snapshots: the run continues the latest
+        head = workflow.store.latest(cid) or _save_seed(workflow, initial_state)
+        runs.set_head(cid, head.id)
+        record.head_snapshot_id = head.id
+        return head, record
+    return seeded, record
 
 
 def _save_seed(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
@@ -1418,13 +1456,20 @@ class WorkflowDefinition:
         cid = coordination_id or uuid.uuid4().hex
         wf = self.workflow(cid)
         runs = wf.runs
-        with transaction.atomic(using=runs.db):
-            record, created = runs.create(
-                cid, self.name, idempotency_key=idempotency_key, workflow_version=self.version
-            )
-            if created:
-                head = wf.store.latest(cid) or _save_seed(wf, initial_state)
-                runs.set_head(cid, head.id)
+        started = _create_seeded(wf, runs, initial_state, idempotency_key)
+        if started is not None:
+            record, created = started[1], True
+            wf.started_with = started
+        else:
+            with transaction.atomic(using=runs.db):
+                record, created = runs.create(
+                    cid, self.name, idempotency_key=idempotency_key, workflow_version=self.version
+                )
+                if created:
+                    head = wf.store.latest(cid) or _save_seed(wf, initial_state)
+                    runs.set_head(cid, head.id)
+                    record.head_snapshot_id = head.id
+                    wf.started_with = (head, record)
         if not created:
             try:
                 existing = workflow_for(record.coordination_id, using=runs.db, mark=False)

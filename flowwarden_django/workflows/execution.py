@@ -194,6 +194,13 @@ class RemoteExecutionProvider(ExecutionProvider):
         """Seed the run: its head snapshot, its record, and its current result when
         there is nothing to hand over (completed or cancelled, or waiting and given no
         input)."""
+        started = getattr(workflow, "started_with", None)
+        if started is not None and input is None:
+            # Just created and seeded by ``WorkflowDefinition.start``: running at its
+            # seed (whatever happened since, the step that runs it checks again).
+            workflow.started_with = None
+            head, record = started
+            return head, record, None
         head = workflow.seed(initial_state)
         record = workflow.run_record()
         assert record is not None  # seed() made it

@@ -407,6 +407,35 @@ class RunRecords:
         ]
         return _claim_or_create_sql(resume_input is not None), params
 
+    def create_statement(
+        self,
+        coordination_id: str,
+        workflow_name: str,
+        head: str,
+        *,
+        idempotency_key: str | None = None,
+        workflow_version: int = 1,
+    ) -> tuple[str, list[Any]] | None:
+        """``create``'s statement and parameters on PostgreSQL (``None`` elsewhere): a
+        ``running`` run at snapshot *head*, unclaimed, returned as ``claim_statement``
+        returns its row (``created`` true); no row when the coordination or the key
+        exists (nothing written). A store on the same database runs it with the
+        insert of *head* (``OrmSnapshotStore.open_run``)."""
+        connection = connections[self.db]
+        if connection.vendor != "postgresql":
+            return None
+        now = timezone.now()
+        params = [
+            coordination_id,
+            workflow_name,
+            workflow_version,
+            head,
+            idempotency_key,
+            now,
+            now,
+        ]
+        return _create_sql(), params
+
     def claim_statement_for(
         self,
         coordination_id: str,
@@ -675,7 +704,32 @@ def _claim_or_create_sql(with_input: bool) -> str:
     )
 
 
-@lru_cache(maxsize=16)
+#: What ``create_statement`` inserts (unlisted columns as ``_INSERTED`` has them).
+_CREATED = {
+    **_INSERTED,
+    "head_snapshot_id": "%s",
+    "idempotency_key": "%s",
+    "resume_input": "NULL",
+    "runner": "''",
+    "claimed_until": "NULL",
+}
+
+
+@lru_cache(maxsize=1)
+def _create_sql() -> str:
+    """PostgreSQL: insert a run unless its coordination or idempotency key exists
+    (``ON CONFLICT DO NOTHING``: any unique key); returns the row and ``created``."""
+    fields = _run_fields()
+    column = {field.name: f'"{field.column}"' for field in fields}
+    assert set(_CREATED) == set(column), "WorkflowRun's columns changed"
+    return (
+        f'INSERT INTO "{models.WorkflowRun._meta.db_table}" '
+        f"({', '.join(column[name] for name in _CREATED)}) "
+        f"VALUES ({', '.join(_CREATED.values())}) ON CONFLICT DO NOTHING "
+        f'RETURNING {", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
+    )
+
+
 @lru_cache(maxsize=64)
 def _claim_sql(
     with_input: bool,

@@ -414,3 +414,82 @@ def test_a_provider_claim_commits_without_waiting_for_the_wal_flush_only_for_its
         cid, "path", "r", timedelta(seconds=30), ClaimTerms(), resume_input={"go": True}
     )
     assert claim is not None and "synchronous_commit" not in claim[0]
+
+
+@pytest.fixture
+def start_definition():
+    """Defines ``path.start`` (registered: a start that finds its run looks it up)."""
+    from flowwarden_django.workflows.engine import workflow_registry
+
+    def define(alias: str, steps: list[Any]) -> Any:
+        workflow_registry.unregister("path.start")
+        return Workflow.define("path.start", steps, OrmSnapshotStore(using=alias))
+
+    yield define
+    workflow_registry.unregister("path.start")
+
+
+@ALIASES
+def test_a_start_writes_the_run_at_its_seed_in_one_statement_on_postgres(
+    alias: str, start_definition: Any
+) -> None:
+    """``WorkflowDefinition.start``'s writes: on PostgreSQL the run (at its seed,
+    unclaimed) and the seed are one statement, outside a transaction; elsewhere a
+    transaction of several. The provider's hand-over is told what was written."""
+    from flowwarden_django.workflows.engine import _create_seeded
+
+    definition = start_definition(alias, [step("s1")(advance)])
+    wf = definition.workflow(new_cid())
+    with CaptureQueriesContext(connections[alias]) as captured:
+        started = _create_seeded(wf, wf.runs, ["seed"], "key-" + wf.coordination_id)
+    if alias != "postgres":
+        assert started is None and not captured.captured_queries
+        return
+    assert len(captured) == 1 and captured[0]["sql"].startswith("WITH claimed AS (INSERT")
+    seed, record = started
+    run = WorkflowRun.objects.using(alias).get(pk=wf.coordination_id)
+    assert (run.status, run.runner, run.claimed_until) == (RunStatus.RUNNING, "", None)
+    assert run.head_snapshot_id == record.head_snapshot_id == seed.id
+    assert run.idempotency_key == "key-" + wf.coordination_id
+    assert [(row.seq, row.id) for row in history(alias, wf.coordination_id)] == [(1, seed.id)]
+    # The coordination exists: nothing written, the long way finds it.
+    again = definition.workflow(wf.coordination_id)
+    assert _create_seeded(again, again.runs, ["other"], None) is None
+    assert len(history(alias, wf.coordination_id)) == 1
+
+
+@ALIASES
+def test_a_start_with_a_known_key_or_over_old_snapshots(alias: str, start_definition: Any) -> None:
+    """A second start with the same idempotency key creates nothing; a start over
+    snapshots whose run record is gone continues from the latest of them."""
+    definition = start_definition(alias, [step("one")(advance), step("two")(advance)])
+    first = definition.start([], idempotency_key=f"key-{uuid.uuid4().hex}")
+    assert first.created and first.result == Completed([], first.coordination_id)
+    key = WorkflowRun.objects.using(alias).get(pk=first.coordination_id).idempotency_key
+    second = definition.start(["ignored"], idempotency_key=key)
+    assert not second.created and second.coordination_id == first.coordination_id
+    assert WorkflowRun.objects.using(alias).filter(idempotency_key=key).count() == 1
+
+    cid = new_cid()
+    store = OrmSnapshotStore(using=alias)
+    old = store.save(
+        WorkflowSnapshot.root(
+            cid,
+            ["old"],
+            agent_name="path.start",
+            metadata={LAST_STEP: "one", WORKFLOW_NAME: "path.start", WORKFLOW_DONE: "false"},
+        ).replace(seq=1)
+    )
+
+    @step("one")
+    def one(state: list[str]) -> Any:
+        raise AssertionError("step one is done already")
+
+    @step("two")
+    def two(state: list[str]) -> Any:
+        return advance([*state, "two"])
+
+    started = start_definition(alias, [one, two]).start(["new"], coordination_id=cid)
+    assert started.created and started.result == Completed(["old", "two"], cid)
+    rows = history(alias, cid)
+    assert [(row.seq, row.parent_id) for row in rows] == [(1, None), (2, old.id)]
