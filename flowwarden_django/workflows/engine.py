@@ -807,11 +807,19 @@ def _create_seeded(
     row, seeded = opened
     record = runs.claimed(row)
     if seeded is None:  # the coordination had snapshots: the run continues the latest
-        head = workflow.store.latest(cid) or _save_seed(workflow, initial_state)
-        runs.set_head(cid, head.id)
-        record.head_snapshot_id = head.id
-        return head, record
+        return _point_at_head(workflow, runs, record, initial_state), record
     return seeded, record
+
+
+def _point_at_head(
+    workflow: Workflow, runs: RunRecords, record: WorkflowRun, initial_state: Any
+) -> WorkflowSnapshot:
+    """Point the run just created at its coordination's latest snapshot (a seed of
+    *initial_state* when there is none) and return that head."""
+    head = workflow.store.latest(workflow.coordination_id) or _save_seed(workflow, initial_state)
+    runs.set_head(workflow.coordination_id, head.id)
+    record.head_snapshot_id = head.id
+    return head
 
 
 def _save_seed(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
@@ -1466,10 +1474,7 @@ class WorkflowDefinition:
                     cid, self.name, idempotency_key=idempotency_key, workflow_version=self.version
                 )
                 if created:
-                    head = wf.store.latest(cid) or _save_seed(wf, initial_state)
-                    runs.set_head(cid, head.id)
-                    record.head_snapshot_id = head.id
-                    wf.started_with = (head, record)
+                    wf.started_with = (_point_at_head(wf, runs, record, initial_state), record)
         if not created:
             try:
                 existing = workflow_for(record.coordination_id, using=runs.db, mark=False)

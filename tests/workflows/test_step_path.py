@@ -194,18 +194,15 @@ def test_the_claim_creates_or_takes_a_run(alias: str) -> None:
     assert (stored.runner, stored.attempts, stored.resume_input) == (first, 1, ["again"])
 
 
-@ALIASES
-def test_a_new_run_over_snapshots_it_did_not_write_continues_from_them(alias: str) -> None:
-    """No run record, but snapshots (the record was deleted): the run starts from the
-    latest one, without a seed."""
-    cid = new_cid()
-    store = OrmSnapshotStore(using=alias)
-    first = store.save(
+def left_over_snapshot(alias: str, cid: str, workflow: str) -> tuple[WorkflowSnapshot, list[Any]]:
+    """A snapshot of *cid* after step ``one`` whose run record is gone, and the steps
+    ``one`` (done already: it must not run again) and ``two``."""
+    first = OrmSnapshotStore(using=alias).save(
         WorkflowSnapshot.root(
             cid,
             ["old"],
-            agent_name="path",
-            metadata={LAST_STEP: "one", WORKFLOW_NAME: "path", WORKFLOW_DONE: "false"},
+            agent_name=workflow,
+            metadata={LAST_STEP: "one", WORKFLOW_NAME: workflow, WORKFLOW_DONE: "false"},
         ).replace(seq=1)
     )
 
@@ -217,7 +214,17 @@ def test_a_new_run_over_snapshots_it_did_not_write_continues_from_them(alias: st
     def two(state: list[str]) -> Any:
         return advance([*state, "two"])
 
-    assert Workflow("path", cid, [one, two], store).run(["new"]) == Completed(["old", "two"], cid)
+    return first, [one, two]
+
+
+@ALIASES
+def test_a_new_run_over_snapshots_it_did_not_write_continues_from_them(alias: str) -> None:
+    """No run record, but snapshots (the record was deleted): the run starts from the
+    latest one, without a seed."""
+    cid = new_cid()
+    first, steps = left_over_snapshot(alias, cid, "path")
+    store = OrmSnapshotStore(using=alias)
+    assert Workflow("path", cid, steps, store).run(["new"]) == Completed(["old", "two"], cid)
     rows = history(alias, cid)
     assert [(row.seq, row.parent_id) for row in rows] == [(1, None), (2, first.id)]
 
@@ -471,25 +478,8 @@ def test_a_start_with_a_known_key_or_over_old_snapshots(alias: str, start_defini
     assert WorkflowRun.objects.using(alias).filter(idempotency_key=key).count() == 1
 
     cid = new_cid()
-    store = OrmSnapshotStore(using=alias)
-    old = store.save(
-        WorkflowSnapshot.root(
-            cid,
-            ["old"],
-            agent_name="path.start",
-            metadata={LAST_STEP: "one", WORKFLOW_NAME: "path.start", WORKFLOW_DONE: "false"},
-        ).replace(seq=1)
-    )
-
-    @step("one")
-    def one(state: list[str]) -> Any:
-        raise AssertionError("step one is done already")
-
-    @step("two")
-    def two(state: list[str]) -> Any:
-        return advance([*state, "two"])
-
-    started = start_definition(alias, [one, two]).start(["new"], coordination_id=cid)
+    old, steps = left_over_snapshot(alias, cid, "path.start")
+    started = start_definition(alias, steps).start(["new"], coordination_id=cid)
     assert started.created and started.result == Completed(["old", "two"], cid)
     rows = history(alias, cid)
     assert [(row.seq, row.parent_id) for row in rows] == [(1, None), (2, old.id)]
