@@ -29,7 +29,9 @@ own document (so every event has its own key: the default key, the document key)
    runtime and over the raw loop.
 2. **A no-op handler**: the cost of the window itself, ``parallelism=16`` against
    ``parallelism=1`` on ``--noop-events`` events, each runtime, alternating which
-   goes first, median of ``--rounds``.
+   goes first; the cost is the median over ``--rounds`` of each round's pair (the
+   two runs of a round are back to back, so the machine's drift between rounds,
+   up to 1.5x on this shared machine, cancels).
 
 Every run uses the ORM checkpoint store on PostgreSQL (``save_every_n=100``, no age
 threshold, idle heartbeat off), one restart attempt (a restart would re-read events
@@ -108,7 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--noop-events", type=positive_int, default=20000, help="events per no-op run"
     )
-    parser.add_argument("--rounds", type=positive_int, default=3, help="no-op rounds")
+    parser.add_argument("--rounds", type=positive_int, default=7, help="no-op rounds")
     parser.add_argument("--sleep-ms", type=float, default=5.0, help="the handler's wait")
     parser.add_argument("--levels", type=levels_list, default=[1, 4, 16, 64])
     parser.add_argument(
@@ -118,12 +120,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Run:
-    """One timed run: events handled, seconds, and the server's CPU meanwhile."""
+    """One timed run: events handled, seconds, this process's CPU and the server's
+    CPU meanwhile."""
 
-    def __init__(self, events: int, seconds: float, server_seconds: float | None) -> None:
+    def __init__(
+        self, events: int, seconds: float, server_seconds: float | None, cpu_seconds: float = 0.0
+    ) -> None:
         self.events = events
         self.seconds = seconds
         self.server_seconds = server_seconds
+        self.cpu_seconds = cpu_seconds
+
+    @property
+    def cpu_us(self) -> float:
+        """This process's CPU per event (every thread's), in microseconds."""
+        return self.cpu_seconds / self.events * 1e6
 
     @property
     def rate(self) -> float:
@@ -183,12 +194,12 @@ class Bench:
 
     def timed(self, run: Callable[[], int]) -> Run:
         before = process_cpu_seconds(self.server_pid)
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.process_time()
         events = run()
-        seconds = time.perf_counter() - began
+        seconds, cpu = time.perf_counter() - began, time.process_time() - cpu_began
         after = process_cpu_seconds(self.server_pid)
         server = None if before is None or after is None else after - before
-        return Run(events, seconds, server)
+        return Run(events, seconds, server, cpu)
 
     def check(self, label: str, handled: int, calls: int, last: Any) -> None:
         if handled != self.events or calls != self.events:
@@ -440,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results: dict[tuple[str, int], Run] = {}
         noop: dict[tuple[str, int], list[float]] = {}
+        noop_cpu: dict[tuple[str, int], list[float]] = {}
         for events, phase in ((args.events, "sleep"), (args.noop_events, "noop")):
             proc, uri = start_scripted_server(events + 1)
             bench = Bench(uri, proc.pid, events)
@@ -463,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
                         for runtime in RUNTIMES:
                             order = (1, 16) if number % 2 else (16, 1)
                             for level in order:
-                                rate = getattr(bench, runtime)(level, 0).rate
-                                noop.setdefault((runtime, level), []).append(rate)
+                                run = getattr(bench, runtime)(level, 0)
+                                noop.setdefault((runtime, level), []).append(run.rate)
+                                noop_cpu.setdefault((runtime, level), []).append(run.cpu_us)
                         print(
                             f"no-op round {number}/{args.rounds}: "
                             + ", ".join(
@@ -495,13 +508,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"{run.rate / raw.rate:>7.2f}"
             )
     print()
-    print("no-op handler (the window's own cost), medians:")
+    print("no-op handler (the window's own cost), medians; the cost is the median of each")
+    print("round's own p=16 against p=1 (run back to back: the machine's drift cancels)")
     for runtime in RUNTIMES:
         one = statistics.median(noop[runtime, 1])
         sixteen = statistics.median(noop[runtime, 16])
+        pairs = zip(noop[runtime, 1], noop[runtime, 16], strict=True)
+        cost = statistics.median(1 - at_16 / at_1 for at_1, at_16 in pairs)
+        cpu_one = statistics.median(noop_cpu[runtime, 1])
+        cpu_sixteen = statistics.median(noop_cpu[runtime, 16])
         print(
             f"{runtime:<9} p=1 {one:>7.0f}/s  p=16 {sixteen:>7.0f}/s  "
-            f"cost of the window {100 * (1 - sixteen / one):>5.1f}%"
+            f"cost of the window {100 * cost:>5.1f}%  "
+            f"(this process's CPU per event: {cpu_one:.1f} us, {cpu_sixteen:.1f} us)"
         )
     return 0
 

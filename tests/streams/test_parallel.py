@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore, InMemoryDlqStore
-from flowwarden_django.streams.core.window import KeyedWindow, event_key
+from flowwarden_django.streams.core.window import KeyedWindow, WindowEntry, event_key
 from flowwarden_django.streams.runtime.manager import window_report
 from flowwarden_django.streams.spec import (
     CheckpointSpec,
@@ -112,6 +112,15 @@ def test_a_closed_window_hands_out_nothing():
     assert window.take() is first
     window.release(first)
     assert window.closed and window.take() is None and window.idle
+
+
+def test_an_event_the_reader_began_alone_enters_the_window_running():
+    window = KeyedWindow(parallelism=2)
+    began = window.admit_running("a", {"_id": fake_token(1)}, "insert", None)
+    later = entry_of(window, "a", 2)
+    assert began.state == WindowEntry.RUNNING and window.running == 1
+    assert window.take() is None  # its key's next event waits behind it
+    assert window.settle(began) == [began] and window.take() is later
 
 
 def test_the_default_key_is_the_document_key_and_keys_become_hashable():

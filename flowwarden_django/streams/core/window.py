@@ -212,6 +212,16 @@ class KeyedWindow:
             queue.append(entry)
         return entry
 
+    def admit_running(
+        self, key: Hashable, event: Mapping[str, Any], operation: str, event_id: Any
+    ) -> WindowEntry:
+        """Add an event the reader began while the window was empty (see the drivers'
+        ``_alone``) straight into a slot, as ``admit`` and ``take`` would have."""
+        entry = self.admit(key, event, operation, event_id)
+        taken = self.take()
+        assert taken is entry, "admit_running needs an empty, open window"
+        return entry
+
     def _make_ready(self, entry: WindowEntry) -> None:
         entry.state = WindowEntry.READY
         self._ready.append(entry)

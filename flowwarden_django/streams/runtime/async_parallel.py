@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -43,10 +43,6 @@ current_entry: contextvars.ContextVar[WindowEntry | None] = contextvars.ContextV
 reader_inline: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "flowwarden_reader_inline", default=False
 )
-
-
-#: ``AsyncWindow._run``: the reader handed the event to a task.
-HANDED_OFF: Any = object()
 
 
 class AsyncWindowedAnchors:
@@ -74,14 +70,16 @@ class AsyncWindow(WindowDriver):
     for anything, so, as the threaded window does, while the handler's calls average
     under :attr:`inline_below_seconds` the reader awaits the ready events itself; an
     event that fails there continues in a task of its own (``HandOff``), so its
-    retries never hold the reader.
+    retries never hold the reader. With nothing held or queued for the anchor, the
+    reader's event skips the window altogether (``_run_alone``).
     """
 
     def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
         super().__init__(consumer, policy, marks)
         self._progress = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._to_anchor: deque[WindowEntry] = deque()
+        #: The events the watermark passed, for the anchor policy in stream order.
+        self._to_anchor: deque[Mapping[str, Any]] = deque()
         self._feeding = False
         #: Events handed to the policy whose ``on_settled`` has not returned yet.
         self._in_feed = 0
@@ -94,6 +92,9 @@ class AsyncWindow(WindowDriver):
     async def submit(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> None:
         """Admit *event*, waiting while the window is full (a stop leaves it out)."""
         key = event_key(self.key, event)
+        if self._alone() and not self._to_anchor and not self._feeding:
+            await self._run_alone(key, event, operation, event_id)
+            return
         while self._full() and not self._failure and not self.consumer.stopping:
             await self._wait(self.wait_tick_seconds)
         if self.consumer.stopping:
@@ -107,6 +108,60 @@ class AsyncWindow(WindowDriver):
                 break
             await self._run(entry, inline=True)
         self._dispatch()  # what is (still) ready goes to tasks
+
+    async def _run_alone(
+        self, key: Hashable, event: Mapping[str, Any], operation: str, event_id: str | None
+    ) -> None:
+        """Await *event* on the reader with the window empty (``_alone``): the plain
+        event path, the window entered only if the event fails or hands off."""
+        consumer = self.consumer
+        began = time.perf_counter()
+        inline_token = reader_inline.set(True)
+        handed_off: HandOff | None = None
+        try:
+            outcome = await consumer._handle(event, operation, event_id)
+        except HandOff as hand_off:
+            handed_off = hand_off
+        except asyncio.CancelledError:
+            self._failed(self._admit_running(key, event, operation, event_id, began), None)
+            raise
+        except BaseException as exc:
+            self._failed(self._admit_running(key, event, operation, event_id, began), exc)
+            return
+        finally:
+            reader_inline.reset(inline_token)
+        if handed_off is not None:  # after the reset: the task is not the reader's
+            self._hand_off(self._admit_running(key, event, operation, event_id, began), handed_off)
+            return
+        self._timed(began)
+        announce_processed(consumer.spec.name, began, outcome)
+        if outcome is None:
+            entry = self._admit_running(key, event, operation, event_id, began)
+            self._failed(entry, self._unsettled())
+            return
+        counted(consumer)
+        self._to_anchor.append(event)
+        await self._feed_anchor()
+
+    def _admit_running(
+        self,
+        key: Hashable,
+        event: Mapping[str, Any],
+        operation: str,
+        event_id: str | None,
+        began: float,
+    ) -> WindowEntry:
+        entry = self.window.admit_running(key, event, operation, event_id)
+        entry.began = began
+        return entry
+
+    def _hand_off(self, entry: WindowEntry, hand_off: HandOff) -> None:
+        """A task continues the reader's event *entry* (running)."""
+        if hand_off.failed is not None:
+            entry.failing = True
+        self._continuations[entry.seq] = hand_off
+        self.average_seconds = 1.0  # it may be slow after all: tasks again
+        self._start(entry)
 
     def _full(self) -> bool:
         """The window is full, counting the passed events whose anchor is not yet
@@ -192,6 +247,7 @@ class AsyncWindow(WindowDriver):
         # The reader's own events hand off before any retry: no entry to mark there.
         entry_token = None if inline else current_entry.set(entry)
         inline_token = reader_inline.set(True) if inline else None
+        handed_off: HandOff | None = None
         try:
             if handed is not None:
                 outcome: bool | None = await consumer._attempt_loop(
@@ -211,11 +267,7 @@ class AsyncWindow(WindowDriver):
             else:
                 outcome = await consumer._handle(entry.event, entry.operation, entry.event_id)
         except HandOff as hand_off:  # the reader's own event: a task continues it
-            if hand_off.failed is not None:
-                entry.failing = True
-            self._continuations[entry.seq] = hand_off
-            self.average_seconds = 1.0  # it may be slow after all: tasks again
-            outcome = HANDED_OFF
+            handed_off = hand_off
         except asyncio.CancelledError:
             self._failed(entry, None)
             raise
@@ -227,8 +279,8 @@ class AsyncWindow(WindowDriver):
                 reader_inline.reset(inline_token)
             if entry_token is not None:
                 current_entry.reset(entry_token)
-        if outcome is HANDED_OFF:
-            self._start(entry)  # after the reset: the task is not the reader's
+        if handed_off is not None:
+            self._hand_off(entry, handed_off)  # after the reset: the task is not the reader's
             return
         if handed is None:
             self._timed(began)
@@ -236,7 +288,7 @@ class AsyncWindow(WindowDriver):
         if outcome is None:
             self._failed(entry, self._unsettled())
             return
-        self._to_anchor.extend(self.window.settle(entry))
+        self._to_anchor.extend([passed.event for passed in self.window.settle(entry)])
         counted(consumer)
         if not inline:  # the reader takes the next ready event itself
             self._dispatch()
@@ -250,10 +302,10 @@ class AsyncWindow(WindowDriver):
         if self._feeding:
             return
         if len(self._to_anchor) == 1 and not hasattr(self.policy, "on_settled_batch"):
-            entry = self._to_anchor.popleft()  # the common case: one event, nothing queued
+            event = self._to_anchor.popleft()  # the common case: one event, nothing queued
             self._feeding, self._in_feed = True, 1
             try:
-                await self.policy.on_settled(entry.event["_id"], event_anchor_at(entry.event))
+                await self.policy.on_settled(event["_id"], event_anchor_at(event))
             finally:
                 self._feeding, self._in_feed = False, 0
             if not self._to_anchor:
@@ -261,9 +313,7 @@ class AsyncWindow(WindowDriver):
         self._feeding = True
         try:
             while self._to_anchor:
-                batch = [
-                    (entry.event["_id"], event_anchor_at(entry.event)) for entry in self._to_anchor
-                ]
+                batch = [(event["_id"], event_anchor_at(event)) for event in self._to_anchor]
                 self._to_anchor.clear()
                 self._in_feed = len(batch)
                 settle_batch = getattr(self.policy, "on_settled_batch", None)

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from django.db import connections
@@ -131,6 +131,22 @@ class WindowDriver:
         that average under :attr:`inline_below_seconds`."""
         return self.remote is None and self.average_seconds < self.inline_below_seconds
 
+    def _alone(self) -> bool:
+        """Whether the reader may run its next event as if there were no window:
+        quick handlers, nothing held (nothing to order the event behind, and the
+        anchor policy has had every earlier event), no failure, no settled marks to
+        consult. The window then learns of the event only if it fails
+        (``KeyedWindow.admit_running``)."""
+        window = self.window
+        return (
+            self.average_seconds < self.inline_below_seconds
+            and self.remote is None
+            and self.marks is None
+            and window.empty
+            and not window.closed
+            and self._failure is None
+        )
+
     def _timed(self, began: float) -> None:
         """Fold a call that began at *began* (``time.perf_counter()``) into the average."""
         took = time.perf_counter() - began
@@ -173,7 +189,8 @@ class ThreadedWindow(WindowDriver):
     20 us here): more than a handler that does no I/O takes. So while the handler's
     calls average under :attr:`inline_below_seconds`, the reader runs the ready events
     itself, in the order the window allows; a slower average hands them to the
-    threads again.
+    threads again. With nothing held, the reader's event skips the window altogether
+    (``_run_alone``): the window's cost then is a key and a test per event.
     """
 
     def __init__(self, consumer: Any, policy: Any, marks: SettledMarks | None = None) -> None:
@@ -205,6 +222,9 @@ class ThreadedWindow(WindowDriver):
         """Admit *event*, waiting while the window is full. A stop meanwhile leaves it
         out (it is after the anchor: the next run reads it again)."""
         key = event_key(self.key, event)
+        if self._alone():  # read without the lock: only the reader admits events
+            self._run_alone(key, event, operation, event_id)
+            return
         window = self.window
         with self._lock:
             if window.full:
@@ -221,6 +241,47 @@ class ThreadedWindow(WindowDriver):
             entry = window.take()
         if entry is not None:
             self._run_inline(entry)
+
+    def _run_alone(
+        self, key: Hashable, event: Mapping[str, Any], operation: str, event_id: str | None
+    ) -> None:
+        """Run *event* on the reader with the window empty (``_alone``): the plain
+        event path, the window entered only if the event fails or hands off."""
+        consumer = self.consumer
+        began = time.perf_counter()
+        self._inline = True
+        try:
+            outcome = consumer._handle(event, operation, event_id)
+        except HandOff as hand_off:
+            self._hand_off(self._admit_running(key, event, operation, event_id, began), hand_off)
+            return
+        except BaseException as exc:
+            self._failed(self._admit_running(key, event, operation, event_id, began), exc)
+            return
+        finally:
+            self._inline = False
+        self._timed(began)
+        announce_processed(consumer.spec.name, began, outcome)
+        if outcome is None:
+            entry = self._admit_running(key, event, operation, event_id, began)
+            self._failed(entry, self._unsettled())
+            return
+        with self._lock:
+            counted(consumer)
+            self.policy.on_settled(event["_id"], event_anchor_at(event))
+
+    def _admit_running(
+        self,
+        key: Hashable,
+        event: Mapping[str, Any],
+        operation: str,
+        event_id: str | None,
+        began: float,
+    ) -> WindowEntry:
+        with self._lock:
+            entry = self.window.admit_running(key, event, operation, event_id)
+        entry.began = began
+        return entry
 
     def hand_off_from_reader(self, handler: Any, ctx: Any, lifecycle: bool, failed: Any) -> None:
         """Raise ``HandOff`` when called on the reader's thread (an event it runs
@@ -338,12 +399,7 @@ class ThreadedWindow(WindowDriver):
             else:
                 outcome = consumer._handle(entry.event, entry.operation, entry.event_id)
         except HandOff as hand_off:  # the reader's own event: a thread continues it
-            with self._lock:
-                if hand_off.failed is not None:
-                    entry.failing = True
-                self._handed.append((entry, hand_off))
-                self._work.notify()
-            self.average_seconds = 1.0  # it may be slow after all: hand events out again
+            self._hand_off(entry, hand_off)
             return None
         except BaseException as exc:  # the event failed for good: the generation ends
             return self._failed(entry, exc)
@@ -370,6 +426,15 @@ class ThreadedWindow(WindowDriver):
                 return None if inline else self._next()
             self._wake_workers()  # its key's next event may be ready for another thread
             return following
+
+    def _hand_off(self, entry: WindowEntry, hand_off: HandOff) -> None:
+        """A handler thread continues the reader's event *entry* (running)."""
+        with self._lock:
+            if hand_off.failed is not None:
+                entry.failing = True
+            self._handed.append((entry, hand_off))
+            self._work.notify()
+        self.average_seconds = 1.0  # it may be slow after all: hand events out again
 
     def _failed(self, entry: WindowEntry, error: BaseException | None) -> None:
         with self._lock:
