@@ -18,6 +18,30 @@ NONE_TEXT = "—"
 _UNITS = ((86400, "d"), (3600, "h"), (60, "m"))
 
 
+class _CountedWords:
+    """One of Django's ``timesince`` unit texts (``"%(num)d minute"``), translated
+    when formatted: the same catalogue entry as Django's lazy text, without a lazy
+    proxy per use (a changelist shows two ages a row)."""
+
+    __slots__ = ("plural", "singular")
+
+    def __init__(self, singular: str, plural: str) -> None:
+        self.singular = singular
+        self.plural = plural
+
+    def __mod__(self, values: Mapping[str, int]) -> str:
+        from django.utils.translation import ngettext
+
+        return ngettext(self.singular, self.plural, values["num"]) % values
+
+
+#: Django's ``timesince.TIME_STRINGS``, with the same texts.
+_TIME_STRINGS = {
+    unit: _CountedWords(f"%(num)d {unit}", f"%(num)d {unit}s")
+    for unit in ("year", "month", "week", "day", "hour", "minute")
+}
+
+
 def relative_time(at: datetime, now: datetime | None = None) -> str:
     """``"3 minutes ago"``, or ``"in 2 days"`` for a time still to come (an expiry),
     in words the admin uses (translated)."""
@@ -36,8 +60,8 @@ def relative_time(at: datetime, now: datetime | None = None) -> str:
             else (gettext("%(delta)s ago") % {"delta": delta})
         )
     if at > now:
-        return gettext("in %(delta)s") % {"delta": timeuntil(at, now)}
-    return gettext("%(delta)s ago") % {"delta": timesince(at, now)}
+        return gettext("in %(delta)s") % {"delta": timeuntil(at, now, _TIME_STRINGS)}
+    return gettext("%(delta)s ago") % {"delta": timesince(at, now, time_strings=_TIME_STRINGS)}
 
 
 def age_text(at: datetime | None, now: datetime) -> str:
