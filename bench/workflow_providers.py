@@ -166,7 +166,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--lanes",
         type=lanes_list,
         default=LANES,
-        help="comma-separated lanes to measure (default: all; e.g. 'celery,raw celery')",
+        help=(
+            "comma-separated lanes to measure (default: all; e.g. 'celery,raw celery'); "
+            "only their servers and workers start"
+        ),
     )
     parser.add_argument(
         "--warmup",
@@ -684,26 +687,50 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_as_exit():
             cleanup()
             vacuum_workflow_tables()
-            server = DevServer(Path(workdir.name))
-            server.start()
-            env["FLOWWARDEN_BENCH_TEMPORAL_TARGET"] = server.target
-            temporal_settings = {
-                "WORKFLOW_EXECUTION": "temporal",
-                "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": temporal_queue},
-            }
+            # Only the servers and workers of the lanes measured are started.
+            wanted = set(args.lanes)
             logs = Path(workdir.name)
-            temporal_worker = start_temporal_worker(env, logs / "temporal-worker.log")
-            raw_temporal_worker = start_raw_temporal_worker(
-                env, server.target, raw_temporal_queue, logs / "raw-temporal-worker.log"
-            )
-            celery_worker = start_celery_worker(env, logs / "celery-worker.log")
-            raw_temporal = RawTemporalStarter(server.target, raw_temporal_queue)
-            celery_pid = celery_worker.proc.pid
-            on_temporal = [temporal_worker, server]
-            on_raw_temporal = [raw_temporal_worker, server]
+            if wanted & {"temporal", "temporal local", "raw temporal", "raw temporal local"}:
+                server = DevServer(logs)
+                server.start()
+                env["FLOWWARDEN_BENCH_TEMPORAL_TARGET"] = server.target
+            if wanted & {"temporal", "temporal local"}:
+                temporal_worker = start_temporal_worker(env, logs / "temporal-worker.log")
+            if wanted & {"raw temporal", "raw temporal local"}:
+                raw_temporal_worker = start_raw_temporal_worker(
+                    env, server.target, raw_temporal_queue, logs / "raw-temporal-worker.log"
+                )
+                raw_temporal = RawTemporalStarter(server.target, raw_temporal_queue)
+            if wanted & {"celery", "raw celery"}:
+                celery_worker = start_celery_worker(env, logs / "celery-worker.log")
             inprocess = {"WORKFLOW_EXECUTION": "inprocess"}
-            lanes = [
-                Lane(
+
+            def temporal_lane(name: str, workflow: str) -> Lane:
+                settings = {
+                    "WORKFLOW_EXECUTION": "temporal",
+                    "TEMPORAL": {"TARGET": server.target, "TASK_QUEUE": temporal_queue},
+                }
+                return Lane(
+                    name,
+                    partial(start_run, workflow),
+                    wait_completed,
+                    [temporal_worker, server],
+                    temporal_worker.proc.pid,
+                    settings,
+                )
+
+            def raw_temporal_lane(name: str, local: bool) -> Lane:
+                return Lane(
+                    name,
+                    partial(raw_temporal.start, local),
+                    wait_raw,
+                    [raw_temporal_worker, server],
+                    raw_temporal_worker.proc.pid,
+                    inprocess,
+                )
+
+            makers: dict[str, Callable[[], Lane]] = {
+                "in-process": lambda: Lane(
                     "in-process",
                     partial(start_run, NAME),
                     wait_completed,
@@ -711,57 +738,29 @@ def main(argv: list[str] | None = None) -> int:
                     os.getpid(),
                     inprocess,
                 ),
-                Lane(
+                "celery": lambda: Lane(
                     "celery",
                     partial(start_run, NAME),
                     wait_completed,
                     [celery_worker],
-                    celery_pid,
+                    celery_worker.proc.pid,
                     {"WORKFLOW_EXECUTION": "celery"},
                 ),
-                Lane(
+                "raw celery": lambda: Lane(
                     "raw celery",
                     partial(start_raw_chain, STEPS),
                     wait_raw,
                     [celery_worker],
-                    celery_pid,
+                    celery_worker.proc.pid,
                     inprocess,
                 ),
-                Lane(
-                    "temporal",
-                    partial(start_run, NAME),
-                    wait_completed,
-                    on_temporal,
-                    temporal_worker.proc.pid,
-                    temporal_settings,
-                ),
-                Lane(
-                    "raw temporal",
-                    partial(raw_temporal.start, False),
-                    wait_raw,
-                    on_raw_temporal,
-                    raw_temporal_worker.proc.pid,
-                    inprocess,
-                ),
-                Lane(
-                    "temporal local",
-                    partial(start_run, SHORT_NAME),
-                    wait_completed,
-                    on_temporal,
-                    temporal_worker.proc.pid,
-                    temporal_settings,
-                ),
-                Lane(
-                    "raw temporal local",
-                    partial(raw_temporal.start, True),
-                    wait_raw,
-                    on_raw_temporal,
-                    raw_temporal_worker.proc.pid,
-                    inprocess,
-                ),
-            ]
-            assert [lane.name for lane in lanes] == list(LANES)
-            lanes = [lane for lane in lanes if lane.name in args.lanes]
+                "temporal": lambda: temporal_lane("temporal", NAME),
+                "raw temporal": lambda: raw_temporal_lane("raw temporal", False),
+                "temporal local": lambda: temporal_lane("temporal local", SHORT_NAME),
+                "raw temporal local": lambda: raw_temporal_lane("raw temporal local", True),
+            }
+            assert list(makers) == list(LANES)
+            lanes = [makers[name]() for name in LANES if name in wanted]
             starters = Starters(args.concurrent)
             # Enough to busy every worker thread at least once.
             warmup_batch = min(args.concurrent, 2 * WORKER_CONCURRENCY)
