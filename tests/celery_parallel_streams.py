@@ -11,8 +11,18 @@ with its key and the process that handled it.
 import os
 import time
 
-from flowwarden_django.streams.registry import change_stream
-from tests.celery_parallel_mode import HANDLER_SECONDS, KEYS, STREAM_NAME, order_key
+from flowwarden_django.streams import change_stream, dead_letter_queue, retry_policy
+from tests.celery_parallel_mode import (
+    HANDLER_SECONDS,
+    KEYS,
+    POISON_ATTEMPTS,
+    POISON_RETRY_DELAY,
+    POISON_SEQ,
+    POISON_STREAM,
+    STREAM_NAME,
+    order_key,
+    poison_key,
+)
 from tests.testapp.models import Effect
 
 
@@ -30,3 +40,22 @@ class CeleryParallelOrders:
     def on_insert(self, doc):
         time.sleep(HANDLER_SECONDS)
         Effect.objects.create(order_id=doc["seq"], stream=f"key-{doc['seq'] % KEYS}:{os.getpid()}")
+
+
+@change_stream(
+    name=POISON_STREAM,
+    database="app",
+    collection="orders",
+    parallelism=4,
+    key=poison_key,
+    execution="celery",
+)
+@retry_policy(max_attempts=POISON_ATTEMPTS, initial_delay=POISON_RETRY_DELAY, jitter=False)
+@dead_letter_queue()
+class CeleryPoisonOrders:
+    """Order ``POISON_SEQ`` always fails; the others write an ``Effect`` row."""
+
+    def on_insert(self, doc):
+        if doc["seq"] == POISON_SEQ:
+            raise ConnectionError("poison")
+        Effect.objects.create(order_id=doc["seq"], stream=POISON_STREAM)

@@ -25,7 +25,8 @@ HANDLED = "handled"
 SKIPPED = "skipped"
 
 #: ``execution`` values and the function that runs one event there:
-#: ``(stream name, event, event id, stopping) -> True | False | None``.
+#: ``(stream name, event, event id, stopping, *, failing) -> True | False | None``
+#: (``failing()``: an attempt failed in the worker; the key shows as parked).
 EXECUTORS = {
     "celery": "flowwarden_django.integrations.celery.stream_events.run_on_celery",
 }

@@ -134,3 +134,53 @@ def test_events_run_on_celery_in_key_order_through_killed_pool_children(
         f"pool children killed: {len(killed)}; "
         f"rows {len(written)} ({len(written) - EVENTS} re-deliveries left a row)"
     )
+
+
+@pytest.mark.slow
+def test_a_key_whose_event_the_worker_retries_shows_parked(start_worker, current_producer):
+    from flowwarden_django.models import DeadLetter
+
+    worker = start_worker(["--pool=threads", "--concurrency=4"])
+    worker.wait_ready()
+    spec = StreamSpec(
+        name=declared.POISON_STREAM,
+        collection="orders",
+        database="app",
+        handlers={"insert": lambda doc: None},
+        parallelism=4,
+        key=declared.poison_key,
+        execution="celery",
+        checkpoint=CheckpointSpec(save_every_n=1, save_interval_seconds=0),
+        restart_policy=RestartPolicySpec(max_attempts=1, initial_delay="1ms"),
+    )
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    Consumer = consumer_class("threads")
+    Consumer(spec, store, lambda s: source).run(burst=True)  # bootstrap
+    events = [source.oplog.insert({"_id": n, "seq": n}) for n in range(1, 13)]
+    consumer = Consumer(spec, store, lambda s: source)
+    parked: list[list] = []
+
+    def watch() -> None:
+        while thread.is_alive():
+            window = consumer.window
+            if window is not None:
+                parked.append(window.window.parked_keys())
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
+    thread.start()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    thread.join(WAIT)
+    watcher.join(5)
+    assert not thread.is_alive(), worker.log_tail()
+
+    # The worker retried order 3 (key 1) for about 1.4 s: its key showed parked meanwhile.
+    assert [1] in parked, sorted({tuple(keys) for keys in parked})
+    rows = Effect.objects.using(DB).filter(stream=declared.POISON_STREAM)
+    assert sorted(rows.values_list("order_id", flat=True)) == [
+        n for n in range(1, 13) if n != declared.POISON_SEQ
+    ]
+    letters = DeadLetter.objects.using(DB).filter(stream_name=declared.POISON_STREAM)
+    assert [letter.attempts for letter in letters] == [declared.POISON_ATTEMPTS]
+    assert store.find(declared.POISON_STREAM).last_processed_token == events[-1]["_id"]

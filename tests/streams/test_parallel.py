@@ -617,6 +617,63 @@ def test_the_worker_runs_the_consumers_event_path():
         EventRunner(spec(handler)).run(poison)  # no DLQ: unsettled, delivered again
 
 
+def test_the_worker_says_once_that_an_attempt_failed():
+    from flowwarden_django.streams.remote_events import SKIPPED
+    from flowwarden_django.streams.runtime.remote_runner import EventRunner
+
+    source, dlq = FakeChangeSource(), InMemoryDlqStore()
+    (poison,) = insert_orders(source.oplog, 1, customers=1)
+    failing = []
+
+    def handler(doc):
+        raise ConnectionError("poison")
+
+    with_dlq = spec(
+        handler,
+        retry_policy=RetryPolicySpec(max_attempts=3, initial_delay="1ms", jitter=False),
+        dead_letter_queue=DeadLetterQueueSpec(),
+    )
+    runner = EventRunner(with_dlq, on_failing=lambda: failing.append(True))
+    runner.consumer._dlq_store = dlq
+    assert runner.run(poison) == SKIPPED
+    assert failing == [True]  # three failed attempts, one notice
+
+
+def test_a_slot_waiting_for_a_worker_parks_the_key_it_says_is_failing():
+    from celery.exceptions import TimeoutError as ResultTimeout
+
+    from flowwarden_django.integrations.celery import stream_events
+
+    class Result:
+        id = "task-1"
+        answers = [ResultTimeout(), ResultTimeout(), ResultTimeout(), "skipped"]
+        state = "PENDING"
+
+        def get(self, **options):
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                self.state = stream_events.FAILING  # the worker's first attempt failed
+                raise answer
+            return answer
+
+    class App:
+        def send_task(self, name, args):
+            return Result()
+
+    window = KeyedWindow(parallelism=2)
+    entry = window.admit_running("c0", {"_id": fake_token(1)}, "insert", None)
+    seen = []
+
+    def failing():
+        entry.failing = True
+        seen.append(window.parked_keys())
+
+    answer = stream_events.run_on_celery(
+        "orders", {"_id": fake_token(1)}, None, lambda: False, failing=failing, app=App()
+    )
+    assert answer is False and seen == [["c0"]]  # once, while the worker retried
+
+
 def test_execution_is_checked():
     assert "E123" in codes(spec(lambda doc: None, execution="kafka"))
     assert "E123" not in codes(spec(lambda doc: None, execution="inline"))

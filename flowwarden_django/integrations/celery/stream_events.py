@@ -29,6 +29,9 @@ EVENT_TASK = "flowwarden_django.handle_stream_event"
 EVENT_TIMEOUT = 600.0
 #: Seconds between two looks at a stop while a slot waits.
 WAIT_TICK = 0.5
+#: The task's state on the result backend once an attempt at its event failed (its
+#: retries run in the worker): the waiting slot shows the event's key parked.
+FAILING = "FW_FAILING"
 
 
 def run_on_celery(
@@ -37,12 +40,14 @@ def run_on_celery(
     event_id: str | None,
     stopping: Callable[[], bool],
     *,
+    failing: Callable[[], None] | None = None,
     app: Any = None,
 ) -> bool | None:
     """Send *event* to a worker and wait for its answer: ``True`` handled, ``False``
     skipped or parked, ``None`` when a stop came first (the event stays unsettled:
     the next run sends it again). Raises ``RemoteEventError`` when the worker could
-    not settle it or did not answer in time."""
+    not settle it or did not answer in time. *failing* is called once the worker
+    says an attempt failed (looked at every ``WAIT_TICK`` while the slot waits)."""
     from celery import current_app
     from celery.exceptions import TimeoutError as ResultTimeout
 
@@ -57,6 +62,9 @@ def run_on_celery(
         except ResultTimeout:
             if stopping():
                 return None
+            if failing is not None and result.state == FAILING:
+                failing()
+                failing = None
             if time.monotonic() > deadline:
                 raise RemoteEventError(
                     f"stream {stream_name!r}: no answer from a Celery worker within "

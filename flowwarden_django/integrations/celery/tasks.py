@@ -172,9 +172,13 @@ def handle_stream_event(self: Any, stream: str, event: str, event_id: str | None
     without running: the consumer may already have sent the key's next event.
     """
     from ...streams.runtime.remote_runner import handle_remote_event
+    from .stream_events import FAILING
 
     if (self.request.delivery_info or {}).get("redelivered"):
         earlier = self.app.backend.get_task_meta(self.request.id)
         if earlier.get("status") == "SUCCESS":
             return earlier["result"]
-    return handle_remote_event(stream, event, event_id)
+    # An attempt that fails says so on the result backend: the reader parks the key.
+    return handle_remote_event(
+        stream, event, event_id, on_failing=lambda: self.update_state(state=FAILING)
+    )

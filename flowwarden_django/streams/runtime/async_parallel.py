@@ -257,12 +257,7 @@ class AsyncWindow(WindowDriver):
                 outcome = True  # committed before a crash: its effects are there
             elif self.remote is not None:
                 outcome = await asyncio.get_running_loop().run_in_executor(
-                    self.executor,
-                    self.remote,
-                    consumer.spec.name,
-                    entry.event,
-                    entry.event_id,
-                    self._stop_waiting,
+                    self.executor, self._send_remote, entry
                 )
             else:
                 outcome = await consumer._handle(entry.event, entry.operation, entry.event_id)

@@ -171,6 +171,21 @@ class WindowDriver:
         if self._failure is not None:
             raise self._failure
 
+    def _send_remote(self, entry: WindowEntry) -> bool | None:
+        """Run *entry* where the stream's ``execution`` says and wait for the answer
+        (on a slot's thread); the worker's first failed attempt parks its key here."""
+
+        def failing() -> None:
+            entry.failing = True
+
+        return self.remote(
+            self.consumer.spec.name,
+            entry.event,
+            entry.event_id,
+            self._stop_waiting,
+            failing=failing,
+        )
+
     def _stop_waiting(self) -> bool:
         """Whether a slot waiting for a worker's answer should give up (a stop, or the
         window closing after another event's failure); read from any thread."""
@@ -393,9 +408,7 @@ class ThreadedWindow(WindowDriver):
             elif self.marks is not None and self.marks.settled_before(entry.event["_id"]):
                 outcome = True  # committed before a crash: its effects are there
             elif self.remote is not None:
-                outcome = self.remote(
-                    consumer.spec.name, entry.event, entry.event_id, self._stop_waiting
-                )
+                outcome = self._send_remote(entry)
             else:
                 outcome = consumer._handle(entry.event, entry.operation, entry.event_id)
         except HandOff as hand_off:  # the reader's own event: a thread continues it

@@ -3,7 +3,7 @@ consumer's own event path (see ``streams.remote_events``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..remote_events import HANDLED, SKIPPED, RemoteEventError, decode_event
@@ -13,22 +13,28 @@ from .settled_marks import SettledMarks
 from .threaded import StreamConsumer
 
 
-def handle_remote_event(stream_name: str, payload: str, event_id: str | None = None) -> str:
+def handle_remote_event(
+    stream_name: str,
+    payload: str,
+    event_id: str | None = None,
+    on_failing: Callable[[], None] | None = None,
+) -> str:
     """Handle one event of stream *stream_name* in this process (a Celery worker):
     ``HANDLED`` or ``SKIPPED`` (skipped by ``on_error``, or parked in the DLQ), once
-    settled; ``RemoteEventError`` when it could not be."""
+    settled; ``RemoteEventError`` when it could not be. *on_failing* is called once,
+    when an attempt first fails (the reader shows the event's key parked)."""
     from ..registry import stream_registry
 
     spec = stream_registry.get(stream_name)
     event = decode_event(payload)
-    return EventRunner(spec).run(event, event_id)
+    return EventRunner(spec, on_failing).run(event, event_id)
 
 
 class EventRunner:
     """Runs single events of one stream with the consumer's event path (see the
     module): a ``StreamConsumer`` that never opens its change stream."""
 
-    def __init__(self, spec: StreamSpec) -> None:
+    def __init__(self, spec: StreamSpec, on_failing: Callable[[], None] | None = None) -> None:
         from ..stores import checkpoint_stores
 
         self.spec = spec
@@ -42,6 +48,8 @@ class EventRunner:
         # Settlements go nowhere but a transactional event's mark: the anchor is
         # the reading process's.
         self.consumer.policy = WindowedAnchors(_NoAnchor(), self.marks)
+        if on_failing is not None:
+            self.consumer.attempt_failed = _once(on_failing)  # type: ignore[method-assign]
 
     def run(self, event: Mapping[str, Any], event_id: str | None = None) -> str:
         """Handle *event*; what :func:`handle_remote_event` returns."""
@@ -57,6 +65,19 @@ class EventRunner:
                 f"stream {self.spec.name!r}: the worker stopped before the event settled"
             )
         return HANDLED if outcome else SKIPPED
+
+
+def _once(call: Callable[[], None]) -> Callable[[], None]:
+    """*call*, made on the first call only."""
+    called = False
+
+    def first() -> None:
+        nonlocal called
+        if not called:
+            called = True
+            call()
+
+    return first
 
 
 class _NoAnchor:
