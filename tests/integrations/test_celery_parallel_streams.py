@@ -4,7 +4,9 @@ result backend) handles each event, on both runtimes (``tests/celery_parallel_st
 
 The worker's children are all killed with SIGKILL, twice, while they handle events: the killed
 events are delivered again (``acks_late``, ``reject_on_worker_lost``) and every key's
-events are still handled in stream order, none lost, with the anchor at the end.
+events are still handled in stream order, none lost, with the anchor at the end. The
+same when the whole worker is killed and another one takes its messages back; and a
+key whose event the worker retries shows parked in the reading process.
 """
 
 from __future__ import annotations
@@ -184,3 +186,44 @@ def test_a_key_whose_event_the_worker_retries_shows_parked(start_worker, current
     letters = DeadLetter.objects.using(DB).filter(stream_name=declared.POISON_STREAM)
     assert [letter.attempts for letter in letters] == [declared.POISON_ATTEMPTS]
     assert store.find(declared.POISON_STREAM).last_processed_token == events[-1]["_id"]
+
+
+@pytest.mark.slow
+def test_a_whole_worker_killed_mid_stream_leaves_its_events_to_the_next_one(
+    start_worker, current_producer
+):
+    """The worker's whole process group is SIGKILLed while events are in flight; a new
+    worker gets their unacknowledged messages back after the 3 s visibility timeout,
+    and the waiting slots get the answers: every key's events in order, none lost."""
+    first = start_worker(PREFORK, visibility_timeout=3.0)
+    first.wait_ready()
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    Consumer = consumer_class("threads")
+    Consumer(stream_spec(), store, lambda s: source).run(burst=True)  # bootstrap
+    events = [source.oplog.insert({"_id": n, "seq": n}) for n in range(1, 121)]
+    consumer = Consumer(stream_spec(), store, lambda s: source)
+    rows = Effect.objects.using(DB)
+    thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
+    thread.start()
+    try:
+        wait_until(lambda: rows.count() >= 40, WAIT, "40 rows", first)
+        first_children = {str(pid) for pid in pool_children(first.proc.pid)}
+        first.kill()
+        assert first.proc.returncode == -signal.SIGKILL
+        second = start_worker(PREFORK, visibility_timeout=3.0)
+        thread.join(WAIT)
+        assert not thread.is_alive(), second.log_tail()
+    finally:
+        consumer.stop()
+        thread.join(10)
+
+    written = list(rows.order_by("id").values_list("order_id", "stream"))
+    assert {order for order, _ in written} == set(range(1, 121)), "an event was lost"
+    for key in range(declared.KEYS):
+        mine = [order for order, label in written if label.startswith(f"key-{key}:")]
+        deduplicated = [o for i, o in enumerate(mine) if i == 0 or mine[i - 1] != o]
+        assert deduplicated == list(range(key or declared.KEYS, 121, declared.KEYS))
+    pids = {label.split(":")[1] for _, label in written}
+    assert pids - first_children, "no event was handled by the second worker"
+    assert store.find(declared.STREAM_NAME).last_processed_token == events[-1]["_id"]
+    assert consumer.events_handled == 120
