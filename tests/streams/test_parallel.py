@@ -530,6 +530,36 @@ def transactional_spec(handler, **options):
 
 
 @on_lane("postgres", databases=["postgres"])
+def test_an_async_handler_of_a_transactional_parallel_stream_writes_in_its_transaction():
+    from asgiref.sync import sync_to_async
+
+    from flowwarden_django.streams.backends.orm import OrmCheckpointStore
+    from tests.testapp.models import Effect
+
+    store, source = OrmCheckpointStore(using="postgres"), FakeChangeSource()
+    Consumer = consumer_class("asyncio")
+    Consumer(transactional_spec(lambda doc: None), store, lambda s: source).run(burst=True)
+    events = insert_orders(source.oplog, 30, customers=3)
+    failed_once = []
+    create = sync_to_async(Effect.objects.using("postgres").create)
+
+    async def handler(doc):
+        await create(order_id=doc["_id"], stream=doc["customer"])
+        if doc["_id"] % 7 == 0 and doc["_id"] not in failed_once:
+            failed_once.append(doc["_id"])
+            raise ConnectionError("after the write")  # its row must roll back
+
+    stream = transactional_spec(
+        handler, retry_policy=RetryPolicySpec(max_attempts=2, initial_delay="1ms", jitter=False)
+    )
+    Consumer(stream, store, lambda s: source).run(burst=True)
+    # The ORM call ran on the transaction's thread: each failed attempt's row is gone.
+    orders = sorted(Effect.objects.using("postgres").values_list("order_id", flat=True))
+    assert failed_once == [7, 14, 21, 28] and orders == list(range(1, 31))
+    assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
+@on_lane("postgres", databases=["postgres"])
 def test_a_transactional_stream_in_parallel_marks_what_the_anchor_cannot_pass(runner):
     from flowwarden_django.models import StreamSettledEvent
     from flowwarden_django.streams.backends.orm import OrmCheckpointStore
