@@ -680,6 +680,13 @@ def test_the_worker_says_once_that_an_attempt_failed():
     assert runner.run(poison) == SKIPPED
     assert failing == [True]  # three failed attempts, one notice
 
+    def backend_down():
+        raise ConnectionError("result backend down")
+
+    runner = EventRunner(with_dlq, on_failing=backend_down)
+    runner.consumer._dlq_store = dlq
+    assert runner.run(poison) == SKIPPED  # the notice only informs: the event is parked
+
 
 def test_a_slot_waiting_for_a_worker_parks_the_key_it_says_is_failing():
     from celery.exceptions import TimeoutError as ResultTimeout

@@ -62,7 +62,7 @@ def run_on_celery(
         except ResultTimeout:
             if stopping():
                 return None
-            if failing is not None and result.state == FAILING:
+            if failing is not None and _says_failing(result):
                 failing()
                 failing = None
             if time.monotonic() > deadline:
@@ -79,3 +79,12 @@ def run_on_celery(
     if answer not in (HANDLED, SKIPPED):
         raise RemoteEventError(f"stream {stream_name!r}: unexpected answer {answer!r}")
     return answer == HANDLED
+
+
+def _says_failing(result: Any) -> bool:
+    """Whether the worker said an attempt at *result*'s event failed; a backend that
+    does not answer this look says nothing (the next look, or the answer, will)."""
+    try:
+        return result.state == FAILING
+    except Exception:
+        return False

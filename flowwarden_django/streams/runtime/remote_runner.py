@@ -3,6 +3,7 @@ consumer's own event path (see ``streams.remote_events``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +12,8 @@ from ..spec import StreamSpec
 from .parallel import WindowedAnchors
 from .settled_marks import SettledMarks
 from .threaded import StreamConsumer
+
+logger = logging.getLogger("flowwarden_django.streams")
 
 
 def handle_remote_event(
@@ -68,14 +71,19 @@ class EventRunner:
 
 
 def _once(call: Callable[[], None]) -> Callable[[], None]:
-    """*call*, made on the first call only."""
+    """*call*, made on the first call only; it only tells operators, so its own
+    failure (a result backend that did not answer) is logged, never the event's."""
     called = False
 
     def first() -> None:
         nonlocal called
-        if not called:
-            called = True
+        if called:
+            return
+        called = True
+        try:
             call()
+        except Exception:
+            logger.warning("could not report a failing event to the reading process", exc_info=True)
 
     return first
 
