@@ -213,13 +213,19 @@ class KeyedWindow:
         return entry
 
     def admit_running(
-        self, key: Hashable, event: Mapping[str, Any], operation: str, event_id: Any
+        self,
+        key: Hashable,
+        event: Mapping[str, Any],
+        operation: str,
+        event_id: Any,
+        began: float = 0.0,
     ) -> WindowEntry:
-        """Add an event the reader began while the window was empty (see the drivers'
-        ``_alone``) straight into a slot, as ``admit`` and ``take`` would have."""
+        """Add an event the reader began at *began* while the window was empty (see the
+        drivers' ``_alone``) straight into a slot, as ``admit`` and ``take`` would have."""
         entry = self.admit(key, event, operation, event_id)
         taken = self.take()
         assert taken is entry, "admit_running needs an empty, open window"
+        entry.began = began
         return entry
 
     def _make_ready(self, entry: WindowEntry) -> None:

@@ -123,37 +123,27 @@ class AsyncWindow(WindowDriver):
         except HandOff as hand_off:
             handed_off = hand_off
         except asyncio.CancelledError:
-            self._failed(self._admit_running(key, event, operation, event_id, began), None)
+            self._failed(self.window.admit_running(key, event, operation, event_id, began), None)
             raise
         except BaseException as exc:
-            self._failed(self._admit_running(key, event, operation, event_id, began), exc)
+            self._failed(self.window.admit_running(key, event, operation, event_id, began), exc)
             return
         finally:
             reader_inline.reset(inline_token)
         if handed_off is not None:  # after the reset: the task is not the reader's
-            self._hand_off(self._admit_running(key, event, operation, event_id, began), handed_off)
+            self._hand_off(
+                self.window.admit_running(key, event, operation, event_id, began), handed_off
+            )
             return
         self._timed(began)
         announce_processed(consumer.spec.name, began, outcome)
         if outcome is None:
-            entry = self._admit_running(key, event, operation, event_id, began)
+            entry = self.window.admit_running(key, event, operation, event_id, began)
             self._failed(entry, self._unsettled())
             return
         counted(consumer)
         self._to_anchor.append(event)
         await self._feed_anchor()
-
-    def _admit_running(
-        self,
-        key: Hashable,
-        event: Mapping[str, Any],
-        operation: str,
-        event_id: str | None,
-        began: float,
-    ) -> WindowEntry:
-        entry = self.window.admit_running(key, event, operation, event_id)
-        entry.began = began
-        return entry
 
     def _hand_off(self, entry: WindowEntry, hand_off: HandOff) -> None:
         """A task continues the reader's event *entry* (running)."""

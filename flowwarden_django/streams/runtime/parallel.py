@@ -294,9 +294,7 @@ class ThreadedWindow(WindowDriver):
         began: float,
     ) -> WindowEntry:
         with self._lock:
-            entry = self.window.admit_running(key, event, operation, event_id)
-        entry.began = began
-        return entry
+            return self.window.admit_running(key, event, operation, event_id, began)
 
     def hand_off_from_reader(self, handler: Any, ctx: Any, lifecycle: bool, failed: Any) -> None:
         """Raise ``HandOff`` when called on the reader's thread (an event it runs
