@@ -79,6 +79,7 @@ from .claim_keeper import HeldClaim, claim_keeper
 from .decisions import ApprovalDecision
 from .execution import ExecutionUnavailableError, resolve_provider
 from .forking import fork_snapshot
+from .handoff import CARRY_LIMIT, Handoff
 from .metadata import CANCELLED as CANCELLED_METADATA
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from .patches import (
@@ -109,6 +110,7 @@ from .runs import (
     RunStatus,
     UnknownRunError,
     check_run_of,
+    new_handoff_token,
     new_runner_token,
     run_lease,
 )
@@ -378,6 +380,39 @@ class Workflow:
         retries themselves (Temporal): an attempt that fails before the last raises
         ``StepAttemptFailed`` and persists nothing; the last one fails the run as usual.
         """
+        result, _ = self._run_local(initial_state, input, max_steps, attempt)
+        return result
+
+    def run_handing_off(
+        self,
+        handed: Handoff | None = None,
+        *,
+        input: Any = None,
+        attempt: int | None = None,
+        hand_off_to: str | None = None,
+    ) -> tuple[WorkflowResult, Handoff | None]:
+        """One step of the run, for an execution provider that hands the run from step
+        to step (``handoff``; *attempt* as ``run_local`` has it).
+
+        The step runs from *handed* (its token and carried head) when it may, else it
+        claims the run (on ``_claim_terms``, which name the tokens it may take it
+        from). When the run stays ``running``, the step's save keeps it held for the
+        next step, under *hand_off_to* (default: a new token): returns the
+        ``Handoff`` to carry there (``None``: the run was let go)."""
+        return self._run_local(
+            None, input, 1, attempt, handed=handed, hand_off=hand_off_to or new_handoff_token()
+        )
+
+    def _run_local(
+        self,
+        initial_state: Any,
+        input: Any,
+        max_steps: int | None,
+        attempt: int | None,
+        *,
+        handed: Handoff | None = None,
+        hand_off: str | None = None,
+    ) -> tuple[WorkflowResult, Handoff | None]:
         if max_steps is not None and max_steps < 1:
             raise ValueError("max_steps must be >= 1")
         if attempt is not None and attempt < 1:
@@ -386,9 +421,20 @@ class Workflow:
             check_resume_input(input)
         runs = self.runs
         lease = run_lease()
-        token = new_runner_token()
-        opened = self._open(runs, token, lease, input, initial_state)
+        opened = None
+        if handed is not None and input is None and (attempt or 1) == 1:
+            opened = self._open_handed(runs, handed, lease)
+        if opened is not None:
+            token = opened.record.runner
+        else:
+            token = new_runner_token()
+            opened = self._open(runs, token, lease, input, initial_state)
         execution = _Execution(self, runs, token, lease, opened.record, attempt)
+        execution.hand_off_to = hand_off
+        if opened.handed_at is not None:
+            # Young for what is left of a third of the lease since the hand-off.
+            young = lease.total_seconds() / 3 - (time.time() - opened.handed_at)
+            execution.young_until = time.monotonic() + young
         kept = execution.keep_alive()
         try:
             result = execution.run(initial_state, max_steps, opened)
@@ -404,7 +450,36 @@ class Workflow:
             execution.release()
         if opened.record.parent_coordination_id and result.status in CHILD_FINISHED:
             notify_parent(opened.record)
-        return result
+        return result, execution.handoff()
+
+    def _open_handed(self, runs: RunRecords, handed: Handoff, lease: Any) -> _Opened | None:
+        """The run as *handed* left it, without a statement: its token and carried
+        head, when the hand-off is of this version and still young (see ``handoff``);
+        ``None``: claim the run."""
+        uncarry = getattr(self.store, "uncarry", None)
+        if handed.head is None or uncarry is None or handed.version != self._version:
+            return None
+        if handed.age() >= lease.total_seconds() / 3:
+            return None
+        try:
+            head = uncarry(self._coordination_id, handed.head)
+        except Exception:  # not readable here (another key, say): the claim reads it
+            logger.debug("workflow %s: carried head unreadable", self._name, exc_info=True)
+            return None
+        record = models.WorkflowRun(
+            coordination_id=self._coordination_id,
+            workflow_name=self._name,
+            workflow_version=self._version,
+            status=RunStatus.RUNNING,
+            last_step=head.metadata.get(LAST_STEP, ""),
+            head_snapshot_id=head.id,
+            runner=handed.token,
+            attempts=handed.attempts,
+            parent_coordination_id=handed.parent_coordination_id,
+        )
+        record._state.adding = False
+        record._state.db = runs.db
+        return _Opened(record, head, head_known=True, handed_at=handed.at)
 
     def _if_cancelled(self, runs: RunRecords) -> Cancelled | None:
         """``Cancelled`` when the run is (now) cancelled, else ``None``."""
@@ -551,6 +626,7 @@ class Workflow:
                 workflow_name=self._name,
                 workflow_version=self._version,
                 where=terms.as_q(),
+                held_by=terms.held_by,
             )
         except ConcurrentRunError:
             self._refused(runs, terms)
@@ -838,6 +914,8 @@ class _Opened(NamedTuple):
     head: WorkflowSnapshot | None = None
     head_known: bool = False
     seeded: bool = False
+    #: When the run was handed to this execution (``time.time()``), if it was.
+    handed_at: float | None = None
 
 
 class _Execution:
@@ -876,6 +954,30 @@ class _Execution:
         #: Until when (``time.monotonic()``) the lease is young: a third of it after it
         #: was last taken or renewed. Plain steps before then leave the run record alone.
         self.young_until = time.monotonic() + self.lease_seconds / 3
+        #: The token a step that leaves the run running hands it on to (``handoff``).
+        self.hand_off_to: str | None = None
+        #: The hand-off its last step made: when (``time.time()``) and its snapshot.
+        self.handed: tuple[float, WorkflowSnapshot] | None = None
+
+    def handoff(self) -> Handoff | None:
+        """The ``Handoff`` this execution's last step made, carrying its snapshot when
+        the store can (``carry``), else ``None``."""
+        if self.handed is None:
+            return None
+        at, head = self.handed
+        carry = getattr(self.store, "carry", None)
+        try:
+            carried = None if carry is None else carry(head, CARRY_LIMIT)
+        except Exception:  # the next step reads it with its claim
+            carried = None
+        return Handoff(
+            token=cast(str, self.hand_off_to),
+            version=self.workflow.version,
+            at=at,
+            head=carried,
+            parent_coordination_id=self.record.parent_coordination_id,
+            attempts=self.record.attempts,
+        )
 
     def renewed(self, sent: float | None = None) -> None:
         """Note that the lease was renewed by a statement sent at *sent*
@@ -1208,6 +1310,9 @@ class _Execution:
         )
         finishing = is_done or isinstance(outcome, Pause) or completes or releases
         fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": step_name}
+        if releases and self.hand_off_to is not None and type(outcome) is Advance and not completes:
+            # The run stays running: held on for its next step (``handoff``).
+            return self._hand_off(snapshot, fields, consumed_input)
         if consumed_input:
             fields["resume_input"] = None
         if isinstance(outcome, Pause):
@@ -1223,6 +1328,22 @@ class _Execution:
             raise ConcurrentRunError(self.cid, "another runner") from exc
         if isinstance(outcome, Pause):
             outcome.on_paused(self.workflow, saved)
+        return saved
+
+    def _hand_off(
+        self, snapshot: WorkflowSnapshot, fields: dict[str, Any], consumed_input: bool
+    ) -> WorkflowSnapshot:
+        """Save a step's snapshot moving the run to the hand-off token with a renewed
+        lease: held on for the next step, no longer by this execution."""
+        if consumed_input:
+            fields["resume_input"] = None
+        at = time.time()
+        try:
+            saved = self._save_step(snapshot, {**fields, "runner": self.hand_off_to})
+        except SnapshotConflictError as exc:
+            raise ConcurrentRunError(self.cid, "another runner") from exc
+        self.released = True
+        self.handed = (at, saved)
         return saved
 
     def _add_timing(self, metadata: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ other runners until it commits.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import socket
 import threading
@@ -160,6 +161,22 @@ def recover_after() -> timedelta:
     return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RECOVER_AFTER))
 
 
+#: How the token of a run handed from one step to the next begins (``handoff``): the
+#: run is held between two steps, not by a step running, so an upgrade may take it.
+HANDOFF_PREFIX = "handoff:"
+
+
+def new_handoff_token(*names: str) -> str:
+    """A name for the claim one step hands the next (``handoff``): unique, so a late
+    attempt of an earlier step never writes over a later one's. Derived from *names*
+    when given (a provider's name for the step's task, the same for every copy and
+    attempt of it), else random."""
+    if not names:
+        return f"{HANDOFF_PREFIX}{uuid.uuid4().hex}"
+    digest = hashlib.sha256("\x00".join(names).encode()).hexdigest()[:32]
+    return f"{HANDOFF_PREFIX}{digest}"
+
+
 def new_runner_token() -> str:
     """A name for one ``run()`` call: ``<instance>:<thread>:<random>``.
 
@@ -181,6 +198,12 @@ def unclaimed() -> Q:
     return Q(runner="") | Q(claimed_until__isnull=True) | Q(claimed_until__lt=Now())
 
 
+def between_steps() -> Q:
+    """Runs held by a hand-off token (``handoff``): between two steps, or in a step
+    that runs from the hand-off, whose save is refused once the run is taken."""
+    return Q(runner__startswith=HANDOFF_PREFIX)
+
+
 def _lease_end(lease: timedelta) -> ExpressionWrapper:
     return ExpressionWrapper(Now() + Value(lease), output_field=DateTimeField())
 
@@ -194,6 +217,10 @@ class ClaimTerms:
     head: str | None = None
     check_head: bool = False
     running_only: bool = False
+    #: Hand-off tokens the run may be held under (``handoff``): the one the previous
+    #: step left it under, and the one this step hands on to (an earlier copy of the
+    #: step may have saved already). A claim on these terms takes the run from them.
+    held_by: tuple[str, ...] = ()
 
     def as_q(self) -> Q | None:
         """The terms as a filter of ``WorkflowRun`` rows (``None``: no condition)."""
@@ -299,6 +326,7 @@ class RunRecords:
         workflow_name: str | None = None,
         workflow_version: int | None = None,
         where: Q | None = None,
+        held_by: tuple[str, ...] = (),
     ) -> WorkflowRun:
         """Take the run for *runner* until now + *lease* (one conditional ``UPDATE``)
         and return it; *resume_input*, when not ``None``, is stored in the same
@@ -306,12 +334,13 @@ class RunRecords:
         when the run does not match *where* (a further condition of the same
         statement); ``UnknownRunError`` when there is no such run;
         ``RunConflictError`` when *workflow_name* is given and the run belongs to
-        another workflow (``RunVersionError``: to another *workflow_version*)."""
+        another workflow (``RunVersionError``: to another *workflow_version*).
+        *held_by*: hand-off tokens the run may be held under (``ClaimTerms``)."""
         # A retry: a failed run run again, or a claim that ran out taken over (its
-        # runner died); not a first run, a resume, or the next step of a run.
-        retry = Case(
-            When(Q(status=RunStatus.FAILED) | ~Q(runner=""), then=Value(1)), default=Value(0)
-        )
+        # runner died); not a first run, a resume, or the next step of a run (nor a
+        # step taking the run handed to it).
+        taken_over = ~Q(runner="") & ~Q(runner__in=held_by) if held_by else ~Q(runner="")
+        retry = Case(When(Q(status=RunStatus.FAILED) | taken_over, then=Value(1)), default=Value(0))
         fields: dict[str, Any] = {
             # First: MySQL's SET sees the columns an earlier assignment set (the new
             # runner would make every claim a retry); PostgreSQL's sees the old row.
@@ -322,7 +351,8 @@ class RunRecords:
         }
         if resume_input is not None:
             fields["resume_input"] = resume_input
-        rows = self._rows().filter(unclaimed(), pk=coordination_id)
+        free = unclaimed() | Q(runner__in=held_by) if held_by else unclaimed()
+        rows = self._rows().filter(free, pk=coordination_id)
         if workflow_name is not None:
             rows = rows.filter(workflow_name=workflow_name)
             if workflow_version is not None:
@@ -455,17 +485,20 @@ class RunRecords:
             return None
         json_field = models.WorkflowRun._meta.get_field("resume_input")
         with_input = resume_input is not None
-        params: list[Any] = [runner, lease.total_seconds(), timezone.now()]
+        held = len(terms.held_by)
+        params: list[Any] = list(terms.held_by)
+        params += [runner, lease.total_seconds(), timezone.now()]
         if with_input:
             params.append(json_field.get_db_prep_save(resume_input, connection))
         params += [coordination_id, workflow_name, workflow_version]
+        params += terms.held_by
         head_is_null = terms.check_head and terms.head is None
         if terms.check_head and not head_is_null:
             params.append(terms.head)
         # A claim without input is committed without waiting for the WAL flush (see
         # ``_claim_sql``), unless the caller's transaction would inherit that.
         lazy = not with_input and not connection.in_atomic_block
-        sql = _claim_sql(with_input, terms.check_head, head_is_null, terms.running_only, lazy)
+        sql = _claim_sql(with_input, terms.check_head, head_is_null, terms.running_only, lazy, held)
         return sql, params
 
     def claimed(self, row: Sequence[Any]) -> WorkflowRun:
@@ -526,8 +559,9 @@ class RunRecords:
             record.resume_input = resume_input
         return record
 
-    def update(self, coordination_id: str, runner: str, lease: timedelta, **fields: Any) -> None:
-        """Set *fields* and renew the lease, if *runner* still holds the run;
+    def update(self, coordination_id: str, runner: str, lease: timedelta, /, **fields: Any) -> None:
+        """Set *fields* (a ``runner`` among them hands the run to that token) and renew
+        the lease, if *runner* still holds the run;
         ``LeaseLostError`` otherwise."""
         fields.update(claimed_until=_lease_end(lease), updated_at=timezone.now())
         self._update_held(coordination_id, runner, fields)
@@ -737,6 +771,7 @@ def _claim_sql(
     head_is_null: bool,
     running_only: bool,
     lazy_commit: bool = False,
+    held_by: int = 0,
 ) -> str:
     """PostgreSQL: ``claim`` of an existing run on terms, returning the claimed row.
 
@@ -747,11 +782,16 @@ def _claim_sql(
     committed synchronously, makes the claim durable with it; a server crash before
     then forgets a claim whose step wrote nothing yet, as if the worker had died
     before claiming (the step runs again, as after any crash). A claim carrying
-    resume input is never lazy: the input must outlive a crash."""
+    resume input is never lazy: the input must outlive a crash.
+
+    *held_by*: the run may also be held under that many hand-off tokens (parameters
+    before the others, and again after the version: ``claim_statement_for``)."""
     fields = _run_fields()
     column = {field.name: f'"{field.column}"' for field in fields}
     runner, until, status = column["runner"], column["claimed_until"], column["status"]
-    retry = f"CASE WHEN run.{status} = '{RunStatus.FAILED}' OR run.{runner} <> '' THEN 1 ELSE 0 END"
+    tokens = ", ".join(["%s"] * held_by)
+    taken_over = f"run.{runner} <> ''" + (f" AND run.{runner} NOT IN ({tokens})" if held_by else "")
+    retry = f"CASE WHEN run.{status} = '{RunStatus.FAILED}' OR ({taken_over}) THEN 1 ELSE 0 END"
     sets = [
         f"{column['attempts']} = run.{column['attempts']} + {retry}",
         f"{runner} = %s",
@@ -764,7 +804,8 @@ def _claim_sql(
         f"run.{column['coordination_id']} = %s",
         f"run.{column['workflow_name']} = %s",
         f"run.{column['workflow_version']} = %s",
-        f"(run.{runner} = '' OR run.{until} IS NULL OR run.{until} < STATEMENT_TIMESTAMP())",
+        f"(run.{runner} = '' OR run.{until} IS NULL OR run.{until} < STATEMENT_TIMESTAMP()"
+        + (f" OR run.{runner} IN ({tokens}))" if held_by else ")"),
     ]
     if check_head:
         head = f"run.{column['head_snapshot_id']}"

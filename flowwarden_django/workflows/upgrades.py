@@ -53,7 +53,7 @@ from .approvals.request import REQUEST_METADATA
 from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from .patches import PATCHES_METADATA
 from .registry import RegisteredWorkflow, workflow_registry
-from .runs import RunRecords, RunStatus, unclaimed
+from .runs import HANDOFF_PREFIX, RunRecords, RunStatus, between_steps, unclaimed
 from .snapshot import WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -285,8 +285,11 @@ def _upgrade_once(
         if run is None:
             return None  # upgraded (or finished) meanwhile
         refused = _outcome_of(run, upgrade)
-        # The claim's lease on the database's clock, as the runners compare it.
-        if not rows.filter(unclaimed(), pk=cid).exists():
+        # The claim's lease on the database's clock, as the runners compare it. A run
+        # handed between steps is taken: the step it was handed to, if it runs, has
+        # its save refused and runs again on the new version.
+        free = unclaimed() | between_steps()
+        if not rows.filter(free, pk=cid).exists():
             return refused(reason=f"runner {run.runner} holds it; upgrade it once it let go")
         head = store.latest(cid)
         if head is None:
@@ -331,7 +334,9 @@ def _upgrade_once(
         }
         if run.status == RunStatus.NEEDS_UPGRADE:
             fields["failure_reason"] = ""
-        moved = rows.filter(unclaimed(), pk=cid, workflow_version=upgrade.from_version)
+        if run.runner.startswith(HANDOFF_PREFIX):
+            fields.update(runner="", claimed_until=None)
+        moved = rows.filter(free, pk=cid, workflow_version=upgrade.from_version)
         if moved.update(**fields) != 1:  # cannot happen under the row lock; never half
             raise RuntimeError(f"run {cid} changed while it was being upgraded")
     logger.info(

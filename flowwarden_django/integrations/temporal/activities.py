@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import close_old_connections
@@ -18,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from ...common.app_models import models
 from ...workflows.approvals.sweep import expire_due_approvals
 from ...workflows.engine import StepAttemptFailed, Workflow
+from ...workflows.handoff import Handoff
 from ...workflows.recovery import wake_due_run
 from ...workflows.registry import RegisteredWorkflow, VersionNotDefinedError, workflow_registry
 from ...workflows.results import Running
@@ -28,6 +31,7 @@ from ...workflows.runs import (
     RunRecords,
     RunStatus,
     RunVersionError,
+    new_handoff_token,
     run_lease,
 )
 from ...workflows.schedule_ticks import interval_tick, late, start_for_tick
@@ -57,7 +61,13 @@ class StaleStep(Exception):
 class _ActivityWorkflow(Workflow):
     """The workflow a step activity runs: its claim also checks that the step is wanted."""
 
-    def __init__(self, definition: RegisteredWorkflow, coordination_id: str, origin: str):
+    def __init__(
+        self,
+        definition: RegisteredWorkflow,
+        coordination_id: str,
+        origin: str,
+        held_by: tuple[str, ...] = (),
+    ):
         super().__init__(
             definition.name,
             coordination_id,
@@ -67,11 +77,13 @@ class _ActivityWorkflow(Workflow):
             version=definition.version,
         )
         self.origin = origin
+        self.held_by = held_by
 
     def _claim_terms(self) -> ClaimTerms:
         # A paused or finished run is claimed only by a "run" wake; the input is
         # stored with the claim, in one statement with (ORM store) the head's read.
-        return ClaimTerms(running_only=self.origin != "run")
+        # A run handed on is taken from its hand-off tokens (``_run_step``).
+        return ClaimTerms(running_only=self.origin != "run", held_by=self.held_by)
 
     def _stale(self, current: Any, terms: ClaimTerms) -> None:
         if terms.running_only and current.status != RunStatus.RUNNING:
@@ -87,11 +99,21 @@ def next_policy(definition: RegisteredWorkflow, last_step: str) -> StepPolicy | 
     return policy_of(step_after(definition.steps, last_step), _local_activity_timeout())
 
 
-def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "") -> RunReport:
-    """Where run *coordination_id* stands now, read from its record."""
+def report(
+    definition: RegisteredWorkflow,
+    coordination_id: str,
+    detail: str = "",
+    hands_to: str | None = None,
+) -> RunReport:
+    """Where run *coordination_id* stands now, read from its record; with the
+    hand-off (its token only) when the run is held under *hands_to*: an earlier copy
+    of the step saved and handed it on."""
     record = RunRecords(definition.using).get(coordination_id)
     if record is None:
         return RunReport(status="failed", detail=f"no workflow run {coordination_id!r}")
+    handoff = None
+    if hands_to is not None and record.runner == hands_to:
+        handoff = Handoff(hands_to, record.workflow_version, time.time()).as_dict()
     expires_at = None
     if record.status == RunStatus.WAITING:
         approval = (
@@ -113,7 +135,14 @@ def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "
     if record.workflow_version != definition.version:  # upgraded: its new version's
         if not workflow_registry.defines(record.workflow_name, record.workflow_version):
             return RunReport(
-                record.status, last_step, None, expires_at, detail, record.workflow_version, wake_at
+                record.status,
+                last_step,
+                None,
+                expires_at,
+                detail,
+                record.workflow_version,
+                wake_at,
+                handoff,
             )
         definition = workflow_registry.get(record.workflow_name, record.workflow_version)
     return RunReport(
@@ -124,6 +153,7 @@ def report(definition: RegisteredWorkflow, coordination_id: str, detail: str = "
         detail=detail,
         version=record.workflow_version,
         wake_at=wake_at,
+        handoff=handoff,
     )
 
 
@@ -190,23 +220,44 @@ def run_step(request: StepRequest) -> RunReport:
         close_old_connections()
 
 
+def _handed(request: StepRequest) -> Handoff | None:
+    """Where the previous step left the run held; its head is used only by the next
+    step of a running run (a wake may continue a paused one: it reads the run)."""
+    if request.handoff is None:
+        return None
+    try:
+        handed = Handoff.from_dict(request.handoff)
+    except (TypeError, ValueError):
+        return None
+    return handed if request.origin == "next" else handed.without_head()
+
+
 def _run_step(request: StepRequest) -> RunReport:
     definition = _definition(request)
     cid = request.coordination_id
-    wf = _ActivityWorkflow(definition, cid, request.origin)
+    handed = _handed(request)
     info = activity.info()
+    # The token this step hands the run on to: the same for every copy and attempt of
+    # this activity, so one that finds an earlier copy's hand-off takes the run from
+    # it at once (the copy died after its save) instead of waiting out its lease.
+    hands_to = new_handoff_token(info.workflow_id, info.workflow_run_id, info.activity_id)
+    held_by = (hands_to,) if handed is None else (handed.token, hands_to)
+    wf = _ActivityWorkflow(definition, cid, request.origin, held_by)
+    step = partial(
+        wf.run_handing_off, handed, input=request.input, attempt=info.attempt, hand_off_to=hands_to
+    )
     try:
         if info.is_local:  # a short step: local activities cannot heartbeat
-            result = wf.run_local(input=request.input, max_steps=1, attempt=info.attempt)
+            result, handoff = step()
         else:
             heartbeat = (info.heartbeat_timeout or timedelta(seconds=10)).total_seconds() / 3
             with _Heartbeats(max(heartbeat, 0.2)):
-                result = wf.run_local(input=request.input, max_steps=1, attempt=info.attempt)
+                result, handoff = step()
     except (StaleStep, RunVersionError) as exc:
         # RunVersionError: upgraded since this step was scheduled; the report carries
         # the run's new version to the workflow.
         logger.info("workflow %s (%s): step not run: %s", wf.name, cid, exc)
-        return report(definition, cid, str(exc))
+        return report(definition, cid, str(exc), hands_to)
     except StepAttemptFailed as exc:
         raise ApplicationError(
             str(exc),
@@ -215,7 +266,9 @@ def _run_step(request: StepRequest) -> RunReport:
         ) from exc
     except ConcurrentRunError as exc:
         if isinstance(exc, LeaseLostError) or exc.claimed_until is None:
-            return report(definition, cid, str(exc))
+            # Taken over (a cancel, an upgrade), or an earlier copy of this step saved
+            # first: the run goes on from where it stands.
+            return report(definition, cid, str(exc), hands_to)
         # The holder may be a killed worker: try again once its claim is over.
         remaining = (exc.claimed_until - timezone.now()).total_seconds()
         delay = min(max(remaining, 0.0), run_lease().total_seconds()) + 0.5
@@ -226,7 +279,10 @@ def _run_step(request: StepRequest) -> RunReport:
         # This very step left the run running at its snapshot: no need to read it.
         last_step = result.last_step_name
         policy = next_policy(definition, last_step)
-        outcome = RunReport("running", last_step, policy, version=definition.version)
+        carried = None if handoff is None else handoff.as_dict()
+        outcome = RunReport(
+            "running", last_step, policy, version=definition.version, handoff=carried
+        )
     else:
         outcome = report(definition, cid)
     logger.info(

@@ -96,6 +96,9 @@ class StepRequest:
     #: The version of the run's workflow (``None``: the activity reads the run's); a
     #: worker that does not define it hands the step back (``VERSION_HANDBACK``).
     version: int | None = None
+    #: Where the previous step left the run held (``workflows.handoff``, as
+    #: ``Handoff.as_dict`` has it): the step takes the run from there.
+    handoff: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,3 +116,5 @@ class RunReport:
     version: int | None = None
     #: When a sleeping run wakes (ISO 8601, UTC).
     wake_at: str | None = None
+    #: The run handed on to its next step by this one (``workflows.handoff``).
+    handoff: dict[str, Any] | None = None

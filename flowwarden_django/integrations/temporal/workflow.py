@@ -69,6 +69,9 @@ class RunWorkflow:
         #: Set once a step was handed back: this worker lacks the run's version, and a
         #: local activity would run here again, so every later step is a regular one.
         self._regular_only = False
+        #: Where the last step left the run held for the next (``workflows.handoff``);
+        #: its carried head is dropped once a step reports no hand-off of its own.
+        self._handoff: dict | None = None
 
     @workflow.signal(name=WAKE_SIGNAL)
     def wake(self, wake: Wake) -> None:
@@ -146,8 +149,24 @@ class RunWorkflow:
     async def _step_once(
         self, start: RunStart, policy: StepPolicy, origin: str, input: object
     ) -> RunReport:
+        report = await self._step_activity(start, policy, origin, input)
+        if report.handoff is not None:
+            self._handoff = report.handoff
+        elif self._handoff is not None:
+            self._handoff = {**self._handoff, "head": None}
+        return report
+
+    async def _step_activity(
+        self, start: RunStart, policy: StepPolicy, origin: str, input: object
+    ) -> RunReport:
         request = StepRequest(
-            start.coordination_id, start.workflow, origin, input, start.using, self._version
+            start.coordination_id,
+            start.workflow,
+            origin,
+            input,
+            start.using,
+            self._version,
+            self._handoff,
         )
         # The step's own retries are counted by the activity (``max_retries``);
         # Temporal retries every attempt that did not end (a killed worker) too.

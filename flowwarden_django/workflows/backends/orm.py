@@ -485,6 +485,41 @@ class OrmSnapshotStore(SnapshotStore):
             return row, None
         return row, self._decode(_Row(*snapshot))
 
+    def carry(self, snapshot: WorkflowSnapshot, limit: int) -> dict[str, Any] | None:
+        """*snapshot* as this store writes it (state and metadata encrypted when it
+        encrypts), as plain JSON data a provider's message can carry to the next step
+        (``handoff``); ``None`` when the stored state and metadata exceed *limit*
+        characters."""
+        columns = self._columns(snapshot)
+        if len(columns["state"] or "") + len(columns["metadata"] or "") > limit:
+            return None
+        return {
+            "id": snapshot.id,
+            "parent_id": columns["parent_id"],
+            "seq": snapshot.seq,
+            "agent_name": columns["agent_name"],
+            "state": columns["state"],
+            "state_type": columns["state_type"],
+            "metadata": columns["metadata"],
+            "created_at": columns["created_at"].isoformat(),
+        }
+
+    def uncarry(self, coordination_id: str, carried: Mapping[str, Any]) -> WorkflowSnapshot:
+        """The snapshot of run *coordination_id* that ``carry`` made *carried* of,
+        read as a row of this store is (an encrypted one is bound to its run)."""
+        row = _Row(
+            id=carried["id"],
+            parent_id=carried["parent_id"],
+            coordination_id=coordination_id,
+            seq=carried["seq"],
+            agent_name=carried["agent_name"],
+            state=carried["state"],
+            state_type=carried["state_type"],
+            metadata=carried["metadata"],
+            created_at=datetime.fromisoformat(carried["created_at"]),
+        )
+        return self._decode(row)
+
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
         snapshot = self._get(snapshot_id)
         if snapshot is not None:
