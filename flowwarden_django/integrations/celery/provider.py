@@ -52,6 +52,7 @@ from django.utils import timezone
 from ...common.failure_log import FailureLog
 from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
 from ...workflows.execution import RemoteExecutionProvider
+from ...workflows.handoff import Handoff
 from ...workflows.recovery import recover_stalled_runs
 from ...workflows.registry import VersionNotDefinedError
 from ...workflows.runs import (
@@ -62,6 +63,7 @@ from ...workflows.runs import (
     RunStatus,
     RunVersionError,
     UnknownRunError,
+    new_handoff_token,
     run_lease,
 )
 from ...workflows.steps import WorkflowStep, step_after
@@ -130,8 +132,10 @@ def send_step(
     last_step: str,
     origin: str,
     input: Any = None,
+    handoff: dict[str, Any] | None = None,
 ) -> None:
-    """Publish the task that executes the step after *last_step* (now, not on commit).
+    """Publish the task that executes the step after *last_step* (now, not on commit);
+    *handoff*: where the previous step left the run held (``workflows.handoff``).
 
     A broker that does not answer is retried with kombu's retry policy
     (``PUBLISH_RETRY_POLICY``: about 3 s in all) before the error is raised; the
@@ -150,6 +154,7 @@ def send_step(
             "head": head,
             "origin": origin,
             "input": input,
+            **({"handoff": handoff} if handoff is not None else {}),
         },
         **options,
     )
@@ -280,7 +285,12 @@ class _StepWorkflow(Workflow):
     wanted, so the check and the step cannot be separated by another runner."""
 
     def __init__(
-        self, definition: WorkflowDefinition, coordination_id: str, head: str | None, origin: str
+        self,
+        definition: WorkflowDefinition,
+        coordination_id: str,
+        head: str | None,
+        origin: str,
+        held_by: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
             definition.name,
@@ -292,6 +302,7 @@ class _StepWorkflow(Workflow):
         )
         self.expected_head = head
         self.origin = origin
+        self.held_by = held_by
 
     def _claim_terms(self) -> ClaimTerms:
         # The claim is taken only while the task is current (the head it continues
@@ -300,8 +311,12 @@ class _StepWorkflow(Workflow):
         # run, and a stale task (a redelivery, a duplicate) leaves the run untouched:
         # claiming it would move its ``updated_at`` and hide a stalled run from the
         # recovery sweep for another WORKFLOW_RECOVER_AFTER.
+        # A run handed on is taken from its hand-off tokens (``run_step``).
         return ClaimTerms(
-            head=self.expected_head, check_head=True, running_only=self.origin != Origin.RUN
+            head=self.expected_head,
+            check_head=True,
+            running_only=self.origin != Origin.RUN,
+            held_by=self.held_by,
         )
 
     def _stale(self, current: WorkflowRun, terms: ClaimTerms) -> None:
@@ -382,6 +397,22 @@ def _hand_back(
     }
 
 
+def _handed(task: Any, handoff: dict[str, Any] | None, head: str | None) -> Handoff | None:
+    """The hand-off a step task carries; its head only for the first delivery of a
+    task of the previous step (a redelivery or a retry may find its step saved)."""
+    if handoff is None:
+        return None
+    try:
+        handed = Handoff.from_dict(handoff)
+    except (TypeError, ValueError):
+        return None
+    delivery = getattr(task.request, "delivery_info", None) or {}
+    again = delivery.get("redelivered") or task.request.retries
+    if again or handed.head is None or handed.head.get("id") != head:
+        return handed.without_head()
+    return handed
+
+
 def _retry_countdown(exc: ConcurrentRunError) -> float | None:
     """Seconds until the holder's claim ends, or ``None`` when waiting is pointless
     (the claim was taken from us, or a snapshot conflict: someone advanced the run)."""
@@ -401,10 +432,16 @@ def run_step(
     input: Any = None,
     version: int | None = None,
     handbacks: int = 0,
+    handoff: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The body of ``flowwarden_django.run_workflow_step`` (*task* is the bound task):
     execute one step, queue the next one on commit. Returns what happened. A task
-    of a version this worker does not define is handed back (see the module)."""
+    of a version this worker does not define is handed back (see the module).
+
+    *handoff*: where the previous step left the run held (``workflows.handoff``). A
+    first delivery of the task runs from it without claiming the run; a redelivery
+    or a retry claims it (taking it from the token), so its check of the head keeps
+    a step that already saved from running twice."""
     if origin not in Origin.ALL:
         raise ValueError(f"unknown step task origin {origin!r}")
     try:
@@ -421,12 +458,19 @@ def run_step(
             "origin": origin,
             "input": input,
             "handbacks": handbacks,
+            "handoff": handoff,
         }
         return _hand_back(task, coordination_id, exc, fields)
-    wf = _StepWorkflow(definition, coordination_id, head, origin)
+    handed = _handed(task, handoff, head)
+    # The token this step hands the run on to: the same for a redelivery or a retry of
+    # this task, which then takes the run from it (the first delivery saved and died).
+    task_id = getattr(task.request, "id", None) or coordination_id
+    hands_to = new_handoff_token(task_id, str(head))
+    held_by = (hands_to,) if handed is None else (handed.token, hands_to)
+    wf = _StepWorkflow(definition, coordination_id, head, origin, held_by)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
-        result = wf.run_local(input=input, max_steps=1)
+        result, handed_on = wf.run_handing_off(handed, input=input, hand_off_to=hands_to)
     except (StaleStepError, UnknownRunError, RunVersionError) as exc:
         # RunVersionError: upgraded since this task was queued (the upgrade queues the
         # step of the new version).
@@ -456,6 +500,7 @@ def run_step(
             head=head,
             last_step=result.last_step_name,
             origin=Origin.NEXT,
+            handoff=None if handed_on is None else handed_on.as_dict(),
         )
         _on_commit(wf.runs.db, send)
     return {**outcome, "status": result.status}
