@@ -11,6 +11,7 @@ key whose event the worker retries shows parked in the reading process.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -229,9 +230,12 @@ def test_a_whole_worker_killed_mid_stream_leaves_its_events_to_the_next_one(
     assert {order for order, _ in written} == set(range(1, 121)), "an event was lost"
     for key in range(declared.KEYS):
         mine = [order for order, label in written if label.startswith(f"key-{key}:")]
-        deduplicated = [o for i, o in enumerate(mine) if i == 0 or mine[i - 1] != o]
-        assert deduplicated == list(range(key or declared.KEYS, 121, declared.KEYS))
+        # Each handling is the key's next order, the same one again (a redelivery), or
+        # an earlier one a restart replays from the anchor: never one out of order.
+        for before, after in itertools.pairwise(mine):
+            assert after == before + declared.KEYS or after <= before, (key, mine)
+        assert mine[0] == (key or declared.KEYS) and mine[-1] > 120 - declared.KEYS
     pids = {label.split(":")[1] for _, label in written}
     assert pids - first_children, "no event was handled by the second worker"
     assert store.find(declared.STREAM_NAME).last_processed_token == events[-1]["_id"]
-    assert consumer.events_handled == 120
+    assert consumer.events_handled >= 120  # more when a restart sent some again
