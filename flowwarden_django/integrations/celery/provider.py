@@ -34,6 +34,12 @@ so a duplicate (a redelivery, a sweep, a retry) never runs a step twice in a row
 never resumes a paused run; only the task queued by ``run()`` / ``resume()`` may
 continue a paused or failed run. A task already stale when it starts does not even
 claim the run, so it leaves its ``updated_at`` (what the sweep goes by) alone.
+
+Hand-off (``workflows.handoff``): a step that leaves the run running keeps it held
+for the next step's task, which carries the hold and the new head; the first
+delivery of that task runs without claiming (its save is conditional on the hold and
+the head's ``seq``, so anything that moved the run meanwhile discards it). A
+redelivery or a retry claims as above, taking the run from the hold.
 """
 
 from __future__ import annotations
