@@ -151,19 +151,24 @@ def send_step(
     limit = step_time_limit(step_after(definition.steps, last_step))
     if limit is not None:
         options["time_limit"] = limit
-    app.send_task(
-        STEP_TASK,
-        kwargs={
-            "coordination_id": coordination_id,
-            "workflow": definition.name,
-            "version": definition.version,
-            "head": head,
-            "origin": origin,
-            "input": input,
-            **({"handoff": handoff} if handoff is not None else {}),
-        },
-        **options,
-    )
+    kwargs = {
+        "coordination_id": coordination_id,
+        "workflow": definition.name,
+        "version": definition.version,
+        "head": head,
+        "origin": origin,
+        "input": input,
+        **({"handoff": handoff} if handoff is not None else {}),
+    }
+    app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
+
+
+def _kwargs_repr(kwargs: dict[str, Any]) -> str:
+    """What the worker's logs and task events show of a step task's arguments: not the
+    input, nor the snapshot its hand-off carries (a state does not belong in logs, and
+    Celery would format all of it for every task)."""
+    shown = ("coordination_id", "workflow", "version", "head", "origin")
+    return repr({name: kwargs.get(name) for name in shown})
 
 
 #: kombu's retry policy for publishing a step: 4 tries over about 3 s.
@@ -385,9 +390,8 @@ def _hand_back(
     hard_limit = (getattr(task.request, "timelimit", None) or (None, None))[0]
     if hard_limit:
         options["time_limit"] = hard_limit
-    task.app.send_task(
-        STEP_TASK, kwargs={**fields, "handbacks": fields["handbacks"] + 1}, **options
-    )
+    kwargs = {**fields, "handbacks": fields["handbacks"] + 1}
+    task.app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
     logger.info(
         "workflow %s (%s): this worker does not define version %d; step sent on to %s",
         error.workflow_name,
