@@ -944,6 +944,10 @@ def test_a_step_with_a_timeout_gets_a_hard_time_limit(local_workflow):
     send_step(app, definition, "cid", head="h0", last_step="", origin=Origin.RUN, input=7)
     # Every publication retries a broker that does not answer (kombu's retry policy).
     assert all(o.pop("retry") is True and o.pop("retry_policy") for _, o in sent)
+    # Logs and task events show where the step is, not its input.
+    reprs = [o.pop("kwargsrepr") for _, o in sent]
+    shown = {"coordination_id": "cid", "workflow": "fw-timed", "version": 1, "head": "h0"}
+    assert reprs[1] == repr({**shown, "origin": "run"})  # no "input": 7
     assert sent == [
         (
             STEP_TASK,
