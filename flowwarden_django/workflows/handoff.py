@@ -43,11 +43,12 @@ _SALT = "flowwarden_django.workflows.handoff"
 
 @dataclasses.dataclass(frozen=True)
 class Handoff:
-    """A run held between two steps: the *token* it is held under, since *at* (wall
-    clock, ``time.time()``), at *version*; and, when carried, its *head* as the store
-    wrote it (``carry``), with the run-record fields a step reads that a plain step
-    does not change."""
+    """Run *coordination_id* held between two steps: the *token* it is held under,
+    since *at* (wall clock, ``time.time()``), at *version*; and, when carried, its
+    *head* as the store wrote it (``carry``), with the run-record fields a step reads
+    that a plain step does not change."""
 
+    coordination_id: str
     token: str
     version: int
     at: float
@@ -70,11 +71,19 @@ class Handoff:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Handoff:
-        """The hand-off ``as_dict`` made; a head whose signature does not match is
-        dropped (the next step then reads it with its claim)."""
+    def from_dict(cls, data: Any, coordination_id: str) -> Handoff | None:
+        """The hand-off of run *coordination_id* that ``as_dict`` made, or ``None``
+        (not one, or another run's); a head whose signature does not match is dropped
+        (the next step then reads it with its claim)."""
+        if not isinstance(data, Mapping) or data.get("coordination_id") != coordination_id:
+            return None
         fields = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
-        handoff = cls(**{k: v for k, v in fields.items() if v is not None})
+        try:
+            handoff = cls(**{k: v for k, v in fields.items() if v is not None})
+        except TypeError:
+            return None
+        if not isinstance(handoff.token, str) or not isinstance(handoff.at, (int, float)):
+            return None
         signature = data.get("signature")
         if handoff.head is not None and not (
             isinstance(signature, str) and constant_time_compare(signature, _sign(fields))

@@ -25,7 +25,6 @@ other runners until it commits.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import socket
 import threading
@@ -39,6 +38,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, DateTimeField, ExpressionWrapper, F, Q, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from ..common.app_models import models
 from ..conf import fw_settings
@@ -164,6 +164,7 @@ def recover_after() -> timedelta:
 #: How the token of a run handed from one step to the next begins (``handoff``): the
 #: run is held between two steps, not by a step running, so an upgrade may take it.
 HANDOFF_PREFIX = "handoff:"
+_HANDOFF_SALT = "flowwarden_django.workflows.runs.handoff_token"
 
 
 def new_handoff_token(*names: str) -> str:
@@ -173,8 +174,9 @@ def new_handoff_token(*names: str) -> str:
     attempt of it), else random."""
     if not names:
         return f"{HANDOFF_PREFIX}{uuid.uuid4().hex}"
-    digest = hashlib.sha256("\x00".join(names).encode()).hexdigest()[:32]
-    return f"{HANDOFF_PREFIX}{digest}"
+    # Keyed with SECRET_KEY: who knows a task's name cannot name the run's hold.
+    digest = salted_hmac(_HANDOFF_SALT, "\x00".join(names), algorithm="sha256").hexdigest()
+    return f"{HANDOFF_PREFIX}{digest[:32]}"
 
 
 def new_runner_token() -> str:

@@ -1032,3 +1032,29 @@ def test_a_step_of_a_version_this_worker_lacks_goes_to_that_version_s_queue():
         workflow_registry.unregister("wf")
     assert "steps.wf.v3" in app.amqp.queues
     app.close()
+
+
+def test_a_step_task_runs_from_its_hand_off_only_on_its_first_delivery():
+    """The hand-off travels in a message header (a worker of an earlier release
+    ignores it); a redelivery or a retry keeps only its token, so it claims the run
+    and checks the head as any copy does."""
+    from flowwarden_django.integrations.celery.provider import HANDOFF_HEADER, _handed
+    from flowwarden_django.workflows.handoff import Handoff
+
+    carried = {"id": "h1", "seq": 2, "state": "[]", "metadata": "{}"}
+    handoff = Handoff("cid", "handoff:abc", 1, time.time(), head=carried)
+
+    def task(retries: int = 0, redelivered: bool = False, **headers: Any) -> Any:
+        delivery = {"redelivered": redelivered}
+        return SimpleNamespace(
+            request=SimpleNamespace(retries=retries, delivery_info=delivery, **headers)
+        )
+
+    header = {HANDOFF_HEADER: handoff.as_dict()}
+    assert _handed(task(**header), "cid", "h1") == (handoff, False)
+    for copy in (task(redelivered=True, **header), task(retries=1, **header)):
+        handed, again = _handed(copy, "cid", "h1")
+        assert again and handed == handoff.without_head()
+    assert _handed(task(**header), "cid", "another-head")[0] == handoff.without_head()
+    assert _handed(task(**header), "another-run", "h1") == (None, False)
+    assert _handed(task(), "cid", "h1") == (None, False)

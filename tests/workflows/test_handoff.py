@@ -176,7 +176,7 @@ def test_a_retry_a_stale_or_a_forged_hand_off_claims_from_the_token(alias: str) 
     result, handed, queries = step_of(alias, cid, steps, stale)
     assert result.state == ["s1", "s2", "s3"]
     forged_head = {**handed.head, "state": '["forged", "s1", "s2", "s3"]'}
-    forged = Handoff.from_dict({**handed.as_dict(), "head": forged_head})
+    forged = Handoff.from_dict({**handed.as_dict(), "head": forged_head}, cid)
     assert forged.head is None  # the signature no longer matches: dropped
     result, handed, queries = step_of(alias, cid, steps, forged)
     assert result.state == ["s1", "s2", "s3", "s4"]
@@ -246,3 +246,31 @@ def test_a_copy_of_a_step_takes_the_run_its_earlier_copy_handed_on(alias: str) -
     result, again = copy().run_handing_off(handed.without_head(), hand_off_to=hands_to)
     assert result.state == ["s1", "s2", "s3"] and again.token == hands_to
     assert run_of(alias, cid).attempts == 0
+
+
+@pytest.mark.parametrize("alias", [POSTGRES])
+def test_a_hand_off_is_of_one_run_and_anything_else_is_none(alias: str) -> None:
+    steps = appending(3)
+    cid = started(alias, steps)
+    _, handed, _ = step_of(alias, cid, steps, None)
+    data = handed.as_dict()
+    assert Handoff.from_dict(data, cid) == handed
+    # Another run's hand-off, or no hand-off at all, is none.
+    assert Handoff.from_dict(data, "another-run") is None
+    for junk in ("text", ["a"], {"coordination_id": cid}, {**data, "token": 7}):
+        assert Handoff.from_dict(junk, cid) is None, junk
+    # Moving a signed head to another run, even with its run renamed, drops it.
+    moved = Handoff.from_dict({**data, "coordination_id": "other"}, "other")
+    assert moved is not None and moved.head is None
+
+
+@pytest.mark.parametrize("alias", [POSTGRES])
+def test_seeding_a_run_held_between_steps_reads_its_head_without_a_claim(alias: str) -> None:
+    """``run()``/``resume()`` on a Celery or Temporal run that is running hand it over
+    (``seed``): held from step to step, the run is not refused for it."""
+    steps = appending(3)
+    cid = started(alias, steps)
+    result, handed, _ = step_of(alias, cid, steps, None)
+    head = Workflow("handoff", cid, steps, OrmSnapshotStore(using=alias)).seed()
+    assert head.id == result.snapshot_id
+    assert run_of(alias, cid).runner == handed.token  # still held for the next step

@@ -151,6 +151,9 @@ def send_step(
     limit = step_time_limit(step_after(definition.steps, last_step))
     if limit is not None:
         options["time_limit"] = limit
+    if handoff is not None:
+        # A header, not an argument: a worker of an earlier release ignores it.
+        options["headers"] = {HANDOFF_HEADER: handoff}
     kwargs = {
         "coordination_id": coordination_id,
         "workflow": definition.name,
@@ -158,7 +161,6 @@ def send_step(
         "head": head,
         "origin": origin,
         "input": input,
-        **({"handoff": handoff} if handoff is not None else {}),
     }
     app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
 
@@ -170,6 +172,9 @@ def _kwargs_repr(kwargs: dict[str, Any]) -> str:
     shown = ("coordination_id", "workflow", "version", "head", "origin")
     return repr({name: kwargs.get(name) for name in shown})
 
+
+#: The message header a step task carries its hand-off in (``workflows.handoff``).
+HANDOFF_HEADER = "flowwarden_handoff"
 
 #: kombu's retry policy for publishing a step: 4 tries over about 3 s.
 PUBLISH_RETRY_POLICY = {
@@ -390,6 +395,9 @@ def _hand_back(
     hard_limit = (getattr(task.request, "timelimit", None) or (None, None))[0]
     if hard_limit:
         options["time_limit"] = hard_limit
+    handoff = getattr(task.request, HANDOFF_HEADER, None)
+    if handoff is not None:
+        options["headers"] = {HANDOFF_HEADER: handoff}
     kwargs = {**fields, "handbacks": fields["handbacks"] + 1}
     task.app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
     logger.info(
@@ -407,20 +415,19 @@ def _hand_back(
     }
 
 
-def _handed(task: Any, handoff: dict[str, Any] | None, head: str | None) -> Handoff | None:
-    """The hand-off a step task carries; its head only for the first delivery of a
-    task of the previous step (a redelivery or a retry may find its step saved)."""
-    if handoff is None:
-        return None
-    try:
-        handed = Handoff.from_dict(handoff)
-    except (TypeError, ValueError):
-        return None
+def _handed(task: Any, coordination_id: str, head: str | None) -> tuple[Handoff | None, bool]:
+    """The hand-off a step task carries, and whether this is a redelivery or a retry;
+    its head only for the first delivery of a task of the previous step (a copy may
+    find its step saved)."""
+    data = getattr(task.request, HANDOFF_HEADER, None)
     delivery = getattr(task.request, "delivery_info", None) or {}
-    again = delivery.get("redelivered") or task.request.retries
+    again = bool(delivery.get("redelivered") or task.request.retries)
+    handed = Handoff.from_dict(data, coordination_id) if data is not None else None
+    if handed is None:
+        return None, again
     if again or handed.head is None or handed.head.get("id") != head:
-        return handed.without_head()
-    return handed
+        return handed.without_head(), again
+    return handed, again
 
 
 def _retry_countdown(exc: ConcurrentRunError) -> float | None:
@@ -442,16 +449,16 @@ def run_step(
     input: Any = None,
     version: int | None = None,
     handbacks: int = 0,
-    handoff: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The body of ``flowwarden_django.run_workflow_step`` (*task* is the bound task):
     execute one step, queue the next one on commit. Returns what happened. A task
     of a version this worker does not define is handed back (see the module).
 
-    *handoff*: where the previous step left the run held (``workflows.handoff``). A
-    first delivery of the task runs from it without claiming the run; a redelivery
-    or a retry claims it (taking it from the token), so its check of the head keeps
-    a step that already saved from running twice."""
+    The task's ``HANDOFF_HEADER`` says where the previous step left the run held
+    (``workflows.handoff``). A first delivery of the task runs from it without
+    claiming the run; a redelivery or a retry claims it once the hold is over (a
+    first delivery may still run from it), so its check of the head keeps a step
+    that already saved from running twice."""
     if origin not in Origin.ALL:
         raise ValueError(f"unknown step task origin {origin!r}")
     try:
@@ -468,19 +475,21 @@ def run_step(
             "origin": origin,
             "input": input,
             "handbacks": handbacks,
-            "handoff": handoff,
         }
         return _hand_back(task, coordination_id, exc, fields)
-    handed = _handed(task, handoff, head)
+    handed, again = _handed(task, coordination_id, head)
     # The token this step hands the run on to: the same for a redelivery or a retry of
-    # this task, which then takes the run from it (the first delivery saved and died).
+    # this task. A first delivery takes the run from the hold it was handed; a copy
+    # (the first delivery may still run from that hold) waits for the hold to end.
     task_id = getattr(task.request, "id", None) or coordination_id
     hands_to = new_handoff_token(task_id, str(head))
-    held_by = (hands_to,) if handed is None else (handed.token, hands_to)
+    held_by = (hands_to,) if handed is None or again else (handed.token, hands_to)
     wf = _StepWorkflow(definition, coordination_id, head, origin, held_by)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
-        result, handed_on = wf.run_handing_off(handed, input=input, hand_off_to=hands_to)
+        result, handed_on = wf.run_handing_off(
+            None if again else handed, input=input, hand_off_to=hands_to
+        )
     except (StaleStepError, UnknownRunError, RunVersionError) as exc:
         # RunVersionError: upgraded since this task was queued (the upgrade queues the
         # step of the new version).

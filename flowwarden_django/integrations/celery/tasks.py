@@ -80,7 +80,6 @@ def run_workflow_step(
     input: Any = None,
     version: int | None = None,
     handbacks: int = 0,
-    handoff: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Execute the next step of one workflow run and queue the step after it on
     commit; queued by ``CeleryExecutionProvider`` (see ``provider``)."""
@@ -95,7 +94,6 @@ def run_workflow_step(
         input=input,
         version=version,
         handbacks=handbacks,
-        handoff=handoff,
     )
 
 

@@ -113,7 +113,8 @@ def report(
         return RunReport(status="failed", detail=f"no workflow run {coordination_id!r}")
     handoff = None
     if hands_to is not None and record.runner == hands_to:
-        handoff = Handoff(hands_to, record.workflow_version, time.time()).as_dict()
+        handoff = Handoff(coordination_id, hands_to, record.workflow_version, time.time())
+        handoff = handoff.as_dict()
     expires_at = None
     if record.status == RunStatus.WAITING:
         approval = (
@@ -225,11 +226,10 @@ def _handed(request: StepRequest) -> Handoff | None:
     step of a running run (a wake may continue a paused one: it reads the run)."""
     if request.handoff is None:
         return None
-    try:
-        handed = Handoff.from_dict(request.handoff)
-    except (TypeError, ValueError):
-        return None
-    return handed if request.origin == "next" else handed.without_head()
+    handed = Handoff.from_dict(request.handoff, request.coordination_id)
+    if handed is None or request.origin == "next":
+        return handed
+    return handed.without_head()
 
 
 def _run_step(request: StepRequest) -> RunReport:
@@ -241,7 +241,10 @@ def _run_step(request: StepRequest) -> RunReport:
     # this activity, so one that finds an earlier copy's hand-off takes the run from
     # it at once (the copy died after its save) instead of waiting out its lease.
     hands_to = new_handoff_token(info.workflow_id, info.workflow_run_id, info.activity_id)
-    held_by = (hands_to,) if handed is None else (handed.token, hands_to)
+    # A retry takes the run from the hold it was handed only once that is over: the
+    # attempt before it may still run from it.
+    again = info.attempt > 1
+    held_by = (hands_to,) if handed is None or again else (handed.token, hands_to)
     wf = _ActivityWorkflow(definition, cid, request.origin, held_by)
     step = partial(
         wf.run_handing_off, handed, input=request.input, attempt=info.attempt, hand_off_to=hands_to

@@ -86,6 +86,8 @@ class RunWorkflow:
                 if wake.version is not None:
                     self._version = wake.version
                 if wake.origin == "refresh":
+                    # The run changed outside (a fork): the next step reads its head.
+                    self._drop_carried_head()
                     report = await self._quick(STATUS_ACTIVITY, start)
                 else:
                     # "run": run()/resume()/a decision may continue a paused run; a
@@ -152,9 +154,13 @@ class RunWorkflow:
         report = await self._step_activity(start, policy, origin, input)
         if report.handoff is not None:
             self._handoff = report.handoff
-        elif self._handoff is not None:
-            self._handoff = {**self._handoff, "head": None}
+        else:
+            self._drop_carried_head()
         return report
+
+    def _drop_carried_head(self) -> None:
+        if self._handoff is not None:
+            self._handoff = {**self._handoff, "head": None}
 
     async def _step_activity(
         self, start: RunStart, policy: StepPolicy, origin: str, input: object
