@@ -1,6 +1,6 @@
 """Cancelling a workflow run: ``Workflow.cancel(reason, by=...)``.
 
-A cancelled run (status ``cancelled``) never runs another step, on any provider. The
+A cancelled run (status ``cancelled``) never saves another step, on any provider. The
 cancel writes a snapshot of its own after the run's latest, with
 ``workflow.cancelled`` metadata (reason, by), and moves the run to it, lets go of any
 runner's claim, and cancels the run's pending approvals (audited, with who
@@ -8,7 +8,8 @@ cancelled), in one transaction of the run's database.
 
 A step running at that moment finishes, and its result is discarded: its snapshot
 would take the ``seq`` the cancel's snapshot took (the store refuses it), and its
-runner no longer holds the run. Steps do not see the cancel while they run; one that
+runner no longer holds the run. So does a step the run was handed to between two
+steps (``handoff``: Celery and Temporal), which may still start. Steps do not see the cancel while they run; one that
 must stop early checks ``workflow.status`` itself. The provider is told once the
 cancel committed (``ExecutionProvider.cancelled``): Temporal cancels the run's
 workflow; Celery's queued tasks find the run moved on and do nothing. The run's unfinished
