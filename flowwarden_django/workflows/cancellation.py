@@ -9,12 +9,13 @@ cancelled), in one transaction of the run's database.
 A step running at that moment finishes, and its result is discarded: its snapshot
 would take the ``seq`` the cancel's snapshot took (the store refuses it), and its
 runner no longer holds the run. So does a step the run was handed to between two
-steps (``handoff``: Celery and Temporal), which may still start. Steps do not see the cancel while they run; one that
-must stop early checks ``workflow.status`` itself. The provider is told once the
-cancel committed (``ExecutionProvider.cancelled``): Temporal cancels the run's
-workflow; Celery's queued tasks find the run moved on and do nothing. The run's unfinished
-child runs (``spawn``) are cancelled with it, and a parent waiting for it is
-continued when it was the last child running.
+steps (``handoff``: Celery and Temporal), which may still start. Steps do not see
+the cancel while they run; one that must stop early checks ``workflow.status``
+itself. The provider is told once the cancel committed
+(``ExecutionProvider.cancelled``): Temporal cancels the run's workflow; Celery's
+queued tasks find the run moved on and do nothing. The run's unfinished child runs
+(``spawn``) are cancelled with it, and a parent waiting for it is continued when it
+was the last child running.
 
 Completed and cancelled runs are left as they are (``CancelOutcome.cancelled`` is
 False); a failed, paused, sleeping or running run is cancelled.
