@@ -1,7 +1,9 @@
 """What the Temporal workflow and its activities send each other: plain dataclasses,
-safe to import inside the workflow sandbox (no Django, no project code)."""
+safe to import inside the workflow sandbox (no Django, no project code).
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: the SDK converts every message with
+``typing.get_type_hints``, which evaluates string annotations again each time (about
+130 us for a ``RunReport``, 50 us with real ones), twice a step."""
 
 import dataclasses
 from typing import Any
