@@ -1318,42 +1318,34 @@ class _Execution:
             agent_name=name,
             metadata=metadata,
         )
+        # The run stays running past this execution's last step: held on for its next
+        # step (``handoff``), under the hand-off token with a renewed lease.
+        hands_off = (
+            releases and self.hand_off_to is not None and type(outcome) is Advance and not completes
+        )
         finishing = is_done or isinstance(outcome, Pause) or completes or releases
         fields: dict[str, Any] = {"head_snapshot_id": snapshot.id, "last_step": step_name}
-        if releases and self.hand_off_to is not None and type(outcome) is Advance and not completes:
-            # The run stays running: held on for its next step (``handoff``).
-            return self._hand_off(snapshot, fields, consumed_input)
         if consumed_input:
             fields["resume_input"] = None
-        if isinstance(outcome, Pause):
+        if hands_off:
+            fields["runner"] = self.hand_off_to
+        elif isinstance(outcome, Pause):
             fields.update(status=outcome.status, failure_reason="", **outcome.run_fields())
         elif is_done or completes:
             fields.update(status=RunStatus.COMPLETED, failure_reason="")
+        handed_at = time.time()
         try:
             if isinstance(outcome, Pause):
                 saved = self._save_pause(snapshot, fields, outcome)
             else:
-                saved = self._save_step(snapshot, fields, finishing=finishing)
+                saved = self._save_step(snapshot, fields, finishing=finishing and not hands_off)
         except SnapshotConflictError as exc:
             raise ConcurrentRunError(self.cid, "another runner") from exc
+        if hands_off:  # no longer this execution's to release
+            self.released = True
+            self.handed = (handed_at, saved)
         if isinstance(outcome, Pause):
             outcome.on_paused(self.workflow, saved)
-        return saved
-
-    def _hand_off(
-        self, snapshot: WorkflowSnapshot, fields: dict[str, Any], consumed_input: bool
-    ) -> WorkflowSnapshot:
-        """Save a step's snapshot moving the run to the hand-off token with a renewed
-        lease: held on for the next step, no longer by this execution."""
-        if consumed_input:
-            fields["resume_input"] = None
-        at = time.time()
-        try:
-            saved = self._save_step(snapshot, {**fields, "runner": self.hand_off_to})
-        except SnapshotConflictError as exc:
-            raise ConcurrentRunError(self.cid, "another runner") from exc
-        self.released = True
-        self.handed = (at, saved)
         return saved
 
     def _add_timing(self, metadata: dict[str, str]) -> None:

@@ -92,6 +92,17 @@ class Handoff:
         return handoff
 
 
+def taken_from(handed: Handoff | None, hands_to: str, *, copy: bool) -> tuple[str, ...]:
+    """The hand-off tokens a step's claim may take the run from (``ClaimTerms.held_by``):
+    *hands_to*, the token the step hands the run on to (an earlier copy of it may have
+    saved and died), and the token it was *handed*, unless the step is a *copy* (a
+    retry, a redelivery): the copy before it may still run from that one, so a copy
+    waits for the hold to end, as it waits for any live claim."""
+    if handed is None or copy:
+        return (hands_to,)
+    return (handed.token, hands_to)
+
+
 def _sign(fields: Mapping[str, Any]) -> str:
     names = [f.name for f in dataclasses.fields(Handoff)]
     message = json.dumps([fields.get(name) for name in names], sort_keys=True, default=str)

@@ -58,7 +58,7 @@ from django.utils import timezone
 from ...common.failure_log import FailureLog
 from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
 from ...workflows.execution import RemoteExecutionProvider
-from ...workflows.handoff import Handoff
+from ...workflows.handoff import Handoff, taken_from
 from ...workflows.recovery import recover_stalled_runs
 from ...workflows.registry import VersionNotDefinedError
 from ...workflows.runs import (
@@ -479,17 +479,14 @@ def run_step(
         return _hand_back(task, coordination_id, exc, fields)
     handed, again = _handed(task, coordination_id, head)
     # The token this step hands the run on to: the same for a redelivery or a retry of
-    # this task. A first delivery takes the run from the hold it was handed; a copy
-    # (the first delivery may still run from that hold) waits for the hold to end.
+    # this task.
     task_id = getattr(task.request, "id", None) or coordination_id
     hands_to = new_handoff_token(task_id, str(head))
-    held_by = (hands_to,) if handed is None or again else (handed.token, hands_to)
+    held_by = taken_from(handed, hands_to, copy=again)
     wf = _StepWorkflow(definition, coordination_id, head, origin, held_by)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
-        result, handed_on = wf.run_handing_off(
-            None if again else handed, input=input, hand_off_to=hands_to
-        )
+        result, handed_on = wf.run_handing_off(handed, input=input, hand_off_to=hands_to)
     except (StaleStepError, UnknownRunError, RunVersionError) as exc:
         # RunVersionError: upgraded since this task was queued (the upgrade queues the
         # step of the new version).

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from ...common.app_models import models
 from ...workflows.approvals.sweep import expire_due_approvals
 from ...workflows.engine import StepAttemptFailed, Workflow
-from ...workflows.handoff import Handoff
+from ...workflows.handoff import Handoff, taken_from
 from ...workflows.recovery import wake_due_run
 from ...workflows.registry import RegisteredWorkflow, VersionNotDefinedError, workflow_registry
 from ...workflows.results import Running
@@ -113,8 +113,8 @@ def report(
         return RunReport(status="failed", detail=f"no workflow run {coordination_id!r}")
     handoff = None
     if hands_to is not None and record.runner == hands_to:
-        handoff = Handoff(coordination_id, hands_to, record.workflow_version, time.time())
-        handoff = handoff.as_dict()
+        held = Handoff(coordination_id, hands_to, record.workflow_version, time.time())
+        handoff = held.as_dict()
     expires_at = None
     if record.status == RunStatus.WAITING:
         approval = (
@@ -241,10 +241,7 @@ def _run_step(request: StepRequest) -> RunReport:
     # this activity, so one that finds an earlier copy's hand-off takes the run from
     # it at once (the copy died after its save) instead of waiting out its lease.
     hands_to = new_handoff_token(info.workflow_id, info.workflow_run_id, info.activity_id)
-    # A retry takes the run from the hold it was handed only once that is over: the
-    # attempt before it may still run from it.
-    again = info.attempt > 1
-    held_by = (hands_to,) if handed is None or again else (handed.token, hands_to)
+    held_by = taken_from(handed, hands_to, copy=info.attempt > 1)
     wf = _ActivityWorkflow(definition, cid, request.origin, held_by)
     step = partial(
         wf.run_handing_off, handed, input=request.input, attempt=info.attempt, hand_off_to=hands_to
