@@ -152,3 +152,13 @@ def vacuum_workflow_tables() -> None:
     with connection.cursor() as cursor:  # autocommit: VACUUM cannot run in a transaction
         for model in (SnapshotRecord, WorkflowRun):
             cursor.execute(f'VACUUM ANALYZE "{model._meta.db_table}"')
+
+
+def checkpoint() -> None:
+    """``CHECKPOINT``: write out every page dirtied so far, so that what is measured
+    next does not pay for the writes of what ran before it (as it would when the
+    checkpointer or a full-page image after a checkpoint lands in its time)."""
+    from django.db import connections
+
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute("CHECKPOINT")

@@ -67,8 +67,10 @@ level, run no recovery sweep (no beat, ``--no-recovery``), and keep their databa
 connections (``CONN_MAX_AGE``, ``CELERY_DB_REUSE_MAX``). The tables are vacuumed
 first (this machine's PostgreSQL runs without autovacuum). Every lane is warmed up
 (*warmup* untimed rounds, each one sequential run and up to 8 runs at once); each
-round then measures every lane in both modes, rotating which goes first; the median
-over rounds is reported.
+round then measures every lane in both modes, rotating which goes first, each lane
+after a ``CHECKPOINT`` (so no lane pays for writing out the pages the lane before it
+dirtied: the in-process lane writes several times faster than any other); the
+median over rounds is reported.
 
 Servers: PostgreSQL as for the other benchmarks (``bench/_postgres.py``:
 FLOWWARDEN_BENCH_PG_HOST, _PORT, _USER and _DB; database ``fw_bench``, created if
@@ -110,6 +112,7 @@ if str(ROOT) not in sys.path:
 from _args import positive_int  # noqa: E402  (after the path set-up)
 from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the script's dir)
     ALIAS,
+    checkpoint,
     configure_django,
     ensure_database,
     pg_target,
@@ -161,7 +164,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=12,
         help="runs started at once per round and provider (and threads starting them)",
     )
-    parser.add_argument("--rounds", type=positive_int, default=3, help="rounds")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="rounds")
     parser.add_argument(
         "--lanes",
         type=lanes_list,
@@ -766,6 +769,7 @@ def main(argv: list[str] | None = None) -> int:
             warmup_batch = min(args.concurrent, 2 * WORKER_CONCURRENCY)
 
             def measure(lane: Lane, timed: bool) -> None:
+                checkpoint()
                 with override_settings(FLOWWARDEN=lane.settings):
                     rate, cids = sequential(lane, args.runs if timed else 1)
                     check_runs(cids, lane.pid)

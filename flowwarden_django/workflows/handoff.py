@@ -66,7 +66,10 @@ class Handoff:
 
     def as_dict(self) -> dict[str, Any]:
         """The hand-off as plain JSON data, signed, for a provider's messages."""
-        data = dataclasses.asdict(self)
+        # Not dataclasses.asdict: it deep-copies the carried head, on every step.
+        data = {name: getattr(self, name) for name in _FIELDS}
+        if self.head is not None:
+            data["head"] = dict(self.head)
         data["signature"] = _sign(data)
         return data
 
@@ -77,7 +80,7 @@ class Handoff:
         (the next step then reads it with its claim)."""
         if not isinstance(data, Mapping) or data.get("coordination_id") != coordination_id:
             return None
-        fields = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        fields = {name: data.get(name) for name in _FIELDS}
         try:
             handoff = cls(**{k: v for k, v in fields.items() if v is not None})
         except TypeError:
@@ -103,7 +106,10 @@ def taken_from(handed: Handoff | None, hands_to: str, *, copy: bool) -> tuple[st
     return (handed.token, hands_to)
 
 
+#: The fields of a ``Handoff``, in the order they are signed.
+_FIELDS = tuple(field.name for field in dataclasses.fields(Handoff))
+
+
 def _sign(fields: Mapping[str, Any]) -> str:
-    names = [f.name for f in dataclasses.fields(Handoff)]
-    message = json.dumps([fields.get(name) for name in names], sort_keys=True, default=str)
+    message = json.dumps([fields.get(name) for name in _FIELDS], sort_keys=True, default=str)
     return salted_hmac(_SALT, message, algorithm="sha256").hexdigest()

@@ -439,6 +439,35 @@ class RunRecords:
         ]
         return _claim_or_create_sql(resume_input is not None), params
 
+    def create_claimed_statement(
+        self,
+        coordination_id: str,
+        workflow_name: str,
+        runner: str,
+        lease: timedelta,
+        workflow_version: int = 1,
+    ) -> tuple[str, list[Any]] | None:
+        """``claim_statement`` for a run that should not exist yet (a ``run()`` with an
+        initial state), on PostgreSQL (``None`` elsewhere): it inserts the run
+        claimed and returns the row as ``claim_statement`` does, or no row, writing
+        nothing, when the coordination exists (claim it with ``claim_statement``
+        then). Cheaper to plan and run than the claim's ``ON CONFLICT DO UPDATE``."""
+        connection = connections[self.db]
+        if connection.vendor != "postgresql":
+            return None
+        now = timezone.now()
+        params = [
+            coordination_id,
+            workflow_name,
+            workflow_version,
+            None,  # resume_input
+            runner,
+            lease.total_seconds(),
+            now,
+            now,
+        ]
+        return _create_claimed_sql(), params
+
     def create_statement(
         self,
         coordination_id: str,
@@ -737,6 +766,21 @@ def _claim_or_create_sql(with_input: bool) -> str:
         # statement inserted (an ON CONFLICT update leaves its own xid there).
         f"RETURNING {', '.join(column[field.name] for field in fields)}, "
         '(run.xmax = 0) AS "created"'
+    )
+
+
+@lru_cache(maxsize=1)
+def _create_claimed_sql() -> str:
+    """PostgreSQL: insert the run claimed unless its coordination exists (``ON
+    CONFLICT DO NOTHING``); returns the row and ``created``, as ``_claim_or_create_sql``."""
+    fields = _run_fields()
+    column = {field.name: f'"{field.column}"' for field in fields}
+    assert set(_INSERTED) == set(column), "WorkflowRun's columns changed"
+    return (
+        f'INSERT INTO "{models.WorkflowRun._meta.db_table}" '
+        f"({', '.join(column[name] for name in _INSERTED)}) "
+        f"VALUES ({', '.join(_INSERTED.values())}) ON CONFLICT DO NOTHING "
+        f'RETURNING {", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
     )
 
 

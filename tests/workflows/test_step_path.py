@@ -108,6 +108,31 @@ def test_on_postgres_every_snapshot_of_a_run_is_one_statement(alias: str) -> Non
     assert (run.head_snapshot_id, run.last_step, run.attempts) == (rows[-1].id, f"s{STEPS}", 0)
 
 
+@pytest.mark.parametrize("alias", [POSTGRES])
+def test_run_with_a_state_creates_the_run_and_claims_one_that_exists(alias: str) -> None:
+    """``run(state)`` first tries to create the run (``ON CONFLICT DO NOTHING``: cheaper
+    than the claim's upsert); for a run that exists it writes nothing, and the claim
+    takes the run then, which continues from its latest snapshot (read after it)."""
+    cid = new_cid()
+    starts: list[int] = []
+    store = OrmSnapshotStore(using=alias)
+    with CaptureQueriesContext(connections[alias]) as captured:
+        wf = Workflow("path", cid, counting_steps(starts, captured), store)
+        assert isinstance(wf.run_local([], max_steps=1), Running)
+    assert "ON CONFLICT DO NOTHING" in captured.captured_queries[0]["sql"]
+    starts.clear()
+    with CaptureQueriesContext(connections[alias]) as captured:
+        wf = Workflow("path", cid, counting_steps(starts, captured), store)
+        assert wf.run(["ignored"]) == Completed([f"s{n}" for n in range(1, STEPS + 1)], cid)
+    opening = captured.captured_queries[: starts[0]]
+    assert kinds(opening) == ["WITH", "WITH", "SELECT"]
+    assert "ON CONFLICT DO NOTHING" in opening[0]["sql"]
+    assert "DO UPDATE" in opening[1]["sql"]
+    rows = history(alias, cid)
+    assert [row.seq for row in rows] == list(range(1, STEPS + 2))
+    assert all(b.parent_id == a.id for a, b in itertools.pairwise(rows))
+
+
 @ALIASES
 def test_a_run_written_step_by_step_reads_the_same_everywhere(alias: str) -> None:
     """The same history and run record on every database, whatever the statements."""
