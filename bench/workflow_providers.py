@@ -67,10 +67,11 @@ level, run no recovery sweep (no beat, ``--no-recovery``), and keep their databa
 connections (``CONN_MAX_AGE``, ``CELERY_DB_REUSE_MAX``). The tables are vacuumed
 first (this machine's PostgreSQL runs without autovacuum). Every lane is warmed up
 (*warmup* untimed rounds, each one sequential run and up to 8 runs at once); each
-round then measures every lane in both modes, rotating which goes first, each lane
-after a ``CHECKPOINT`` (so no lane pays for writing out the pages the lane before it
-dirtied: the in-process lane writes several times faster than any other); the
-median over rounds is reported.
+round then measures every lane in both modes, each after a ``CHECKPOINT`` (so no
+lane pays for writing out the pages the lane before it dirtied: the in-process lane
+writes several times faster than any other). A flowwarden lane and its raw engine
+run back to back; the pairs rotate which goes first, and within a pair the raw lane
+goes first every other round (``round_order``). The median over rounds is reported.
 
 Servers: PostgreSQL as for the other benchmarks (``bench/_postgres.py``:
 FLOWWARDEN_BENCH_PG_HOST, _PORT, _USER and _DB; database ``fw_bench``, created if
@@ -785,10 +786,7 @@ def main(argv: list[str] | None = None) -> int:
                 for lane in lanes:
                     measure(lane, timed=False)
             for number in range(1, args.rounds + 1):
-                # Each round rotates which lane goes first; a lane and its anchor
-                # keep running back to back.
-                shift = (number - 1) % len(lanes)
-                for lane in lanes[shift:] + lanes[:shift]:
+                for lane in round_order(lanes, number):
                     measure(lane, timed=True)
                 print(
                     f"round {number}/{args.rounds}: "
@@ -823,6 +821,27 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(rates, args)
     return 0
+
+
+def round_order(lanes: list[Lane], number: int) -> list[Lane]:
+    """The order of round *number* (1-based): each flowwarden lane and its anchor run
+    back to back, the pairs rotating which goes first, and within a pair the anchor
+    goes first every other round. So what a lane leaves behind (the Temporal server
+    still recording the runs that just ended, say) weighs on both lanes of the next
+    pair alike, not always on the same one."""
+    by_name = {lane.name: lane for lane in lanes}
+    paired = {ANCHORS[name] for name in by_name if ANCHORS.get(name) in by_name}
+    groups: list[list[Lane]] = []
+    for lane in lanes:
+        if lane.name in paired:
+            continue  # runs with its flowwarden lane
+        anchor = ANCHORS.get(lane.name)
+        groups.append([lane, by_name[anchor]] if anchor in paired else [lane])
+    shift = (number - 1) % len(groups)
+    order: list[Lane] = []
+    for group in groups[shift:] + groups[:shift]:
+        order += group[::-1] if number % 2 == 0 else group
+    return order
 
 
 def start_raw_chain(steps: int) -> str:
