@@ -157,8 +157,20 @@ def vacuum_workflow_tables() -> None:
 def checkpoint() -> None:
     """``CHECKPOINT``: write out every page dirtied so far, so that what is measured
     next does not pay for the writes of what ran before it (as it would when the
-    checkpointer or a full-page image after a checkpoint lands in its time)."""
-    from django.db import connections
+    checkpointer or a full-page image after a checkpoint lands in its time). A user
+    without the right (superuser or ``pg_checkpoint``) is told once, and measures
+    without it."""
+    from django.db import DatabaseError, connections
 
-    with connections[ALIAS].cursor() as cursor:
-        cursor.execute("CHECKPOINT")
+    global _checkpoint_refused
+    if _checkpoint_refused:
+        return
+    try:
+        with connections[ALIAS].cursor() as cursor:
+            cursor.execute("CHECKPOINT")
+    except DatabaseError as exc:
+        _checkpoint_refused = True
+        print(f"note: no CHECKPOINT between lanes ({exc}".strip() + ")", flush=True)
+
+
+_checkpoint_refused = False
