@@ -285,7 +285,7 @@ def _run_step(request: StepRequest) -> RunReport:
         )
     else:
         outcome = report(definition, cid)
-    logger.debug(
+    logger.info(
         "workflow %s (%s): step %s done (attempt %d), run %s",
         wf.name,
         cid,

@@ -64,10 +64,20 @@ class TemporalConfig:
     @classmethod
     def from_settings(cls) -> TemporalConfig:
         """The configured values; ``ImproperlyConfigured`` naming every problem."""
-        config, errors = parse(fw_settings.TEMPORAL)
+        value = fw_settings.TEMPORAL
+        for read, config in _last_parsed:  # read for every step: parsed once
+            if read is value:
+                return config
+        config, errors = parse(value)
         if errors:
             raise ImproperlyConfigured("; ".join(errors))
+        _last_parsed[:] = [(value, config)]
         return config
+
+
+#: The last ``TEMPORAL`` setting read and its config (another value, as
+#: ``override_settings`` sets, is parsed again).
+_last_parsed: list[tuple[Any, TemporalConfig]] = []
 
 
 def parse(value: Any) -> tuple[TemporalConfig, list[str]]:
