@@ -71,7 +71,8 @@ round then measures every lane in both modes, each after a ``CHECKPOINT`` (so no
 lane pays for writing out the pages the lane before it dirtied: the in-process lane
 writes several times faster than any other). A flowwarden lane and its raw engine
 run back to back; the pairs rotate which goes first, and within a pair the raw lane
-goes first every other round (``round_order``). The median over rounds is reported.
+goes first every other round (``round_order``: with an even number of rounds, as
+many times as the flowwarden lane). The median over rounds is reported.
 
 Servers: PostgreSQL as for the other benchmarks (``bench/_postgres.py``:
 FLOWWARDEN_BENCH_PG_HOST, _PORT, _USER and _DB; database ``fw_bench``, created if
@@ -165,7 +166,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=12,
         help="runs started at once per round and provider (and threads starting them)",
     )
-    parser.add_argument("--rounds", type=positive_int, default=5, help="rounds")
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=6,
+        help="rounds (an even number: each lane goes first in its pair as often as second)",
+    )
     parser.add_argument(
         "--lanes",
         type=lanes_list,

@@ -13,7 +13,8 @@ import dataclasses
 import hashlib
 import itertools
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,22 +23,28 @@ from django.utils import timezone
 
 class _IdSource:
     """Unpredictable 128-bit values without a system call each: BLAKE2b keyed with 32
-    random bytes of this process, over a counter. ``os.urandom`` per id lets go of
-    the GIL, and in a worker whose other threads are busy (Celery's consumer, say)
-    getting it back costs more than the rest of a step's bookkeeping."""
+    random bytes of this process, over a counter and the calling thread. ``os.urandom``
+    per id lets go of the GIL, and in a worker whose other threads are busy (Celery's
+    consumer, say) getting it back costs more than the rest of a step's bookkeeping."""
 
     def __init__(self) -> None:
-        self.rekey()
-        # A forked child (a prefork pool) must not repeat its parent's values.
-        os.register_at_fork(after_in_child=self.rekey)
-
-    def rekey(self) -> None:
-        self._key = os.urandom(32)
-        self._counter = itertools.count()
+        #: (pid, key, counter), read as one: a key is only ever used with its own
+        #: counter (two threads that both draw a key at once each use their own).
+        self._state: tuple[int, bytes, Iterator[int]] = (-1, b"", itertools.count())
 
     def take(self) -> bytes:
-        number = next(self._counter)  # atomic: itertools.count is one C call
-        return hashlib.blake2b(number.to_bytes(16, "big"), key=self._key, digest_size=16).digest()
+        state = self._state
+        # A new process (forked by os.fork, or by a server's plain fork(), as uWSGI's
+        # workers are, which runs no Python fork hook) must not repeat its parent's
+        # values: it draws a key of its own.
+        if state[0] != os.getpid():
+            state = self._state = (os.getpid(), os.urandom(32), itertools.count())
+        _, key, counter = state
+        # The thread's ident too: two threads never hash the same input, even where
+        # taking the next count were not atomic (a build without the GIL).
+        number = next(counter).to_bytes(16, "big")
+        thread = threading.get_ident().to_bytes(8, "big")
+        return hashlib.blake2b(number + thread, key=key, digest_size=16).digest()
 
 
 _ids = _IdSource()

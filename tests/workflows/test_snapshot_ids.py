@@ -17,8 +17,18 @@ def test_ids_are_uuid4_hex_and_unique() -> None:
         assert parsed.variant == uuid.RFC_4122
 
 
+def test_threads_drawing_at_once_never_share_an_id() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        batches = list(pool.map(lambda _: [new_snapshot_id() for _ in range(5000)], range(8)))
+    ids = [value for batch in batches for value in batch]
+    assert len(set(ids)) == len(ids) == 40_000
+
+
 def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
-    """A prefork worker's children each draw their own ids, not the parent's next ones."""
+    """A prefork worker's children each draw their own ids, not the parent's next ones
+    (by the process id: a server's plain fork() runs no Python fork hook)."""
     new_snapshot_id()
     read, write = os.pipe()
     pid = os.fork()

@@ -424,7 +424,8 @@ class OrmSnapshotStore(SnapshotStore):
             raise
         if inserted != 1:
             raise LeaseLostError(snapshot.coordination_id, runner)
-        _just_saved.entry = (self, snapshot, columns)
+        # Only a run held on is carried on (and a finished one's state not kept here).
+        _just_saved.entry = None if lease_seconds is None else (self, snapshot, columns)
         self._emit(Saved, snapshot)
         return snapshot
 
