@@ -552,22 +552,23 @@ class Workflow:
             return None
         cid, name = self._coordination_id, self._name
         version = self._version
+        # Most likely a new run: creating it is cheaper than the claim's upsert.
+        created = (
+            runs.create_claimed_statement(cid, name, token, lease, version)
+            if initial_state is not None and input is None
+            else None
+        )
+        statement = created or runs.claim_statement(cid, name, token, lease, input, version)
+        if statement is None:
+            return None
         seed = _seed_snapshot(self, initial_state)
-        opened = None
-        if initial_state is not None and input is None:
-            # Most likely a new run: creating it is cheaper than the claim's upsert.
-            created = runs.create_claimed_statement(cid, name, token, lease, version)
-            if created is not None:
-                opened = opener(seed, created, run_using=runs.db)
-                if opened is None:
-                    return None
-        if opened is None or opened[0] is None:  # the run exists: claim it
-            statement = runs.claim_statement(cid, name, token, lease, input, version)
-            if statement is None:
-                return None
-            opened = opener(seed, statement, run_using=runs.db)
-            if opened is None:
-                return None
+        opened = opener(seed, statement, run_using=runs.db)
+        if created is not None and opened is not None and opened[0] is None:
+            # The run exists (nothing was written): claim it.
+            claim = runs.claim_statement(cid, name, token, lease, input, version)
+            opened = None if claim is None else opener(seed, claim, run_using=runs.db)
+        if opened is None:
+            return None
         row, seeded = opened
         if row is None:
             runs.refused(cid, name, version)  # raises, unless the run was deleted meanwhile

@@ -466,7 +466,7 @@ class RunRecords:
             now,
             now,
         ]
-        return _create_claimed_sql(), params
+        return _insert_new_sql(claimed=True), params
 
     def create_statement(
         self,
@@ -495,7 +495,7 @@ class RunRecords:
             now,
             now,
         ]
-        return _create_sql(), params
+        return _insert_new_sql(claimed=False), params
 
     def claim_statement_for(
         self,
@@ -769,21 +769,6 @@ def _claim_or_create_sql(with_input: bool) -> str:
     )
 
 
-@lru_cache(maxsize=1)
-def _create_claimed_sql() -> str:
-    """PostgreSQL: insert the run claimed unless its coordination exists (``ON
-    CONFLICT DO NOTHING``); returns the row and ``created``, as ``_claim_or_create_sql``."""
-    fields = _run_fields()
-    column = {field.name: f'"{field.column}"' for field in fields}
-    assert set(_INSERTED) == set(column), "WorkflowRun's columns changed"
-    return (
-        f'INSERT INTO "{models.WorkflowRun._meta.db_table}" '
-        f"({', '.join(column[name] for name in _INSERTED)}) "
-        f"VALUES ({', '.join(_INSERTED.values())}) ON CONFLICT DO NOTHING "
-        f'RETURNING {", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
-    )
-
-
 #: What ``create_statement`` inserts (unlisted columns as ``_INSERTED`` has them).
 _CREATED = {
     **_INSERTED,
@@ -795,17 +780,21 @@ _CREATED = {
 }
 
 
-@lru_cache(maxsize=1)
-def _create_sql() -> str:
+@lru_cache(maxsize=2)
+def _insert_new_sql(claimed: bool) -> str:
     """PostgreSQL: insert a run unless its coordination or idempotency key exists
-    (``ON CONFLICT DO NOTHING``: any unique key); returns the row and ``created``."""
+    (``ON CONFLICT DO NOTHING``: any unique key); returns the row and ``created``,
+    as ``_claim_or_create_sql``. *claimed*: inserted claimed by a runner
+    (``_INSERTED``, for ``create_claimed_statement``), else unclaimed at its head
+    (``_CREATED``, for ``create_statement``)."""
+    inserted = _INSERTED if claimed else _CREATED
     fields = _run_fields()
     column = {field.name: f'"{field.column}"' for field in fields}
-    assert set(_CREATED) == set(column), "WorkflowRun's columns changed"
+    assert set(inserted) == set(column), "WorkflowRun's columns changed"
     return (
         f'INSERT INTO "{models.WorkflowRun._meta.db_table}" '
-        f"({', '.join(column[name] for name in _CREATED)}) "
-        f"VALUES ({', '.join(_CREATED.values())}) ON CONFLICT DO NOTHING "
+        f"({', '.join(column[name] for name in inserted)}) "
+        f"VALUES ({', '.join(inserted.values())}) ON CONFLICT DO NOTHING "
         f'RETURNING {", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
     )
 
