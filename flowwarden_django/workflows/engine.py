@@ -552,30 +552,33 @@ class Workflow:
             return None
         cid, name = self._coordination_id, self._name
         version = self._version
+        seed = None
         # Most likely a new run: creating it is cheaper than the claim's upsert.
-        created = (
+        new = (
             runs.create_claimed_statement(cid, name, token, lease, version)
             if initial_state is not None and input is None
             else None
         )
-        statement = created or runs.claim_statement(cid, name, token, lease, input, version)
-        if statement is None:
-            return None
-        seed = _seed_snapshot(self, initial_state)
-        opened = opener(seed, statement, run_using=runs.db)
-        if created is not None and opened is not None and opened[0] is None:
+        if new is not None:
+            seed = _seed_snapshot(self, initial_state)
+            opened = opener(seed, new.statement, run_using=runs.db)
+            if opened is None:
+                return None
+            row, seeded = opened
+            if row is not None:
+                return _Opened.of(new.record(row), seeded)
             # The run exists (nothing was written): claim it.
-            claim = runs.claim_statement(cid, name, token, lease, input, version)
-            opened = None if claim is None else opener(seed, claim, run_using=runs.db)
+        claim = runs.claim_statement(cid, name, token, lease, input, version)
+        if claim is None:
+            return None
+        opened = opener(seed or _seed_snapshot(self, initial_state), claim, run_using=runs.db)
         if opened is None:
             return None
         row, seeded = opened
         if row is None:
             runs.refused(cid, name, version)  # raises, unless the run was deleted meanwhile
             return None
-        if seeded is None:
-            return _Opened(runs.claimed(row))
-        return _Opened(runs.claimed(row), seeded, head_known=True, seeded=True)
+        return _Opened.of(runs.claimed(row), seeded)
 
     def _open_on_terms(
         self,
@@ -933,6 +936,13 @@ class _Opened(NamedTuple):
     seeded: bool = False
     #: When the run was handed to this execution (``time.time()``), if it was.
     handed_at: float | None = None
+
+    @classmethod
+    def of(cls, record: WorkflowRun, seeded: WorkflowSnapshot | None) -> _Opened:
+        """*record*, claimed by a statement that wrote *seeded* (``None``: no seed)."""
+        if seeded is None:
+            return cls(record)
+        return cls(record, seeded, head_known=True, seeded=True)
 
 
 class _Execution:

@@ -234,6 +234,24 @@ class ClaimTerms:
         return where or None
 
 
+@dataclasses.dataclass(frozen=True)
+class NewRunClaim:
+    """What ``RunRecords.create_claimed_statement`` returns: the *statement* (SQL and
+    parameters) that inserts a run claimed, and the run's column *values* by field
+    name, all but ``claimed_until``, which the database sets."""
+
+    statement: tuple[str, list[Any]]
+    values: dict[str, Any]
+    using: str
+
+    def record(self, row: Sequence[Any]) -> WorkflowRun:
+        """The ``WorkflowRun`` the statement inserted, from the *row* it returned."""
+        values = {**self.values, "claimed_until": row[0]}
+        return models.WorkflowRun.from_db(
+            self.using, _run_attnames(), [values[field.name] for field in _run_fields()]
+        )
+
+
 class RunRecords:
     """``WorkflowRun`` rows of one database (``using``; by default the router's
     ``db_for_write``, for reads too)."""
@@ -446,12 +464,21 @@ class RunRecords:
         runner: str,
         lease: timedelta,
         workflow_version: int = 1,
-    ) -> tuple[str, list[Any]] | None:
+    ) -> NewRunClaim | None:
         """``claim_statement`` for a run that should not exist yet (a ``run()`` with an
-        initial state), on PostgreSQL (``None`` elsewhere): it inserts the run
-        claimed and returns the row as ``claim_statement`` does, or no row, writing
-        nothing, when the coordination exists (claim it with ``claim_statement``
-        then). Cheaper to plan and run than the claim's ``ON CONFLICT DO UPDATE``."""
+        initial state), on PostgreSQL (``None`` elsewhere): its statement inserts the
+        run claimed and returns ``claimed_until`` and ``created`` (``record`` makes
+        the ``WorkflowRun`` of that row), or no row, writing nothing, when the
+        coordination exists (claim it with ``claim_statement`` then). Cheaper to plan
+        and run than the claim's ``ON CONFLICT DO UPDATE``, and it returns only what
+        the database decided.
+
+        Outside a transaction it is committed without waiting for the WAL flush, as a
+        claim without input is (``_claim_sql``): the engine writes the run's first
+        step (or its end) synchronously before anyone is told the run exists, and WAL
+        is flushed in order, so that write makes the opening durable with it. A
+        server crash before then forgets a run whose ``run()`` has not returned: it
+        raises, as if the run had never been opened."""
         connection = connections[self.db]
         if connection.vendor != "postgresql":
             return None
@@ -466,7 +493,17 @@ class RunRecords:
             now,
             now,
         ]
-        return _insert_new_sql(claimed=True), params
+        values = {
+            **_NEW_RUN_VALUES,
+            "coordination_id": coordination_id,
+            "workflow_name": workflow_name,
+            "workflow_version": workflow_version,
+            "runner": runner,
+            "created_at": now,
+            "updated_at": now,
+        }
+        sql = _insert_new_sql(claimed=True, lazy=not connection.in_atomic_block)
+        return NewRunClaim((sql, params), values, self.db)
 
     def create_statement(
         self,
@@ -780,22 +817,58 @@ _CREATED = {
 }
 
 
-@lru_cache(maxsize=2)
-def _insert_new_sql(claimed: bool) -> str:
+#: The columns of a run ``create_claimed_statement`` inserts that are the same for
+#: every run (by field name; the statement's literals in ``_INSERTED``).
+_NEW_RUN_VALUES = {
+    "status": RunStatus.RUNNING,
+    "last_step": "",
+    "head_snapshot_id": None,
+    "idempotency_key": None,
+    "failure_reason": "",
+    "resume_input": None,
+    "claimed_until": None,
+    "attempts": 0,
+    "wake_at": None,
+    "step_errors": None,
+    "parent_coordination_id": None,
+}
+#: The columns that are each new run's own.
+_NEW_RUN_OWN = {
+    "coordination_id",
+    "workflow_name",
+    "workflow_version",
+    "runner",
+    "created_at",
+    "updated_at",
+}
+
+
+@lru_cache(maxsize=4)
+def _insert_new_sql(claimed: bool, lazy: bool = False) -> str:
     """PostgreSQL: insert a run unless its coordination or idempotency key exists
-    (``ON CONFLICT DO NOTHING``: any unique key); returns the row and ``created``,
-    as ``_claim_or_create_sql``. *claimed*: inserted claimed by a runner
-    (``_INSERTED``, for ``create_claimed_statement``), else unclaimed at its head
-    (``_CREATED``, for ``create_statement``)."""
+    (``ON CONFLICT DO NOTHING``: any unique key).
+
+    *claimed*: inserted claimed by a runner (``_INSERTED``, for
+    ``create_claimed_statement``), returning ``claimed_until`` and ``created``;
+    *lazy*: committed without waiting for the WAL flush (``synchronous_commit`` off
+    for the statement's own transaction, set only when a row is inserted). Else
+    unclaimed at its head (``_CREATED``, for ``create_statement``), returning the row
+    and ``created``, as ``_claim_or_create_sql``."""
     inserted = _INSERTED if claimed else _CREATED
     fields = _run_fields()
     column = {field.name: f'"{field.column}"' for field in fields}
     assert set(inserted) == set(column), "WorkflowRun's columns changed"
+    assert set(_NEW_RUN_VALUES) | _NEW_RUN_OWN == set(column), "WorkflowRun's columns changed"
+    if claimed:
+        created = "set_config('synchronous_commit', 'off', true) IS NOT NULL" if lazy else "TRUE"
+        returning = f'{column["claimed_until"]}, {created} AS "created"'
+    else:
+        returning = f'{", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
     return (
         f'INSERT INTO "{models.WorkflowRun._meta.db_table}" '
         f"({', '.join(column[name] for name in inserted)}) "
         f"VALUES ({', '.join(inserted.values())}) ON CONFLICT DO NOTHING "
-        f'RETURNING {", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
+        f"RETURNING {returning}"
     )
 
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -131,6 +131,42 @@ def test_run_with_a_state_creates_the_run_and_claims_one_that_exists(alias: str)
     rows = history(alias, cid)
     assert [row.seq for row in rows] == list(range(1, STEPS + 2))
     assert all(b.parent_id == a.id for a, b in itertools.pairwise(rows))
+
+
+@pytest.mark.parametrize("alias", [POSTGRES])
+def test_a_new_run_s_opening_returns_only_what_the_database_set_and_commits_lazily(
+    alias: str,
+) -> None:
+    """A new run's opening returns ``claimed_until`` and ``created``, not the row: the
+    engine's record of the run is the row as stored. It is committed without waiting
+    for the WAL flush (its first step's snapshot flushes it), for its own transaction
+    only; inside a transaction it is not used."""
+    cid = new_cid()
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SET synchronous_commit = on")  # the tests' connections: off
+    runs = RunRecords(alias)
+    token = new_runner_token()
+    new = runs.create_claimed_statement(cid, "path", token, timedelta(seconds=30))
+    assert new is not None
+    sql, params = new.statement
+    assert 'RETURNING "claimed_until", set_config(' in sql
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    record = new.record(row)
+    stored = WorkflowRun.objects.using(alias).get(pk=cid)
+    field_names = [field.attname for field in WorkflowRun._meta.concrete_fields]
+    assert {n: getattr(record, n) for n in field_names} == {
+        n: getattr(stored, n) for n in field_names
+    }
+    assert record._state.db == alias and not record._state.adding
+    with transaction.atomic(using=alias):
+        new = runs.create_claimed_statement(new_cid(), "path", token, timedelta(seconds=30))
+        assert new is not None and "synchronous_commit" not in new.statement[0]
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
 
 
 @ALIASES

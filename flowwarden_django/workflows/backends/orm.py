@@ -437,13 +437,15 @@ class OrmSnapshotStore(SnapshotStore):
         (at its explicit ``seq``, 1).
 
         *claim* is ``RunRecords.claim_statement``'s (or ``create_claimed_statement``'s)
-        statement and parameters, for the run records in database *run_using*.
-        Returns ``(row, seeded)``: the claim's row (``None``: refused, or for
-        ``create_claimed_statement`` the run exists; nothing was written) and the seed when it was
-        inserted, else ``None`` (the run existed, or snapshots did: read the latest
-        one with ``latest`` now). ``None`` when this path does not apply (not
-        PostgreSQL, inside a transaction, runs in another database, a seed that
-        cannot be written, a seed id taken meanwhile): claim and seed one by one then.
+        statement and parameters, for the run records in database *run_using*; the
+        seed is committed as the claim is (lazily, for a new run: see
+        ``create_claimed_statement``). Returns ``(row, seeded)``: the claim's row
+        (``None``: refused, or for ``create_claimed_statement`` the run exists;
+        nothing was written) and the seed when it was inserted, else ``None`` (the
+        run existed, or snapshots did: read the latest one with ``latest`` now).
+        ``None`` when this path does not apply (not PostgreSQL, inside a
+        transaction, runs in another database, a seed that cannot be written, a seed
+        id taken meanwhile): claim and seed one by one then.
         """
         alias = self.using or router.db_for_write(SnapshotRecord)
         connection = connections[alias]
