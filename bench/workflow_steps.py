@@ -48,9 +48,11 @@ after a warm-up of each. The ratio reported is the median of the rounds' own rat
 each compares two blocks run one right after the other, so a drift of the machine's
 speed over the minute the benchmark takes (several tens of percent here) moves both
 sides of a round alike, where the ratio of the two paths' medians, printed too, can
-pair one path's fast round with the other's slow one. The engine sends a few statements per
-run besides its snapshots (printed): that is what it costs, not an unfairness of
-the baseline, which is the least any durable step needs.
+pair one path's fast round with the other's slow one. The engine sends as many
+statements per run as the raw loop (printed), every one committed synchronously, but
+two of them also write the run's row (its opening and its completion): that is what
+it costs, not an unfairness of the baseline, which is the least any durable step
+needs.
 
 Also printed, from untimed runs: the statements of a whole run and of each plain
 step, by kind (Django's query log, so BEGIN, COMMIT and SAVEPOINT count too; none

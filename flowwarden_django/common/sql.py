@@ -3,7 +3,6 @@ vendor and one kept cursor per database connection."""
 
 from __future__ import annotations
 
-from asyncio import _get_running_loop
 from typing import Any
 
 #: Identifier quoting per supported vendor (the ORM backends support no other).
@@ -26,17 +25,6 @@ def kept_cursor(connection: Any) -> Any:
     wrappers, error translation. The cursor is replaced whenever Django has
     opened a new DB-API connection (after ``close()`` or a lost connection).
     """
-    kept = connection.__dict__.get(KEPT_CURSOR)
-    if (
-        kept is not None
-        and kept[0] is connection.connection
-        and (connection.health_check_done or not connection.health_check_enabled)
-        and _get_running_loop() is None
-    ):
-        # What cursor() checks first would pass: the connection is open, its health
-        # was checked (or is not), and no event loop runs here. Those checks
-        # (``async_unsafe`` twice) cost a write more than its own bookkeeping.
-        return kept[1]
     # What Django's cursor() does first: the CONN_HEALTH_CHECKS check, and
     # ensure_connection() (which test runners hook to forbid database access).
     connection.close_if_health_check_failed()

@@ -471,14 +471,7 @@ class RunRecords:
         the ``WorkflowRun`` of that row), or no row, writing nothing, when the
         coordination exists (claim it with ``claim_statement`` then). Cheaper to plan
         and run than the claim's ``ON CONFLICT DO UPDATE``, and it returns only what
-        the database decided.
-
-        Outside a transaction it is committed without waiting for the WAL flush, as a
-        claim without input is (``_claim_sql``): the engine writes the run's first
-        step (or its end) synchronously before anyone is told the run exists, and WAL
-        is flushed in order, so that write makes the opening durable with it. A
-        server crash before then forgets a run whose ``run()`` has not returned: it
-        raises, as if the run had never been opened."""
+        the database decided, not the row the caller already knows."""
         connection = connections[self.db]
         if connection.vendor != "postgresql":
             return None
@@ -502,8 +495,7 @@ class RunRecords:
             "created_at": now,
             "updated_at": now,
         }
-        sql = _insert_new_sql(claimed=True, lazy=not connection.in_atomic_block)
-        return NewRunClaim((sql, params), values, self.db)
+        return NewRunClaim((_insert_new_sql(claimed=True), params), values, self.db)
 
     def create_statement(
         self,
@@ -843,15 +835,13 @@ _NEW_RUN_OWN = {
 }
 
 
-@lru_cache(maxsize=4)
-def _insert_new_sql(claimed: bool, lazy: bool = False) -> str:
+@lru_cache(maxsize=2)
+def _insert_new_sql(claimed: bool) -> str:
     """PostgreSQL: insert a run unless its coordination or idempotency key exists
     (``ON CONFLICT DO NOTHING``: any unique key).
 
     *claimed*: inserted claimed by a runner (``_INSERTED``, for
-    ``create_claimed_statement``), returning ``claimed_until`` and ``created``;
-    *lazy*: committed without waiting for the WAL flush (``synchronous_commit`` off
-    for the statement's own transaction, set only when a row is inserted). Else
+    ``create_claimed_statement``), returning ``claimed_until`` and ``created``. Else
     unclaimed at its head (``_CREATED``, for ``create_statement``), returning the row
     and ``created``, as ``_claim_or_create_sql``."""
     inserted = _INSERTED if claimed else _CREATED
@@ -860,8 +850,7 @@ def _insert_new_sql(claimed: bool, lazy: bool = False) -> str:
     assert set(inserted) == set(column), "WorkflowRun's columns changed"
     assert set(_NEW_RUN_VALUES) | _NEW_RUN_OWN == set(column), "WorkflowRun's columns changed"
     if claimed:
-        created = "set_config('synchronous_commit', 'off', true) IS NOT NULL" if lazy else "TRUE"
-        returning = f'{column["claimed_until"]}, {created} AS "created"'
+        returning = f'{column["claimed_until"]}, TRUE AS "created"'
     else:
         returning = f'{", ".join(column[field.name] for field in fields)}, TRUE AS "created"'
     return (

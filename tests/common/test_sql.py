@@ -1,5 +1,5 @@
-"""The kept cursor: one per DB-API connection, with the checks Django's ``cursor()``
-makes whenever they could fail."""
+"""The kept cursor: one per DB-API connection, behind the checks Django's ``cursor()``
+makes."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ from unittest import mock
 
 import pytest
 from django.core.exceptions import SynchronousOnlyOperation
-from django.db import connection
+from django.db import connections
 
 from flowwarden_django.common.sql import kept_cursor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_one_cursor_is_kept_per_database_connection() -> None:
+@pytest.fixture
+def connection() -> Any:
+    """This thread's connection of the default database (not the module's proxy)."""
+    return connections["default"]
+
+
+def test_one_cursor_is_kept_per_database_connection(connection: Any) -> None:
     first = kept_cursor(connection)
     assert kept_cursor(connection) is first
     connection.close()
@@ -26,7 +32,7 @@ def test_one_cursor_is_kept_per_database_connection() -> None:
     assert again.fetchone() == (1,)
 
 
-def test_a_pending_health_check_is_made_before_the_kept_cursor_is_used() -> None:
+def test_a_pending_health_check_is_made_before_the_kept_cursor_is_used(connection: Any) -> None:
     """With ``CONN_HEALTH_CHECKS`` and no check made yet in this request, the check
     runs: a connection that is no longer usable is replaced, with its cursor."""
     first = kept_cursor(connection)
@@ -41,7 +47,7 @@ def test_a_pending_health_check_is_made_before_the_kept_cursor_is_used() -> None
     assert kept_cursor(connection) is replaced
 
 
-def test_in_an_event_loop_the_kept_cursor_is_refused_as_django_refuses_a_cursor() -> None:
+def test_in_an_event_loop_the_kept_cursor_is_refused_as_a_cursor_is(connection: Any) -> None:
     kept_cursor(connection)
 
     async def from_async() -> Any:

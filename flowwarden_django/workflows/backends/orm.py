@@ -437,12 +437,12 @@ class OrmSnapshotStore(SnapshotStore):
         (at its explicit ``seq``, 1).
 
         *claim* is ``RunRecords.claim_statement``'s (or ``create_claimed_statement``'s)
-        statement and parameters, for the run records in database *run_using*; the
-        seed is committed as the claim is (lazily, for a new run: see
-        ``create_claimed_statement``). Returns ``(row, seeded)``: the claim's row
-        (``None``: refused, or for ``create_claimed_statement`` the run exists;
-        nothing was written) and the seed when it was inserted, else ``None`` (the
-        run existed, or snapshots did: read the latest one with ``latest`` now).
+        statement and parameters, for the run records in database *run_using*.
+        Returns ``(row, seeded)``: what the claim returned (the run's row; for
+        ``create_claimed_statement``, ``claimed_until`` and ``created``), ``None``
+        when refused (for ``create_claimed_statement``: the run exists), nothing
+        written then; and the seed when it was inserted, else ``None`` (the run
+        existed, or snapshots did: read the latest one with ``latest`` now).
         ``None`` when this path does not apply (not PostgreSQL, inside a
         transaction, runs in another database, a seed that cannot be written, a seed
         id taken meanwhile): claim and seed one by one then.
