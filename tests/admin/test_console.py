@@ -272,6 +272,9 @@ def test_stop_a_stream_in_a_browser(live_server, streams):
             wait.until(
                 expected_conditions.element_to_be_clickable((By.LINK_TEXT, "Stream workers"))
             )
+            # The workers report in, as live ones do every STATUS_INTERVAL: starting the
+            # browser and logging in may have taken longer than a report stays fresh.
+            StreamWorker.objects.filter(stream_name="sc-orders").update(updated_at=timezone.now())
             driver.find_element(By.LINK_TEXT, "Stream workers").click()
             wait.until(expected_conditions.presence_of_element_located((By.ID, "result_list")))
             assert driver.find_element(By.CSS_SELECTOR, "#content h1").text == "Streams"
