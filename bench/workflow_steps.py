@@ -61,7 +61,12 @@ thread's (``time.thread_time``), and "Python", which leaves out the CPU time spe
 inside each statement's execute (Django's cursor wrapper and psycopg, measured with
 an execute wrapper); per step of a whole run, and the median from the start of one
 plain step to the start of the next. The raw loop's CPU and Python per insert are
-measured the same way (outside ``cursor.execute``).
+measured the same way (outside ``cursor.execute``). Then where a run's wall time
+goes, from untimed runs of the two paths interleaved (medians): the time inside each
+statement's execute, by position (the engine's opening, its plain steps' INSERTs, its
+completion; the raw loop's INSERTs), and the rest ("Python": the engine's work between
+statements, or the raw loop's row building and loop), with what the engine spends
+beyond the raw loop in each.
 
 PostgreSQL defaults to 127.0.0.1:5432, user ``postgres``, database ``fw_bench``
 (created if missing); override with FLOWWARDEN_BENCH_PG_HOST, FLOWWARDEN_BENCH_PG_PORT,
@@ -437,6 +442,81 @@ def raw_python_us(conn: psycopg.Connection[Any], sql: str, runs: int) -> tuple[f
     return total / inserts * 1e6, (total - in_driver) / inserts * 1e6
 
 
+class WallSplit:
+    """Where one run's wall time goes, for both paths, from untimed runs (medians, the
+    two paths' runs interleaved): inside each statement's execute (the driver and the
+    server's reply) and between statements (Python: the engine's, or the raw loop's
+    row building and its loop).
+
+    The engine's statements are timed by a Django execute wrapper, so Django's cursor
+    wrapper around it counts as Python; the raw loop's around ``cursor.execute``."""
+
+    def __init__(self, steps: list[Any], store: Any, conn: Any, sql: str, runs: int) -> None:
+        from django.db import connections
+
+        span: list[float] = []
+
+        def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                span.append(time.perf_counter() - started)
+
+        raw: list[tuple[float, list[float]]] = []
+        engine: list[tuple[float, list[float]]] = []
+        with connections[ALIAS].execute_wrapper(timed):
+            for _ in range(runs):
+                raw.append(self._raw_run(conn, sql))
+                span.clear()
+                begun = time.perf_counter()
+                engine_run(steps, store)
+                engine.append((time.perf_counter() - begun, list(span)))
+        self.raw_total, self.raw_statements = self._medians(raw)
+        self.engine_total, self.engine_statements = self._medians(engine)
+
+    @staticmethod
+    def _raw_run(conn: psycopg.Connection[Any], sql: str) -> tuple[float, list[float]]:
+        span: list[float] = []
+        begun = time.perf_counter()
+        for row in raw_rows(new_cid()):
+            with conn.cursor() as cursor:
+                started = time.perf_counter()
+                cursor.execute(sql, row)
+                span.append(time.perf_counter() - started)
+        return time.perf_counter() - begun, span
+
+    @staticmethod
+    def _medians(runs: list[tuple[float, list[float]]]) -> tuple[float, list[float]]:
+        """The median run time, and each statement's median time (by position)."""
+        spans = [span for _, span in runs]
+        return statistics.median(total for total, _ in runs), [
+            statistics.median(times) for times in zip(*spans, strict=True)
+        ]
+
+    def lines(self) -> list[str]:
+        """What the benchmark prints of the split (µs per run)."""
+        raw_in, engine_in = sum(self.raw_statements), sum(self.engine_statements)
+        plain = self.engine_statements[1:-1]
+        opening, completion = self.engine_statements[0], self.engine_statements[-1]
+        raw_each = statistics.median(self.raw_statements)
+        raw_python = self.raw_total - raw_in
+        engine_python = self.engine_total - engine_in
+        us = 1e6
+        return [
+            f"wall per run (medians of untimed runs): raw {self.raw_total * us:.0f} us = "
+            f"{len(self.raw_statements)} INSERTs {raw_in * us:.0f} us ({raw_each * us:.0f} each) "
+            f"+ Python {raw_python * us:.0f} us",
+            f"  engine {self.engine_total * us:.0f} us = opening {opening * us:.0f} us + "
+            f"{len(plain)} plain INSERTs {sum(plain) * us:.0f} us "
+            f"({statistics.median(plain) * us:.0f} each) + completion {completion * us:.0f} us "
+            f"+ Python {engine_python * us:.0f} us",
+            f"  the engine's extra: statements +{(engine_in - raw_in) * us:.0f} us (opening "
+            f"and completion +{(opening + completion - 2 * raw_each) * us:.0f} us over two "
+            f"plain INSERTs: the run's row), Python +{(engine_python - raw_python) * us:.0f} us",
+        ]
+
+
 def cleanup(conn: psycopg.Connection[Any]) -> None:
     """Delete the benchmark's snapshot rows and runs."""
     from flowwarden_django.models import SnapshotRecord, WorkflowRun
@@ -489,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         raw_round(conn, sql, args.warmup)
         profile = Profile(store, args.runs)
         raw_cpu_us, raw_python = raw_python_us(conn, sql, args.runs)
+        split = WallSplit(steps, store, conn, sql, args.runs)
         for line in profile.lines()[:2]:
             print(line, flush=True)
         engine_rates: list[float] = []
@@ -518,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"raw CPU per insert: {raw_cpu_us:.0f} us, Python (outside the driver) {raw_python:.0f} us"
     )
+    for line in split.lines():
+        print(line)
     paired = statistics.median(e / r for e, r in zip(engine_rates, raw_rates, strict=True))
     print(f"engine (in-process, ORM store): {engine:.0f} steps/s (median of the rounds)")
     print(f"raw psycopg single-row INSERT:  {raw:.0f} inserts/s (median of the rounds)")
