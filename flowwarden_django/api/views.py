@@ -42,6 +42,7 @@ from ..workflows.serializers import StateDecodeError
 from ..workflows.snapshot import WorkflowSnapshot
 from ..workflows.store import SnapshotStore
 from .authentication import authentication_classes
+from .enum_overrides import own_enum_overrides
 from .exceptions import RunFinished, SnapshotUnreadable, exception_handler
 from .filters import ApprovalFilter, RunFilter, SnapshotFilter, StoreParameter
 from .pagination import PagePagination, SnapshotCursorPagination
@@ -530,4 +531,5 @@ class SchemaView(ApiAuthentication, SpectacularAPIView):
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().get(request, *args, **kwargs)
+        with own_enum_overrides():
+            return super().get(request, *args, **kwargs)

@@ -25,6 +25,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from flowwarden_django.api.enum_overrides import own_enum_overrides
 from flowwarden_django.api.views import SchemaView
 from flowwarden_django.workflows import Workflow
 from tests.api.helpers import (
@@ -109,13 +110,32 @@ def test_error_responses_are_described(people: Any) -> None:
 
 def test_the_schema_generates_without_warnings() -> None:
     GENERATOR_STATS.reset()
-    with patched_settings(SchemaView.custom_settings):
+    with own_enum_overrides(), patched_settings(SchemaView.custom_settings):
         schema = SchemaGenerator().get_schema(request=None, public=True)
     assert not GENERATOR_STATS._warn_cache and not GENERATOR_STATS._error_cache, (
         GENERATOR_STATS._warn_cache,
         GENERATOR_STATS._error_cache,
     )
     assert all(path.startswith("/api/v1/") for path in schema["paths"])
+
+
+def test_the_served_enum_names_do_not_depend_on_a_schema_generated_before(people: Any) -> None:
+    """drf-spectacular keeps the first ``ENUM_NAME_OVERRIDES`` it reads for the whole
+    process (tfranzel/drf-spectacular#1244): the project's own schema, generated
+    first with its settings, must not rename this API's enums, and this API's
+    overrides must not stay behind for the project's next schema."""
+    client = token_client(people.carol)
+
+    def status_enums(schema: dict[str, Any]) -> set[str]:
+        names = schema["components"]["schemas"]
+        return {name for name in names if "Status" in name and name.endswith("Enum")}
+
+    SchemaGenerator().get_schema(request=None, public=True)  # the project's, first
+    assert status_enums(served_schema(client)) == {"RunStatusEnum", "ApprovalStatusEnum"}
+    GENERATOR_STATS.reset()
+    project = SchemaGenerator().get_schema(request=None, public=True)
+    assert "RunStatusEnum" not in status_enums(project)  # the project set no overrides
+    assert status_enums(served_schema(client)) == {"RunStatusEnum", "ApprovalStatusEnum"}
 
 
 # -- Schemathesis ----------------------------------------------------------------------
