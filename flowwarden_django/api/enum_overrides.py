@@ -29,7 +29,9 @@ def own_enum_overrides() -> Iterator[None]:
     """Make drf-spectacular read ``ENUM_NAME_OVERRIDES`` afresh inside the block (from
     the settings patched in it) and again after it. Without the cache this works
     around (a drf-spectacular release that fixed it), the block runs as it is."""
-    cached = getattr(plumbing, "_load_enum_name_overrides", None)
+    # The cache sits on the per-language loader in recent releases, on the public
+    # function itself in older ones.
+    cached = getattr(plumbing, "_load_enum_name_overrides", plumbing.load_enum_name_overrides)
     forget = getattr(cached, "cache_clear", None)
     if forget is None:
         yield

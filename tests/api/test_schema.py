@@ -138,6 +138,20 @@ def test_the_served_enum_names_do_not_depend_on_a_schema_generated_before(people
     assert status_enums(served_schema(client)) == {"RunStatusEnum", "ApprovalStatusEnum"}
 
 
+def test_without_the_cache_the_schema_is_made_as_it_is(monkeypatch: Any) -> None:
+    """A drf-spectacular release without the process-wide cache: nothing to forget."""
+    from drf_spectacular import plumbing
+
+    def load(language: str) -> dict[str, Any]:
+        return {}
+
+    monkeypatch.setattr(plumbing, "_load_enum_name_overrides", load)
+    ran = []
+    with own_enum_overrides():
+        ran.append(True)
+    assert ran == [True]
+
+
 # -- Schemathesis ----------------------------------------------------------------------
 
 #: Examples per operation and generation mode (and once more per real path id).
