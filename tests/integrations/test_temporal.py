@@ -744,6 +744,44 @@ def test_a_rolling_deploy_runs_each_version_on_the_workers_that_define_it(
 
 
 @on_temporal
+def test_a_local_step_handed_back_runs_once_a_worker_of_its_version_is_there(
+    versioned_queue: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
+) -> None:
+    """A version-1 run (short steps: local activities) whose first workflow task only
+    a version-2 worker can take: the local activity hands the step back, and the run
+    waits, offered again, until a version-1 worker comes and runs every step. (The
+    hand-back of a local activity reached the workflow as a bare ApplicationError,
+    which failed the Temporal workflow and left the run with nobody driving it.)"""
+    queue, setting = versioned_queue
+    defined = flows.define_versions(DB, (1, 2))
+    new = versioned_worker(worker_env, queue, "2", "new", tmp_path / "new.log")
+    old = None
+    try:
+        with override_settings(FLOWWARDEN=setting):
+            reset_providers()
+            cid = defined[(flows.ROLLING, 1)].start({"log": log}).coordination_id
+        wait_until(
+            lambda: "does not define version 1" in new.log(), WAIT, "the hand-back", [new, server]
+        )
+        old = versioned_worker(worker_env, queue, "1", "old", tmp_path / "old.log")
+        record = wait_for_status(cid, ("completed", "failed"), [old, new, server], 2 * WAIT)
+        assert record.status == "completed", record.failure_reason
+        # Its Temporal workflow goes on to the end (it had failed at the hand-back).
+        wait_until(
+            lambda: workflow_status(server, cid) == "COMPLETED",
+            WAIT,
+            "the workflow's end",
+            [old, new, server],
+        )
+    finally:
+        new.kill()
+        if old is not None:
+            old.kill()
+    done = [execution for execution in executions(log) if execution["cid"] == cid]
+    assert [(e["version"], e["tag"]) for e in done] == [(1, "old")] * 2, done
+
+
+@on_temporal
 def test_a_deploy_without_a_step_waits_for_the_upgrade_that_continues_it_once(
     versioned_queue: Any, worker_env: dict[str, str], server: DevServer, log: str, tmp_path: Path
 ) -> None:

@@ -134,8 +134,11 @@ class RunWorkflow:
         while True:
             try:
                 return await self._step_once(start, policy, origin, input)
-            except ActivityError as error:
-                cause = error.cause
+            except (ActivityError, ApplicationError) as error:
+                # A regular activity's failure comes wrapped in an ActivityError; a
+                # local activity's can come as the ApplicationError itself, which
+                # would fail this workflow and leave the run with nobody driving it.
+                cause = error.cause if isinstance(error, ActivityError) else error
                 if not (isinstance(cause, ApplicationError) and cause.type == VERSION_HANDBACK):
                     raise
             delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
