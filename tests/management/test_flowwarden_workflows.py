@@ -759,6 +759,30 @@ def test_cancel_asks_cancels_and_leaves_finished_runs(non_interactive: None) -> 
     assert "by" in json.loads(history(hibernated)[-1].metadata["workflow.cancelled"])
 
 
+def test_show_a_cancelled_run_labels_the_cancel_and_its_reason() -> None:
+    """The cancel's snapshot is no step's (it repeats the position it cancelled at) and
+    the run's reason is why it was cancelled, not a failure."""
+    cid = start(ORDERS)
+    run("cancel", cid, "--reason", "withdrawn", "--yes")
+    snapshots = history(cid)
+
+    out, _ = run("show", cid)
+
+    lines = out.splitlines()
+    fields = dict(line.split(":", 1) for line in lines[: lines.index("")])
+    fields = {label: value.strip() for label, value in fields.items()}
+    assert fields["Status"] == "cancelled"
+    assert fields["Cancel reason"] == "withdrawn"
+    assert "Failure reason" not in fields
+    tree = lines[lines.index("") + 2 :]
+    assert [line.split()[:3] for line in tree] == [
+        ["#1", "(start)", snapshots[0].id],
+        ["#2", "reserve", snapshots[1].id],
+        ["#3", "ask", snapshots[2].id],
+        ["#4", "(cancel)", snapshots[3].id],
+    ]
+
+
 def test_cancel_of_an_unknown_run_changes_nothing() -> None:
     known = start(ORDERS)
     with pytest.raises(CommandError, match="No workflow run 'nope'; nothing was cancelled"):

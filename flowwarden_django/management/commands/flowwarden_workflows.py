@@ -63,6 +63,7 @@ from ...workflows import (
 from ...workflows.backends.orm import OrmSnapshotStore
 from ...workflows.cancellation import cancel_coordination
 from ...workflows.engine import LAST_STEP
+from ...workflows.metadata import CANCELLED
 from ...workflows.retention import PruneRow, plan_prune
 from ...workflows.runs import RunRecords
 from ...workflows.snapshot import Saved, SnapshotEvent
@@ -1117,6 +1118,9 @@ def _seq(snapshot: WorkflowSnapshot) -> int:
 
 
 def _step_text(snapshot: WorkflowSnapshot) -> str:
+    if CANCELLED in snapshot.metadata:
+        # The cancel's snapshot repeats the position it cancelled at; it is no step's.
+        return "(cancel)"
     if LAST_STEP not in snapshot.metadata:
         return NONE_TEXT
     return snapshot.metadata[LAST_STEP] or "(start)"
@@ -1157,7 +1161,8 @@ def _run_fields(record: WorkflowRun | None, coordination: str, now: Any) -> list
         ("Updated", timestamp_text(record.updated_at, now)),
     ]
     if record.failure_reason:
-        fields.append(("Failure reason", record.failure_reason))
+        cancelled = record.status == RunStatus.CANCELLED
+        fields.append(("Cancel reason" if cancelled else "Failure reason", record.failure_reason))
     if record.resume_input is not None:
         fields.append(("Resume input", _state_text(record.resume_input)))
     return fields
