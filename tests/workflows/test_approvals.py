@@ -511,6 +511,21 @@ def test_command_lists_shows_and_decides(refunds: Any) -> None:
         call("show", "nope")
 
 
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "00000000-0000-0000-0000-000000000000"])
+def test_deciding_an_unknown_approval_says_how_to_find_the_right_id(
+    refunds: Any, verb: str, bad_id: str
+) -> None:
+    users()
+    _, approval = pending(refunds)
+    with pytest.raises(CommandError) as refused:
+        call(verb, bad_id, "--by", "alice")
+    message = str(refused.value)
+    assert f"no approval {bad_id!r} [approval_not_found]" in message
+    assert "`manage.py flowwarden_approvals list --status pending`" in message
+    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+
+
 def test_command_and_task_expire(refunds: Any) -> None:
     from flowwarden_django.integrations.celery.tasks import expire_approvals
 

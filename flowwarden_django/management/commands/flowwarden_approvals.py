@@ -167,12 +167,7 @@ class Command(ActionCommand):
                 approval, decision, user, comment=comment, payload=value, check_permission=not force
             )
         except ApprovalError as exc:
-            hint = (
-                " (add --force to decide as an operator)"
-                if exc.code == "approval_forbidden"
-                else ""
-            )
-            raise CommandError(f"{exc} [{exc.code}]{hint}") from exc
+            raise CommandError(f"{exc} [{exc.code}]{_next_step(exc.code)}") from exc
         verb = "was already" if result.repeated else "is now"
         self.stdout.write(f"Approval {result.approval.pk} {verb} {result.approval.status}.")
         if result.run_result is not None:
@@ -189,6 +184,18 @@ class Command(ActionCommand):
         for kind, ids in result.as_dict().items():
             for value in ids:
                 self.stdout.write(f"  {kind}: {value}")
+
+
+def _next_step(code: str) -> str:
+    """What to do after a refused decision with error *code*, or ``""``."""
+    if code == "approval_forbidden":
+        return " (add --force to decide as an operator)"
+    if code == "approval_not_found":
+        return (
+            ". `manage.py flowwarden_approvals list --status pending` shows the pending "
+            "approvals and their ids"
+        )
+    return ""
 
 
 def _get(approval_id: str) -> Approval:
