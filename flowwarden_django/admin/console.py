@@ -337,6 +337,8 @@ def _notes(status: StreamStatus) -> tuple[str, ...]:
         notes.append(gettext("pause requested"))
     if status.restart_note():
         notes.append(status.restart_note())
+    if status.stopped_note():
+        notes.append(status.stopped_note())
     if status.window_note():
         notes.append(status.window_note())
     if status.stale_instances:

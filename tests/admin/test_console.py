@@ -98,6 +98,16 @@ def test_superuser_sees_every_stream_with_buttons(admin_client, streams):
     assert "disabled" in off and "button" not in off
 
 
+def test_a_stopped_stream_says_what_starts_it(admin_client, declare):
+    declare("sc-idle")
+    idle = row(admin_client.get(CONSOLE).content.decode(), "sc-idle")
+    assert "flowwarden-state-stopped" in idle
+    assert (
+        '<span class="flowwarden-note">no process runs it: start `manage.py flowwarden_streams '
+        "run` (or a StreamManager) under your process manager</span>"
+    ) in idle
+
+
 def test_the_app_index_links_to_the_console(admin_client, streams):
     body = admin_client.get(reverse("admin:app_list", args=["flowwarden_django"])).content
     assert f'href="{CONSOLE}"'.encode() in body

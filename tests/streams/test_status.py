@@ -187,6 +187,33 @@ def test_streams_not_required_to_run_are_healthy_when_stopped(registry):
     }
 
 
+def test_a_stopped_stream_says_why_and_what_starts_it(registry):
+    declare(registry, "orders")
+    declare(registry, "manual", auto_start=False)
+    declare(registry, "disabled", enabled=False)
+    declare(registry, "ended")
+    declare(registry, "gone")
+    declare(registry, "live")
+    worker("ended", "edge:1", "stopped", updated=2)
+    worker("gone", "gone:1", "running", updated=60)
+    worker("live", "host-a:1", "running", updated=2)
+    notes = {s.name: s.stopped_note() for s in stream_status(NOW, registry)}
+    run = "`manage.py flowwarden_streams run`"
+    assert notes["orders"] == (
+        f"no process runs it: start {run} (or a StreamManager) under your process manager"
+    )
+    assert notes["manual"] == (
+        "no process runs it: `manage.py flowwarden_streams run --stream manual` starts it"
+    )
+    assert notes["ended"].startswith(
+        "stopped in the 1 process reporting it (its consumer ended: see their logs); "
+        f"restart it, or start {run}"
+    )
+    assert notes["gone"].startswith("the processes that ran it stopped reporting; start ")
+    # Nothing may run a disabled stream (its "disabled" note says so); a live one is fine.
+    assert notes["disabled"] == notes["live"] == ""
+
+
 # -- checkpoint ages and DLQ backlog -----------------------------------------------------
 
 
@@ -423,6 +450,16 @@ def test_status_command_prints_the_cross_process_table(declared, frozen_now):
     ]
     off = next(line for line in lines if line.startswith("cmd-off"))
     assert off.split()[3:5] == ["stopped", "—"] and off.endswith("disabled")
+
+
+def test_status_command_says_why_a_stream_is_stopped(declared, frozen_now):
+    declared("cmd-idle", auto_start=False)
+    idle = next(line for line in run_status().splitlines() if line.startswith("cmd-idle"))
+    assert idle.split()[3] == "stopped"
+    assert idle.endswith(
+        "no auto-start; no process runs it: "
+        "`manage.py flowwarden_streams run --stream cmd-idle` starts it"
+    )
 
 
 def test_status_command_json_is_the_health_report(declared, frozen_now):

@@ -380,6 +380,8 @@ def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[
         notes.append("pause requested")
     if status.restart_note():
         notes.append(status.restart_note())
+    if status.stopped_note():
+        notes.append(status.stopped_note())
     if status.window_note():
         notes.append(status.window_note())
     if status.stale_instances:

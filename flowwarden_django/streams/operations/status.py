@@ -245,6 +245,29 @@ class StreamStatus:
         note = f"restarting since {since.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}"
         return f"{note}: {first.error_kind}" if first.error_kind else note
 
+    def stopped_note(self) -> str:
+        """Why a stopped stream is stopped and what starts it (for example ``"no
+        process runs it: start `manage.py flowwarden_streams run` (or a StreamManager)
+        under your process manager"``), or ``""`` when it is not stopped, or disabled
+        (``enabled=False``: nothing may run it, as the *disabled* note says)."""
+        if self.state != STOPPED or not self.enabled:
+            return ""
+        run = "manage.py flowwarden_streams run"
+        if self.auto_start:
+            start = f"start `{run}` (or a StreamManager) under your process manager"
+        else:
+            start = f"`{run} --stream {self.name}` starts it"
+        if self.instances:
+            count = len(self.instances)
+            processes = f"{count} process{'es' if count > 1 else ''}"
+            return (
+                f"stopped in the {processes} reporting it (its consumer ended: see their "
+                f"logs); restart {'them' if count > 1 else 'it'}, or {start}"
+            )
+        if self.stale_instances:
+            return f"the processes that ran it stopped reporting; {start}"
+        return f"no process runs it: {start}"
+
     def to_json(self, *, details: bool = True) -> dict[str, Any]:
         """The stream's entry in :func:`health_report` (``status`` is the reference's UP/DOWN).
 
