@@ -265,7 +265,8 @@ def _validate_execution(out: _Collector, spec: StreamSpec) -> None:
             "execution",
             "'celery' needs a Celery result backend: the consumer waits for each "
             "event's answer there",
-            'Set CELERY_RESULT_BACKEND (for example "redis://127.0.0.1:6379/1").',
+            'Set CELERY_RESULT_BACKEND (for example "redis://127.0.0.1:6379/1", or '
+            '"django-db" with django-celery-results installed: see docs/celery.md).',
         )
 
 

@@ -738,6 +738,18 @@ def test_execution_is_checked():
     assert "E123" not in codes(spec(lambda doc: None, execution="inline"))
 
 
+def test_celery_execution_without_a_result_backend_names_the_backends(monkeypatch):
+    from celery import current_app
+
+    monkeypatch.setattr(current_app.conf, "result_backend", None)
+    (problem,) = [
+        p for p in validate_spec(spec(lambda doc: None, execution="celery")) if p.code == "E123"
+    ]
+    assert "needs a Celery result backend" in problem.message
+    assert '"redis://127.0.0.1:6379/1"' in problem.hint
+    assert '"django-db" with django-celery-results' in problem.hint
+
+
 def test_quick_async_handlers_run_on_the_asyncio_reader_and_keep_key_order(
     quick_under_half_a_second,
 ):
