@@ -4,8 +4,9 @@ The demo runs as a subprocess on a fresh SQLite database and a free port, as a
 newcomer runs ``make serve-demo``: the story, then the development server with the
 ``orders`` stream running in the same process on the scripted replica set, a feeder
 writing an order every few seconds, and two orders parked as dead letters. The
-browser logs in as the printed approver, sees the stream RUNNING in the Streams
-console, discards one dead letter and replays the other, and looks at the approvals.
+browser logs in as the printed admin, sees the stream RUNNING in the Streams
+console, discards one dead letter and replays the other, and looks at the approvals;
+then as the printed approver (not staff) in the inbox, where it approves the pending one.
 """
 
 import os
@@ -130,7 +131,9 @@ def test_the_served_demo_shows_both_halves_alive(tmp_path):
     try:
         served_at = demo.wait_until_serving(60)
         out = demo.output
-        password = re.search(r"log in as approver / (\S+)", out).group(1)
+        approver_password = re.search(r"log in as approver / (\S+)", out).group(1)
+        admin_password = re.search(r"or as admin / (\S+)", out).group(1)
+        assert f"{demo.base}/approvals/" in out  # the inbox
         negative = int(re.search(r"order (\d+) has a negative amount", out).group(1))
         held = int(re.search(r"order (\d+) is on hold until", out).group(1))
         hold_seconds = 15  # demo.HOLD_SECONDS: the hold started before the server
@@ -149,10 +152,10 @@ def test_the_served_demo_shows_both_halves_alive(tmp_path):
                         expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
                     )
 
-                # Log in as the printed approver.
+                # Log in as the printed admin (the operator).
                 driver.get(f"{demo.base}/admin/")
-                present("#id_username").send_keys("approver")
-                driver.find_element(By.ID, "id_password").send_keys(password)
+                present("#id_username").send_keys("admin")
+                driver.find_element(By.ID, "id_password").send_keys(admin_password)
                 driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
                 present("#user-tools")
 
@@ -235,6 +238,18 @@ def test_the_served_demo_shows_both_halves_alive(tmp_path):
                 link.click()
                 present("#content h1")
                 driver.save_screenshot(str(artifacts / "demo-approval.png"))
+
+                # The approver, who is not staff, decides the pending approval in the inbox.
+                driver.delete_all_cookies()
+                driver.get(f"{demo.base}/approvals/")
+                present("#id_username").send_keys("approver")
+                driver.find_element(By.ID, "id_password").send_keys(approver_password)
+                driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+                present("#result_list").find_element(By.PARTIAL_LINK_TEXT, "Approve order").click()
+                present("input[name=approve]").click()
+                assert "Approved" in present(".messagelist .success").text
+                driver.get(f"{demo.base}/admin/")
+                assert present("#login-form")  # no way into the admin: not staff
             finally:
                 driver.quit()
     finally:

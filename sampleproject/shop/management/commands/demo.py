@@ -17,8 +17,10 @@
    ``inventory`` stream kept alive by heartbeats, a ``payments`` stream whose
    history was lost) and lists every checkpoint.
 
-``--serve`` leaves the second large order waiting, makes demo logins and starts the
-development server, so a person can approve it in the admin or through the API. The
+``--serve`` leaves the second large order waiting, makes demo logins (``approver``,
+not staff, who decides in the inbox at ``/approvals/``; ``admin``, a superuser) and
+starts the development server, so a person can approve it in the inbox, the admin or
+through the API. The
 served process keeps the scripted replica set and runs the ``orders`` stream on it
 (a ``StreamManager``: the admin's Streams console shows it running), and a feeder
 thread writes an order every few seconds. The feeder's first two orders are refused
@@ -41,7 +43,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
@@ -497,7 +499,8 @@ class Command(BaseCommand):
             + "\nand the workflow runs and approvals at /admin/flowwarden_django/workflowrun/ "
             + "and /admin/flowwarden_django/approval/;"
             + f"\n  make serve-demo   (that is: {python} manage.py demo --serve) leaves an "
-            + "approval pending for you, and runs the stream live"
+            + "approval pending for you to decide in the approver's inbox (/approvals/), "
+            + "and runs the stream live"
         )
 
     def serve(
@@ -511,27 +514,15 @@ class Command(BaseCommand):
         feeder.start()
         hold_until = datetime.fromtimestamp(feeder.hold_until, UTC)
         base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-        admin = f"{base}/admin/flowwarden_django"
         self.stdout.write(
-            self.style.SUCCESS("\nThe site is starting. Click through the story:")
-            + f"\n  {admin}/approval/   the pending approval"
-            + f"\n  {admin}/workflowrun/   runs and snapshot trees"
-            + f"\n  {admin}/streamworker/   the Streams console: 'orders' runs in this "
-            + "process, on the scripted replica set"
-            + f"\n  {admin}/deadletter/   dead letters to replay or discard"
-            + f"\n  {base}/flowwarden/health/   the health check"
-            + f"\n  {base}/api/v1/approvals/mine/   the API (session or token auth)"
-            + f"\n  {base}/api/v1/schema/   its OpenAPI schema"
-            + f"\n  log in as approver / {approver_password}  (decides approvals, watches "
-            + "the streams, replays dead letters)"
-            + f"\n  or as admin / {admin_password}  (superuser)"
-            + f"\nA new order arrives every {FEED_INTERVAL:g} s from order {next_id + 2} on "
-            + f"(every {LARGE_EVERY}th waits for approval). Orders {next_id} and {next_id + 1} "
-            + "were refused by the handler and parked as dead letters:"
-            + f"\n  order {next_id} has a negative amount: discard it"
-            + f"\n  order {next_id + 1} is on hold until {hold_until:%H:%M:%S} UTC: replay it "
-            + "after that and it goes through"
-            + "\n  (new passwords each run; Ctrl-C stops the server)\n"
+            serve_instructions(
+                base,
+                admin_password=admin_password,
+                approver_password=approver_password,
+                next_id=next_id,
+                hold_until=hold_until,
+                style=self.style,
+            )
         )
         self.stdout.flush()
         previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -542,6 +533,42 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, previous)
             feeder.stop()
             manager.stop_all(timeout=10)
+
+
+def serve_instructions(
+    base: str,
+    *,
+    admin_password: str,
+    approver_password: str,
+    next_id: int,
+    hold_until: datetime,
+    style: Any,
+) -> str:
+    """What ``--serve`` prints before the server starts: where to click, as whom."""
+    admin = f"{base}/admin/flowwarden_django"
+    return (
+        style.SUCCESS("\nThe site is starting. Click through the story:")
+        + f"\n  {base}/approvals/   the approver's inbox: the pending approval, to decide"
+        + f"\n  {admin}/approval/   the approvals in the admin, with their audit trail"
+        + f"\n  {admin}/workflowrun/   runs and snapshot trees"
+        + f"\n  {admin}/streamworker/   the Streams console: 'orders' runs in this "
+        + "process, on the scripted replica set"
+        + f"\n  {admin}/deadletter/   dead letters to replay or discard"
+        + f"\n  {base}/flowwarden/health/   the health check"
+        + f"\n  {base}/api/v1/approvals/mine/   the API (session or token auth)"
+        + f"\n  {base}/api/v1/schema/   its OpenAPI schema"
+        + f"\n  log in as approver / {approver_password}  (at /approvals/: not staff, "
+        + "decides the approvals of the approvers group in the inbox and the API)"
+        + f"\n  or as admin / {admin_password}  (superuser: the admin, the Streams "
+        + "console, the dead letters)"
+        + f"\nA new order arrives every {FEED_INTERVAL:g} s from order {next_id + 2} on "
+        + f"(every {LARGE_EVERY}th waits for approval). Orders {next_id} and {next_id + 1} "
+        + "were refused by the handler and parked as dead letters:"
+        + f"\n  order {next_id} has a negative amount: discard it"
+        + f"\n  order {next_id + 1} is on hold until {hold_until:%H:%M:%S} UTC: replay it "
+        + "after that and it goes through"
+        + "\n  (new passwords each run; Ctrl-C stops the server)\n"
+    )
 
 
 def counted(number: int, noun: str) -> str:
@@ -762,28 +789,18 @@ def demo_approver() -> Any:
 
 
 def demo_login(username: str, *, superuser: bool = False) -> str:
-    """Give *username* a new random password and admin access; return the password.
-    The approver may see runs, snapshots and approvals in the admin."""
+    """Give *username* a new random password; return the password. A *superuser* is
+    staff (the admin); the ``approver`` is not: approvers need no staff status, and
+    it decides in the inbox (``/approvals/``) as a member of the approvers group."""
     password = secrets.token_urlsafe(9)
     user = demo_approver() if username == "approver" else None
     if user is None:
         user, _ = get_user_model().objects.get_or_create(username=username)
-    user.is_staff = True
+    user.is_staff = superuser
     user.is_superuser = superuser
     user.set_password(password)
     user.save()
     if not superuser:
-        # The demo's approver also plays the operator: the Streams console, the
-        # checkpoints and the dead letters (replay, discard).
-        codenames = [
-            "view_approval",
-            "view_workflowrun",
-            "view_snapshotrecord",
-            "view_streamworker",
-            "view_streamcheckpoint",
-            "view_deadletter",
-            "replay_deadletter",
-            "resolve_deadletter",
-        ]
-        user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+        # An earlier demo made the approver staff with admin permissions: take them back.
+        user.user_permissions.clear()
     return password
