@@ -16,9 +16,10 @@
 * ``AsyncCheckpointStoreContract``, ``AsyncLockServiceContract``,
   ``AsyncDlqStoreContract``, ``AsyncSnapshotStoreContract``: each contract again,
   through the async API (``asave``, ``atry_acquire``…), subclassed the same way.
-* ``fake_source``: an in-process change source for fast stream tests.
-* ``scripted_mongo.ScriptedReplicaSet``: a wire-level fake replica-set primary that
-  the real pymongo driver talks to (needs ``mockupdb``).
+* ``FakeChangeSource`` (``AsyncFakeChangeSource``, over a ``FakeOplog``): an
+  in-process change source for fast stream tests.
+* ``ScriptedReplicaSet``: a wire-level fake replica-set primary that the real pymongo
+  driver talks to (needs ``mockupdb``).
 """
 
 from typing import Any
@@ -33,6 +34,16 @@ __all__ += [
     "AsyncLockServiceContract",
     "AsyncSnapshotStoreContract",
 ]
+
+__all__ += ["AsyncFakeChangeSource", "FakeChangeSource", "FakeOplog", "ScriptedReplicaSet"]
+
+#: Helpers imported on demand, and their modules (the scripted replica set needs mockupdb).
+_HELPERS = {
+    "AsyncFakeChangeSource": "fake_source",
+    "FakeChangeSource": "fake_source",
+    "FakeOplog": "fake_source",
+    "ScriptedReplicaSet": "scripted_mongo",
+}
 
 _ASYNC_CONTRACTS = {
     "AsyncCheckpointStoreContract": "checkpoint_store",
@@ -60,8 +71,9 @@ def __getattr__(name: str) -> Any:
         from .snapshot_store import SnapshotStoreContract
 
         return SnapshotStoreContract
-    if name in _ASYNC_CONTRACTS:
+    if name in _ASYNC_CONTRACTS or name in _HELPERS:
         from importlib import import_module
 
-        return getattr(import_module(f".{_ASYNC_CONTRACTS[name]}", __name__), name)
+        module = _ASYNC_CONTRACTS.get(name) or _HELPERS[name]
+        return getattr(import_module(f".{module}", __name__), name)
     raise AttributeError(name)

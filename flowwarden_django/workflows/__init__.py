@@ -1,9 +1,30 @@
 """The workflow half: durable multi-step workflows stored as parent-linked snapshots.
 
-Nothing in this package imports the admin, DRF or Celery.
+Nothing in this package imports the admin, DRF or Celery. Every name in ``__all__`` is
+public: it stays importable from here across releases (a removal is announced in
+CHANGELOG.md a minor release ahead).
 """
 
-from .approvals import ApprovalDecision, await_approval
+from ..common.user_input import UserJSONError, check_comment, parse_user_json
+from .approvals import (
+    ApprovalConflictError,
+    ApprovalDecision,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalPermissionError,
+    DecisionResult,
+    UnknownApprovalError,
+    aapprove,
+    adecide,
+    approve,
+    areject,
+    await_approval,
+    decidable_approvals,
+    decide,
+    reject,
+    visible_approvals,
+)
+from .cancellation import CancelOutcome, cancel_coordination, cancel_run
 from .children import ChildResult, Spawn, spawn
 from .engine import StepTimeoutError, Workflow, WorkflowDefinition
 from .execution import (
@@ -61,12 +82,18 @@ from .store import (
 
 __all__ = [
     "Advance",
+    "ApprovalConflictError",
     "ApprovalDecision",
+    "ApprovalError",
+    "ApprovalExpiredError",
+    "ApprovalPermissionError",
+    "CancelOutcome",
     "Cancelled",
     "CheckpointQuery",
     "ChildResult",
     "Completed",
     "ConcurrentRunError",
+    "DecisionResult",
     "Done",
     "ExecutionProvider",
     "ExecutionUnavailableError",
@@ -91,8 +118,10 @@ __all__ = [
     "StepContext",
     "StepOutcome",
     "StepTimeoutError",
+    "UnknownApprovalError",
     "UnknownRunError",
     "UnknownSnapshotError",
+    "UserJSONError",
     "VersionNotDefinedError",
     "Waiting",
     "WaitingForChildren",
@@ -101,15 +130,27 @@ __all__ = [
     "WorkflowResult",
     "WorkflowSnapshot",
     "WorkflowStep",
+    "aapprove",
+    "adecide",
     "advance",
+    "approve",
+    "areject",
     "await_approval",
+    "cancel_coordination",
+    "cancel_run",
+    "check_comment",
+    "decidable_approvals",
+    "decide",
     "done",
     "fail",
     "hibernate",
+    "parse_user_json",
+    "reject",
     "resolve_provider",
     "sleep",
     "snapshot_stores",
     "spawn",
     "step",
+    "visible_approvals",
     "workflow_registry",
 ]

@@ -29,8 +29,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from flowwarden_django.streams.context import ChangeContext
-from flowwarden_django.streams.registry import change_stream, checkpoint, dead_letter_queue
+from flowwarden_django.streams import ChangeContext, change_stream, checkpoint, dead_letter_queue
 
 from .models import Order
 from .workflows import start_for_order, withdraw_order

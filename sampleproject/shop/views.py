@@ -25,16 +25,18 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
-from flowwarden_django.common.user_input import UserJSONError, check_comment, parse_user_json
 from flowwarden_django.models import Approval
-from flowwarden_django.workflows import Workflow
-from flowwarden_django.workflows.approvals import (
+from flowwarden_django.workflows import (
     ApprovalError,
     ApprovalExpiredError,
     ApprovalPermissionError,
     UnknownApprovalError,
+    UserJSONError,
+    Workflow,
     aapprove,
     areject,
+    check_comment,
+    parse_user_json,
 )
 
 from .models import Order

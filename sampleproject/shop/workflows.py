@@ -28,11 +28,11 @@ from flowwarden_django.workflows import (
     Workflow,
     advance,
     await_approval,
+    cancel_coordination,
     done,
     sleep,
     step,
 )
-from flowwarden_django.workflows.cancellation import cancel_coordination
 
 from .models import Order
 

@@ -42,10 +42,29 @@ from .bootstep import (
     install_workflow_sweep,
 )
 
+#: Public names imported on first use (they import Django models).
+_LAZY = {
+    "CeleryExecutionProvider": "flowwarden_django.integrations.celery.provider",
+    "ScheduleError": "flowwarden_django.integrations.celery.schedules",
+    "schedule_workflow": "flowwarden_django.integrations.celery.schedules",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(_LAZY[name]), name)
+
+
 __all__ = [
+    "CeleryExecutionProvider",
+    "ScheduleError",
     "StreamsBootstep",
     "WorkflowSweepBootstep",
     "install",
     "install_from_settings",
     "install_workflow_sweep",
+    "schedule_workflow",
 ]

@@ -14,3 +14,26 @@ The snapshot chain stays the source of truth: the admin, the API, forks and the
 journal work as with any provider. This package's ``__init__`` imports nothing, so the
 workflow sandbox can import ``workflow`` and ``messages`` without Django.
 """
+
+#: Public names, each imported on first use (so the sandbox imports nothing here).
+_LAZY = {
+    "TemporalExecutionProvider": "flowwarden_django.integrations.temporal.provider",
+    "TemporalUnavailableError": "flowwarden_django.integrations.temporal.provider",
+    "delete_schedule": "flowwarden_django.integrations.temporal.schedules",
+    "schedule_workflow": "flowwarden_django.integrations.temporal.schedules",
+}
+
+__all__ = [
+    "TemporalExecutionProvider",
+    "TemporalUnavailableError",
+    "delete_schedule",
+    "schedule_workflow",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(_LAZY[name]), name)

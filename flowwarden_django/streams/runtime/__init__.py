@@ -8,6 +8,19 @@
 for ``SINGLE_LEADER`` leases.
 """
 
+from ...common.deprecation import moved_module
 from .threaded import HistoryLostError, StreamConsumer, StreamInvalidatedError, StreamState
+
+#: What the 0.1.0 module ``streams/runtime.py`` held besides its consumer, now in the core.
+__getattr__ = moved_module(
+    __name__,
+    None,
+    {
+        "UnhandledEventError": "flowwarden_django.streams.core.events",
+        "FilterError": "flowwarden_django.streams.core.events",
+        "DeadLetterWriteError": "flowwarden_django.streams.core.events",
+        "OplogTooShortError": "flowwarden_django.streams.core.resume",
+    },
+)
 
 __all__ = ["HistoryLostError", "StreamConsumer", "StreamInvalidatedError", "StreamState"]

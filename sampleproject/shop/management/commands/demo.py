@@ -57,15 +57,19 @@ from flowwarden_django.models import (
     StreamWorker,
     WorkflowRun,
 )
-from flowwarden_django.streams import checkpoint_stores, metrics
-from flowwarden_django.streams.clients import max_await_ms
-from flowwarden_django.streams.registry import stream_registry
-from flowwarden_django.streams.runtime.manager import StreamManager
-from flowwarden_django.streams.runtime.threaded import StreamConsumer, StreamState
-from flowwarden_django.streams.source import ChangeSource, PymongoChangeSource
-from flowwarden_django.streams.spec import StreamSpec
-from flowwarden_django.workflows import Workflow
-from flowwarden_django.workflows.approvals import approve, reject
+from flowwarden_django.streams import (
+    ChangeSource,
+    PymongoChangeSource,
+    StreamConsumer,
+    StreamManager,
+    StreamSpec,
+    StreamState,
+    checkpoint_stores,
+    max_await_ms,
+    metrics,
+    stream_registry,
+)
+from flowwarden_django.workflows import Workflow, approve, reject
 
 from ...models import Order
 from ...workflows import (
@@ -97,7 +101,7 @@ class ScriptedShop:
     """Writes orders into a scripted replica set started for the demo."""
 
     def __init__(self) -> None:
-        from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
+        from flowwarden_django.testkit import ScriptedReplicaSet
 
         self.server = ScriptedReplicaSet().start()
         self.uri = self.server.uri
