@@ -33,7 +33,7 @@ from rest_framework.reverse import reverse
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from ..models import Approval, WorkflowRun
+from ..models import Approval, SnapshotRecord, WorkflowRun
 from ..workflows.approvals import check_may_decide, decidable_approvals, decide
 from ..workflows.cancellation import cancel_coordination
 from ..workflows.encryption import SnapshotDecryptionError
@@ -260,6 +260,11 @@ class SnapshotViewSet(ApiViewSet):
     lookup_value_regex = SEGMENT
     pagination_class = SnapshotCursorPagination
     not_found_code = "snapshot_not_found"
+
+    def get_queryset(self) -> Any:
+        # Snapshots are read from the store (`list`, `get_snapshot`), never from a
+        # queryset; DRF's browsable API asks for one all the same (its filter form).
+        return SnapshotRecord.objects.none()
 
     def get_serializer_class(self) -> Any:
         if self.action == "list":
