@@ -91,7 +91,11 @@ UNAUTHENTICATED = _error("Not authenticated (no or an invalid session or token).
 NOT_FOUND = _error("No such object, or not visible to you.")
 CONFLICT = _error("approval_already_decided, approval_cancelled or run_busy.")
 GONE = _error("approval_expired: the approval expired before it was decided.")
-READ_ERRORS = {401: UNAUTHENTICATED}
+THROTTLED = _error(
+    "throttled: too many failed HTTP Basic passwords from your client or for that "
+    "username (or your project's DRF throttles); see Retry-After."
+)
+READ_ERRORS = {401: UNAUTHENTICATED, 429: THROTTLED}
 LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: _error("No such page.")}
 DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
 
@@ -345,6 +349,7 @@ DECISION_RESPONSES = {
     404: NOT_FOUND,
     409: CONFLICT,
     410: GONE,
+    429: THROTTLED,
 }
 
 
