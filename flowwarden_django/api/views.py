@@ -528,6 +528,12 @@ class SchemaView(ApiAuthentication, SpectacularAPIView):
         "DESCRIPTION": "Workflow runs, snapshots and approvals of flowwarden-django.",
         "VERSION": "1",
         "PREPROCESSING_HOOKS": [f"{__name__}.only_this_api"],
+        # For generated clients (openapi-python-client and the like): request bodies in
+        # JSON only, the content type clients should send (the token view also reads
+        # forms, undocumented), and request components apart from response ones (a
+        # request model without the response's read-only fields, such as `token`).
+        "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+        "COMPONENT_SPLIT_REQUEST": True,
         "ENUM_NAME_OVERRIDES": {
             "RunStatusEnum": "flowwarden_django.models.WorkflowRun.Status",
             "ApprovalStatusEnum": "flowwarden_django.models.Approval.Status",
