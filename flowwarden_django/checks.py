@@ -122,6 +122,33 @@ def _instance_id(value: Any) -> bool:
     )
 
 
+def _password_throttle(value: Any) -> bool:
+    """``None``, or a dict of ``"ip"`` and/or ``"username"`` to ``None`` or a rate DRF
+    reads with a positive count (``api/throttling.py``)."""
+    if value is None:
+        return True
+    if not isinstance(value, Mapping):
+        return False
+    return all(
+        key in ("ip", "username") and (rate is None or _drf_rate(rate))
+        for key, rate in value.items()
+    )
+
+
+def _drf_rate(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    if find_spec("rest_framework") is None:
+        return True  # without the drf extra nothing reads it
+    from rest_framework.throttling import SimpleRateThrottle
+
+    try:
+        count, _duration = SimpleRateThrottle.parse_rate(None, value)  # type: ignore[arg-type]
+    except (ValueError, KeyError, IndexError):
+        return False
+    return count > 0
+
+
 #: Simple keys: (is the value valid, the expected form).
 _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "STREAM_MAX_AWAIT_MS": (
@@ -143,6 +170,10 @@ _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
             )
         ),
         "None or a non-empty list of authentication classes' dotted paths",
+    ),
+    "API_PASSWORD_THROTTLE": (
+        _password_throttle,
+        'None or a dict of "ip" and/or "username" to a rate like "20/min" (or None)',
     ),
     "WORKFLOW_EXECUTION": (
         lambda value: isinstance(value, str) and bool(value.strip()),

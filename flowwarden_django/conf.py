@@ -71,6 +71,10 @@ DEFAULTS: dict[str, Any] = {
     # The REST API's authentication classes (dotted paths); None: a token (with
     # rest_framework.authtoken), HTTP Basic and the session (api/authentication.py).
     "API_AUTHENTICATION": None,
+    # Failed password attempts (POST v1/token/, HTTP Basic) allowed per client IP and per
+    # username tried, as DRF rates; past either, password attempts get 429 until the
+    # window moves on (api/throttling.py). A key's None turns that half off; None: no limit.
+    "API_PASSWORD_THROTTLE": {"ip": "20/min", "username": "10/hour"},
     # When set, /flowwarden/metrics/ needs "Authorization: Bearer <token>"; a list of tokens
     # accepts each (to rotate). None: open, as a scrape target usually is.
     "METRICS_TOKEN": None,

@@ -51,3 +51,16 @@ def _no_connection_left_open(request: pytest.FixtureRequest) -> None:
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:
             connection.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_password_failures_left() -> None:
+    """A test starts with no failed password attempts counted by an earlier test of
+    this process (``api/throttling.py`` keeps them in the ``default`` cache, an
+    in-memory one in the test settings): under pytest-xdist any test may follow the
+    fuzzing run that fails hundreds of them from 127.0.0.1."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    if settings.CACHES["default"]["BACKEND"].endswith("LocMemCache"):
+        cache.clear()

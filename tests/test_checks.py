@@ -171,6 +171,7 @@ BAD_VALUES = {
     "CELERY_RUN_WORKFLOW_SWEEP": "yes",
     "WORKFLOW_FALLBACK_TO_INPROCESS": "no",
     "API_AUTHENTICATION": "rest_framework.authentication.BasicAuthentication",
+    "API_PASSWORD_THROTTLE": {"ip": "lots"},
     "HEALTH_DETAILS": 5,
     "METRICS_TOKEN": 5,
 }

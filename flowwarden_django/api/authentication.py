@@ -4,8 +4,10 @@
 By default (``None``): a token (``Authorization: Token <key>``, when
 ``rest_framework.authtoken`` is installed; ``POST v1/token/`` with a username and
 password, or ``manage.py drf_create_token USER``, gives one), HTTP Basic
-(``Authorization: Basic ...``, over HTTPS only, please) and the Django session (log
-in through the admin or the approver's inbox). The first scheme names the
+(``Authorization: Basic ...``, over HTTPS only, please; its failed passwords count
+towards ``FLOWWARDEN["API_PASSWORD_THROTTLE"]``, as the token view's do, see
+``api.throttling``) and the Django session (log in through the admin or the
+approver's inbox). The first scheme names the
 ``WWW-Authenticate`` challenge of a 401, so an anonymous request gets 401 rather
 than 403; the 401's body lists every accepted scheme.
 """
@@ -17,6 +19,7 @@ from typing import Any
 from django.apps import apps
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.authentication import BasicScheme
 from rest_framework import exceptions
 from rest_framework.authentication import (
     BaseAuthentication,
@@ -26,6 +29,7 @@ from rest_framework.authentication import (
 )
 
 from ..conf import fw_settings
+from .throttling import PasswordAttempts
 
 
 class StrictTokenAuthentication(TokenAuthentication):
@@ -38,6 +42,30 @@ class StrictTokenAuthentication(TokenAuthentication):
         return super().authenticate_credentials(key)
 
 
+class ThrottledBasicAuthentication(BasicAuthentication):
+    """DRF's HTTP Basic authentication under the password throttle
+    (``api.throttling``): a client or username past its failed attempts gets 429
+    before the password is checked, and a wrong password counts as a failure."""
+
+    def authenticate_credentials(
+        self, userid: str, password: str, request: Any = None
+    ) -> tuple[Any, None]:
+        attempts = PasswordAttempts(request, userid)
+        attempts.check()
+        try:
+            return super().authenticate_credentials(userid, password, request)
+        except exceptions.AuthenticationFailed:
+            attempts.failed()
+            raise
+
+
+class ThrottledBasicScheme(BasicScheme):
+    """The schema's ``basicAuth`` for :class:`ThrottledBasicAuthentication`
+    (drf-spectacular matches DRF's class only, not its subclasses)."""
+
+    target_class = f"{__name__}.ThrottledBasicAuthentication"
+
+
 def tokens_installed() -> bool:
     """Whether ``rest_framework.authtoken`` (the token table) is installed."""
     return apps.is_installed("rest_framework.authtoken")
@@ -48,7 +76,10 @@ def authentication_classes() -> list[type[BaseAuthentication]]:
     configured = fw_settings.API_AUTHENTICATION
     if configured is not None:
         return [import_string(path) for path in configured]
-    schemes: list[type[BaseAuthentication]] = [BasicAuthentication, SessionAuthentication]
+    schemes: list[type[BaseAuthentication]] = [
+        ThrottledBasicAuthentication,
+        SessionAuthentication,
+    ]
     if tokens_installed():
         schemes.insert(0, StrictTokenAuthentication)
     return schemes

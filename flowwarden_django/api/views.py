@@ -33,7 +33,7 @@ from rest_framework.reverse import reverse
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from ..models import Approval, WorkflowRun
+from ..models import Approval, SnapshotRecord, WorkflowRun
 from ..workflows.approvals import check_may_decide, decidable_approvals, decide
 from ..workflows.cancellation import cancel_coordination
 from ..workflows.encryption import SnapshotDecryptionError
@@ -91,7 +91,11 @@ UNAUTHENTICATED = _error("Not authenticated (no or an invalid session or token).
 NOT_FOUND = _error("No such object, or not visible to you.")
 CONFLICT = _error("approval_already_decided, approval_cancelled or run_busy.")
 GONE = _error("approval_expired: the approval expired before it was decided.")
-READ_ERRORS = {401: UNAUTHENTICATED}
+THROTTLED = _error(
+    "throttled: too many failed HTTP Basic passwords from your client or for that "
+    "username (or your project's DRF throttles); see Retry-After."
+)
+READ_ERRORS = {401: UNAUTHENTICATED, 429: THROTTLED}
 LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: _error("No such page.")}
 DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
 
@@ -261,6 +265,11 @@ class SnapshotViewSet(ApiViewSet):
     pagination_class = SnapshotCursorPagination
     not_found_code = "snapshot_not_found"
 
+    def get_queryset(self) -> Any:
+        # Snapshots are read from the store (`list`, `get_snapshot`), never from a
+        # queryset; DRF's browsable API asks for one all the same (its filter form).
+        return SnapshotRecord.objects.none()
+
     def get_serializer_class(self) -> Any:
         if self.action == "list":
             return SnapshotSerializer
@@ -340,6 +349,7 @@ DECISION_RESPONSES = {
     404: NOT_FOUND,
     409: CONFLICT,
     410: GONE,
+    429: THROTTLED,
 }
 
 
@@ -518,6 +528,12 @@ class SchemaView(ApiAuthentication, SpectacularAPIView):
         "DESCRIPTION": "Workflow runs, snapshots and approvals of flowwarden-django.",
         "VERSION": "1",
         "PREPROCESSING_HOOKS": [f"{__name__}.only_this_api"],
+        # For generated clients (openapi-python-client and the like): request bodies in
+        # JSON only, the content type clients should send (the token view also reads
+        # forms, undocumented), and request components apart from response ones (a
+        # request model without the response's read-only fields, such as `token`).
+        "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
+        "COMPONENT_SPLIT_REQUEST": True,
         "ENUM_NAME_OVERRIDES": {
             "RunStatusEnum": "flowwarden_django.models.WorkflowRun.Status",
             "ApprovalStatusEnum": "flowwarden_django.models.Approval.Status",
