@@ -285,7 +285,7 @@ def test_stop_a_stream_in_a_browser(live_server, streams):
             assert "sc-orders" in table and "RUNNING" in table.upper()
 
             # Stop → confirmation page → "Yes, I'm sure" → back on the console, with a message.
-            row = driver.find_element(By.XPATH, "//tr[th[text()='sc-orders']]")
+            row = driver.find_element(By.XPATH, "//tr[th/span[text()='sc-orders']]")
             row.find_element(By.LINK_TEXT, "Stop").click()
             confirm = (By.CSS_SELECTOR, "#content form [type=submit]")
             wait.until(expected_conditions.element_to_be_clickable(confirm))
@@ -294,7 +294,7 @@ def test_stop_a_stream_in_a_browser(live_server, streams):
             wait.until(expected_conditions.presence_of_element_located((By.ID, "result_list")))
             message = driver.find_element(By.CSS_SELECTOR, ".messagelist .success").text
             assert message.startswith("Stream “sc-orders” is paused")
-            row = driver.find_element(By.XPATH, "//tr[th[text()='sc-orders']]")
+            row = driver.find_element(By.XPATH, "//tr[th/span[text()='sc-orders']]")
             assert row.find_element(By.LINK_TEXT, "Start")
         finally:
             driver.quit()
