@@ -33,7 +33,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext, ngettext
 
-from ..common.formatting import NONE_TEXT, relative_time
+from ..common.formatting import NONE_TEXT, relative_time, truncate
 
 UNKNOWN_ICON = "admin/img/icon-unknown.svg"
 
@@ -467,6 +467,19 @@ def _url_template(
     viewname: str, current_app: str, prefix: str, urlconf: Any, language: str | None
 ) -> str:
     return reverse(viewname, args=[_KEY_MARKER], current_app=current_app)
+
+
+#: How many characters of an id or a name a list shows (``tables.css``).
+ID_WIDTH = 16
+
+
+def short_id(value: str, width: int = ID_WIDTH) -> SafeString:
+    """*value* (an id, a key, a name) as a list shows it: one token that never wraps
+    (``tables.css``), cut to *width* characters ending with ``…``, the whole value as
+    its title (the object's page shows it whole)."""
+    return format_html(
+        '<span class="flowwarden-token" title="{}">{}</span>', value, truncate(value, width)
+    )
 
 
 def age(value: datetime | None) -> SafeString | str:

@@ -28,9 +28,11 @@ from ..models import StreamCheckpoint
 from ..streams.backends.orm import OrmCheckpointStore
 from ..streams.operations.display import copied_text, last_id_text
 from ..streams.operations.display import short_token as shorten_token
+from ..streams.operations.status import instance_key
 from ..streams.stores import checkpoint_stores
 from ..streams.tokens import decode_token, token_to_json
-from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, timestamp
+from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, short_id, timestamp
+from .details import HealthDetailsMixin
 from .stores import sort_store_aliases
 
 
@@ -145,18 +147,21 @@ def _last_id(stored: Any) -> SafeString | str:
 
 
 @admin.register(StreamCheckpoint)
-class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class StreamCheckpointAdmin(
+    HealthDetailsMixin, GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin
+):
     """View-only list and detail of ``StreamCheckpoint`` rows (the ORM checkpoint store).
 
     Rows are read from the database of the ORM store alias ``"default"`` when its
     ``OPTIONS["using"]`` names one (see :func:`admin_stores`). Checkpoints kept by
     other backends are not in this table; the changelist names those aliases and the
-    management command that lists them.
+    management command that lists them. The owner's instance id is shown only to whom
+    ``FLOWWARDEN["HEALTH_DETAILS"]`` names, its key to the others.
     """
 
     list_display = [
-        "stream_name",
-        "instance_id",
+        "stream",
+        "instance",
         "processed_token",
         "processed_age",
         "seen_token",
@@ -174,9 +179,11 @@ class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.Model
         (_("Initial sync"), {"fields": ["initial_sync_progress"]}),
         (_("Metadata"), {"fields": ["metadata_json"]}),
     ]
+    detail_fields = {"instance": "instance_key_text", "instance_id": "instance_key_text"}
     readonly_fields = [
         "stream_name",
         "instance_id",
+        "instance_key_text",
         "processed_token_full",
         "processed_at",
         "seen_token_full",
@@ -204,6 +211,21 @@ class StreamCheckpointAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.Model
         return super().changelist_view(request, context)
 
     # -- changelist columns ------------------------------------------------------------
+
+    @admin.display(description=_("stream"), ordering="stream_name")
+    def stream(self, obj: StreamCheckpoint) -> SafeString:
+        return short_id(obj.stream_name, 24)
+
+    @admin.display(description=_("instance id"), ordering="instance_id")
+    def instance(self, obj: StreamCheckpoint) -> SafeString | str:
+        return short_id(obj.instance_id, 24) if obj.instance_id else NONE_TEXT
+
+    @admin.display(description=_("instance key"))
+    def instance_key_text(self, obj: StreamCheckpoint) -> SafeString | str:
+        """The owner's key (``instance_key``), for users who may not see its id."""
+        if not obj.instance_id:
+            return NONE_TEXT
+        return format_html("<code>{}</code>", instance_key(obj.instance_id))
 
     @admin.display(description=_("last processed token"))
     def processed_token(self, obj: StreamCheckpoint) -> SafeString | str:

@@ -23,13 +23,13 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, re_path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.http import urlencode
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ..common.formatting import NONE_TEXT, relative_time
+from ..common.formatting import NONE_TEXT, relative_time, truncate
 from ..models import StreamControl, StreamWorker
 from ..streams.initial_sync.progress import CopyProgress
 from ..streams.initial_sync.resync import ResyncError, request_resync
@@ -44,6 +44,7 @@ from ..streams.registry import stream_registry
 from ..streams.spec import StreamSpec
 from ..views import may_see_details
 from .base import GuardedLookupsMixin, ReadOnlyAdminMixin
+from .details import redact_worker
 
 #: The permission the Start / Stop / Restart buttons need.
 CONTROL_PERMISSION = "flowwarden_django.control_stream"
@@ -205,6 +206,19 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
         """Whether the user may start, stop and restart streams."""
         return request.user.has_perm(CONTROL_PERMISSION)
 
+    # -- the object's pages (view, history) -------------------------------------------
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> StreamWorker | None:
+        """The row, redacted for a user without the details (``HEALTH_DETAILS``): its
+        page, its title, its breadcrumbs and its history page show what the console
+        shows."""
+        worker = super().get_object(request, object_id, from_field)
+        if worker is not None and not may_see_details(request):
+            worker = redact_worker(worker)
+        return worker
+
     # -- URLs ------------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
@@ -342,10 +356,14 @@ def _notes(status: StreamStatus) -> tuple[str, ...]:
     if status.window_note():
         notes.append(status.window_note())
     if status.stale_instances:
-        notes.append(
-            gettext("no report from %(instances)s")
-            % {"instances": ", ".join(status.stale_instances)}
+        # Each id shortened and unbroken, as in the instances' column, whole in its title.
+        instances = format_html_join(
+            ", ",
+            '<code title="{}">{}</code>',
+            ((i, truncate(i, 24)) for i in status.stale_instances),
         )
+        text = conditional_escape(gettext("no report from %(instances)s"))
+        notes.append(mark_safe(text % {"instances": instances}))
     copied = status.initial_sync
     if copied is not None and not copied.copying and copied.finished_at is not None:
         notes.append(

@@ -29,7 +29,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from ..common.formatting import NONE_TEXT, truncate
+from ..common.formatting import NONE_TEXT
 from ..common.user_input import UserJSONError, check_note
 from ..models import DeadLetter
 from ..streams.backends.orm import OrmDlqStore
@@ -45,6 +45,7 @@ from .base import (
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    short_id,
     status_badge,
     timestamp,
 )
@@ -63,7 +64,7 @@ STATUS_ICONS = {
     DeadLetter.Status.DISCARDED: "admin/img/icon-no.svg",
 }
 
-DOCUMENT_KEY_WIDTH = 24
+DOCUMENT_KEY_WIDTH = 13
 
 
 # -- which store the console acts through --------------------------------------------
@@ -152,7 +153,9 @@ def short_document_key(data: bytes | memoryview | None) -> SafeString | str:
         if isinstance(value, dict) and list(value) == ["$oid"]:
             value = value["$oid"]
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    return format_html('<code title="{}">{}</code>', full, truncate(text, DOCUMENT_KEY_WIDTH))
+    if len(text) > DOCUMENT_KEY_WIDTH:  # the end of an ObjectId tells keys apart
+        text = f"{text[:4]}…{text[-(DOCUMENT_KEY_WIDTH - 5) :]}"
+    return format_html('<code title="{}">{}</code>', full, text)
 
 
 def status_label(status: str) -> str:
@@ -460,7 +463,11 @@ class DeadLetterAdmin(
 
     @admin.display(description=_("error type"), ordering="error_type")
     def error_kind(self, obj: DeadLetter) -> SafeString:
-        return format_html('<span title="{}">{}</span>', obj.error_type, _last_name(obj.error_type))
+        return format_html(
+            '<span class="flowwarden-token" title="{}">{}</span>',
+            obj.error_type,
+            _last_name(obj.error_type),
+        )
 
     # Dates as every page of the package writes them (``timestamp``), not Django's default.
     @admin.display(description=_("created at"))
@@ -482,7 +489,9 @@ class DeadLetterAdmin(
     @admin.display(description=_("stream / operation"), ordering="stream_name")
     def stream_and_operation(self, obj: DeadLetter) -> SafeString:
         return format_html(
-            '{}<br><span class="flowwarden-quiet">{}</span>', obj.stream_name, obj.operation_type
+            '{}<br><span class="flowwarden-quiet">{}</span>',
+            short_id(obj.stream_name, 14),
+            obj.operation_type,
         )
 
     @admin.display(description=_("status"), ordering="status")

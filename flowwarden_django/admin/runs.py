@@ -51,9 +51,11 @@ from .base import (
     ReadOnlyAdminMixin,
     age,
     reverse_for_key,
+    short_id,
     status_badge,
     timestamp,
 )
+from .details import HealthDetailsMixin, error_text, redacted_runner
 from .snapshots import (
     PAGE_SIZE,
     DiffLine,
@@ -206,7 +208,11 @@ def fork_snapshot(run: WorkflowRun, found: RunStore, snapshot_id: str, state: An
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(
-    LargeTableAdminMixin, GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdmin
+    HealthDetailsMixin,
+    LargeTableAdminMixin,
+    GuardedLookupsMixin,
+    ReadOnlyAdminMixin,
+    admin.ModelAdmin,
 ):
     """Workflow runs: list, filter and inspect them, browse each run's snapshot tree,
     read a snapshot's state and its diff against its parent, and fork a run.
@@ -223,8 +229,7 @@ class WorkflowRunAdmin(
     tree_page_size = PAGE_SIZE
 
     list_display = [
-        "coordination_id",
-        "run_key",
+        "coordination",
         "workflow_and_version",
         "status_icon",
         "last_step_text",
@@ -263,6 +268,8 @@ class WorkflowRunAdmin(
         (_("Resume input"), {"fields": ["resume_input_json"]}),
         (_("Dates"), {"fields": ["created_at_text", "updated_at_text"]}),
     ]
+    #: The runner token names its process's instance (``<hostname>:<pid>``).
+    detail_fields = {"runner_text": "runner_key_text"}
     readonly_fields = [
         "coordination_id",
         "workflow_name",
@@ -278,6 +285,7 @@ class WorkflowRunAdmin(
         "parent_run",
         "child_runs",
         "runner_text",
+        "runner_key_text",
         "claimed_until_text",
         "attempts",
         "resume_input_json",
@@ -414,12 +422,13 @@ class WorkflowRunAdmin(
         return request.user.has_perm(VIEW_SNAPSHOTS_PERMISSION)
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
         if self.has_snapshot_permission(request):
-            return self.fieldsets
+            return fieldsets
         # The head's id without the links to the snapshot pages the user may not open.
         return [
             (name, {**options, "fields": [_no_link(f) for f in options["fields"]]})
-            for name, options in self.fieldsets
+            for name, options in fieldsets
         ]
 
     # -- data ------------------------------------------------------------------------
@@ -500,6 +509,18 @@ class WorkflowRunAdmin(
             return NONE_TEXT
         return timestamp(obj.wake_at)
 
+    @admin.display(description=_("coordination / key"), ordering="coordination_id")
+    def coordination(self, obj: WorkflowRun) -> SafeString:
+        """The coordination id and the run's key, shortened (the list links them to
+        the run's page, which shows them whole)."""
+        if not obj.idempotency_key:
+            return short_id(obj.coordination_id, 12)
+        return format_html(
+            '{}<br><span class="flowwarden-quiet">{}</span>',
+            short_id(obj.coordination_id, 12),
+            self.run_key(obj),
+        )
+
     @admin.display(description=_("last step"), ordering="last_step")
     def last_step_text(self, obj: WorkflowRun) -> SafeString | str:
         return format_html("<code>{}</code>", obj.last_step) if obj.last_step else NONE_TEXT
@@ -528,9 +549,7 @@ class WorkflowRunAdmin(
         """The run's idempotency key (``shop.orders:502``): what people know it by."""
         if not obj.idempotency_key:
             return NONE_TEXT
-        return format_html(
-            '<span title="{}">{}</span>', obj.idempotency_key, truncate(obj.idempotency_key, 32)
-        )
+        return short_id(obj.idempotency_key, 18)
 
     @admin.display(description=_("head snapshot"))
     def head_snapshot(self, obj: WorkflowRun) -> SafeString | str:
@@ -553,7 +572,9 @@ class WorkflowRunAdmin(
     @admin.display(description=_("workflow"), ordering="workflow_name")
     def workflow_and_version(self, obj: WorkflowRun) -> SafeString:
         return format_html(
-            '{} <span class="flowwarden-quiet">v{}</span>', obj.workflow_name, obj.workflow_version
+            '{} <span class="flowwarden-quiet">v{}</span>',
+            short_id(obj.workflow_name, 20),
+            obj.workflow_version,
         )
 
     @admin.display(description=_("approvals"))
@@ -617,6 +638,12 @@ class WorkflowRunAdmin(
     @admin.display(description=_("runner"))
     def runner_text(self, obj: WorkflowRun) -> SafeString | str:
         return format_html("<code>{}</code>", obj.runner) if obj.runner else NONE_TEXT
+
+    @admin.display(description=_("runner"))
+    def runner_key_text(self, obj: WorkflowRun) -> SafeString | str:
+        """The runner with its instance as its key, for users who may not see its id."""
+        runner = redacted_runner(obj.runner)
+        return format_html("<code>{}</code>", runner) if runner else NONE_TEXT
 
     @admin.display(description=_("claimed until"))
     def claimed_until_text(self, obj: WorkflowRun) -> SafeString | str:
@@ -691,7 +718,7 @@ class WorkflowRunAdmin(
         except Exception as exc:  # a broken store or an undecodable row: say so, don't 500
             logger.exception("snapshot %s of run %s cannot be read", snapshot_id, run.pk)
             text = gettext("Snapshot “%(id)s” cannot be read: %(error)s")
-            values = {"id": snapshot_id, "error": f"{type(exc).__name__}: {exc}"}
+            values = {"id": snapshot_id, "error": error_text(request, exc)}
             self.message_user(request, text % values, messages.ERROR)
             return None
         if snapshot is None or snapshot.coordination_id != run.coordination_id:
@@ -730,7 +757,7 @@ class WorkflowRunAdmin(
             context["not_listable"] = str(exc)
         except Exception as exc:  # a broken store or an undecodable row: say so, don't 500
             logger.exception("snapshot tree of run %s failed", run.coordination_id)
-            context["error"] = f"{type(exc).__name__}: {exc}"
+            context["error"] = error_text(request, exc)
         else:
             starts = build_forest(page.snapshots)
             context.update(
@@ -757,7 +784,7 @@ class WorkflowRunAdmin(
             )
         except Exception as exc:
             logger.exception("snapshot tree of run %s failed", run.coordination_id)
-            return JsonResponse({"error": f"{type(exc).__name__}: {exc}"}, status=500)
+            return JsonResponse({"error": error_text(request, exc)}, status=500)
         nodes = []
         for node in flatten(build_forest(page.snapshots)):
             html = render_to_string(

@@ -74,7 +74,7 @@ class TestChangelist:
             assert header in body
         for header in ("Last seen token", "Seen age", "Heartbeat age"):
             assert header in body
-        assert ">orders</a>" in body and ">payments</a>" in body
+        assert ">orders</span></a>" in body and ">payments</span></a>" in body
         assert "worker-1" in body
         # Short token: the start of _data and an ellipsis; the full relaxed EJSON as a title.
         assert f">{PROCESSED[:19]}…</code>" in body
@@ -95,10 +95,10 @@ class TestChangelist:
 
     def test_search_by_stream_name(self, admin_client, streams):
         body = text(admin_client.get(CHANGELIST, {"q": "ord"}))
-        assert ">orders</a>" in body
-        assert ">payments</a>" not in body
+        assert ">orders</span></a>" in body
+        assert ">payments</span></a>" not in body
         body = text(admin_client.get(CHANGELIST, {"q": "nothing-matches"}))
-        assert ">orders</a>" not in body and ">payments</a>" not in body
+        assert ">orders</span></a>" not in body and ">payments</span></a>" not in body
 
     @pytest.mark.parametrize(
         ("order", "first", "second"),
@@ -107,7 +107,7 @@ class TestChangelist:
     def test_sortable_columns(self, admin_client, streams, order, first, second):
         # Column 5 is the seen age: payments has none, and SQLite sorts NULL first.
         body = text(admin_client.get(CHANGELIST, {"o": order}))
-        assert body.index(f">{first}</a>") < body.index(f">{second}</a>")
+        assert body.index(f">{first}</span></a>") < body.index(f">{second}</span></a>")
 
     def test_age_columns_are_sortable_links(self, admin_client, streams):
         body = text(admin_client.get(CHANGELIST))
@@ -142,7 +142,7 @@ class TestDetail:
     def test_stream_without_tokens_renders_dashes(self, admin_client, store):
         store.save(Checkpoint(stream_name="fresh"))
         body = text(admin_client.get(CHANGELIST))
-        assert ">fresh</a>" in body
+        assert ">fresh</span></a>" in body
         for column in ("processed_token", "processed_age", "seen_token", "seen_age"):
             assert f'<td class="field-{column}">—</td>' in body
         assert '<td class="field-heartbeat_age">—</td>' in body
@@ -268,7 +268,7 @@ class TestOtherStores:
         assert "“cache” (InMemoryCheckpointStore) is not shown on this page" in body
         assert "<code>python manage.py flowwarden_checkpoints list --store cache</code>" in body
         assert "--store default" not in body
-        assert ">orders</a>" in body
+        assert ">orders</span></a>" in body
 
     def test_aliases_that_fail_to_load_are_ignored(self, admin_client, streams):
         stores = {
@@ -320,5 +320,5 @@ def test_changelist_reads_the_orm_store_database(admin_client):
     with override_settings(FLOWWARDEN={"CHECKPOINT_STORES": stores}):
         body = text(admin_client.get(CHANGELIST))
         assert admin_client.get(detail_url("on-other")).status_code == 200
-    assert ">on-other</a>" in body
-    assert ">on-default</a>" not in body
+    assert ">on-other</span></a>" in body
+    assert ">on-default</span></a>" not in body

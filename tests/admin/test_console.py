@@ -63,7 +63,9 @@ def staff(*permissions: str) -> Client:
 
 
 def row(body: str, stream: str) -> str:
-    match = re.search(rf'<th class="field-name">{stream}<span(.*?)</tr>', body, re.S)
+    match = re.search(
+        rf'<th class="field-name"><span [^>]*>{stream}</span><span(.*?)</tr>', body, re.S
+    )
     assert match, f"no row for {stream}"
     return match.group(1)
 
@@ -83,8 +85,8 @@ def test_superuser_sees_every_stream_with_buttons(admin_client, streams):
     assert 'class="breadcrumbs"' in body and 'id="result_list"' in body
     orders = row(body, "sc-orders")
     assert "flowwarden-state-running" in orders and "SINGLE_LEADER" in orders
-    assert "<code>host-a:1</code> running (leader)" in orders
-    assert "<code>host-b:1</code> standby (standby)" in orders
+    assert '<code title="host-a:1">host-a:1</code> running (leader)' in orders
+    assert '<code title="host-b:1">host-b:1</code> standby (standby)' in orders
     dlq = reverse("admin:flowwarden_django_deadletter_changelist")
     assert f'<a href="{dlq}?stream_name=sc-orders&amp;status__exact=PENDING">2</a>' in orders
     assert f'href="{control_url("stop", "sc-orders")}"' in orders
@@ -146,8 +148,9 @@ def test_health_details_decide_whether_hosts_and_errors_show(streams, settings, 
     body = staff("view_streamworker").get(CONSOLE).content.decode()
     orders = row(body, "sc-orders")
     assert "host-a" not in body and "host-b" not in body and "4111" not in body
-    assert f"<code>{instance_key('host-a:1')}</code> running (leader)" in orders
-    assert f"<code>{instance_key('host-b:1')}</code> standby" in orders
+    key_a, key_b = instance_key("host-a:1"), instance_key("host-b:1")
+    assert f'<code title="{key_a}">{key_a}</code> running (leader)' in orders
+    assert f'<code title="{key_b}">{key_b}</code> standby' in orders
 
     settings.FLOWWARDEN = {**settings.FLOWWARDEN, "HEALTH_DETAILS": "staff"}
     body = staff_client_again().get(CONSOLE).content.decode()
@@ -292,7 +295,7 @@ def test_stop_a_stream_in_a_browser(live_server, streams):
             assert "sc-orders" in table and "RUNNING" in table.upper()
 
             # Stop → confirmation page → "Yes, I'm sure" → back on the console, with a message.
-            row = driver.find_element(By.XPATH, "//tr[th[text()='sc-orders']]")
+            row = driver.find_element(By.XPATH, "//tr[th/span[text()='sc-orders']]")
             row.find_element(By.LINK_TEXT, "Stop").click()
             confirm = (By.CSS_SELECTOR, "#content form [type=submit]")
             wait.until(expected_conditions.element_to_be_clickable(confirm))
@@ -301,7 +304,7 @@ def test_stop_a_stream_in_a_browser(live_server, streams):
             wait.until(expected_conditions.presence_of_element_located((By.ID, "result_list")))
             message = driver.find_element(By.CSS_SELECTOR, ".messagelist .success").text
             assert message.startswith("Stream “sc-orders” is paused")
-            row = driver.find_element(By.XPATH, "//tr[th[text()='sc-orders']]")
+            row = driver.find_element(By.XPATH, "//tr[th/span[text()='sc-orders']]")
             assert row.find_element(By.LINK_TEXT, "Start")
         finally:
             driver.quit()

@@ -174,7 +174,7 @@ def test_the_console_shows_a_live_copy_in_a_browser(live_server, live_copy, tmp_
                 return bool(cells) and "2,400 of ~6,000" in cells[0].text
 
             wait.until(copy_shown)
-            state = driver.find_element(By.XPATH, "//tr[th[text()='catalog']]/td[1]")
+            state = driver.find_element(By.XPATH, "//tr[th/span[text()='catalog']]/td[1]")
             assert state.find_element(By.CSS_SELECTOR, ".flowwarden-state").text == "COPYING"
             bar = state.find_element(By.TAG_NAME, "progress")
             assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("2400", "6000")

@@ -1,9 +1,14 @@
 """Every admin page of the package fits a 1280 px window, with the navigation sidebar
-open and closed: no sideways scroll, and no table wider than the box it sits in (a
-column cut off). Headless Chromium against the live test server, with one object of
-each kind (a stream with its status rows and checkpoint, a dead letter with a real
-traceback, a run waiting for its approval, with its snapshots); a screenshot of each
-page in each layout goes to the artifacts folder."""
+open and closed: no sideways scroll, no table wider than the box it sits in (a
+column cut off), no word of a table cell broken across two lines (an id, a status,
+a step name: ``sho/p.or/der/s:3/551`` or ``Compl/eted``), a list as wide as its
+module with its count below it, and the breadcrumbs in the admin's styled bar as on
+Django's own pages (Django 6.1 styles only its ``<ol class="breadcrumbs">``). The
+inbox's list and approval pages are measured too. Headless Chromium against the live
+test server, with one object of each kind (a stream with its status rows and
+checkpoint, a dead letter with a real traceback, a run by its idempotency key waiting
+for its approval, with its snapshots); a screenshot of each page in each layout goes
+to the artifacts folder."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import tempfile
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.urls import reverse
 from django.utils import timezone
 
@@ -22,7 +27,7 @@ from tests.admin.test_dead_letters import PoisonStream, park
 from tests.browser import artifact_dir, start_chrome
 from tests.lanes import on_lane
 from tests.status_rows import worker
-from tests.test_inbox import pending, refunds  # noqa: F401  (the fixture)
+from tests.test_inbox import refunds  # noqa: F401  (the fixture)
 
 PASSWORD = "s3cret-pass"
 STREAM = "widths-orders-with-a-rather-long-stream-name"
@@ -43,7 +48,37 @@ for (const pre of document.querySelectorAll('#content pre')) {
     cut.push(`pre: ${pre.scrollWidth} px in ${pre.clientWidth} px`);
   }
 }
-return [doc.scrollWidth, window.innerWidth, cut];
+// A word (what lies between spaces) of a table cell drawn on more than one line.
+for (const cell of document.querySelectorAll('#content table th, #content table td')) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (parent.closest('th, td') !== cell || parent.closest('pre, select, textarea')) continue;
+    for (const word of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, word.index);
+      range.setEnd(node, word.index + word[0].length);
+      const lines = new Set(
+        [...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.bottom)));
+      if (lines.size > 1) cut.push(`"${word[0]}" broken over ${lines.size} lines`);
+    }
+  }
+}
+// A list narrower than its module (no filter beside it), or its count beside it.
+for (const list of document.querySelectorAll('#changelist')) {
+  const table = list.querySelector('table');
+  if (!table || list.querySelector('#changelist-filter')) continue;
+  const [own, room] = [table.getBoundingClientRect(), list.getBoundingClientRect()];
+  if (own.width < room.width - 2) cut.push(`list ${own.width} px wide in ${room.width} px`);
+  for (const count of list.querySelectorAll('.paginator')) {
+    const box = count.getBoundingClientRect();
+    if (box.top < own.bottom - 1 && box.bottom > own.top + 1) cut.push('count beside the list');
+  }
+}
+const crumbs = document.querySelector('.breadcrumbs');
+const crumbsAt = crumbs && (crumbs.querySelector('a') || crumbs).getBoundingClientRect().left;
+return [doc.scrollWidth, window.innerWidth, cut,
+        crumbs && [getComputedStyle(crumbs).backgroundColor, Math.round(crumbsAt)]];
 """
 
 
@@ -66,6 +101,8 @@ def package_pages() -> list[str]:
     pages.append(reverse("admin:flowwarden_django_workflowrun_snapshot", args=[run.pk, snapshot]))
     pages.append(reverse("admin:flowwarden_django_workflowrun_fork", args=[run.pk, snapshot]))
     pages.append(reverse("admin:flowwarden_django_streamworker_control", args=["restart", STREAM]))
+    pages.append(reverse("flowwarden-inbox:list"))
+    pages.append(reverse("flowwarden-inbox:approval", args=[Approval.objects.get().pk]))
     return pages
 
 
@@ -83,7 +120,8 @@ def objects(refunds):  # noqa: F811
         )
         assert isinstance(checkpoint_stores["default"].find(STREAM), Checkpoint)
         park(STREAM, 42)
-        pending(refunds, 4200)
+        # Known by a key with dots and a colon, as a shop's orders are.
+        refunds.start({"amount": 4200}, idempotency_key="shop.orders:3551")
         assert Approval.objects.count() == 1
         yield
     finally:
@@ -95,7 +133,8 @@ def objects(refunds):  # noqa: F811
 def test_every_admin_page_fits_1280_px_with_the_sidebar_open_or_closed(
     live_server, objects, tmp_path
 ):
-    User.objects.create_superuser("operator", "operator@example.com", PASSWORD)
+    operator = User.objects.create_superuser("operator", "operator@example.com", PASSWORD)
+    operator.groups.add(Group.objects.create(name="finance"))  # the inbox lists the approval
     pages = package_pages()
     shots = artifact_dir(tmp_path)
     overflowing: list[str] = []
@@ -107,6 +146,10 @@ def test_every_admin_page_fits_1280_px_with_the_sidebar_open_or_closed(
             driver.find_element("id", "id_username").send_keys("operator")
             driver.find_element("id", "id_password").send_keys(PASSWORD)
             driver.find_element("css selector", "#login-form [type=submit]").click()
+            # Django's own app index: how its breadcrumbs bar looks (colour, text inset).
+            driver.get(f"{live_server.url}/admin/flowwarden_django/")
+            styled = driver.execute_script(MEASURE)[3]
+            assert styled[0] not in ("rgba(0, 0, 0, 0)", "transparent") and styled[1] > 0
             for sidebar in ("open", "closed"):
                 driver.execute_script(
                     "localStorage.setItem('django.admin.navSidebarIsOpen', arguments[0])",
@@ -120,7 +163,9 @@ def test_every_admin_page_fits_1280_px_with_the_sidebar_open_or_closed(
                         " && getComputedStyle(s).visibility !== 'hidden'"
                     )
                     assert shown == (sidebar == "open" and "/admin/" in page), (page, sidebar)
-                    width, window, cut = driver.execute_script(MEASURE)
+                    width, window, cut, crumbs = driver.execute_script(MEASURE)
+                    if "/admin/" in page and crumbs != styled:
+                        cut.append(f"breadcrumbs {crumbs}, not in the bar {styled}")
                     driver.save_screenshot(str(shots / f"width-{sidebar}-{number:02d}.png"))
                     if width > window or cut:
                         overflowing.append(f"{page} (sidebar {sidebar}): {width} px; {cut}")

@@ -1,0 +1,1 @@
+"""Template tags of the package's admin and inbox pages."""

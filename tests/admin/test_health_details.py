@@ -1,0 +1,130 @@
+"""With ``FLOWWARDEN["HEALTH_DETAILS"] = "none"`` no admin page shows an instance id
+(``<hostname>:<pid>``) or an error text to a staff user who may view the rows: not
+the stream worker's page (reached by its sequential id) nor its history, not the
+checkpoints' list, page or history, not a run's runner nor its tree's store error.
+They show the instance's key instead, as the Streams console and the health report
+do; whom ``HEALTH_DETAILS`` names still sees the ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.test.utils import override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from flowwarden_django.admin.runs import WorkflowRunAdmin
+from flowwarden_django.models import StreamCheckpoint, StreamWorker, WorkflowRun
+from flowwarden_django.streams.operations.status import instance_key
+
+pytestmark = pytest.mark.django_db
+
+HOST = "db-primary.corp.internal:4242"
+PASSWORD = "hunter2-not-for-you"
+LAST_ERROR = f"OperationalError: connection to postgres://app:{PASSWORD}@db failed"
+PARKED = "order-7781-parked"
+RUNNER = f"{HOST}:139872:0a1b2c3d4e5f"
+
+
+def client_with(*codenames: str, staff: bool = True) -> Client:
+    user = User.objects.create_user("viewer", password="pw", is_staff=staff)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def superuser_client() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client
+
+
+@pytest.fixture
+def rows() -> dict[str, Any]:
+    now = timezone.now()
+    worker = StreamWorker.objects.create(
+        stream_name="orders",
+        instance_id=HOST,
+        state="crashed",
+        last_error=LAST_ERROR,
+        error_kind="OperationalError",
+        parked_keys=[PARKED],
+        updated_at=now,
+    )
+    StreamCheckpoint.objects.create(stream_name="orders", instance_id=HOST, last_heartbeat_at=now)
+    run = WorkflowRun.objects.create(
+        coordination_id="order-7781",
+        workflow_name="refunds",
+        runner=RUNNER,
+        created_at=now,
+        updated_at=now,
+    )
+    return {"worker": worker, "run": run}
+
+
+def pages(rows: dict[str, Any]) -> list[str]:
+    worker, run = rows["worker"].pk, rows["run"].pk
+    return [
+        reverse("admin:flowwarden_django_streamworker_change", args=[worker]),
+        reverse("admin:flowwarden_django_streamworker_history", args=[worker]),
+        reverse("admin:flowwarden_django_streamcheckpoint_changelist"),
+        reverse("admin:flowwarden_django_streamcheckpoint_change", args=["orders"]),
+        reverse("admin:flowwarden_django_streamcheckpoint_history", args=["orders"]),
+        reverse("admin:flowwarden_django_workflowrun_change", args=[run]),
+        reverse("admin:flowwarden_django_workflowrun_history", args=[run]),
+    ]
+
+
+VIEWER = ("view_streamworker", "view_streamcheckpoint", "view_workflowrun")
+
+
+@override_settings(FLOWWARDEN={"HEALTH_DETAILS": "none"})
+def test_no_admin_page_shows_an_instance_id_or_an_error_text_without_the_details(rows):
+    client = client_with(*VIEWER)
+    for page in pages(rows):
+        response = client.get(page)
+        assert response.status_code == 200, page
+        body = response.content.decode()
+        for secret in ("db-primary", PASSWORD, "postgres://", PARKED):
+            assert secret not in body, (page, secret)
+    key = instance_key(HOST)
+    worker_page = client.get(pages(rows)[0]).content.decode()
+    assert key in worker_page and "OperationalError" in worker_page  # its kind, not its text
+    assert key in client.get(pages(rows)[2]).content.decode()
+    assert f"{key}:139872:0a1b2c3d4e5f" in client.get(pages(rows)[5]).content.decode()
+
+
+@override_settings(FLOWWARDEN={"HEALTH_DETAILS": "none"})
+def test_a_superuser_sees_no_instance_id_when_nobody_may(rows):
+    client = superuser_client()
+    for page in pages(rows):
+        body = client.get(page).content.decode()
+        assert "db-primary" not in body and PASSWORD not in body, page
+
+
+@override_settings(FLOWWARDEN={"HEALTH_DETAILS": "flowwarden_django.control_stream"})
+def test_the_holders_of_the_detail_permission_see_the_ids_and_the_error(rows):
+    detailed = client_with(*VIEWER, "control_stream")
+    worker_page = detailed.get(pages(rows)[0]).content.decode()
+    assert HOST in worker_page and PASSWORD in worker_page
+    assert HOST in detailed.get(pages(rows)[2]).content.decode()
+    assert RUNNER in detailed.get(pages(rows)[5]).content.decode()
+
+
+@override_settings(FLOWWARDEN={"HEALTH_DETAILS": "none"})
+def test_a_store_error_on_the_run_tree_names_its_class_only(rows, monkeypatch):
+    def broken(self, run):
+        raise RuntimeError(f"cannot reach mongodb://app:{PASSWORD}@snapshots.corp.internal")
+
+    monkeypatch.setattr(WorkflowRunAdmin, "store_of", broken)
+    client = client_with(*VIEWER, "view_snapshotrecord")
+    run = rows["run"].pk
+    tree = client.get(reverse("admin:flowwarden_django_workflowrun_tree", args=[run]))
+    nodes = client.get(reverse("admin:flowwarden_django_workflowrun_tree_nodes", args=[run]))
+    for body in (tree.content.decode(), nodes.content.decode()):
+        assert PASSWORD not in body and "snapshots.corp" not in body
+        assert "RuntimeError" in body
