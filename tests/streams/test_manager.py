@@ -62,7 +62,7 @@ def stream(request, fast_settings, runner):
     stream_registry.unregister("managed")
 
 
-def wait_until(condition, what, timeout=15.0):
+def wait_until(condition, what, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
