@@ -21,6 +21,7 @@ from tests.chaos.servers import (
     rabbitmq_unavailable_reason,
     redis_unavailable_reason,
 )
+from tests.polling import wait_until
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.chaos
@@ -88,10 +89,11 @@ def test_postgres_keeps_acknowledged_rows_across_a_restart(
         connect=lambda: pg.connect(connect_timeout=2),
     )
     writer.start()
-    time.sleep(0.2)
+    wait_until(lambda: writer.acked, "a first acknowledged write")
     before = len(writer.acked)
     pg.restart_in_background(after=0.1, down=0.5, mode=mode).join(30)
-    time.sleep(0.3)
+    restarted = len(writer.acked)
+    wait_until(lambda: len(writer.acked) > restarted, "a write after the restart")
     writer.stop()
     pg.join_background()
 
@@ -167,9 +169,12 @@ def test_redis_restart_under_a_retrying_client(private_redis: PrivateRedis) -> N
         connect=lambda: r.client(socket_timeout=1, retry_on_timeout=False),
     )
     writer.start()
-    time.sleep(0.1)
+    wait_until(lambda: writer.acked, "a first acknowledged write")
     r.restart_in_background(after=0.1, down=0.3).join(30)
-    time.sleep(0.2)
+    restarted = len(writer.acked)
+    # The restarted server lost "last" (no persistence): it holds a value again once
+    # the writer wrote after the restart.
+    wait_until(lambda: len(writer.acked) > restarted, "a write after the restart")
     writer.stop()
     r.join_background()
 

@@ -67,7 +67,7 @@ def manager(oplog, instance_id, runner="threads"):
     return new_manager(runner, oplog, instance_id=instance_id, publish_status=False)
 
 
-def wait_until(condition, what, timeout=10.0):
+def wait_until(condition, what, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -118,7 +118,16 @@ def test_a_lost_lease_stops_the_consumer_before_its_next_event(oplog, runner):
         oplog.insert({"_id": 2})
         wait_until(lambda: not a._threads[STREAM].is_alive(), "the consumer stops")
         assert [i for i, _ in oplog.handled] == [1]
-        time.sleep(0.3)  # a few standby polls: host-b holds the lease, so no restart
+        # A few standby polls: host-b holds the lease, so no restart.
+        leadership, polls = a.leadership(STREAM), []
+        try_lead = leadership.try_lead
+
+        def counted_try_lead():
+            polls.append(try_lead())
+            return polls[-1]
+
+        leadership.try_lead = counted_try_lead
+        wait_until(lambda: len(polls) >= 3, "three standby polls")
         assert not a._threads[STREAM].is_alive()
     finally:
         a.stop_all(timeout=5)

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from flowwarden_django.models import StreamControl, StreamWorker
 from flowwarden_django.streams import register_stream, stream_registry
+from flowwarden_django.streams.runtime import StreamState
 from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import lock_services
@@ -61,7 +62,7 @@ def stream(request, fast_settings, runner):
     stream_registry.unregister("managed")
 
 
-def wait_until(condition, what, timeout=15.0):
+def wait_until(condition, what, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -91,8 +92,16 @@ def test_status_rows_pause_resume_and_restart(stream):
 
     control(paused=True)
     wait_until(lambda: row().state == "paused", "paused")
+    # The row says paused once the consumer is asked to stop; it may still be
+    # finishing its poll (an event that arrives then is handled), so wait for the stop.
+    paused_consumer = manager.consumer("managed")
+    wait_until(lambda: paused_consumer.state is StreamState.STOPPED, "the consumer stopped")
     oplog.insert({"_id": 2})
-    time.sleep(0.3)
+    # Three supervisor passes after the insert (each would relaunch a wanted consumer,
+    # each publishes the row): had the pause not held, event 2 would be on its way.
+    for _ in range(3):
+        published = row().updated_at
+        wait_until(lambda p=published: row().updated_at > p, "a status pass while paused")
     assert oplog.handled == [1]  # paused: nothing is handled
     if manager.leadership("managed") is not None:
         wait_until(lambda: lock_services["default"].owner_of("managed") is None, "lease released")

@@ -25,8 +25,11 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.streams.validation import validate_spec
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
+from tests import polling
 from tests.lanes import on_lane
 from tests.streams.managers import consumer_class
+
+WAIT = polling.DEADLINE_SECONDS
 
 RUNNERS = ("threads", "asyncio")
 
@@ -196,26 +199,31 @@ def test_the_anchor_never_passes_an_unsettled_event(runner):
     def handler(doc):
         if doc["_id"] == 5:
             blocked.set()
-            release.wait(10)
+            release.wait(WAIT * 2)
 
     consumer = consumer_class(runner)(spec(handler, parallelism=4), store, lambda s: source)
     thread = threading.Thread(target=consumer.run)
     thread.start()
     try:
-        assert blocked.wait(5)
-        deadline = time.monotonic() + 5
-        while consumer.window.window.settled_beyond_watermark < 10 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert consumer.window.window.settled_beyond_watermark >= 10
+        assert blocked.wait(WAIT)
+        window = consumer.window.window
+        assert polling.poll(lambda: window.settled_beyond_watermark, lambda n: n >= 10) >= 10
         # Orders 1-4 are settled and anchored (the anchor's write may trail the
         # window's count on a loaded machine); 5 holds the watermark whatever settled
         # after, so the anchor reaches order 4 and stays there.
-        anchored = store.find("orders").last_processed_token
-        deadline = time.monotonic() + 5
-        while anchored != events[3]["_id"] and time.monotonic() < deadline:
-            time.sleep(0.01)
-            anchored = store.find("orders").last_processed_token
+        anchored = polling.poll(
+            lambda: store.find("orders").last_processed_token, lambda t: t == events[3]["_id"]
+        )
         assert anchored == events[3]["_id"]
+        # Everything after 5 the window can hold has settled (all it could feed the
+        # anchor with); the anchor still has not passed 5.
+        polling.wait_until(
+            lambda: (
+                window.settled_beyond_watermark == window.held - 1
+                and (window.full or window.held == len(events) - 4)
+            ),
+            "every held order but 5 settled",
+        )
         time.sleep(0.1)
         assert store.find("orders").last_processed_token == events[3]["_id"]
         # What the process publishes for operators (StreamWorker).
@@ -223,13 +231,11 @@ def test_the_anchor_never_passes_an_unsettled_event(runner):
         assert report["in_flight"] >= 1 and report["watermark_lag"] >= 10
         assert report["parked_keys"] == []
         release.set()
-        deadline = time.monotonic() + 5
-        while consumer.events_handled < 40 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        polling.wait_until(lambda: consumer.events_handled >= 40, "every order handled")
     finally:
         release.set()
         consumer.stop()
-        thread.join(10)
+        thread.join(WAIT)
     assert store.find("orders").last_processed_token == events[-1]["_id"]
 
 
@@ -297,7 +303,7 @@ def test_a_full_window_stops_the_reader(runner):
 
     def handler(doc):
         blocked.set()
-        release.wait(10)
+        release.wait(WAIT * 2)
 
     consumer = consumer_class(runner)(
         spec(handler, parallelism=4, window=16), store, counting_source
@@ -305,14 +311,18 @@ def test_a_full_window_stops_the_reader(runner):
     thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
     thread.start()
     try:
-        assert blocked.wait(5)
+        assert blocked.wait(WAIT)
+        # The window fills (every handler waits for the release), then the reader
+        # waits: given a moment more, it reads no further.
+        window = consumer.window.window
+        assert polling.poll(lambda: window.held, lambda held: held >= 16) == 16
         time.sleep(0.3)
         # 16 held, plus the one the reader waits to admit.
         assert read[0] <= 17
         assert consumer.window.window.held == 16
     finally:
         release.set()
-        thread.join(20)
+        thread.join(WAIT)
     assert read[0] == 500 and consumer.events_handled == 500
 
 
@@ -326,7 +336,7 @@ def test_a_slow_anchor_write_holds_the_reader(runner):
 
     def hanging_save(*args, **kwargs):
         writing.set()
-        release.wait(10)
+        release.wait(WAIT * 2)
         return save_processed(*args, **kwargs)
 
     store.save_processed = hanging_save
@@ -347,12 +357,14 @@ def test_a_slow_anchor_write_holds_the_reader(runner):
     thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
     thread.start()
     try:
-        assert writing.wait(5)
-        time.sleep(0.3)
+        assert writing.wait(WAIT)
+        # The window drains what it admitted: a reader not held by the write would
+        # keep it busy with the 400 orders.
+        polling.wait_until(lambda: consumer.window.window.held == 0, "the window to drain")
         assert len(handled) <= 10 + 16
     finally:
         release.set()
-        thread.join(20)
+        thread.join(WAIT)
     assert len(handled) == 400
     assert store.find("orders").last_processed_token == events[-1]["_id"]
 
@@ -584,7 +596,7 @@ def test_a_transactional_stream_in_parallel_marks_what_the_anchor_cannot_pass(ru
         Effect.objects.using("postgres").create(order_id=doc["_id"], stream=doc["customer"])
         if doc["_id"] == 7 and not release.is_set():
             blocked.set()
-            release.wait(10)
+            release.wait(WAIT * 2)
             raise RuntimeError("crashed while holding order 7")  # rolls its row back
 
     marks = StreamSettledEvent.objects.using("postgres").filter(stream_name="orders")
@@ -593,11 +605,10 @@ def test_a_transactional_stream_in_parallel_marks_what_the_anchor_cannot_pass(ru
     thread = threading.Thread(target=consumer.run)
     thread.start()
     try:
-        assert blocked.wait(10)
-        deadline = time.monotonic() + 10
-        while consumer.window.window.settled_beyond_watermark < 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        beyond = consumer.window.window.settled_beyond_watermark
+        assert blocked.wait(WAIT)
+        beyond = polling.poll(
+            lambda: consumer.window.window.settled_beyond_watermark, lambda n: n >= 20
+        )
         assert beyond >= 20
     finally:
         consumer.stop()

@@ -80,19 +80,37 @@ def claimed_run(definition: Any, lease: timedelta = LEASE) -> tuple[str, str]:
     return cid, runner
 
 
-def wait_for(condition: Any, timeout: float = 10.0) -> None:
+def wait_for(condition: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
 
 
+def claims(cid: str, runner: str) -> bool:
+    """Whether *runner* claims run *cid* now (False while another runner holds it)."""
+    try:
+        RunRecords(DB).claim(cid, runner, LEASE)
+    except Exception as exc:
+        if "is being run by" not in str(exc):
+            raise
+        return False
+    return True
+
+
 def test_a_held_claim_is_renewed_and_its_run_left_unchanged(definition, keeper):
     cid, runner = claimed_run(definition)
     before = WorkflowRun.objects.using(DB).get(pk=cid)
     renewals: list[float] = []
+    held_at = time.monotonic()
     keeper.hold(HeldClaim(DB, cid, runner, LEASE, on_renewed=renewals.append))
-    time.sleep(LEASE.total_seconds() * 3)  # three leases: it would have run out thrice
+    wait_for(lambda: len(renewals) >= 4)
+    # Three leases: it would have run out thrice.
+    time.sleep(max(0.0, held_at + LEASE.total_seconds() * 3 - time.monotonic()))
+    # Checked just after a renewal, so that a whole lease separates the two even when
+    # a loaded machine holds the keeper's thread back.
+    renewed = len(renewals)
+    wait_for(lambda: len(renewals) > renewed)
     after = WorkflowRun.objects.using(DB).get(pk=cid)
     assert len(renewals) >= 4
     assert after.runner == runner
@@ -101,10 +119,9 @@ def test_a_held_claim_is_renewed_and_its_run_left_unchanged(definition, keeper):
     # No other runner can take it while it is kept alive...
     with pytest.raises(Exception, match="is being run by"):
         RunRecords(DB).claim(cid, new_runner_token(), LEASE)
-    # ... and once it is dropped, its claim runs out.
+    # ... and once it is dropped, its claim runs out: another runner takes it.
     keeper.drop(runner)
-    time.sleep(LEASE.total_seconds() * 1.5)
-    RunRecords(DB).claim(cid, new_runner_token(), LEASE)
+    wait_for(lambda: claims(cid, new_runner_token()))
 
 
 def test_a_claim_taken_over_or_released_is_dropped(definition, keeper):
@@ -127,13 +144,17 @@ def test_a_failed_renewal_is_tried_again(definition, keeper, monkeypatch, caplog
         return real(self, *args)
 
     monkeypatch.setattr(RunRecords, "renew", flaky)
-    renewed: list[float] = []
-    claim = HeldClaim(DB, cid, runner, timedelta(seconds=5), on_renewed=renewed.append)
-    claim_interval = claim.interval  # 1.25 s; a failure is retried after 0.5 s
+    # How many calls it took, counted at each renewal (a loaded machine may let the
+    # next renewal in before the test looks).
+    renewed: list[int] = []
+    claim = HeldClaim(
+        DB, cid, runner, timedelta(seconds=5), on_renewed=lambda sent: renewed.append(len(calls))
+    )
+    # Renewed every 1.25 s; a failure is tried again after 0.5 s.
     with caplog.at_level(logging.INFO, logger="flowwarden_django.workflows"):
         keeper.hold(claim)
-        wait_for(lambda: renewed, timeout=claim_interval + 5)
-    assert len(calls) == 3
+        wait_for(lambda: renewed)
+    assert renewed[0] == 3
     messages = [r.getMessage() for r in caplog.records]
     assert sum("renewing run claims" in m for m in messages) == 2  # failing, then recovered
 

@@ -218,7 +218,7 @@ def test_cancel_during_a_long_step_discards_its_result_and_runs_no_next_step(
     def long(state: dict[str, Any]) -> Any:
         calls.append("long")
         started.set()
-        release.wait(10)
+        release.wait(60)
         return advance({**state, "long": True})
 
     Workflow.define(name, [long, path_step("next", calls=calls)], OrmSnapshotStore())
@@ -228,10 +228,10 @@ def test_cancel_during_a_long_step_discards_its_result_and_runs_no_next_step(
         target=lambda: results.append(Workflow.start(name, {}, coordination_id=cid))
     )
     runner.start()
-    assert started.wait(10)
+    assert started.wait(60)
     assert Workflow.for_coordination(cid).cancel("withdrawn", by="bob").cancelled
     release.set()
-    runner.join(10)
+    runner.join(60)
     result = results[0].result
     assert isinstance(result, Cancelled) and result.reason == "withdrawn"
     assert calls == ["long"]
