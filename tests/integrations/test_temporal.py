@@ -1178,7 +1178,7 @@ def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
         async def start_workflow(self, *args: Any, **kwargs: Any) -> None:
             calls.append((args, kwargs))
 
-    monkeypatch.setattr(worker_module, "recover_stalled_runs", sweep)
+    monkeypatch.setattr(worker_module, "recover_in_every_database", sweep)
     config = TemporalConfig(task_queue="q", step_timeout=7, heartbeat_timeout=3)
     try:
         woken = worker_module.recover(config, lambda op: asyncio.run(op(Client())))
