@@ -20,6 +20,10 @@ that finds the claim gone (taken over, or released) stops renewing it. A renewal
 also what tells the engine its lease is young (``on_renewed``): nobody can take the
 run over before the lease that renewal set has run out.
 
+Each execution holds its claim under a key of its own (``HeldClaim.key``): two
+copies of one handed step run under the hand-off's one token (``workflows.handoff``),
+and the copy that ends first must not stop the renewals of the other.
+
 A claim taken inside an open transaction is not kept alive: other runners cannot see
 it before the transaction commits, and renewing it from another connection would
 wait on that transaction's row lock.
@@ -49,7 +53,8 @@ MIN_INTERVAL = 0.05
 @dataclass(eq=False)
 class HeldClaim:
     """One claim this process keeps alive: *runner*'s claim on *coordination_id* in
-    database *using*, renewed for *lease* every ``interval`` seconds."""
+    database *using*, renewed for *lease* every ``interval`` seconds, held under
+    *key* (default: the runner's token; an execution's own key, see the module)."""
 
     using: str
     coordination_id: str
@@ -58,6 +63,10 @@ class HeldClaim:
     #: Called with the ``time.monotonic()`` at which a renewal that held was sent.
     on_renewed: Callable[[float], None] | None = None
     due: float = field(default=0.0)
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.runner
 
     @property
     def interval(self) -> float:
@@ -85,7 +94,7 @@ class ClaimKeeper:
             if self._pid != os.getpid():  # a forked child: the parent's thread is not here
                 self._claims.clear()
                 self._thread, self._pid = None, os.getpid()
-            self._claims[claim.runner] = claim
+            self._claims[claim.key] = claim
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._work, name="fw-claim-keeper", daemon=True
@@ -98,11 +107,22 @@ class ClaimKeeper:
                 # own bookkeeping.
                 self._lock.notify()
 
-    def drop(self, runner: str) -> None:
-        """Stop renewing *runner*'s claim (it was released, or the runner is done).
-        With none left, the thread closes its connections when it next wakes."""
+    def drop(self, key: str) -> None:
+        """Stop renewing the claim held under *key* (it was released, or its runner is
+        done). With none left, the thread closes its connections when it next wakes."""
         with self._lock:
-            self._claims.pop(runner, None)
+            self._claims.pop(key, None)
+
+    def held_elsewhere(self, claim: HeldClaim) -> bool:
+        """Whether another key of this process holds *claim*'s run under the same
+        runner token: another copy of the same handed step."""
+        same = (claim.using, claim.coordination_id, claim.runner)
+        with self._lock:
+            return any(
+                (other.using, other.coordination_id, other.runner) == same
+                for key, other in self._claims.items()
+                if key != claim.key
+            )
 
     def __len__(self) -> int:
         with self._lock:
@@ -134,7 +154,7 @@ class ClaimKeeper:
             return
         self.failure_log.succeeded()
         if not held:  # released or taken over: nothing of ours to keep
-            self.drop(claim.runner)
+            self.drop(claim.key)
             return
         claim.due = sent + claim.interval
         if claim.on_renewed is not None:

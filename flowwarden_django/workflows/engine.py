@@ -447,7 +447,7 @@ class Workflow:
             result = cancelled
         finally:
             if kept:
-                claim_keeper.drop(token)
+                claim_keeper.drop(execution.claim.key)
             execution.release()
         if opened.record.parent_coordination_id and result.status in CHILD_FINISHED:
             notify_parent(opened.record)
@@ -985,6 +985,11 @@ class _Execution:
         self.hand_off_to: str | None = None
         #: The hand-off its last step made: when (``time.time()``) and its snapshot.
         self.handed: tuple[float, WorkflowSnapshot] | None = None
+        #: The claim the keeper renews, under a key of this execution's own: two
+        #: copies of one handed step run under one token (``claim_keeper``).
+        self.claim = HeldClaim(
+            runs.db, self.cid, token, lease, on_renewed=self.renewed, key=f"{token}#{id(self)}"
+        )
 
     def handoff(self) -> Handoff | None:
         """The ``Handoff`` this execution's last step made, carrying its snapshot when
@@ -1019,10 +1024,14 @@ class _Execution:
         when the claim was taken inside an open transaction (see ``claim_keeper``)."""
         if connections[self.runs.db].in_atomic_block:
             return False
-        claim_keeper.hold(
-            HeldClaim(self.runs.db, self.cid, self.token, self.lease, on_renewed=self.renewed)
-        )
+        claim_keeper.hold(self.claim)
         return True
+
+    def copy_holds(self) -> bool:
+        """Whether another execution of this process runs the same handed step under
+        this one's token (a duplicate task, say): the run is that copy's to save,
+        release or fail, not this one's."""
+        return claim_keeper.held_elsewhere(self.claim)
 
     def update(self, **fields: Any) -> None:
         self.runs.update(self.cid, self.token, self.lease, **{**self.unsynced, **fields})
@@ -1043,6 +1052,10 @@ class _Execution:
         when the database is back.
         """
         if self.released:
+            return
+        if self.copy_holds():
+            # Let go of it under the other copy, and its step's save would be refused.
+            self.released = True
             return
         from .releases import release_or_defer
 
@@ -1151,6 +1164,9 @@ class _Execution:
                 current, state, pending_input, decision, book or NO_PATCHES, children
             )
             if isinstance(outcome, Fail):
+                if self.copy_holds():
+                    # The other copy's attempt decides: this one wrote nothing.
+                    raise ConcurrentRunError(self.cid, self.token)
                 failed = {"failure_reason": outcome.reason}
                 if self.record.step_errors is not None:  # this round's errors: forgotten
                     failed["step_errors"] = None

@@ -26,6 +26,8 @@ Hibernated, waiting, completed and failed runs are never touched.
 Where it runs: every Celery worker runs it every ``WORKFLOW_SWEEP_INTERVAL`` (2 s)
 when the provider is Celery, ``flowwarden_temporal_worker`` does too, and
 ``manage.py flowwarden_workflows recover --every 2s`` does it for in-process runs.
+The workers sweep every database a defined workflow keeps its runs in
+(``recover_in_every_database``), not only the router's default.
 This module knows nothing of Celery: ``flowwarden_django.integrations.celery`` passes
 the function that queues a step.
 """
@@ -144,6 +146,42 @@ def last_step_of(run: WorkflowRun) -> str:
     except Exception:  # an unknown workflow or an unreadable store: the record's word
         return run.last_step
     return heads[0].metadata.get(LAST_STEP, run.last_step) if heads else run.last_step
+
+
+def workflow_databases() -> list[str]:
+    """Every database alias a workflow this process defines keeps its runs in (each
+    version's ``RunRecords(using).db``), sorted; the router's default when none is
+    defined."""
+    databases = set()
+    for name in workflow_registry.names():
+        for version in workflow_registry.versions(name):
+            try:
+                databases.add(RunRecords(workflow_registry.get(name, version).using).db)
+            except LookupError:  # undefined meanwhile
+                continue
+    return sorted(databases or {RunRecords().db})
+
+
+def recover_in_every_database(
+    enqueue: Callable[[WorkflowRun], None],
+    *,
+    older_than: timedelta | None = None,
+    limit: int | None = 100,
+) -> list[str]:
+    """``recover_stalled_runs`` in each of ``workflow_databases()`` (at most *limit*
+    runs from each); the coordination ids handed over. A database that fails (is
+    down, say) does not keep the others from being swept: its error is raised once
+    they were."""
+    recovered: list[str] = []
+    failure: Exception | None = None
+    for db in workflow_databases():
+        try:
+            recovered += recover_stalled_runs(enqueue, older_than=older_than, using=db, limit=limit)
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return recovered
 
 
 def recover_stalled_runs(

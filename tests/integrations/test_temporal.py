@@ -273,18 +273,77 @@ def test_a_rejection_continues_the_run_with_the_decision(
     assert final.final_state["decision"] == "rejected"
 
 
-def raw_wake(server: DevServer, cid: str, input: Any) -> None:
+def raw_wake(server: DevServer, cid: str, input: Any, **fields: Any) -> None:
     """Send the ``wake`` signal as anyone with the server's address could: the raw
-    temporalio client, a plain JSON payload, no flowwarden code."""
+    temporalio client, a plain JSON payload (with *fields* besides the input), no
+    flowwarden code."""
     import asyncio
 
     from temporalio.client import Client
 
     async def send() -> None:
         client = await Client.connect(server.target)
-        await client.get_workflow_handle(cid).signal("wake", {"origin": "run", "input": input})
+        wake = {"origin": "run", "input": input, **fields}
+        await client.get_workflow_handle(cid).signal("wake", wake)
 
     asyncio.run(send())
+
+
+#: The seconds within which the approval that follows hostile wakes completes the run
+#: (issue 45: 10 s); polled to this deadline, not timed.
+AFTER_HOSTILE_WAKES = 10.0
+
+
+@on_temporal
+def test_hostile_wake_signals_are_dropped_and_the_approval_that_follows_completes_the_run(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """A wake whose input the engine refuses (a NUL, 70 KB) is consumed once, logged
+    once and dropped, as is one whose step policy no activity can have; the run stays
+    waiting and the approval's own wake completes it."""
+    from flowwarden_django.integrations.temporal.messages import INPUT_REFUSED
+    from flowwarden_django.workflows.approvals import approve
+
+    cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
+    approval = wait_for_approval(cid, [worker, server])
+
+    def failed_activities() -> list[str]:
+        return [
+            event.activity_task_failed_event_attributes.failure.application_failure_info.type
+            for event in history(server, cid)
+            if event.HasField("activity_task_failed_event_attributes")
+        ]
+
+    hostile = ["a\x00b", "x" * (70 * 1024)]
+    for number, input in enumerate(hostile, start=1):
+        raw_wake(server, cid, input)
+        wait_until(
+            lambda number=number: len(failed_activities()) >= number,
+            WAIT,
+            f"the refusal of hostile wake {number}",
+            [worker, server],
+        )
+    raw_wake(server, cid, None, policy={"max_retries": -1, "timeout": 1e300})
+
+    def dropped() -> bool:
+        lines = worker.log().splitlines()
+        return any("wake signal dropped" in line and cid in line for line in lines)
+
+    wait_until(dropped, WAIT, "the hostile policy's wake to be dropped", [worker, server])
+    record = WorkflowRun.objects.using(DB).get(pk=cid)
+    assert (record.status, record.resume_input) == ("waiting", None)
+
+    approve(approval.pk, None, using=DB, check_permission=False)
+    wait_for_status(cid, ("completed",), [worker, server], timeout=AFTER_HOSTILE_WAKES)
+    assert steps_of(log, cid) == ["one", "ask", "decide"]
+    # Each refusal was one attempt, never retried, and logged once.
+    assert failed_activities() == [INPUT_REFUSED, INPUT_REFUSED]
+    refusals = [
+        line
+        for line in worker.log().splitlines()
+        if cid in line and "a wake's input was refused" in line
+    ]
+    assert len(refusals) == 2, refusals
 
 
 @on_temporal
@@ -1119,7 +1178,7 @@ def test_the_workers_recovery_sweep_signals_with_start_a_recover_wake(
         async def start_workflow(self, *args: Any, **kwargs: Any) -> None:
             calls.append((args, kwargs))
 
-    monkeypatch.setattr(worker_module, "recover_stalled_runs", sweep)
+    monkeypatch.setattr(worker_module, "recover_in_every_database", sweep)
     config = TemporalConfig(task_queue="q", step_timeout=7, heartbeat_timeout=3)
     try:
         woken = worker_module.recover(config, lambda op: asyncio.run(op(Client())))

@@ -303,3 +303,82 @@ def test_a_held_run_moves_its_updated_at_at_most_once_a_second(alias: str) -> No
     assert result == Completed(["s1", "s2", "s3", "s4"], cid)
     run = run_of(alias, cid)
     assert run.status == RunStatus.COMPLETED and run.updated_at > old + UPDATED_AT_STEP
+
+
+def test_two_executions_under_one_token_are_kept_alive_under_keys_of_their_own() -> None:
+    from flowwarden_django.workflows.claim_keeper import ClaimKeeper, HeldClaim
+
+    keeper = ClaimKeeper()
+    lease = run_lease()
+    first = HeldClaim("default", "cid", "handoff:t", lease, key="handoff:t#1")
+    second = HeldClaim("default", "cid", "handoff:t", lease, key="handoff:t#2")
+    keeper.hold(first)
+    keeper.hold(second)
+    assert len(keeper) == 2 and keeper.held_elsewhere(first)
+    keeper.drop(first.key)
+    assert len(keeper) == 1 and not keeper.held_elsewhere(second)
+    keeper.drop(second.key)
+
+
+@ALIASES
+@pytest.mark.parametrize("failure", ["last attempt", "earlier attempt"])
+def test_a_failing_copy_of_a_handed_step_leaves_the_run_to_the_other_copy(
+    alias: str, failure: str
+) -> None:
+    """Two first deliveries of one handed step (a duplicated task) run at once, from
+    one hand-off, under its one token. The copy whose attempt fails neither fails the
+    run (its last attempt) nor lets go of it (an earlier one) under the other copy,
+    whose claim is still renewed, and whose save then completes the run."""
+    import threading
+
+    from flowwarden_django.workflows.claim_keeper import claim_keeper
+
+    in_step, go = threading.Event(), threading.Event()
+
+    @step("s1")
+    def s1(state: list[str]) -> Any:
+        return advance([*state, "s1"])
+
+    @step("s2", max_retries=1 if failure == "earlier attempt" else 0)
+    def s2(state: list[str]) -> Any:
+        if threading.current_thread().name != "copy-b":
+            raise RuntimeError("copy A's attempt fails")
+        in_step.set()
+        assert go.wait(30)
+        return advance([*state, "s2"])
+
+    steps = [s1, s2]
+    cid = started(alias, steps)
+    _, handed, _ = step_of(alias, cid, steps, None)
+    hands_to = new_handoff_token("workflow", "run", "s2")
+    attempt = 1 if failure == "earlier attempt" else None
+
+    def copy() -> tuple[Any, Any]:
+        runner = StepRunner(
+            "handoff", cid, steps, OrmSnapshotStore(using=alias), held_by=(handed.token,)
+        )
+        try:
+            return runner.run_handing_off(handed, attempt=attempt, hand_off_to=hands_to)
+        finally:
+            connections[alias].close()
+
+    outcomes: list[Any] = []
+    other = threading.Thread(target=lambda: outcomes.append(copy()), name="copy-b")
+    other.start()
+    try:
+        assert in_step.wait(30)
+        with pytest.raises(ConcurrentRunError if attempt is None else Exception) as raised:
+            copy()
+        if attempt is not None:
+            assert type(raised.value).__name__ == "StepAttemptFailed"
+        run = run_of(alias, cid)
+        assert (run.status, run.runner) == (RunStatus.RUNNING, handed.token)
+        # The other copy's claim is still renewed.
+        held = [c for c in claim_keeper._claims.values() if c.coordination_id == cid]
+        assert [c.runner for c in held] == [handed.token]
+    finally:
+        go.set()
+        other.join(30)
+    ((result, _),) = outcomes
+    assert result == Completed(["s1", "s2"], cid)
+    assert run_of(alias, cid).status == RunStatus.COMPLETED

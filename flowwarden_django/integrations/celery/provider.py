@@ -59,7 +59,7 @@ from ...common.failure_log import FailureLog
 from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
 from ...workflows.execution import RemoteExecutionProvider
 from ...workflows.handoff import Handoff, taken_from
-from ...workflows.recovery import recover_stalled_runs
+from ...workflows.recovery import recover_in_every_database, recover_stalled_runs
 from ...workflows.registry import VersionNotDefinedError
 from ...workflows.runs import (
     ClaimTerms,
@@ -533,7 +533,8 @@ def recover_workflows(
     limit: int | None = 100,
 ) -> list[str]:
     """Queue the next step of every stalled run (``workflows.recovery``) with *app*
-    (default: the current app); the coordination ids queued."""
+    (default: the current app); the coordination ids queued. The runs of database
+    *using*, by default of every database a defined workflow uses."""
     publisher = app if app is not None else current_app._get_current_object()
 
     def enqueue(run: WorkflowRun) -> None:
@@ -546,4 +547,6 @@ def recover_workflows(
             origin=Origin.RECOVER,
         )
 
+    if using is None:
+        return recover_in_every_database(enqueue, older_than=older_than, limit=limit)
     return recover_stalled_runs(enqueue, older_than=older_than, using=using, limit=limit)

@@ -15,9 +15,10 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils import timezone
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ...common.app_models import models
+from ...common.user_input import UserJSONError
 from ...workflows.approvals.sweep import expire_due_approvals
 from ...workflows.engine import StepAttemptFailed, Workflow
 from ...workflows.handoff import Handoff, taken_from
@@ -39,6 +40,7 @@ from ...workflows.steps import step_after
 from .config import TemporalConfig
 from .messages import (
     EXPIRE_ACTIVITY,
+    INPUT_REFUSED,
     SCHEDULED_START_ACTIVITY,
     STATUS_ACTIVITY,
     STEP_ACTIVITY,
@@ -217,8 +219,31 @@ def run_step(request: StepRequest) -> RunReport:
     close_old_connections()
     try:
         return _run_step(request)
+    except UserJSONError as exc:
+        raise _input_refused(request, exc) from exc
     finally:
         close_old_connections()
+
+
+def _input_refused(request: StepRequest, error: UserJSONError) -> ApplicationError:
+    """The step's input (a ``wake`` signal's) is refused (``check_resume_input``):
+    logged here, once, without the input; not retried (``INPUT_REFUSED``): the
+    workflow drops the wake and the run stays as it was. Benign, so the SDK does not
+    log it again with a traceback."""
+    logger.warning(
+        "workflow %s (%s): a wake's input was refused (%s: %s); the wake is dropped",
+        request.workflow,
+        request.coordination_id,
+        error.code,
+        error,
+    )
+    return ApplicationError(
+        str(error),
+        error.code,
+        type=INPUT_REFUSED,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 def _handed(request: StepRequest) -> Handoff | None:
@@ -262,7 +287,8 @@ def _run_step(request: StepRequest) -> RunReport:
         raise ApplicationError(
             str(exc),
             type="StepAttemptFailed",
-            next_retry_delay=timedelta(seconds=exc.retry_delay) if exc.retry_delay else None,
+            # The step's own delay (the retry policy backs off for other failures).
+            next_retry_delay=timedelta(seconds=max(exc.retry_delay, 0.1)),
         ) from exc
     except ConcurrentRunError as exc:
         if isinstance(exc, LeaseLostError) or exc.claimed_until is None:

@@ -21,6 +21,14 @@ SCHEDULED_START_ACTIVITY = "flowwarden.start_scheduled"
 #: The error type of a step activity on a worker that does not define the run's
 #: version: the workflow offers the step again, as a regular activity, to any worker.
 VERSION_HANDBACK = "VersionNotDefined"
+#: The error type of a step activity whose input (a ``wake`` signal's) the engine
+#: refused (``common.user_input``): not retried; the workflow drops the wake.
+INPUT_REFUSED = "InputRefused"
+#: Attempts of a step's activity beyond its own ``max_retries + 1``: a killed worker,
+#: a run held by another runner, a database away. Then the activity fails, and with it
+#: the run's Temporal workflow; the recovery sweep starts another for a run still
+#: ``running``.
+EXTRA_ATTEMPTS = 20
 #: Seconds before a handed-back step is offered again (the n-th wait, then the last).
 #: Which worker takes an activity is Temporal's choice, so a step may be offered a
 #: few times before a worker of its version takes it; short waits keep that quick (a

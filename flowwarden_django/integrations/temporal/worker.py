@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from ...common.failure_log import FailureLog
-from ...workflows.recovery import recover_stalled_runs
+from ...workflows.recovery import recover_in_every_database, workflow_databases
 from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
@@ -86,7 +86,8 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
 
 
 def recover(config: TemporalConfig, client_call: Any) -> list[str]:
-    """Wake every stalled running run (``workflows.recovery``); the ids woken."""
+    """Wake every stalled running run (``workflows.recovery``) of every database a
+    defined workflow uses; the ids woken."""
     from ...workflows.registry import workflow_registry
 
     def enqueue(run: Any) -> None:
@@ -96,7 +97,7 @@ def recover(config: TemporalConfig, client_call: Any) -> list[str]:
         wake = Wake("recover", policy=policy, version=definition.version)
         client_call(lambda client: signal_with_start(client, config, start, wake))
 
-    return recover_stalled_runs(enqueue)
+    return recover_in_every_database(enqueue)
 
 
 #: Every how many sweeps the worker also ends the Temporal workflows of finished runs.
@@ -124,14 +125,12 @@ def reconcile(config: TemporalConfig, client_call: Any) -> list[str]:
     the server was down, say): each gets a ``refresh`` wake, re-reads its run and
     returns. The ids refreshed."""
     from ...common.app_models import models
-    from ...workflows.registry import workflow_registry
-    from ...workflows.runs import RunRecords, RunStatus
+    from ...workflows.runs import RunStatus
 
     open_ids = client_call(lambda client: open_run_workflows(client, config))
     # The runs live where their workflows keep them: every database a workflow uses.
-    databases = {RunRecords(workflow_registry.get(n).using).db for n in workflow_registry.names()}
     finished: list[str] = []
-    for db in sorted(databases or {RunRecords().db}):
+    for db in workflow_databases():
         finished += (
             models.WorkflowRun.objects.using(db)
             .filter(

@@ -14,6 +14,7 @@ construction: it imports nothing but ``messages`` and reads time only through ``
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -23,7 +24,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from .messages import (
         EXPIRE_ACTIVITY,
+        EXTRA_ATTEMPTS,
         HANDBACK_DELAYS,
+        INPUT_REFUSED,
         SCHEDULED_START_ACTIVITY,
         SCHEDULED_START_TYPE,
         STATUS_ACTIVITY,
@@ -50,6 +53,36 @@ QUICK = timedelta(seconds=60)
 #: the engine times the attempt out itself and records it (claiming the run, writing
 #: the snapshot), so Temporal must not cut it short.
 TIMEOUT_MARGIN = 30.0
+#: The largest number of seconds a wake's step policy may name (a timeout, a delay).
+POLICY_SECONDS = 1e9
+
+
+class _WakeRefused(Exception):
+    """The step a wake asked for refused the wake's input (``INPUT_REFUSED``): the
+    activity logged it, and the run loop drops the wake."""
+
+
+def _policy_problem(policy: StepPolicy | None) -> str:
+    """Why *policy* (a wake's) cannot schedule an activity, or ``""``: a negative, huge
+    or not finite number would fail every workflow task of the run, for good."""
+    if policy is None:
+        return ""
+    if not (isinstance(policy.max_retries, int) and 0 <= policy.max_retries <= 10_000):
+        return f"max_retries {policy.max_retries!r} is out of range"
+    for name in ("retry_delay", "timeout"):
+        seconds = getattr(policy, name)
+        if seconds is None and name == "timeout":
+            continue
+        if not (math.isfinite(seconds) and 0 <= seconds <= POLICY_SECONDS):
+            return f"{name} {seconds!r} is out of range"
+    return ""
+
+
+def _failure_type(error: Exception) -> str | None:
+    """The ``ApplicationError`` type of a step's failure: a regular activity's comes
+    wrapped in an ``ActivityError``, a local activity's can come as itself."""
+    cause = error.cause if isinstance(error, ActivityError) else error
+    return cause.type if isinstance(cause, ApplicationError) else None
 
 
 def _start_to_close(policy: StepPolicy, start: RunStart) -> timedelta:
@@ -75,6 +108,12 @@ class RunWorkflow:
 
     @workflow.signal(name=WAKE_SIGNAL)
     def wake(self, wake: Wake) -> None:
+        # flowwarden sends only wakes it made; one sent by hand to the workflow may
+        # carry anything JSON holds (a wrong type is dropped by the SDK itself).
+        problem = _policy_problem(wake.policy)
+        if problem:
+            workflow.logger.warning("wake signal dropped: its step policy's %s", problem)
+            return
         self._wakes.append(wake)
 
     @workflow.run
@@ -94,7 +133,13 @@ class RunWorkflow:
                     # "recover" wake (the worker's sweep) continues a running one only.
                     origin = "run" if wake.origin == "run" else "next"
                     policy = wake.policy if wake.policy is not None else report.next_policy
-                    report = await self._step(start, policy, origin, wake.input)
+                    try:
+                        report = await self._step(start, policy, origin, wake.input)
+                    except _WakeRefused:
+                        # A wake with an input the engine refuses (sent by hand to
+                        # the workflow, not through flowwarden): the run stays as it
+                        # was, and the next wake continues it.
+                        continue
             elif report.status == "running":
                 report = await self._step(start, report.next_policy, "next", None)
             elif report.status in FINAL:
@@ -135,11 +180,13 @@ class RunWorkflow:
             try:
                 return await self._step_once(start, policy, origin, input)
             except (ActivityError, ApplicationError) as error:
-                # A regular activity's failure comes wrapped in an ActivityError; a
-                # local activity's can come as the ApplicationError itself, which
-                # would fail this workflow and leave the run with nobody driving it.
-                cause = error.cause if isinstance(error, ActivityError) else error
-                if not (isinstance(cause, ApplicationError) and cause.type == VERSION_HANDBACK):
+                # Caught as either (``_failure_type``): a local activity's failure
+                # left uncaught would fail this workflow and leave the run with
+                # nobody driving it.
+                failure = _failure_type(error)
+                if failure == INPUT_REFUSED:
+                    raise _WakeRefused from error
+                if failure != VERSION_HANDBACK:
                     raise
             delay = HANDBACK_DELAYS[min(handbacks, len(HANDBACK_DELAYS) - 1)]
             handbacks += 1
@@ -177,13 +224,22 @@ class RunWorkflow:
             self._version,
             self._handoff,
         )
-        # The step's own retries are counted by the activity (``max_retries``);
-        # Temporal retries every attempt that did not end (a killed worker) too.
+        # The step's own retries are counted by the activity (``max_retries``; each
+        # failed attempt names its ``retry_delay``); Temporal retries every attempt
+        # that did not end (a killed worker, a database away) too, backing off, up to
+        # EXTRA_ATTEMPTS more: then this workflow fails, and the recovery sweep
+        # starts another for a run still running.
         retry_policy = RetryPolicy(
-            initial_interval=timedelta(seconds=max(policy.retry_delay, 0.1)),
-            backoff_coefficient=1.0,
+            initial_interval=timedelta(seconds=0.1),
+            backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=max(policy.retry_delay, 0.1) + 30),
-            non_retryable_error_types=["UnknownRunError", "LookupError", VERSION_HANDBACK],
+            maximum_attempts=max(policy.max_retries, 0) + 1 + EXTRA_ATTEMPTS,
+            non_retryable_error_types=[
+                "UnknownRunError",
+                "LookupError",
+                VERSION_HANDBACK,
+                INPUT_REFUSED,
+            ],
         )
         if policy.local and not self._regular_only:
             # A short step: run in this worker's workflow task, no activity task.
