@@ -137,7 +137,7 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
     packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {
         "admin", "api", "common", "inbox", "integrations", "management", "migrations", "streams",
-        "testkit", "workflows",
+        "templatetags", "testkit", "workflows",
     }  # fmt: skip
 
 
