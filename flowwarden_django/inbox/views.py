@@ -21,7 +21,9 @@ from ..models import Approval
 from ..workflows.approvals import (
     ApprovalConflictError,
     ApprovalError,
+    ApprovalPermissionError,
     can_decide,
+    check_may_decide,
     decidable_approvals,
     decide,
     visible_approvals,
@@ -118,9 +120,11 @@ class ApprovalPage(InboxPage):
 
     def post(self, request: HttpRequest, pk: Any) -> HttpResponse:
         approval = self.approval(request, pk)
-        if not can_decide(request.user, approval):
-            raise PermissionDenied(_("You may not decide this approval."))
         decision = next((DECISIONS[k] for k in DECISIONS if k in request.POST), None)
+        try:  # refused (and audited, as the API and the admin do) before the form is judged
+            check_may_decide(approval, decision or "approved", request.user)
+        except ApprovalPermissionError as exc:
+            raise PermissionDenied(_("You may not decide this approval.")) from exc
         form = DecisionForm(request.POST)
         if decision is None or not form.is_valid():
             if decision is None:
