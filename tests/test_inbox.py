@@ -175,3 +175,16 @@ def test_who_may_not_decide_gets_no_form_and_403(refunds, people):
     assert list(approval.events.filter(action="refused").values_list("actor", flat=True)) == [
         "carol"
     ]
+
+
+def test_the_decided_page_shows_the_payload_escaped_and_indented(refunds, people):
+    approval = pending(refunds)
+    client = logged_in(people["bob"])
+    payload = '{"note": "<script>alert(1)</script>", "refund": {"cents": 120}}'
+    client.post(f"{INBOX}{approval.pk}/", {"approve": "1", "comment": "ok", "payload": payload})
+    page = client.get(f"{INBOX}{approval.pk}/").content.decode()
+    assert "Payload" in page and "<script>alert(1)" not in page
+    assert (
+        '{\n  &quot;note&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;,\n'
+        "  &quot;refund&quot;: {\n    &quot;cents&quot;: 120\n  }\n}"
+    ) in page

@@ -167,6 +167,8 @@ class ApprovalPage(InboxPage):
             "approval": approval,
             "state": state,
             "state_unreadable": unreadable,
+            # The decision's payload, as the next step reads it (escaped by the template).
+            "payload": None if approval.payload is None else state_json(approval.payload),
             "form": form,
             "may_decide": pending and can_decide(request.user, approval),
             "events": approval.events.order_by("at", "pk"),
