@@ -185,6 +185,6 @@ def test_the_decided_page_shows_the_payload_escaped_and_indented(refunds, people
     page = client.get(f"{INBOX}{approval.pk}/").content.decode()
     assert "Payload" in page and "<script>alert(1)" not in page
     assert (
-        '{\n  &quot;note&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;,\n'
+        "{\n  &quot;note&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;,\n"
         "  &quot;refund&quot;: {\n    &quot;cents&quot;: 120\n  }\n}"
     ) in page
