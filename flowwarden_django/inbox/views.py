@@ -131,7 +131,7 @@ class ApprovalPage(InboxPage):
                 form.add_error(None, _("Choose Approve or Reject."))
             return self.render(request, approval, form, status=400)
         try:
-            decide(
+            result = decide(
                 approval.pk,
                 decision,
                 request.user,
@@ -148,6 +148,8 @@ class ApprovalPage(InboxPage):
         messages.success(
             request, _("%(verb)s: %(prompt)s") % {"verb": verb, "prompt": approval.prompt}
         )
+        if result.warning:  # this process does not define the run's workflow
+            messages.warning(request, result.warning)
         return HttpResponseRedirect(_url(request, "list"))
 
     @staticmethod

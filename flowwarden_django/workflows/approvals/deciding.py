@@ -33,6 +33,7 @@ from ..decisions import ApprovalDecision
 from ..runs import RunRecords
 from ..transactions import write_transaction
 from .access import can_decide
+from .continuation import continuation_warning
 from .errors import (
     ApprovalConflictError,
     ApprovalError,
@@ -65,12 +66,15 @@ MAX_AUDITED_REFUSALS = 10
 @dataclasses.dataclass
 class DecisionResult:
     """A decision that stands: the approval as decided, whether this call only
-    repeated an earlier identical decision, and (when the run was resumed in this
-    process, after the commit) the run's result."""
+    repeated an earlier identical decision, (when the run was resumed in this
+    process, after the commit) the run's result, and ``warning``: when this process
+    does not define the run's workflow (so it did not continue the run), that, and
+    who continues it, in words for the person who decided (``""`` otherwise)."""
 
     approval: Approval
     repeated: bool = False
     resumed: ResumeOutcome | None = None
+    warning: str = ""
 
     @property
     def run_result(self) -> WorkflowResult | None:
@@ -195,6 +199,7 @@ def decide(
             _audit_refusal(approval, refusal, decision, actor, comment, now, db)
     if refusal is not None:
         raise refusal
+    result.warning = continuation_warning(approval, db)
     return result
 
 
