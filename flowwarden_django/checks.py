@@ -18,7 +18,7 @@ wrong; E204 ``"temporal"`` without the SDK installed; E301 ``HEALTH_DETAILS``
 is not ``"staff"``, ``"none"``, ``"all"`` or a permission of an installed app; W301 no
 model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`` is
 ``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens; W204 unfinished
-runs are on a workflow version this code does not define; W205 unfinished runs stand
+runs are on a workflow, or a version of one, this code does not define; W205 unfinished runs stand
 after a step their defined version lacks. Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL.
@@ -637,10 +637,11 @@ def check_public_health_details(
 @checks.register()
 def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W204 for each workflow version that unfinished runs are on and this code does
-    not define; W205 for runs that stand after a step their defined version lacks.
-    One grouped query of the run table (skipped while it cannot be read: before
-    ``migrate``, without a database; and when the caller names the databases checks
-    may read and the runs' database is not one of them)."""
+    not define (saying so when it defines no version of that workflow at all); W205
+    for runs that stand after a step their defined version lacks. One grouped query
+    of the run table (skipped while it cannot be read: before ``migrate``, without a
+    database; and when the caller names the databases checks may read and the runs'
+    database is not one of them)."""
     from django.db import DatabaseError
 
     from .workflows.runs import RunRecords
@@ -657,10 +658,28 @@ def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.C
         in_use = versions_in_use()
     except DatabaseError:
         return []
+    from .workflows.registry import workflow_registry
+
     command = "manage.py flowwarden_workflows"
     messages: list[checks.CheckMessage] = []
     for row in in_use:
         runs = f"{row.total} unfinished run{'s' if row.total != 1 else ''}"
+        if not row.defined and not workflow_registry.versions(row.workflow):
+            messages.append(
+                checks.Warning(
+                    f"{runs} of workflow {row.workflow!r}, which this process does not "
+                    "define at all: this process cannot continue them (a decision made "
+                    "here is recorded, but the run goes on only where the workflow is "
+                    "defined).",
+                    hint="Define it with Workflow.define() in an installed app's "
+                    "workflows.py, which every process imports at start-up (the web "
+                    "process, the workers, the commands); a workflow defined only in a "
+                    f"shell is unknown elsewhere. If it is gone for good, `{command} "
+                    "cancel` its runs.",
+                    id="flowwarden_django.W204",
+                )
+            )
+            continue
         if not row.defined:
             apply = (
                 f"run `{command} upgrade` to apply the declared upgrade ({row.upgrade})"
@@ -670,7 +689,8 @@ def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.C
             )
             messages.append(
                 checks.Warning(
-                    f"{runs} of workflow {row.workflow!r} are on version {row.version}, "
+                    f"{runs} of workflow {row.workflow!r} {'is' if row.total == 1 else 'are'} "
+                    f"on version {row.version}, "
                     "which this code does not define: they cannot continue here.",
                     hint=f"Keep version {row.version} defined beside the new one until its "
                     f"runs finish, {apply}. `{command} versions` lists the versions in use.",

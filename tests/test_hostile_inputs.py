@@ -9,7 +9,9 @@ Three surfaces, each a table of cases run on SQLite and on PostgreSQL:
   streams console, changelist filters and search): a non-5xx answer (a form shown
   again with its error, a redirect with a message, 400/403/404);
 * the management commands: a ``CommandError`` (argparse errors become one too under
-  ``call_command``), never another exception.
+  ``call_command``), never another exception;
+* the approver's inbox (``/approvals/``): the decision form again with its error (a 400;
+  the payload passes the API's validator and must be an object), 403/404, never a 5xx.
 
 Every rejected input leaves the app's tables as they were (all models of
 ``flowwarden_django``, plus users, groups, tokens and the admin log); a refused
@@ -1708,6 +1710,137 @@ def test_commands(lane: str, world: World) -> None:
     tally.finish()
 
 
+# == the approver's inbox =========================================================================
+
+
+@dataclass(frozen=True)
+class InboxCase:
+    """One request to the inbox (``/approvals/``). ``data``: form fields (POST) or
+    ``None``; ``expect``: the allowed statuses; ``form_error``: the decision form must
+    be shown again with an error; ``refusal``: a refused decision, audited."""
+
+    name: str
+    method: str
+    path: str
+    data: dict[str, Any] | None = None
+    who: str = "s:alice"
+    expect: tuple[int, ...] = (200, 302, 400, 403, 404)
+    form_error: bool = False
+    refusal: bool = False
+
+
+INBOX = "/approvals/"
+INBOX_PAGE = INBOX + "{approval}/"
+
+
+def inbox_cases() -> list[InboxCase]:
+    cases: list[InboxCase] = []
+    add = cases.append
+    # The decision form's payload and comment: the form again with its error, as in
+    # the admin and the API (a payload is a JSON object).
+    payloads = [
+        *BAD_PAYLOAD_TEXTS,
+        *NOT_OBJECTS,
+        ("nested 2000 deep", nest(2000)),
+        ("array 2000 deep", "[" * 2000 + "]" * 2000),
+        ("over 64 KiB", OVER_64_KIB_PAYLOAD),
+    ]
+    for name, text in payloads:
+        for verb in ("approve", "reject"):
+            add(
+                InboxCase(
+                    f"{verb}, payload {name}",
+                    "post",
+                    INBOX_PAGE,
+                    {verb: verb, "payload": text},
+                    expect=(400,),
+                    form_error=True,
+                )
+            )
+    for name, comment in [
+        ("2001 chars", "x" * 2001),
+        ("100000 chars", "x" * 100_000),
+        ("NUL", "a\x00b"),
+    ]:
+        add(
+            InboxCase(
+                f"approve, comment {name}",
+                "post",
+                INBOX_PAGE,
+                {"approve": "1", "comment": comment},
+                expect=(400,),
+                form_error=True,
+            )
+        )
+    add(InboxCase("no decision", "post", INBOX_PAGE, {"comment": "x"}, expect=(400,)))
+    # Who may decide: a viewer is refused (audited); who cannot see it gets 404.
+    add(
+        InboxCase(
+            "auditor approves",
+            "post",
+            INBOX_PAGE,
+            {"approve": "1", "comment": "x" * 2000, "payload": OVER_64_KIB_PAYLOAD},
+            who="s:auditor",
+            expect=(403,),
+            refusal=True,
+        )
+    )
+    add(
+        InboxCase(
+            "carol approves (cannot see it)",
+            "post",
+            INBOX_PAGE,
+            {"approve": "1"},
+            who="s:carol",
+            expect=(404,),
+        )
+    )
+    add(InboxCase("carol opens it", "get", INBOX_PAGE, who="s:carol", expect=(404,)))
+    add(InboxCase("anonymous approves", "post", INBOX_PAGE, {"approve": "1"}, who="anon"))
+    # Ids and filters that name nothing.
+    for name, ident in [*ADMIN_IDS, ("unknown UUID, upper case", UNKNOWN_UUID.upper())]:
+        add(InboxCase(f"page {name}", "get", f"{INBOX}{ident}/"))
+        add(InboxCase(f"approve {name}", "post", f"{INBOX}{ident}/", {"approve": "1"}))
+    for query in [
+        "status=%00",
+        "status=bogus",
+        "workflow=%00",
+        "q=%00",
+        "q=" + "q" * 5000,
+        "page=-1",
+        "page=abc",
+        "page=99999999999999999999",
+    ]:
+        add(InboxCase(f"list ?{query[:40]}", "get", f"{INBOX}?{query}", expect=(200,)))
+    return cases
+
+
+INBOX_CASES = inbox_cases()
+
+
+def test_inbox(lane: str, world: World) -> None:
+    tally = Tally("inbox", lane)
+
+    def attempt(case: InboxCase) -> str | None:
+        client = world.clients[case.who]
+        path = world.fill(case.path)
+        post = case.method == "post"
+        response = client.post(path, case.data or {}) if post else client.get(path)
+        status = response.status_code
+        if status >= 500:
+            return f"status {status}"
+        if status not in case.expect:
+            return f"status {status}, expected one of {case.expect}"
+        if case.form_error:
+            form = context_value(response, "form")
+            if form is None or not form.errors:
+                return "no error on the decision form"
+        return None
+
+    run_cases(tally, INBOX_CASES, attempt)
+    tally.finish()
+
+
 # == direct calls of the core ====================================================================
 
 
@@ -1819,3 +1952,4 @@ def test_core(lane: str, world: World) -> None:
 
 
 assert len(API_CASES) + len(ADMIN_CASES) + len(COMMAND_CASES) + len(CORE_CASES) >= 250
+assert len(INBOX_CASES) >= 60

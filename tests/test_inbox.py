@@ -135,8 +135,14 @@ def test_bad_input_is_a_form_error_and_decides_nothing(refunds, people):
     approval = pending(refunds)
     client = logged_in(people["bob"])
     for data, error in [
-        ({"approve": "1", "payload": "{nope"}, "Not JSON"),
-        ({"approve": "1", "payload": '"\\u0000"'}, "NUL"),
+        ({"approve": "1", "payload": "{nope"}, "not valid JSON"),
+        ({"approve": "1", "payload": '{"x": "\\u0000"}'}, "NUL"),
+        # A payload is a JSON object, through the API's validator: no list, no 500.
+        ({"approve": "1", "payload": "[1, 2]"}, "must be a JSON object, not an array"),
+        ({"reject": "1", "payload": '"text"'}, "must be a JSON object, not a string"),
+        ({"approve": "1", "payload": '{"a":' * 2000 + "1" + "}" * 2000}, "nests"),
+        ({"approve": "1", "payload": "[" * 2000 + "]" * 2000}, "nests"),
+        ({"approve": "1", "payload": '{"x": NaN}'}, "numbers must be finite"),
         ({"comment": "x"}, "Choose Approve or Reject."),
         ({"approve": "1", "comment": "x" * 2001}, "at most 2000"),
     ]:
@@ -152,7 +158,9 @@ def test_who_may_not_decide_gets_no_form_and_403(refunds, people):
     client = logged_in(carol)
     # Not hers to see: 404, and nothing in her list.
     assert client.get(f"{INBOX}{approval.pk}/").status_code == 404
+    assert client.post(f"{INBOX}{approval.pk}/", {"approve": "1"}).status_code == 404
     assert "Nothing waits" in client.get(INBOX).content.decode()
+    assert not approval.events.filter(action="refused").exists()  # no trace of her
     # A viewer of every approval sees it, without a form, and may not decide it.
     from django.contrib.auth.models import Permission
 
@@ -163,3 +171,20 @@ def test_who_may_not_decide_gets_no_form_and_403(refunds, people):
     assert "may see this approval, but not decide it" in page
     assert client.post(f"{INBOX}{approval.pk}/", {"approve": "1"}).status_code == 403
     assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+    # Refused and audited, as in the API and the admin.
+    assert list(approval.events.filter(action="refused").values_list("actor", flat=True)) == [
+        "carol"
+    ]
+
+
+def test_the_decided_page_shows_the_payload_escaped_and_indented(refunds, people):
+    approval = pending(refunds)
+    client = logged_in(people["bob"])
+    payload = '{"note": "<script>alert(1)</script>", "refund": {"cents": 120}}'
+    client.post(f"{INBOX}{approval.pk}/", {"approve": "1", "comment": "ok", "payload": payload})
+    page = client.get(f"{INBOX}{approval.pk}/").content.decode()
+    assert "Payload" in page and "<script>alert(1)" not in page
+    assert (
+        "{\n  &quot;note&quot;: &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;,\n"
+        "  &quot;refund&quot;: {\n    &quot;cents&quot;: 120\n  }\n}"
+    ) in page

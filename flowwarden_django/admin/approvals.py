@@ -169,6 +169,8 @@ class Outcome:
     repeated: list[Approval] = dataclasses.field(default_factory=list)
     #: ``(approval, why)`` for each refused or failed decision.
     failed: list[tuple[Approval, str]] = dataclasses.field(default_factory=list)
+    #: What the decider should know (``DecisionResult.warning``), each once.
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 def _run_status(approval: Approval) -> str:
@@ -214,6 +216,8 @@ def decide_all(
             outcome.repeated.append(result.approval)
         else:
             outcome.done.append((result.approval, _run_status(result.approval)))
+        if result.warning and result.warning not in outcome.warnings:
+            outcome.warnings.append(result.warning)
     return outcome
 
 
@@ -689,3 +693,5 @@ class ApprovalAdmin(
             text = gettext("Could not %(decision)s “%(prompt)s”: %(why)s.")
             values = {"decision": decision.name, "prompt": _prompt(approval), "why": why}
             notify(text % values, messages.ERROR)
+        for warning in outcome.warnings:  # a run this process cannot continue
+            notify(warning, messages.WARNING)

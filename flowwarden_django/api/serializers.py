@@ -327,9 +327,22 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
         help_text=_("Whether you may decide it now (it is pending and you are a decider).")
     )
 
+    warnings = serializers.SerializerMethodField(
+        help_text=_(
+            "What the decider should know, in words; empty as a rule. For example: this "
+            "server does not define the run's workflow, so the decision is recorded but "
+            "the run continues only where the workflow is defined."
+        )
+    )
+
     class Meta(ApprovalSerializer.Meta):
-        fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide"]
+        fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "warnings"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_warnings(self, approval: Approval) -> list[str]:
+        """The decision's warnings (``context["warnings"]``)."""
+        return list(self.context.get("warnings", ()))
 
     @extend_schema_field(OpenApiTypes.ANY)
     def get_state(self, approval: Approval) -> Any:
@@ -352,7 +365,7 @@ class ApprovalDetailSerializer(ApprovalDecidedSerializer):
     events = ApprovalEventSerializer(many=True, read_only=True)
 
     class Meta(ApprovalDecidedSerializer.Meta):
-        fields = [*ApprovalDecidedSerializer.Meta.fields, "events"]
+        fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "events"]
         read_only_fields = fields
 
 

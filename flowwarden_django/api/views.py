@@ -472,8 +472,9 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewS
         # Read back as stored, so a repeated decision returns the very same body.
         rows = Approval.objects.using(db)
         decided = rows.prefetch_related("assignments").filter(pk=approval.pk).first()
+        warnings = [result.warning] if result.warning else []
         serializer = ApprovalDecidedSerializer(
-            decided or result.approval, context={"request": request}
+            decided or result.approval, context={"request": request, "warnings": warnings}
         )
         return Response(serializer.data)
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from ..common.user_input import MAX_COMMENT_CHARS, UserJSONError, check_comment, check_user_json
+from ..common.user_input import (
+    MAX_COMMENT_CHARS,
+    UserJSONError,
+    check_comment,
+    parse_decision_payload,
+)
 from ..models import Approval
 
 STATUS_CHOICES = [("", _("Pending")), ("all", _("All")), *Approval.Status.choices]
@@ -36,7 +40,7 @@ class DecisionForm(forms.Form):
         required=False,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "spellcheck": "false"}),
         label=_("Payload (JSON)"),
-        help_text=_('Optional; handed to the next step, e.g. {"note": "vip"}.'),
+        help_text=_('Optional; a JSON object handed to the next step, e.g. {"note": "vip"}.'),
     )
 
     def clean_comment(self) -> str:
@@ -46,16 +50,13 @@ class DecisionForm(forms.Form):
             raise forms.ValidationError(str(exc)) from exc
 
     def clean_payload(self) -> Any:
-        text = self.cleaned_data["payload"].strip()
-        if not text:
-            return None
+        """The payload through the one validator the API and the commands use
+        (``parse_decision_payload``): a JSON object within its limits, or ``None``."""
         try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(
-                _('Not JSON (%(error)s). Strings need double quotes: "text".') % {"error": exc}
-            ) from exc
-        try:
-            return check_user_json(value, what="the payload")
+            return parse_decision_payload(self.cleaned_data["payload"])
         except UserJSONError as exc:
+            if exc.code == "json_invalid":
+                raise forms.ValidationError(
+                    _('%(error)s. Strings need double quotes: "text".') % {"error": exc}
+                ) from exc
             raise forms.ValidationError(str(exc)) from exc

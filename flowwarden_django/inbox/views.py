@@ -21,7 +21,9 @@ from ..models import Approval
 from ..workflows.approvals import (
     ApprovalConflictError,
     ApprovalError,
+    ApprovalPermissionError,
     can_decide,
+    check_may_decide,
     decidable_approvals,
     decide,
     visible_approvals,
@@ -118,16 +120,18 @@ class ApprovalPage(InboxPage):
 
     def post(self, request: HttpRequest, pk: Any) -> HttpResponse:
         approval = self.approval(request, pk)
-        if not can_decide(request.user, approval):
-            raise PermissionDenied(_("You may not decide this approval."))
         decision = next((DECISIONS[k] for k in DECISIONS if k in request.POST), None)
+        try:  # refused (and audited, as the API and the admin do) before the form is judged
+            check_may_decide(approval, decision or "approved", request.user)
+        except ApprovalPermissionError as exc:
+            raise PermissionDenied(_("You may not decide this approval.")) from exc
         form = DecisionForm(request.POST)
         if decision is None or not form.is_valid():
             if decision is None:
                 form.add_error(None, _("Choose Approve or Reject."))
             return self.render(request, approval, form, status=400)
         try:
-            decide(
+            result = decide(
                 approval.pk,
                 decision,
                 request.user,
@@ -144,6 +148,8 @@ class ApprovalPage(InboxPage):
         messages.success(
             request, _("%(verb)s: %(prompt)s") % {"verb": verb, "prompt": approval.prompt}
         )
+        if result.warning:  # this process does not define the run's workflow
+            messages.warning(request, result.warning)
         return HttpResponseRedirect(_url(request, "list"))
 
     @staticmethod
@@ -163,6 +169,8 @@ class ApprovalPage(InboxPage):
             "approval": approval,
             "state": state,
             "state_unreadable": unreadable,
+            # The decision's payload, as the next step reads it (escaped by the template).
+            "payload": None if approval.payload is None else state_json(approval.payload),
             "form": form,
             "may_decide": pending and can_decide(request.user, approval),
             "events": approval.events.order_by("at", "pk"),

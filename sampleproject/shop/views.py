@@ -11,17 +11,20 @@ shop's own pages' endpoints). Starting needs the ``shop.start_order_workflow``
 permission, and an order the initial sync copied (it predates the app) starts none.
 The body passes the core's validator (``flowwarden_django.common.user_input``), so a
 NUL, a lone surrogate or deep JSON is a 400, never a 500. Errors are
-``{"code", "detail"}`` with the REST API's statuses: 400, 401, 403 (may not start or
-decide), 404, 409 (decided, cancelled, busy; an order that predates the app), 410
-(expired). Reads use the async ORM; the workflow calls run in Django's
-thread-sensitive executor, and with the in-process provider the steps run there
-before the response (see the README's "Async API").
+``{"code", "detail"}`` with the REST API's statuses: 400, 401, 403 (may not start, or
+may see the approval but not decide it: audited), 404 (no such order or approval, or
+one the user may not see: not audited, so the answer tells nothing), 409 (decided,
+cancelled, busy; an order that predates the app), 410 (expired). Reads use the
+async ORM; the workflow calls run in Django's thread-sensitive executor, and with
+the in-process provider the steps run there before the response (see the README's
+"Async API").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
@@ -37,6 +40,7 @@ from flowwarden_django.workflows import (
     areject,
     check_comment,
     parse_user_json,
+    visible_approvals,
 )
 
 from .models import Order
@@ -109,6 +113,12 @@ def comment_of(request: HttpRequest) -> str:
     return check_comment(body.get("comment", ""))
 
 
+async def may_see(user: Any, approval_id: Any) -> bool:
+    """Whether *user* may see approval *approval_id* (``visible_approvals``)."""
+    rows = await sync_to_async(visible_approvals)(user)
+    return await rows.filter(pk=approval_id).aexists()
+
+
 @require_POST
 async def decide_order_approval(
     request: HttpRequest, approval_id: Any, decision: str
@@ -117,6 +127,10 @@ async def decide_order_approval(
     user = await request.auser()
     if not user.is_authenticated:
         return error(401, "not_authenticated", "log in to decide")
+    if not await may_see(user, approval_id):
+        # The same answer as for an approval that does not exist, and no audit row:
+        # nothing tells this user that it does.
+        return error(404, UnknownApprovalError.code, f"no approval {str(approval_id)!r}")
     decide = aapprove if decision == "approve" else areject
     try:
         result = await decide(approval_id, user, comment=comment_of(request))

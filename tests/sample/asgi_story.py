@@ -22,9 +22,9 @@ SMALL, LARGE, OLD, UNKNOWN = 1, 2, 3, 999
 
 
 def prepare() -> dict[str, Any]:
-    """The people (a clerk who may start workflows, a user with no permission, an
-    approver in ``approvers``) and three orders: small, large, and a large one the
-    initial sync copied (it predates the app)."""
+    """The people (a clerk who may start workflows, a user with no permission, a
+    viewer of every approval, an approver in ``approvers``) and three orders: small,
+    large, and a large one the initial sync copied (it predates the app)."""
     from django.contrib.auth.models import Group, Permission, User
 
     from sampleproject.shop.models import Order
@@ -34,6 +34,8 @@ def prepare() -> dict[str, Any]:
     clerk = User.objects.create_user("clerk", password="pw")
     clerk.user_permissions.add(Permission.objects.get(codename="start_order_workflow"))
     nobody = User.objects.create_user("nobody", password="pw")
+    viewer = User.objects.create_user("viewer", password="pw")
+    viewer.user_permissions.add(Permission.objects.get(codename="view_approval"))
     approver = User.objects.create_user("approver", password="pw")
     approver.groups.add(approvers)
     Order.objects.create(order_id=SMALL, customer="c1", total_cents=4_200)
@@ -41,7 +43,7 @@ def prepare() -> dict[str, Any]:
     Order.objects.create(
         order_id=OLD, customer="c3", total_cents=APPROVAL_THRESHOLD_CENTS * 2, copied=True
     )
-    return {"clerk": clerk, "nobody": nobody, "approver": approver}
+    return {"clerk": clerk, "nobody": nobody, "viewer": viewer, "approver": approver}
 
 
 #: (name, content type, body) of hostile decision bodies: each must be a 400, no 5xx.
@@ -76,8 +78,10 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
 
     seen: dict[str, Any] = {}
     anonymous, clerk, nobody, approver = AsyncClient(), AsyncClient(), AsyncClient(), AsyncClient()
+    viewer = AsyncClient()
     await clerk.aforce_login(people["clerk"])
     await nobody.aforce_login(people["nobody"])
+    await viewer.aforce_login(people["viewer"])
     await approver.aforce_login(people["approver"])
 
     async def post(client: AsyncClient, path: str, body: Any = None) -> dict[str, Any]:
@@ -97,7 +101,13 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
 
     approval = seen["large"]["body"]["approval_id"]
     approve = f"/shop/approvals/{approval}/approve/"
+    # The clerk cannot see the approval: 404, as for one that does not exist, and
+    # no audit row; the viewer sees it but may not decide it: 403, audited.
+    seen["before_refusals"] = await sync_to_async(table_counts)()
     seen["clerk_approves"] = await post(clerk, approve, {"comment": "me?"})
+    seen["after_clerk"] = await sync_to_async(table_counts)()
+    seen["viewer_approves"] = await post(viewer, approve, {"comment": "v" * 2000})
+    seen["viewer_refusals"] = await sync_to_async(refusals)()
     seen["bad_body"] = await post(approver, approve, ["not", "an", "object"])
     seen["before_hostile"] = await sync_to_async(table_counts)()
     hostile = {}
@@ -135,6 +145,22 @@ def table_counts() -> dict[str, Any]:
         "approvals": sorted(Approval.objects.values_list("status", flat=True)),
         "events": ApprovalEvent.objects.count(),
     }
+
+
+def refusals() -> list[dict[str, Any]]:
+    """The ``refused`` audit events: who, why (the code), how much comment kept."""
+    from flowwarden_django.models import ApprovalEvent
+
+    events = ApprovalEvent.objects.filter(action="refused").order_by("at", "pk")
+    return [
+        {
+            "actor": e.actor,
+            "code": e.detail.split(":")[0],
+            "comment_chars": len(e.comment),
+            "payload": e.payload,
+        }
+        for e in events
+    ]
 
 
 def main(out: Path) -> None:

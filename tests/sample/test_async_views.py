@@ -123,9 +123,22 @@ def test_an_async_view_starts_the_order_workflow_and_another_approves_it(
     }
     assert seen["large_again"] == {"status": 200, "body": {**large["body"], "created": False}}
 
-    # The clerk may not decide; the approver approves (the run resumes and completes).
-    assert seen["clerk_approves"]["status"] == 403
-    assert seen["clerk_approves"]["body"]["code"] == "approval_forbidden"
+    # The clerk cannot see the approval: 404 (as for none), and no audit row; the
+    # viewer sees it, may not decide it: 403, audited with bounded data.
+    assert seen["clerk_approves"]["status"] == 404
+    assert seen["clerk_approves"]["body"]["code"] == "approval_not_found"
+    assert seen["after_clerk"] == seen["before_refusals"]
+    assert seen["viewer_approves"]["status"] == 403
+    assert seen["viewer_approves"]["body"]["code"] == "approval_forbidden"
+    assert seen["viewer_refusals"] == [
+        {
+            "actor": "viewer",
+            "code": "approval_forbidden",
+            "comment_chars": 200,
+            "payload": {"decision": "approved"},
+        }
+    ]
+    # The approver approves (the run resumes and completes).
     assert seen["bad_body"]["status"] == 400
     # Hostile bodies: a 400 with the reason each, and nothing decided or recorded.
     for name, answer in seen["hostile"].items():

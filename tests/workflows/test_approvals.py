@@ -318,6 +318,38 @@ def test_a_refused_user_is_audited(refunds: Any) -> None:
     assert event.actor == "carol" and "approval_forbidden" in event.detail
 
 
+def test_refused_attempts_are_audited_with_bounded_data(refunds: Any) -> None:
+    """A viewer's refused attempts keep who, when and why, a short comment and no
+    payload; past a cap per user, no more rows (issue 45, item 6)."""
+    from flowwarden_django.workflows.approvals.deciding import (
+        MAX_AUDITED_REFUSALS,
+        REFUSED_COMMENT_CHARS,
+    )
+
+    people = users()
+    _, approval = pending(refunds)
+    viewer = people["carol"]
+    viewer.user_permissions.add(Permission.objects.get(codename="view_approval"))
+    viewer = User.objects.get(pk=viewer.pk)
+    comment, payload = "c" * 2000, {"x": "y" * 60_000}
+    for _ in range(MAX_AUDITED_REFUSALS + 5):
+        with pytest.raises(ApprovalPermissionError):
+            approve(approval.pk, viewer, comment=comment, payload=payload)
+    refused = list(approval.events.filter(action="refused").order_by("at", "pk"))
+    assert len(refused) == MAX_AUDITED_REFUSALS
+    for event in refused:
+        assert event.actor == "carol" and event.detail.startswith("approval_forbidden: ")
+        assert event.payload == {"decision": "approved"}  # not the 60 KB payload
+        assert len(event.comment) <= REFUSED_COMMENT_CHARS and event.comment.startswith("ccc")
+    assert "not recorded" in refused[-1].detail and "not recorded" not in refused[0].detail
+    # Another user's refusals have their own allowance; the approval is still open.
+    erin = User.objects.create_user("erin", password="pw")
+    with pytest.raises(ApprovalPermissionError):
+        reject(approval.pk, erin, comment="mine")
+    assert approval.events.filter(action="refused", actor="erin").count() == 1
+    assert isinstance(approve(approval.pk, people["alice"]).run_result, Completed)
+
+
 @step("second")
 def second_review(state: dict[str, Any]) -> Any:
     return await_approval({**state, "second": True}, "And a second look?", assignees=["bob"])

@@ -291,6 +291,21 @@ def test_check_names_the_runs_a_deploy_would_strand_in_one_query(
     assert "'a' (3)" in message.msg
 
 
+def test_check_says_a_workflow_not_defined_at_all_is_not_defined(name: str, store: Any) -> None:
+    """Runs of a workflow this process does not define at all (defined in a shell,
+    say, not in an app's workflows.py): W204 says that, not "a version is missing"."""
+    Workflow.define(name, [counting("a", Calls(), hibernate), counting("b", Calls())], store)
+    Workflow.start(name, {})
+    workflow_registry.unregister(name)
+    (message,) = stranded_messages(name)
+    assert message.id == "flowwarden_django.W204"
+    assert f"1 unfinished run of workflow {name!r}, which this process does not define" in (
+        message.msg
+    )
+    assert "version" not in message.msg
+    assert "workflows.py" in message.hint and "Keep version" not in message.hint
+
+
 def test_the_versions_and_upgrade_commands(name: str, store: Any) -> None:
     from io import StringIO
 

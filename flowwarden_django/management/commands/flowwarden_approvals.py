@@ -174,6 +174,8 @@ class Command(ActionCommand):
             self.stdout.write(
                 f"Run {result.approval.coordination_id} resumed: {result.run_result.status}."
             )
+        if result.warning:  # this process does not define the run's workflow
+            self.stdout.write(self.style.WARNING(result.warning))
 
     def handle_expire(self, *, limit: int, **_: Any) -> None:
         result = sweep_approvals(limit=limit)

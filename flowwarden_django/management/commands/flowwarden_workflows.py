@@ -888,8 +888,9 @@ class Command(ActionCommand):
             raise CommandError(
                 f"Run {coordination!r} is a run of workflow {name!r}, which is not defined in "
                 f"this process (defined: {', '.join(workflow_registry.names()) or 'none'}). "
-                "Define it with Workflow.define() in a module your apps import (their "
-                "AppConfig.ready(), say), so the management commands see it."
+                "Define it with Workflow.define() in an app's workflows.py (imported at "
+                "start-up, like admin.py), so that every process sees it: the web process, "
+                "the workers and the management commands."
             )
         return workflow_registry.get(name)
 

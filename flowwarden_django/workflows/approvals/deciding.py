@@ -19,6 +19,7 @@ executor. With the in-process provider the resumed steps run in that thread too.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +27,13 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ...common.app_models import models
+from ...common.formatting import truncate
 from ...common.user_input import check_comment, check_resume_input
 from ..decisions import ApprovalDecision
 from ..runs import RunRecords
 from ..transactions import write_transaction
 from .access import can_decide
+from .continuation import continuation_warning
 from .errors import (
     ApprovalConflictError,
     ApprovalError,
@@ -51,18 +54,27 @@ if TYPE_CHECKING:
     from ...models import Approval
     from ..results import WorkflowResult
 
+logger = logging.getLogger("flowwarden_django.workflows")
+
 DECISIONS = ("approved", "rejected")
+#: The most characters of a refused attempt's comment its audit event keeps.
+REFUSED_COMMENT_CHARS = 200
+#: The most refused attempts audited per user and approval; later ones are only logged.
+MAX_AUDITED_REFUSALS = 10
 
 
 @dataclasses.dataclass
 class DecisionResult:
     """A decision that stands: the approval as decided, whether this call only
-    repeated an earlier identical decision, and (when the run was resumed in this
-    process, after the commit) the run's result."""
+    repeated an earlier identical decision, (when the run was resumed in this
+    process, after the commit) the run's result, and ``warning``: when this process
+    does not define the run's workflow (so it did not continue the run), that, and
+    who continues it, in words for the person who decided (``""`` otherwise)."""
 
     approval: Approval
     repeated: bool = False
     resumed: ResumeOutcome | None = None
+    warning: str = ""
 
     @property
     def run_result(self) -> WorkflowResult | None:
@@ -184,9 +196,10 @@ def decide(
         else:
             refusal = ApprovalConflictError(f"approval {key} was already {status}")
         if refusal is not None:
-            _audit_refusal(approval, refusal, decision, actor, comment, payload, now, db)
+            _audit_refusal(approval, refusal, decision, actor, comment, now, db)
     if refusal is not None:
         raise refusal
+    result.warning = continuation_warning(approval, db)
     return result
 
 
@@ -200,8 +213,10 @@ def check_may_decide(
     using: str | None = None,
 ) -> None:
     """Raise ``ApprovalPermissionError`` unless *user* may decide *approval*, after
-    recording the refused attempt in its audit trail (as ``decide`` does). For
-    front ends (the API, the admin) that refuse before they would call ``decide``."""
+    recording the refused attempt in its audit trail (as ``decide`` does: bounded,
+    without *payload*). For front ends (the API, the admin, the inbox) that refuse
+    before they would call ``decide``, once they have shown that *user* may see
+    *approval* (a user who may not see it gets a "not found" and leaves no trace)."""
     if can_decide(user, approval):
         return
     db = RunRecords(using).db
@@ -210,7 +225,7 @@ def check_may_decide(
     refusal = ApprovalPermissionError(
         f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
     )
-    _audit_refusal(approval, refusal, decision, actor, comment, payload, timezone.now(), db)
+    _audit_refusal(approval, refusal, decision, actor, comment, timezone.now(), db)
     raise refusal
 
 
@@ -220,21 +235,44 @@ def _audit_refusal(
     decision: str,
     actor: str,
     comment: str,
-    payload: Any,
     now: Any,
     db: str,
 ) -> None:
-    """Record refused attempt *refusal* in *approval*'s audit trail."""
+    """Record refused attempt *refusal* in *approval*'s audit trail, bounded: who,
+    when, why, the decision tried and the start of its comment (never its payload),
+    for at most ``MAX_AUDITED_REFUSALS`` attempts per user (the last one says so;
+    later ones are logged, not stored), so that repeated refusals cannot grow the
+    table."""
     refusal.approval_id, refusal.status = str(approval.pk), approval.status
+    audited = (
+        models.ApprovalEvent.objects.using(db)
+        .filter(approval=approval, action="refused", actor=actor)
+        .count()
+    )
+    if audited >= MAX_AUDITED_REFUSALS:
+        logger.info(
+            "approval %s: refused attempt by %s not audited (%d recorded already): %s",
+            approval.pk,
+            actor or "anonymous",
+            audited,
+            refusal.code,
+        )
+        return
+    detail = f"{refusal.code}: {refusal}"
+    if audited == MAX_AUDITED_REFUSALS - 1:
+        detail += (
+            f" (the last of {MAX_AUDITED_REFUSALS} refused attempts audited for this user; "
+            "later ones are not recorded)"
+        )
     record_event(
         approval,
         "refused",
         using=db,
         actor=actor,
         at=now,
-        comment=comment,
-        payload={"decision": decision, "payload": payload},
-        detail=f"{refusal.code}: {refusal}",
+        comment=truncate(comment, REFUSED_COMMENT_CHARS),
+        payload={"decision": decision},
+        detail=detail,
     )
 
 
