@@ -26,8 +26,10 @@ Hibernated, waiting, completed and failed runs are never touched.
 Where it runs: every Celery worker runs it every ``WORKFLOW_SWEEP_INTERVAL`` (2 s)
 when the provider is Celery, ``flowwarden_temporal_worker`` does too, and
 ``manage.py flowwarden_workflows recover --every 2s`` does it for in-process runs.
-The workers sweep every database a defined workflow keeps its runs in
-(``recover_in_every_database``), not only the router's default.
+The workers, and the command without ``--database``, sweep every database a defined
+workflow keeps its runs in (``recover_in_every_database``), not only the router's
+default; so does the approval sweep (``approvals.sweep``), through
+``workflow_databases``.
 This module knows nothing of Celery: ``flowwarden_django.integrations.celery`` passes
 the function that queues a step.
 """

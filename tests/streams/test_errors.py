@@ -29,6 +29,7 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.fake_source import FakeChangeSource
+from tests.polling import wait_until
 from tests.streams.managers import RUNNERS, consumer_class
 
 Consumer = StreamConsumer
@@ -304,10 +305,17 @@ def test_without_a_dlq_a_failed_event_is_redelivered_not_dropped():
     consumer = Consumer(make_spec(handler, dlq=None), store, lambda s: source, sleep=Sleeps())
     thread = threading.Thread(target=consumer.run, kwargs={"burst": True})
     thread.start()
-    while consumer.restarts < 2:  # the stream restarts and meets the same event again
-        thread.join(0.01)
-    handler.failing.clear()  # the handler is fixed
-    thread.join(60)
+    try:
+        # The stream restarts and meets the same event again: polled to a deadline, so
+        # a consumer that stops (or never restarts) fails the test instead of hanging it.
+        wait_until(
+            lambda: consumer.restarts >= 2 or not thread.is_alive(), "the stream's second restart"
+        )
+        assert consumer.restarts >= 2, "the consumer stopped before restarting twice"
+    finally:
+        handler.failing.clear()  # the handler is fixed
+        thread.join(60)
+    assert not thread.is_alive()
     assert handler.handled == [1, 2]
     assert store.find("orders").last_processed_token == events[1]["_id"]
 

@@ -1,23 +1,36 @@
-"""The workers' recovery sweeps visit every database a defined workflow keeps its runs
-in (``workflows.recovery.workflow_databases``), not only the router's default: a
-stalled run of a workflow defined on a second alias is continued by the Celery sweep
-and woken by the Temporal worker's ``recover()``."""
+"""The sweeps visit every database a defined workflow keeps its runs in
+(``workflows.recovery.workflow_databases``), not only the router's default: a stalled
+run of a workflow defined on a second alias is continued by the Celery sweep, woken by
+the Temporal worker's ``recover()`` and continued by ``flowwarden_workflows recover``;
+its due approval is expired by the approval sweep (the function, the Celery task and
+``flowwarden_approvals expire``)."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
-from flowwarden_django.models import WorkflowRun
-from flowwarden_django.workflows import RunStatus, Workflow, advance, step, workflow_registry
+from flowwarden_django.models import Approval, WorkflowRun
+from flowwarden_django.workflows import (
+    Hibernated,
+    RunStatus,
+    Workflow,
+    advance,
+    step,
+    workflow_registry,
+)
+from flowwarden_django.workflows.approvals import sweep_approvals
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.recovery import workflow_databases
+from tests.refund_workflow import define_refunds
 
 pytestmark = pytest.mark.django_db(databases=["default", "other"])
 
@@ -115,3 +128,93 @@ def test_a_database_that_fails_does_not_keep_the_others_from_being_swept(
     with pytest.raises(ConnectionError):
         recovery.recover_in_every_database(lambda run: queued.append(run.pk))
     assert queued == [cid]
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "recover"])
+def test_the_recover_command_continues_a_stalled_run_on_a_second_database(
+    elsewhere: str, dry_run: bool
+) -> None:
+    # Started, never run (the test's transaction never commits, so the start's
+    # on-commit run never comes), and made to look like a run whose process died.
+    cid = Workflow.start(elsewhere, {"order": 7}).coordination_id
+    WorkflowRun.objects.using(OTHER).filter(pk=cid).update(
+        status=RunStatus.RUNNING,
+        runner="",
+        claimed_until=None,
+        updated_at=timezone.now() - timedelta(hours=1),
+    )
+    out = io.StringIO()
+    call_command("flowwarden_workflows", "recover", *(["--dry-run"] * dry_run), stdout=out)
+    if dry_run:
+        assert cid in out.getvalue() and "1 stalled run(s)" in out.getvalue()
+        assert WorkflowRun.objects.using(OTHER).get(pk=cid).status == RunStatus.RUNNING
+        return
+    assert f"Continuing {cid}" in out.getvalue() and "Completed" in out.getvalue()
+    assert WorkflowRun.objects.using(OTHER).get(pk=cid).status == RunStatus.COMPLETED
+
+
+@pytest.fixture
+def refunds_elsewhere(elsewhere: str) -> Iterator[str]:
+    """The refund workflow (which asks for an approval) on the second alias."""
+    name = f"fw-refund-{uuid.uuid4().hex[:8]}"
+    define_refunds(name, OrmSnapshotStore(using=OTHER), using=OTHER)
+    yield name
+    workflow_registry.unregister(name)
+
+
+def expire_with_the_function() -> list[str]:
+    return sweep_approvals().expired
+
+
+def expire_with_the_task() -> list[str]:
+    pytest.importorskip("celery")
+    from flowwarden_django.integrations.celery.tasks import expire_approvals
+
+    return expire_approvals.apply().get()["expired"]
+
+
+def expire_with_the_command() -> list[str]:
+    out = io.StringIO()
+    call_command("flowwarden_approvals", "expire", stdout=out)
+    return [line.split()[-1] for line in out.getvalue().splitlines() if "expired:" in line]
+
+
+@pytest.mark.parametrize(
+    "sweep",
+    [expire_with_the_function, expire_with_the_task, expire_with_the_command],
+    ids=["sweep_approvals", "expire_approvals-task", "flowwarden_approvals-expire"],
+)
+def test_the_approval_sweep_expires_a_due_approval_on_a_second_database(
+    refunds_elsewhere: str, sweep: Any
+) -> None:
+    cid = Workflow.start(refunds_elsewhere, {"amount": 500, "expires_in": 60}).coordination_id
+    # Run here: the test's transaction never commits, so the start's on-commit run never comes.
+    assert isinstance(Workflow.for_coordination(cid, using=OTHER).run(), Hibernated)
+    approvals = Approval.objects.using(OTHER).filter(coordination_id=cid)
+    approvals.update(expires_at=timezone.now() - timedelta(seconds=1))
+    approval = approvals.get()
+    assert sweep() == [str(approval.pk)]
+    approval.refresh_from_db(using=OTHER)
+    assert approval.status == Approval.Status.EXPIRED
+
+
+def test_a_database_that_fails_does_not_keep_the_approval_sweep_from_the_others(
+    refunds_elsewhere: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowwarden_django.workflows.approvals import sweep
+
+    real = sweep.restore_missing_approvals
+
+    def default_down(*, using: str | None = None, **kwargs: Any) -> list[str]:
+        if using == "default":
+            raise ConnectionError("default is down")
+        return real(using=using, **kwargs)
+
+    monkeypatch.setattr(sweep, "restore_missing_approvals", default_down)
+    cid = Workflow.start(refunds_elsewhere, {"amount": 500, "expires_in": 60}).coordination_id
+    assert isinstance(Workflow.for_coordination(cid, using=OTHER).run(), Hibernated)
+    approvals = Approval.objects.using(OTHER).filter(coordination_id=cid)
+    approvals.update(expires_at=timezone.now() - timedelta(seconds=1))
+    with pytest.raises(ConnectionError):
+        sweep_approvals()
+    assert approvals.get().status == Approval.Status.EXPIRED

@@ -243,7 +243,8 @@ class Command(ActionCommand):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",
-                help="The database of the WorkflowRun rows (default: the router's choice).",
+                help="The database of the WorkflowRun rows (default: the router's choice; "
+                "for recover, every database a defined workflow uses).",
             )
         for sub in (listing, show, fork, prune, reencrypt):
             default = (
@@ -408,11 +409,19 @@ class Command(ActionCommand):
     ) -> None:
         """Hand each stalled run to the configured execution provider (in this process,
         or as a Celery step task), as the ``recover_workflows`` beat task does."""
-        from ...workflows.recovery import recover_stalled_runs, stalled_runs
+        from ...workflows.recovery import (
+            recover_in_every_database,
+            recover_stalled_runs,
+            stalled_runs,
+            workflow_databases,
+        )
 
         age = None if older_than is None else _parse_age(older_than)
         if dry_run:
-            runs = stalled_runs(older_than=age, using=database, limit=limit)
+            databases = [database] if database else workflow_databases()
+            runs = [
+                r for db in databases for r in stalled_runs(older_than=age, using=db, limit=limit)
+            ]
             now = timezone.now()
             for run in runs:
                 self.stdout.write(
@@ -425,13 +434,16 @@ class Command(ActionCommand):
         def continue_run(run: WorkflowRun) -> None:
             self.stdout.write(f"Continuing {run.coordination_id} ({run.workflow_name})...")
             try:
-                result = Workflow.for_coordination(run.coordination_id, using=database).run()
+                workflow = Workflow.for_coordination(run.coordination_id, using=run._state.db)
+                result = workflow.run()
             except ConcurrentRunError as exc:  # a live runner got there first
                 self.stdout.write(f"  not continued: {exc}")
                 return
             self.stdout.write(f"  {type(result).__name__}")
 
         def sweep() -> list[str]:
+            if database is None:  # every database a defined workflow keeps its runs in
+                return recover_in_every_database(continue_run, older_than=age, limit=limit)
             return recover_stalled_runs(continue_run, older_than=age, using=database, limit=limit)
 
         if every is None:

@@ -3,7 +3,9 @@ task): expire due approvals, cancel the ones whose run moved on, and restore the
 approval of a run left waiting without one.
 
 Idempotent and safe to run from several processes at once: every change is made
-with the approval's row locked, after checking again that it is still due.
+with the approval's row locked, after checking again that it is still due. Without a
+database, it sweeps every database a defined workflow keeps its runs (and their
+approvals) in (``recovery.workflow_databases``), not only the router's default.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ...common.app_models import models
+from ..recovery import workflow_databases
 from ..registry import workflow_registry
 from ..runs import RunRecords, RunStatus
 from ..transactions import write_transaction
@@ -36,19 +39,41 @@ class SweepResult:
     def as_dict(self) -> dict[str, list[str]]:
         return dataclasses.asdict(self)
 
+    def add(self, other: SweepResult) -> None:
+        """Add what *other* (the sweep of another database) did."""
+        self.expired += other.expired
+        self.cancelled += other.cancelled
+        self.restored += other.restored
+
 
 def sweep_approvals(
     *, now: datetime | None = None, using: str | None = None, limit: int = 500
 ) -> SweepResult:
     """Restore missing approvals, then expire due ones and cancel stale ones (at most
-    *limit* of each per call)."""
-    db = RunRecords(using).db
+    *limit* of each per call and database), in database *using*, by default in each
+    of ``workflow_databases()``. A database that fails (is down, say) does not keep
+    the others from being swept: its error is raised once they were."""
     now = now or timezone.now()
+    if using is not None:
+        return _sweep_database(RunRecords(using).db, now, limit)
     result = SweepResult()
-    result.restored = restore_missing_approvals(using=db, limit=limit)
-    result.expired = expire_due_approvals(now=now, using=db, limit=limit)
-    result.cancelled = cancel_stale_approvals(using=db, limit=limit)
+    failure: Exception | None = None
+    for db in workflow_databases():
+        try:
+            result.add(_sweep_database(db, now, limit))
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
     return result
+
+
+def _sweep_database(db: str, now: datetime, limit: int) -> SweepResult:
+    return SweepResult(
+        restored=restore_missing_approvals(using=db, limit=limit),
+        expired=expire_due_approvals(now=now, using=db, limit=limit),
+        cancelled=cancel_stale_approvals(using=db, limit=limit),
+    )
 
 
 def expire_due_approvals(
