@@ -201,15 +201,19 @@ class EventLog:
     def tick(self) -> Position:
         """Issue the next position: strictly after the last one, and in the wall
         clock's current second when that is ahead."""
+        self._catch_up()
         seconds, inc = self._clock
-        if self._wall_clock is not None:
-            now = int(self._wall_clock())
-            if now > seconds:
-                seconds, inc = now, 0
         if inc >= _MAX_INC:
             seconds, inc = seconds + 1, 0
         self._clock = (seconds, inc + 1)
         return self._clock
+
+    def _catch_up(self) -> None:
+        """Move the clock to the wall clock's second when that is ahead."""
+        if self._wall_clock is not None:
+            now = int(self._wall_clock())
+            if now > self._clock[0]:
+                self._clock = (now, 0)
 
     def advance(self, seconds: int) -> None:
         """Move the clock forward by whole *seconds*."""
@@ -280,8 +284,14 @@ class EventLog:
         return self.records.get((db, coll), {})
 
     def insert_many(self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]) -> list[Position]:
-        """Log one insert per document; returns their positions."""
-        return [self.insert(db, coll, doc).pos for doc in docs]
+        """Log one insert per document; returns their positions, consecutive ones (one
+        write, one moment: the wall clock is read once for the batch)."""
+        self._catch_up()
+        wall_clock, self._wall_clock = self._wall_clock, None
+        try:
+            return [self.insert(db, coll, doc).pos for doc in docs]
+        finally:
+            self._wall_clock = wall_clock
 
     def get(self, db: str, coll: str, doc_id: Any) -> dict[str, Any] | None:
         """The stored document with *doc_id*, or None."""

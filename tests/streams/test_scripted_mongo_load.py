@@ -221,6 +221,22 @@ def test_event_log_positions_follow_the_wall_clock_and_never_go_back():
     assert log.tick() == (1_200, 1)
 
 
+def test_event_log_gives_a_batch_of_inserts_consecutive_positions():
+    """insert_many is one write: its events sit at consecutive positions of one second
+    even when the wall clock moves on meanwhile (crash tests map positions to orders)."""
+
+    class Racing(_FakeWallClock):
+        def __call__(self) -> float:
+            self.now += 0.4
+            return self.now
+
+    log = EventLog(7_000, wall_clock=Racing(7_000.0))
+    positions = log.insert_many(DB, COLL, ({"_id": n} for n in range(10)))
+    seconds = positions[0][0]
+    assert positions == [(seconds, positions[0][1] + n) for n in range(10)]
+    assert log.insert(DB, COLL, {"_id": 10}).pos[0] > seconds, "then the clock moves on"
+
+
 def test_event_log_issues_the_periodic_no_op_when_the_wall_clock_runs_ahead():
     wall = _FakeWallClock(5_000.0)
     log = EventLog(5_000, wall_clock=wall, noop_interval=10)
