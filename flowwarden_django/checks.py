@@ -17,8 +17,10 @@ provider; W202 it is ``"celery"`` but no Celery app is loaded; E203 ``TEMPORAL``
 wrong; E204 ``"temporal"`` without the SDK installed; E301 ``HEALTH_DETAILS``
 is not ``"staff"``, ``"none"``, ``"all"`` or a permission of an installed app; W301 no
 model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`` is
-``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens; W204 unfinished
-runs are on a workflow, or a version of one, this code does not define; W205 unfinished runs stand
+``"all"``; E302 ``METRICS_TOKEN`` is not ``None``, a token or a list of tokens; E210 an entry of
+Celery's ``beat_schedule`` that starts workflows cannot (its state template or
+arguments are wrong); W204 unfinished runs are on a workflow, or a version of one, this
+code does not define; W205 unfinished runs stand
 after a step their defined version lacks. Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL.
@@ -713,3 +715,46 @@ def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.C
                 )
             )
     return messages
+
+
+@checks.register()
+def check_scheduled_starts(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E210: an entry of the loaded Celery app's ``beat_schedule`` that starts workflows
+    names no workflow, another schedule, or a state template that cannot format."""
+    if find_spec("celery") is None:
+        return []
+    from celery import _state
+
+    from .workflows.schedule_ticks import ScheduleError, check_state_template
+
+    start_task = "flowwarden_django.start_scheduled_workflow"
+    errors: list[checks.CheckMessage] = []
+    for app in _state._get_active_apps():
+        if not app.set_as_current:
+            continue
+        for name, entry in (app.conf.beat_schedule or {}).items():
+            if not isinstance(entry, Mapping) or entry.get("task") != start_task:
+                continue
+            arguments = entry.get("kwargs") or {}
+            headers = (entry.get("options") or {}).get("headers") or {}
+            sent_name = arguments.get("schedule") or headers.get("periodic_task_name")
+            problem = None
+            if not isinstance(arguments.get("workflow"), str):
+                problem = 'its kwargs name no "workflow"'
+            elif sent_name != name:
+                problem = f"its kwargs name the schedule {sent_name!r}, not {name!r}"
+            else:
+                try:
+                    check_state_template(arguments.get("state"))
+                except ScheduleError as exc:
+                    problem = str(exc)
+            if problem:
+                errors.append(
+                    checks.Error(
+                        f"beat_schedule entry {name!r} cannot start its workflow: {problem}.",
+                        hint="Make the entry with flowwarden_django.integrations.celery."
+                        "schedules.beat_schedule_entry(), which checks it.",
+                        id="flowwarden_django.E210",
+                    )
+                )
+    return errors

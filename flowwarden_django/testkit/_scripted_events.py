@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -36,6 +36,9 @@ TOKEN_PREFIX = "82"
 _EVENT_SUFFIX = "2B022C0100296E5A1004"
 _INVALIDATE_SUFFIX = "2B022C0100296F5A1004"
 _MAX_INC = 0xFFFFFFFF
+#: A live replica set's primary writes a no-op to an idle oplog this often (seconds):
+#: mongod's ``periodicNoopIntervalSecs``.
+NOOP_INTERVAL = 10.0
 
 FULL_DOCUMENT_MODES = ("default", "updateLookup", "whenAvailable", "required")
 BEFORE_CHANGE_MODES = ("off", "whenAvailable", "required")
@@ -153,9 +156,24 @@ class StreamView:
 
 
 class EventLog:
-    """Clock, entries and current documents. Not thread-safe: callers hold a lock."""
+    """Clock, entries and current documents. Not thread-safe: callers hold a lock.
 
-    def __init__(self, start_seconds: int) -> None:
+    With *wall_clock* (seconds since the epoch, as ``time.time``) the clock keeps up
+    with it: a new position takes the wall clock's second when that is ahead, and
+    :attr:`last_position` issues a no-op once the wall clock is *noop_interval* seconds
+    ahead (a live primary's periodic no-op). Positions never go back, whatever the
+    wall clock does.
+    """
+
+    def __init__(
+        self,
+        start_seconds: int,
+        *,
+        wall_clock: Callable[[], float] | None = None,
+        noop_interval: float = NOOP_INTERVAL,
+    ) -> None:
+        self._wall_clock = wall_clock
+        self._noop_interval = noop_interval
         self._clock: Position = (start_seconds, 0)
         self.entries: list[LogEntry] = []
         self.documents: dict[tuple[str, str], dict[Any, dict[str, Any]]] = {}
@@ -171,16 +189,31 @@ class EventLog:
     # -- clock ----------------------------------------------------------------------------- #
     @property
     def last_position(self) -> Position:
-        """The newest position issued (event or no-op)."""
+        """The newest position issued (event or no-op), after the periodic no-op when
+        the wall clock is *noop_interval* seconds ahead."""
+        if (
+            self._wall_clock is not None
+            and self._wall_clock() - self._clock[0] >= self._noop_interval
+        ):
+            self.tick()
         return self._clock
 
     def tick(self) -> Position:
-        """Issue the next position."""
+        """Issue the next position: strictly after the last one, and in the wall
+        clock's current second when that is ahead."""
+        self._catch_up()
         seconds, inc = self._clock
         if inc >= _MAX_INC:
             seconds, inc = seconds + 1, 0
         self._clock = (seconds, inc + 1)
         return self._clock
+
+    def _catch_up(self) -> None:
+        """Move the clock to the wall clock's second when that is ahead."""
+        if self._wall_clock is not None:
+            now = int(self._wall_clock())
+            if now > self._clock[0]:
+                self._clock = (now, 0)
 
     def advance(self, seconds: int) -> None:
         """Move the clock forward by whole *seconds*."""
@@ -251,8 +284,14 @@ class EventLog:
         return self.records.get((db, coll), {})
 
     def insert_many(self, db: str, coll: str, docs: Iterable[Mapping[str, Any]]) -> list[Position]:
-        """Log one insert per document; returns their positions."""
-        return [self.insert(db, coll, doc).pos for doc in docs]
+        """Log one insert per document; returns their positions, consecutive ones (one
+        write, one moment: the wall clock is read once for the batch)."""
+        self._catch_up()
+        wall_clock, self._wall_clock = self._wall_clock, None
+        try:
+            return [self.insert(db, coll, doc).pos for doc in docs]
+        finally:
+            self._wall_clock = wall_clock
 
     def get(self, db: str, coll: str, doc_id: Any) -> dict[str, Any] | None:
         """The stored document with *doc_id*, or None."""
@@ -368,7 +407,7 @@ class EventLog:
                 40674, "Only one type of resume option is allowed, but multiple were found."
             )
         if not options:
-            return self._clock
+            return self.last_position
         if options[0] == "startAtOperationTime":
             ts = stage["startAtOperationTime"]
             if not isinstance(ts, Timestamp):

@@ -175,6 +175,64 @@ def _equals_any(values: list[Any], target: Any) -> bool:
     return False
 
 
+def equality_key(value: Any) -> tuple[Any, ...] | None:
+    """A hashable key equal for two scalars exactly when :func:`bson_equal` says they are
+    equal; None for values compared one by one (documents, arrays, NaN, other types).
+
+    A scalar with a key never equals a value without one, so an ``$in`` can look its
+    options up in a set instead of comparing each document with each option.
+    """
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return None if value != value else ("number", value)
+    if isinstance(value, str):
+        return ("string", str(value))
+    if isinstance(value, datetime):
+        return ("date", _as_utc(value))
+    if type(value) is ObjectId:
+        return ("objectid", value.binary)
+    return None
+
+
+def _membership_test(options: list[Any]) -> Callable[[list[Any]], bool]:
+    """``$in``: whether any reached value (or array element) equals one of *options*.
+
+    Options with an :func:`equality_key` go into a set; only the others (documents,
+    arrays...) are compared one by one, so a 2,000-value ``$in`` costs a lookup per value,
+    not 2,000 comparisons.
+    """
+    keyed: set[tuple[Any, ...]] = set()
+    others: list[Any] = []
+    for option in options:
+        key = equality_key(option)
+        if key is None:
+            others.append(option)
+        else:
+            keyed.add(key)
+    matches_missing = ("null",) in keyed
+
+    def equals_an_option(value: Any) -> bool:
+        key = equality_key(value)
+        if key is not None:
+            return key in keyed
+        return any(bson_equal(value, option) for option in others)
+
+    def is_in(values: list[Any]) -> bool:
+        if not values:
+            return matches_missing  # {field: {$in: [null]}} also matches a missing field
+        for value in values:
+            if equals_an_option(value):
+                return True
+            if isinstance(value, list) and any(equals_an_option(item) for item in value):
+                return True
+        return False
+
+    return is_in
+
+
 def _bad(message: str) -> CommandError:
     return CommandError(2, message)
 
@@ -219,11 +277,7 @@ def _field_predicate(path: str, condition: Any) -> Predicate:
         elif operator in ("$in", "$nin"):
             if not isinstance(operand, list | tuple):
                 raise _bad(f"{operator} needs an array")
-            options = list(operand)
-
-            def is_in(values: list[Any], options: list[Any] = options) -> bool:
-                return any(_equals_any(values, option) for option in options)
-
+            is_in = _membership_test(list(operand))
             if operator == "$in":
                 tests.append(is_in)
             else:

@@ -42,15 +42,19 @@ from ._scripted_wire import MAX_BSON_SIZE, CommandError, check_projection, proje
 
 __all__ = [
     "DEFAULT_FIRST_BATCH",
+    "CollectionSnapshot",
+    "CountQuery",
     "DocumentCursor",
     "FindQuery",
     "Ordering",
     "ResultCursor",
     "compile_pipeline",
     "count_command",
+    "parse_count",
     "parse_find",
     "parse_sort",
     "run_pipeline",
+    "run_stages",
 ]
 
 #: Documents in a find's or an aggregate's first batch when the driver names no batchSize.
@@ -216,6 +220,14 @@ class _ListReader:
         return item
 
 
+@dataclass(frozen=True)
+class CollectionSnapshot:
+    """A collection's stored documents with their record ids, at one ``EventLog.version``."""
+
+    stamp: tuple[int, int]
+    rows: list[tuple[int, dict[str, Any]]]
+
+
 class DocumentCursor:
     """A find cursor over one collection: a position in its sort order (see the module).
 
@@ -243,22 +255,35 @@ class DocumentCursor:
         self._skip = skip
         self._left: int | None = limit or None
         self._after: Any = _START
-        self._cached: tuple[int, int] | None = None
-        self._keys: list[Any] = []
-        self._docs: list[dict[str, Any]] = []
+        # (stamp, sort keys, documents), replaced as one so a reader never mixes two reads.
+        self._rows: tuple[tuple[int, int] | None, list[Any], list[dict[str, Any]]] = (
+            None,
+            [],
+            [],
+        )
 
-    def _read(self, log: EventLog) -> None:
+    def snapshot(self, log: EventLog) -> CollectionSnapshot | None:
+        """What :meth:`refresh` needs to read the collection without the server's lock;
+        None when the cached rows are current. Call it under the lock."""
         stamp = (id(log), log.version)
-        if self._cached == stamp:
-            return
+        if self._rows[0] == stamp:
+            return None
         documents = log.documents.get((self.db, self.coll), {})
         records = log.record_ids(self.db, self.coll)
+        return CollectionSnapshot(stamp, [(records[k], doc) for k, doc in documents.items()])
+
+    def refresh(self, snapshot: CollectionSnapshot | None) -> None:
+        """Filter and sort *snapshot* (the slow part of a batch), needing no lock: stored
+        documents are never changed in place, a write replaces them."""
+        if snapshot is None or self._rows[0] == snapshot.stamp:
+            return
         key, matches = self.ordering.key, self.matches
-        rows = [(key(doc, records[k]), doc) for k, doc in documents.items() if matches(doc)]
+        rows = [(key(doc, record), doc) for record, doc in snapshot.rows if matches(doc)]
         rows.sort(key=itemgetter(0))
-        self._keys = [row[0] for row in rows]
-        self._docs = [row[1] for row in rows]
-        self._cached = stamp
+        self._rows = (snapshot.stamp, [row[0] for row in rows], [row[1] for row in rows])
+
+    def _read(self, log: EventLog) -> None:
+        self.refresh(self.snapshot(log))
 
     def next_batch(self, log: EventLog, size: int | None) -> tuple[list[dict[str, Any]], bool]:
         """The next documents after the position and whether the cursor is exhausted.
@@ -269,7 +294,7 @@ class DocumentCursor:
         if size == 0:
             return [], False
         self._read(log)
-        keys = self._keys
+        _, keys, docs = self._rows
         start = 0 if self._after is _START else bisect_right(keys, self._after)
         if self._skip:
             skipped = min(self._skip, len(keys) - start)
@@ -278,7 +303,7 @@ class DocumentCursor:
             start += skipped
             self._skip -= skipped
         wanted = size if self._left is None else min(size or self._left, self._left)
-        rows = _ListReader(self._docs, start)
+        rows = _ListReader(docs, start)
         batch = _fill(rows, wanted, self.projection)
         if rows.index > start:
             self._after = keys[rows.index - 1]
@@ -364,17 +389,41 @@ def parse_find(doc: Mapping[str, Any]) -> FindQuery:
     return FindQuery(cursor, first, bool(doc.get("singleBatch")))
 
 
-def count_command(log: EventLog, doc: Mapping[str, Any]) -> int:
-    """The ``n`` of a ``count`` command: matching documents after ``skip``, up to ``limit``."""
+@dataclass(frozen=True)
+class CountQuery:
+    """A validated ``count`` command."""
+
+    db: str
+    coll: str
+    matches: Predicate
+    skip: int
+    limit: int
+
+    def count(self, documents: Iterable[Mapping[str, Any]]) -> int:
+        """The ``n`` over *documents*: matching ones after ``skip``, up to ``limit``."""
+        matches = self.matches
+        found = max(0, sum(1 for stored in documents if matches(stored)) - self.skip)
+        return min(found, self.limit) if self.limit else found
+
+
+def parse_count(doc: Mapping[str, Any]) -> CountQuery:
+    """Validate a ``count`` command."""
     coll = doc.get("count")
     if not isinstance(coll, str) or not coll:
         raise CommandError(73, f"Invalid namespace specified '{coll!r}'")
-    matches = _filter(doc.get("query"), "query")
-    skip = _count_option(doc, "skip")
-    limit = _count_option(doc, "limit", allow_negative=True)
-    documents = log.documents.get((doc.get("$db", "test"), coll), {})
-    found = max(0, sum(1 for stored in documents.values() if matches(stored)) - skip)
-    return min(found, limit) if limit else found
+    return CountQuery(
+        doc.get("$db", "test"),
+        coll,
+        _filter(doc.get("query"), "query"),
+        _count_option(doc, "skip"),
+        _count_option(doc, "limit", allow_negative=True),
+    )
+
+
+def count_command(log: EventLog, doc: Mapping[str, Any]) -> int:
+    """The ``n`` of a ``count`` command: matching documents after ``skip``, up to ``limit``."""
+    query = parse_count(doc)
+    return query.count(log.documents.get((query.db, query.coll), {}).values())
 
 
 # -- collection aggregates ----------------------------------------------------------------- #
@@ -573,7 +622,11 @@ def compile_pipeline(pipeline: Any) -> list[Stage]:
 
 def run_pipeline(log: EventLog, db: str, coll: str, stages: list[Stage]) -> list[dict[str, Any]]:
     """Run compiled *stages* over the stored documents of ``db.coll`` in record order."""
-    docs = list(log.documents.get((db, coll), {}).values())
+    return run_stages(list(log.documents.get((db, coll), {}).values()), stages)
+
+
+def run_stages(docs: list[dict[str, Any]], stages: list[Stage]) -> list[dict[str, Any]]:
+    """Run compiled *stages* over *docs* (stored documents, never changed in place)."""
     for stage in stages:
         docs = stage(docs)
     return docs

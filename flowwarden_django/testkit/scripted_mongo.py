@@ -24,7 +24,9 @@ collection that existed before the stream's history; the events then continue at
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import logging
 import random
 import signal
 import sys
@@ -32,7 +34,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
@@ -61,9 +63,9 @@ from ._scripted_query import (
     DocumentCursor,
     ResultCursor,
     compile_pipeline,
-    count_command,
+    parse_count,
     parse_find,
-    run_pipeline,
+    run_stages,
 )
 from ._scripted_wire import (
     CommandError,
@@ -78,7 +80,11 @@ from ._scripted_writes import WRITE_COMMANDS, field_names
 __all__ = ["RecordedCommand", "ScriptedReplicaSet", "main"]
 
 DEFAULT_BATCH_SIZE = DEFAULT_FIRST_BATCH  # 101, a server's first-batch default
+#: Tracebacks of handler bugs kept for :attr:`ScriptedReplicaSet.internal_errors`.
+MAX_INTERNAL_ERRORS = 100
 _HANGUP = object()
+
+logger = logging.getLogger("flowwarden_django.testkit.scripted_mongo")
 
 
 @dataclass(frozen=True)
@@ -163,9 +169,17 @@ class ScriptedReplicaSet:
 
     Use it as a context manager or with :meth:`start` / :meth:`stop`; :meth:`reset`
     clears everything between tests (``stop()`` takes about a second). Every command
-    received is recorded for assertions (:meth:`commands`). Handlers run under
-    mockupdb's server-wide lock, so an idle ``getMore`` waits at most ``idle_wait``
-    seconds (or its ``maxTimeMS``, if shorter) for new events.
+    received is recorded for assertions (:meth:`commands`). Each connection is served
+    on a thread of its own and reads evaluate their filters outside the server's lock,
+    so a slow command holds up no other client; an idle ``getMore`` waits at most
+    ``idle_wait`` seconds (or its ``maxTimeMS``, if shorter) for new events.
+
+    The cluster clock runs with the wall clock from ``start_time`` (default: now), as
+    a live replica set's does: events, idle ``getMore`` no-ops and, when nothing was
+    written for ``noop_interval`` seconds, the ``operationTime`` of replies take the
+    current second; positions still only ever increase, and every event gets a newer one
+    than the last. ``follow_wall_clock=False`` keeps the clock where events,
+    :meth:`advance_clock` and :meth:`set_clock` put it (for tests that pin times).
     """
 
     def __init__(
@@ -177,11 +191,14 @@ class ScriptedReplicaSet:
         idle_wait: float = 0.02,
         max_recorded: int = 100_000,
         verbose: bool = False,
+        follow_wall_clock: bool = True,
     ) -> None:
         self.set_name = set_name
         self.idle_wait = idle_wait
         self._requested_port = port
         self._verbose = verbose
+        self._start_time = start_time
+        self._follow_wall_clock = follow_wall_clock
         self._start_seconds = _seconds(start_time)
         self._cond = threading.Condition()
         self._election_id = ObjectId()
@@ -196,12 +213,22 @@ class ScriptedReplicaSet:
         self._init_state()
 
     def _init_state(self) -> None:
-        self._log = EventLog(self._start_seconds)
+        self._start_seconds = _seconds(self._start_time)
+        self._log = EventLog(self._start_seconds, wall_clock=self._wall_clock())
         self._cursors: dict[int, _Cursor | _ReadCursor] = {}
         self._killed: list[int] = []
         self._faults: dict[str, deque[Any]] = {}
         self._recorded: deque[RecordedCommand] = deque(maxlen=self._max_recorded)
-        self._internal_errors: list[str] = []
+        self._internal_errors: deque[str] = deque(maxlen=MAX_INTERNAL_ERRORS)
+
+    def _wall_clock(self) -> Callable[[], float] | None:
+        """The clock the cluster time keeps up with: the wall clock's pace from the
+        start time (monotonic, so a wall-clock step back does not show), or None."""
+        if not self._follow_wall_clock:
+            return None
+        base = time.time() if self._start_time is None else float(self._start_seconds)
+        origin = time.monotonic()
+        return lambda: base + (time.monotonic() - origin)
 
     # -- lifecycle ------------------------------------------------------------------------- #
     def start(self) -> ScriptedReplicaSet:
@@ -256,7 +283,8 @@ class ScriptedReplicaSet:
     def reset(self) -> None:
         """Forget events, documents, cursors, injected faults and recorded commands.
 
-        The clock restarts at ``start_time``; connections stay open.
+        The clock restarts at ``start_time`` (now, when none was given); connections
+        stay open.
         """
         with self._cond:
             self._init_state()
@@ -378,6 +406,13 @@ class ScriptedReplicaSet:
             return to_timestamp(self._log.last_position)
 
     @property
+    def data_version(self) -> int:
+        """A number that changes with every write to the stored documents (an event,
+        a seed), not with the clock: how a watcher tells that writes arrived."""
+        with self._cond:
+            return self._log.version
+
+    @property
     def oldest_retained(self) -> Timestamp:
         """The oldest position still in the log: the oplog's first entry."""
         with self._cond:
@@ -462,12 +497,32 @@ class ScriptedReplicaSet:
 
     @property
     def internal_errors(self) -> list[str]:
-        """Tracebacks of handler bugs (each was answered with InternalError, code 1)."""
+        """Tracebacks of handler bugs, the newest :data:`MAX_INTERNAL_ERRORS` (each was
+        logged once and answered with a short InternalError, code 1, naming no file)."""
         with self._cond:
             return list(self._internal_errors)
 
     # -- wire ------------------------------------------------------------------------------ #
+    @contextlib.contextmanager
+    def _without_server_lock(self) -> Iterator[None]:
+        """Let mockupdb serve other connections while this one's command runs.
+
+        mockupdb calls every handler holding one server-wide lock, so a slow command (a
+        big query, an idle getMore) would hold up every client. The handlers guard the
+        state with ``self._cond`` instead, and each connection has its own socket.
+        """
+        unlock = getattr(self._server, "_unlock", None)  # mockupdb 1.8's
+        if unlock is None:
+            yield
+            return
+        with unlock():
+            yield
+
     def _handle(self, request: Any) -> bool:
+        with self._without_server_lock():
+            return self._handle_unlocked(request)
+
+    def _handle_unlocked(self, request: Any) -> bool:
         name = request.command_name or ""
         doc = plain(request.doc)
         lowered = name.lower()
@@ -494,11 +549,17 @@ class ScriptedReplicaSet:
                 raise CommandError(59, f"no such command: '{name}'")
         except CommandError as error:
             return request.command_err(**error.reply_fields())
-        except Exception:
-            message = traceback.format_exc()
+        except Exception as exc:
+            # The traceback (with this machine's file paths) stays here: logged once and
+            # kept for the tests; the client gets a short message naming no file.
+            logger.exception("ScriptedReplicaSet: %r failed with an internal error", name)
             with self._cond:
-                self._internal_errors.append(message)
-            return request.command_err(code=1, errmsg=message, codeName="InternalError")
+                self._internal_errors.append(traceback.format_exc())
+            errmsg = (
+                f"ScriptedReplicaSet internal error in {name!r} ({type(exc).__name__}); "
+                "the server's log has the details"
+            )
+            return request.command_err(code=1, errmsg=errmsg, codeName="InternalError")
         return self._send(request, reply)
 
     def _send(self, request: Any, reply: dict[str, Any]) -> bool:
@@ -561,6 +622,9 @@ class ScriptedReplicaSet:
         query = parse_find(doc)
         ns = f"{query.cursor.db}.{query.cursor.coll}"
         with self._cond:
+            snapshot = query.cursor.snapshot(self._log)
+        query.cursor.refresh(snapshot)  # filtering and sorting hold no lock
+        with self._cond:
             batch, exhausted = query.cursor.next_batch(self._log, query.first_batch)
             reply = self._open_read_cursor(query.cursor, batch, exhausted, query.single_batch, ns)
             return self._with_read_concern(doc, reply)
@@ -592,10 +656,13 @@ class ScriptedReplicaSet:
         return reply
 
     def _count(self, doc: dict[str, Any]) -> dict[str, Any]:
+        query = parse_count(doc)
         with self._cond:
-            n = count_command(self._log, doc)
+            documents = list(self._log.documents.get((query.db, query.coll), {}).values())
             now = to_timestamp(self._log.last_position)
-        return {"n": n, "operationTime": now}
+        # Stored documents are replaced by writes, never changed in place: the count
+        # reads them without the lock, so a slow one holds up no other client.
+        return {"n": query.count(documents), "operationTime": now}
 
     def _collection_aggregate(self, doc: dict[str, Any]) -> dict[str, Any]:
         db, coll = doc.get("$db", "test"), doc.get("aggregate")
@@ -616,7 +683,9 @@ class ScriptedReplicaSet:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 0):
             raise CommandError(51024, "BSON field 'batchSize' value must be >= 0")
         with self._cond:
-            reader = ResultCursor(run_pipeline(self._log, db, coll, stages))
+            documents = list(self._log.documents.get((db, coll), {}).values())
+        reader = ResultCursor(run_stages(documents, stages))  # without the lock, as a count
+        with self._cond:
             first = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
             batch, exhausted = reader.next_batch(self._log, first)
             reply = self._open_read_cursor(reader, batch, exhausted, False, f"{db}.{coll}")
@@ -657,6 +726,12 @@ class ScriptedReplicaSet:
 
     def _get_more(self, doc: dict[str, Any]) -> dict[str, Any]:
         cursor_id = int(doc["getMore"])
+        with self._cond:
+            cursor = self._cursors.get(cursor_id)
+            reader = cursor.reader if isinstance(cursor, _ReadCursor) else None
+            snapshot = reader.snapshot(self._log) if isinstance(reader, DocumentCursor) else None
+        if isinstance(reader, DocumentCursor):
+            reader.refresh(snapshot)  # a find's re-read after writes holds no lock
         with self._cond:
             cursor = self._cursors.get(cursor_id)
             if cursor is None:

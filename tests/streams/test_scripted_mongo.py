@@ -145,7 +145,7 @@ def test_reads_events_in_order_with_real_fields(srv, coll):
 
 
 def test_clock_start_and_advance():
-    fake = ScriptedReplicaSet(start_time=datetime(2024, 1, 1, tzinfo=UTC))  # never started
+    fake = ScriptedReplicaSet(start_time=datetime(2024, 1, 1, tzinfo=UTC), follow_wall_clock=False)
     start = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp())
     assert fake.oldest_retained == Timestamp(start, 1)
     first = fake.insert(DB, COLL, {"_id": 1})

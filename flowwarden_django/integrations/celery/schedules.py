@@ -1,9 +1,13 @@
-"""Scheduled starts with django-celery-beat: a ``PeriodicTask`` of the task
-``flowwarden_django.start_scheduled_workflow`` starts a workflow run at every tick.
+"""Scheduled starts with Celery beat: the task ``flowwarden_django.start_scheduled_workflow``
+starts a workflow run at every tick of a schedule, which is either
 
-The schedule is django-celery-beat's (edited in its admin, run by ``celery beat -S
-django``); this module only starts the run. Each run gets the idempotency key
-``schedule:<periodic task name>:<tick>``, where the tick is the schedule's latest due
+* an entry of Celery's own ``beat_schedule`` (made with :func:`beat_schedule_entry`; run
+  by ``celery beat``; needs nothing but Celery, on every Django this package supports), or
+* a django-celery-beat ``PeriodicTask`` (made with :func:`schedule_workflow` or in its
+  admin; run by ``celery beat -S django``), the admin-editable option.
+
+Beat decides when; this module only starts the run. Each run gets the idempotency key
+``schedule:<schedule name>:<tick>``, where the tick is the schedule's latest due
 time at or before the moment beat *sent* the task (stamped in its headers when it is
 published; a crontab's matching minute, an interval's multiple of its period since
 the epoch, UTC). Hence:
@@ -18,9 +22,9 @@ the epoch, UTC). Hence:
   starts for a tick that has not come.
 
 The state is a template: each string value (at any depth) is formatted with
-``{tick}`` (ISO 8601), ``{date}`` (the tick's date) and ``{schedule}`` (the periodic
-task's name), so ``{"day": "{date}"}`` becomes ``{"day": "2026-12-03"}``.
-``schedule_workflow(...)`` creates or updates such a periodic task from code.
+``{tick}`` (ISO 8601), ``{date}`` (the tick's date) and ``{schedule}`` (the schedule's
+name), so ``{"day": "{date}"}`` becomes ``{"day": "2026-12-03"}``; a template that
+cannot format is refused when the schedule is made (``ScheduleError``).
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.apps import apps
 from django.utils import timezone
 
 from ...workflows.schedule_ticks import (
     ScheduleError,
+    check_state_template,
     interval_tick,
     late,
     render_state,
@@ -43,6 +49,7 @@ from ...workflows.schedule_ticks import (
 __all__ = [
     "START_TASK",
     "ScheduleError",
+    "beat_schedule_entry",
     "latest_tick",
     "render_state",
     "schedule_workflow",
@@ -116,6 +123,38 @@ def _crontab_tick(schedule: Any, now: datetime) -> datetime:
     raise ScheduleError(f"{schedule} had no tick in the year before {now.isoformat()}")
 
 
+def _celery_schedule(value: Any) -> Any:
+    """A ``beat_schedule`` entry's schedule as a Celery schedule (beat also takes
+    seconds and timedeltas)."""
+    from celery.schedules import schedule
+
+    if isinstance(value, timedelta):
+        return schedule(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return schedule(timedelta(seconds=value))
+    return value
+
+
+def _find_schedule(schedule_name: str, app: Any = None) -> Any:
+    """The schedule named *schedule_name*: the ``beat_schedule`` entry of that name that
+    starts workflows, else the django-celery-beat periodic task (when installed)."""
+    if app is None:
+        from celery import current_app as app
+    entry = (app.conf.beat_schedule or {}).get(schedule_name)
+    if isinstance(entry, dict) and entry.get("task") == START_TASK:
+        return _celery_schedule(entry.get("schedule"))
+    if apps.is_installed("django_celery_beat"):
+        from django_celery_beat.models import PeriodicTask
+
+        task = PeriodicTask.objects.filter(name=schedule_name).first()
+        if task is not None:
+            return task.schedule
+    raise ScheduleError(
+        f"no periodic task named {schedule_name!r}: neither an entry of Celery's "
+        "beat_schedule (see beat_schedule_entry) nor a django-celery-beat periodic task"
+    )
+
+
 def start_scheduled(
     schedule_name: str,
     workflow: str,
@@ -123,20 +162,18 @@ def start_scheduled(
     *,
     sent_at: datetime | None = None,
     now: datetime | None = None,
+    app: Any = None,
 ) -> dict[str, Any]:
-    """Start *workflow* for the tick of periodic task *schedule_name* that the start
-    sent at *sent_at* (default: *now*) belongs to, at most once per tick (see the
-    module); what happened, as JSON."""
-    from django_celery_beat.models import PeriodicTask
-
-    task = PeriodicTask.objects.filter(name=schedule_name).first()
-    if task is None:
-        raise ScheduleError(f"no periodic task named {schedule_name!r}")
+    """Start *workflow* for the tick of schedule *schedule_name* (a ``beat_schedule``
+    entry of *app*, default Celery's current app, or a django-celery-beat periodic task)
+    that the start sent at *sent_at* (default: *now*) belongs to, at most once per tick
+    (see the module); what happened, as JSON."""
+    schedule = _find_schedule(schedule_name, app)
     now = now or timezone.now()
     sent = sent_at or now
-    tick = latest_tick(task.schedule, sent)
-    current = latest_tick(task.schedule, now)
-    if late(sent, now, _ticked_since(task.schedule, tick, current, sent, now)):
+    tick = latest_tick(schedule, sent)
+    current = latest_tick(schedule, now)
+    if late(sent, now, _ticked_since(schedule, tick, current, sent, now)):
         tick = current
     started = start_for_tick(schedule_name, workflow, state, tick)
     if started.created:
@@ -168,6 +205,7 @@ def schedule_workflow(
 
     if (crontab is None) == (every is None):
         raise ScheduleError("schedule_workflow() takes exactly one of crontab= and every=")
+    check_state_template(state)
     fields: dict[str, Any] = {
         "task": START_TASK,
         "kwargs": json.dumps({"workflow": workflow, "state": state}),
@@ -190,3 +228,53 @@ def schedule_workflow(
     tasks = PeriodicTask.objects.db_manager(using)
     task, _ = tasks.update_or_create(name=name, defaults=fields)
     return task
+
+
+def beat_schedule_entry(
+    name: str,
+    workflow: str,
+    *,
+    state: Any = None,
+    crontab: dict[str, str] | None = None,
+    every: timedelta | None = None,
+) -> dict[str, Any]:
+    """An entry of Celery's own ``beat_schedule`` that starts *workflow* with the state
+    template *state*, on *crontab* (``{"minute": "0", "hour": "2"}``, in Celery's
+    time zone) or *every* (a ``timedelta``): exactly one of them. No django-celery-beat
+    needed; put it under the key *name*::
+
+        app.conf.beat_schedule = {
+            "nightly-report": beat_schedule_entry(
+                "nightly-report", "nightly-report", crontab={"minute": "0", "hour": "2"}
+            ),
+        }
+
+    A bad template or schedule raises ``ScheduleError`` here, when the app loads.
+    """
+    from celery.schedules import crontab as celery_crontab
+
+    if (crontab is None) == (every is None):
+        raise ScheduleError("beat_schedule_entry() takes exactly one of crontab= and every=")
+    check_state_template(state)
+    if crontab is not None:
+        unknown = sorted(set(crontab) - set(CRONTAB_FIELDS))
+        if unknown:
+            raise ScheduleError(
+                f"crontab fields are {', '.join(CRONTAB_FIELDS)}, not {', '.join(unknown)}"
+            )
+        try:
+            schedule: Any = celery_crontab(**crontab)
+        except ValueError as exc:
+            raise ScheduleError(f"crontab {crontab!r}: {exc}") from exc
+    else:
+        assert every is not None
+        if every < timedelta(seconds=1):
+            raise ScheduleError(f"every must be at least a second, not {every}")
+        schedule = every
+    return {
+        "task": START_TASK,
+        "schedule": schedule,
+        "kwargs": {"workflow": workflow, "state": state, "schedule": name},
+        # Also read as the task's request.periodic_task_name, as django-celery-beat sends it.
+        "options": {"headers": {"periodic_task_name": name}},
+    }

@@ -114,10 +114,10 @@ def recover_workflows(
 def start_scheduled_workflow(
     self: Any, workflow: str, state: Any = None, schedule: str | None = None
 ) -> dict[str, Any]:
-    """Start *workflow* (its state a template) for the current tick of the
-    django-celery-beat periodic task that sent this, at most once per tick (see
-    ``schedules``). *schedule* names the periodic task when the message does not
-    (django-celery-beat sends its name in the ``periodic_task_name`` header)."""
+    """Start *workflow* (its state a template) for the current tick of the schedule
+    that sent this (an entry of Celery's ``beat_schedule`` or a django-celery-beat
+    periodic task), at most once per tick (see ``schedules``). *schedule* names it when
+    the message does not (both send its name in the ``periodic_task_name`` header)."""
     from datetime import datetime
 
     from .schedules import ScheduleError, start_scheduled
@@ -125,12 +125,12 @@ def start_scheduled_workflow(
     name = getattr(self.request, "periodic_task_name", None) or schedule
     if not name:
         raise ScheduleError(
-            "no periodic task named: send this task from django-celery-beat, or pass "
-            "schedule=<the periodic task's name>"
+            "no schedule named: send this task from Celery beat (a beat_schedule_entry) "
+            "or django-celery-beat, or pass schedule=<the schedule's name>"
         )
     stamp = getattr(self.request, SENT_AT_HEADER, None)
     sent_at = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
-    return start_scheduled(name, workflow, state, sent_at=sent_at)
+    return start_scheduled(name, workflow, state, sent_at=sent_at, app=self.app)
 
 
 #: Stamped on every start task when it is published (by beat): its tick is the one

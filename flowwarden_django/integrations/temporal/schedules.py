@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ...workflows.schedule_ticks import ScheduleError
+from ...workflows.schedule_ticks import ScheduleError, check_state_template
 from .config import TemporalConfig
 from .connection import TemporalConnection
 from .messages import SCHEDULED_START_TYPE, ScheduledStart
@@ -49,6 +49,7 @@ def schedule_workflow(
 
     if every < timedelta(seconds=1):
         raise ScheduleError(f"every must be at least a second, not {every}")
+    check_state_template(state)
     config = config or TemporalConfig.from_settings()
     action = ScheduleActionStartWorkflow(
         SCHEDULED_START_TYPE,

@@ -91,16 +91,18 @@ class Command(BaseCommand):
         self.stdout.write("Stopped; its data is gone.")
 
     def _serve(self, server: Any, stopping: threading.Event) -> None:
-        """Until stopped: a line when writes arrived (every few seconds at most)."""
-        last = server.cluster_time
+        """Until stopped: a line when writes arrived (every few seconds at most). The
+        cluster time alone moves with the wall clock, so the data version is watched."""
+        last = server.data_version
         while not stopping.wait(2.0):
-            now = server.cluster_time
-            if now != last:
+            version = server.data_version
+            if version != last:
+                now = server.cluster_time
                 self.stdout.write(
                     f"{time.strftime('%H:%M:%S')}  writes arrived (cluster time "
                     f"{now.time}.{now.inc})"
                 )
-                last = now
+                last = version
 
 
 def _read_seed(path: Path) -> list[dict[str, Any]]:
