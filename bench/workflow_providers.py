@@ -211,7 +211,7 @@ def check_servers(broker_url: str) -> tuple[str, str]:
     """Redis's version and the ``temporal`` binary; exit 2 when either is missing."""
     import redis
 
-    from tests.services import temporal_binary
+    from tests.support.services import temporal_binary
 
     client = redis.Redis.from_url(broker_url, socket_timeout=5, socket_connect_timeout=5)
     try:
@@ -253,7 +253,7 @@ class WorkerProcess:
     def __init__(
         self, name: str, command: list[str], env: dict[str, str], log_path: Path, ready: str
     ) -> None:
-        from tests.temporal_procs import wait_until
+        from tests.support.temporal_procs import wait_until
 
         self.name = name
         self.log_path = log_path
@@ -660,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.providers_app import raw_chain
     from bench.providers_app.workflows import NAME, SHORT_NAME, STEPS
     from bench.providers_celery import app as celery_app
-    from tests.temporal_procs import DevServer
+    from tests.support.temporal_procs import DevServer
 
     # What Celery's Django fixup does in a project's processes: the project's app is
     # the current app in every thread (the provider publishes with the current app).

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.services import REQUIRE_SERVICES, unavailable_reason
+from tests.support.services import REQUIRE_SERVICES, unavailable_reason
 
 # A plugin of the tests that use the API fixtures (``pytest_plugins`` there); its
 # asserts are rewritten like a test module's, though they import it first.

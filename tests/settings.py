@@ -3,7 +3,7 @@
 import os
 from importlib.util import find_spec
 
-from tests.services import SERVICES, available, redis_url, scratch_dir
+from tests.support.services import SERVICES, available, redis_url, scratch_dir
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -29,7 +29,7 @@ INSTALLED_APPS = [
 if find_spec("celery") and find_spec("django_celery_beat"):
     INSTALLED_APPS += ["django_celery_beat"]
 
-# The REST API (the "drf" extra); absent in tests/test_optional_extras.py's child.
+# The REST API (the "drf" extra); absent in tests/packaging/test_optional_extras.py's child.
 if all(find_spec(m) for m in ("rest_framework", "drf_spectacular", "django_filters")):
     INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular"]
     INSTALLED_APPS += ["django_filters"]

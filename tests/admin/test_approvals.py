@@ -24,8 +24,8 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.approvals import reject
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests.refund_workflow import define_refunds, settle
-from tests.refund_workflow import seen_decisions as SEEN
+from tests.support.refund_workflow import define_refunds, settle
+from tests.support.refund_workflow import seen_decisions as SEEN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

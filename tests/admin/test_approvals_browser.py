@@ -23,8 +23,8 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests.browser import BrowserPage, artifact_dir, start_chrome
-from tests.lanes import on_lane
+from tests.support.browser import BrowserPage, artifact_dir, start_chrome
+from tests.support.lanes import on_lane
 
 PASSWORD = "s3cret-pass"
 

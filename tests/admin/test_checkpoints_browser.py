@@ -8,8 +8,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
-from tests.browser import start_chrome
-from tests.lanes import on_lane
+from tests.support.browser import start_chrome
+from tests.support.lanes import on_lane
 
 PROCESSED = "8263A1B2C3000000012B022C0100296E5A1004" + "EF" * 20 + "04"
 SEEN = "8263A1B2C4000000022B022C0100296E5A1004" + "12" * 20 + "04"

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from flowwarden_django.models import StreamControl, StreamWorker
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
-from tests.browser import start_chrome
-from tests.lanes import on_lane
-from tests.status_rows import checkpoint, control, dead_letter
+from tests.support.browser import start_chrome
+from tests.support.lanes import on_lane
+from tests.support.status_rows import checkpoint, control, dead_letter
 
 pytestmark = pytest.mark.django_db
 

@@ -26,8 +26,8 @@ from tests.admin.test_console import (
     row,
     staff,
 )
-from tests.browser import artifact_dir, start_chrome
-from tests.lanes import on_lane
+from tests.support.browser import artifact_dir, start_chrome
+from tests.support.lanes import on_lane
 
 MEMORY = "flowwarden_django.streams.backends.memory."
 

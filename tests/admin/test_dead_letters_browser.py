@@ -22,8 +22,8 @@ from flowwarden_django.streams.spec import DeadLetterQueueSpec, RetryPolicySpec
 from flowwarden_django.streams.stores import dlq_stores
 from flowwarden_django.testkit.fake_source import FakeChangeSource
 from tests.admin.test_dead_letters import PoisonStream, park
-from tests.browser import artifact_dir, start_chrome
-from tests.lanes import on_lane
+from tests.support.browser import artifact_dir, start_chrome
+from tests.support.lanes import on_lane
 from tests.testapp.models import Effect
 
 STREAM = "dlq-browser-orders"

@@ -31,7 +31,7 @@ from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import WorkflowSnapshot
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from tests.api.helpers import postgres_lane
-from tests.lanes import lane_marks
+from tests.support.lanes import lane_marks
 
 pytest_plugins = ["tests.api.helpers"]  # the on_lane fixture
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,10 +24,10 @@ from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.streams.checkpoint import Checkpoint
 from flowwarden_django.streams.stores import checkpoint_stores
 from tests.admin.test_dead_letters import PoisonStream, park
-from tests.browser import artifact_dir, start_chrome
-from tests.lanes import on_lane
-from tests.status_rows import worker
-from tests.test_inbox import refunds  # noqa: F401  (the fixture)
+from tests.inbox.test_inbox import refunds  # noqa: F401  (the fixture)
+from tests.support.browser import artifact_dir, start_chrome
+from tests.support.lanes import on_lane
+from tests.support.status_rows import worker
 
 PASSWORD = "s3cret-pass"
 STREAM = "widths-orders-with-a-rather-long-stream-name"

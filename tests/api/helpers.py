@@ -2,7 +2,7 @@
 
 A workflow ``api-refund`` asks for an approval when the amount is 100 or more
 (assigned to ``alice`` and the group ``finance``); its next step records the
-decision it was given in ``tests.refund_workflow.seen_decisions``, so tests can tell
+decision it was given in ``tests.support.refund_workflow.seen_decisions``, so tests can tell
 how often a run resumed.
 """
 
@@ -26,8 +26,8 @@ from flowwarden_django.workflows import (
     WorkflowDefinition,
     workflow_registry,
 )
-from tests.lanes import lane_marks
-from tests.refund_workflow import define_refunds
+from tests.support.lanes import lane_marks
+from tests.support.refund_workflow import define_refunds
 
 API = "/api/v1"
 WORKFLOW = "api-refund"

@@ -31,7 +31,7 @@ from tests.api.helpers import (
     postgres_lane,
     token_client,
 )
-from tests.refund_workflow import seen_decisions as SEEN
+from tests.support.refund_workflow import seen_decisions as SEEN
 
 pytest_plugins = ["tests.api.helpers"]  # the people and refunds fixtures
 pytestmark = pytest.mark.django_db(transaction=True)

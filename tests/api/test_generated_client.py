@@ -19,7 +19,7 @@ from django.test import Client
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import Workflow
 from tests.api.helpers import API, make_people, pending, perms
-from tests.refund_workflow import seen_decisions
+from tests.support.refund_workflow import seen_decisions
 
 pytest.importorskip("openapi_python_client")
 

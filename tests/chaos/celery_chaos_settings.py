@@ -1,7 +1,7 @@
 """Settings of the Celery worker subprocess of ``tests/chaos/test_workflow_outages.py``.
 
 Run as ``DJANGO_SETTINGS_MODULE=tests.chaos.celery_chaos_settings celery -A
-tests.celery_app worker``. The test passes the private servers through the
+tests.support.celery_app worker``. The test passes the private servers through the
 environment:
 
 * ``FW_CHAOS_DB_NAME`` / ``FW_CHAOS_DB_PORT``: the private PostgreSQL's database
@@ -16,7 +16,7 @@ on ``default``. Its log lines name their logger, so the test can count the
 
 import os
 
-from tests.celery_settings import *  # noqa: F403  (the apps and the worker's basics)
+from tests.support.celery_settings import *  # noqa: F403  (the apps and the worker's basics)
 
 DATABASES = {
     "default": {

@@ -24,7 +24,7 @@ from tests.chaos.servers import (
     redis_unavailable_reason,
     remove_database_alias,
 )
-from tests.services import REQUIRE_SERVICES
+from tests.support.services import REQUIRE_SERVICES
 
 S = TypeVar("S", bound=PrivateServer)
 

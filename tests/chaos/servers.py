@@ -88,7 +88,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from tests.services import free_port, scratch_dir
+from tests.support.services import free_port, scratch_dir
 
 HOST = "127.0.0.1"
 
@@ -102,7 +102,7 @@ class ServerStartError(RuntimeError):
 
 
 def _base_tmp() -> Path:
-    """Where server directories go (``tests.services.scratch_dir``)."""
+    """Where server directories go (``tests.support.services.scratch_dir``)."""
     return Path(scratch_dir())
 
 

@@ -21,7 +21,7 @@ from tests.chaos.servers import (
     rabbitmq_unavailable_reason,
     redis_unavailable_reason,
 )
-from tests.polling import wait_until
+from tests.support.polling import wait_until
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.chaos

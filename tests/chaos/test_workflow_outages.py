@@ -67,11 +67,11 @@ from flowwarden_django.workflows.execution import reset_providers
 from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.releases import pending_releases
 from flowwarden_django.workflows.runs import RunRecords, recover_after
-from tests.celery_procs import CeleryWorker
 from tests.chaos import workflow_app
 from tests.chaos.report import report
 from tests.chaos.servers import PrivatePostgres, PrivateServer
-from tests.step_log import executions as step_executions
+from tests.support.celery_procs import CeleryWorker
+from tests.support.step_log import executions as step_executions
 
 pytestmark = pytest.mark.chaos
 

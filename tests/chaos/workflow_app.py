@@ -21,7 +21,7 @@ from django.conf import settings
 
 from flowwarden_django.workflows import Workflow, WorkflowDefinition, advance, step
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests import step_log
+from tests.support import step_log
 
 INPROCESS = "fw-chaos-inprocess"
 CELERY = "fw-chaos-celery"

@@ -1,5 +1,5 @@
 """Fixtures of the Celery integration tests: the Redis broker, a queue of each test's
-own and its worker subprocesses (``tests.celery_workflow_settings``)."""
+own and its worker subprocesses (``tests.support.celery_workflow_settings``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 import redis
 from django.db import connections
 
-from tests.celery_procs import CeleryWorker as Worker
-from tests.celery_workflow_settings import transport_options
-from tests.services import SERVICES
+from tests.support.celery_procs import CeleryWorker as Worker
+from tests.support.celery_workflow_settings import transport_options
+from tests.support.services import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The database alias the workers write to (their ``default``).
@@ -72,7 +72,7 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.celery_workflow_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.celery_workflow_settings",
             "FLOWWARDEN_CELERY_DB_NAME": db["NAME"],
             "FLOWWARDEN_CELERY_DB_HOST": str(db["HOST"]),
             "FLOWWARDEN_CELERY_DB_PORT": str(db["PORT"]),

@@ -1,6 +1,6 @@
 """A stream with ``execution="celery"``: this process reads the change stream and
 keeps the window; a real ``celery worker`` (prefork, 4 children, Redis broker and
-result backend) handles each event, on both runtimes (``tests/celery_parallel_streams.py``).
+result backend) handles each event, on both runtimes (``tests/support/celery_parallel_streams.py``).
 
 The worker's children are all killed with SIGKILL, twice, while they handle events: the killed
 events are delivered again (``acks_late``, ``reject_on_worker_lost``) and every key's
@@ -26,12 +26,12 @@ from celery import _state as celery_state
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit.fake_source import FakeChangeSource
-from tests import celery_parallel_mode as declared
-from tests.celery_procs import wait_until
-from tests.celery_workflow_settings import transport_options
 from tests.integrations.conftest import DB
-from tests.lanes import lane_marks
 from tests.streams.managers import consumer_class
+from tests.support import celery_parallel_mode as declared
+from tests.support.celery_procs import wait_until
+from tests.support.celery_workflow_settings import transport_options
+from tests.support.lanes import lane_marks
 from tests.testapp.models import Effect
 
 EVENTS = 240

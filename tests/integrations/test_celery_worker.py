@@ -1,9 +1,9 @@
 """Celery integration: streams in a real ``celery worker``, replay and purge as tasks.
 
-The worker is a real subprocess, ``celery -A tests.celery_app worker``, with
-``DJANGO_SETTINGS_MODULE=tests.celery_settings``: its default database is the
+The worker is a real subprocess, ``celery -A tests.support.celery_app worker``, with
+``DJANGO_SETTINGS_MODULE=tests.support.celery_settings``: its default database is the
 PostgreSQL test database of this run and its broker (and result backend) is Redis
-db 14, on a queue of its own. Its stream (``tests/celery_streams.py``) reads a
+db 14, on a queue of its own. Its stream (``tests/support/celery_streams.py``) reads a
 ``ScriptedReplicaSet`` started in this process and writes one ``Effect`` row per
 insert. Everything is checked from the data.
 
@@ -45,14 +45,14 @@ from flowwarden_django.streams.dlq import (
     ErrorInfo,
 )
 from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
-from tests.celery_procs import CeleryWorker as Worker
-from tests.celery_procs import wait_until as _wait_until
-from tests.lanes import lane_marks
-from tests.services import SERVICES
+from tests.support.celery_procs import CeleryWorker as Worker
+from tests.support.celery_procs import wait_until as _wait_until
+from tests.support.lanes import lane_marks
+from tests.support.services import SERVICES
 from tests.testapp.models import Effect
 
 ROOT = Path(__file__).resolve().parents[2]
-STREAM = "celery-orders"  # tests/celery_streams.py
+STREAM = "celery-orders"  # tests/support/celery_streams.py
 EVENTS = 50
 #: Written by StreamsBootstep.start: how the log tells whether streams ran.
 STARTED_LINE = "flowwarden: streams running in worker"
@@ -105,7 +105,7 @@ def start_worker(tmp_path: Path, broker_url: str, queue: str) -> Iterator[Callab
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.celery_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.celery_settings",
             "FLOWWARDEN_CELERY_DB_NAME": db["NAME"],
             "FLOWWARDEN_CELERY_DB_HOST": str(db["HOST"]),
             "FLOWWARDEN_CELERY_DB_PORT": str(db["PORT"]),

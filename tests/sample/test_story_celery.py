@@ -1,11 +1,11 @@
 """The sample's story end to end, deployed like production: PostgreSQL, a Celery worker
 on a Redis broker, the stream runner and the web server, each its own process.
 
-Settings: ``tests/story_celery_settings.py`` (the sample's, on PostgreSQL with
-``WORKFLOW_EXECUTION = "celery"``); worker: ``celery -A tests.story_celery_app``.
+Settings: ``tests/support/story_celery_settings.py`` (the sample's, on PostgreSQL with
+``WORKFLOW_EXECUTION = "celery"``); worker: ``celery -A tests.support.story_celery_app``.
 MongoDB is the scripted replica set, started in this process; the other processes
 talk to it with the real pymongo driver (``FLOWWARDEN_MONGO_URL``). The story's acts
-are ``tests/story_procs.py``'s, shared with ``test_story_temporal.py``.
+are ``tests/support/story_procs.py``'s, shared with ``test_story_temporal.py``.
 
 1. ``migrate`` a fresh database; start the worker and ``runserver``; bootstrap the
    ``orders`` stream (``flowwarden_streams run --burst``).
@@ -40,10 +40,10 @@ pytest.importorskip("rest_framework", reason="the story's API needs djangorestfr
 
 import redis
 
-from tests.lanes import on_lane
-from tests.services import SERVICES
-from tests.story_celery_settings import BROKER_DB
-from tests.story_procs import (
+from tests.support.lanes import on_lane
+from tests.support.services import SERVICES
+from tests.support.story_celery_settings import BROKER_DB
+from tests.support.story_procs import (
     LARGE_ORDER,
     ORDERS,
     SMALL_ORDERS,
@@ -81,7 +81,7 @@ def test_the_sample_story_on_postgres_with_a_celery_worker(tmp_path: Path) -> No
         cleanup.callback(redis_client.close)
         cleanup.callback(delete_queue_keys, redis_client, queue)
         env = {
-            "DJANGO_SETTINGS_MODULE": "tests.story_celery_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.story_celery_settings",
             "FLOWWARDEN_STORY_QUEUE": queue,
         }
         story = cleanup.enter_context(story_on_postgres(tmp_path, tag, env))
@@ -99,7 +99,7 @@ def run_story(story: Story, queue: str) -> str:
         "-m",
         "celery",
         "-A",
-        "tests.story_celery_app",
+        "tests.support.story_celery_app",
         "worker",
         "-Q",
         queue,

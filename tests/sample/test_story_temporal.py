@@ -2,11 +2,11 @@
 Temporal dev server, a ``flowwarden_temporal_worker``, the stream runner and the web
 server, each its own process.
 
-Settings: ``tests/story_temporal_settings.py`` (the sample's, on PostgreSQL with
+Settings: ``tests/support/story_temporal_settings.py`` (the sample's, on PostgreSQL with
 ``WORKFLOW_EXECUTION = "temporal"``, on the dev server and a task queue of this run);
 worker: ``manage.py flowwarden_temporal_worker`` with those settings and its recovery
 sweep on, as deployed. MongoDB is the scripted replica set, started in this process.
-The story's acts are ``tests/story_procs.py``'s, shared with ``test_story_celery.py``.
+The story's acts are ``tests/support/story_procs.py``'s, shared with ``test_story_celery.py``.
 
 1. ``migrate`` a fresh database; start the worker and ``runserver``; bootstrap the
    ``orders`` stream (``flowwarden_streams run --burst``).
@@ -41,8 +41,8 @@ pytest.importorskip("psycopg", reason="the story needs psycopg")
 pytest.importorskip("rest_framework", reason="the story's API needs djangorestframework")
 
 from flowwarden_django.integrations.temporal.messages import STEP_ACTIVITY, WAKE_SIGNAL
-from tests.lanes import on_lane
-from tests.story_procs import (
+from tests.support.lanes import on_lane
+from tests.support.story_procs import (
     LARGE_ORDER,
     ORDERS,
     SMALL_ORDERS,
@@ -50,7 +50,7 @@ from tests.story_procs import (
     Story,
     story_on_postgres,
 )
-from tests.temporal_procs import DevServer, TemporalWorker, executions, history
+from tests.support.temporal_procs import DevServer, TemporalWorker, executions, history
 
 STEP_DONE = re.compile(
     rf"workflow {WORKFLOW} \((?P<cid>[^)]+)\): step (?P<step>\S+) done "
@@ -74,7 +74,7 @@ def test_the_sample_story_on_postgres_with_a_temporal_worker(tmp_path: Path) -> 
         server.start()
         cleanup.callback(server.stop)
         env = {
-            "DJANGO_SETTINGS_MODULE": "tests.story_temporal_settings",
+            "DJANGO_SETTINGS_MODULE": "tests.support.story_temporal_settings",
             "FLOWWARDEN_TEMPORAL_TARGET": server.target,
             "FLOWWARDEN_STORY_QUEUE": queue,
         }

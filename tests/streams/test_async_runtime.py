@@ -26,7 +26,7 @@ from flowwarden_django.streams.spec import (
     RetryPolicySpec,
     StreamSpec,
 )
-from tests.lanes import on_lane
+from tests.support.lanes import on_lane
 
 FAST = RestartPolicySpec(max_attempts=3, initial_delay="1ms", max_delay="5ms")
 

@@ -15,8 +15,8 @@ import pytest
 from flowwarden_django.streams.backends.mongo import MongoCheckpointStore
 from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
-from tests.lanes import on_lane
 from tests.streams.async_mongomock import MONGOMOCK_LOCK, NativeAsyncOnly, NativeOnMongomock
+from tests.support.lanes import on_lane
 
 
 class SerializedCollection:

@@ -4,7 +4,7 @@ import pytest
 
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
-from tests.lanes import on_lane
+from tests.support.lanes import on_lane
 
 
 class OrmContract(CheckpointStoreContract):

@@ -11,8 +11,8 @@ from flowwarden_django.streams.backends.redis import RedisCheckpointStore
 from flowwarden_django.streams.checkpoint import Checkpoint, CheckpointStore
 from flowwarden_django.testkit import AsyncCheckpointStoreContract, CheckpointStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
-from tests.lanes import on_lane
-from tests.services import redis_url
+from tests.support.lanes import on_lane
+from tests.support.services import redis_url
 
 
 def delete_keys(store):

@@ -87,8 +87,8 @@ from flowwarden_django.models import StreamSettledEvent
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.testkit._scripted_events import parse_token
 from tests.crash import parallel_mode
-from tests.lanes import on_lane
-from tests.story_procs import die_with_parent
+from tests.support.lanes import on_lane
+from tests.support.story_procs import die_with_parent
 from tests.testapp.models import Effect
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,10 +32,10 @@ from flowwarden_django.streams.dlq import (
 from flowwarden_django.testkit import AsyncDlqStoreContract, DlqStoreContract
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.dlq_store import DEFAULT_POLICY, full_event, make_event
-from tests.lanes import lane_marks, on_lane
 from tests.streams.async_mongomock import NativeAsyncOnly, NativeOnMongomock
 from tests.streams.test_contract_mongo import SerializedCollection
 from tests.streams.test_contract_redis import delete_keys, redis_url
+from tests.support.lanes import lane_marks, on_lane
 
 # -- memory ----------------------------------------------------------------------------
 

@@ -36,8 +36,8 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.streams.validation import validate_spec
 from flowwarden_django.testkit.fake_source import FakeChangeSource
-from tests.lanes import on_lane
 from tests.streams.managers import RUNNERS, consumer_class
+from tests.support.lanes import on_lane
 
 Consumer = StreamConsumer
 

@@ -96,8 +96,6 @@ from flowwarden_django.streams.runtime.manager import pymongo_source
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit._scripted_events import parse_token
 from tests.crash.copy_sync import GATES, SNAPSHOT, STREAM, TRANSACTIONAL_STREAM
-from tests.lanes import on_lane
-from tests.story_procs import die_with_parent
 from tests.streams.test_crash import (
     APPLICATION_NAME,
     ROOT,
@@ -109,6 +107,8 @@ from tests.streams.test_crash import (
     _wait_sessions_gone,
     _wait_until,
 )
+from tests.support.lanes import on_lane
+from tests.support.story_procs import die_with_parent
 from tests.testapp.models import Effect, MirrorDoc
 
 #: Upper bounds of the waits: a hang fails the test instead of blocking CI.

@@ -36,8 +36,6 @@ from django.db import connections
 from django.db.models import Count, Max
 
 from flowwarden_django.models import StreamLease, StreamWorker
-from tests.lanes import on_lane
-from tests.story_procs import die_with_parent
 from tests.streams.test_crash import (
     ROOT,
     START_TIMEOUT,
@@ -46,6 +44,8 @@ from tests.streams.test_crash import (
     _read_line,
     _stop,
 )
+from tests.support.lanes import on_lane
+from tests.support.story_procs import die_with_parent
 from tests.testapp.models import Effect
 
 EVENTS = 3000

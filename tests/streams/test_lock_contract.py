@@ -26,10 +26,10 @@ from flowwarden_django.streams.backends.redis import RedisLockService
 from flowwarden_django.streams.locks import LeaseLostError
 from flowwarden_django.testkit import AsyncLockServiceContract, LockServiceContract
 from flowwarden_django.testkit.lock_service import A, B
-from tests.lanes import lane_marks, on_lane
-from tests.services import redis_url
 from tests.streams.async_mongomock import NativeAsyncOnly, NativeOnMongomock
 from tests.streams.test_contract_mongo import SerializedCollection
+from tests.support.lanes import lane_marks, on_lane
+from tests.support.services import redis_url
 
 # -- memory -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from flowwarden_django.streams import Checkpoint
 from flowwarden_django.streams.backends import orm
 from flowwarden_django.streams.backends.orm import OrmCheckpointStore
 from flowwarden_django.testkit.checkpoint_store import now_ms, sync_progress, token
-from tests.lanes import lane_marks
+from tests.support.lanes import lane_marks
 
 ALIASES = [
     pytest.param("default", marks=pytest.mark.django_db(transaction=True), id="sqlite"),

@@ -25,9 +25,9 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.streams.validation import validate_spec
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
-from tests import polling
-from tests.lanes import on_lane
 from tests.streams.managers import consumer_class
+from tests.support import polling
+from tests.support.lanes import on_lane
 
 WAIT = polling.DEADLINE_SECONDS
 

@@ -17,8 +17,8 @@ from flowwarden_django.streams.backends.memory import InMemoryLockService
 from flowwarden_django.streams.backends.orm import OrmLockService
 from flowwarden_django.streams.backends.redis import RedisLockService
 from flowwarden_django.streams.locks import LockService
-from tests.lanes import lane_marks, on_lane
-from tests.services import redis_url
+from tests.support.lanes import lane_marks, on_lane
+from tests.support.services import redis_url
 
 #: Names that are, or were, another lease's keys, or look like a key kind.
 TRICKY = [

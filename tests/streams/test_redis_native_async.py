@@ -23,8 +23,8 @@ from flowwarden_django.streams.locks import Lease, LeaseLostError, LockService
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.dlq_store import DEFAULT_POLICY, make_event
 from flowwarden_django.testkit.lock_service import A, B
-from tests.lanes import on_lane
 from tests.streams.test_contract_redis import delete_keys, redis_url
+from tests.support.lanes import on_lane
 
 
 def prefix():

@@ -33,7 +33,6 @@ from flowwarden_django.streams.runtime.manager import StreamManager
 from flowwarden_django.streams.spec import CheckpointSpec
 from flowwarden_django.streams.stores import checkpoint_stores
 from flowwarden_django.testkit.fake_source import FakeChangeSource, FakeOplog
-from tests.status_rows import NOW, worker
 from tests.streams.test_initial_sync import (  # noqa: F401 (fixtures)
     FAST,
     Mirror,
@@ -41,6 +40,7 @@ from tests.streams.test_initial_sync import (  # noqa: F401 (fixtures)
     _state,
     scripted,
 )
+from tests.support.status_rows import NOW, worker
 
 MEMORY = "flowwarden_django.streams.backends.memory."
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -18,8 +18,8 @@ from flowwarden_django.streams.runtime import (
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
-from tests.polling import poll
 from tests.streams.managers import RUNNERS, consumer_class
+from tests.support.polling import poll
 
 
 class Clock:

@@ -22,7 +22,7 @@ import pymongo
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
-from tests.services import free_port
+from tests.support.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

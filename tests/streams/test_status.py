@@ -17,7 +17,7 @@ from flowwarden_django.streams.dlq import DlqStore
 from flowwarden_django.streams.operations.status import health_report, instance_key, stream_status
 from flowwarden_django.streams.registry import StreamRegistry, register_stream, stream_registry
 from flowwarden_django.streams.spec import DeadLetterQueueSpec
-from tests.status_rows import NOW, ago, checkpoint, control, dead_letter, worker
+from tests.support.status_rows import NOW, ago, checkpoint, control, dead_letter, worker
 
 pytestmark = pytest.mark.django_db
 

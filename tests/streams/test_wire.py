@@ -58,8 +58,8 @@ from flowwarden_django.streams.runtime import (
 from flowwarden_django.streams.source import is_history_lost
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.streams.tokens import Token
-from tests.lanes import lane_marks, on_lane
-from tests.services import unavailable_reason
+from tests.support.lanes import lane_marks, on_lane
+from tests.support.services import unavailable_reason
 
 STREAM = "orders"
 MAIN_COMMENT = f"flowwarden:{STREAM}"

@@ -6,7 +6,7 @@ import os
 
 from django.conf import settings
 
-from tests.temporal_workflows import define_versions, define_workflows
+from tests.support.temporal_workflows import define_versions, define_workflows
 
 define_workflows(settings.FLOWWARDEN_TEST_WORKFLOW_DB)
 define_versions(

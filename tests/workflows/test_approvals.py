@@ -43,8 +43,8 @@ from flowwarden_django.workflows.approvals import (
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.runs import RunRecords, new_runner_token
-from tests.lanes import lane_marks
-from tests.refund_workflow import define_refunds, review, seen_decisions, settle
+from tests.support.lanes import lane_marks
+from tests.support.refund_workflow import define_refunds, review, seen_decisions, settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

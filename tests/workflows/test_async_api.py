@@ -55,8 +55,8 @@ from flowwarden_django.workflows.approvals import (
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.runs import RunRecords, new_runner_token
 from flowwarden_django.workflows.signals import snapshot_forked, snapshot_saved
-from tests.lanes import lane_marks
-from tests.refund_workflow import define_refunds
+from tests.support.lanes import lane_marks
+from tests.support.refund_workflow import define_refunds
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.anyio]
 

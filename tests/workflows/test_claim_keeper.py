@@ -37,7 +37,7 @@ from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.claim_keeper import ClaimKeeper, HeldClaim
 from flowwarden_django.workflows.recovery import recover_stalled_runs
 from flowwarden_django.workflows.runs import RunRecords, new_runner_token
-from tests.lanes import lane_marks
+from tests.support.lanes import lane_marks
 
 DB = "postgres"
 LEASE = timedelta(seconds=0.4)

@@ -38,8 +38,8 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.engine import LAST_STEP
-from tests import workflow_procs
-from tests.lanes import lane_marks
+from tests.support import workflow_procs
+from tests.support.lanes import lane_marks
 from tests.testapp.models import Effect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,11 +251,11 @@ def test_threads_racing_to_start_one_idempotency_key() -> None:
 
 
 class Proc:
-    """A ``tests.workflow_procs race`` subprocess and its JSON event lines."""
+    """A ``tests.support.workflow_procs race`` subprocess and its JSON event lines."""
 
     def __init__(self, cid: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.workflow_procs", "race", cid],
+            [sys.executable, "-m", "tests.support.workflow_procs", "race", cid],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **env},
             stdin=subprocess.PIPE,

@@ -2,12 +2,12 @@
 within seconds; and a step far longer than the claim's lease is never taken over
 while its process lives.
 
-Both run the ``wf-slow-second`` workflow (``tests.workflow_procs``: four steps, the
-second sleeping ``state["sleep"]`` seconds) in a ``tests.workflow_procs start``
-subprocess against the PostgreSQL test database, beside a ``tests.workflow_procs
+Both run the ``wf-slow-second`` workflow (``tests.support.workflow_procs``: four steps, the
+second sleeping ``state["sleep"]`` seconds) in a ``tests.support.workflow_procs start``
+subprocess against the PostgreSQL test database, beside a ``tests.support.workflow_procs
 sweep`` subprocess: ``manage.py flowwarden_workflows recover --every``, the in-process
 sweep as the README sets it up. Every step execution is logged to a file
-(``tests.step_log``), which is how the steps are counted; the snapshots are checked
+(``tests.support.step_log``), which is how the steps are counted; the snapshots are checked
 to be one chain. The Celery and Temporal twins are in ``tests/integrations``.
 """
 
@@ -32,10 +32,10 @@ from django.db import connections
 from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import RunStatus, workflow_registry
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests import workflow_procs
-from tests.lanes import lane_marks
-from tests.step_log import assert_chained, executions
-from tests.story_procs import ROOT, die_with_parent
+from tests.support import workflow_procs
+from tests.support.lanes import lane_marks
+from tests.support.step_log import assert_chained, executions
+from tests.support.story_procs import ROOT, die_with_parent
 
 DB = "postgres"
 #: The liveness bound: a run whose runner died completes within this many seconds of
@@ -53,7 +53,7 @@ pytestmark = [
 
 
 class Proc:
-    """A ``python -m tests.workflow_procs ...`` subprocess and its output lines."""
+    """A ``python -m tests.support.workflow_procs ...`` subprocess and its output lines."""
 
     def __init__(self, args: list[str], log_path: Path) -> None:
         db = connections[DB].settings_dict
@@ -70,7 +70,7 @@ class Proc:
         self.log_path = log_path
         self.stderr = log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "tests.workflow_procs", *args],
+            [sys.executable, "-u", "-m", "tests.support.workflow_procs", *args],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -46,8 +46,8 @@ from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.engine import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from flowwarden_django.workflows.runs import LeaseLostError, RunRecords, new_runner_token
-from tests import workflow_procs
-from tests.lanes import lane_marks, on_lane
+from tests.support import workflow_procs
+from tests.support.lanes import lane_marks, on_lane
 from tests.testapp.models import Effect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -632,7 +632,7 @@ def test_a_start_rolled_back_with_its_transaction_leaves_nothing(registered: Any
 
 def _resume_in_subprocess(env: dict[str, str], cid: str, decision: Any) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.workflow_procs", "resume", cid, json.dumps(decision)],
+        [sys.executable, "-m", "tests.support.workflow_procs", "resume", cid, json.dumps(decision)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,

@@ -30,7 +30,7 @@ from flowwarden_django.workflows.approvals import ApprovalDecision, approve, rej
 from flowwarden_django.workflows.approvals.sweep import sweep_approvals
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from tests.api.helpers import People, pending, postgres_lane
-from tests.refund_workflow import seen_decisions
+from tests.support.refund_workflow import seen_decisions
 
 pytest_plugins = ["tests.api.helpers"]  # the people, refunds and on_lane fixtures
 pytestmark = [

@@ -31,7 +31,7 @@ from tests.api.helpers import (
     postgres_lane,
     token_client,
 )
-from tests.refund_workflow import seen_decisions
+from tests.support.refund_workflow import seen_decisions
 
 pytest_plugins = ["tests.api.helpers"]  # the people, refunds and on_lane fixtures
 pytestmark = [

@@ -35,7 +35,7 @@ from flowwarden_django.workflows.runs import (
     new_handoff_token,
     run_lease,
 )
-from tests.lanes import lane_marks
+from tests.support.lanes import lane_marks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

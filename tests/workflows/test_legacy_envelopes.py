@@ -24,7 +24,7 @@ from flowwarden_django.workflows.encryption import (
 )
 from flowwarden_django.workflows.snapshot import WorkflowSnapshot, new_snapshot_id
 from flowwarden_django.workflows.store import snapshot_stores
-from tests.lanes import lane_marks
+from tests.support.lanes import lane_marks
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),

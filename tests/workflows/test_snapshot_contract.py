@@ -14,7 +14,7 @@ from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.encryption import generate_key
 from flowwarden_django.workflows.snapshot import CheckpointQuery, Deleted, WorkflowSnapshot
-from tests.lanes import on_lane
+from tests.support.lanes import on_lane
 
 # -- memory -----------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from flowwarden_django.workflows.runs import (
     new_runner_token,
 )
 from flowwarden_django.workflows.snapshot import WorkflowSnapshot
-from tests.lanes import lane_marks
+from tests.support.lanes import lane_marks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

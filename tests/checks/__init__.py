@@ -1,0 +1,1 @@
+"""Tests of the system checks of the FLOWWARDEN setting, ``flowwarden_django.checks``."""

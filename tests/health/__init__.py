@@ -1,0 +1,2 @@
+"""Tests of the operational endpoints, ``flowwarden_django.views`` and ``.urls``:
+``/flowwarden/health/`` and ``/flowwarden/metrics/``, what they report and to whom."""
