@@ -93,7 +93,7 @@ $(VENV)/.test-installed: $(VENV)/.venv-created setup.cfg pyproject.toml
 	@# Scheduled starts' tests: django-celery-beat 2.9 declares Django<6.1, which would
 	@# take the Django 6.1 lane back to 6.0; installed without its Django pin (its other
 	@# requirements as it states them), it runs on 6.1 too (the lane's tests say so).
-	@# The same lines as docs/install.md's (tests/test_install_lines.py checks both).
+	@# The same lines as docs/install.md's (tests/packaging/test_install_lines.py checks both).
 	$(PIP) install --quiet --no-deps "django-celery-beat==2.9.0"
 	$(PIP) install --quiet "django-timezone-field>=5.0" "cron-descriptor>=1.2.32,<2" "python-crontab>=2.3.4" tzdata
 	@if pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mariadb 2>/dev/null; then \

@@ -29,8 +29,8 @@ from flowwarden_django.streams.spec import (
 )
 from flowwarden_django.testkit.checkpoint_store import now_ms
 from flowwarden_django.testkit.fake_source import FakeChangeSource
-from tests.polling import wait_until
 from tests.streams.managers import RUNNERS, consumer_class
+from tests.support.polling import wait_until
 
 Consumer = StreamConsumer
 

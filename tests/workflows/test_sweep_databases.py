@@ -30,7 +30,7 @@ from flowwarden_django.workflows import (
 from flowwarden_django.workflows.approvals import sweep_approvals
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.recovery import workflow_databases
-from tests.refund_workflow import define_refunds
+from tests.support.refund_workflow import define_refunds
 
 pytestmark = pytest.mark.django_db(databases=["default", "other"])
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import django
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- tested-install: django-celery-beat on Django 6.1"
 PROJECT = "flowwarden-django"
 INSTALL_TIMEOUT = 900
