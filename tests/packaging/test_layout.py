@@ -183,3 +183,12 @@ def test_the_import_contracts_hold() -> None:
         [str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_the_tests_root_holds_only_the_test_plumbing() -> None:
+    """Tests live in the folder of what they test, helpers in ``tests/support/``: the root
+    keeps the package marker, the conftest, and the settings and URLs Django loads."""
+    tests = ROOT / "tests"
+    assert {path.name for path in tests.iterdir() if path.is_file()} == {
+        "__init__.py", "conftest.py", "settings.py", "urls.py",
+    }  # fmt: skip
