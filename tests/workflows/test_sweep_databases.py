@@ -17,7 +17,7 @@ from django.utils import timezone
 from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import RunStatus, Workflow, advance, step, workflow_registry
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.recovery import workflow_databases
+from flowwarden_django.workflows.operations.recovery import workflow_databases
 
 pytestmark = pytest.mark.django_db(databases=["default", "other"])
 
@@ -100,7 +100,7 @@ def test_the_temporal_recovery_wakes_a_stalled_run_on_a_second_database(
 def test_a_database_that_fails_does_not_keep_the_others_from_being_swept(
     elsewhere: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flowwarden_django.workflows import recovery
+    from flowwarden_django.workflows.operations import recovery
 
     real = recovery.recover_stalled_runs
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ...workflows.schedule_ticks import (
+from ...workflows.operations.schedule_ticks import (
     ScheduleError,
     interval_tick,
     late,

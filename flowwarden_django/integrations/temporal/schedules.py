@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ...workflows.schedule_ticks import ScheduleError
+from ...workflows.operations.schedule_ticks import ScheduleError
 from .config import TemporalConfig
 from .connection import TemporalConnection
 from .messages import SCHEDULED_START_TYPE, ScheduledStart

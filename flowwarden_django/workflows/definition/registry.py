@@ -22,12 +22,12 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .runs import RunRecords, UnknownRunError
+from ..runs.records import RunRecords, UnknownRunError
+from ..storage.store import SnapshotStore, snapshot_stores
 
 if TYPE_CHECKING:
     from .results import WorkflowResult
     from .steps import WorkflowStep
-    from .store import SnapshotStore
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -62,6 +62,14 @@ class RegisteredWorkflow(Protocol):
     def using(self) -> str | None: ...
 
     def workflow(self, coordination_id: str) -> Coordination: ...
+
+    def start(
+        self,
+        initial_state: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        coordination_id: str | None = None,
+    ) -> Any: ...
 
 
 class VersionNotDefinedError(LookupError):
@@ -182,3 +190,12 @@ def workflow_for(
             records.needs_upgrade(coordination_id, str(error), only_if_idle=True)
         raise error from None
     return definition.workflow(coordination_id)
+
+
+def store_for_workflow(workflow_name: str) -> SnapshotStore:
+    """The snapshot store of a workflow defined in this process, else the ``default``
+    alias's (where a run of a workflow defined elsewhere most likely keeps its own)."""
+    if workflow_name in workflow_registry:
+        store = workflow_registry.get(workflow_name).store
+        return snapshot_stores[store] if isinstance(store, str) else store
+    return snapshot_stores["default"]

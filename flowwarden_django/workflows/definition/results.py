@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .runs import RunStatus
+from ..runs.records import RunStatus
 
 
 class WorkflowResult:

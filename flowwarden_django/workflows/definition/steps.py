@@ -20,10 +20,10 @@ from typing import Any, ClassVar, overload
 
 from django.utils import timezone
 
+from ..runs.records import RunStatus
 from .decisions import ApprovalDecision
 from .metadata import WAKE_AT
 from .patches import PatchBook, check_patches
-from .runs import RunStatus
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from ..common.connections import discard_unusable_connections
-from ..common.failure_log import FailureLog
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -142,7 +142,7 @@ class ClaimKeeper:
             return max(min(claim.due for claim in self._claims.values()) - time.monotonic(), 0)
 
     def _renew(self, claim: HeldClaim) -> None:
-        from .runs import RunRecords
+        from ..runs.records import RunRecords
 
         sent = time.monotonic()
         try:

@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from ..conf import SETTING_NAME, fw_settings
-from .runs import RunStatus
+from ...conf import SETTING_NAME, fw_settings
+from ..runs.records import RunStatus
 
 if TYPE_CHECKING:
-    from ..models import WorkflowRun
-    from .results import WorkflowResult
-    from .runs import RunRecords
-    from .snapshot import WorkflowSnapshot
+    from ...models import WorkflowRun
+    from ..definition.results import WorkflowResult
+    from ..runs.records import RunRecords
+    from ..storage.snapshot import WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any
 
-from ..common.connections import discard_unusable_connections
-from ..common.failure_log import FailureLog
-from .runs import LeaseLostError, RunRecords, run_lease
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
+from ..runs.records import LeaseLostError, RunRecords, run_lease
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

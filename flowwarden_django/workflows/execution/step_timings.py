@@ -18,7 +18,7 @@ import dataclasses
 import json
 from typing import Any
 
-from .metadata import STEP_ATTEMPTS, STEP_DURATION_MS, STEP_ERRORS
+from ..definition.metadata import STEP_ATTEMPTS, STEP_DURATION_MS, STEP_ERRORS
 
 #: Characters of an error message kept (a traceback's last line is usually enough).
 MESSAGE_LIMIT = 500

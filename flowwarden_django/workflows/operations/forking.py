@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from .approvals.request import request_approval, request_from_snapshot
-from .approvals.sweep import cancel_stale_approvals
-from .execution import configured_provider
-from .runs import RunRecords
+from ..execution.providers import configured_provider
+from ..runs.records import RunRecords
+from ..waiting.approvals.request import request_approval, request_from_snapshot
+from ..waiting.approvals.sweep import cancel_stale_approvals
 
 if TYPE_CHECKING:
-    from .snapshot import WorkflowSnapshot
-    from .store import SnapshotStore
+    from ..storage.snapshot import WorkflowSnapshot
+    from ..storage.store import SnapshotStore
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

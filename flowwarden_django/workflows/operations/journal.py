@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
-from .snapshot import WorkflowSnapshot, new_snapshot_id
-from .store import SnapshotStore
+from ..storage.snapshot import WorkflowSnapshot, new_snapshot_id
+from ..storage.store import SnapshotStore
 
 logger = logging.getLogger("flowwarden_django.workflows.journal")
 

@@ -43,15 +43,15 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from ..common.app_models import models
-from .children import parents_ready
-from .metadata import LAST_STEP
-from .registry import workflow_registry
-from .runs import RunRecords, RunStatus, recover_after, unclaimed
-from .snapshot import CheckpointQuery
+from ...common.app_models import models
+from ..definition.metadata import LAST_STEP
+from ..definition.registry import workflow_registry
+from ..runs.records import RunRecords, RunStatus, recover_after, unclaimed
+from ..storage.snapshot import CheckpointQuery
+from ..waiting.children import parents_ready
 
 if TYPE_CHECKING:
-    from ..models import WorkflowRun
+    from ...models import WorkflowRun
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

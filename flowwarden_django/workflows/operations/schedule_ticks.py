@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ..definition.registry import workflow_registry
+
 
 class ScheduleError(ValueError):
     """A schedule cannot start a run: unknown, a schedule whose ticks cannot be
@@ -54,8 +56,8 @@ def start_for_tick(schedule: str, workflow: str, template: Any, tick: datetime) 
     """Start *workflow* for *tick* of *schedule* (the state rendered from *template*
     with ``{tick}``, ``{date}`` and ``{schedule}``), at most once per tick: the
     ``StartedRun`` (``created`` False when the tick had its run already)."""
-    from .engine import Workflow
-
     stamp = tick.isoformat()
     state = render_state(template, tick=stamp, date=tick.date().isoformat(), schedule=schedule)
-    return Workflow.start(workflow, state, idempotency_key=f"schedule:{schedule}:{stamp}")
+    return workflow_registry.get(workflow).start(
+        state, idempotency_key=f"schedule:{schedule}:{stamp}"
+    )

@@ -12,10 +12,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..common.connections import discard_unusable_connections
-from ..common.durations import parse_duration
-from ..common.failure_log import FailureLog
-from ..conf import fw_settings
+from ...common.connections import discard_unusable_connections
+from ...common.durations import parse_duration
+from ...common.failure_log import FailureLog
+from ...conf import fw_settings
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

@@ -48,13 +48,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from ..common.app_models import models
-from .approvals.request import REQUEST_METADATA
-from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
-from .patches import PATCHES_METADATA
-from .registry import RegisteredWorkflow, workflow_registry
-from .runs import HANDOFF_PREFIX, RunRecords, RunStatus, between_steps, unclaimed
-from .snapshot import WorkflowSnapshot
+from ...common.app_models import models
+from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from ..definition.patches import PATCHES_METADATA
+from ..definition.registry import RegisteredWorkflow, workflow_registry
+from ..runs.records import HANDOFF_PREFIX, RunRecords, RunStatus, between_steps, unclaimed
+from ..storage.snapshot import WorkflowSnapshot
+from ..waiting.approvals.request import REQUEST_METADATA
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -421,7 +421,7 @@ def _continue(cid: str, records: RunRecords) -> None:
     """Continue an upgraded run that had been stopped (or was running) with the
     configured provider; an error is logged (the recovery sweep, or a resume,
     continues it)."""
-    from .registry import workflow_for
+    from ..definition.registry import workflow_for
 
     try:
         workflow_for(cid, using=records.db).run()

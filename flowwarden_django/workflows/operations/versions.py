@@ -10,9 +10,9 @@ from typing import Any
 
 from django.db.models import Count
 
-from ..common.app_models import models
-from .registry import workflow_registry
-from .runs import RunRecords, RunStatus
+from ...common.app_models import models
+from ..definition.registry import workflow_registry
+from ..runs.records import RunRecords, RunStatus
 from .upgrades import upgrade_registry
 
 #: Every status but completed.

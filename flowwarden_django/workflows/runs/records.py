@@ -40,11 +40,11 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from ..common.app_models import models
-from ..conf import fw_settings
+from ...common.app_models import models
+from ...conf import fw_settings
 
 if TYPE_CHECKING:
-    from ..models import WorkflowRun
+    from ...models import WorkflowRun
 
 
 class RunStatus:
@@ -149,14 +149,14 @@ def run_lease() -> timedelta:
 @lru_cache(maxsize=8)
 def _as_timedelta(value: str | float) -> timedelta:
     # Read for every claim: parsed once per value.
-    from ..common.durations import parse_duration
+    from ...common.durations import parse_duration
 
     return timedelta(seconds=parse_duration(value))
 
 
 def recover_after() -> timedelta:
     """``FLOWWARDEN["WORKFLOW_RECOVER_AFTER"]`` as a ``timedelta``."""
-    from ..common.durations import parse_duration
+    from ...common.durations import parse_duration
 
     return timedelta(seconds=parse_duration(fw_settings.WORKFLOW_RECOVER_AFTER))
 

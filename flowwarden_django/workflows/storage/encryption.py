@@ -28,7 +28,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..exceptions import MissingExtraError
+from ...exceptions import MissingExtraError
 
 PREFIX = "enc:v2:"
 #: The envelope of values written before they were bound to their run: stores refuse

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from ..common.backend_aliases import BackendAliases
+from ...common.backend_aliases import BackendAliases
 from . import signals
 from .snapshot import (
     CheckpointQuery,
@@ -241,14 +241,3 @@ class SnapshotStore(ABC):
 snapshot_stores: BackendAliases[SnapshotStore] = BackendAliases(
     "SNAPSHOT_STORES", SnapshotStore, "snapshot store"
 )
-
-
-def store_for_workflow(workflow_name: str) -> SnapshotStore:
-    """The snapshot store of a workflow defined in this process, else the ``default``
-    alias's (where a run of a workflow defined elsewhere most likely keeps its own)."""
-    from .registry import workflow_registry
-
-    if workflow_name in workflow_registry:
-        store = workflow_registry.get(workflow_name).store
-        return snapshot_stores[store] if isinstance(store, str) else store
-    return snapshot_stores["default"]

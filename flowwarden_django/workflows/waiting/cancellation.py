@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
-from ..common.app_models import models
+from ...common.app_models import models
+from ..definition.metadata import CANCELLED, LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from ..runs.records import RunStatus, UnknownRunError
+from ..runs.transactions import write_transaction
+from ..storage.store import SnapshotConflictError
 from .approvals.transitions import record_event
-from .metadata import CANCELLED, LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
-from .runs import RunStatus, UnknownRunError
-from .store import SnapshotConflictError
-from .transactions import write_transaction
 
 if TYPE_CHECKING:
-    from .snapshot import WorkflowSnapshot
+    from ..storage.snapshot import WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -149,9 +149,9 @@ def cancel_coordination(
     """Cancel run *coordination_id* of the runs in *using*, whether or not this process
     defines its workflow (or its version): the endpoint, the admin action and the
     command cancel any run. ``UnknownRunError`` when there is none."""
-    from .registry import workflow_registry
-    from .runs import RunRecords
-    from .store import snapshot_stores, store_for_workflow
+    from ..definition.registry import store_for_workflow, workflow_registry
+    from ..runs.records import RunRecords
+    from ..storage.store import snapshot_stores
 
     runs = RunRecords(using)
     record = runs.get(coordination_id)
@@ -235,7 +235,7 @@ def _after_cancel(db: str, record: Any, reason: str, by: str) -> None:
 
 
 def _tell_provider(workflow: Any) -> None:
-    from .execution import configured_provider
+    from ..execution.providers import configured_provider
 
     try:
         configured_provider().cancelled(workflow)

@@ -40,11 +40,11 @@ from typing import Any, ClassVar
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ..common.app_models import models
-from .metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
-from .runs import RunConflictError, RunRecords, RunStatus
-from .snapshot import WorkflowSnapshot, new_snapshot_id
-from .steps import Pause
+from ...common.app_models import models
+from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from ..definition.steps import Pause
+from ..runs.records import RunConflictError, RunRecords, RunStatus
+from ..storage.snapshot import WorkflowSnapshot, new_snapshot_id
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -102,7 +102,7 @@ def spawn(state: Any, children: Iterable[tuple[Any, Any]], *, then: str | None =
     ``WorkflowDefinition``), and wait until all have finished; the next step gets
     their ``ChildResult``\\ s as ``ctx.children`` and, when *then* names a key, in
     ``state[then]`` (as dicts; *state* must then be a dict). See the module."""
-    from .registry import workflow_registry
+    from ..definition.registry import workflow_registry
 
     pairs = []
     for pair in children:
@@ -155,7 +155,7 @@ def child_ids(parent: str, snapshot: WorkflowSnapshot) -> list[str]:
 
 
 def _create_child(db: str, parent: str, key: str, index: int, name: str, state: Any) -> None:
-    from .registry import workflow_registry
+    from ..definition.registry import workflow_registry
 
     definition = workflow_registry.get(name)
     cid = child_id(parent, key, index)
@@ -190,7 +190,7 @@ def _create_child(db: str, parent: str, key: str, index: int, name: str, state: 
 def start_child(coordination_id: str, using: str) -> None:
     """Continue child *coordination_id* through the configured provider; a failure is
     logged (the child is running and unclaimed: the recovery sweep continues it)."""
-    from .registry import workflow_for
+    from ..definition.registry import workflow_for
 
     try:
         workflow_for(coordination_id, using=using).run()
@@ -207,7 +207,7 @@ def children_results(
 ) -> tuple[ChildResult, ...] | None:
     """The outcomes of the children of spawning *snapshot*, in order; ``None`` while
     one of them has not finished (or does not exist)."""
-    from .store import store_for_workflow
+    from ..definition.registry import store_for_workflow
 
     ids = child_ids(parent, snapshot)
     rows = {
@@ -253,7 +253,7 @@ def continue_if_ready(parent: str, db: str) -> bool:
     continue it is logged: it is ``running`` then, and the recovery sweep goes on."""
     if not wake_parent(parent, db):
         return False
-    from .registry import workflow_for
+    from ..definition.registry import workflow_for
 
     logger.info("workflow run %s: its children have finished; continuing it", parent)
     try:

@@ -8,7 +8,7 @@ the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision`
 ``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
 """
 
-from ..decisions import ApprovalDecision
+from ...definition.decisions import ApprovalDecision
 from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
 from .deciding import (
     DecisionResult,

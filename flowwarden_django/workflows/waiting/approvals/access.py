@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q, QuerySet
 
-from ...common.app_models import models
+from ....common.app_models import models
 
 if TYPE_CHECKING:
-    from ...models import Approval
+    from ....models import Approval
 
 DECIDE_ANY = "flowwarden_django.decide_approval"
 VIEW_ANY = "flowwarden_django.view_approval"

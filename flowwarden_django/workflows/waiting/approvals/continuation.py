@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..execution import RemoteExecutionProvider, configured_provider
-from ..registry import workflow_registry
-from ..runs import RunRecords, RunStatus
+from ...definition.registry import workflow_registry
+from ...execution.providers import RemoteExecutionProvider, configured_provider
+from ...runs.records import RunRecords, RunStatus
 
 if TYPE_CHECKING:
-    from ...models import Approval
+    from ....models import Approval
 
 DEFINE_HINT = (
     "Define workflows in an app's workflows.py (found at start-up, like admin.py), so "

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from ...common.app_models import models
-from ...common.formatting import truncate
-from ...common.user_input import check_comment, check_resume_input
-from ..decisions import ApprovalDecision
-from ..runs import RunRecords
-from ..transactions import write_transaction
+from ....common.app_models import models
+from ....common.formatting import truncate
+from ....common.user_input import check_comment, check_resume_input
+from ...definition.decisions import ApprovalDecision
+from ...runs.records import RunRecords
+from ...runs.transactions import write_transaction
 from .access import can_decide
 from .continuation import continuation_warning
 from .errors import (
@@ -51,8 +51,8 @@ from .transitions import (
 )
 
 if TYPE_CHECKING:
-    from ...models import Approval
-    from ..results import WorkflowResult
+    from ....models import Approval
+    from ...definition.results import WorkflowResult
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ...common.app_models import models
-from ..decisions import ApprovalDecision
-from ..metadata import LAST_STEP, WORKFLOW_NAME
-from ..runs import RunStatus
-from ..steps import Pause
+from ....common.app_models import models
+from ...definition.decisions import ApprovalDecision
+from ...definition.metadata import LAST_STEP, WORKFLOW_NAME
+from ...definition.steps import Pause
+from ...runs.records import RunStatus
 
 if TYPE_CHECKING:
-    from ...models import Approval
-    from ..snapshot import WorkflowSnapshot
+    from ....models import Approval
+    from ...storage.snapshot import WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

@@ -15,10 +15,10 @@ from datetime import datetime
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from ...common.app_models import models
-from ..registry import workflow_registry
-from ..runs import RunRecords, RunStatus
-from ..transactions import write_transaction
+from ....common.app_models import models
+from ...definition.registry import workflow_registry
+from ...runs.records import RunRecords, RunStatus
+from ...runs.transactions import write_transaction
 from .request import request_approval, request_from_snapshot
 from .transitions import cancel_locked, expire_locked, run_waits_for
 

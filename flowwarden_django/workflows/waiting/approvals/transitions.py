@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
-from ...common.app_models import models
-from ..decisions import ApprovalDecision
-from ..registry import workflow_for
-from ..runs import ConcurrentRunError, RunRecords, RunStatus
+from ....common.app_models import models
+from ...definition.decisions import ApprovalDecision
+from ...definition.registry import workflow_for
+from ...runs.records import ConcurrentRunError, RunRecords, RunStatus
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ...models import Approval
-    from ..results import WorkflowResult
+    from ....models import Approval
+    from ...definition.results import WorkflowResult
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
