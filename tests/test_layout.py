@@ -101,7 +101,7 @@ def test_the_core_and_the_celery_integration_import_before_django_is_set_up() ->
     while the app registry is still loading: no model may be imported at module level."""
     code = (
         "import flowwarden_django.streams, flowwarden_django.workflows, "
-        "flowwarden_django.workflows.approvals, flowwarden_django.integrations.celery, "
+        "flowwarden_django.workflows.waiting.approvals, flowwarden_django.integrations.celery, "
         "flowwarden_django.testkit, flowwarden_django.tasks\n"
         "from django.apps import apps\n"
         "assert not apps.ready, 'the imports set Django up'\n"

@@ -43,7 +43,7 @@ SETTING = f'{SETTING_NAME}["WORKFLOW_EXECUTION"]'
 
 #: Short names accepted by the setting.
 PROVIDER_ALIASES = {
-    "inprocess": "flowwarden_django.workflows.execution.InProcessProvider",
+    "inprocess": "flowwarden_django.workflows.execution.providers.InProcessProvider",
     "celery": "flowwarden_django.integrations.celery.provider.CeleryExecutionProvider",
     "temporal": "flowwarden_django.integrations.temporal.provider.TemporalExecutionProvider",
 }
