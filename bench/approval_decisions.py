@@ -94,7 +94,7 @@ def approve_round(user: Any, runs: int) -> float:
     """Approvals per second over *runs* waiting runs."""
     from flowwarden_django.models import Approval
     from flowwarden_django.workflows import Completed
-    from flowwarden_django.workflows.approvals import approve
+    from flowwarden_django.workflows.waiting.approvals import approve
 
     cids = paused_runs(APPROVE, runs)
     ids = list(Approval.objects.filter(coordination_id__in=cids).values_list("pk", flat=True))

@@ -519,7 +519,7 @@ def admin_call(client: Any, url: str, expect: str) -> Callable[[], Any]:
 def deep_cursor(conn: Any, depth: int) -> str:
     """The API cursor of the snapshot *depth* rows into the newest-first listing."""
     from flowwarden_django.api.pagination import encode_cursor
-    from flowwarden_django.workflows.snapshot import WorkflowSnapshot
+    from flowwarden_django.workflows.storage.snapshot import WorkflowSnapshot
 
     row = conn.execute(
         f'SELECT id, coordination_id, seq, created_at FROM "{tables()["snapshots"]}" '

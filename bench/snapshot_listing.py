@@ -102,7 +102,7 @@ def build(snapshots: int, state_kb: int) -> tuple[Any, Any]:
 
     from flowwarden_django.models import SnapshotRecord
     from flowwarden_django.workflows import Workflow, await_approval, done, snapshot_stores, step
-    from flowwarden_django.workflows.snapshot import WorkflowSnapshot
+    from flowwarden_django.workflows.storage.snapshot import WorkflowSnapshot
 
     alice = User.objects.create_user("bench-list-alice")
     viewer = User.objects.create_user("bench-list-viewer")
@@ -175,7 +175,7 @@ def time_states_read(user: Any, repeat: int) -> float:
     """The median seconds of the same filtered page, listed with its states."""
     from flowwarden_django.api.permissions import SnapshotAccess
     from flowwarden_django.workflows import snapshot_stores
-    from flowwarden_django.workflows.snapshot import CheckpointQuery
+    from flowwarden_django.workflows.storage.snapshot import CheckpointQuery
 
     store, times = snapshot_stores["default"], []
     for _ in range(repeat):

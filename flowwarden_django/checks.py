@@ -236,7 +236,7 @@ _EXAMPLES = {
 
 def _registries() -> list[BackendAliases[Any]]:
     from .streams.stores import checkpoint_stores, dlq_stores, lock_services
-    from .workflows.store import snapshot_stores
+    from .workflows.storage.store import snapshot_stores
 
     return [checkpoint_stores, dlq_stores, lock_services, snapshot_stores]
 
@@ -309,7 +309,7 @@ def check_workflow_execution(app_configs: Any = None, **kwargs: Any) -> list[che
     """E202 when ``WORKFLOW_EXECUTION`` names no usable provider; W202 when it is the
     Celery provider and no Celery app is loaded: steps would be published with
     Celery's fallback app (amqp://localhost, queue "celery") that no worker may read."""
-    from .workflows.execution import InvalidExecutionProviderError, configured_provider
+    from .workflows.execution.providers import InvalidExecutionProviderError, configured_provider
 
     if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
         return []
@@ -406,7 +406,7 @@ def check_temporal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 @checks.register(deploy=True)
 def check_snapshot_encryption(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """``check --deploy``: W201 for each snapshot store that writes plaintext."""
-    from .workflows.store import snapshot_stores
+    from .workflows.storage.store import snapshot_stores
 
     if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
         return []
@@ -646,8 +646,8 @@ def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     database is not one of them)."""
     from django.db import DatabaseError
 
-    from .workflows.runs import RunRecords
-    from .workflows.versions import versions_in_use
+    from .workflows.operations.versions import versions_in_use
+    from .workflows.runs.records import RunRecords
 
     databases = kwargs.get("databases")
     runs_db = RunRecords().db
@@ -660,7 +660,7 @@ def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.C
         in_use = versions_in_use()
     except DatabaseError:
         return []
-    from .workflows.registry import workflow_registry
+    from .workflows.definition.registry import workflow_registry
 
     command = "manage.py flowwarden_workflows"
     messages: list[checks.CheckMessage] = []

@@ -14,7 +14,7 @@ def reload_flowwarden_settings(*, setting: str, **kwargs: object) -> None:
     fw_settings.reload()
     from .streams.clients import mongo_clients
     from .streams.stores import checkpoint_stores, dlq_stores, lock_services
-    from .workflows.store import snapshot_stores
+    from .workflows.storage.store import snapshot_stores
 
     checkpoint_stores.reset()
     dlq_stores.reset()

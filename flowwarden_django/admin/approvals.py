@@ -33,7 +33,7 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ..models import Approval, ApprovalEvent, WorkflowRun
-from ..workflows.approvals import (
+from ..workflows.waiting.approvals import (
     ApprovalError,
     ApprovalPermissionError,
     approve,
@@ -43,7 +43,7 @@ from ..workflows.approvals import (
     reject,
     visible_approvals,
 )
-from ..workflows.approvals.access import DECIDE_ANY
+from ..workflows.waiting.approvals.access import DECIDE_ANY
 from .base import (
     GuardedLookupsMixin,
     IndexedValuesFieldListFilter,

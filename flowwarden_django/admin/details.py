@@ -19,7 +19,7 @@ from django.utils.translation import gettext
 from ..models import StreamWorker
 from ..streams.operations.status import instance_key
 from ..views import may_see_details
-from ..workflows.runs import HANDOFF_PREFIX
+from ..workflows.runs.records import HANDOFF_PREFIX
 
 
 def redacted_runner(runner: str) -> str:

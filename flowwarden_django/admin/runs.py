@@ -35,16 +35,16 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, parse_user_json
 from ..models import Approval, WorkflowRun
-from ..workflows.cancellation import cancel_coordination, cancellation_of
-from ..workflows.children import spawned
-from ..workflows.engine import workflow_registry
-from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
-from ..workflows.metadata import LAST_STEP
-from ..workflows.runs import UnknownRunError
-from ..workflows.snapshot import WorkflowSnapshot
-from ..workflows.step_timings import step_timing_of
-from ..workflows.store import SnapshotStore, snapshot_stores
-from ..workflows.upgrades import upgrade_runs
+from ..workflows.definition.metadata import LAST_STEP
+from ..workflows.definition.registry import workflow_registry
+from ..workflows.execution.step_timings import step_timing_of
+from ..workflows.operations.forking import fork_snapshot as fork_snapshot_in_store
+from ..workflows.operations.upgrades import upgrade_runs
+from ..workflows.runs.records import UnknownRunError
+from ..workflows.storage.snapshot import WorkflowSnapshot
+from ..workflows.storage.store import SnapshotStore, snapshot_stores
+from ..workflows.waiting.cancellation import cancel_coordination, cancellation_of
+from ..workflows.waiting.children import spawned
 from .base import (
     GuardedLookupsMixin,
     LargeTableAdminMixin,

@@ -16,9 +16,9 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from ..workflows.metadata import LAST_STEP
-from ..workflows.snapshot import CheckpointQuery, WorkflowSnapshot
-from ..workflows.store import SnapshotStore
+from ..workflows.definition.metadata import LAST_STEP
+from ..workflows.storage.snapshot import CheckpointQuery, WorkflowSnapshot
+from ..workflows.storage.store import SnapshotStore
 
 #: Snapshots per page of the tree (the first page load shows one page).
 PAGE_SIZE = 100

@@ -18,14 +18,14 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from ..workflows.approvals import (
+from ..workflows.storage.store import UnknownSnapshotError
+from ..workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalError,
     ApprovalExpiredError,
     ApprovalPermissionError,
     UnknownApprovalError,
 )
-from ..workflows.store import UnknownSnapshotError
 
 
 class Conflict(exceptions.APIException):

@@ -14,8 +14,8 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from ..models import Approval, WorkflowRun
-from ..workflows.snapshot import CheckpointQuery
-from ..workflows.store import SnapshotStore, snapshot_stores
+from ..workflows.storage.snapshot import CheckpointQuery
+from ..workflows.storage.store import SnapshotStore, snapshot_stores
 from .stores import DEFAULT_ALIAS, store_aliases
 
 

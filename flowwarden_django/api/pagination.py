@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
 from ..common.sealing import seal, unseal
-from ..workflows.snapshot import CheckpointQuery, WorkflowSnapshot
+from ..workflows.storage.snapshot import CheckpointQuery, WorkflowSnapshot
 
 
 class PagePagination(PageNumberPagination):

@@ -24,8 +24,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from ..models import Approval, WorkflowRun
-from ..workflows.approvals import visible_approvals
-from ..workflows.runs import RunRecords
+from ..workflows.runs.records import RunRecords
+from ..workflows.waiting.approvals import visible_approvals
 
 VIEW_RUNS = "flowwarden_django.view_workflowrun"
 VIEW_SNAPSHOTS = "flowwarden_django.view_snapshotrecord"

@@ -26,11 +26,11 @@ from ..common.user_input import (
     check_user_json,
 )
 from ..models import Approval, ApprovalEvent, WorkflowRun
-from ..workflows.approvals import can_decide
-from ..workflows.cancellation import REASON_LIMIT
-from ..workflows.snapshot import UnreadableSnapshot, WorkflowSnapshot
-from ..workflows.step_timings import step_timing_of
-from ..workflows.store import store_for_workflow
+from ..workflows.definition.registry import store_for_workflow
+from ..workflows.execution.step_timings import step_timing_of
+from ..workflows.storage.snapshot import UnreadableSnapshot, WorkflowSnapshot
+from ..workflows.waiting.approvals import can_decide
+from ..workflows.waiting.cancellation import REASON_LIMIT
 from .permissions import readable_approvals
 
 logger = logging.getLogger("flowwarden_django.api")

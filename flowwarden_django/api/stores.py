@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workflows.engine import Workflow
-from ..workflows.forking import fork_snapshot as fork_snapshot_in_store
-from ..workflows.snapshot import WorkflowSnapshot
-from ..workflows.store import SnapshotStore, snapshot_stores
+from ..workflows.engine.workflow import Workflow
+from ..workflows.operations.forking import fork_snapshot as fork_snapshot_in_store
+from ..workflows.storage.snapshot import WorkflowSnapshot
+from ..workflows.storage.store import SnapshotStore, snapshot_stores
 
 DEFAULT_ALIAS = "default"
 

@@ -34,13 +34,13 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from ..models import Approval, SnapshotRecord, WorkflowRun
-from ..workflows.approvals import check_may_decide, decidable_approvals, decide
-from ..workflows.cancellation import cancel_coordination
-from ..workflows.encryption import SnapshotDecryptionError
-from ..workflows.runs import UnknownRunError
-from ..workflows.serializers import StateDecodeError
-from ..workflows.snapshot import WorkflowSnapshot
-from ..workflows.store import SnapshotStore
+from ..workflows.runs.records import UnknownRunError
+from ..workflows.storage.encryption import SnapshotDecryptionError
+from ..workflows.storage.serializers import StateDecodeError
+from ..workflows.storage.snapshot import WorkflowSnapshot
+from ..workflows.storage.store import SnapshotStore
+from ..workflows.waiting.approvals import check_may_decide, decidable_approvals, decide
+from ..workflows.waiting.cancellation import cancel_coordination
 from .authentication import authentication_classes
 from .enum_overrides import own_enum_overrides
 from .exceptions import RunFinished, SnapshotUnreadable, exception_handler

@@ -18,7 +18,8 @@ from django.views import View
 
 from ..common.formatting import state_json
 from ..models import Approval
-from ..workflows.approvals import (
+from ..workflows.definition.registry import store_for_workflow
+from ..workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalError,
     ApprovalPermissionError,
@@ -28,7 +29,6 @@ from ..workflows.approvals import (
     decide,
     visible_approvals,
 )
-from ..workflows.store import store_for_workflow
 from .forms import DecisionForm, InboxFilter
 
 #: Approvals a page of the list shows.

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
-from ..workflows import signals
-from ..workflows.serializers import workflow_state
-from ..workflows.snapshot import (
+from ..workflows.storage import signals
+from ..workflows.storage.serializers import workflow_state
+from ..workflows.storage.snapshot import (
     CheckpointQuery,
     Deleted,
     Forked,
@@ -38,7 +38,7 @@ from ..workflows.snapshot import (
     UnreadableSnapshot,
     WorkflowSnapshot,
 )
-from ..workflows.store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError
+from ..workflows.storage.store import SnapshotConflictError, SnapshotStore, UnknownSnapshotError
 from ._async_driven import async_driven
 
 
@@ -795,12 +795,12 @@ class SnapshotStoreContract:
     @staticmethod
     def _keys() -> tuple[str, str]:
         pytest.importorskip("cryptography")
-        from ..workflows.encryption import generate_key
+        from ..workflows.storage.encryption import generate_key
 
         return generate_key(), generate_key()
 
     def test_encrypted_rows_are_unreadable_without_the_key(self, cid: str) -> None:
-        from ..workflows.encryption import SnapshotDecryptionError
+        from ..workflows.storage.encryption import SnapshotDecryptionError
 
         key, _ = self._keys()
         encrypting = self._encrypting([key])
@@ -821,7 +821,7 @@ class SnapshotStoreContract:
         assert encrypting.load(stored.id) == stored
 
     def test_a_wrong_key_fails_closed(self, cid: str) -> None:
-        from ..workflows.encryption import SnapshotDecryptionError
+        from ..workflows.storage.encryption import SnapshotDecryptionError
 
         key, wrong = self._keys()
         stored = self._encrypting([key]).save(WorkflowSnapshot.root(cid, {"v": 1}))
@@ -836,7 +836,7 @@ class SnapshotStoreContract:
             assert (row.id, row.seq, row.state) == (stored.id, stored.seq, None)
 
     def test_plaintext_rows_are_refused_by_an_encrypting_store(self, cid: str) -> None:
-        from ..workflows.encryption import SnapshotDecryptionError
+        from ..workflows.storage.encryption import SnapshotDecryptionError
 
         key, _ = self._keys()
         planted = self._encrypting(None).save(WorkflowSnapshot.root(cid, {"v": "planted"}))
@@ -851,7 +851,7 @@ class SnapshotStoreContract:
     def test_an_encrypted_row_moved_to_another_coordination_does_not_decrypt(
         self, cid: str
     ) -> None:
-        from ..workflows.encryption import SnapshotDecryptionError
+        from ..workflows.storage.encryption import SnapshotDecryptionError
 
         key, _ = self._keys()
         encrypting = self._encrypting([key])
@@ -874,7 +874,7 @@ class SnapshotStoreContract:
         assert encrypting.load(child.id).metadata == {"m": "1"}
 
     def test_rotated_keys_read_old_rows(self, cid: str) -> None:
-        from ..workflows.encryption import SnapshotDecryptionError
+        from ..workflows.storage.encryption import SnapshotDecryptionError
 
         old_key, new_key = self._keys()
         before = self._encrypting([old_key]).save(WorkflowSnapshot.root(cid, {"v": 1}))

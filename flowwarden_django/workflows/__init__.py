@@ -6,7 +6,61 @@ CHANGELOG.md a minor release ahead).
 """
 
 from ..common.user_input import UserJSONError, check_comment, parse_user_json
-from .approvals import (
+from .definition.registry import VersionNotDefinedError, workflow_registry
+from .definition.results import (
+    Cancelled,
+    Completed,
+    Failed,
+    Hibernated,
+    NeedsUpgrade,
+    Running,
+    Sleeping,
+    StartedRun,
+    Waiting,
+    WaitingForChildren,
+    WorkflowResult,
+)
+from .definition.steps import (
+    Advance,
+    Done,
+    Fail,
+    Hibernate,
+    Pause,
+    Sleep,
+    StepContext,
+    StepOutcome,
+    WorkflowStep,
+    advance,
+    done,
+    fail,
+    hibernate,
+    sleep,
+    step,
+)
+from .engine.calling import StepTimeoutError
+from .engine.workflow import Workflow, WorkflowDefinition
+from .execution.providers import (
+    ExecutionProvider,
+    ExecutionUnavailableError,
+    InProcessProvider,
+    resolve_provider,
+)
+from .runs.records import (
+    ConcurrentRunError,
+    LeaseLostError,
+    RunConflictError,
+    RunStatus,
+    RunVersionError,
+    UnknownRunError,
+)
+from .storage.snapshot import CheckpointQuery, WorkflowSnapshot
+from .storage.store import (
+    SnapshotConflictError,
+    SnapshotStore,
+    UnknownSnapshotError,
+    snapshot_stores,
+)
+from .waiting.approvals import (
     ApprovalConflictError,
     ApprovalDecision,
     ApprovalError,
@@ -24,61 +78,8 @@ from .approvals import (
     reject,
     visible_approvals,
 )
-from .cancellation import CancelOutcome, cancel_coordination, cancel_run
-from .children import ChildResult, Spawn, spawn
-from .engine import StepTimeoutError, Workflow, WorkflowDefinition
-from .execution import (
-    ExecutionProvider,
-    ExecutionUnavailableError,
-    InProcessProvider,
-    resolve_provider,
-)
-from .registry import VersionNotDefinedError, workflow_registry
-from .results import (
-    Cancelled,
-    Completed,
-    Failed,
-    Hibernated,
-    NeedsUpgrade,
-    Running,
-    Sleeping,
-    StartedRun,
-    Waiting,
-    WaitingForChildren,
-    WorkflowResult,
-)
-from .runs import (
-    ConcurrentRunError,
-    LeaseLostError,
-    RunConflictError,
-    RunStatus,
-    RunVersionError,
-    UnknownRunError,
-)
-from .snapshot import CheckpointQuery, WorkflowSnapshot
-from .steps import (
-    Advance,
-    Done,
-    Fail,
-    Hibernate,
-    Pause,
-    Sleep,
-    StepContext,
-    StepOutcome,
-    WorkflowStep,
-    advance,
-    done,
-    fail,
-    hibernate,
-    sleep,
-    step,
-)
-from .store import (
-    SnapshotConflictError,
-    SnapshotStore,
-    UnknownSnapshotError,
-    snapshot_stores,
-)
+from .waiting.cancellation import CancelOutcome, cancel_coordination, cancel_run
+from .waiting.children import ChildResult, Spawn, spawn
 
 __all__ = [
     "Advance",

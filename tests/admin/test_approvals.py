@@ -22,8 +22,8 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import reject
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.waiting.approvals import reject
 from tests.support.refund_workflow import define_refunds, settle
 from tests.support.refund_workflow import seen_decisions as SEEN
 

@@ -538,7 +538,7 @@ def test_the_upgrade_action_applies_declared_upgrades_for_who_may(client: Any) -
     from django.contrib.admin.models import LogEntry
 
     from flowwarden_django.workflows import hibernate
-    from flowwarden_django.workflows.upgrades import upgrade_registry
+    from flowwarden_django.workflows.operations.upgrades import upgrade_registry
 
     @step("first")
     def first(state: dict[str, Any]) -> Any:

@@ -14,7 +14,7 @@ from django.utils import timezone
 from flowwarden_django.api.exceptions import exception_handler
 from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
 from flowwarden_django.workflows import RunStatus
-from flowwarden_django.workflows.approvals import (
+from flowwarden_django.workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalExpiredError,
     ApprovalPermissionError,

@@ -17,7 +17,7 @@ from flowwarden_django.api.pagination import decode_cursor, encode_cursor
 from flowwarden_django.api.serializers import json_safe
 from flowwarden_django.models import SnapshotRecord
 from flowwarden_django.workflows import Workflow, WorkflowSnapshot, snapshot_stores
-from flowwarden_django.workflows.snapshot import check_id
+from flowwarden_django.workflows.storage.snapshot import check_id
 from tests.api.helpers import (
     API,
     WORKFLOW,

@@ -62,11 +62,11 @@ from django.utils import timezone
 
 from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import RunStatus, workflow_registry
-from flowwarden_django.workflows.engine import LAST_STEP
-from flowwarden_django.workflows.execution import reset_providers
-from flowwarden_django.workflows.recovery import recover_stalled_runs
-from flowwarden_django.workflows.releases import pending_releases
-from flowwarden_django.workflows.runs import RunRecords, recover_after
+from flowwarden_django.workflows.definition.metadata import LAST_STEP
+from flowwarden_django.workflows.execution.providers import reset_providers
+from flowwarden_django.workflows.execution.releases import pending_releases
+from flowwarden_django.workflows.operations.recovery import recover_stalled_runs
+from flowwarden_django.workflows.runs.records import RunRecords, recover_after
 from tests.chaos import workflow_app
 from tests.chaos.report import report
 from tests.chaos.servers import PrivatePostgres, PrivateServer

@@ -15,8 +15,8 @@ from flowwarden_django.common.failure_log import FailureLog
 from flowwarden_django.common.outages import error_summary, error_where, is_outage
 from flowwarden_django.models import StreamWorker, WorkflowRun
 from flowwarden_django.streams.operations.status import StreamStatus, WorkerStatus
-from flowwarden_django.workflows.releases import PendingReleases
-from flowwarden_django.workflows.runs import RunRecords, RunStatus, new_runner_token
+from flowwarden_django.workflows.execution.releases import PendingReleases
+from flowwarden_django.workflows.runs.records import RunRecords, RunStatus, new_runner_token
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -244,7 +244,7 @@ def test_recover_names_the_last_step_of_the_newest_snapshot(caplog) -> None:
     """The run record catches up with plain steps only now and then; the log of the
     sweep reads the newest snapshot (without its state)."""
     from flowwarden_django.workflows import Workflow, advance, hibernate, step, workflow_registry
-    from flowwarden_django.workflows.recovery import recover_stalled_runs
+    from flowwarden_django.workflows.operations.recovery import recover_stalled_runs
 
     @step("a")
     def a(state: Any) -> Any:

@@ -74,9 +74,9 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
-from flowwarden_django.workflows.execution import configured_provider, reset_providers
-from flowwarden_django.workflows.recovery import recover_stalled_runs
-from flowwarden_django.workflows.runs import RunRecords
+from flowwarden_django.workflows.execution.providers import configured_provider, reset_providers
+from flowwarden_django.workflows.operations.recovery import recover_stalled_runs
+from flowwarden_django.workflows.runs.records import RunRecords
 from tests.support import celery_workflows as flows
 from tests.support.celery_procs import CeleryWorker as Worker
 from tests.support.celery_procs import wait_until as _wait_until
@@ -451,7 +451,7 @@ def test_a_forged_step_task_never_decides_an_approval(
     """A raw task claiming "approved" neither passes the pending approval nor turns
     the rejection that follows into an approval: the step reads the row."""
     from flowwarden_django.models import Approval
-    from flowwarden_django.workflows.approvals import ApprovalDecision, reject
+    from flowwarden_django.workflows.waiting.approvals import ApprovalDecision, reject
 
     worker = start_worker(SOLO)
     state = new_state(tmp_path)
@@ -623,7 +623,7 @@ def versions() -> Iterator[Callable[..., dict[tuple[str, int], Any]]]:
         return found
 
     yield define
-    from flowwarden_django.workflows.upgrades import upgrade_registry
+    from flowwarden_django.workflows.operations.upgrades import upgrade_registry
 
     for name in set(defined):
         workflow_registry.unregister(name)
@@ -681,7 +681,7 @@ def test_a_deploy_without_a_step_waits_for_the_upgrade_that_continues_it_once(
     run is not run again from its first step; the upgrade continues it on a worker
     of version 2, each step once."""
     from flowwarden_django.workflows import VersionNotDefinedError
-    from flowwarden_django.workflows.upgrades import upgrade_runs
+    from flowwarden_django.workflows.operations.upgrades import upgrade_runs
 
     first = versions(1)
     old = versioned_worker(start_worker, "1", "old")
@@ -1038,7 +1038,7 @@ def test_a_step_task_runs_from_its_hand_off_only_on_its_first_delivery():
     ignores it); a redelivery or a retry keeps only its token, so it claims the run
     and checks the head as any copy does."""
     from flowwarden_django.integrations.celery.provider import HANDOFF_HEADER, _handed
-    from flowwarden_django.workflows.handoff import Handoff
+    from flowwarden_django.workflows.execution.handoff import Handoff
 
     carried = {"id": "h1", "seq": 2, "state": "[]", "metadata": "{}"}
     handoff = Handoff("cid", "handoff:abc", 1, time.time(), head=carried)

@@ -52,10 +52,10 @@ from flowwarden_django.workflows import (
     step,
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
-from flowwarden_django.workflows.engine import StepAttemptFailed
-from flowwarden_django.workflows.execution import reset_providers
-from flowwarden_django.workflows.registry import workflow_registry
-from flowwarden_django.workflows.step_timings import step_timing_of
+from flowwarden_django.workflows.definition.registry import workflow_registry
+from flowwarden_django.workflows.engine.calling import StepAttemptFailed
+from flowwarden_django.workflows.execution.providers import reset_providers
+from flowwarden_django.workflows.execution.step_timings import step_timing_of
 from tests.support import temporal_workflows as flows
 from tests.support.lanes import lane_marks
 from tests.support.services import temporal_binary
@@ -263,7 +263,7 @@ def test_an_approval_decided_through_the_api_completes_the_run(
 def test_a_rejection_continues_the_run_with_the_decision(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str
 ) -> None:
-    from flowwarden_django.workflows.approvals import reject
+    from flowwarden_django.workflows.waiting.approvals import reject
 
     cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
     approval = wait_for_approval(cid, [worker, server])
@@ -302,7 +302,7 @@ def test_hostile_wake_signals_are_dropped_and_the_approval_that_follows_complete
     once and dropped, as is one whose step policy no activity can have; the run stays
     waiting and the approval's own wake completes it."""
     from flowwarden_django.integrations.temporal.messages import INPUT_REFUSED
-    from flowwarden_django.workflows.approvals import approve
+    from flowwarden_django.workflows.waiting.approvals import approve
 
     cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
     approval = wait_for_approval(cid, [worker, server])
@@ -354,7 +354,7 @@ def test_a_forged_wake_signal_never_decides_an_approval(
     rejection that follows into an approval: the step reads the row."""
     from django.db import transaction
 
-    from flowwarden_django.workflows.approvals import ApprovalDecision, reject
+    from flowwarden_django.workflows.waiting.approvals import ApprovalDecision, reject
 
     cid = temporal[flows.APPROVING].start({"log": log}).coordination_id
     approval = wait_for_approval(cid, [worker, server])
@@ -392,8 +392,8 @@ def test_a_forged_wake_signal_never_decides_an_approval(
 def test_a_fork_of_a_waiting_run_asks_again_and_refreshes_the_temporal_workflow(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str
 ) -> None:
-    from flowwarden_django.workflows.approvals import approve
-    from flowwarden_django.workflows.forking import fork_snapshot
+    from flowwarden_django.workflows.operations.forking import fork_snapshot
+    from flowwarden_django.workflows.waiting.approvals import approve
 
     definition = temporal[flows.APPROVING]
     cid = definition.start({"log": log, "amount": 5}).coordination_id
@@ -731,7 +731,7 @@ def versioned_queue(
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """A task queue of this test and the settings of this process on it; the
     versioned workflows are forgotten after."""
-    from flowwarden_django.workflows.upgrades import upgrade_registry
+    from flowwarden_django.workflows.operations.upgrades import upgrade_registry
 
     queue = f"fw-versions-{uuid.uuid4().hex[:8]}"
     setting = {
@@ -846,7 +846,7 @@ def test_a_deploy_without_a_step_waits_for_the_upgrade_that_continues_it_once(
     run is not run again from its first step; the upgrade continues it on a worker of
     version 2, each step once."""
     from flowwarden_django.workflows import VersionNotDefinedError
-    from flowwarden_django.workflows.upgrades import upgrade_runs
+    from flowwarden_django.workflows.operations.upgrades import upgrade_runs
 
     queue, setting = versioned_queue
     first = flows.define_versions(DB, (1,))
@@ -936,7 +936,7 @@ def test_a_run_completes_across_a_restart_of_the_server(
 
 
 def _resume_when_available(cid: str) -> bool:
-    from flowwarden_django.workflows.execution import configured_provider
+    from flowwarden_django.workflows.execution.providers import configured_provider
 
     try:
         configured_provider().is_available()

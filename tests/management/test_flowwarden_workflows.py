@@ -33,8 +33,8 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.engine import LAST_STEP
-from flowwarden_django.workflows.runs import RunRecords, run_lease
+from flowwarden_django.workflows.definition.metadata import LAST_STEP
+from flowwarden_django.workflows.runs.records import RunRecords, run_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

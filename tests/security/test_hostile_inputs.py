@@ -1890,7 +1890,7 @@ def core_cases() -> list[CoreCase]:
         discard_dead_letter,
     )
     from flowwarden_django.workflows import Workflow
-    from flowwarden_django.workflows.approvals import approve, decide, reject
+    from flowwarden_django.workflows.waiting.approvals import approve, decide, reject
 
     def admin() -> User:
         return User.objects.get(username="admin")

@@ -45,7 +45,7 @@ def then(state: dict[str, Any], name: str) -> dict[str, Any]:
 def assert_chained(wf: Any, steps: list[str]) -> None:
     """*wf*'s snapshots are one chain: the seed and one snapshot per step of *steps*,
     each the child of the one before, at consecutive ``seq``."""
-    from flowwarden_django.workflows.metadata import LAST_STEP
+    from flowwarden_django.workflows.definition.metadata import LAST_STEP
 
     history = wf.history()
     assert [s.seq for s in history] == list(range(1, len(steps) + 2))

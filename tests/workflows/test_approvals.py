@@ -27,7 +27,9 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import (
+from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.runs.records import RunRecords, new_runner_token
+from flowwarden_django.workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalDecision,
     ApprovalError,
@@ -41,8 +43,6 @@ from flowwarden_django.workflows.approvals import (
     sweep_approvals,
     visible_approvals,
 )
-from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.runs import RunRecords, new_runner_token
 from tests.support.lanes import lane_marks
 from tests.support.refund_workflow import define_refunds, review, seen_decisions, settle
 
@@ -321,7 +321,7 @@ def test_a_refused_user_is_audited(refunds: Any) -> None:
 def test_refused_attempts_are_audited_with_bounded_data(refunds: Any) -> None:
     """A viewer's refused attempts keep who, when and why, a short comment and no
     payload; past a cap per user, no more rows (issue 45, item 6)."""
-    from flowwarden_django.workflows.approvals.deciding import (
+    from flowwarden_django.workflows.waiting.approvals.deciding import (
         MAX_AUDITED_REFUSALS,
         REFUSED_COMMENT_CHARS,
     )
@@ -396,7 +396,7 @@ def test_a_decision_made_before_a_crash_is_continued_by_the_next_run(
 ) -> None:
     """The decision's transaction hands the input to the run: if the resume after the
     commit never happens (the process dies), the next run() continues with it."""
-    from flowwarden_django.workflows.approvals import deciding, transitions
+    from flowwarden_django.workflows.waiting.approvals import deciding, transitions
 
     people = users()
     cid, approval = pending(refunds)

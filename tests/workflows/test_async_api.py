@@ -41,7 +41,10 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import (
+from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.runs.records import RunRecords, new_runner_token
+from flowwarden_django.workflows.storage.signals import snapshot_forked, snapshot_saved
+from flowwarden_django.workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalPermissionError,
     DecisionResult,
@@ -52,9 +55,6 @@ from flowwarden_django.workflows.approvals import (
     areject,
     reject,
 )
-from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.runs import RunRecords, new_runner_token
-from flowwarden_django.workflows.signals import snapshot_forked, snapshot_saved
 from tests.support.lanes import lane_marks
 from tests.support.refund_workflow import define_refunds
 

@@ -10,7 +10,7 @@ from celery import _state as celery_state
 from django.test import override_settings
 
 from flowwarden_django.checks import check_workflow_execution
-from flowwarden_django.workflows.execution import reset_providers
+from flowwarden_django.workflows.execution.providers import reset_providers
 
 
 @pytest.fixture(autouse=True)

@@ -32,11 +32,11 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import request as approval_request
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.claim_keeper import ClaimKeeper, HeldClaim
-from flowwarden_django.workflows.recovery import recover_stalled_runs
-from flowwarden_django.workflows.runs import RunRecords, new_runner_token
+from flowwarden_django.workflows.execution.claim_keeper import ClaimKeeper, HeldClaim
+from flowwarden_django.workflows.operations.recovery import recover_stalled_runs
+from flowwarden_django.workflows.runs.records import RunRecords, new_runner_token
+from flowwarden_django.workflows.waiting.approvals import request as approval_request
 from tests.support.lanes import lane_marks
 
 DB = "postgres"
@@ -162,7 +162,7 @@ def test_a_failed_renewal_is_tried_again(definition, keeper, monkeypatch, caplog
 def test_an_execution_keeps_its_claim_only_outside_a_transaction(definition):
     from django.db import transaction
 
-    from flowwarden_django.workflows.claim_keeper import claim_keeper
+    from flowwarden_django.workflows.execution.claim_keeper import claim_keeper
 
     cid = f"keeper-{uuid.uuid4().hex[:10]}"
     held: list[int] = []
@@ -199,7 +199,7 @@ def test_the_sweep_takes_an_expired_claim_at_once_and_ends_it(definition):
 
 
 def test_a_claim_renewed_while_the_sweep_looks_keeps_its_run(definition, monkeypatch):
-    from flowwarden_django.workflows import recovery
+    from flowwarden_django.workflows.operations import recovery
 
     cid, runner = claimed_run(definition, lease=timedelta(seconds=-1))
     real = recovery.stalled_runs

@@ -37,7 +37,7 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.engine import LAST_STEP
+from flowwarden_django.workflows.definition.metadata import LAST_STEP
 from tests.support import workflow_procs
 from tests.support.lanes import lane_marks
 from tests.testapp.models import Effect

@@ -20,7 +20,7 @@ from django.test import Client, override_settings
 
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import Completed, RunStatus, Workflow, workflow_registry
-from flowwarden_django.workflows.approvals import approve
+from flowwarden_django.workflows.waiting.approvals import approve
 from tests.support.refund_workflow import define_refunds
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from flowwarden_django.exceptions import MissingExtraError
-from flowwarden_django.workflows.encryption import (
+from flowwarden_django.workflows.storage.encryption import (
     PREFIX,
     AesGcmCipher,
     SnapshotDecryptionError,

@@ -44,8 +44,8 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.engine import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
-from flowwarden_django.workflows.runs import LeaseLostError, RunRecords, new_runner_token
+from flowwarden_django.workflows.definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from flowwarden_django.workflows.runs.records import LeaseLostError, RunRecords, new_runner_token
 from tests.support import workflow_procs
 from tests.support.lanes import lane_marks, on_lane
 from tests.testapp.models import Effect

@@ -26,9 +26,9 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import ApprovalDecision, approve, reject
-from flowwarden_django.workflows.approvals.sweep import sweep_approvals
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.waiting.approvals import ApprovalDecision, approve, reject
+from flowwarden_django.workflows.waiting.approvals.sweep import sweep_approvals
 from tests.api.helpers import People, pending, postgres_lane
 from tests.support.refund_workflow import seen_decisions
 

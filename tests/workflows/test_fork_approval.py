@@ -21,8 +21,8 @@ from django.urls import reverse
 
 from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
 from flowwarden_django.workflows import Completed, Hibernated, RunStatus, Workflow
-from flowwarden_django.workflows.approvals import approve, reject
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.waiting.approvals import approve, reject
 from tests.api.helpers import (
     API,
     People,

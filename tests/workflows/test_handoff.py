@@ -27,9 +27,9 @@ from flowwarden_django.workflows import (
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.handoff import Handoff
-from flowwarden_django.workflows.results import Running
-from flowwarden_django.workflows.runs import (
+from flowwarden_django.workflows.definition.results import Running
+from flowwarden_django.workflows.execution.handoff import Handoff
+from flowwarden_django.workflows.runs.records import (
     HANDOFF_PREFIX,
     ClaimTerms,
     new_handoff_token,
@@ -123,7 +123,7 @@ def test_a_run_handed_from_step_to_step_completes_holding_it_between_steps(alias
 @pytest.mark.parametrize("alias", [POSTGRES])
 def test_an_encrypting_store_hands_on_its_ciphertext(alias: str) -> None:
     pytest.importorskip("cryptography")
-    from flowwarden_django.workflows.encryption import generate_key
+    from flowwarden_django.workflows.storage.encryption import generate_key
 
     store = OrmSnapshotStore(using=alias, encryption_keys=[generate_key()])
     steps = appending(3)
@@ -186,8 +186,8 @@ def test_a_retry_a_stale_or_a_forged_hand_off_claims_from_the_token(alias: str) 
 
 
 def test_an_upgrade_takes_a_run_held_between_steps() -> None:
-    from flowwarden_django.workflows.registry import workflow_registry
-    from flowwarden_django.workflows.upgrades import upgrade_registry, upgrade_runs
+    from flowwarden_django.workflows.definition.registry import workflow_registry
+    from flowwarden_django.workflows.operations.upgrades import upgrade_registry, upgrade_runs
 
     name = f"handoff-{uuid.uuid4().hex[:8]}"
     store = OrmSnapshotStore()
@@ -306,7 +306,7 @@ def test_a_held_run_moves_its_updated_at_at_most_once_a_second(alias: str) -> No
 
 
 def test_two_executions_under_one_token_are_kept_alive_under_keys_of_their_own() -> None:
-    from flowwarden_django.workflows.claim_keeper import ClaimKeeper, HeldClaim
+    from flowwarden_django.workflows.execution.claim_keeper import ClaimKeeper, HeldClaim
 
     keeper = ClaimKeeper()
     lease = run_lease()
@@ -331,7 +331,7 @@ def test_a_failing_copy_of_a_handed_step_leaves_the_run_to_the_other_copy(
     whose claim is still renewed, and whose save then completes the run."""
     import threading
 
-    from flowwarden_django.workflows.claim_keeper import claim_keeper
+    from flowwarden_django.workflows.execution.claim_keeper import claim_keeper
 
     in_step, go = threading.Event(), threading.Event()
 

@@ -6,13 +6,13 @@ import threading
 import pytest
 
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
-from flowwarden_django.workflows.journal import (
+from flowwarden_django.workflows.operations.journal import (
     CheckpointingJournal,
     JournalEvent,
     event_summary,
     on_kinds,
 )
-from flowwarden_django.workflows.snapshot import CheckpointQuery
+from flowwarden_django.workflows.storage.snapshot import CheckpointQuery
 
 
 class ListJournal:

@@ -16,14 +16,14 @@ from django.test import override_settings
 
 from flowwarden_django.models import SnapshotRecord
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore, _aad
-from flowwarden_django.workflows.encryption import (
+from flowwarden_django.workflows.storage.encryption import (
     LEGACY_PREFIX,
     PREFIX,
     SnapshotDecryptionError,
     generate_key,
 )
-from flowwarden_django.workflows.snapshot import WorkflowSnapshot, new_snapshot_id
-from flowwarden_django.workflows.store import snapshot_stores
+from flowwarden_django.workflows.storage.snapshot import WorkflowSnapshot, new_snapshot_id
+from flowwarden_django.workflows.storage.store import snapshot_stores
 from tests.support.lanes import lane_marks
 
 pytestmark = [

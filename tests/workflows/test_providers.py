@@ -28,8 +28,8 @@ from flowwarden_django.workflows import (
     workflow_registry,
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
-from flowwarden_django.workflows.engine import LAST_STEP
-from flowwarden_django.workflows.execution import (
+from flowwarden_django.workflows.definition.metadata import LAST_STEP
+from flowwarden_django.workflows.execution.providers import (
     InvalidExecutionProviderError,
     configured_provider,
     reset_providers,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flowwarden_django.workflows.schedule_ticks import (
+from flowwarden_django.workflows.operations.schedule_ticks import (
     MAX_FORMAT_WIDTH,
     ScheduleError,
     check_state_template,

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
-from flowwarden_django.workflows.serializers import (
+from flowwarden_django.workflows.storage.serializers import (
     JsonStateSerializer,
     StateDecodeError,
     StateSerializer,
@@ -21,7 +21,7 @@ from flowwarden_django.workflows.serializers import (
     unregister_state_type,
     workflow_state,
 )
-from flowwarden_django.workflows.snapshot import WorkflowSnapshot
+from flowwarden_django.workflows.storage.snapshot import WorkflowSnapshot
 
 serializer = JsonStateSerializer()
 

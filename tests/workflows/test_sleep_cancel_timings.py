@@ -33,10 +33,10 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.cancellation import cancellation_of
-from flowwarden_django.workflows.metadata import STEP_ATTEMPTS, STEP_DURATION_MS, WAKE_AT
-from flowwarden_django.workflows.recovery import due_sleepers, recover_stalled_runs
-from flowwarden_django.workflows.step_timings import step_timing_of
+from flowwarden_django.workflows.definition.metadata import STEP_ATTEMPTS, STEP_DURATION_MS, WAKE_AT
+from flowwarden_django.workflows.execution.step_timings import step_timing_of
+from flowwarden_django.workflows.operations.recovery import due_sleepers, recover_stalled_runs
+from flowwarden_django.workflows.waiting.cancellation import cancellation_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -304,7 +304,7 @@ def test_errors_of_attempts_run_one_by_one_wait_on_the_run_until_the_step_succee
 ) -> None:
     """A provider that runs each attempt in a call of its own (Temporal): the failed
     attempts' errors wait on the run record, and the step's snapshot takes them."""
-    from flowwarden_django.workflows.engine import StepAttemptFailed
+    from flowwarden_django.workflows.engine.calling import StepAttemptFailed
 
     tries = {"n": 0}
 
@@ -393,7 +393,7 @@ def test_a_parent_run_early_waits_and_the_sweep_continues_it_when_a_notice_was_l
     is run or resumed; once it finishes the parent continues, by the child's notice
     or, when that was lost, by the sweep."""
     from flowwarden_django.workflows import WaitingForChildren, hibernate, spawn
-    from flowwarden_django.workflows import children as children_module
+    from flowwarden_django.workflows.waiting import children as children_module
 
     store = OrmSnapshotStore()
     define_child(child_name, store, hibernate)
@@ -417,7 +417,7 @@ def test_a_parent_run_early_waits_and_the_sweep_continues_it_when_a_notice_was_l
     original = children_module.notify_parent
     children_module.notify_parent = lambda child: False
     try:
-        import flowwarden_django.workflows.engine as engine_module
+        import flowwarden_django.workflows.engine.workflow as engine_module
 
         engine_module.notify_parent = children_module.notify_parent
         Workflow.for_coordination(second).resume()
@@ -434,7 +434,7 @@ def test_a_failed_spawn_transaction_leaves_no_child_and_the_retry_makes_each_onc
     name: str, child_name: str
 ) -> None:
     from flowwarden_django.workflows import spawn
-    from flowwarden_django.workflows.children import Spawn
+    from flowwarden_django.workflows.waiting.children import Spawn
 
     store = OrmSnapshotStore()
     define_child(child_name, store)
@@ -448,7 +448,7 @@ def test_a_failed_spawn_transaction_leaves_no_child_and_the_retry_makes_each_onc
     made: list[int] = []
 
     def crash_after_two(self: Any, workflow: Any, snapshot: Any) -> None:
-        from flowwarden_django.workflows.children import _create_child
+        from flowwarden_django.workflows.waiting.children import _create_child
 
         for index, (child, state) in enumerate(self.children[:2], start=1):
             _create_child(
@@ -546,7 +546,7 @@ def test_a_child_failed_by_its_approval_s_expiry_lets_the_parent_go_on(
     name: str, child_name: str
 ) -> None:
     from flowwarden_django.workflows import spawn
-    from flowwarden_django.workflows.approvals import sweep_approvals
+    from flowwarden_django.workflows.waiting.approvals import sweep_approvals
 
     store = OrmSnapshotStore()
     ask = step("ask")(

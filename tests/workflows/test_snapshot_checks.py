@@ -5,7 +5,7 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from flowwarden_django.workflows.backends import orm
-from flowwarden_django.workflows.encryption import generate_key
+from flowwarden_django.workflows.storage.encryption import generate_key
 
 ORM = "flowwarden_django.workflows.backends.orm.OrmSnapshotStore"
 MEMORY = "flowwarden_django.workflows.backends.memory.InMemorySnapshotStore"

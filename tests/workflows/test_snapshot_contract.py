@@ -12,8 +12,8 @@ from flowwarden_django.models import SnapshotRecord, WorkflowRun
 from flowwarden_django.testkit import AsyncSnapshotStoreContract, SnapshotStoreContract
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.encryption import generate_key
-from flowwarden_django.workflows.snapshot import CheckpointQuery, Deleted, WorkflowSnapshot
+from flowwarden_django.workflows.storage.encryption import generate_key
+from flowwarden_django.workflows.storage.snapshot import CheckpointQuery, Deleted, WorkflowSnapshot
 from tests.support.lanes import on_lane
 
 # -- memory -----------------------------------------------------------------------------

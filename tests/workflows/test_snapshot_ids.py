@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from flowwarden_django.workflows.snapshot import new_snapshot_id
+from flowwarden_django.workflows.storage.snapshot import new_snapshot_id
 
 
 def test_ids_are_uuid4_hex_and_unique() -> None:

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from flowwarden_django.workflows.backends import orm
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.snapshot import CheckpointQuery, WorkflowSnapshot
+from flowwarden_django.workflows.storage.snapshot import CheckpointQuery, WorkflowSnapshot
 from tests.support.lanes import lane_marks
 
 BASE = datetime(2031, 3, 1, tzinfo=UTC)

@@ -29,9 +29,9 @@ from flowwarden_django.workflows import (
     step,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.engine import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
-from flowwarden_django.workflows.results import Running
-from flowwarden_django.workflows.runs import (
+from flowwarden_django.workflows.definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from flowwarden_django.workflows.definition.results import Running
+from flowwarden_django.workflows.runs.records import (
     ClaimTerms,
     LeaseLostError,
     RunConflictError,
@@ -39,7 +39,7 @@ from flowwarden_django.workflows.runs import (
     UnknownRunError,
     new_runner_token,
 )
-from flowwarden_django.workflows.snapshot import WorkflowSnapshot
+from flowwarden_django.workflows.storage.snapshot import WorkflowSnapshot
 from tests.support.lanes import lane_marks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -330,7 +330,7 @@ def test_a_second_writer_of_a_step_fails_on_its_seq_outside_a_transaction(alias:
 @pytest.mark.parametrize("alias", [POSTGRES])
 def test_an_encrypting_store_opens_and_reads_runs_on_postgres(alias: str) -> None:
     pytest.importorskip("cryptography")
-    from flowwarden_django.workflows.encryption import generate_key
+    from flowwarden_django.workflows.storage.encryption import generate_key
 
     store = OrmSnapshotStore(using=alias, encryption_keys=[generate_key()])
     cid = new_cid()
@@ -476,7 +476,7 @@ def test_a_provider_claim_commits_without_waiting_for_the_wal_flush_only_for_its
 @pytest.fixture
 def start_definition():
     """Defines ``path.start`` (registered: a start that finds its run looks it up)."""
-    from flowwarden_django.workflows.engine import workflow_registry
+    from flowwarden_django.workflows.definition.registry import workflow_registry
 
     def define(alias: str, steps: list[Any]) -> Any:
         workflow_registry.unregister("path.start")
@@ -493,7 +493,7 @@ def test_a_start_writes_the_run_at_its_seed_in_one_statement_on_postgres(
     """``WorkflowDefinition.start``'s writes: on PostgreSQL the run (at its seed,
     unclaimed) and the seed are one statement, outside a transaction; elsewhere a
     transaction of several. The provider's hand-over is told what was written."""
-    from flowwarden_django.workflows.engine import _create_seeded
+    from flowwarden_django.workflows.engine.opening import create_seeded as _create_seeded
 
     definition = start_definition(alias, [step("s1")(advance)])
     wf = definition.workflow(new_cid())

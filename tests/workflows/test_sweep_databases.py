@@ -1,5 +1,5 @@
 """The sweeps visit every database a defined workflow keeps its runs in
-(``workflows.recovery.workflow_databases``), not only the router's default: a stalled
+(``workflows.definition.databases.workflow_databases``), not only the router's default: a stalled
 run of a workflow defined on a second alias is continued by the Celery sweep, woken by
 the Temporal worker's ``recover()`` and continued by ``flowwarden_workflows recover``;
 its due approval is expired by the approval sweep (the function, the Celery task and
@@ -27,9 +27,9 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import sweep_approvals
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.recovery import workflow_databases
+from flowwarden_django.workflows.definition.databases import workflow_databases
+from flowwarden_django.workflows.waiting.approvals import sweep_approvals
 from tests.support.refund_workflow import define_refunds
 
 pytestmark = pytest.mark.django_db(databases=["default", "other"])
@@ -113,7 +113,7 @@ def test_the_temporal_recovery_wakes_a_stalled_run_on_a_second_database(
 def test_a_database_that_fails_does_not_keep_the_others_from_being_swept(
     elsewhere: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flowwarden_django.workflows import recovery
+    from flowwarden_django.workflows.operations import recovery
 
     real = recovery.recover_stalled_runs
 
@@ -201,7 +201,7 @@ def test_the_approval_sweep_expires_a_due_approval_on_a_second_database(
 def test_a_database_that_fails_does_not_keep_the_approval_sweep_from_the_others(
     refunds_elsewhere: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flowwarden_django.workflows.approvals import sweep
+    from flowwarden_django.workflows.waiting.approvals import sweep
 
     real = sweep.restore_missing_approvals
 

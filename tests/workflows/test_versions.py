@@ -26,16 +26,16 @@ from flowwarden_django.workflows import (
     step,
     workflow_registry,
 )
-from flowwarden_django.workflows.approvals import decide
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from flowwarden_django.workflows.upgrades import (
+from flowwarden_django.workflows.operations.upgrades import (
     UPGRADE_METADATA,
     UpgradeError,
     WorkflowUpgrade,
     upgrade_registry,
     upgrade_runs,
 )
+from flowwarden_django.workflows.waiting.approvals import decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -433,7 +433,7 @@ def test_an_interrupted_upgrade_is_never_run_as_the_old_version_and_is_taken_up(
     """A store outside the run's database: the upgrade snapshot saved, then the
     process died before the run moved. The old version's engine must not read that
     snapshot's position as its own (it would start over); the next upgrade adopts it."""
-    from flowwarden_django.workflows.upgrades import _upgraded_metadata
+    from flowwarden_django.workflows.operations.upgrades import _upgraded_metadata
 
     calls = Calls()
     store = InMemorySnapshotStore()

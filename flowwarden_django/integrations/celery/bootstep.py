@@ -94,7 +94,7 @@ class StreamsBootstep(bootsteps.StartStopStep):
 
 
 class WorkflowSweepBootstep(bootsteps.StartStopStep):
-    """Runs the workflow recovery sweep (``workflows.recovery``) in the worker's main
+    """Runs the workflow recovery sweep (``workflows.operations.recovery``) in the worker's main
     process every ``FLOWWARDEN["WORKFLOW_SWEEP_INTERVAL"]`` (2 s) while the worker
     runs, queueing the next step of every stalled run with the worker's app.
 
@@ -113,7 +113,7 @@ class WorkflowSweepBootstep(bootsteps.StartStopStep):
         self.thread: Any = None
 
     def start(self, parent: Any) -> None:
-        from ...workflows.sweeper import SweepThread
+        from ...workflows.operations.sweeper import SweepThread
         from .provider import recover_workflows
 
         app = parent.app
@@ -169,7 +169,7 @@ def consume_version_queues(sender: Any = None, instance: Any = None, **kwargs: A
     every workflow version it defines (``provider.version_queue``): where a worker
     without a run's version sends that run's steps. Sent after ``-Q`` was applied
     and the task modules (and so the workflow definitions) were imported."""
-    from ...workflows.registry import workflow_registry
+    from ...workflows.definition.registry import workflow_registry
     from .provider import version_queue
 
     app = getattr(instance, "app", None)

@@ -56,12 +56,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...common.failure_log import FailureLog
-from ...workflows.engine import LAST_STEP, Running, Workflow, WorkflowResult, workflow_registry
-from ...workflows.execution import RemoteExecutionProvider
-from ...workflows.handoff import Handoff, taken_from
-from ...workflows.recovery import recover_in_every_database, recover_stalled_runs
-from ...workflows.registry import VersionNotDefinedError
-from ...workflows.runs import (
+from ...workflows.definition.metadata import LAST_STEP
+from ...workflows.definition.registry import VersionNotDefinedError, workflow_registry
+from ...workflows.definition.results import Running, WorkflowResult
+from ...workflows.definition.steps import WorkflowStep, step_after
+from ...workflows.engine.workflow import Workflow
+from ...workflows.execution.handoff import Handoff, taken_from
+from ...workflows.execution.providers import RemoteExecutionProvider
+from ...workflows.operations.recovery import recover_in_every_database, recover_stalled_runs
+from ...workflows.runs.records import (
     ClaimTerms,
     ConcurrentRunError,
     LeaseLostError,
@@ -72,11 +75,10 @@ from ...workflows.runs import (
     new_handoff_token,
     run_lease,
 )
-from ...workflows.steps import WorkflowStep, step_after
 
 if TYPE_CHECKING:
     from ...models import WorkflowRun
-    from ...workflows.engine import WorkflowDefinition
+    from ...workflows.engine.workflow import WorkflowDefinition
 
 logger = logging.getLogger("flowwarden_django.celery")
 
@@ -532,7 +534,7 @@ def recover_workflows(
     using: str | None = None,
     limit: int | None = 100,
 ) -> list[str]:
-    """Queue the next step of every stalled run (``workflows.recovery``) with *app*
+    """Queue the next step of every stalled run (``workflows.operations.recovery``) with *app*
     (default: the current app); the coordination ids queued. The runs of database
     *using*, by default of every database a defined workflow uses."""
     publisher = app if app is not None else current_app._get_current_object()

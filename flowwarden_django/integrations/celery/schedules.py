@@ -37,7 +37,7 @@ from typing import Any
 from django.apps import apps
 from django.utils import timezone
 
-from ...workflows.schedule_ticks import (
+from ...workflows.operations.schedule_ticks import (
     ScheduleError,
     check_state_template,
     interval_tick,

@@ -152,7 +152,7 @@ def expire_approvals(limit: int = 500) -> dict[str, list[str]]:
     """The approval sweep (beat it every minute or so): expire due approvals (their
     runs resume with an ``expired`` decision or fail, per the step), cancel those
     whose run moved on, restore missing ones. What it did, by kind."""
-    from ...workflows.approvals import sweep_approvals
+    from ...workflows.waiting.approvals import sweep_approvals
 
     return sweep_approvals(limit=limit).as_dict()
 

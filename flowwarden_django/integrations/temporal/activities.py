@@ -19,13 +19,19 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ...common.app_models import models
 from ...common.user_input import UserJSONError
-from ...workflows.approvals.sweep import expire_due_approvals
-from ...workflows.engine import StepAttemptFailed, Workflow
-from ...workflows.handoff import Handoff, taken_from
-from ...workflows.recovery import wake_due_run
-from ...workflows.registry import RegisteredWorkflow, VersionNotDefinedError, workflow_registry
-from ...workflows.results import Running
-from ...workflows.runs import (
+from ...workflows.definition.registry import (
+    RegisteredWorkflow,
+    VersionNotDefinedError,
+    workflow_registry,
+)
+from ...workflows.definition.results import Running
+from ...workflows.definition.steps import step_after
+from ...workflows.engine.calling import StepAttemptFailed
+from ...workflows.engine.workflow import Workflow
+from ...workflows.execution.handoff import Handoff, taken_from
+from ...workflows.operations.recovery import wake_due_run
+from ...workflows.operations.schedule_ticks import interval_tick, late, start_for_tick
+from ...workflows.runs.records import (
     ClaimTerms,
     ConcurrentRunError,
     LeaseLostError,
@@ -35,8 +41,7 @@ from ...workflows.runs import (
     new_handoff_token,
     run_lease,
 )
-from ...workflows.schedule_ticks import interval_tick, late, start_for_tick
-from ...workflows.steps import step_after
+from ...workflows.waiting.approvals.sweep import expire_due_approvals
 from .config import TemporalConfig
 from .messages import (
     EXPIRE_ACTIVITY,

@@ -13,7 +13,7 @@ long step's dead worker is noticed within ``HEARTBEAT_TIMEOUT``.
 
 from __future__ import annotations
 
-from ...workflows.steps import WorkflowStep
+from ...workflows.definition.steps import WorkflowStep
 from .messages import StepPolicy
 
 

@@ -20,11 +20,11 @@ from typing import Any
 from django.db import transaction
 
 from ...common.failure_log import FailureLog
-from ...workflows.execution import ExecutableWorkflow, RemoteExecutionProvider
-from ...workflows.metadata import LAST_STEP
-from ...workflows.registry import workflow_registry
-from ...workflows.results import Running, WorkflowResult
-from ...workflows.steps import step_after
+from ...workflows.definition.metadata import LAST_STEP
+from ...workflows.definition.registry import workflow_registry
+from ...workflows.definition.results import Running, WorkflowResult
+from ...workflows.definition.steps import step_after
+from ...workflows.execution.providers import ExecutableWorkflow, RemoteExecutionProvider
 from .config import TemporalConfig
 from .connection import TemporalConnection
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, RunStart, StepPolicy, Wake
@@ -121,7 +121,7 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
     def run_changed(self, coordination_id: str, using: str) -> None:
         """A fork: wake the run's Temporal workflow to re-read what it waits for (only
         if one is running: a fork alone starts nothing)."""
-        from ...workflows.runs import RunRecords
+        from ...workflows.runs.records import RunRecords
 
         record = RunRecords(using).get(coordination_id)
         if record is None or record.workflow_name not in workflow_registry:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from ...workflows.schedule_ticks import ScheduleError, check_state_template
+from ...workflows.operations.schedule_ticks import ScheduleError, check_state_template
 from .config import TemporalConfig
 from .connection import TemporalConnection
 from .messages import SCHEDULED_START_TYPE, ScheduledStart

@@ -13,7 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from ...common.failure_log import FailureLog
-from ...workflows.recovery import recover_in_every_database, workflow_databases
+from ...workflows.definition.databases import workflow_databases
+from ...workflows.operations.recovery import recover_in_every_database
 from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
@@ -86,9 +87,9 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
 
 
 def recover(config: TemporalConfig, client_call: Any) -> list[str]:
-    """Wake every stalled running run (``workflows.recovery``) of every database a
+    """Wake every stalled running run (``workflows.operations.recovery``) of every database a
     defined workflow uses; the ids woken."""
-    from ...workflows.registry import workflow_registry
+    from ...workflows.definition.registry import workflow_registry
 
     def enqueue(run: Any) -> None:
         definition = workflow_registry.get(run.workflow_name, run.workflow_version)
@@ -125,7 +126,7 @@ def reconcile(config: TemporalConfig, client_call: Any) -> list[str]:
     the server was down, say): each gets a ``refresh`` wake, re-reads its run and
     returns. The ids refreshed."""
     from ...common.app_models import models
-    from ...workflows.runs import RunStatus
+    from ...workflows.runs.records import RunStatus
 
     open_ids = client_call(lambda client: open_run_workflows(client, config))
     # The runs live where their workflows keep them: every database a workflow uses.

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ...common.formatting import NONE_TEXT, dump_json, format_table, timestamp_text, truncate
 from ...common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ...models import Approval
-from ...workflows.approvals import (
+from ...workflows.waiting.approvals import (
     ApprovalError,
     DecisionResult,
     decide,

@@ -61,14 +61,13 @@ from ...workflows import (
     workflow_registry,
 )
 from ...workflows.backends.orm import OrmSnapshotStore
-from ...workflows.cancellation import cancel_coordination
-from ...workflows.engine import LAST_STEP
-from ...workflows.metadata import CANCELLED
-from ...workflows.retention import PruneRow, plan_prune
-from ...workflows.runs import RunRecords
-from ...workflows.snapshot import Saved, SnapshotEvent
-from ...workflows.upgrades import UpgradeOutcome, upgrade_runs
-from ...workflows.versions import versions_in_use
+from ...workflows.definition.metadata import CANCELLED, LAST_STEP
+from ...workflows.operations.upgrades import UpgradeOutcome, upgrade_runs
+from ...workflows.operations.versions import versions_in_use
+from ...workflows.runs.records import RunRecords
+from ...workflows.storage.retention import PruneRow, plan_prune
+from ...workflows.storage.snapshot import Saved, SnapshotEvent
+from ...workflows.waiting.cancellation import cancel_coordination
 from ..base import ActionCommand, confirmed, non_negative_int, os_user, positive_int
 
 COMMAND = "manage.py flowwarden_workflows"
@@ -409,11 +408,11 @@ class Command(ActionCommand):
     ) -> None:
         """Hand each stalled run to the configured execution provider (in this process,
         or as a Celery step task), as the ``recover_workflows`` beat task does."""
-        from ...workflows.recovery import (
+        from ...workflows.definition.databases import workflow_databases
+        from ...workflows.operations.recovery import (
             recover_in_every_database,
             recover_stalled_runs,
             stalled_runs,
-            workflow_databases,
         )
 
         age = None if older_than is None else _parse_age(older_than)
@@ -455,7 +454,7 @@ class Command(ActionCommand):
     def _sweep_forever(self, sweep: Any, interval: float) -> None:
         """``recover --every``: sweep every *interval* seconds until SIGTERM or Ctrl-C,
         a line per run continued; a failing sweep is reported and tried again."""
-        from ...workflows.sweeper import SweepThread
+        from ...workflows.operations.sweeper import SweepThread
 
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -1043,7 +1042,7 @@ def _waiting_for_a_decision(coordination: str, database: str | None) -> str:
 def _parse_interval(text: str) -> float:
     """``--every``'s value in seconds (empty: ``WORKFLOW_SWEEP_INTERVAL``)."""
     if not text:
-        from ...workflows.sweeper import sweep_interval
+        from ...workflows.operations.sweeper import sweep_interval
 
         return sweep_interval()
     try:

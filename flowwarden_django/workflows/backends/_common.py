@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core import checks
 
-from ..serializers import json_text_encoder, resolve_serializer
-from ..snapshot import CheckpointQuery, UnreadableSnapshot, WorkflowSnapshot
+from ..storage.serializers import json_text_encoder, resolve_serializer
+from ..storage.snapshot import CheckpointQuery, UnreadableSnapshot, WorkflowSnapshot
 
 logger = logging.getLogger("flowwarden_django.workflows")
 

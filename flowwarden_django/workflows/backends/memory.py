@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 from django.core import checks
 from django.utils import timezone
 
-from ..retention import PruneRow, check_prune_arguments, plan_prune
-from ..serializers import StateSerializer, resolve_serializer
-from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
-from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
+from ..storage.retention import PruneRow, check_prune_arguments, plan_prune
+from ..storage.serializers import StateSerializer, resolve_serializer
+from ..storage.snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
+from ..storage.store import SnapshotConflictError, SnapshotStore, snapshot_stores
 from ._common import check_query, check_serializer_option, unreadable
 
 logger = logging.getLogger("flowwarden_django.workflows")

@@ -39,7 +39,8 @@ from django.utils import timezone
 
 from ...common.sql import kept_cursor
 from ...models import SnapshotRecord, WorkflowRun
-from ..encryption import (
+from ..runs.transactions import write_transaction
+from ..storage.encryption import (
     LEGACY_PREFIX,
     AesGcmCipher,
     SnapshotDecryptionError,
@@ -47,11 +48,10 @@ from ..encryption import (
     envelope_version,
     reveal,
 )
-from ..retention import PruneRow, check_prune_arguments, plan_prune
-from ..serializers import StateSerializer, resolve_serializer
-from ..snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot, storable_id
-from ..store import SnapshotConflictError, SnapshotStore, snapshot_stores
-from ..transactions import write_transaction
+from ..storage.retention import PruneRow, check_prune_arguments, plan_prune
+from ..storage.serializers import StateSerializer, resolve_serializer
+from ..storage.snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot, storable_id
+from ..storage.store import SnapshotConflictError, SnapshotStore, snapshot_stores
 from ._common import (
     check_query,
     check_serializer_option,
@@ -381,7 +381,7 @@ class OrmSnapshotStore(SnapshotStore):
             or (run_using or router.db_for_write(WorkflowRun)) != alias
         ):
             return None
-        from ..runs import LeaseLostError
+        from ..runs.records import LeaseLostError
 
         names = tuple(sorted(run_fields))
         sql = _advance_sql(names, lease_seconds is not None)

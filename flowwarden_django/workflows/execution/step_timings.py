@@ -1,0 +1,119 @@
+"""What a step's snapshot records of how it ran: its duration, its attempts, and the
+errors of the attempts that failed before it succeeded.
+
+The engine writes them into the snapshot's metadata (``metadata.STEP_DURATION_MS``,
+``STEP_ATTEMPTS``, ``STEP_ERRORS``); ``step_timing_of(snapshot)`` reads them back for
+the admin's tree and the API. An error keeps its exception class and message. A
+message may quote the state (``KeyError: 'card'``), so readers show it only where
+the state is shown too (a snapshot's detail), and only the class elsewhere (lists).
+
+With a provider that schedules each attempt itself (Temporal), the failed attempts'
+errors wait on the run record (``WorkflowRun.step_errors``) until the step's
+snapshot takes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from ..definition.metadata import STEP_ATTEMPTS, STEP_DURATION_MS, STEP_ERRORS
+
+#: Characters of an error message kept (a traceback's last line is usually enough).
+MESSAGE_LIMIT = 500
+#: Failed attempts kept per step (the first ones, then the latest).
+ERRORS_KEPT = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptError:
+    """One failed attempt of a step: its number, exception class and message."""
+
+    attempt: int
+    error: str
+    message: str
+
+    @classmethod
+    def of(cls, attempt: int, exc: BaseException) -> AttemptError:
+        return cls(attempt, type(exc).__name__, str(exc)[:MESSAGE_LIMIT])
+
+    def as_dict(self, *, with_message: bool = True) -> dict[str, Any]:
+        found: dict[str, Any] = {"attempt": self.attempt, "error": self.error}
+        if with_message:
+            found["message"] = self.message
+        return found
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTiming:
+    """How one step ran: ``duration_ms`` of its last attempt, ``attempts`` in all,
+    and the ``errors`` of those that failed (oldest first)."""
+
+    duration_ms: float | None = None
+    attempts: int | None = None
+    errors: tuple[AttemptError, ...] = ()
+
+    def metadata(self) -> dict[str, str]:
+        """The snapshot metadata that records it."""
+        found: dict[str, str] = {}
+        if self.duration_ms is not None:
+            found[STEP_DURATION_MS] = f"{self.duration_ms:.1f}"
+        if self.attempts is not None:
+            found[STEP_ATTEMPTS] = str(self.attempts)
+        if self.errors:
+            found[STEP_ERRORS] = errors_json(self.errors)
+        return found
+
+    def as_dict(self, *, with_messages: bool = True) -> dict[str, Any]:
+        """JSON for the API: messages only *with_messages* (where the state shows)."""
+        return {
+            "duration_ms": self.duration_ms,
+            "attempts": self.attempts,
+            "errors": [e.as_dict(with_message=with_messages) for e in self.errors],
+        }
+
+
+def errors_json(errors: tuple[AttemptError, ...] | list[AttemptError]) -> str:
+    """*errors* as the JSON the metadata and the run record keep (at most
+    ``ERRORS_KEPT``: the first half and the latest)."""
+    kept = list(errors)
+    if len(kept) > ERRORS_KEPT:
+        kept = kept[: ERRORS_KEPT // 2] + kept[-(ERRORS_KEPT - ERRORS_KEPT // 2) :]
+    return json.dumps([e.as_dict() for e in kept], separators=(",", ":"))
+
+
+def parse_errors(value: Any) -> tuple[AttemptError, ...]:
+    """The errors kept as JSON text (metadata) or a list (the run record); ``()`` for
+    anything else."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return ()
+    if not isinstance(value, list):
+        return ()
+    found = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("attempt"), int):
+            found.append(
+                AttemptError(
+                    item["attempt"], str(item.get("error", "")), str(item.get("message", ""))
+                )
+            )
+    return tuple(found)
+
+
+def step_timing_of(metadata: dict[str, str]) -> StepTiming | None:
+    """The timing a snapshot's *metadata* records; ``None`` for a snapshot no step
+    wrote (a seed, a fork, a cancellation) or one written before timings."""
+    duration = metadata.get(STEP_DURATION_MS)
+    attempts = metadata.get(STEP_ATTEMPTS)
+    if duration is None and attempts is None:
+        return None
+    try:
+        duration_ms = None if duration is None else float(duration)
+        count = None if attempts is None else int(attempts)
+    except ValueError:
+        return None
+    return StepTiming(duration_ms, count, parse_errors(metadata.get(STEP_ERRORS)))

@@ -1,0 +1,57 @@
+"""Human-in-the-loop approvals for workflows.
+
+A step returns ``await_approval(state, prompt, assignees=..., group=...,
+permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waiting``)
+with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited;
+``aapprove``/``areject`` from async code);
+the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
+``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
+"""
+
+from ...definition.decisions import ApprovalDecision
+from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
+from .deciding import (
+    DecisionResult,
+    aapprove,
+    adecide,
+    approve,
+    areject,
+    check_may_decide,
+    decide,
+    reject,
+)
+from .errors import (
+    ApprovalConflictError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalPermissionError,
+    UnknownApprovalError,
+)
+from .request import AwaitApproval, await_approval, request_approval
+from .sweep import SweepResult, sweep_approvals
+
+__all__ = [
+    "ApprovalConflictError",
+    "ApprovalDecision",
+    "ApprovalError",
+    "ApprovalExpiredError",
+    "ApprovalPermissionError",
+    "AwaitApproval",
+    "DecisionResult",
+    "SweepResult",
+    "UnknownApprovalError",
+    "aapprove",
+    "adecide",
+    "approve",
+    "areject",
+    "assigned_approvals",
+    "await_approval",
+    "can_decide",
+    "check_may_decide",
+    "decidable_approvals",
+    "decide",
+    "reject",
+    "request_approval",
+    "sweep_approvals",
+    "visible_approvals",
+]
