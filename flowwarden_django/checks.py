@@ -725,7 +725,7 @@ def check_scheduled_starts(app_configs: Any = None, **kwargs: Any) -> list[check
         return []
     from celery import _state
 
-    from .workflows.schedule_ticks import ScheduleError, check_state_template
+    from .workflows.operations.schedule_ticks import ScheduleError, check_state_template
 
     start_task = "flowwarden_django.start_scheduled_workflow"
     errors: list[checks.CheckMessage] = []
