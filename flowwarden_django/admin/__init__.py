@@ -3,8 +3,9 @@
 * ``checkpoints``: the ORM checkpoint store's rows (read-only);
 * ``console``: the streams console (status, pause/resume/restart);
 * ``dead_letters``: the dead-letter queue (replay, discard, acknowledge);
-* ``runs``: workflow runs with their snapshot trees, diffs and the fork page
-  (``snapshots`` builds the tree and the diffs);
+* ``runs``: workflow runs with their snapshot trees, diffs and the fork page, made of
+  ``run_columns``, ``run_actions``, ``run_snapshot_pages``, ``run_fork``,
+  ``run_stores`` and ``run_texts`` (``snapshots`` builds the tree and the diffs);
 * ``approvals``: approvals and their audit trail, with approve/reject pages.
 
 ``base`` holds what they share (read-only and guarded-lookup mixins, badges, pages

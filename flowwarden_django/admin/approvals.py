@@ -55,7 +55,8 @@ from .base import (
     status_badge,
     timestamp,
 )
-from .runs import pretty_json, run_status_badge, run_store
+from .run_stores import run_store
+from .run_texts import pretty_json, run_status_badge
 
 logger = logging.getLogger("flowwarden_django.admin")
 

@@ -36,7 +36,7 @@ from ..streams.dlq import (
     ErrorInfo,
 )
 from ._async_driven import async_driven
-from .checkpoint_store import _same_bson, now_ms, token
+from ._checkpoint_contract.values import now_ms, same_bson, token
 
 #: The reference's ``DEFAULT_POLICY``.
 DEFAULT_POLICY = DlqPolicy(30, True, True)
@@ -226,7 +226,7 @@ class DlqStoreContract:
         assert found.full_document["status"] == "NEW"
         assert found.full_document["amount"] == 42
         assert type(found.full_document["amount"]) is int, "an int32 must stay an int"
-        _same_bson(found.resume_token, token("8263A1B2C3000000012B022C0100296E5A1004"))
+        same_bson(found.resume_token, token("8263A1B2C3000000012B022C0100296E5A1004"))
         assert found.error == ErrorInfo("RuntimeException", "boom", "stack trace here")
         assert (found.attempts, found.status) == (3, PENDING)
         assert found.created_at == now
@@ -349,7 +349,7 @@ class DlqStoreContract:
             ("resume_token", resume),
         ):
             expected = bson.decode(bson.encode(original))
-            _same_bson(getattr(found, field), expected, field)
+            same_bson(getattr(found, field), expected, field)
 
     def test_metadata_round_trips(self, store: DlqStore, name: str) -> None:
         self.require_replay(store)

@@ -17,7 +17,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 from flowwarden_django.management.commands import flowwarden_workflows
-from flowwarden_django.management.commands.flowwarden_workflows import snapshot_tree
+from flowwarden_django.management.workflows_cli import maintenance
+from flowwarden_django.management.workflows_cli.listing import snapshot_tree
 from flowwarden_django.models import SnapshotRecord, WorkflowRun
 from flowwarden_django.workflows import (
     Pause,
@@ -664,7 +665,7 @@ def test_prune_asks_for_confirmation(answer: Any) -> None:
     }
 )
 def test_prune_and_show_on_the_in_memory_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flowwarden_workflows, "PAGE", 3)  # several list pages
+    monkeypatch.setattr(maintenance, "PAGE", 3)  # several list pages
     store = snapshot_stores["mem"]
     cids = [f"m-{uuid.uuid4().hex[:6]}" for _ in range(3)]
     for cid in cids:

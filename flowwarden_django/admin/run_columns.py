@@ -1,0 +1,194 @@
+"""What the run admin shows of a run: its changelist columns and the fields of its
+page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from ..common.formatting import NONE_TEXT, truncate
+from ..models import Approval, WorkflowRun
+from .base import age, reverse_for_key, short_id, timestamp
+from .details import redacted_runner
+from .run_texts import pretty_json, run_status_badge, wakes_text
+
+PROMPT_WIDTH = 40
+
+
+class RunColumnsMixin:
+    """The run changelist's columns and the run page's read-only fields."""
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_icon(self, obj: WorkflowRun) -> SafeString:
+        badge = run_status_badge(obj.status)
+        if obj.status == WorkflowRun.Status.SLEEPING and obj.wake_at is not None:
+            return format_html("{} <small>({})</small>", badge, wakes_text(obj.wake_at))
+        return badge
+
+    @admin.display(description=_("wakes at"))
+    def wake_at_text(self, obj: WorkflowRun) -> SafeString | str:
+        if obj.status != WorkflowRun.Status.SLEEPING or obj.wake_at is None:
+            return NONE_TEXT
+        return timestamp(obj.wake_at)
+
+    @admin.display(description=_("coordination / key"), ordering="coordination_id")
+    def coordination(self, obj: WorkflowRun) -> SafeString:
+        """The coordination id and the run's key, shortened (the list links them to
+        the run's page, which shows them whole)."""
+        if not obj.idempotency_key:
+            return short_id(obj.coordination_id, 12)
+        return format_html(
+            '{}<br><span class="flowwarden-quiet">{}</span>',
+            short_id(obj.coordination_id, 12),
+            self.run_key(obj),
+        )
+
+    @admin.display(description=_("last step"), ordering="last_step")
+    def last_step_text(self, obj: WorkflowRun) -> SafeString | str:
+        return format_html("<code>{}</code>", obj.last_step) if obj.last_step else NONE_TEXT
+
+    @admin.display(description=_("pending approval"))
+    def pending_approval(self, obj: WorkflowRun) -> SafeString | str:
+        pk = getattr(obj, "pending_approval_id", None)
+        if pk is None:
+            return NONE_TEXT
+        prompt = getattr(obj, "pending_approval_prompt", "") or gettext("approval")
+        return format_html(
+            '<a href="{}" title="{}">{}</a>',
+            approval_url(self.admin_site.name, pk),
+            prompt,
+            truncate(prompt, PROMPT_WIDTH),
+        )
+
+    @admin.display(description=_("updated"), ordering="updated_at")
+    def updated(self, obj: WorkflowRun) -> SafeString | str:
+        return age(obj.updated_at)
+
+    # -- detail fields ---------------------------------------------------------------
+
+    @admin.display(description=_("key"), ordering="idempotency_key")
+    def run_key(self, obj: WorkflowRun) -> SafeString | str:
+        """The run's idempotency key (``shop.orders:502``): what people know it by."""
+        if not obj.idempotency_key:
+            return NONE_TEXT
+        return short_id(obj.idempotency_key, 18)
+
+    @admin.display(description=_("head snapshot"))
+    def head_snapshot(self, obj: WorkflowRun) -> SafeString | str:
+        if not obj.head_snapshot_id:
+            return NONE_TEXT
+        return format_html(
+            '<a href="{}"><code>{}</code></a> · <a href="{}">{}</a>',
+            self.snapshot_url(obj.coordination_id, obj.head_snapshot_id),
+            obj.head_snapshot_id,
+            self.tree_url(obj.coordination_id),
+            gettext("Snapshot tree"),
+        )
+
+    @admin.display(description=_("failure reason"))
+    def failure_reason_text(self, obj: WorkflowRun) -> SafeString | str:
+        if not obj.failure_reason:
+            return NONE_TEXT
+        return format_html('<pre class="flowwarden-json">{}</pre>', obj.failure_reason)
+
+    @admin.display(description=_("workflow"), ordering="workflow_name")
+    def workflow_and_version(self, obj: WorkflowRun) -> SafeString:
+        return format_html(
+            '{} <span class="flowwarden-quiet">v{}</span>',
+            short_id(obj.workflow_name, 20),
+            obj.workflow_version,
+        )
+
+    @admin.display(description=_("approvals"))
+    def approvals_list(self, obj: WorkflowRun) -> SafeString | str:
+        rows = Approval.objects.using(obj._state.db).filter(coordination_id=obj.pk)
+        rows = rows.order_by("requested_at", "pk")
+        if not rows:
+            return NONE_TEXT
+        items = format_html_join(
+            "",
+            '<li class="flowwarden-approval-{}"><a href="{}">{}</a> — {} ({})</li>',
+            (
+                (
+                    a.status,
+                    approval_url(self.admin_site.name, a.pk),
+                    truncate(a.prompt or gettext("approval"), PROMPT_WIDTH),
+                    a.step_name,
+                    a.get_status_display(),
+                )
+                for a in rows
+            ),
+        )
+        return format_html('<ul class="flowwarden-approvals">{}</ul>', items)
+
+    @admin.display(description=_("parent run"))
+    def parent_run(self, obj: WorkflowRun) -> SafeString | str:
+        if not obj.parent_coordination_id:
+            return NONE_TEXT
+        url = reverse_for_key(
+            "admin:flowwarden_django_workflowrun_change",
+            obj.parent_coordination_id,
+            current_app=self.admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, obj.parent_coordination_id)
+
+    @admin.display(description=_("child runs"))
+    def child_runs(self, obj: WorkflowRun) -> SafeString | str:
+        rows = WorkflowRun.objects.using(obj._state.db).filter(parent_coordination_id=obj.pk)
+        rows = list(rows.order_by("created_at", "pk")[: self.tree_page_size])
+        if not rows:
+            return NONE_TEXT
+        items = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {} {}</li>',
+            (
+                (
+                    reverse_for_key(
+                        "admin:flowwarden_django_workflowrun_change",
+                        child.pk,
+                        current_app=self.admin_site.name,
+                    ),
+                    child.pk,
+                    child.workflow_name,
+                    run_status_badge(child.status),
+                )
+                for child in rows
+            ),
+        )
+        return format_html('<ul class="flowwarden-children">{}</ul>', items)
+
+    @admin.display(description=_("runner"))
+    def runner_text(self, obj: WorkflowRun) -> SafeString | str:
+        return format_html("<code>{}</code>", obj.runner) if obj.runner else NONE_TEXT
+
+    @admin.display(description=_("runner"))
+    def runner_key_text(self, obj: WorkflowRun) -> SafeString | str:
+        """The runner with its instance as its key, for users who may not see its id."""
+        runner = redacted_runner(obj.runner)
+        return format_html("<code>{}</code>", runner) if runner else NONE_TEXT
+
+    @admin.display(description=_("claimed until"))
+    def claimed_until_text(self, obj: WorkflowRun) -> SafeString | str:
+        return timestamp(obj.claimed_until)
+
+    @admin.display(description=_("resume input"))
+    def resume_input_json(self, obj: WorkflowRun) -> SafeString | str:
+        return NONE_TEXT if obj.resume_input is None else pretty_json(obj.resume_input)
+
+    @admin.display(description=_("created at"))
+    def created_at_text(self, obj: WorkflowRun) -> SafeString | str:
+        return timestamp(obj.created_at)
+
+    @admin.display(description=_("updated at"))
+    def updated_at_text(self, obj: WorkflowRun) -> SafeString | str:
+        return timestamp(obj.updated_at)
+
+
+def approval_url(site_name: str, pk: Any) -> str:
+    """The admin page of approval *pk* on admin site *site_name*."""
+    return reverse_for_key("admin:flowwarden_django_approval_change", pk, current_app=site_name)

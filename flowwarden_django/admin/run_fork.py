@@ -1,0 +1,112 @@
+"""Forking a run from one of its snapshots in the admin: edit the state, check it and
+confirm, fork."""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.utils.text import capfirst
+from django.utils.translation import gettext
+
+from ..common.formatting import state_json
+from ..common.user_input import UserJSONError, parse_user_json
+from ..models import WorkflowRun
+from ..workflows.storage.snapshot import WorkflowSnapshot
+from .run_snapshot_pages import TEMPLATES
+from .run_stores import fork_snapshot
+from .snapshots import state_diff
+
+logger = logging.getLogger("flowwarden_django.admin")
+
+
+class ForkPageMixin:
+    """The fork page of the run admin (``fork_workflowrun``)."""
+
+    def fork_view(self, request: HttpRequest, object_id: str, snapshot_id: str) -> HttpResponse:
+        """Fork the run off a snapshot: edit the state (GET), check it and ask (POST),
+        fork (POST ``post=yes``)."""
+        run, redirect = self._run_or_redirect(request, object_id)
+        if redirect is not None:
+            return redirect
+        assert run is not None
+        if not self.has_fork_permission(request, run):
+            raise PermissionDenied
+        loaded = self._load_snapshot(request, run, unquote(snapshot_id))
+        if loaded is None:
+            return HttpResponseRedirect(self.tree_url(run.pk))
+        found, snapshot = loaded
+        render = partial(self._fork_page, request, run, snapshot)
+        if request.method != "POST":
+            return render(state_json(snapshot.state))
+        text = request.POST.get("state", "")
+        try:
+            state = parse_user_json(text, what="the state")
+        except UserJSONError as exc:
+            return render(text, error=capfirst(str(exc)))
+        if request.POST.get("post") != "yes":
+            return render(text, state=state, confirm=True)
+        try:
+            child = fork_snapshot(run, found, snapshot.id, state)
+        except Exception as exc:  # the serializer refused the state, the store failed, ...
+            logger.exception("fork of snapshot %s failed", snapshot.id)
+            error = gettext("The fork failed: %(error)s") % {
+                "error": f"{type(exc).__name__}: {exc}"
+            }
+            return render(text, error=error)
+        values = {
+            "source": snapshot.seq,
+            "run": run.coordination_id,
+            "seq": child.seq,
+            "id": child.id,
+        }
+        self.log_change(
+            request, run, gettext("Forked snapshot #%(source)s as #%(seq)s (%(id)s).") % values
+        )
+        done = gettext(
+            "Forked snapshot #%(source)s of run “%(run)s”: new snapshot #%(seq)s (%(id)s). "
+            "The next run of the workflow continues from it."
+        )
+        self.message_user(request, done % values, messages.SUCCESS)
+        return HttpResponseRedirect(self.snapshot_url(run.pk, child.id))
+
+    def _fork_page(
+        self,
+        request: HttpRequest,
+        run: WorkflowRun,
+        snapshot: WorkflowSnapshot,
+        text: str,
+        *,
+        state: Any = None,
+        confirm: bool = False,
+        error: str | None = None,
+    ) -> TemplateResponse:
+        if confirm:
+            title = gettext("Fork snapshot #%(seq)s of run %(run)s?")
+        else:
+            title = gettext("Fork snapshot #%(seq)s of run %(run)s")
+        context = self._context(
+            request, run, title % {"seq": snapshot.seq, "run": run.coordination_id}
+        )
+        context.update(
+            snapshot=snapshot,
+            snapshot_url=self.snapshot_url(run.pk, snapshot.id),
+            state_text=text,
+            error=error,
+            confirm=confirm,
+        )
+        if confirm:
+            pretty = state_json(state)
+            context.update(
+                pretty_state=pretty,
+                compact_state=json.dumps(state, ensure_ascii=False, separators=(",", ":")),
+                diff=state_diff(state_json(snapshot.state), pretty),
+            )
+        return TemplateResponse(request, f"{TEMPLATES}/fork.html", context)

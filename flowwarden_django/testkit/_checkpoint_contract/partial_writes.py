@@ -1,0 +1,141 @@
+"""The checkpoint contract: the partial writes (reference 6-15, 20)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ...streams.checkpoint import Checkpoint, CheckpointStore
+from .values import now_ms, token
+
+
+class PartialWriteContract:
+    """The partial writes (``save_seen``, ``save_processed``, ``save_heartbeat``): each
+    touches its own fields only, and creates the record when it is missing.
+
+    Mixed into :class:`~flowwarden_django.testkit.CheckpointStoreContract`, which gives
+    the ``store`` and ``name`` fixtures.
+    """
+
+    def test_save_seen_does_not_overwrite_processed(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
+        store.save_seen(name, token("seen2"), now + timedelta(seconds=10))
+        found = store.find(name)
+        assert found.last_seen_token == token("seen2")
+        assert found.last_seen_at == now + timedelta(seconds=10)
+        assert found.last_processed_token == token("processed1")
+        assert found.last_processed_at == now
+
+    def test_save_processed_does_not_overwrite_seen(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
+        store.save_processed(name, token("processed2"), now + timedelta(seconds=10))
+        found = store.find(name)
+        assert found.last_processed_token == token("processed2")
+        assert found.last_processed_at == now + timedelta(seconds=10)
+        assert found.last_seen_token == token("seen1")
+        assert found.last_seen_at == now
+
+    def test_save_seen_creates_record_if_missing(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save_seen(name, token("seen"), now)
+        found = store.find(name)
+        assert found is not None
+        assert (found.last_seen_token, found.last_seen_at) == (token("seen"), now)
+        assert (found.last_processed_token, found.last_processed_at) == (None, None)
+
+    def test_save_processed_creates_record_if_missing(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_processed(name, token("processed"), now)
+        found = store.find(name)
+        assert found is not None
+        assert (found.last_processed_token, found.last_processed_at) == (token("processed"), now)
+        assert (found.last_seen_token, found.last_seen_at) == (None, None)
+
+    def test_save_and_find_round_trips_heartbeat(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now, token("p"), now, now, {}))
+        assert store.find(name).last_heartbeat_at == now
+
+    def test_save_seen_with_heartbeat_writes_both(self, store: CheckpointStore, name: str) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, None, None, token("p"), now))
+        store.save_seen(
+            name, token("seen"), now + timedelta(seconds=10), now + timedelta(seconds=11)
+        )
+        found = store.find(name)
+        assert found.last_seen_token == token("seen")
+        assert found.last_seen_at == now + timedelta(seconds=10)
+        assert found.last_heartbeat_at == now + timedelta(seconds=11)
+        assert (found.last_processed_token, found.last_processed_at) == (token("p"), now)
+
+    def test_save_processed_with_heartbeat_writes_both(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now))
+        store.save_processed(
+            name, token("p"), now + timedelta(seconds=10), now + timedelta(seconds=11)
+        )
+        found = store.find(name)
+        assert found.last_processed_token == token("p")
+        assert found.last_processed_at == now + timedelta(seconds=10)
+        assert found.last_heartbeat_at == now + timedelta(seconds=11)
+        assert (found.last_seen_token, found.last_seen_at) == (token("s"), now)
+
+    def test_save_processed_with_heartbeat_creates_record_if_missing(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_processed(name, token("p"), now, now + timedelta(seconds=1))
+        found = store.find(name)
+        assert found.last_processed_token == token("p")
+        assert found.last_processed_at == now
+        assert found.last_heartbeat_at == now + timedelta(seconds=1)
+        assert found.last_seen_token is None
+
+    def test_save_heartbeat_touches_only_the_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now, token("p"), now))
+        store.save_heartbeat(name, now + timedelta(seconds=30))
+        found = store.find(name)
+        assert found.last_heartbeat_at == now + timedelta(seconds=30)
+        assert (found.last_seen_token, found.last_seen_at) == (token("s"), now)
+        assert (found.last_processed_token, found.last_processed_at) == (token("p"), now)
+
+    def test_save_heartbeat_creates_record_if_missing(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save_heartbeat(name, now)
+        found = store.find(name)
+        assert found is not None
+        assert found.last_heartbeat_at == now
+        assert found.last_seen_token is None
+        assert found.last_processed_token is None
+
+    def test_save_processed_without_heartbeat_keeps_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, token("s"), now, None, None, now, {}))
+        store.save_processed(name, token("p"), now + timedelta(seconds=5))
+        found = store.find(name)
+        assert found.last_heartbeat_at == now
+        assert found.last_processed_token == token("p")
+
+    def test_save_seen_without_heartbeat_keeps_heartbeat(
+        self, store: CheckpointStore, name: str
+    ) -> None:
+        now = now_ms()
+        store.save(Checkpoint(name, None, None, None, token("p"), now, now, {}))
+        store.save_seen(name, token("s"), now + timedelta(seconds=5))
+        assert store.find(name).last_heartbeat_at == now
