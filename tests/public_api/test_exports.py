@@ -161,6 +161,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "ScheduleError",
         "StreamsBootstep",
         "WorkflowSweepBootstep",
+        "beat_schedule_entry",
         "install",
         "install_from_settings",
         "install_workflow_sweep",

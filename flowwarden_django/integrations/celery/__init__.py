@@ -46,6 +46,7 @@ from .bootstep import (
 _LAZY = {
     "CeleryExecutionProvider": "flowwarden_django.integrations.celery.provider",
     "ScheduleError": "flowwarden_django.integrations.celery.schedules",
+    "beat_schedule_entry": "flowwarden_django.integrations.celery.schedules",
     "schedule_workflow": "flowwarden_django.integrations.celery.schedules",
 }
 
@@ -63,6 +64,7 @@ __all__ = [
     "ScheduleError",
     "StreamsBootstep",
     "WorkflowSweepBootstep",
+    "beat_schedule_entry",
     "install",
     "install_from_settings",
     "install_workflow_sweep",

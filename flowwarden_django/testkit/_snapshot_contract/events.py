@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...workflows import signals
+from ...workflows.storage import signals
 from ...workflows.storage.snapshot import (
     CheckpointQuery,
     Deleted,
