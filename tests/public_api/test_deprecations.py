@@ -64,6 +64,71 @@ MOVED = [
     ),
     ("flowwarden_django.streams.resync", "request_resync", "flowwarden_django.streams"),
     ("flowwarden_django.workflows.user_json", "UserJSONError", "flowwarden_django.workflows"),
+    # the workflows package's 0.1.0 modules (issue 46: now in subpackages)
+    ("flowwarden_django.workflows.approvals", "approve", "flowwarden_django.workflows"),
+    (
+        "flowwarden_django.workflows.approvals",
+        "sweep_approvals",
+        "flowwarden_django.workflows.waiting.approvals",
+    ),
+    (
+        "flowwarden_django.workflows.cancellation",
+        "cancel_coordination",
+        "flowwarden_django.workflows",
+    ),
+    (
+        "flowwarden_django.workflows.encryption",
+        "generate_key",
+        "flowwarden_django.workflows.storage.encryption",
+    ),
+    (
+        "flowwarden_django.workflows.patches",
+        "UndeclaredPatchError",
+        "flowwarden_django.workflows.definition.patches",
+    ),
+    ("flowwarden_django.workflows.registry", "workflow_registry", "flowwarden_django.workflows"),
+    ("flowwarden_django.workflows.results", "Completed", "flowwarden_django.workflows"),
+    (
+        "flowwarden_django.workflows.schedule_ticks",
+        "ScheduleError",
+        "flowwarden_django.workflows.operations.schedule_ticks",
+    ),
+    (
+        "flowwarden_django.workflows.serializers",
+        "JsonStateSerializer",
+        "flowwarden_django.workflows.storage.serializers",
+    ),
+    (
+        "flowwarden_django.workflows.signals",
+        "snapshot_saved",
+        "flowwarden_django.workflows.storage.signals",
+    ),
+    ("flowwarden_django.workflows.snapshot", "WorkflowSnapshot", "flowwarden_django.workflows"),
+    (
+        "flowwarden_django.workflows.step_timings",
+        "step_timing_of",
+        "flowwarden_django.workflows.execution.step_timings",
+    ),
+    ("flowwarden_django.workflows.steps", "advance", "flowwarden_django.workflows"),
+    ("flowwarden_django.workflows.store", "SnapshotStore", "flowwarden_django.workflows"),
+    (
+        "flowwarden_django.workflows.store",
+        "store_for_workflow",
+        "flowwarden_django.workflows.definition.registry",
+    ),
+    (
+        "flowwarden_django.workflows.upgrades",
+        "upgrade_runs",
+        "flowwarden_django.workflows.operations.upgrades",
+    ),
+    ("flowwarden_django.workflows.engine", "Workflow", "flowwarden_django.workflows"),
+    (
+        "flowwarden_django.workflows.engine",
+        "StepAttemptFailed",
+        "flowwarden_django.workflows.engine.calling",
+    ),
+    ("flowwarden_django.workflows.execution", "InProcessProvider", "flowwarden_django.workflows"),
+    ("flowwarden_django.workflows.runs", "RunRecords", "flowwarden_django.workflows.runs.records"),
 ]
 
 
