@@ -358,7 +358,7 @@ class Approval(models.Model):
 
     Who may decide: the ``assignees`` (usernames), members of ``group``, holders of
     ``permission`` ("app_label.codename"), and holders of ``decide_approval``.
-    Decisions go through ``flowwarden_django.workflows.approvals`` (never a plain
+    Decisions go through ``flowwarden_django.workflows.waiting.approvals`` (never a plain
     ``save()``), which makes them idempotent and audits them as ``ApprovalEvent``s.
     """
 

@@ -1,6 +1,6 @@
 """``manage.py flowwarden_approvals``: list, show, approve, reject and expire approvals.
 
-A thin layer over ``flowwarden_django.workflows.approvals``. Decisions made here are
+A thin layer over ``flowwarden_django.workflows.waiting.approvals``. Decisions made here are
 audited under the ``--by`` user's name, like decisions made in the admin or the API.
 """
 

@@ -85,7 +85,7 @@ def check_serializer_option(where: str, value: Any) -> list[checks.CheckMessage]
             checks.Error(
                 f'{where}["serializer"] = {value!r} {exc}.',
                 hint="Use the dotted path of a StateSerializer subclass, for example "
-                "flowwarden_django.workflows.serializers.JsonStateSerializer.",
+                "flowwarden_django.workflows.storage.serializers.JsonStateSerializer.",
                 id="flowwarden_django.E008",
             )
         ]

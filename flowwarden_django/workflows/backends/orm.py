@@ -713,7 +713,7 @@ class OrmSnapshotStore(SnapshotStore):
                 f"{snapshot_stores.alias_setting(alias)} stores workflow state and metadata "
                 "in plaintext.",
                 hint='Set its OPTIONS["encryption_keys"] to a list of base64 32-byte keys '
-                "(make one with flowwarden_django.workflows.encryption.generate_key()) and "
+                "(make one with flowwarden_django.workflows.storage.encryption.generate_key()) and "
                 'pip install "flowwarden-django[crypto]".',
                 id="flowwarden_django.W201",
             )
@@ -992,7 +992,7 @@ def _check_keys(where: str, keys: Any) -> list[checks.CheckMessage]:
                 checks.Error(
                     f"{setting}[{index}] {exc}.",
                     hint="Each key is base64 text of 32 random bytes, for example from "
-                    "flowwarden_django.workflows.encryption.generate_key().",
+                    "flowwarden_django.workflows.storage.encryption.generate_key().",
                     id="flowwarden_django.E008",
                 )
             )
