@@ -222,9 +222,9 @@ def test_expiry_resumes_with_an_expired_decision(refunds: Any) -> None:
     people = users()
     cid, approval = pending(refunds, expires_in=60)
     assert approval.expires_at is not None
-    assert sweep_approvals().expired == []  # not due yet
+    assert sweep_approvals(using="default").expired == []  # not due yet
     later = timezone.now() + timedelta(seconds=61)
-    assert sweep_approvals(now=later).expired == [str(approval.pk)]
+    assert sweep_approvals(now=later, using="default").expired == [str(approval.pk)]
     approval.refresh_from_db()
     assert approval.status == "expired"
     assert WorkflowRun.objects.get(pk=cid).status == RunStatus.COMPLETED
@@ -233,12 +233,12 @@ def test_expiry_resumes_with_an_expired_decision(refunds: Any) -> None:
     with pytest.raises(ApprovalExpiredError) as caught:
         approve(approval.pk, people["alice"])
     assert caught.value.code == "approval_expired"
-    assert sweep_approvals(now=later).expired == []  # idempotent
+    assert sweep_approvals(now=later, using="default").expired == []  # idempotent
 
 
 def test_expiry_can_fail_the_run(refunds: Any) -> None:
     cid, approval = pending(refunds, expires_in=1, on_expiry="fail")
-    sweep_approvals(now=timezone.now() + timedelta(seconds=2))
+    sweep_approvals(now=timezone.now() + timedelta(seconds=2), using="default")
     run = WorkflowRun.objects.get(pk=cid)
     assert run.status == RunStatus.FAILED and str(approval.pk) in run.failure_reason
     assert seen_decisions == []
@@ -302,10 +302,10 @@ def test_expiry_waits_while_a_runner_holds_the_run(refunds: Any) -> None:
     later = timezone.now() + timedelta(seconds=2)
     runs, token = RunRecords(), new_runner_token()
     runs.claim(cid, token, timedelta(minutes=5))
-    assert sweep_approvals(now=later).expired == []
+    assert sweep_approvals(now=later, using="default").expired == []
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     runs.release(cid, token)
-    assert sweep_approvals(now=later).expired == [str(approval.pk)]
+    assert sweep_approvals(now=later, using="default").expired == [str(approval.pk)]
     assert WorkflowRun.objects.get(pk=cid).status == RunStatus.COMPLETED
 
 
@@ -380,15 +380,15 @@ def test_a_late_resume_never_hands_an_old_decision_to_a_later_approval(refunds: 
 def test_the_sweep_cancels_stale_approvals_and_restores_missing_ones(refunds: Any) -> None:
     cid, approval = pending(refunds)
     WorkflowRun.objects.filter(pk=cid).update(status=RunStatus.FAILED)
-    assert sweep_approvals().cancelled == [str(approval.pk)]
+    assert sweep_approvals(using="default").cancelled == [str(approval.pk)]
 
     cid2, lost = pending(refunds)
     Approval.objects.filter(pk=lost.pk).delete()  # as if the process died before the row
-    result = sweep_approvals()
+    result = sweep_approvals(using="default")
     assert result.restored == [cid2]
     restored = Approval.objects.get(coordination_id=cid2)
     assert restored.snapshot_id == lost.snapshot_id and restored.assignees == ["alice"]
-    assert sweep_approvals().restored == []
+    assert sweep_approvals(using="default").restored == []
 
 
 def test_a_decision_made_before_a_crash_is_continued_by_the_next_run(

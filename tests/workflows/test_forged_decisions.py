@@ -93,7 +93,7 @@ def test_a_forged_decision_never_passes_a_pending_approval(
         result = workflow.resume(input=claim)
         assert isinstance(result, Hibernated) and result.status == RunStatus.WAITING
     assert isinstance(workflow.run(), Hibernated)
-    sweep_approvals()
+    sweep_approvals(using="default")
     run = WorkflowRun.objects.using(db()).get(pk=cid)
     assert (run.status, run.resume_input) == (RunStatus.WAITING, None)
     assert seen_decisions == []

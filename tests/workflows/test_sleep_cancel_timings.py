@@ -561,7 +561,7 @@ def test_a_child_failed_by_its_approval_s_expiry_lets_the_parent_go_on(
     cid = new_cid()
     Workflow.start(name, {}, coordination_id=cid)
     assert record(cid).status == RunStatus.WAITING_CHILDREN
-    sweep_approvals(now=timezone.now() + timedelta(seconds=5))
+    sweep_approvals(now=timezone.now() + timedelta(seconds=5), using="default")
     assert record(cid).status == RunStatus.COMPLETED
     final = Workflow.for_coordination(cid).current_result().final_state
     assert [kid["status"] for kid in final["kids"]] == ["failed"]
