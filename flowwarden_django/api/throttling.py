@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import unicodedata
 from typing import Any
 
 from rest_framework import exceptions
@@ -98,10 +99,20 @@ class FailedPasswordThrottle(SimpleRateThrottle):
         return max(self.window_end - self.timer(), 0.0)
 
 
+def username_key(username: Any) -> str:
+    """The form of *username* its count is kept under: NFKC-normalised, stripped and
+    case-folded, accents dropped, so that ``"admin "``, ``"ADMIN"``, ``"ADMİN"`` and
+    full-width letters count together (a case- or accent-insensitive database
+    collation can find one account for all of them)."""
+    text = unicodedata.normalize("NFKC", str(username)).strip().casefold()
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(char for char in decomposed if not unicodedata.combining(char))
+
+
 class PasswordAttempts:
     """The counts one password attempt answers to: its client's IP and the username
-    it tries (case-folded: a case-insensitive database finds one account for both).
-    Use: :meth:`reserve` before checking the password, then :meth:`failed` or :meth:`succeeded`."""
+    it tries (:func:`username_key`). Use: :meth:`reserve` before checking the
+    password, then :meth:`failed` or :meth:`succeeded`."""
 
     def __init__(self, request: Request | None, username: Any) -> None:
         rates = password_throttle_rates()
@@ -110,7 +121,7 @@ class PasswordAttempts:
             ident = BaseThrottle().get_ident(request) or ""
             self.throttles.append(FailedPasswordThrottle("ip", rates["ip"], ident))
         if rates["username"] and username not in (None, ""):
-            name = str(username).casefold()
+            name = username_key(username)
             self.throttles.append(FailedPasswordThrottle("username", rates["username"], name))
 
     def reserve(self) -> None:

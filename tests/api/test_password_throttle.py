@@ -236,3 +236,37 @@ def test_parallel_guesses_are_counted_atomically_in_redis() -> None:
         statuses = race_wrong_passwords("username")
     assert statuses.count(400) == RACE_LIMIT, statuses
     assert statuses.count(429) == RACERS - RACE_LIMIT, statuses
+
+
+FULL_WIDTH_ALICE = "\uff41\uff4c\uff49\uff43\uff45"
+
+
+@pytest.mark.parametrize("variant", ["alice ", " ALICE", "ALİCE", FULL_WIDTH_ALICE, "Alice\u0301"])
+def test_username_variants_count_together(alice: User, variant: str) -> None:
+    """Spaces, case, a dotted capital I, full-width letters and accents do not buy
+    a new count for the same account."""
+    with throttle(ip=None, username="3/hour"):
+        assert [ask_token("x", username=variant).status_code for _ in range(3)] == [400] * 3
+        assert ask_token("right").status_code == 429
+
+
+def deploy_warnings(**overrides: Any) -> list[str]:
+    with override_settings(**overrides):
+        found = run_checks(databases=[], include_deployment_checks=True)
+    return [m.id for m in found if m.id == "flowwarden_django.W401"]
+
+
+DRF = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+
+
+def test_deploy_check_warns_when_the_ip_count_trusts_x_forwarded_for() -> None:
+    """DRF's get_ident uses the client's whole X-Forwarded-For when NUM_PROXIES is None."""
+    assert deploy_warnings(REST_FRAMEWORK=DRF) == ["flowwarden_django.W401"]
+    assert deploy_warnings(REST_FRAMEWORK={**DRF, "NUM_PROXIES": 0}) == []
+    assert deploy_warnings(REST_FRAMEWORK={**DRF, "NUM_PROXIES": 1}) == []
+    ip_off = {**FLOWWARDEN, "API_PASSWORD_THROTTLE": {"ip": None}}
+    assert deploy_warnings(REST_FRAMEWORK=DRF, FLOWWARDEN=ip_off) == []
+    off = {**FLOWWARDEN, "API_PASSWORD_THROTTLE": None}
+    assert deploy_warnings(REST_FRAMEWORK=DRF, FLOWWARDEN=off) == []
+    with override_settings(REST_FRAMEWORK=DRF):  # a deploy check only
+        assert not [m for m in run_checks(databases=[]) if m.id == "flowwarden_django.W401"]
