@@ -23,7 +23,9 @@ arguments are wrong); W204 unfinished runs are on a workflow, or a version of on
 code does not define; W205 unfinished runs stand
 after a step their defined version lacks. Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
-alias without a MongoDB URL.
+alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
+counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trusts a
+client's own ``X-Forwarded-For``.
 """
 
 from __future__ import annotations
@@ -632,6 +634,37 @@ def check_public_health_details(
             hint='Use "staff" (the default) or a permission, and give the monitoring '
             "that needs details a staff account.",
             id="flowwarden_django.W302",
+        )
+    ]
+
+
+@checks.register(deploy=True)
+def check_password_throttle_proxies(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """``check --deploy``: W401 when the password throttle counts per IP but DRF takes
+    the client IP from a client's own ``X-Forwarded-For`` (``NUM_PROXIES`` unset)."""
+    if not apps.is_installed("rest_framework"):
+        return []
+    if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
+        return []
+    throttle = fw_settings.API_PASSWORD_THROTTLE
+    if not isinstance(throttle, Mapping):
+        return []
+    if {**DEFAULTS["API_PASSWORD_THROTTLE"], **throttle}.get("ip") is None:
+        return []
+    drf = getattr(settings, "REST_FRAMEWORK", None)
+    if isinstance(drf, Mapping) and drf.get("NUM_PROXIES") is not None:
+        return []
+    return [
+        checks.Warning(
+            f'{SETTING_NAME}["API_PASSWORD_THROTTLE"] counts failed passwords per client '
+            'IP, but REST_FRAMEWORK["NUM_PROXIES"] is not set: DRF then takes the IP from '
+            "X-Forwarded-For as the client sends it, so a client can name a new address "
+            "for each guess (the per-username count still holds).",
+            hint='Set REST_FRAMEWORK["NUM_PROXIES"] to the number of reverse proxies in '
+            'front of Django (0 for none), or turn the per-IP half off with {"ip": None}.',
+            id="flowwarden_django.W401",
         )
     ]
 

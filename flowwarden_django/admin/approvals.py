@@ -33,6 +33,7 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT, state_json, truncate
 from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ..models import Approval, ApprovalEvent, WorkflowRun
+from ..streams.operations.status import status_error
 from ..workflows.waiting.approvals import (
     ApprovalError,
     ApprovalPermissionError,
@@ -55,6 +56,7 @@ from .base import (
     status_badge,
     timestamp,
 )
+from .details import HealthDetailsMixin, describe_error, error_text
 from .run_stores import run_store
 from .run_texts import pretty_json, run_status_badge
 
@@ -192,11 +194,13 @@ def decide_all(
     *,
     comment: str = "",
     payload: Any = None,
+    describe: Callable[[Exception], str] = status_error,
 ) -> Outcome:
     """Make *decision* on each approval as *user*, oldest first, through the core.
 
     A refusal (no permission, already decided the other way, expired, cancelled) or
-    an unexpected error is reported for that approval only.
+    an unexpected error is reported for that approval only, the error as *describe*
+    tells it (a page passes :func:`~.details.error_text` for its user).
     """
     outcome = Outcome()
     for approval in sorted(approvals, key=lambda a: (a.requested_at, str(a.pk))):
@@ -211,7 +215,7 @@ def decide_all(
             continue
         except Exception as exc:
             logger.exception("%s of approval %s failed", decision.name, approval.pk)
-            outcome.failed.append((approval, f"{type(exc).__name__}: {exc}"))
+            outcome.failed.append((approval, describe(exc)))
             continue
         if result.repeated:
             outcome.repeated.append(result.approval)
@@ -232,6 +236,7 @@ def _status_label(status: str) -> str:
 
 @admin.register(Approval)
 class ApprovalAdmin(
+    HealthDetailsMixin,
     LargeTableAdminMixin,
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
@@ -310,9 +315,12 @@ class ApprovalAdmin(
         "comment",
         "payload_json",
         "paused_state",
+        "paused_state_redacted",
     ]
 
     object_operations = DECISIONS
+    #: Without the details (``HEALTH_DETAILS``) a store's error names its class only.
+    detail_fields = {"paused_state": "paused_state_redacted"}
 
     # -- permissions -----------------------------------------------------------------
 
@@ -463,13 +471,23 @@ class ApprovalAdmin(
 
     @admin.display(description=_("state"))
     def paused_state(self, obj: Approval) -> SafeString | str:
-        state, error = self._paused_state(obj)
+        return self._paused_state_html(obj, details=True)
+
+    @admin.display(description=_("state"))
+    def paused_state_redacted(self, obj: Approval) -> SafeString | str:
+        return self._paused_state_html(obj, details=False)
+
+    def _paused_state_html(self, approval: Approval, *, details: bool) -> SafeString:
+        state, error = self._paused_state(approval, partial(describe_error, details=details))
         if error:
             return format_html('<span class="errornote">{}</span>', error)
         return format_html('<pre class="flowwarden-json flowwarden-state">{}</pre>', state)
 
-    def _paused_state(self, approval: Approval) -> tuple[str, str]:
-        """``(the paused snapshot's state as JSON, "")``, or ``("", why not)``."""
+    def _paused_state(
+        self, approval: Approval, describe: Callable[[Exception], str]
+    ) -> tuple[str, str]:
+        """``(the paused snapshot's state as JSON, "")``, or ``("", why not)``, a
+        store's error as *describe* tells it."""
         try:
             found = run_store(
                 approval.workflow_name, approval.coordination_id, self.snapshot_store_alias
@@ -477,9 +495,7 @@ class ApprovalAdmin(
             snapshot = found.store.load(approval.snapshot_id)
         except Exception as exc:  # a broken store must not break the page
             logger.exception("paused snapshot of approval %s cannot be read", approval.pk)
-            return "", gettext("The snapshot cannot be read: %(error)s") % {
-                "error": f"{type(exc).__name__}: {exc}"
-            }
+            return "", gettext("The snapshot cannot be read: %(error)s") % {"error": describe(exc)}
         if snapshot is None:
             return "", gettext("The snapshot is not in %(store)s any more.") % {
                 "store": found.label
@@ -631,7 +647,7 @@ class ApprovalAdmin(
             )
         state_text, state_error = ("", "")
         if approval is not None:
-            state_text, state_error = self._paused_state(approval)
+            state_text, state_error = self._paused_state(approval, partial(error_text, request))
         context = {
             **self.admin_site.each_context(request),
             "title": decision.title,
@@ -665,7 +681,14 @@ class ApprovalAdmin(
         comment: str = "",
         payload: Any = None,
     ) -> None:
-        outcome = decide_all(decision, approvals, request.user, comment=comment, payload=payload)
+        outcome = decide_all(
+            decision,
+            approvals,
+            request.user,
+            comment=comment,
+            payload=payload,
+            describe=partial(error_text, request),
+        )
         for approval, _status in outcome.done:
             self.log_change(request, approval, str(decision.past))
         notify = partial(self.message_user, request)

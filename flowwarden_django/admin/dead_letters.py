@@ -38,6 +38,7 @@ from ..streams.operations.replay import (
     discard_dead_letter,
     replay_dead_letter,
 )
+from ..streams.operations.status import status_error
 from ..streams.stores import dlq_stores
 from ..streams.tokens import decode_token
 from .base import (
@@ -49,6 +50,7 @@ from .base import (
     status_badge,
     timestamp,
 )
+from .details import error_text
 from .stores import sort_store_aliases
 
 PENDING = DeadLetter.Status.PENDING
@@ -256,14 +258,21 @@ class Report:
 
 
 def perform(
-    operation: Operation, entries: Sequence[DeadLetter], *, store: str, by: str, note: str = ""
+    operation: Operation,
+    entries: Sequence[DeadLetter],
+    *,
+    store: str,
+    by: str,
+    note: str = "",
+    describe: Callable[[Exception], str] = status_error,
 ) -> Report:
     """Run *operation* on each pending entry, oldest first; skip the others.
 
     An entry that stops being pending between the page and the call (another
     operator was faster) is skipped too: every operation is a compare-and-set.
     A store error fails that entry only, so the report still tells what the
-    entries before it became.
+    entries before it became; *describe* tells the error (a page passes
+    :func:`~.details.error_text` for its user).
     """
     report = Report()
     for entry in sorted(entries, key=lambda e: (e.created_at, e.pk)):
@@ -274,7 +283,7 @@ def perform(
             _perform_one(operation, entry, report, store=store, by=by, note=note)
         except Exception as exc:
             logger.exception("%s of dead letter %s failed", operation.name, entry.pk)
-            report.failed.append((entry, f"{type(exc).__name__}: {exc}"))
+            report.failed.append((entry, describe(exc)))
     return report
 
 
@@ -649,7 +658,14 @@ class DeadLetterAdmin(
         except UserJSONError as exc:
             self.message_user(request, gettext("Nothing was changed: %s.") % exc, messages.ERROR)
             return
-        report = perform(operation, entries, store=alias, by=request.user.get_username(), note=note)
+        report = perform(
+            operation,
+            entries,
+            store=alias,
+            by=request.user.get_username(),
+            note=note,
+            describe=partial(error_text, request),
+        )
         self._report(request, operation, report)
         for entry in report.done:
             self.log_change(request, entry, str(operation.past))

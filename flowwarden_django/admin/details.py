@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext
 
 from ..models import StreamWorker
-from ..streams.operations.status import instance_key
+from ..streams.operations.status import instance_key, status_error
 from ..views import may_see_details
 from ..workflows.runs.records import HANDOFF_PREFIX
 
@@ -74,10 +74,17 @@ def redact_worker(worker: StreamWorker) -> StreamWorker:
     return worker
 
 
-def error_text(request: HttpRequest, exc: BaseException) -> str:
-    """A store's or database's error as a page tells *request*'s user: ``"Type:
-    message"`` with the details, else the exception's class only (a driver's message
-    may name a host, a user or a password). The server log has it whole."""
-    if may_see_details(request):
-        return f"{type(exc).__name__}: {exc}"
+def describe_error(exc: Exception, *, details: bool) -> str:
+    """A store's or database's error as a page tells a user: with *details*
+    ``"Type: message"`` (the Streams console's
+    :func:`~flowwarden_django.streams.operations.status.status_error`), else the
+    exception's class only (a driver's message may name a host, a user or a
+    password). The server log has it whole."""
+    if details:
+        return status_error(exc)
     return gettext("%(error)s (the server log has the details)") % {"error": type(exc).__name__}
+
+
+def error_text(request: HttpRequest, exc: Exception) -> str:
+    """:func:`describe_error` for *request*'s user (``HEALTH_DETAILS``)."""
+    return describe_error(exc, details=may_see_details(request))

@@ -20,6 +20,7 @@ from ..common.formatting import state_json
 from ..common.user_input import UserJSONError, parse_user_json
 from ..models import WorkflowRun
 from ..workflows.storage.snapshot import WorkflowSnapshot
+from .details import error_text
 from .run_snapshot_pages import TEMPLATES
 from .run_stores import fork_snapshot
 from .snapshots import state_diff
@@ -55,11 +56,15 @@ class ForkPageMixin:
             return render(text, state=state, confirm=True)
         try:
             child = fork_snapshot(run, found, snapshot.id, state)
-        except Exception as exc:  # the serializer refused the state, the store failed, ...
-            logger.exception("fork of snapshot %s failed", snapshot.id)
+        except (ValueError, TypeError) as exc:  # the state typed was refused: say why
+            logger.info("fork of snapshot %s refused: %s", snapshot.id, exc)
             error = gettext("The fork failed: %(error)s") % {
                 "error": f"{type(exc).__name__}: {exc}"
             }
+            return render(text, error=error)
+        except Exception as exc:  # the store or its driver failed: as HEALTH_DETAILS says
+            logger.exception("fork of snapshot %s failed", snapshot.id)
+            error = gettext("The fork failed: %(error)s") % {"error": error_text(request, exc)}
             return render(text, error=error)
         values = {
             "source": snapshot.seq,

@@ -51,12 +51,17 @@ class ThrottledBasicAuthentication(BasicAuthentication):
         self, userid: str, password: str, request: Any = None
     ) -> tuple[Any, None]:
         attempts = PasswordAttempts(request, userid)
-        attempts.check()
+        attempts.reserve()
         try:
-            return super().authenticate_credentials(userid, password, request)
+            result = super().authenticate_credentials(userid, password, request)
         except exceptions.AuthenticationFailed:
             attempts.failed()
             raise
+        except BaseException:
+            attempts.succeeded()  # not a wrong password: take the attempt back
+            raise
+        attempts.succeeded()
+        return result
 
 
 class ThrottledBasicScheme(BasicScheme):

@@ -56,9 +56,14 @@ class TokenView(ObtainAuthToken):
         attempts = PasswordAttempts(
             request, data.get("username") if isinstance(data, Mapping) else None
         )
-        attempts.check()
+        attempts.reserve()
         try:
-            return super().post(request, *args, **kwargs)
+            response = super().post(request, *args, **kwargs)
         except exceptions.ValidationError:
             attempts.failed()
             raise
+        except BaseException:
+            attempts.succeeded()  # not a wrong password: take the attempt back
+            raise
+        attempts.succeeded()
+        return response

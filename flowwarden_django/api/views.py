@@ -34,6 +34,8 @@ from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from ..models import Approval, SnapshotRecord, WorkflowRun
+from ..streams.operations.status import status_error
+from ..views import may_see_details
 from ..workflows.runs.records import UnknownRunError
 from ..workflows.storage.encryption import SnapshotDecryptionError
 from ..workflows.storage.serializers import StateDecodeError
@@ -328,7 +330,10 @@ class SnapshotViewSet(ApiViewSet):
                 # run learns that it exists.
                 if not access.everything:
                     raise exceptions.NotFound(code=self.not_found_code) from None
-                raise SnapshotUnreadable(f"{type(exc).__name__}: {exc}") from None
+                # The store's words only for whom HEALTH_DETAILS names, as in the admin.
+                if not may_see_details(self.request):
+                    raise SnapshotUnreadable() from None
+                raise SnapshotUnreadable(status_error(exc)) from None
         if snapshot is None or not access.allows(snapshot.coordination_id):
             raise exceptions.NotFound(code=self.not_found_code)
         self.check_object_permissions(self.request, snapshot)

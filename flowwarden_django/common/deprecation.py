@@ -5,7 +5,8 @@ A module that moved leaves a one-line module at its old path::
     __getattr__ = moved_module(__name__, "flowwarden_django.streams.runtime.manager")
 
 Each name read from the old path is looked up in the new module, and the reader is told
-once per name where to import it from now: from the public package when it exports the
+where to import it from now (a ``FlowwardenDeprecationWarning``, which Python's default
+filter shows once per calling line, not once per name): from the public package when it exports the
 name, else from the module's new path. The policy (CHANGELOG.md, "Deprecations") keeps
 an old path until the release named by :data:`REMOVED_IN`.
 """

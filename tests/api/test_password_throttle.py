@@ -6,11 +6,16 @@ checked, and a refused attempt changes nothing."""
 from __future__ import annotations
 
 import base64
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from unittest import mock
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.cache import caches
 from django.core.checks import run_checks
 from django.test import Client
 from django.test.utils import override_settings
@@ -21,6 +26,7 @@ from flowwarden_django.api.throttling import FailedPasswordThrottle
 from flowwarden_django.checks import check_setting_keys
 from tests.api.helpers import API
 from tests.settings import FLOWWARDEN
+from tests.support.lanes import on_lane
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +174,99 @@ def test_check_refuses_a_malformed_setting(value: Any) -> None:
 def test_check_accepts_a_good_setting(value: Any) -> None:
     with override_settings(FLOWWARDEN={**FLOWWARDEN, "API_PASSWORD_THROTTLE": value}):
         assert not [m for m in check_setting_keys() if "API_PASSWORD_THROTTLE" in m.msg]
+
+
+RACERS = 50
+RACE_LIMIT = 5
+
+
+def race_wrong_passwords(kind: str) -> list[int]:
+    """*RACERS* wrong password attempts at once; each one's password check is held
+    until every attempt is either inside it or answered, so any attempt that a
+    check-then-count throttle would let through is in flight at the same time."""
+    gate = threading.Event()
+    lock = threading.Lock()
+    arrived_or_done = [0]
+
+    def held_authenticate(*args: Any, **kwargs: Any) -> None:
+        with lock:
+            arrived_or_done[0] += 1
+        assert gate.wait(timeout=60), "the gate never opened"
+        return None  # a wrong password
+
+    def attempt(n: int) -> int:
+        name = f"{suffix}-victim" if kind == "username" else f"{suffix}-{n}"
+        ip = f"10.7.{n // 250}.{n % 250}" if kind == "username" else "10.8.0.1"
+        try:
+            return ask_token(f"guess{n}", username=name, ip=ip).status_code
+        finally:
+            with lock:
+                arrived_or_done[0] += 0 if gate.is_set() else 1
+
+    suffix = uuid.uuid4().hex  # fresh counts, even in a cache shared with other runs
+    rates = {"ip": None, "username": f"{RACE_LIMIT}/hour"}
+    if kind == "ip":
+        rates = {"ip": f"{RACE_LIMIT}/hour", "username": None}
+    with (
+        throttle(**rates),
+        mock.patch("rest_framework.authtoken.serializers.authenticate", held_authenticate),
+        ThreadPoolExecutor(RACERS) as pool,
+    ):
+        futures = [pool.submit(attempt, n) for n in range(RACERS)]
+        deadline = time.monotonic() + 60
+        while arrived_or_done[0] < RACERS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.set()
+        return [future.result() for future in futures]
+
+
+@pytest.mark.parametrize("kind", ["username", "ip"])
+def test_parallel_guesses_cannot_pass_the_limit_together(kind: str) -> None:
+    """50 wrong passwords at once: at most the limit are checked (400), the rest
+    get 429 (a count read before any of them was counted let all 50 through)."""
+    statuses = race_wrong_passwords(kind)
+    assert statuses.count(400) == RACE_LIMIT, statuses
+    assert statuses.count(429) == RACERS - RACE_LIMIT, statuses
+
+
+@on_lane("redis")
+def test_parallel_guesses_are_counted_atomically_in_redis() -> None:
+    """The same race with the counts in Redis (a cache processes share)."""
+    with mock.patch.object(FailedPasswordThrottle, "cache", caches["redis"]):
+        statuses = race_wrong_passwords("username")
+    assert statuses.count(400) == RACE_LIMIT, statuses
+    assert statuses.count(429) == RACERS - RACE_LIMIT, statuses
+
+
+FULL_WIDTH_ALICE = "\uff41\uff4c\uff49\uff43\uff45"
+
+
+@pytest.mark.parametrize("variant", ["alice ", " ALICE", "ALİCE", FULL_WIDTH_ALICE, "Alice\u0301"])
+def test_username_variants_count_together(alice: User, variant: str) -> None:
+    """Spaces, case, a dotted capital I, full-width letters and accents do not buy
+    a new count for the same account."""
+    with throttle(ip=None, username="3/hour"):
+        assert [ask_token("x", username=variant).status_code for _ in range(3)] == [400] * 3
+        assert ask_token("right").status_code == 429
+
+
+def deploy_warnings(**overrides: Any) -> list[str]:
+    with override_settings(**overrides):
+        found = run_checks(databases=[], include_deployment_checks=True)
+    return [m.id for m in found if m.id == "flowwarden_django.W401"]
+
+
+DRF = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+
+
+def test_deploy_check_warns_when_the_ip_count_trusts_x_forwarded_for() -> None:
+    """DRF's get_ident uses the client's whole X-Forwarded-For when NUM_PROXIES is None."""
+    assert deploy_warnings(REST_FRAMEWORK=DRF) == ["flowwarden_django.W401"]
+    assert deploy_warnings(REST_FRAMEWORK={**DRF, "NUM_PROXIES": 0}) == []
+    assert deploy_warnings(REST_FRAMEWORK={**DRF, "NUM_PROXIES": 1}) == []
+    ip_off = {**FLOWWARDEN, "API_PASSWORD_THROTTLE": {"ip": None}}
+    assert deploy_warnings(REST_FRAMEWORK=DRF, FLOWWARDEN=ip_off) == []
+    off = {**FLOWWARDEN, "API_PASSWORD_THROTTLE": None}
+    assert deploy_warnings(REST_FRAMEWORK=DRF, FLOWWARDEN=off) == []
+    with override_settings(REST_FRAMEWORK=DRF):  # a deploy check only
+        assert not [m for m in run_checks(databases=[]) if m.id == "flowwarden_django.W401"]

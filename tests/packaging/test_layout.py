@@ -119,6 +119,40 @@ def test_the_core_and_the_celery_integration_import_before_django_is_set_up() ->
     assert result.stdout.strip() == "ok"
 
 
+@pytest.mark.subprocess
+def test_the_integrations_lazy_names_load_nothing_until_read() -> None:
+    """``integrations.temporal`` stays sandbox-safe (its ``__init__`` loads only the
+    standard library) and both integrations resolve their lazy names on first read."""
+    code = (
+        "import sys\n"
+        "import flowwarden_django.integrations.temporal as temporal\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('django', 'temporalio')]\n"
+        "assert not loaded, loaded\n"
+        "import django; django.setup()\n"
+        "import flowwarden_django.integrations.celery as celery\n"
+        "assert temporal.TemporalExecutionProvider.__name__ == 'TemporalExecutionProvider'\n"
+        "assert celery.CeleryExecutionProvider.__name__ == 'CeleryExecutionProvider'\n"
+        "for package in (temporal, celery):\n"
+        "    try:\n"
+        "        package.nope\n"
+        "    except AttributeError as exc:\n"
+        "        assert 'nope' in str(exc)\n"
+        "    else:\n"
+        "        raise AssertionError('nope resolved')\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
 @pytest.mark.parametrize("old", ["flowwarden_django.celery", "flowwarden_django.prometheus"])
 def test_the_old_root_modules_are_gone(old: str) -> None:
     """They moved to ``flowwarden_django.integrations`` before any release shipped them."""

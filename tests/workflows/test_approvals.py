@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -39,6 +40,7 @@ from flowwarden_django.workflows.waiting.approvals import (
     approve,
     assigned_approvals,
     can_decide,
+    check_may_decide,
     reject,
     sweep_approvals,
     visible_approvals,
@@ -587,3 +589,83 @@ def test_a_fork_of_a_waiting_run_asks_again_and_cancels_its_approval(refunds: An
     again = Approval.objects.get(snapshot_id=fork.id, status=Approval.Status.PENDING)
     assert approve(again.pk, people["alice"]).run_result.final_state["amount"] == 5
     assert [d.decision for d in seen_decisions] == ["approved"]
+
+
+def lock_waiters(alias: str) -> int:
+    """Sessions of this test database waiting for a row lock (PostgreSQL)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        pytest.param(
+            "postgres",
+            marks=lane_marks("postgres", databases=["default", "postgres"], transaction=True),
+        )
+    ],
+)
+def test_racing_refusals_store_at_most_the_cap(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twenty refused attempts by one user at once (``check_may_decide``, as the API and
+    the inbox refuse): each one's audit row is held until every attempt has counted
+    the rows (or waits for the approval's row lock), so a count-then-insert without
+    the lock stores all twenty; with it, at most ``MAX_AUDITED_REFUSALS``."""
+    from flowwarden_django.workflows.waiting.approvals import deciding
+
+    racers = deciding.MAX_AUDITED_REFUSALS * 2
+    define_refunds("refund", OrmSnapshotStore(using=alias), using=alias)
+    try:
+        people = users(alias)
+        _, approval = pending(workflow_registry.get("refund"))
+        gate, lock = threading.Event(), threading.Lock()
+        arrived_or_done = [0]
+        real_record = deciding.record_event
+
+        def held_record(*args: Any, **kwargs: Any) -> Any:
+            if not gate.is_set():
+                with lock:
+                    arrived_or_done[0] += 1
+                assert gate.wait(60), "the gate never opened"
+            return real_record(*args, **kwargs)
+
+        monkeypatch.setattr(deciding, "record_event", held_record)
+        barrier = threading.Barrier(racers)
+        errors: list[BaseException] = []
+
+        def refuse() -> None:
+            try:
+                barrier.wait(30)
+                row = Approval.objects.using(alias).get(pk=approval.pk)
+                with pytest.raises(ApprovalPermissionError):
+                    check_may_decide(row, "approved", people["carol"], using=alias)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                if not gate.is_set():
+                    with lock:
+                        arrived_or_done[0] += 1
+                connections.close_all()
+
+        threads = [threading.Thread(target=refuse) for _ in range(racers)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if arrived_or_done[0] + lock_waiters(alias) >= racers:
+                break
+            time.sleep(0.01)
+        gate.set()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        refused = ApprovalEvent.objects.using(alias).filter(
+            approval_id=approval.pk, action="refused", actor="carol"
+        )
+        assert refused.count() == deciding.MAX_AUDITED_REFUSALS
+    finally:
+        workflow_registry.unregister("refund")

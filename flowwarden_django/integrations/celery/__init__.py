@@ -34,6 +34,7 @@ Nothing here imports Django models at module level: the project's Celery app mod
 imports this package before Django is set up.
 """
 
+from ...common.deprecation import lazy_exports
 from .bootstep import (
     StreamsBootstep,
     WorkflowSweepBootstep,
@@ -51,12 +52,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(_LAZY[name]), name)
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -11,9 +11,13 @@
   from synchronous code; ``messages``: what the workflow and activities exchange.
 
 The snapshot chain stays the source of truth: the admin, the API, forks and the
-journal work as with any provider. This package's ``__init__`` imports nothing, so the
-workflow sandbox can import ``workflow`` and ``messages`` without Django.
+journal work as with any provider. This package's ``__init__`` imports nothing but
+``common.deprecation`` (the standard library only), so the workflow sandbox can import
+``workflow`` and ``messages`` without Django.
 """
+
+# Only the standard library behind it: sandbox-safe.
+from ...common.deprecation import lazy_exports
 
 #: Public names, each imported on first use (so the sandbox imports nothing here).
 _LAZY = {
@@ -31,9 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(_LAZY[name]), name)
+__getattr__ = lazy_exports(__name__, _LAZY)

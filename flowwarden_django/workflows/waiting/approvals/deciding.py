@@ -225,7 +225,13 @@ def check_may_decide(
     refusal = ApprovalPermissionError(
         f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
     )
-    _audit_refusal(approval, refusal, decision, actor, comment, timezone.now(), db)
+    with write_transaction(db):
+        # The row locked, as decide() locks it: racing refusals count one at a time,
+        # so they cannot all see fewer than the cap and all insert.
+        locked = models.Approval.objects.using(db).select_for_update().filter(pk=approval.pk)
+        row = locked.first()
+        if row is not None:  # gone since the caller read it: nothing to audit
+            _audit_refusal(row, refusal, decision, actor, comment, timezone.now(), db)
     raise refusal
 
 
@@ -244,6 +250,8 @@ def _audit_refusal(
     later ones are logged, not stored), so that repeated refusals cannot grow the
     table."""
     refusal.approval_id, refusal.status = str(approval.pk), approval.status
+    # Called with the approval's row locked (select_for_update), so the count holds
+    # until the insert.
     audited = (
         models.ApprovalEvent.objects.using(db)
         .filter(approval=approval, action="refused", actor=actor)
