@@ -21,6 +21,7 @@ from flowwarden_django.workflows import (
     Cancelled,
     Completed,
     ConcurrentRunError,
+    Failed,
     RunStatus,
     Workflow,
     advance,
@@ -382,3 +383,64 @@ def test_a_failing_copy_of_a_handed_step_leaves_the_run_to_the_other_copy(
     ((result, _),) = outcomes
     assert result == Completed(["s1", "s2"], cid)
     assert run_of(alias, cid).status == RunStatus.COMPLETED
+
+
+@ALIASES
+def test_two_copies_failing_at_once_fail_the_run_once(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first deliveries of one handed step fail their last attempt at once, and
+    neither stops renewing before both have judged their failure: the last copy out
+    fails the run (it must not be left running, held by a token nobody renews), the
+    other stands down."""
+    import threading
+
+    from flowwarden_django.workflows.execution import claim_keeper as keeper_module
+
+    both_failing = threading.Barrier(2)
+    both_judged = threading.Barrier(2)
+    real_drop = keeper_module.claim_keeper.drop
+
+    def held_drop(key: str) -> None:
+        if threading.current_thread().name.startswith("copy-"):
+            both_judged.wait(30)
+        real_drop(key)
+
+    monkeypatch.setattr(keeper_module.claim_keeper, "drop", held_drop)
+
+    @step("s1")
+    def s1(state: list[str]) -> Any:
+        return advance([*state, "s1"])
+
+    @step("s2", max_retries=0)
+    def s2(state: list[str]) -> Any:
+        both_failing.wait(30)
+        raise RuntimeError("both copies fail")
+
+    steps = [s1, s2]
+    cid = started(alias, steps)
+    _, handed, _ = step_of(alias, cid, steps, None)
+    hands_to = new_handoff_token("workflow", "run", "s2")
+    outcomes: list[Any] = []
+
+    def copy() -> None:
+        runner = StepRunner(
+            "handoff", cid, steps, OrmSnapshotStore(using=alias), held_by=(handed.token,)
+        )
+        try:
+            outcomes.append(runner.run_handing_off(handed, hand_off_to=hands_to)[0])
+        except BaseException as exc:
+            outcomes.append(exc)
+        finally:
+            connections[alias].close()
+
+    threads = [threading.Thread(target=copy, name=f"copy-{n}") for n in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    stood_down = [o for o in outcomes if isinstance(o, ConcurrentRunError)]
+    failed = [o for o in outcomes if isinstance(o, Failed)]
+    assert (len(stood_down), len(failed)) == (1, 1), outcomes
+    run = run_of(alias, cid)
+    assert run.status == RunStatus.FAILED and "both copies fail" in run.failure_reason

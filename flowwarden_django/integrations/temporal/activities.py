@@ -18,7 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ...common.app_models import models
-from ...common.user_input import UserJSONError
+from ...common.user_input import UserJSONError, check_resume_input
 from ...workflows.definition.registry import (
     RegisteredWorkflow,
     VersionNotDefinedError,
@@ -223,9 +223,14 @@ def run_step(request: StepRequest) -> RunReport:
     """Execute one step of the run (one attempt of it: Temporal schedules the retries)."""
     close_old_connections()
     try:
+        if request.input is not None:
+            # The wake's input, checked here as the engine checks it: only this
+            # refusal drops the wake (another UserJSONError is the step's own failure).
+            try:
+                check_resume_input(request.input)
+            except UserJSONError as exc:
+                raise _input_refused(request, exc) from exc
         return _run_step(request)
-    except UserJSONError as exc:
-        raise _input_refused(request, exc) from exc
     finally:
         close_old_connections()
 

@@ -122,6 +122,9 @@ class RunWorkflow:
         while True:
             if self._wakes:
                 wake = self._wakes.pop(0)
+                # The wake's version is the run's only if the wake is accepted: a
+                # refused one (sent by hand) leaves the version as it was.
+                before = self._version
                 if wake.version is not None:
                     self._version = wake.version
                 if wake.origin == "refresh":
@@ -138,7 +141,8 @@ class RunWorkflow:
                     except _WakeRefused:
                         # A wake with an input the engine refuses (sent by hand to
                         # the workflow, not through flowwarden): the run stays as it
-                        # was, and the next wake continues it.
+                        # was, its version too, and the next wake continues it.
+                        self._version = before
                         continue
             elif report.status == "running":
                 report = await self._step(start, report.next_policy, "next", None)

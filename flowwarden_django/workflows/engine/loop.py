@@ -173,7 +173,7 @@ class _Execution(RunWriter):
                 current, state, pending_input, decision, book or NO_PATCHES, children
             )
             if isinstance(outcome, Fail):
-                if self.copy_holds():
+                if not self.last_copy_out():
                     # The other copy's attempt decides: this one wrote nothing.
                     raise ConcurrentRunError(self.cid, self.token)
                 failed = {"failure_reason": outcome.reason}

@@ -17,6 +17,7 @@ saves its snapshot and updates the run in one transaction.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,6 +38,9 @@ from ..storage.store import SnapshotConflictError
 if TYPE_CHECKING:
     from ...models import WorkflowRun
     from .workflow import Workflow
+
+#: Numbers each execution's claim key in this process: unlike ``id()``, never reused.
+_EXECUTION_NUMBERS = itertools.count(1)
 
 
 class RunWriter:
@@ -82,7 +86,12 @@ class RunWriter:
         #: The claim the keeper renews, under a key of this execution's own: two
         #: copies of one handed step run under one token (``claim_keeper``).
         self.claim = HeldClaim(
-            runs.db, self.cid, token, lease, on_renewed=self.renewed, key=f"{token}#{id(self)}"
+            runs.db,
+            self.cid,
+            token,
+            lease,
+            on_renewed=self.renewed,
+            key=f"{token}#{next(_EXECUTION_NUMBERS)}",
         )
 
     def handoff(self) -> Handoff | None:
@@ -126,6 +135,12 @@ class RunWriter:
         this one's token (a duplicate task, say): the run is that copy's to save,
         release or fail, not this one's."""
         return claim_keeper.held_elsewhere(self.claim)
+
+    def last_copy_out(self) -> bool:
+        """Stop this execution's renewals and say whether it was the last copy of its
+        handed step in this process (atomically: of two copies failing at once, one
+        is told it is the last and records the failure)."""
+        return claim_keeper.leave(self.claim)
 
     def update(self, **fields: Any) -> None:
         self.runs.update(self.cid, self.token, self.lease, **{**self.unsynced, **fields})

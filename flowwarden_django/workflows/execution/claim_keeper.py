@@ -22,7 +22,10 @@ run over before the lease that renewal set has run out.
 
 Each execution holds its claim under a key of its own (``HeldClaim.key``): two
 copies of one handed step run under the hand-off's one token (``workflows.handoff``),
-and the copy that ends first must not stop the renewals of the other.
+and the copy that ends first must not stop the renewals of the other. The keeper
+indexes the copies of each run by ``(database, run, token)``: :meth:`ClaimKeeper.leave`
+takes one out and says, in the same locked step, whether it was the last, so when
+two copies fail at once exactly one (the last out) records the failure.
 
 A claim taken inside an open transaction is not kept alive: other runners cannot see
 it before the transaction commits, and renewing it from another connection would
@@ -81,6 +84,8 @@ class ClaimKeeper:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._claims: dict[str, HeldClaim] = {}
+        #: The keys of the claims held on each ``(using, coordination_id, runner)``.
+        self._copies: dict[tuple[str, str, str], set[str]] = {}
         self._thread: threading.Thread | None = None
         #: When (``time.monotonic()``) the thread wakes next; ``None``: only when told.
         self._wake_at: float | None = None
@@ -93,8 +98,10 @@ class ClaimKeeper:
         with self._lock:
             if self._pid != os.getpid():  # a forked child: the parent's thread is not here
                 self._claims.clear()
+                self._copies.clear()
                 self._thread, self._pid = None, os.getpid()
             self._claims[claim.key] = claim
+            self._copies.setdefault(_run_of(claim), set()).add(claim.key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._work, name="fw-claim-keeper", daemon=True
@@ -111,18 +118,34 @@ class ClaimKeeper:
         """Stop renewing the claim held under *key* (it was released, or its runner is
         done). With none left, the thread closes its connections when it next wakes."""
         with self._lock:
-            self._claims.pop(key, None)
+            claim = self._claims.pop(key, None)
+            if claim is not None:
+                self._forget(claim)
+
+    def leave(self, claim: HeldClaim) -> bool:
+        """Stop renewing *claim* and say whether no other copy (another key on the
+        same run and token) still holds its run: one locked step, so of copies that
+        leave at once exactly one is told it was the last."""
+        with self._lock:
+            if self._claims.get(claim.key) is claim:
+                del self._claims[claim.key]
+                self._forget(claim)
+            return not self._copies.get(_run_of(claim))
 
     def held_elsewhere(self, claim: HeldClaim) -> bool:
         """Whether another key of this process holds *claim*'s run under the same
         runner token: another copy of the same handed step."""
-        same = (claim.using, claim.coordination_id, claim.runner)
         with self._lock:
-            return any(
-                (other.using, other.coordination_id, other.runner) == same
-                for key, other in self._claims.items()
-                if key != claim.key
-            )
+            return any(key != claim.key for key in self._copies.get(_run_of(claim), ()))
+
+    def _forget(self, claim: HeldClaim) -> None:
+        """Take *claim* out of the index of copies (the lock held)."""
+        run = _run_of(claim)
+        keys = self._copies.get(run)
+        if keys is not None:
+            keys.discard(claim.key)
+            if not keys:
+                del self._copies[run]
 
     def __len__(self) -> int:
         with self._lock:
@@ -177,6 +200,10 @@ class ClaimKeeper:
                     continue
                 self._wake_at = time.monotonic() + wait
                 self._lock.wait(timeout=wait)
+
+
+def _run_of(claim: HeldClaim) -> tuple[str, str, str]:
+    return (claim.using, claim.coordination_id, claim.runner)
 
 
 #: This process's claim keeper.
