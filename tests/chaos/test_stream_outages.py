@@ -70,8 +70,10 @@ PG_RESTARTS = ((1.5, 2.5), (6.0, 2.5))
 MAX_RECOVERY_S = 10.0
 #: Log records (INFO and up) the package may write during one outage.
 MAX_LOG_LINES_PER_OUTAGE = 50
-#: The whole scenario's budget, from the first event to the last.
-DEADLINE_S = 50.0
+#: How long the whole scenario may take, from the first event to the last, before the
+#: test gives up: a liveness deadline, generous for a loaded machine (a run that heals
+#: ends long before it; the recovery figures are checked separately).
+DEADLINE_S = 180.0
 #: ``FailureLog``'s messages when a failure starts and when it ends.
 FAILURE_STARTED = "%s failed: %s: %s"
 FAILURE_ENDED = "%s works again after %d failed attempts in %.1f s"
