@@ -50,18 +50,8 @@ class ThrottledBasicAuthentication(BasicAuthentication):
     def authenticate_credentials(
         self, userid: str, password: str, request: Any = None
     ) -> tuple[Any, None]:
-        attempts = PasswordAttempts(request, userid)
-        attempts.reserve()
-        try:
-            result = super().authenticate_credentials(userid, password, request)
-        except exceptions.AuthenticationFailed:
-            attempts.failed()
-            raise
-        except BaseException:
-            attempts.succeeded()  # not a wrong password: take the attempt back
-            raise
-        attempts.succeeded()
-        return result
+        with PasswordAttempts(request, userid).checking(exceptions.AuthenticationFailed):
+            return super().authenticate_credentials(userid, password, request)
 
 
 class ThrottledBasicScheme(BasicScheme):

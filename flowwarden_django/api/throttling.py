@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import math
 import unicodedata
+from collections.abc import Iterator
 from typing import Any
 
 from rest_framework import exceptions
@@ -111,8 +112,8 @@ def username_key(username: Any) -> str:
 
 class PasswordAttempts:
     """The counts one password attempt answers to: its client's IP and the username
-    it tries (:func:`username_key`). Use: :meth:`reserve` before checking the
-    password, then :meth:`failed` or :meth:`succeeded`."""
+    it tries (:func:`username_key`). Use :meth:`checking` around the password check
+    (or :meth:`reserve` before it, then :meth:`failed` or :meth:`succeeded`)."""
 
     def __init__(self, request: Request | None, username: Any) -> None:
         rates = password_throttle_rates()
@@ -141,3 +142,19 @@ class PasswordAttempts:
         """The attempt did not fail (or was refused): take it back."""
         for throttle in self.throttles:
             throttle.release()
+
+    @contextlib.contextmanager
+    def checking(self, wrong_password: type[Exception]) -> Iterator[None]:
+        """Reserve the attempt, run the password check in the block, and keep the
+        attempt counted only when the block raises *wrong_password*: any other
+        outcome (success, another error) takes it back."""
+        self.reserve()
+        try:
+            yield
+        except wrong_password:
+            self.failed()
+            raise
+        except BaseException:
+            self.succeeded()  # not a wrong password
+            raise
+        self.succeeded()

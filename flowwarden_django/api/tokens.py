@@ -53,17 +53,6 @@ class TokenView(ObtainAuthToken):
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = request.data
-        attempts = PasswordAttempts(
-            request, data.get("username") if isinstance(data, Mapping) else None
-        )
-        attempts.reserve()
-        try:
-            response = super().post(request, *args, **kwargs)
-        except exceptions.ValidationError:
-            attempts.failed()
-            raise
-        except BaseException:
-            attempts.succeeded()  # not a wrong password: take the attempt back
-            raise
-        attempts.succeeded()
-        return response
+        username = data.get("username") if isinstance(data, Mapping) else None
+        with PasswordAttempts(request, username).checking(exceptions.ValidationError):
+            return super().post(request, *args, **kwargs)

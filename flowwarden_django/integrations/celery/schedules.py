@@ -186,6 +186,18 @@ def start_scheduled(
     }
 
 
+def _check_schedule(
+    function: str, state: Any, crontab: dict[str, str] | None, every: timedelta | None
+) -> None:
+    """What both ways of scheduling refuse: not exactly one of *crontab* and *every*,
+    an interval under a second, a state template that cannot format."""
+    if (crontab is None) == (every is None):
+        raise ScheduleError(f"{function}() takes exactly one of crontab= and every=")
+    if every is not None and every < timedelta(seconds=1):
+        raise ScheduleError(f"every must be at least a second, not {every}")
+    check_state_template(state)
+
+
 def schedule_workflow(
     name: str,
     workflow: str,
@@ -203,9 +215,7 @@ def schedule_workflow(
     (default: the router's)."""
     from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-    if (crontab is None) == (every is None):
-        raise ScheduleError("schedule_workflow() takes exactly one of crontab= and every=")
-    check_state_template(state)
+    _check_schedule("schedule_workflow", state, crontab, every)
     fields: dict[str, Any] = {
         "task": START_TASK,
         "kwargs": json.dumps({"workflow": workflow, "state": state}),
@@ -220,8 +230,6 @@ def schedule_workflow(
     else:
         assert every is not None
         seconds = int(every.total_seconds())
-        if seconds < 1:
-            raise ScheduleError(f"every must be at least a second, not {every}")
         fields["interval"], _ = IntervalSchedule.objects.db_manager(using).get_or_create(
             every=seconds, period=IntervalSchedule.SECONDS
         )
@@ -253,9 +261,7 @@ def beat_schedule_entry(
     """
     from celery.schedules import crontab as celery_crontab
 
-    if (crontab is None) == (every is None):
-        raise ScheduleError("beat_schedule_entry() takes exactly one of crontab= and every=")
-    check_state_template(state)
+    _check_schedule("beat_schedule_entry", state, crontab, every)
     if crontab is not None:
         unknown = sorted(set(crontab) - set(CRONTAB_FIELDS))
         if unknown:
@@ -268,8 +274,6 @@ def beat_schedule_entry(
             raise ScheduleError(f"crontab {crontab!r}: {exc}") from exc
     else:
         assert every is not None
-        if every < timedelta(seconds=1):
-            raise ScheduleError(f"every must be at least a second, not {every}")
         schedule = every
     return {
         "task": START_TASK,
