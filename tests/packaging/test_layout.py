@@ -163,15 +163,18 @@ def test_the_old_root_modules_are_gone(old: str) -> None:
 
 def test_the_package_root_holds_only_the_app_plumbing() -> None:
     plumbing = {
-        "__init__", "apps", "models", "checks", "conf", "urls", "views", "signals",
-        "exceptions", "tasks",
+        "__init__", "apps", "models", "conf", "urls", "views", "signals", "exceptions", "tasks",
     }  # fmt: skip
     modules = {path.stem for path in PACKAGE.glob("*.py")}
     assert modules == plumbing
     packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {
-        "admin", "api", "common", "inbox", "integrations", "management", "migrations", "streams",
-        "templatetags", "testkit", "workflows",
+        "admin", "api", "checks", "common", "inbox", "integrations", "management", "migrations",
+        "streams", "templatetags", "testkit", "workflows",
+    }  # fmt: skip
+    # The system checks, one module per area, all registered by importing the package.
+    assert {path.stem for path in (PACKAGE / "checks").glob("*.py")} == {
+        "__init__", "configuration", "stores", "streams", "workflows", "endpoints",
     }  # fmt: skip
 
 
