@@ -124,9 +124,9 @@ def test_use_tz_is_required():
 
 
 def test_missing_pymongo_is_a_warning_naming_the_extra(monkeypatch):
-    from flowwarden_django import checks as fw_checks
+    from flowwarden_django.checks import streams as stream_checks
 
-    monkeypatch.setattr(fw_checks, "find_spec", lambda name: None)
+    monkeypatch.setattr(stream_checks, "find_spec", lambda name: None)
     message = only(errors_for({"default": {"BACKEND": ORM}}))
     assert message.id == "flowwarden_django.W001"
     assert "flowwarden-django[mongo]" in message.hint

@@ -1094,7 +1094,7 @@ def test_the_default_temporal_setting_is_valid() -> None:
 
 
 def test_a_missing_sdk_is_a_check_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flowwarden_django.checks as checks_module
+    import flowwarden_django.checks.workflows as checks_module
 
     monkeypatch.setattr(checks_module, "find_spec", lambda name: None)
     with override_settings(FLOWWARDEN={"WORKFLOW_EXECUTION": "temporal"}):

@@ -4,7 +4,7 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from flowwarden_django.workflows.backends import orm
+from flowwarden_django.workflows.backends import _orm_checks
 from flowwarden_django.workflows.storage.encryption import generate_key
 
 ORM = "flowwarden_django.workflows.backends.orm.OrmSnapshotStore"
@@ -131,7 +131,7 @@ def test_a_bad_key_is_reported_by_position_and_never_echoed():
 
 
 def test_keys_without_cryptography_name_the_extra(monkeypatch):
-    monkeypatch.setattr(orm, "find_spec", lambda name: None)
+    monkeypatch.setattr(_orm_checks, "find_spec", lambda name: None)
     message = only(
         snapshot_messages(
             {"default": {"BACKEND": ORM, "OPTIONS": {"encryption_keys": generate_key()}}}

@@ -13,7 +13,7 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from flowwarden_django.workflows.backends import orm
+from flowwarden_django.workflows.backends import _orm_listing
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.storage.snapshot import CheckpointQuery, WorkflowSnapshot
 from tests.support.lanes import lane_marks
@@ -70,7 +70,7 @@ def test_a_page_of_some_runs_holds_their_rows_in_order(
     alias: str, newest_first: bool, many: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if many:  # more runs than are read one by one: one IN filter
-        monkeypatch.setattr(orm, "_PER_COORDINATION_MAX", 2)
+        monkeypatch.setattr(_orm_listing, "PER_COORDINATION_MAX", 2)
     store = OrmSnapshotStore(using=alias)
     saved = build(store, runs=5, per_run=4)
     wanted = frozenset({"list-00", "list-02", "list-03", "list-missing"})
@@ -141,8 +141,8 @@ def test_a_deep_keyset_page_is_bounded_by_its_mark() -> None:
     """The mark's created_at is a condition of its own (an index range), besides the
     OR of its ties."""
     mark = WorkflowSnapshot(id="m", coordination_id="c", seq=3, created_at=BASE)
-    condition: Any = orm._after(mark, orm._ORDER, newest_first=True)
+    condition: Any = _orm_listing.rows_after(mark, _orm_listing.LIST_ORDER, newest_first=True)
     assert ("created_at__lte", BASE) in condition.children
-    condition = orm._after(mark, orm._ORDER, newest_first=False)
+    condition = _orm_listing.rows_after(mark, _orm_listing.LIST_ORDER, newest_first=False)
     assert ("created_at__gte", BASE) in condition.children
-    assert orm._after(mark, ("seq",), newest_first=True).children == [("seq__lt", 3)]
+    assert _orm_listing.rows_after(mark, ("seq",), newest_first=True).children == [("seq__lt", 3)]

@@ -1,0 +1,226 @@
+"""Approve and reject in the approval admin: the changelist actions and the buttons
+of an approval's page, each confirmed on a page first, decided through the workflow
+core and reported to the user."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.utils.text import capfirst
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
+from ..models import Approval, WorkflowRun
+from ..workflows.waiting.approvals import ApprovalPermissionError, can_decide, check_may_decide
+from .approval_columns import approval_status_badge, short_prompt
+from .approval_decisions import APPROVE, PENDING, REJECT, Decision, decide_all
+from .details import error_text
+
+TEMPLATES = "admin/flowwarden_django/approval"
+
+
+def _status_label(status: str) -> str:
+    return str(dict(WorkflowRun.Status.choices).get(status, status))
+
+
+class ApprovalActionsMixin:
+    """Approve / Reject: as actions on the selected approvals, and as one approval's
+    operation (``object_operations``), each with its confirmation page."""
+
+    @admin.action(permissions=["decide"], description=_("Approve selected %(verbose_name_plural)s"))
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Approval]) -> Any:
+        return self._run_action(request, APPROVE, queryset)
+
+    @admin.action(permissions=["decide"], description=_("Reject selected %(verbose_name_plural)s"))
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet[Approval]) -> Any:
+        return self._run_action(request, REJECT, queryset)
+
+    def _run_action(
+        self, request: HttpRequest, decision: Decision, queryset: QuerySet[Approval]
+    ) -> TemplateResponse | None:
+        approvals = list(queryset)
+        if request.POST.get("post") != "yes":
+            action = f"{decision.name}_selected"
+            return self._confirmation(
+                request, decision, approvals, request.get_full_path(), action=action
+            )
+        comment = request.POST.get("comment", "").strip()
+        try:
+            check_comment(comment)
+        except UserJSONError as exc:
+            action = f"{decision.name}_selected"
+            return self._confirmation(
+                request,
+                decision,
+                approvals,
+                request.get_full_path(),
+                action=action,
+                comment=comment,
+                comment_error=capfirst(str(exc)),
+            )
+        self._decide_and_report(request, decision, approvals, comment=comment)
+        return None  # back to the changelist
+
+    def operation_view(
+        self, request: HttpRequest, object_id: str, *, operation: Decision
+    ) -> HttpResponse:
+        """Confirm (GET), then make (POST ``post=yes``) decision *operation* on one
+        approval."""
+        decision = operation
+        approval = self.get_object(request, unquote(object_id))
+        if approval is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not can_decide(request.user, approval):
+            if request.method == "POST":  # an attempt: audited, as the core audits refusals
+                with contextlib.suppress(ApprovalPermissionError):
+                    db = approval._state.db
+                    check_may_decide(approval, str(decision.status), request.user, using=db)
+            raise PermissionDenied
+        change_url = self.object_url(approval)
+        if request.method != "POST" or request.POST.get("post") != "yes":
+            if approval.status != PENDING:
+                text = gettext("This approval is %(status)s: there is nothing to decide.")
+                values = {"status": approval.get_status_display()}
+                self.message_user(request, text % values, messages.WARNING)
+                return HttpResponseRedirect(change_url)
+            return self._confirmation(request, decision, [approval], change_url, approval=approval)
+        comment = request.POST.get("comment", "").strip()
+        payload_text = request.POST.get("payload", "").strip()
+        form = partial(
+            self._confirmation,
+            request,
+            decision,
+            [approval],
+            change_url,
+            approval=approval,
+            comment=comment,
+            payload_text=payload_text,
+        )
+        try:
+            check_comment(comment)
+        except UserJSONError as exc:
+            return form(comment_error=capfirst(str(exc)))
+        try:
+            payload = parse_decision_payload(payload_text)
+        except UserJSONError as exc:
+            return form(payload_error=capfirst(str(exc)))
+        self._decide_and_report(request, decision, [approval], comment=comment, payload=payload)
+        return HttpResponseRedirect(change_url)
+
+    def _confirmation(
+        self,
+        request: HttpRequest,
+        decision: Decision,
+        approvals: Sequence[Approval],
+        cancel_url: str,
+        *,
+        action: str | None = None,
+        approval: Approval | None = None,
+        comment: str = "",
+        payload_text: str = "",
+        payload_error: str | None = None,
+        comment_error: str | None = None,
+    ) -> TemplateResponse:
+        rows = []
+        for row in approvals:
+            allowed = can_decide(request.user, row)
+            skipped = ""
+            if row.status != PENDING:
+                skipped = gettext("not pending: %(status)s") % {"status": row.get_status_display()}
+            elif not allowed:
+                skipped = gettext("you may not decide it")
+            rows.append(
+                {
+                    "approval": row,
+                    "url": self.object_url(row),
+                    "prompt": short_prompt(row),
+                    "run_url": self._run_url(row.coordination_id),
+                    "status": approval_status_badge(row.status),
+                    "skipped": skipped,
+                }
+            )
+        state_text, state_error = ("", "")
+        if approval is not None:
+            state_text, state_error = self._paused_state(approval, partial(error_text, request))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": decision.title,
+            "subtitle": None,
+            "question": decision.question_one if approval is not None else decision.question,
+            "opts": self.opts,
+            "decision": decision,
+            "rows": rows,
+            "decidable_count": sum(1 for row in rows if not row["skipped"]),
+            "approval": approval,
+            "action_name": action,
+            "cancel_url": cancel_url,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "comment": comment,
+            "payload_text": payload_text,
+            "payload_error": payload_error,
+            "comment_error": comment_error,
+            "state_text": state_text,
+            "state_error": state_error,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, f"{TEMPLATES}/decision_confirmation.html", context)
+
+    def _decide_and_report(
+        self,
+        request: HttpRequest,
+        decision: Decision,
+        approvals: Sequence[Approval],
+        *,
+        comment: str = "",
+        payload: Any = None,
+    ) -> None:
+        outcome = decide_all(
+            decision,
+            approvals,
+            request.user,
+            comment=comment,
+            payload=payload,
+            describe=partial(error_text, request),
+        )
+        for approval, _status in outcome.done:
+            self.log_change(request, approval, str(decision.past))
+        notify = partial(self.message_user, request)
+        if outcome.done:
+            runs = ", ".join(
+                gettext("%(run)s is %(status)s")
+                % {"run": approval.coordination_id, "status": _status_label(status)}
+                for approval, status in outcome.done
+                if status
+            )
+            text = decision.done % {"count": len(outcome.done)}
+            if len(outcome.done) == 1:
+                approval = outcome.done[0][0]
+                text = gettext("%(decision)s “%(prompt)s”.") % {
+                    "decision": capfirst(approval.get_status_display()),
+                    "prompt": short_prompt(approval),
+                }
+            if runs:
+                text = f"{text} " + gettext("Run %(runs)s now.") % {"runs": runs}
+            notify(text, messages.SUCCESS)
+        for approval in outcome.repeated:
+            text = gettext("“%(prompt)s” was already %(status)s: nothing changed.")
+            values = {"prompt": short_prompt(approval), "status": approval.get_status_display()}
+            notify(text % values, messages.WARNING)
+        for approval, why in outcome.failed:
+            text = gettext("Could not %(decision)s “%(prompt)s”: %(why)s.")
+            values = {"decision": decision.name, "prompt": short_prompt(approval), "why": why}
+            notify(text % values, messages.ERROR)
+        for warning in outcome.warnings:  # a run this process cannot continue
+            notify(warning, messages.WARNING)

@@ -1,0 +1,168 @@
+"""What the approval admin shows of an approval: its status badge, its changelist
+columns, the fields of its page, and the links to its run and paused snapshot."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from ..common.formatting import NONE_TEXT, truncate
+from ..models import Approval
+from .approval_decisions import current_run_status
+from .base import age, reverse_for_key, status_badge, timestamp
+from .run_texts import pretty_json, run_status_badge
+
+#: The admin icon shown next to each approval status.
+STATUS_ICONS = {
+    Approval.Status.PENDING: "admin/img/icon-alert.svg",
+    Approval.Status.APPROVED: "admin/img/icon-yes.svg",
+    Approval.Status.REJECTED: "admin/img/icon-no.svg",
+    Approval.Status.EXPIRED: "admin/img/icon-clock.svg",
+    Approval.Status.CANCELLED: "admin/img/icon-no.svg",
+}
+
+PROMPT_WIDTH = 60
+#: Characters of a prompt in the changelist (the whole one is its tooltip).
+LIST_WIDTH = 40
+
+
+def approval_status_badge(status: str) -> SafeString:
+    """The approval status as the admin shows booleans: an icon, then the label."""
+    labels = dict(Approval.Status.choices)
+    return status_badge(
+        status, labels=labels, icons=STATUS_ICONS, css_class="flowwarden-approval-status"
+    )
+
+
+def short_prompt(approval: Approval, width: int = PROMPT_WIDTH) -> str:
+    """*approval*'s prompt, cut to *width* characters."""
+    return truncate(approval.prompt or gettext("(no prompt)"), width)
+
+
+class ApprovalColumnsMixin:
+    """The approval changelist's columns, the approval page's read-only fields (but
+    the paused state) and the links to the run and its snapshot."""
+
+    def _run_url(self, coordination_id: str) -> str:
+        return reverse_for_key(
+            "admin:flowwarden_django_workflowrun_change",
+            coordination_id,
+            current_app=self.admin_site.name,
+        )
+
+    def _snapshot_url(self, approval: Approval) -> str:
+        return reverse(
+            "admin:flowwarden_django_workflowrun_snapshot",
+            args=[quote(approval.coordination_id), quote(approval.snapshot_id)],
+            current_app=self.admin_site.name,
+        )
+
+    # -- changelist columns ----------------------------------------------------------
+
+    @admin.display(description=_("prompt"), ordering="prompt")
+    def prompt_short(self, obj: Approval) -> SafeString:
+        # Short enough for a 1280 px changelist; the whole prompt is the tooltip.
+        return format_html('<span title="{}">{}</span>', obj.prompt, short_prompt(obj, LIST_WIDTH))
+
+    @admin.display(description=_("coordination"), ordering="coordination_id")
+    def coordination(self, obj: Approval) -> SafeString:
+        return format_html(
+            '<a href="{}" class="flowwarden-run-link" title="{}">{}</a>',
+            self._run_url(obj.coordination_id),
+            obj.coordination_id,
+            truncate(obj.coordination_id, 12),
+        )
+
+    # Ages, not full dates: the changelist fits a 1280 px screen (the exact time is
+    # each one's tooltip).
+    @admin.display(description=_("requested"), ordering="requested_at")
+    def requested(self, obj: Approval) -> SafeString | str:
+        """When it was asked, and when it expires (while it is pending)."""
+        if obj.expires_at is None or obj.status != Approval.Status.PENDING:
+            return age(obj.requested_at)
+        return format_html(
+            '{}<br><span class="flowwarden-quiet">{} {}</span>',
+            age(obj.requested_at),
+            gettext("expires"),
+            age(obj.expires_at),
+        )
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_and_decision(self, obj: Approval) -> SafeString:
+        """The status, and who decided when."""
+        if obj.decided_at is None:
+            return approval_status_badge(obj.status)
+        return format_html("{}<br>{}", approval_status_badge(obj.status), self.decided(obj))
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_icon(self, obj: Approval) -> SafeString:
+        return approval_status_badge(obj.status)
+
+    @admin.display(description=_("who may decide"))
+    def deciders(self, obj: Approval) -> SafeString | str:
+        parts = [format_html("{}", name) for name in obj.assignees]
+        if obj.group:
+            parts.append(format_html("{} <em>{}</em>", gettext("group"), obj.group))
+        if obj.permission:
+            parts.append(format_html("{} <code>{}</code>", gettext("permission"), obj.permission))
+        if not parts:
+            return NONE_TEXT
+        return format_html_join(", ", "{}", ((part,) for part in parts))
+
+    @admin.display(description=_("decided"), ordering="decided_at")
+    def decided(self, obj: Approval) -> SafeString | str:
+        if obj.decided_at is None:
+            return NONE_TEXT
+        who = obj.decided_by or gettext("system")
+        return format_html('{} <span class="flowwarden-quiet">{}</span>', who, age(obj.decided_at))
+
+    # -- detail fields ---------------------------------------------------------------
+
+    @admin.display(description=_("prompt"))
+    def prompt_text(self, obj: Approval) -> SafeString | str:
+        if not obj.prompt:
+            return NONE_TEXT
+        return format_html('<p class="flowwarden-prompt">{}</p>', obj.prompt)
+
+    @admin.display(description=_("run status"))
+    def run_status(self, obj: Approval) -> SafeString | str:
+        status = current_run_status(obj)
+        return run_status_badge(status) if status else NONE_TEXT
+
+    @admin.display(description=_("paused snapshot"))
+    def snapshot(self, obj: Approval) -> SafeString:
+        return format_html(
+            '<a href="{}"><code>{}</code></a>', self._snapshot_url(obj), obj.snapshot_id
+        )
+
+    @admin.display(description=_("assignees"))
+    def assignees_text(self, obj: Approval) -> str:
+        return ", ".join(obj.assignees) or NONE_TEXT
+
+    @admin.display(description=_("requested at"))
+    def requested_at_text(self, obj: Approval) -> SafeString | str:
+        return timestamp(obj.requested_at)
+
+    @admin.display(description=_("expires at"))
+    def expires_at_text(self, obj: Approval) -> SafeString | str:
+        if obj.expires_at is not None and obj.status != Approval.Status.PENDING:
+            return format_html(
+                '{} <span class="flowwarden-quiet">({})</span>',
+                timestamp(obj.expires_at),
+                gettext("no longer applies: the approval is %(status)s")
+                % {"status": obj.get_status_display()},
+            )
+        return timestamp(obj.expires_at)
+
+    @admin.display(description=_("decided at"))
+    def decided_at_text(self, obj: Approval) -> SafeString | str:
+        return timestamp(obj.decided_at)
+
+    @admin.display(description=_("decision payload"))
+    def payload_json(self, obj: Approval) -> SafeString | str:
+        return NONE_TEXT if obj.payload is None else pretty_json(obj.payload)
