@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from asgiref.sync import sync_to_async
@@ -67,6 +68,7 @@ from ..storage.store import SnapshotStore, UnknownSnapshotError, snapshot_stores
 from ..waiting.cancellation import CancelOutcome, cancel_run
 from ..waiting.children import FINISHED as CHILD_FINISHED
 from ..waiting.children import notify_parent
+from ..waiting.messages import Message, aget_event, get_event, send_message
 from .loop import _Execution
 from .opening import open_handed, open_run, save_seed, take
 from .starting import start_run
@@ -94,8 +96,12 @@ class Workflow:
     that providers call. ``Workflow.start(name, ...)`` starts a registered workflow
     at most once per idempotency key (see ``Workflow.define``).
 
-    For async code: ``astart``, ``arun``, ``aresume`` and ``afork``, the same calls
-    run in Django's thread-sensitive executor (``sync_to_async``).
+    ``send()`` a message to the run (a step waits for it with ``wait_for``), and
+    ``get_event()`` read what it publishes (``ctx.set_event``).
+
+    For async code: ``astart``, ``arun``, ``aresume``, ``afork``, ``asend`` and
+    ``aget_event``, the same calls run in Django's thread-sensitive executor
+    (``sync_to_async``).
     """
 
     def __init__(
@@ -368,6 +374,50 @@ class Workflow:
 
             release_or_defer(runs, self._coordination_id, token, {})
 
+    # -- messages and events ---------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None = None,
+        sender: str = "",
+    ) -> Message:
+        """Send *payload* (a JSON object) on *topic* to this run, in the caller's
+        transaction if there is one; the run wakes once it commits. Once per
+        *idempotency_key*: a repeat stores nothing and returns the first message.
+        ``RunFinishedError`` (completed), ``RunCancelledError``, ``UserJSONError``;
+        see ``waiting.messages``."""
+        sent = send_message(
+            self._coordination_id,
+            topic,
+            payload,
+            idempotency_key=idempotency_key,
+            sender=sender,
+            using=self.runs.db,
+        )
+        return sent.message
+
+    async def asend(
+        self,
+        topic: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None = None,
+        sender: str = "",
+    ) -> Message:
+        """``send()`` from async code (``thread_sensitive=True``, as ``aapprove``)."""
+        send = sync_to_async(self.send, thread_sensitive=True)
+        return await send(topic, payload, idempotency_key, sender)
+
+    def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
+        """The value this run last published under *key* (``ctx.set_event``), waiting
+        up to *timeout* seconds for one; ``None`` when none came."""
+        return get_event(self._coordination_id, key, timeout, using=self.runs.db)
+
+    async def aget_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
+        """``get_event()`` from async code: it waits on the event loop."""
+        return await aget_event(self._coordination_id, key, timeout, using=self.runs.db)
+
     # -- reading the run -------------------------------------------------------------
 
     def run_record(self) -> WorkflowRun | None:
@@ -399,7 +449,9 @@ class Workflow:
         if record.status == RunStatus.CANCELLED:
             return Cancelled(state, cid, record.failure_reason)
         if record.status in RunStatus.PAUSED:
-            return paused(state, cid, last_step, record.status, record.wake_at)
+            return paused(
+                state, cid, last_step, record.status, record.wake_at, record.waiting_topic
+            )
         if record.status == RunStatus.NEEDS_UPGRADE:
             return NeedsUpgrade(state, cid, last_step, record.failure_reason)
         if record.status == RunStatus.FAILED:

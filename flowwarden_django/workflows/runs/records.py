@@ -66,14 +66,17 @@ class RunStatus:
     CANCELLED = "cancelled"
     #: A step returned ``spawn(...)``: it continues once every child run finished.
     WAITING_CHILDREN = "waiting_children"
+    #: A step returned ``wait_for(...)``: it continues once a message of its topic
+    #: (``waiting_topic``) is sent, or at its deadline (``wake_at``).
+    WAITING_MESSAGE = "waiting_message"
 
     #: A paused run: it holds no runner and continues when run or resumed.
-    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN)
+    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN, WAITING_MESSAGE)
     #: A run that never continues again (a failed one does, when run again).
     FINAL = (COMPLETED, CANCELLED)
     #: What an upgrade may move to another version.
     #: (Not a run waiting for its children: an upgrade would lose what it waits for.)
-    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE)
+    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE, WAITING_MESSAGE)
 
 
 class ConcurrentRunError(RuntimeError):
@@ -760,6 +763,7 @@ _INSERTED = {
     "wake_at": "NULL",
     "step_errors": "NULL",
     "parent_coordination_id": "NULL",
+    "waiting_topic": "''",
     "created_at": "%s",
     "updated_at": "%s",
 }
@@ -823,6 +827,7 @@ _NEW_RUN_VALUES = {
     "wake_at": None,
     "step_errors": None,
     "parent_coordination_id": None,
+    "waiting_topic": "",
 }
 #: The columns that are each new run's own.
 _NEW_RUN_OWN = {
