@@ -11,8 +11,11 @@ from flowwarden_django.models import WorkflowMessage, WorkflowRun
 from tests.support.lanes import lane_marks
 
 POSTGRES = pytest.param("postgres", marks=lane_marks("postgres", databases=["default", "postgres"]))
+MARIADB = pytest.param("mariadb", marks=lane_marks("mariadb", databases=["default", "mariadb"]))
 #: SQLite ("default") and PostgreSQL.
 ALIASES = pytest.mark.parametrize("alias", ["default", POSTGRES])
+#: SQLite, PostgreSQL and MariaDB.
+EVERY_DATABASE = pytest.mark.parametrize("alias", ["default", POSTGRES, MARIADB])
 
 
 def new_cid() -> str:

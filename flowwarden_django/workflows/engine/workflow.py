@@ -395,6 +395,7 @@ class Workflow:
             idempotency_key=idempotency_key,
             sender=sender,
             using=self.runs.db,
+            workflow=self,
         )
         return sent.message
 

@@ -21,7 +21,10 @@ repeated sweep skips it for another *older_than*; and a step task that finds the
 already moved on does nothing, so a run that was not stalled after all loses nothing.
 When queueing fails (the broker is still down), the run gets its ``updated_at`` back,
 so the next sweep takes it again at once, not after another *older_than*.
-Hibernated, waiting, completed and failed runs are never touched.
+It also wakes paused runs whose wait is over: a sleeping run at its ``wake_at``, a
+run waiting for a message past its deadline (``wake_at``) or whose mailbox holds one
+(its wake after the send was lost), a parent whose children have all finished.
+Hibernated, waiting (for an approval), completed and failed runs are never touched.
 
 Where it runs: every Celery worker runs it every ``WORKFLOW_SWEEP_INTERVAL`` (2 s)
 when the provider is Celery, ``flowwarden_temporal_worker`` does too, and

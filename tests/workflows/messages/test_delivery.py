@@ -1,4 +1,4 @@
-"""Messages to runs on the in-process engine, on SQLite and PostgreSQL: a durable
+"""Messages to runs on the in-process engine, on SQLite, PostgreSQL and MariaDB: a durable
 mailbox per run and topic, delivered once per wait in the order sent, at most once per
 idempotency key, sent in the caller's transaction and woken after its commit, with
 timeouts woken by the recovery sweep."""
@@ -28,7 +28,7 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.definition.metadata import LAST_STEP
 from flowwarden_django.workflows.waiting.messages.waiting import WAIT_METADATA, wait_of
-from tests.support.messages import ALIASES, mailbox, new_cid, run_of
+from tests.support.messages import EVERY_DATABASE, mailbox, new_cid, run_of
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,7 +76,7 @@ def paid(amount: int, sender: str = "") -> dict[str, Any]:
     return {"topic": "payment", "payload": {"amount": amount}, "sender": sender}
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_run_waits_holding_nothing_and_a_send_wakes_it_at_once(alias: str, define: Define):
     orders = define([waiting("pay"), taking("ship")])
     cid = new_cid()
@@ -110,7 +110,7 @@ def test_a_run_waits_holding_nothing_and_a_send_wakes_it_at_once(alias: str, def
     assert rows[other.id].delivered_to is None  # still in the mailbox
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_message_sent_before_the_wait_is_kept_and_delivered_when_it_waits(
     alias: str, define: Define
 ):
@@ -125,7 +125,7 @@ def test_a_message_sent_before_the_wait_is_kept_and_delivered_when_it_waits(
     assert (row.pk, row.delivered_to) == (sent.id, snapshot_of(wf, "pay").id)
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_several_messages_are_delivered_one_per_wait_in_the_order_sent(alias: str, define: Define):
     steps = [prepare]
     for n in range(3):
@@ -141,7 +141,7 @@ def test_several_messages_are_delivered_one_per_wait_in_the_order_sent(alias: st
     assert [row.delivered_to for row in rows] == [snapshot_of(wf, f"pay-{n}").id for n in range(3)]
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_run_that_takes_many_waiting_messages_in_a_row_does_not_nest(alias: str, define: Define):
     """In-process, a wait whose message is there continues the run; the next one is
     queued behind it in this thread, not run inside it."""
@@ -160,7 +160,7 @@ def test_a_run_that_takes_many_waiting_messages_in_a_row_does_not_nest(alias: st
     assert max(depths[1:]) == min(depths[1:])  # the same depth for every wait after the first
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_two_sends_with_one_idempotency_key_store_and_deliver_one_message(
     alias: str, define: Define
 ):
@@ -184,7 +184,7 @@ class Rollback(Exception):
     pass
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_send_commits_or_rolls_back_with_the_callers_transaction(alias: str, define: Define):
     orders = define([waiting("pay"), taking("ship")])
     cid = new_cid()
@@ -204,7 +204,7 @@ def test_a_send_commits_or_rolls_back_with_the_callers_transaction(alias: str, d
     assert [row.pk for row in mailbox(alias, cid)] == [sent.id]
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_timeout_wakes_the_run_by_the_sweep_with_no_message(
     alias: str, define: Define, sweep: Callable[[], list[str]]
 ):
@@ -226,7 +226,7 @@ def test_a_timeout_wakes_the_run_by_the_sweep_with_no_message(
     assert run_of(alias, cid).wake_at is None
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_message_sent_after_the_deadline_is_left_for_the_next_wait(alias: str, define: Define):
     orders = define([waiting("pay", timeout=0.2), taking("ship"), waiting("later"), taking("end")])
     cid = new_cid()
@@ -239,7 +239,7 @@ def test_a_message_sent_after_the_deadline_is_left_for_the_next_wait(alias: str,
     assert wf.current_result() == Completed({"got": [None, paid(9)]}, cid)
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_retry_and_a_run_after_a_failure_see_the_same_message(alias: str, define: Define):
     attempts: list[tuple[int, int]] = []
 
@@ -264,7 +264,7 @@ def test_a_retry_and_a_run_after_a_failure_see_the_same_message(alias: str, defi
     assert rows == {first.id: snapshot_of(wf, "pay").id, second.id: None}
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_resume_input_never_becomes_the_message(
     alias: str, define: Define, caplog: pytest.LogCaptureFixture
 ):
@@ -286,7 +286,7 @@ def test_resume_input_never_becomes_the_message(
     assert wf.current_result() == Completed({"message": paid(10), "input": None}, cid)
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_the_sweep_delivers_what_a_lost_wake_left(
     alias: str, define: Define, sweep: Callable[[], list[str]]
 ):
@@ -309,3 +309,15 @@ def test_the_sweep_delivers_what_a_lost_wake_left(
         {"got": [paid(4)]}, cid
     )
     assert sweep() == []
+
+
+@EVERY_DATABASE
+def test_a_workflow_that_is_not_registered_is_woken_by_its_own_send(alias: str):
+    from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+
+    cid = new_cid()
+    steps = [waiting("pay"), taking("ship")]
+    wf = Workflow("unregistered-orders", cid, steps, OrmSnapshotStore(using=alias), using=alias)
+    assert isinstance(wf.run({}), WaitingForMessage)
+    wf.send("payment", {"amount": 3})
+    assert wf.current_result() == Completed({"got": [paid(3)]}, cid)

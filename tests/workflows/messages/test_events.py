@@ -1,5 +1,5 @@
 """Events a run publishes (``ctx.set_event``), read with ``Workflow.get_event`` and
-``aget_event``, on SQLite and PostgreSQL: the latest value wins, a reader waits up
+``aget_event``, on SQLite, PostgreSQL and MariaDB: the latest value wins, a reader waits up
 to its timeout for one, and ``None`` when none came."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from flowwarden_django.workflows import (
     wait_for,
 )
 from flowwarden_django.workflows.waiting.messages import get_event, set_event
-from tests.support.messages import ALIASES, new_cid
+from tests.support.messages import EVERY_DATABASE, new_cid
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,7 +46,7 @@ def finish(state: dict[str, Any], ctx: StepContext) -> Any:
     return done(state)
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_get_event_sees_a_steps_event_and_the_latest_value(alias: str, define: Define):
     flow = define([start, finish])
     cid = new_cid()
@@ -64,7 +64,7 @@ def test_get_event_sees_a_steps_event_and_the_latest_value(alias: str, define: D
     assert get_event(other, "progress", using=alias) is None  # per run
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_get_event_waits_for_a_value_set_meanwhile(alias: str, define: Define):
     flow = define([start, finish])
     cid = new_cid()
@@ -89,7 +89,7 @@ def test_get_event_waits_for_a_value_set_meanwhile(alias: str, define: Define):
     assert got == [{"total": 7}]
 
 
-@ALIASES
+@EVERY_DATABASE
 @pytest.mark.anyio
 async def test_aget_event_is_get_event_from_async_code(alias: str, define: Define):
     flow = define([start, finish])
@@ -107,7 +107,7 @@ async def test_aget_event_is_get_event_from_async_code(alias: str, define: Defin
         await sync_to_async(connections.close_all, thread_sensitive=True)()
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_an_event_is_checked_by_the_validator(alias: str):
     cid = new_cid()
     with pytest.raises(UserJSONError, match="the event value holds a NUL character"):

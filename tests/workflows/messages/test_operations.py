@@ -1,4 +1,4 @@
-"""A run waiting for a message under the operations, on SQLite and PostgreSQL:
+"""A run waiting for a message under the operations, on SQLite, PostgreSQL and MariaDB:
 cancel ends the wait, a fork of the waiting snapshot waits again for a new message
 (a fork elsewhere leaves the run hibernated), an upgrade keeps the wait and a
 message delivered to it."""
@@ -26,7 +26,7 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.definition.metadata import LAST_STEP
 from flowwarden_django.workflows.operations.upgrades import upgrade_registry, upgrade_run
-from tests.support.messages import ALIASES, mailbox, new_cid, run_of
+from tests.support.messages import EVERY_DATABASE, mailbox, new_cid, run_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +53,7 @@ def snapshot_of(wf: Workflow, step_name: str) -> Any:
     return [s for s in wf.history() if s.metadata.get(LAST_STEP) == step_name][-1]
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_cancel_ends_a_wait(alias: str, define: Define, sweep: Callable[[], list[str]]):
     orders = define([prepare, pay, ship])
     cid = new_cid()
@@ -70,7 +70,7 @@ def test_cancel_ends_a_wait(alias: str, define: Define, sweep: Callable[[], list
     assert wf.run().status == RunStatus.CANCELLED
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_fork_of_the_waiting_snapshot_waits_for_a_new_message(alias: str, define: Define):
     orders = define([prepare, pay, ship])
     cid = new_cid()
@@ -96,7 +96,7 @@ def test_a_fork_of_the_waiting_snapshot_waits_for_a_new_message(alias: str, defi
     assert delivered == {first.id: waited.id, second.id: forked.id}
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_a_fork_of_a_waiting_message_run_from_another_snapshot_hibernates_it(
     alias: str, define: Define
 ):
@@ -114,7 +114,7 @@ def test_a_fork_of_a_waiting_message_run_from_another_snapshot_hibernates_it(
     assert snapshot_of(wf, "pay").parent_id == forked.id
 
 
-@ALIASES
+@EVERY_DATABASE
 def test_an_upgrade_keeps_the_wait_and_the_message_delivered_to_it(alias: str, define: Define):
     name = f"messages-upgrade-{new_cid()}"
     old = define([prepare, pay, ship], name=name, version=1)

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.utils import timezone
 
 from ....common.app_models import models
@@ -39,10 +40,13 @@ def set_event(coordination_id: str, key: str, value: Any, *, using: str | None =
     row = models.WorkflowEvent(
         coordination_id=coordination_id, key=key, value=value, updated_at=timezone.now()
     )
+    # One statement: INSERT ... ON CONFLICT (coordination_id, key) DO UPDATE (MySQL
+    # and MariaDB: ON DUPLICATE KEY UPDATE, which takes no conflict target).
+    target = connections[db].features.supports_update_conflicts_with_target
     models.WorkflowEvent.objects.using(db).bulk_create(
         [row],
         update_conflicts=True,
-        unique_fields=["coordination_id", "key"],
+        unique_fields=["coordination_id", "key"] if target else None,
         update_fields=["value", "updated_at"],
     )
 

@@ -35,6 +35,7 @@ from .waking import wake_after_send
 
 if TYPE_CHECKING:
     from ....models import WorkflowMessage
+    from ...definition.registry import Coordination
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -68,9 +69,12 @@ def send_message(
     idempotency_key: str | None = None,
     sender: str = "",
     using: str | None = None,
+    workflow: Coordination | None = None,
 ) -> SentMessage:
     """Send *payload* on *topic* to run *coordination_id* of the runs in database
-    *using* (see the module), whether or not this process defines its workflow."""
+    *using* (see the module), whether or not this process defines its workflow;
+    *workflow*: the run's ``Workflow``, to wake it with (``Workflow.send`` passes
+    itself; default: the registered definition of the run's workflow, if any)."""
     topic, payload, idempotency_key, sender = check_message(topic, payload, idempotency_key, sender)
     runs = RunRecords(using)
     db = runs.db
@@ -89,8 +93,15 @@ def send_message(
         coordination_id, topic, payload, idempotency_key=idempotency_key, sender=sender, using=db
     )
     if created:
+        if getattr(workflow, "version", record.workflow_version) != record.workflow_version:
+            workflow = None  # not the run's definition: its registered one continues it
         wake = partial(
-            wake_after_send, coordination_id, db, record.workflow_name, record.workflow_version
+            wake_after_send,
+            coordination_id,
+            db,
+            record.workflow_name,
+            record.workflow_version,
+            workflow,
         )
         transaction.on_commit(wake, using=db)
     else:

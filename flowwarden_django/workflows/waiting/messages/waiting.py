@@ -85,7 +85,7 @@ class WaitForMessage(Pause):
     def on_paused(self, workflow: Any, snapshot: Any) -> None:
         # A send that committed while the runner still held the run found it held:
         # its wake did nothing, so the runner looks at the mailbox now.
-        self.woke.append(wake_if_mail(workflow.coordination_id, workflow.runs.db))
+        self.woke.append(wake_if_mail(workflow.coordination_id, workflow.runs.db, workflow))
 
 
 def wait_for(state: Any, topic: str, timeout: float | timedelta | None = None) -> WaitForMessage:
@@ -195,7 +195,7 @@ def awaited_message(
         wake_at=deadline,
         resume_input=None,
     )
-    if wake_if_mail(cid, db):  # sent while this runner held the run
+    if wake_if_mail(cid, db, execution.workflow):  # sent while this runner held the run
         return execution.workflow.current_result(), None
     return WaitingForMessage(head.state, cid, last_step, topic=topic, deadline=deadline), None
 
