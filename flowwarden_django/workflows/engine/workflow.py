@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from asgiref.sync import sync_to_async
@@ -68,7 +67,7 @@ from ..storage.store import SnapshotStore, UnknownSnapshotError, snapshot_stores
 from ..waiting.cancellation import CancelOutcome, cancel_run
 from ..waiting.children import FINISHED as CHILD_FINISHED
 from ..waiting.children import notify_parent
-from ..waiting.messages import Message, aget_event, get_event, send_message
+from ..waiting.messages.facade import RunMessaging
 from .loop import _Execution
 from .opening import open_handed, open_run, save_seed, take
 from .starting import start_run
@@ -79,7 +78,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("flowwarden_django.workflows")
 
 
-class Workflow:
+class Workflow(RunMessaging):
     """One coordination of a workflow: ``Workflow(name, coordination_id, steps, store)``.
 
     *steps* is a non-empty sequence of ``WorkflowStep`` (or functions, made into steps
@@ -373,51 +372,6 @@ class Workflow:
             from ..execution.releases import release_or_defer
 
             release_or_defer(runs, self._coordination_id, token, {})
-
-    # -- messages and events ---------------------------------------------------------
-
-    def send(
-        self,
-        topic: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None = None,
-        sender: str = "",
-    ) -> Message:
-        """Send *payload* (a JSON object) on *topic* to this run, in the caller's
-        transaction if there is one; the run wakes once it commits. Once per
-        *idempotency_key*: a repeat stores nothing and returns the first message.
-        ``RunFinishedError`` (completed), ``RunCancelledError``, ``UserJSONError``;
-        see ``waiting.messages``."""
-        sent = send_message(
-            self._coordination_id,
-            topic,
-            payload,
-            idempotency_key=idempotency_key,
-            sender=sender,
-            using=self.runs.db,
-            workflow=self,
-        )
-        return sent.message
-
-    async def asend(
-        self,
-        topic: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None = None,
-        sender: str = "",
-    ) -> Message:
-        """``send()`` from async code (``thread_sensitive=True``, as ``aapprove``)."""
-        send = sync_to_async(self.send, thread_sensitive=True)
-        return await send(topic, payload, idempotency_key, sender)
-
-    def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
-        """The value this run last published under *key* (``ctx.set_event``), waiting
-        up to *timeout* seconds for one; ``None`` when none came."""
-        return get_event(self._coordination_id, key, timeout, using=self.runs.db)
-
-    async def aget_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
-        """``get_event()`` from async code: it waits on the event loop."""
-        return await aget_event(self._coordination_id, key, timeout, using=self.runs.db)
 
     # -- reading the run -------------------------------------------------------------
 
