@@ -294,6 +294,7 @@ class WorkflowRun(models.Model):
         SLEEPING = "sleeping", _("sleeping")
         WAITING_CHILDREN = "waiting_children", _("waiting for child runs")
         CANCELLED = "cancelled", _("cancelled")
+        WAITING_MESSAGE = "waiting_message", _("waiting for a message")
 
     coordination_id = models.CharField(_("coordination"), max_length=255, primary_key=True)
     workflow_name = models.CharField(_("workflow"), max_length=255)
@@ -327,6 +328,11 @@ class WorkflowRun(models.Model):
     parent_coordination_id = models.CharField(  # noqa: DJ001
         _("parent run"), max_length=255, null=True, blank=True, db_index=True
     )
+    #: The topic a ``waiting_message`` run waits for (``wait_for``); its deadline is
+    #: ``wake_at``. Meaningful only in that status. (db_default: see workflow_version.)
+    waiting_topic = models.CharField(
+        _("waiting for topic"), max_length=255, blank=True, default="", db_default=""
+    )
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"))
 
@@ -338,10 +344,12 @@ class WorkflowRun(models.Model):
             ("fork_workflowrun", _("Can fork a workflow run from a snapshot")),
             ("upgrade_workflowrun", _("Can upgrade workflow runs to another version")),
             ("cancel_workflowrun", _("Can cancel workflow runs")),
+            ("send_message_workflowrun", _("Can send messages to workflow runs")),
         ]
         indexes = [
             models.Index(fields=["status", "updated_at"], name="fw_run_status"),
-            # The sweep's due sleepers: status = 'sleeping' AND wake_at <= now.
+            # The sweep's due sleepers (and message waits past their deadline):
+            # status IN ('sleeping', 'waiting_message') AND wake_at <= now.
             models.Index(fields=["status", "wake_at"], name="fw_run_wake"),
             # The runs' listings: the admin's changelist and the API's, newest first.
             models.Index(fields=["-updated_at", "coordination_id"], name="fw_run_updated"),
@@ -479,3 +487,71 @@ class ApprovalEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor or 'system'} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class WorkflowMessage(models.Model):
+    """A message sent to a workflow run (``Workflow.send``, ``ctx.send``): its mailbox
+    is its rows of one ``coordination_id`` and ``topic``.
+
+    Sent in the sender's transaction; delivered once, to the first wait for its topic
+    (``wait_for``) that finds it, oldest (``id``) first: ``delivered_to`` is then the
+    waiting snapshot it was bound to, unique, so a snapshot gets one message and a
+    retry of the step after it reads the same one. ``idempotency_key`` is unique per
+    run (``NULL`` keys never clash): a second send with the same key stores nothing.
+    """
+
+    coordination_id = models.CharField(_("coordination"), max_length=255)
+    topic = models.CharField(_("topic"), max_length=255)
+    payload = models.JSONField(_("payload"))
+    sender = models.CharField(_("sender"), max_length=255, blank=True)
+    sent_at = models.DateTimeField(_("sent at"))
+    idempotency_key = models.CharField(  # noqa: DJ001
+        _("idempotency key"), max_length=255, null=True, blank=True
+    )
+    #: The id of the waiting snapshot the message was delivered to (``None``: not yet).
+    delivered_to = models.CharField(
+        _("delivered to snapshot"), max_length=64, null=True, blank=True, unique=True
+    )
+    delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow message")
+        verbose_name_plural = _("workflow messages")
+        ordering = ["coordination_id", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["coordination_id", "idempotency_key"], name="fw_message_key"
+            )
+        ]
+        indexes = [
+            # The oldest undelivered message of a run's topic (delivered_to IS NULL),
+            # and the sweep's "a waiting run has one".
+            models.Index(
+                fields=["coordination_id", "topic", "delivered_to", "id"], name="fw_message_mailbox"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "delivered" if self.delivered_to else "pending"
+        return f"{self.topic} to {self.coordination_id} ({state})"
+
+
+class WorkflowEvent(models.Model):
+    """A value a workflow run publishes under *key* (``ctx.set_event``), read with
+    ``Workflow.get_event``: one row per run and key, the latest value wins."""
+
+    coordination_id = models.CharField(_("coordination"), max_length=255)
+    key = models.CharField(_("key"), max_length=255)
+    value = models.JSONField(_("value"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"))
+
+    class Meta:
+        verbose_name = _("workflow event")
+        verbose_name_plural = _("workflow events")
+        ordering = ["coordination_id", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["coordination_id", "key"], name="fw_event_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.coordination_id}: {self.key}"

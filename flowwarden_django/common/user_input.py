@@ -148,6 +148,14 @@ def check_resume_input(value: Any, *, what: str = "the resume input") -> Any:
     return check_user_json(value, what=what, max_bytes=MAX_PAYLOAD_BYTES)
 
 
+def check_message_payload(value: Any, *, what: str = "the message payload") -> dict[str, Any]:
+    """A message's payload (``Workflow.send``): a JSON object (never ``null``) of at
+    most ``MAX_PAYLOAD_BYTES``, plain and storable as ``check_user_json`` has it."""
+    if not isinstance(value, dict):
+        raise UserJSONError(f"{what} must be a JSON object, not {_kind(value)}", "json_not_object")
+    return check_user_json(value, what=what, max_bytes=MAX_PAYLOAD_BYTES)
+
+
 def _check_text(text: str, what: str) -> None:
     if "\x00" in text:
         raise UserJSONError(f"{what} holds a NUL character", "json_bad_text")
@@ -172,4 +180,6 @@ def _finite_float(text: str) -> float:
 
 def _kind(value: Any) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
     return names.get(type(value), f"a {type(value).__name__}")

@@ -18,6 +18,7 @@ from .definition.results import (
     StartedRun,
     Waiting,
     WaitingForChildren,
+    WaitingForMessage,
     WorkflowResult,
 )
 from .definition.steps import (
@@ -80,6 +81,14 @@ from .waiting.approvals import (
 )
 from .waiting.cancellation import CancelOutcome, cancel_coordination, cancel_run
 from .waiting.children import ChildResult, Spawn, spawn
+from .waiting.messages import (
+    Message,
+    RunCancelledError,
+    RunFinishedError,
+    WaitForMessage,
+    send_message,
+    wait_for,
+)
 
 __all__ = [
     "Advance",
@@ -104,9 +113,12 @@ __all__ = [
     "Hibernated",
     "InProcessProvider",
     "LeaseLostError",
+    "Message",
     "NeedsUpgrade",
     "Pause",
+    "RunCancelledError",
     "RunConflictError",
+    "RunFinishedError",
     "RunStatus",
     "RunVersionError",
     "Running",
@@ -124,8 +136,10 @@ __all__ = [
     "UnknownSnapshotError",
     "UserJSONError",
     "VersionNotDefinedError",
+    "WaitForMessage",
     "Waiting",
     "WaitingForChildren",
+    "WaitingForMessage",
     "Workflow",
     "WorkflowDefinition",
     "WorkflowResult",
@@ -148,10 +162,12 @@ __all__ = [
     "parse_user_json",
     "reject",
     "resolve_provider",
+    "send_message",
     "sleep",
     "snapshot_stores",
     "spawn",
     "step",
     "visible_approvals",
+    "wait_for",
     "workflow_registry",
 ]

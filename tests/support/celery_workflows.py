@@ -32,6 +32,7 @@ from flowwarden_django.workflows import (
     sleep,
     spawn,
     step,
+    wait_for,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from tests.support import step_log
@@ -52,6 +53,8 @@ SLEEPING = "fw-celery-sleeping"
 #: ``state["stall"]`` sleeps on its first execution (the test kills it there).
 FAN_OUT = "fw-celery-fan-out"
 FAN_CHILD = "fw-celery-fan-child"
+#: ``one``, a wait for a message on "go" (``state["timeout"]`` seconds, or none), ``heard``.
+LISTENING = "fw-celery-listening"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -111,6 +114,20 @@ def settle(state: dict[str, Any], ctx: Any) -> Any:
     decision = ctx.decision
     seen = None if decision is None else [decision.decision, decision.comment, decision.decided_by]
     return done({**then(state, "settle"), "decision": seen})
+
+
+@step("listen")
+def listen(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return wait_for(then(state, "listen"), "go", timeout=state.get("timeout"))
+
+
+@step("heard")
+def heard(state: dict[str, Any], ctx: Any) -> Any:
+    """What the step after the wait got: ``ctx.message``'s payload, or ``None``."""
+    _record(state, ctx)
+    message = ctx.message
+    return done({**then(state, "heard"), "heard": None if message is None else message.payload})
 
 
 @step("slow")
@@ -217,6 +234,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (SLEEPING, [one, nap, three]),
             (FAN_CHILD, [enrich]),
             (FAN_OUT, [fan_out, collect]),
+            (LISTENING, [one, listen, heard]),
         )
     }
 

@@ -1,6 +1,7 @@
 """What running a workflow returns: ``Completed``, ``Hibernated`` (``Waiting``,
-``Sleeping``), ``Failed``, ``Cancelled``, ``NeedsUpgrade`` or ``Running`` (all
-``WorkflowResult``), and ``StartedRun`` from ``Workflow.start``.
+``Sleeping``, ``WaitingForChildren``, ``WaitingForMessage``), ``Failed``,
+``Cancelled``, ``NeedsUpgrade`` or ``Running`` (all ``WorkflowResult``), and
+``StartedRun`` from ``Workflow.start``.
 
 They live below the engine so that execution providers and approvals can name them
 without importing it; ``engine`` and ``flowwarden_django.workflows`` re-export them.
@@ -69,13 +70,32 @@ class WaitingForChildren(Hibernated):
     status: str = RunStatus.WAITING_CHILDREN
 
 
+@dataclasses.dataclass(frozen=True)
+class WaitingForMessage(Hibernated):
+    """A step returned ``wait_for(...)``: the run waits, holding nothing, for a message
+    on ``topic`` (``Workflow.send``), or until ``deadline`` (``None``: no timeout). A
+    ``Hibernated`` too."""
+
+    topic: str = ""
+    deadline: Any = None
+    status: str = RunStatus.WAITING_MESSAGE
+
+
 def paused(
-    state: Any, coordination_id: str, last_step: str, status: str, wake_at: Any = None
+    state: Any,
+    coordination_id: str,
+    last_step: str,
+    status: str,
+    wake_at: Any = None,
+    topic: str = "",
 ) -> Hibernated:
     """The result of a run paused with *status*: ``Waiting``, ``Sleeping``,
-    ``WaitingForChildren`` or ``Hibernated``."""
+    ``WaitingForChildren``, ``WaitingForMessage`` (on *topic*, *wake_at* its
+    deadline) or ``Hibernated``."""
     if status == RunStatus.WAITING:
         return Waiting(state, coordination_id, last_step)
+    if status == RunStatus.WAITING_MESSAGE:
+        return WaitingForMessage(state, coordination_id, last_step, topic=topic, deadline=wake_at)
     if status == RunStatus.SLEEPING:
         return Sleeping(state, coordination_id, last_step, wake_at=wake_at)
     if status == RunStatus.WAITING_CHILDREN:

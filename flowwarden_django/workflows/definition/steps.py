@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..runs.records import RunStatus
 from .decisions import ApprovalDecision
+from .messages import Message, StepOutbox
 from .metadata import WAKE_AT
 from .patches import PatchBook, check_patches
 
@@ -40,7 +41,11 @@ class StepContext:
     step (``max_retries + 1`` at most). ``idempotency_key`` is
     ``"<coordination_id>:<step_name>"``: stable across attempts, runs and processes.
     ``patched(id)`` answers whether the run takes the new code of a patch (see
-    ``workflows.patches``).
+    ``workflows.patches``). ``message`` is the ``Message`` delivered to the step
+    before it, when that step returned ``wait_for``: read from the message's row,
+    never from the input (``None`` after the wait's timeout, and for every other
+    step). ``send`` sends a message to a run, ``set_event`` publishes a value (see
+    ``waiting.messages``).
     """
 
     coordination_id: str
@@ -52,6 +57,10 @@ class StepContext:
     patch_book: PatchBook | None = dataclasses.field(default=None, repr=False, compare=False)
     #: The outcomes of the child runs the step before it spawned (``ChildResult`` each).
     children: tuple[Any, ...] = ()
+    #: The message the step before it waited for (``wait_for``), or ``None``.
+    message: Message | None = None
+    #: Where ``send`` and ``set_event`` go: the engine gives each attempt its own.
+    outbox: StepOutbox | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -65,6 +74,27 @@ class StepContext:
         if self.patch_book is None:
             return True
         return self.patch_book.answer(patch_id)
+
+    def send(self, coordination_id: str, topic: str, payload: dict[str, Any]) -> Message:
+        """Send *payload* (a JSON object) on *topic* to run *coordination_id* (see
+        ``Workflow.send``), once: its idempotency key is made of the snapshot this
+        step runs from, the step's name and how many sends this attempt made before,
+        so a retry or a redelivery of the step sends nothing new. The sender is this
+        run's coordination id."""
+        return self._outbox("send").send(coordination_id, topic, payload)
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish *value* (JSON) under *key* for ``Workflow.get_event``: the latest
+        value set wins."""
+        self._outbox("set_event").set_event(key, value)
+
+    def _outbox(self, what: str) -> StepOutbox:
+        if self.outbox is None:
+            raise RuntimeError(
+                f"ctx.{what}() works in a step of a running workflow; a StepContext "
+                "made by hand needs an outbox="
+            )
+        return self.outbox
 
 
 # -- outcomes ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 
 from ...common.app_models import models
 from ..definition.decisions import ApprovalDecision
+from ..definition.messages import Message
 from ..definition.metadata import CANCELLED as CANCELLED_METADATA
 from ..definition.metadata import LAST_STEP, WORKFLOW_DONE
 from ..definition.patches import NO_PATCHES, PATCHES_METADATA, PatchBook, recorded_patches
@@ -62,6 +63,8 @@ from ..waiting.children import (
     continue_if_ready,
     spawned,
 )
+from ..waiting.messages.sending import AttemptOutbox
+from ..waiting.messages.waiting import awaited_message
 from .calling import StepAttemptFailed, StepTimeoutError, call_step
 from .opening import Opened, seed_snapshot
 from .saving import RunWriter
@@ -124,6 +127,9 @@ class _Execution(RunWriter):
             return asked
         if decision is not None:
             pending_input = decision.as_input()
+        waited, message = awaited_message(self, head, pending_input)
+        if waited is not None:
+            return waited
         children: tuple[ChildResult, ...] = ()
         first_state = head.state
         if CHILDREN in head.metadata:
@@ -170,7 +176,7 @@ class _Execution(RunWriter):
                 book = PatchBook(recorded_patches(head.metadata), wf.steps, index)
             state = first_state if executed == 0 else head.state
             outcome = self.execute(
-                current, state, pending_input, decision, book or NO_PATCHES, children
+                current, state, pending_input, decision, book or NO_PATCHES, children, message, head
             )
             if isinstance(outcome, Fail):
                 if not self.last_copy_out():
@@ -193,16 +199,16 @@ class _Execution(RunWriter):
                 patches=None if book is None else book.after(current),
             )
             last_step = current.name
-            pending_input = decision = None
+            pending_input = decision = message = None
             children = ()
-            if isinstance(outcome, Spawn):
-                # Its children may have run (in-process) and continued it meanwhile.
+            if isinstance(outcome, Spawn) or getattr(outcome, "continued", False):
+                # Its children (or its message) may have continued it (in-process).
                 return self.workflow.current_result() or paused(
                     head.state, self.cid, current.name, outcome.status
                 )
             if isinstance(outcome, Pause):
-                wake_at = getattr(outcome, "wake_at", None)
-                return paused(head.state, self.cid, current.name, outcome.status, wake_at)
+                wake_at, topic = getattr(outcome, "wake_at", None), getattr(outcome, "topic", "")
+                return paused(head.state, self.cid, current.name, outcome.status, wake_at, topic)
             if index == last or isinstance(outcome, Done):
                 return Completed(head.state, self.cid)
             if releases:
@@ -313,8 +319,11 @@ class _Execution(RunWriter):
         decision: ApprovalDecision | None = None,
         patch_book: PatchBook | None = None,
         children: tuple[ChildResult, ...] = (),
+        message: Message | None = None,
+        head: WorkflowSnapshot | None = None,
     ) -> StepOutcome:
-        """Run one step with its retries and timeout; a ``Fail`` when attempts run out."""
+        """Run one step (from snapshot *head*) with its retries and timeout; a ``Fail``
+        when attempts run out."""
         attempts = current.max_retries + 1
         if self.attempt is None:
             tries: Iterable[int] = range(1, attempts + 1)
@@ -336,6 +345,8 @@ class _Execution(RunWriter):
                 decision=decision,
                 patch_book=patch_book,
                 children=children,
+                message=message,
+                outbox=AttemptOutbox(self.cid, head.id if head else "", current.name, self.runs.db),
             )
             started = time.perf_counter()
             try:

@@ -67,6 +67,7 @@ from ..storage.store import SnapshotStore, UnknownSnapshotError, snapshot_stores
 from ..waiting.cancellation import CancelOutcome, cancel_run
 from ..waiting.children import FINISHED as CHILD_FINISHED
 from ..waiting.children import notify_parent
+from ..waiting.messages.facade import RunMessaging
 from .loop import _Execution
 from .opening import open_handed, open_run, save_seed, take
 from .starting import start_run
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("flowwarden_django.workflows")
 
 
-class Workflow:
+class Workflow(RunMessaging):
     """One coordination of a workflow: ``Workflow(name, coordination_id, steps, store)``.
 
     *steps* is a non-empty sequence of ``WorkflowStep`` (or functions, made into steps
@@ -94,8 +95,12 @@ class Workflow:
     that providers call. ``Workflow.start(name, ...)`` starts a registered workflow
     at most once per idempotency key (see ``Workflow.define``).
 
-    For async code: ``astart``, ``arun``, ``aresume`` and ``afork``, the same calls
-    run in Django's thread-sensitive executor (``sync_to_async``).
+    ``send()`` a message to the run (a step waits for it with ``wait_for``), and
+    ``get_event()`` read what it publishes (``ctx.set_event``).
+
+    For async code: ``astart``, ``arun``, ``aresume``, ``afork``, ``asend`` and
+    ``aget_event``, the same calls run in Django's thread-sensitive executor
+    (``sync_to_async``).
     """
 
     def __init__(
@@ -399,7 +404,9 @@ class Workflow:
         if record.status == RunStatus.CANCELLED:
             return Cancelled(state, cid, record.failure_reason)
         if record.status in RunStatus.PAUSED:
-            return paused(state, cid, last_step, record.status, record.wake_at)
+            return paused(
+                state, cid, last_step, record.status, record.wake_at, record.waiting_topic
+            )
         if record.status == RunStatus.NEEDS_UPGRADE:
             return NeedsUpgrade(state, cid, last_step, record.failure_reason)
         if record.status == RunStatus.FAILED:

@@ -13,6 +13,7 @@ from ..execution.providers import configured_provider
 from ..runs.records import RunRecords
 from ..waiting.approvals.request import request_approval, request_from_snapshot
 from ..waiting.approvals.sweep import cancel_stale_approvals
+from ..waiting.messages.waiting import follow_fork
 
 if TYPE_CHECKING:
     from ..storage.snapshot import WorkflowSnapshot
@@ -33,15 +34,17 @@ def fork_snapshot(
     fork with a fresh approval of the new state, so a fork never takes a run past
     that step without a decision (the engine holds it there too, whoever runs it).
     Otherwise a run that was waiting becomes ``hibernated``, and the next ``run()``
-    continues from the fork.
+    continues from the fork. A fork of a snapshot that waits for a message waits for
+    a new one (``waiting.messages.waiting.follow_fork``).
     """
     forked = store.fork(snapshot_id, new_state)
     cid = forked.coordination_id
     runs = RunRecords(using)
     request = request_from_snapshot(forked)
-    if request is None:
+    waits_for_message = follow_fork(forked, runs)
+    if request is None and not waits_for_message:
         runs.leave_waiting(cid)
-    elif runs.wait_at(cid, forked.id):
+    elif request is not None and runs.wait_at(cid, forked.id):
         request_approval(forked, request, using=runs.db)
     cancel_stale_approvals(using=runs.db, coordination_id=cid)
     transaction.on_commit(partial(_tell_provider, cid, runs.db), using=runs.db)

@@ -21,7 +21,10 @@ repeated sweep skips it for another *older_than*; and a step task that finds the
 already moved on does nothing, so a run that was not stalled after all loses nothing.
 When queueing fails (the broker is still down), the run gets its ``updated_at`` back,
 so the next sweep takes it again at once, not after another *older_than*.
-Hibernated, waiting, completed and failed runs are never touched.
+It also wakes paused runs whose wait is over: a sleeping run at its ``wake_at``, a
+run waiting for a message past its deadline (``wake_at``) or whose mailbox holds one
+(its wake after the send was lost), a parent whose children have all finished.
+Hibernated, waiting (for an approval), completed and failed runs are never touched.
 
 Where it runs: every Celery worker runs it every ``WORKFLOW_SWEEP_INTERVAL`` (2 s)
 when the provider is Celery, ``flowwarden_temporal_worker`` does too, and
@@ -52,6 +55,7 @@ from ..definition.registry import workflow_registry
 from ..runs.records import RunRecords, RunStatus, recover_after, unclaimed
 from ..storage.snapshot import CheckpointQuery
 from ..waiting.children import parents_ready
+from ..waiting.messages.mailbox import runs_with_mail
 
 if TYPE_CHECKING:
     from ...models import WorkflowRun
@@ -80,18 +84,37 @@ def stalled_runs(
     room = None if limit is None else limit - len(stalled)
     if room != 0:
         stalled += parents_ready(using=using, limit=room)
+    room = None if limit is None else limit - len(stalled)
+    if room != 0:
+        stalled += runs_with_mail(using=using, limit=room)
     return stalled
 
 
 def due_sleepers(*, using: str | None = None, limit: int | None = 100) -> list[WorkflowRun]:
-    """Sleeping runs whose wake time has come (by the database's clock), earliest
-    first (at most *limit*): the sweep continues them as it does stalled runs."""
+    """Sleeping runs whose wake time has come (by the database's clock), and runs
+    waiting for a message past their deadline, earliest first (at most *limit*): the
+    sweep continues them as it does stalled runs."""
     rows = (
         models.WorkflowRun.objects.using(RunRecords(using).db)
-        .filter(status=RunStatus.SLEEPING, wake_at__lte=Now(), runner="")
+        .filter(status__in=WAKING, wake_at__lte=Now(), runner="")
         .order_by("wake_at", "coordination_id")
     )
     return list(rows if limit is None else rows[:limit])
+
+
+#: Paused statuses the sweep wakes at ``wake_at`` (``due_sleepers``).
+WAKING = (RunStatus.SLEEPING, RunStatus.WAITING_MESSAGE)
+#: Paused statuses the sweep wakes (``stalled_runs``).
+WOKEN = (RunStatus.SLEEPING, RunStatus.WAITING_CHILDREN, RunStatus.WAITING_MESSAGE)
+
+
+def _why_woken(run: WorkflowRun) -> str:
+    if run.status == RunStatus.WAITING_CHILDREN:
+        return "its children have finished"
+    due = run.wake_at is not None and run.wake_at <= timezone.now()
+    if run.status == RunStatus.SLEEPING or due:
+        return f"due at {run.wake_at.isoformat() if run.wake_at else '?'}"
+    return f"a message on {run.waiting_topic!r} came"
 
 
 def _expired_claim() -> Q:
@@ -187,8 +210,9 @@ def recover_stalled_runs(
         if not workflow_registry.defines(run.workflow_name, run.workflow_version):
             _undefined.warn(run)
             continue
-        # A due sleeper, or a parent whose children have all finished: woken.
-        sleeping = run.status in (RunStatus.SLEEPING, RunStatus.WAITING_CHILDREN)
+        # A due sleeper, a parent whose children have all finished, or a run whose
+        # message came (or whose wait for one timed out): woken.
+        sleeping = run.status in WOKEN
         unchanged = {"pk": run.pk, "status": run.status, "runner": run.runner}
         taken_at = timezone.now()
         # Still unclaimed, or its claim still expired: a runner that renewed it meanwhile
@@ -216,9 +240,7 @@ def recover_stalled_runs(
                 run.workflow_name,
                 run.coordination_id,
                 run.last_step,
-                f"due at {run.wake_at.isoformat()}"
-                if run.wake_at
-                else "its children have finished",
+                _why_woken(run),
             )
             run.status = RunStatus.RUNNING
         else:

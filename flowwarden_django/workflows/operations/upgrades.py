@@ -22,10 +22,11 @@ one transaction: the run row is locked and checked to be still on version 1, a
 snapshot is saved (the child of the run's head, with the new position and state and
 ``workflow.upgrade`` metadata saying from which version, by whom, from which step),
 the run moves to version 2 at that snapshot, and an approval the run waits for
-follows it. A run is upgraded at most once per version (the second attempt finds it
-on version 2), so running the command again is harmless; upgrades chain (1 to 2,
-then 2 to 3). A run that was stopped as ``needs_upgrade`` is then continued; a
-paused or failed run keeps its status (``resume()`` continues it as before).
+follows it (so do a wait for a message and a message delivered to it). A run is
+upgraded at most once per version (the second attempt finds it on version 2), so
+running the command again is harmless; upgrades chain (1 to 2, then 2 to 3). A run
+that was stopped as ``needs_upgrade`` is then continued; a paused or failed run keeps
+its status (``resume()`` continues it as before).
 
 With a snapshot store on another database than the run rows (Redis, MongoDB), the
 snapshot is saved before the run row's transaction commits: a crash in between
@@ -55,6 +56,7 @@ from ..definition.registry import RegisteredWorkflow, workflow_registry
 from ..runs.records import HANDOFF_PREFIX, RunRecords, RunStatus, between_steps, unclaimed
 from ..storage.snapshot import WorkflowSnapshot
 from ..waiting.approvals.request import REQUEST_METADATA
+from ..waiting.messages.waiting import WAIT_METADATA
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -325,6 +327,10 @@ def _upgrade_once(
         models.Approval.objects.using(db).filter(snapshot_id=run.head_snapshot_id).update(
             snapshot_id=saved.id, step_name=new_step
         )
+        if run.head_snapshot_id:  # a message delivered to the wait follows it
+            models.WorkflowMessage.objects.using(db).filter(
+                delivered_to=run.head_snapshot_id
+            ).update(delivered_to=saved.id)
         fields: dict[str, Any] = {
             "workflow_version": upgrade.to_version,
             "head_snapshot_id": saved.id,
@@ -398,7 +404,8 @@ def _outcome_of(run: Any, upgrade: WorkflowUpgrade, **fields: Any) -> Callable[.
 def _upgraded_metadata(
     head: WorkflowSnapshot, upgrade: WorkflowUpgrade, new_step: str, by: str
 ) -> dict[str, str]:
-    kept = (REQUEST_METADATA, PATCHES_METADATA)  # what it waits for, its patch answers
+    # What it waits for (an approval, a message), its patch answers.
+    kept = (REQUEST_METADATA, WAIT_METADATA, PATCHES_METADATA)
     metadata = {key: value for key, value in head.metadata.items() if key in kept}
     record = {
         "from": upgrade.from_version,

@@ -46,6 +46,7 @@ _INSERTED = {
     "wake_at": "NULL",
     "step_errors": "NULL",
     "parent_coordination_id": "NULL",
+    "waiting_topic": "''",
     "created_at": "%s",
     "updated_at": "%s",
 }
@@ -109,6 +110,7 @@ NEW_RUN_VALUES = {
     "wake_at": None,
     "step_errors": None,
     "parent_coordination_id": None,
+    "waiting_topic": "",
 }
 #: The columns that are each new run's own.
 _NEW_RUN_OWN = {

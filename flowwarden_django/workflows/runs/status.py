@@ -23,11 +23,14 @@ class RunStatus:
     CANCELLED = "cancelled"
     #: A step returned ``spawn(...)``: it continues once every child run finished.
     WAITING_CHILDREN = "waiting_children"
+    #: A step returned ``wait_for(...)``: it continues once a message of its topic
+    #: (``waiting_topic``) is sent, or at its deadline (``wake_at``).
+    WAITING_MESSAGE = "waiting_message"
 
     #: A paused run: it holds no runner and continues when run or resumed.
-    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN)
+    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN, WAITING_MESSAGE)
     #: A run that never continues again (a failed one does, when run again).
     FINAL = (COMPLETED, CANCELLED)
     #: What an upgrade may move to another version.
     #: (Not a run waiting for its children: an upgrade would lose what it waits for.)
-    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE)
+    UPGRADABLE = (HIBERNATED, WAITING, SLEEPING, FAILED, NEEDS_UPGRADE, WAITING_MESSAGE)

@@ -1,3 +1,3 @@
-"""How a run waits and is woken: approvals (``approvals``), children (``children``)
-and cancellation (``cancellation``). Sleep is a step outcome (``definition.steps``)
-that the recovery sweep wakes (``operations.recovery``)."""
+"""How a run waits and is woken: approvals (``approvals``), children (``children``),
+messages and events (``messages``) and cancellation (``cancellation``). Sleep is a step
+outcome (``definition.steps``) that the recovery sweep wakes (``operations.recovery``)."""
