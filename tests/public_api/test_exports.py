@@ -115,6 +115,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "WaitingForChildren",
         "Workflow",
         "WorkflowDefinition",
+        "WorkflowGraph",
         "WorkflowResult",
         "WorkflowSnapshot",
         "WorkflowStep",
