@@ -11,6 +11,7 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -38,6 +39,11 @@ from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.definition.metadata import FURTHEST_STEP, LAST_STEP, NEXT_STEP
 from flowwarden_django.workflows.definition.steps import step_after
+from flowwarden_django.workflows.operations.recovery import (
+    last_step_of,
+    position_of,
+    recover_stalled_runs,
+)
 from flowwarden_django.workflows.operations.upgrades import (
     UPGRADE_METADATA,
     upgrade_registry,
@@ -372,6 +378,43 @@ def test_max_steps_stops_after_a_jump_and_the_next_runner_continues_at_the_targe
         ("check", "bump"),
         ("bump", ""),
     ]
+
+
+def test_a_fork_of_a_snapshot_that_jumped_continues_at_its_target(store: Any) -> None:
+    calls: Counter = Counter()
+    cid = new_cid()
+    wf = Workflow("counter", cid, counter_loop(3, calls), store)
+    assert wf.run({}) == Completed({"n": 3, "finished": True}, cid)
+    jumped = next(s for s in wf.history() if s.metadata.get(NEXT_STEP) == "bump")
+    assert jumped.state == {"n": 1}
+    forked = wf.fork(jumped.id, {"n": 2})
+    assert forked.metadata[NEXT_STEP] == "bump"
+    assert wf.run() == Completed({"n": 3, "finished": True}, cid)
+    assert calls["bump"] == 4  # three passes, then one more from the fork
+
+
+def test_the_recovery_sweep_continues_a_stalled_run_at_its_jump_target(
+    name: str, store: Any
+) -> None:
+    """A runner stopped right after ``check`` jumped (its execution ended there, as a
+    dead runner's does once its claim runs out): the sweep hands the run over, and
+    whatever continues it starts at ``bump``."""
+    calls: Counter = Counter()
+    definition = Workflow.define(name, counter_loop(2, calls), store)
+    cid = new_cid()
+    stopped = definition.workflow(cid).run_local({}, max_steps=3)
+    assert (stopped.last_step_name, stopped.next_step_name) == ("check", "bump")
+    assert position_of(record(cid)) == ("check", "bump")
+    assert last_step_of(record(cid)) == "check"
+
+    def enqueue(run: WorkflowRun) -> None:
+        Workflow.for_coordination(run.pk).run()
+
+    assert recover_stalled_runs(enqueue, older_than=timedelta(0)) == [cid]
+    assert Workflow.for_coordination(cid).current_result() == Completed(
+        {"n": 2, "finished": True}, cid
+    )
+    assert calls == {"start": 1, "bump": 2, "check": 2, "finish": 1}
 
 
 def test_a_step_that_fails_after_a_jump_is_retried_at_the_jump_target(store: Any) -> None:

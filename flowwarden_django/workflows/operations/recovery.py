@@ -150,10 +150,11 @@ def position_of(run: WorkflowRun) -> tuple[str, str]:
     see ``definition.graph``). The run record knows only the first, and catches up
     with plain steps only now and then (see the engine's ``_save_step``)."""
     # The newest snapshot's position and metadata only: its state is not needed here.
-    query = CheckpointQuery.for_coordination(run.pk, newest_first=True, limit=1, with_state=False)
+    cid = run.coordination_id
+    query = CheckpointQuery.for_coordination(cid, newest_first=True, limit=1, with_state=False)
     try:
         definition = workflow_registry.get(run.workflow_name, run.workflow_version)
-        heads = definition.workflow(run.pk).store.list(query)
+        heads = definition.workflow(cid).store.list(query)
     except Exception:  # an unknown workflow or an unreadable store: the record's word
         return run.last_step, ""
     if not heads:
