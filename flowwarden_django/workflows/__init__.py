@@ -6,6 +6,7 @@ CHANGELOG.md a minor release ahead).
 """
 
 from ..common.user_input import UserJSONError, check_comment, parse_user_json
+from .definition.graph import WorkflowGraph
 from .definition.registry import VersionNotDefinedError, workflow_registry
 from .definition.results import (
     Cancelled,
@@ -142,6 +143,7 @@ __all__ = [
     "WaitingForMessage",
     "Workflow",
     "WorkflowDefinition",
+    "WorkflowGraph",
     "WorkflowResult",
     "WorkflowSnapshot",
     "WorkflowStep",

@@ -222,6 +222,30 @@ def test_a_hibernated_run_holds_no_task_and_resumes_through_the_provider(
 
 
 @on_servers
+def test_a_loop_runs_one_task_per_step_and_resumes_at_its_jump_target(
+    definitions, provider, start_worker, tmp_path
+):
+    """``check`` jumps back to ``bump`` twice (each step its own task), then hibernates
+    back to it; resumed through the provider, the run continues at ``bump``."""
+    worker = start_worker(SOLO)
+    state = new_state(tmp_path)
+    cid = f"loop-{uuid.uuid4().hex[:12]}"
+    wf = definitions[flows.LOOPING].workflow(cid)
+    with execution(provider):
+        wf.run(state)
+        wait_for_status(wf, RunStatus.HIBERNATED, worker)
+        assert [e["step"] for e in executions(state["log"])] == ["bump", "check"] * 3
+        assert received(worker) == 6
+        wf.resume()
+        wait_for_status(wf, RunStatus.COMPLETED, worker)
+    steps = ["bump", "check"] * 4
+    assert [e["step"] for e in executions(state["log"])] == steps
+    assert received(worker) == 8
+    assert wf.current_result() == Completed({**state, "trail": steps, "n": 4}, cid)
+    assert_chained(wf, steps)
+
+
+@on_servers
 def test_a_two_second_sleep_holds_no_task_and_wakes_by_the_sweep_not_before_its_time(
     definitions, provider, start_worker, tmp_path, queue, redis_client
 ):
@@ -941,6 +965,15 @@ def test_a_step_with_a_timeout_gets_a_hard_time_limit(local_workflow):
     definition = Workflow.define("fw-timed", [step_a, timed], register=False)
     send_step(app, definition, "cid", head="h1", last_step="a", origin=Origin.NEXT)
     send_step(app, definition, "cid", head="h0", last_step="", origin=Origin.RUN, input=7)
+    # After a jump, the limit is the jump target's: "timed" jumps back to itself.
+    send_step(app, definition, "cid", head="h2", last_step="timed", origin=Origin.NEXT)
+    jumped = {"last_step": "timed", "next_step": "timed"}
+    send_step(app, definition, "cid", head="h2", origin=Origin.NEXT, **jumped)
+    assert [options.get("time_limit") for _, options in sent[2:]] == [
+        None,
+        31 + TIME_LIMIT_MARGIN,
+    ]
+    del sent[2:]
     # Every publication retries a broker that does not answer (kombu's retry policy).
     assert all(o.pop("retry") is True and o.pop("retry_policy") for _, o in sent)
     # Logs and task events show where the step is, not its input.

@@ -662,6 +662,27 @@ def local_activities(server: DevServer, cid: str) -> int:
 
 
 @on_temporal
+def test_a_loop_follows_its_jumps_each_step_scheduled_with_its_own_policy(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """``check`` jumps back to ``bump`` twice, then hibernates back to it; resumed, the
+    run continues at ``bump``. Every ``bump`` (short) runs as a local activity, every
+    ``check`` and ``finish`` as a regular one: the activity after a jump is scheduled
+    with the jump target's policy, not with the next step's."""
+    cid = temporal[flows.LOOPING].start({"log": log}).coordination_id
+    wait_for_status(cid, ("hibernated",), [worker, server])
+    assert steps_of(log, cid) == ["bump", "check"] * 3
+    Workflow.for_coordination(cid, using=DB).resume()
+    record = wait_for_status(cid, ("completed", "failed"), [worker, server])
+    assert record.status == "completed"
+    steps = ["bump", "check"] * 4 + ["finish"]
+    assert steps_of(log, cid) == steps
+    assert history_activities(server, cid) == [STEP_ACTIVITY] * 5  # check x 4, finish
+    assert local_activities(server, cid) == 4  # bump x 4
+    assert_chained(Workflow.for_coordination(cid, using=DB), steps)
+
+
+@on_temporal
 def test_short_steps_run_as_local_activities(
     temporal: Any, worker: TemporalWorker, server: DevServer, log: str
 ) -> None:

@@ -120,6 +120,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "WaitingForMessage",
         "Workflow",
         "WorkflowDefinition",
+        "WorkflowGraph",
         "WorkflowResult",
         "WorkflowSnapshot",
         "WorkflowStep",

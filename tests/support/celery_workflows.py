@@ -55,6 +55,9 @@ FAN_OUT = "fw-celery-fan-out"
 FAN_CHILD = "fw-celery-fan-child"
 #: ``one``, a wait for a message on "go" (``state["timeout"]`` seconds, or none), ``heard``.
 LISTENING = "fw-celery-listening"
+#: ``bump`` then ``check``, which jumps back to ``bump`` twice, then hibernates back
+#: to it, then ends the run.
+LOOPING = "fw-celery-looping"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -183,6 +186,23 @@ def enrich(state: dict[str, Any], ctx: Any) -> Any:
     return advance({**state, "value": state["n"] * 10})
 
 
+@step("bump")
+def bump(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return advance({**then(state, "bump"), "n": state.get("n", 0) + 1})
+
+
+@step("check", goes_to=["bump"])
+def check(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    state = then(state, "check")
+    if state["n"] < 3:
+        return advance(state, to="bump")
+    if state["n"] == 3:
+        return hibernate(state, to="bump")  # resumed: bump again
+    return done(state)
+
+
 def versioned(name: str, version: int, outcome: Any = advance) -> Any:
     """A step of version *version* that logs its version and the worker's tag."""
 
@@ -235,6 +255,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (FAN_CHILD, [enrich]),
             (FAN_OUT, [fan_out, collect]),
             (LISTENING, [one, listen, heard]),
+            (LOOPING, [bump, check]),
         )
     }
 

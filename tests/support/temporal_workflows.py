@@ -53,6 +53,9 @@ LONG_STEP = "fw-temporal-long-step"
 #: ``state["stall"]`` sleeps on its first execution (the test kills the worker there).
 FAN_OUT = "fw-temporal-fan-out"
 FAN_CHILD = "fw-temporal-fan-child"
+#: ``bump`` (short: a local activity) and ``check`` (a regular one) in a loop:
+#: ``check`` jumps back to ``bump`` twice, then hibernates back to it, then ends.
+LOOPING = "fw-temporal-looping"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -150,6 +153,23 @@ def flaky(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "flaky"))
 
 
+@step("bump", short=True)
+def bump(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return advance({**then(state, "bump"), "n": state.get("n", 0) + 1})
+
+
+@step("check", goes_to=["bump"])
+def check(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    state = then(state, "check")
+    if state["n"] < 3:
+        return advance(state, to="bump")
+    if state["n"] == 3:
+        return hibernate(state, to="bump")  # resumed: bump again
+    return advance(state)
+
+
 def versioned(name: str, version: int, outcome: Any = advance, **options: Any) -> Any:
     """A step of version *version* that logs its version and the worker's tag."""
 
@@ -198,6 +218,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (LONG_STEP, [_plain("one"), long, _plain("three")]),
             (FAN_CHILD, [enrich]),
             (FAN_OUT, [fan_out, collect]),
+            (LOOPING, [bump, check, _plain("finish")]),
             (
                 SHORT,
                 [

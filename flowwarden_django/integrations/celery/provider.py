@@ -56,14 +56,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from ...common.failure_log import FailureLog
-from ...workflows.definition.metadata import LAST_STEP
+from ...workflows.definition.metadata import LAST_STEP, NEXT_STEP
 from ...workflows.definition.registry import VersionNotDefinedError, workflow_registry
 from ...workflows.definition.results import Running, WorkflowResult
 from ...workflows.definition.steps import WorkflowStep, step_after
 from ...workflows.engine.workflow import Workflow
 from ...workflows.execution.handoff import Handoff, taken_from
 from ...workflows.execution.providers import RemoteExecutionProvider
-from ...workflows.operations.recovery import recover_in_every_database, recover_stalled_runs
+from ...workflows.operations.recovery import (
+    position_of,
+    recover_in_every_database,
+    recover_stalled_runs,
+)
 from ...workflows.runs.records import (
     ClaimTerms,
     ConcurrentRunError,
@@ -141,16 +145,18 @@ def send_step(
     origin: str,
     input: Any = None,
     handoff: dict[str, Any] | None = None,
+    next_step: str = "",
 ) -> None:
-    """Publish the task that executes the step after *last_step* (now, not on commit);
-    *handoff*: where the previous step left the run held (``workflows.handoff``).
+    """Publish the task that executes the step after *last_step*, or *next_step* when
+    *last_step* jumped there (now, not on commit); *handoff*: where the previous step
+    left the run held (``workflows.handoff``).
 
     A broker that does not answer is retried with kombu's retry policy
     (``PUBLISH_RETRY_POLICY``: about 3 s in all) before the error is raised; the
     recovery sweep queues what could not be published.
     """
     options: dict[str, Any] = {"retry": True, "retry_policy": PUBLISH_RETRY_POLICY}
-    limit = step_time_limit(step_after(definition.steps, last_step))
+    limit = step_time_limit(step_after(definition.steps, last_step, next_step))
     if limit is not None:
         options["time_limit"] = limit
     if handoff is not None:
@@ -273,6 +279,7 @@ class CeleryExecutionProvider(RemoteExecutionProvider):
             last_step=last_step,
             origin=Origin.RUN,
             input=input,
+            next_step=head.metadata.get(NEXT_STEP, ""),
         )
         db = workflow.runs.db
         # Published once the caller's transaction commits (at once outside one). A
@@ -519,6 +526,7 @@ def run_step(
             last_step=result.last_step_name,
             origin=Origin.NEXT,
             handoff=None if handed_on is None else handed_on.as_dict(),
+            next_step=result.next_step_name,
         )
         _on_commit(wf.runs.db, send)
     return {**outcome, "status": result.status}
@@ -540,13 +548,16 @@ def recover_workflows(
     publisher = app if app is not None else current_app._get_current_object()
 
     def enqueue(run: WorkflowRun) -> None:
+        # Its newest snapshot says which step comes next (a jump's target, say).
+        last_step, next_step = position_of(run)
         send_step(
             publisher,
             workflow_registry.get(run.workflow_name, run.workflow_version),
             run.coordination_id,
             head=run.head_snapshot_id,
-            last_step=run.last_step,
+            last_step=last_step,
             origin=Origin.RECOVER,
+            next_step=next_step,
         )
 
     if using is None:

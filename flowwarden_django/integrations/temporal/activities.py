@@ -29,7 +29,7 @@ from ...workflows.definition.steps import step_after
 from ...workflows.engine.calling import StepAttemptFailed
 from ...workflows.engine.workflow import Workflow
 from ...workflows.execution.handoff import Handoff, taken_from
-from ...workflows.operations.recovery import wake_due_run
+from ...workflows.operations.recovery import position_of, wake_due_run
 from ...workflows.operations.schedule_ticks import interval_tick, late, start_for_tick
 from ...workflows.runs.records import (
     ClaimTerms,
@@ -101,9 +101,13 @@ def _local_activity_timeout() -> float:
     return TemporalConfig.from_settings().local_activity_timeout
 
 
-def next_policy(definition: RegisteredWorkflow, last_step: str) -> StepPolicy | None:
-    """How the step after *last_step* is scheduled (``policies``)."""
-    return policy_of(step_after(definition.steps, last_step), _local_activity_timeout())
+def next_policy(
+    definition: RegisteredWorkflow, last_step: str, next_step: str = ""
+) -> StepPolicy | None:
+    """How the step after *last_step* (or *next_step*, when *last_step* jumped there)
+    is scheduled (``policies``)."""
+    step = step_after(definition.steps, last_step, next_step)
+    return policy_of(step, _local_activity_timeout())
 
 
 def report(
@@ -139,7 +143,10 @@ def report(
     wake_at = None
     if record.status == RunStatus.SLEEPING and record.wake_at is not None:
         wake_at = record.wake_at.isoformat()
-    last_step = record.last_step or ""
+    last_step, next_step = record.last_step or "", ""
+    if record.status not in (*RunStatus.FINAL, RunStatus.FAILED):
+        # Its newest snapshot says which step comes next (a jump's target, say).
+        last_step, next_step = position_of(record)
     if record.workflow_version != definition.version:  # upgraded: its new version's
         if not workflow_registry.defines(record.workflow_name, record.workflow_version):
             return RunReport(
@@ -156,7 +163,7 @@ def report(
     return RunReport(
         status=record.status,
         last_step=last_step,
-        next_policy=next_policy(definition, last_step),
+        next_policy=next_policy(definition, last_step, next_step),
         expires_at=expires_at,
         detail=detail,
         version=record.workflow_version,
@@ -314,7 +321,7 @@ def _run_step(request: StepRequest) -> RunReport:
     if isinstance(result, Running):
         # This very step left the run running at its snapshot: no need to read it.
         last_step = result.last_step_name
-        policy = next_policy(definition, last_step)
+        policy = next_policy(definition, last_step, result.next_step_name)
         carried = None if handoff is None else handoff.as_dict()
         outcome = RunReport(
             "running", last_step, policy, version=definition.version, handoff=carried

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 
 from ...common.failure_log import FailureLog
-from ...workflows.definition.metadata import LAST_STEP
+from ...workflows.definition.metadata import LAST_STEP, NEXT_STEP
 from ...workflows.definition.registry import workflow_registry
 from ...workflows.definition.results import Running, WorkflowResult
 from ...workflows.definition.steps import step_after
@@ -56,9 +56,13 @@ def run_start(config: TemporalConfig, definition: Any, coordination_id: str) -> 
     )
 
 
-def next_policy(config: TemporalConfig, definition: Any, last_step: str) -> StepPolicy | None:
-    """How the step after *last_step* of *definition* is scheduled."""
-    return policy_of(step_after(definition.steps, last_step), config.local_activity_timeout)
+def next_policy(
+    config: TemporalConfig, definition: Any, last_step: str, next_step: str = ""
+) -> StepPolicy | None:
+    """How the step after *last_step* of *definition* (or *next_step*, when
+    *last_step* jumped there) is scheduled."""
+    step = step_after(definition.steps, last_step, next_step)
+    return policy_of(step, config.local_activity_timeout)
 
 
 async def signal_with_start(
@@ -112,7 +116,7 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
             return settled
         start = run_start(self.config, definition, workflow.coordination_id)
         last_step = head.metadata.get(LAST_STEP, "")
-        policy = next_policy(self.config, definition, last_step)
+        policy = next_policy(self.config, definition, last_step, head.metadata.get(NEXT_STEP, ""))
         wake = Wake("run", input, policy, definition.version)
         wake = partial(self._wake_after_commit, start, wake)
         transaction.on_commit(wake, using=workflow.runs.db)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...common.failure_log import FailureLog
 from ...workflows.definition.databases import workflow_databases
-from ...workflows.operations.recovery import recover_in_every_database
+from ...workflows.operations.recovery import position_of, recover_in_every_database
 from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
@@ -94,7 +94,8 @@ def recover(config: TemporalConfig, client_call: Any) -> list[str]:
     def enqueue(run: Any) -> None:
         definition = workflow_registry.get(run.workflow_name, run.workflow_version)
         start = run_start(config, definition, run.coordination_id)
-        policy = next_policy(config, definition, run.last_step)
+        # Its newest snapshot says which step comes next (a jump's target, say).
+        policy = next_policy(config, definition, *position_of(run))
         wake = Wake("recover", policy=policy, version=definition.version)
         client_call(lambda client: signal_with_start(client, config, start, wake))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .graph import check_graph
 from .steps import FunctionStep, StepOutcome, WorkflowStep
 
 
@@ -19,7 +20,10 @@ def as_step(value: WorkflowStep | Callable[..., StepOutcome]) -> WorkflowStep:
 
 class CheckedSteps(tuple):
     """Steps ``_check_steps`` accepted: a provider rebuilds a registered workflow for
-    every step it runs, without checking them again."""
+    every step it runs, without checking them again. ``positions``: each step's index
+    by name (``graph.step_index``)."""
+
+    positions: dict[str, int]
 
 
 def check_steps(name: str, steps: Iterable[Any]) -> tuple[WorkflowStep, ...]:
@@ -33,6 +37,8 @@ def check_steps(name: str, steps: Iterable[Any]) -> tuple[WorkflowStep, ...]:
         if s.name in seen:
             raise ValueError(f"duplicate step name {s.name!r} in workflow {name!r}")
         seen.add(s.name)
+    check_graph(name, checked)
+    checked.positions = {s.name: index for index, s in enumerate(checked)}
     return checked
 
 

@@ -22,3 +22,10 @@ STEP_ATTEMPTS = "workflow.step.attempts"
 #: ``{"attempt": n, "error": class name, "message": text}`` (the message is shown
 #: only to those who may read the run's state: ``workflows.step_timings``).
 STEP_ERRORS = "workflow.step.errors"
+#: On the snapshot of a step that jumped (``advance(state, to="poll")``, see
+#: ``definition.graph``): the step the run continues at, instead of the one after
+#: ``workflow.lastStep``.
+NEXT_STEP = "workflow.nextStep"
+#: On every snapshot once a run has jumped: the furthest step in the list's order it
+#: has completed (what a patch's answer is worked out from: ``definition.patches``).
+FURTHEST_STEP = "workflow.furthestStep"

@@ -9,8 +9,14 @@ later steps must not expect what the new one does). As Temporal's
 is worked out once per run and recorded with the run (the ``workflow.patches``
 metadata of its snapshots, carried from each snapshot to the next), so it never flips,
 however often a step is retried or the run is moved. A step that completes records
-its own patches as True. Once no run older than the change is unfinished, the patch
-and its old branch can go.
+its own patches (True, unless the run had completed it before the change). Once no
+run older than the change is unfinished, the patch and its old branch can go.
+
+A run that loops (``advance(state, to=...)``: ``definition.graph``) may stand before
+a step it has already completed: "completed" is then the furthest step it has
+reached, which its snapshots record once it jumps (``workflow.furthestStep``), not
+the step it stands at. A run that completed ``ship`` with the old code and then loops
+back before it answers False, as it would have at any later step.
 """
 
 from __future__ import annotations
@@ -45,14 +51,21 @@ def recorded_patches(metadata: Mapping[str, str]) -> dict[str, bool]:
 class PatchBook:
     """The answers of one step execution: those the run recorded, and the ones it
     works out (``answer``) for patches declared by the steps of *steps*; the step
-    at *index* is the one executing."""
+    at *index* is the one executing. *furthest*: the index of the furthest step the
+    run has completed, when it recorded one (it has jumped); else every step before
+    *index*, and none after it, were completed."""
 
     def __init__(
-        self, recorded: dict[str, bool], steps: Sequence[WorkflowStep], index: int
+        self,
+        recorded: dict[str, bool],
+        steps: Sequence[WorkflowStep],
+        index: int,
+        furthest: int | None = None,
     ) -> None:
         self.recorded = recorded
         self.steps = steps
         self.index = index
+        self.furthest = index - 1 if furthest is None else furthest
         self.answers: dict[str, bool] = {}
 
     def answer(self, patch_id: str) -> bool:
@@ -63,7 +76,7 @@ class PatchBook:
         for position, candidate in enumerate(self.steps):
             if patch_id in candidate.patches:
                 # Not completed yet (this step or a later one): it reaches the change.
-                value = self.index <= position
+                value = position > self.furthest
                 self.answers[patch_id] = value
                 return value
         raise UndeclaredPatchError(
@@ -73,11 +86,13 @@ class PatchBook:
 
     def after(self, completed: WorkflowStep) -> dict[str, bool]:
         """The answers to record with the snapshot of *completed*: the recorded ones,
-        those worked out, and its own patches (its new code ran)."""
-        merged = {**self.recorded, **self.answers}
+        those worked out, and its own patches (True: its new code ran; False when the
+        run had completed it before, with the old code, and looped back)."""
+        ran_new = self.index > self.furthest  # *completed* is the step at index
         for patch_id in completed.patches:
-            merged.setdefault(patch_id, True)
-        return merged
+            if patch_id not in self.recorded:
+                self.answers.setdefault(patch_id, ran_new)
+        return {**self.recorded, **self.answers}
 
 
 #: The book of a workflow none of whose steps declares a patch: every id is undeclared.

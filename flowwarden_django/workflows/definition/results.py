@@ -35,7 +35,8 @@ class Completed(WorkflowResult):
 @dataclasses.dataclass(frozen=True)
 class Hibernated(WorkflowResult):
     """A step paused the run (``hibernated``, or ``waiting`` for an approval); run or
-    resume it later to continue at the step after ``last_step_name``."""
+    resume it later to continue at the step after ``last_step_name`` (or at the step
+    that step jumped to: ``definition.graph``)."""
 
     saved_state: Any
     coordination_id: str
@@ -146,12 +147,15 @@ class Running(WorkflowResult):
     """The run is not finished and not paused: an execution provider queued its next
     step, ``max_steps`` was reached, or another runner is driving it.
     ``last_step_name`` is the last completed step (``""`` before the first);
-    ``snapshot_id``, when known, the id of the snapshot the run stands at."""
+    ``snapshot_id``, when known, the id of the snapshot the run stands at;
+    ``next_step_name`` the step it continues at when its last step jumped there
+    (``advance(state, to=...)``), else ``""`` (the step after ``last_step_name``)."""
 
     state: Any
     coordination_id: str
     last_step_name: str
     snapshot_id: str | None = dataclasses.field(default=None, compare=False, repr=False)
+    next_step_name: str = dataclasses.field(default="", compare=False, repr=False)
     status: ClassVar[str] = RunStatus.RUNNING
 
 

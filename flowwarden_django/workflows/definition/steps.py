@@ -2,7 +2,9 @@
 ``StepContext`` a step may ask for, and the outcomes a step returns.
 
 A step receives the state and returns one of ``advance(state)``, ``hibernate(state)``,
-``sleep(state, for_=...)``, ``done(state)`` or ``fail(reason)``. Steps must be
+``sleep(state, for_=...)``, ``done(state)`` or ``fail(reason)``; ``advance``,
+``hibernate`` and ``sleep`` take ``to="step"`` to continue at another step of the
+workflow, earlier or later (loops and branches: ``definition.graph``). Steps must be
 idempotent: a retry runs the step again, and so does a resume after a crash between
 the step's side effect and its snapshot. ``ctx.idempotency_key`` is the same for
 every attempt and every run of one step of one coordination, so a side effect keyed
@@ -22,6 +24,7 @@ from django.utils import timezone
 
 from ..runs.records import RunStatus
 from .decisions import ApprovalDecision
+from .graph import check_goes_to, check_jump_target, continue_index
 from .messages import Message, StepOutbox
 from .metadata import WAKE_AT
 from .patches import PatchBook, check_patches
@@ -107,9 +110,11 @@ class StepOutcome:
 
 @dataclasses.dataclass(frozen=True)
 class Advance(StepOutcome):
-    """Persist *state* and continue with the next step."""
+    """Persist *state* and continue with the next step, or with step *to* (a name of
+    the same workflow, earlier or later: ``definition.graph``)."""
 
     state: Any = None
+    to: str = dataclasses.field(default="", kw_only=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +154,10 @@ class Pause(StepOutcome):
 
 @dataclasses.dataclass(frozen=True)
 class Hibernate(Pause):
-    """Persist *state* and return ``Hibernated``; resume starts at the next step."""
+    """Persist *state* and return ``Hibernated``; resume starts at the next step (at
+    step *to* when given)."""
+
+    to: str = dataclasses.field(default="", kw_only=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,10 +166,12 @@ class Sleep(Pause):
     ``sleeping``, no thread or task held. The recovery sweep (every Celery worker's,
     ``flowwarden_temporal_worker``'s, or ``flowwarden_workflows recover --every``)
     continues it once due; on Temporal a durable timer does. ``run()`` or
-    ``resume()`` before then continues it early."""
+    ``resume()`` before then continues it early. It continues at the next step, or
+    at step *to* when given."""
 
     wake_at: datetime | None = None
     status: ClassVar[str] = RunStatus.SLEEPING
+    to: str = dataclasses.field(default="", kw_only=True)
 
     def snapshot_metadata(self) -> dict[str, str]:
         assert self.wake_at is not None
@@ -186,23 +196,30 @@ class Fail(StepOutcome):
     reason: str = ""
 
 
-def advance(state: Any) -> Advance:
-    """Continue with the next step from *state*."""
-    return Advance(state)
+def advance(state: Any, *, to: str | None = None) -> Advance:
+    """Continue with the next step from *state*; or, *to* given, with that step of
+    the same workflow, earlier or later (a loop, a branch; see ``definition.graph``).
+    """
+    return Advance(state, to=check_jump_target(to))
 
 
-def hibernate(state: Any) -> Hibernate:
-    """Persist *state* and stop until the workflow is run or resumed again."""
-    return Hibernate(state)
+def hibernate(state: Any, *, to: str | None = None) -> Hibernate:
+    """Persist *state* and stop until the workflow is run or resumed again; it then
+    continues with the next step, or with step *to*."""
+    return Hibernate(state, to=check_jump_target(to))
 
 
 def sleep(
-    state: Any, for_: float | timedelta | None = None, *, until: datetime | None = None
+    state: Any,
+    for_: float | timedelta | None = None,
+    *,
+    until: datetime | None = None,
+    to: str | None = None,
 ) -> Sleep:
     """Persist *state* and wait, holding nothing, for *for_* (seconds or a
     ``timedelta``) or *until* an aware ``datetime`` (exactly one of them); the run
-    then continues with the next step. A time already past continues it at the next
-    sweep (see ``Sleep``)."""
+    then continues with the next step, or with step *to*. A time already past
+    continues it at the next sweep (see ``Sleep``)."""
     if (for_ is None) == (until is None):
         raise ValueError("sleep() takes exactly one of for_= and until=")
     if until is None:
@@ -214,7 +231,7 @@ def sleep(
         until = timezone.now() + timedelta(seconds=seconds)
     elif not isinstance(until, datetime) or timezone.is_naive(until):
         raise ValueError(f"until must be an aware datetime, not {until!r}")
-    return Sleep(state, wake_at=until)
+    return Sleep(state, wake_at=until, to=check_jump_target(to))
 
 
 def done(state: Any) -> Done:
@@ -243,7 +260,9 @@ class WorkflowStep:
     (``None``, the default); on Temporal a short step runs as a local activity (see
     ``integrations.temporal``), elsewhere it changes nothing. ``patches``: the ids of
     the changes this step introduces for runs that reach it from now on
-    (``ctx.patched(id)``; see ``workflows.patches``).
+    (``ctx.patched(id)``; see ``workflows.patches``). ``goes_to``: the steps it may
+    jump to (``advance(state, to=...)``) besides the next one; ``None`` (the default):
+    any step (see ``definition.graph``).
     """
 
     name: str = ""
@@ -252,6 +271,7 @@ class WorkflowStep:
     timeout: float | None = None
     short: bool | None = None
     patches: tuple[str, ...] = ()
+    goes_to: tuple[str, ...] | None = None
 
     def __init__(
         self,
@@ -262,11 +282,15 @@ class WorkflowStep:
         timeout: float | None = None,
         short: bool | None = None,
         patches: Sequence[str] | None = None,
+        goes_to: Sequence[str] | None = None,
     ) -> None:
         if name is not None:
             self.name = name
         if patches is not None:
             self.patches = check_patches(patches)
+        if goes_to is not None:
+            self.goes_to = goes_to  # type: ignore[assignment]  # checked below
+        self.goes_to = check_goes_to(self.goes_to)
         if max_retries is not None:
             self.max_retries = max_retries
         if retry_delay is not None:
@@ -339,6 +363,7 @@ def step(
     timeout: float | None = None,
     short: bool | None = None,
     patches: Sequence[str] | None = None,
+    goes_to: Sequence[str] | None = None,
 ) -> Callable[[Callable[..., StepOutcome]], FunctionStep]: ...
 
 
@@ -350,6 +375,7 @@ def step(
     timeout: float | None = None,
     short: bool | None = None,
     patches: Sequence[str] | None = None,
+    goes_to: Sequence[str] | None = None,
 ) -> FunctionStep | Callable[[Callable[..., StepOutcome]], FunctionStep]:
     """Make a ``WorkflowStep`` from a function::
 
@@ -361,6 +387,8 @@ def step(
     The function takes ``(state)`` or ``(state, ctx)``; the name defaults to the
     function's. ``@step`` without arguments works too. ``short=True`` marks quick
     work that needs no heartbeat (a local activity on Temporal; see ``WorkflowStep``).
+    ``goes_to=["poll", "ship"]`` declares the steps it may jump to besides the next
+    one (``advance(state, to="poll")``; see ``definition.graph``).
     """
     if callable(name):
         return FunctionStep(name)
@@ -374,17 +402,18 @@ def step(
             timeout=timeout,
             short=short,
             patches=patches,
+            goes_to=goes_to,
         )
 
     return decorate
 
 
-def step_after(steps: Sequence[WorkflowStep], last_step: str) -> WorkflowStep | None:
-    """The step after *last_step* (the first when it is ``""``); ``None`` after the
-    last, and when *last_step* is not a step (the run needs an upgrade)."""
-    if not last_step:
-        return steps[0] if steps else None
-    for index, candidate in enumerate(steps):
-        if candidate.name == last_step:
-            return steps[index + 1] if index + 1 < len(steps) else None
-    return None
+def step_after(
+    steps: Sequence[WorkflowStep], last_step: str, next_step: str = ""
+) -> WorkflowStep | None:
+    """The step a run continues at: *next_step* when its last step jumped there
+    (``workflow.nextStep``), else the step after *last_step* (the first when it is
+    ``""``); ``None`` after the last, and when the step named is not a step (the run
+    needs an upgrade)."""
+    index = continue_index(steps, last_step, next_step)
+    return steps[index] if index is not None and index < len(steps) else None

@@ -13,6 +13,9 @@ after ``workflow.lastStep`` until one hibernates, finishes or fails, or the list
 * ``fail(reason)``, or an exception on every attempt: status ``failed``, nothing
   persisted, so a later run executes the same step again.
 * Falling off the end of the list is ``Completed``.
+* ``advance(state, to="poll")`` (``hibernate``, ``sleep`` too): the snapshot records
+  the jump (``workflow.nextStep``) and the run continues at that step, now or when it
+  wakes; a jump its step may not make fails the run (``definition.graph``).
 
 Steps must be idempotent: a retry repeats a step, and a crash between a step's side
 effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.
@@ -24,13 +27,20 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from ...common.app_models import models
 from ..definition.decisions import ApprovalDecision
+from ..definition.graph import (
+    furthest_index,
+    jump_of,
+    jump_problem,
+    position_metadata,
+    step_index,
+)
 from ..definition.messages import Message
 from ..definition.metadata import CANCELLED as CANCELLED_METADATA
-from ..definition.metadata import LAST_STEP, WORKFLOW_DONE
+from ..definition.metadata import FURTHEST_STEP, LAST_STEP, NEXT_STEP, WORKFLOW_DONE
 from ..definition.patches import NO_PATCHES, PATCHES_METADATA, PatchBook, recorded_patches
 from ..definition.results import (
     Cancelled,
@@ -119,7 +129,7 @@ class _Execution(RunWriter):
             if record.status == RunStatus.COMPLETED:  # it completed while being cancelled
                 return self.complete(head, pending_input)
             return self.cancelled(head)
-        start = wf._start_index(last_step)
+        start = wf._start_index(last_step, head.metadata.get(NEXT_STEP, ""))
         if start is None or (UPGRADE_METADATA in head.metadata and self.upgraded_away(head)):
             return self.needs_upgrade(head, last_step)
         asked, decision = self.decision_asked(head, pending_input)
@@ -166,18 +176,26 @@ class _Execution(RunWriter):
             )
 
         last = len(wf.steps) - 1
-        for executed, index in enumerate(range(start, last + 1)):
+        index, executed = start, 0
+        while True:
             if max_steps is not None and executed >= max_steps:
                 self.finish()
-                return Running(head.state, self.cid, last_step, head.id)
+                return _running(head, self.cid, last_step)
             current = wf.steps[index]
             book = None
             if self.patching or PATCHES_METADATA in head.metadata:
-                book = PatchBook(recorded_patches(head.metadata), wf.steps, index)
+                furthest = furthest_index(wf.steps, head.metadata)
+                book = PatchBook(recorded_patches(head.metadata), wf.steps, index, furthest)
             state = first_state if executed == 0 else head.state
             outcome = self.execute(
                 current, state, pending_input, decision, book or NO_PATCHES, children, message, head
             )
+            target = "" if isinstance(outcome, Fail) else jump_of(outcome)
+            if target:
+                problem = jump_problem(wf.name, wf.steps, index, target)
+                if problem:
+                    logger.error("workflow %s (%s): %s", self.name, self.cid, problem)
+                    outcome = Fail(problem)
             if isinstance(outcome, Fail):
                 if not self.last_copy_out():
                     # The other copy's attempt decides: this one wrote nothing.
@@ -194,9 +212,10 @@ class _Execution(RunWriter):
                 current.name,
                 outcome,
                 consumed_input=pending_input is not None,
-                completes=index == last,
+                completes=index == last and not target,
                 releases=releases,
                 patches=None if book is None else book.after(current),
+                position=position_metadata(wf.steps, head.metadata, index, target),
             )
             last_step = current.name
             pending_input = decision = message = None
@@ -209,11 +228,12 @@ class _Execution(RunWriter):
             if isinstance(outcome, Pause):
                 wake_at, topic = getattr(outcome, "wake_at", None), getattr(outcome, "topic", "")
                 return paused(head.state, self.cid, current.name, outcome.status, wake_at, topic)
-            if index == last or isinstance(outcome, Done):
+            if (index == last and not target) or isinstance(outcome, Done):
                 return Completed(head.state, self.cid)
             if releases:
-                return Running(head.state, self.cid, last_step, head.id)
-        raise AssertionError("unreachable: the last step completes the run")
+                return _running(head, self.cid, last_step)
+            index = cast(int, step_index(wf.steps, target)) if target else index + 1
+            executed += 1
 
     def decision_asked(
         self, head: WorkflowSnapshot, pending_input: Any
@@ -264,12 +284,14 @@ class _Execution(RunWriter):
                 outcome.persist_with(self.workflow, head)
             outcome.on_paused(self.workflow, head)
         else:  # closed: ask again
+            furthest = head.metadata.get(FURTHEST_STEP)
             head = self.persist(
                 head,
                 last_step,
                 outcome,
                 consumed_input=pending_input is not None,
                 patches=recorded_patches(head.metadata) or None,
+                position=None if furthest is None else {FURTHEST_STEP: furthest},
             )
         cancel_stale_approvals(using=self.runs.db, coordination_id=self.cid)
         return Waiting(head.state, self.cid, last_step), None
@@ -292,7 +314,7 @@ class _Execution(RunWriter):
                 "upgrade` again"
             )
         else:
-            reason = self.workflow._missing_step_reason(last_step)
+            reason = self.workflow._missing_step_reason(last_step, head.metadata.get(NEXT_STEP, ""))
         logger.warning("workflow %s (%s) needs an upgrade: %s", self.name, self.cid, reason)
         self.finish(status=RunStatus.NEEDS_UPGRADE, failure_reason=reason)
         return NeedsUpgrade(head.state, self.cid, last_step, reason)
@@ -384,6 +406,11 @@ class _Execution(RunWriter):
 
 #: What a step may return.
 _OUTCOMES = (Advance, Pause, Done, Fail)
+
+
+def _running(head: WorkflowSnapshot, cid: str, last_step: str) -> Running:
+    """``Running`` at *head*, naming the step the run continues at when it jumped."""
+    return Running(head.state, cid, last_step, head.id, head.metadata.get(NEXT_STEP, ""))
 
 
 def _approval_of(snapshot: WorkflowSnapshot, using: str) -> Any:

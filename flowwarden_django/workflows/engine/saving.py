@@ -181,12 +181,14 @@ class RunWriter:
         completes: bool = False,
         releases: bool = False,
         patches: dict[str, bool] | None = None,
+        position: dict[str, str] | None = None,
     ) -> WorkflowSnapshot:
         """Save the snapshot of step *step_name* (parent: *head*, ``seq``: head's + 1)
         and move the run record to it; *completes*: it was the workflow's last step
         (falling off the end completes the run); *releases*: let go of the run with
         it (the execution's last step: ``max_steps``), in the same statement;
-        *patches*: the run's patch answers, recorded with the snapshot.
+        *patches*: the run's patch answers, recorded with the snapshot; *position*:
+        where the run continues when the step jumped (``graph.position_metadata``).
 
         A plain step (``advance`` of a step before the last, no input consumed, the
         lease young) saves the snapshot alone, one ``INSERT``: its explicit ``seq``
@@ -204,6 +206,8 @@ class RunWriter:
             metadata = {LAST_STEP: step_name, WORKFLOW_NAME: name, WORKFLOW_DONE: "false"}
             if patches:
                 metadata.update(patches_metadata(patches))
+            if position:
+                metadata.update(position)
             self._add_timing(metadata)
             try:
                 return self.save_plain(
@@ -221,6 +225,8 @@ class RunWriter:
             metadata.update(outcome.snapshot_metadata())
         if patches:
             metadata.update(patches_metadata(patches))
+        if position:
+            metadata.update(position)
         self._add_timing(metadata)
         snapshot = head.successor(
             outcome.state,  # type: ignore[attr-defined]

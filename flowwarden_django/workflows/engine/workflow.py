@@ -32,7 +32,8 @@ from django.db import DatabaseError
 
 from ...common.user_input import check_resume_input
 from ..definition.checks import check_name, check_steps, check_version
-from ..definition.metadata import LAST_STEP
+from ..definition.graph import WorkflowGraph, continue_index, graph_of
+from ..definition.metadata import LAST_STEP, NEXT_STEP
 from ..definition.registry import workflow_for, workflow_registry
 from ..definition.results import (
     Cancelled,
@@ -163,6 +164,11 @@ class Workflow(RunMessaging):
 
     def step_named(self, name: str) -> WorkflowStep | None:
         return next((s for s in self._steps if s.name == name), None)
+
+    def graph(self) -> WorkflowGraph:
+        """Where each step may go: the next step, and the steps its ``goes_to``
+        declares (see ``definition.graph``)."""
+        return graph_of(self._steps)
 
     # -- running ---------------------------------------------------------------------
 
@@ -410,7 +416,8 @@ class Workflow(RunMessaging):
         if record.status == RunStatus.NEEDS_UPGRADE:
             return NeedsUpgrade(state, cid, last_step, record.failure_reason)
         if record.status == RunStatus.FAILED:
-            index = self._start_index(last_step)
+            next_step = "" if head is None else head.metadata.get(NEXT_STEP, "")
+            index = self._start_index(last_step, next_step)
             failed = (
                 self._steps[index].name
                 if index is not None and index < len(self._steps)
@@ -419,18 +426,22 @@ class Workflow(RunMessaging):
             return Failed(state, cid, failed, record.failure_reason)
         return Running(state, cid, last_step)
 
-    def _start_index(self, last_step: str) -> int | None:
-        """The index of the step after *last_step*; ``None`` when *last_step* is not
-        a step of this definition (the run then needs an upgrade: it is never
-        started over from the first step)."""
-        if not last_step:
-            return 0
-        for index, s in enumerate(self._steps):
-            if s.name == last_step:
-                return index + 1
-        return None
+    def _start_index(self, last_step: str, next_step: str = "") -> int | None:
+        """The index of the step after *last_step*, or of *next_step* when the last
+        step jumped there; ``None`` when the step is not a step of this definition
+        (the run then needs an upgrade: it is never started over from the first
+        step)."""
+        return continue_index(self._steps, last_step, next_step)
 
-    def _missing_step_reason(self, last_step: str) -> str:
+    def _missing_step_reason(self, last_step: str, next_step: str = "") -> str:
+        if next_step:
+            return (
+                f"the step this run continues at (step {last_step!r} jumped to it), "
+                f"{next_step!r}, is not a step of version {self._version} of workflow "
+                f"{self._name!r} (its steps: {', '.join(s.name for s in self._steps)}); "
+                "define that version as it was, or declare an upgrade that maps the step "
+                "and run `manage.py flowwarden_workflows upgrade`"
+            )
         return (
             f"the step this run stands after, {last_step!r}, is not a step of version "
             f"{self._version} of workflow {self._name!r} "
@@ -591,6 +602,10 @@ class WorkflowDefinition:
     def __repr__(self) -> str:
         steps = [s.name for s in self.steps]
         return f"<WorkflowDefinition {self.name!r} v{self.version} {steps}>"
+
+    def graph(self) -> WorkflowGraph:
+        """Where each step may go (``Workflow.graph``)."""
+        return graph_of(self.steps)
 
     def workflow(self, coordination_id: str) -> Workflow:
         """The ``Workflow`` of one coordination (on this version)."""

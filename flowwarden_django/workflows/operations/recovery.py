@@ -50,7 +50,7 @@ from django.utils import timezone
 
 from ...common.app_models import models
 from ..definition.databases import in_every_workflow_database
-from ..definition.metadata import LAST_STEP
+from ..definition.metadata import LAST_STEP, NEXT_STEP
 from ..definition.registry import workflow_registry
 from ..runs.records import RunRecords, RunStatus, recover_after, unclaimed
 from ..storage.snapshot import CheckpointQuery
@@ -164,14 +164,25 @@ _undefined = _UndefinedWorkflowLog()
 def last_step_of(run: WorkflowRun) -> str:
     """The last completed step of *run*, from its newest snapshot: the run record
     catches up with plain steps only now and then (see the engine's ``_save_step``)."""
+    return position_of(run)[0]
+
+
+def position_of(run: WorkflowRun) -> tuple[str, str]:
+    """Where *run* stands, from its newest snapshot: its last completed step, and the
+    step that step jumped to (``""``: none, the run continues at the step after it;
+    see ``definition.graph``). The run record knows only the first, and catches up
+    with plain steps only now and then (see the engine's ``_save_step``)."""
     # The newest snapshot's position and metadata only: its state is not needed here.
-    query = CheckpointQuery.for_coordination(run.pk, newest_first=True, limit=1, with_state=False)
+    cid = run.coordination_id
+    query = CheckpointQuery.for_coordination(cid, newest_first=True, limit=1, with_state=False)
     try:
         definition = workflow_registry.get(run.workflow_name, run.workflow_version)
-        heads = definition.workflow(run.pk).store.list(query)
+        heads = definition.workflow(cid).store.list(query)
     except Exception:  # an unknown workflow or an unreadable store: the record's word
-        return run.last_step
-    return heads[0].metadata.get(LAST_STEP, run.last_step) if heads else run.last_step
+        return run.last_step, ""
+    if not heads:
+        return run.last_step, ""
+    return heads[0].metadata.get(LAST_STEP, run.last_step), heads[0].metadata.get(NEXT_STEP, "")
 
 
 def recover_in_every_database(

@@ -14,7 +14,11 @@ declared beside the definitions::
 the step of version 2 it stands after from then on: a renamed step to its new name, a
 removed step to the step before it in version 2, or ``None`` for "before the first
 step of version 2". A step of the same name in both versions needs no entry. *state*
-turns the run's state into the state version 2 expects (default: unchanged).
+turns the run's state into the state version 2 expects (default: unchanged). A run
+whose last step jumped (``advance(state, to="poll")``: ``definition.graph``) continues
+at the jump target's counterpart: the same name in version 2, or the step its entry
+maps it to (``None``: the first step); a target version 2 lacks and *steps* does not
+map refuses the upgrade, as an unmapped last step does.
 
 ``upgrade_runs`` (``manage.py flowwarden_workflows upgrade``, the admin's "Upgrade"
 action) applies it to every unfinished run of version 1 that no runner holds, each in
@@ -50,7 +54,13 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ...common.app_models import models
-from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from ..definition.metadata import (
+    FURTHEST_STEP,
+    LAST_STEP,
+    NEXT_STEP,
+    WORKFLOW_DONE,
+    WORKFLOW_NAME,
+)
 from ..definition.patches import PATCHES_METADATA
 from ..definition.registry import RegisteredWorkflow, workflow_registry
 from ..runs.records import HANDOFF_PREFIX, RunRecords, RunStatus, between_steps, unclaimed
@@ -116,6 +126,46 @@ class WorkflowUpgrade:
             f"{self.to_version}; map it in the upgrade's steps (to the step of version "
             f"{self.to_version} the run stands after, or None for before the first)"
         )
+
+    def continues_at(self, next_step: str, target: RegisteredWorkflow) -> str:
+        """The step of *target* a run whose last step jumped to *next_step* continues
+        at: the step *steps* maps it to (``None``: the first), else the same name;
+        ``UpgradeError`` when there is none."""
+        names = [s.name for s in target.steps]
+        if next_step in self.steps:
+            new = self.steps[next_step]
+            if new is None:
+                return names[0]
+            if new not in names:
+                raise UpgradeError(
+                    f"the upgrade maps step {next_step!r} to {new!r}, which is not a step of "
+                    f"version {self.to_version} ({', '.join(names)})"
+                )
+            return new
+        if next_step in names:
+            return next_step
+        raise UpgradeError(
+            f"the run continues at step {next_step!r} (its last step jumped there), which "
+            f"version {self.to_version} lacks; map it in the upgrade's steps (to the step "
+            f"of version {self.to_version} the run continues at)"
+        )
+
+    def moved_position(self, head: WorkflowSnapshot, target: RegisteredWorkflow) -> dict[str, str]:
+        """The position entries of the upgrade snapshot of a run at *head* that has
+        jumped (``graph.position_metadata``): its jump target and the furthest step
+        it completed, in *target*'s names. ``UpgradeError`` for a jump target it
+        cannot map; a furthest step it cannot map is left out."""
+        moved = {}
+        if head.metadata.get(NEXT_STEP):
+            moved[NEXT_STEP] = self.continues_at(head.metadata[NEXT_STEP], target)
+        if head.metadata.get(FURTHEST_STEP):
+            try:
+                furthest = self.position(head.metadata[FURTHEST_STEP], target)
+            except UpgradeError:
+                furthest = ""
+            if furthest:
+                moved[FURTHEST_STEP] = furthest
+        return moved
 
 
 class UpgradeRegistry:
@@ -305,6 +355,7 @@ def _upgrade_once(
             last_step = head.metadata.get(LAST_STEP, "")
             try:
                 new_step = upgrade.position(last_step, target)
+                moved = upgrade.moved_position(head, target)
                 new_state = head.state if upgrade.state is None else upgrade.state(head.state)
             except Exception as exc:
                 return refused(from_step=last_step, reason=f"{type(exc).__name__}: {exc}")
@@ -321,7 +372,7 @@ def _upgrade_once(
             snapshot = head.successor(
                 new_state,
                 agent_name=upgrade.name,
-                metadata=_upgraded_metadata(head, upgrade, new_step, by),
+                metadata={**_upgraded_metadata(head, upgrade, new_step, by), **moved},
             )
             saved = store.save(snapshot)
         models.Approval.objects.using(db).filter(snapshot_id=run.head_snapshot_id).update(
