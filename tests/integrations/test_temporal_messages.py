@@ -183,7 +183,15 @@ def test_forged_and_hostile_wakes_never_deliver_a_message(
     def activities(kind: str) -> list[Any]:
         return [e for e in history(server, cid) if e.HasField(kind)]
 
-    completed = len(activities("activity_task_completed_event_attributes"))
+    # The waiting run's activities ("one", "listen") are in the history: the next is the
+    # forged wake's.
+    wait_until(
+        lambda: len(activities("activity_task_completed_event_attributes")) == 2,
+        WAIT,
+        "the activity that made the run wait",
+        [worker, server],
+    )
+    completed = 2
     raw_wake(server, cid, {"topic": "go", "payload": {"n": 666}, "id": 1})
     wait_until(
         lambda: len(activities("activity_task_completed_event_attributes")) > completed,
