@@ -24,6 +24,7 @@ from flowwarden_django.workflows import (
     sleep,
     spawn,
     step,
+    wait_for,
 )
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from tests.support import step_log
@@ -56,6 +57,13 @@ FAN_CHILD = "fw-temporal-fan-child"
 #: ``bump`` (short: a local activity) and ``check`` (a regular one) in a loop:
 #: ``check`` jumps back to ``bump`` twice, then hibernates back to it, then ends.
 LOOPING = "fw-temporal-looping"
+#: ``one``, a wait for a message on "go" (``state["timeout"]`` seconds, or none),
+#: ``heard``; and the same with three waits in a row (``tests/integrations/
+#: test_temporal_messages.py``). Each step after a wait appends what it got to
+#: ``state["heard"]``; each wait publishes the event "listening", ``heard`` the event
+#: "heard".
+LISTENING = "fw-temporal-listening"
+LISTENING_THRICE = "fw-temporal-listening-thrice"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -115,6 +123,35 @@ def slow_short(state: dict[str, Any], ctx: Any) -> Any:
 def nap(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
     return sleep(then(state, "nap"), state["nap"])
+
+
+def _heard(state: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """*state* with the message this step got (``None`` after a timeout) appended to
+    ``heard`` when the step before it waited for one; else *state*."""
+    if not state.get("trail", [""])[-1].startswith("listen"):
+        return state
+    message = ctx.message
+    got = None if message is None else {"id": message.id, "payload": message.payload}
+    return {**state, "heard": [*state.get("heard", []), got]}
+
+
+def _listen(name: str) -> Any:
+    @step(name)
+    def body(state: dict[str, Any], ctx: Any) -> Any:
+        _record(state, ctx)
+        state = _heard(state, ctx)
+        ctx.set_event("listening", {"step": name})
+        return wait_for(then(state, name), "go", timeout=state.get("timeout"))
+
+    return body
+
+
+@step("heard")
+def heard(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    state = _heard(state, ctx)
+    ctx.set_event("heard", state["heard"][-1])
+    return done(then(state, "heard"))
 
 
 @step("long")
@@ -215,6 +252,11 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (KILLABLE, [_plain("one"), slow, _plain("three")]),
             (FLAKY, [_plain("one"), flaky, _plain("three")]),
             (SLEEPING, [_plain("one"), nap, _plain("three")]),
+            (LISTENING, [_plain("one"), _listen("listen"), heard]),
+            (
+                LISTENING_THRICE,
+                [_plain("one"), _listen("listen1"), _listen("listen2"), _listen("listen3"), heard],
+            ),
             (LONG_STEP, [_plain("one"), long, _plain("three")]),
             (FAN_CHILD, [enrich]),
             (FAN_OUT, [fan_out, collect]),

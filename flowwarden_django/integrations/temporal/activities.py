@@ -24,7 +24,7 @@ from ...workflows.definition.registry import (
     VersionNotDefinedError,
     workflow_registry,
 )
-from ...workflows.definition.results import Running
+from ...workflows.definition.results import Running, WorkflowResult
 from ...workflows.definition.steps import step_after
 from ...workflows.engine.calling import StepAttemptFailed
 from ...workflows.engine.workflow import Workflow
@@ -58,6 +58,10 @@ from .messages import (
 from .policies import policy_of
 
 logger = logging.getLogger("flowwarden_django.temporal")
+
+#: Paused statuses whose ``wake_at`` the workflow waits for on a durable timer: a
+#: sleep, and a wait for a message with a timeout (``expire_approval`` wakes them).
+TIMED = (RunStatus.SLEEPING, RunStatus.WAITING_MESSAGE)
 
 
 class StaleStep(Exception):
@@ -95,6 +99,14 @@ class _ActivityWorkflow(Workflow):
     def _stale(self, current: Any, terms: ClaimTerms) -> None:
         if terms.running_only and current.status != RunStatus.RUNNING:
             raise StaleStep(f"the run is {current.status}")
+
+    def run(self, initial_state: Any = None) -> WorkflowResult:
+        """The run was woken while this activity ran its step: a wait for a message
+        found one in the mailbox (``waiting.messages``: the runner looks once the wait
+        is persisted). The wake made the run ``running``, and this activity's report
+        says so, so the Temporal workflow runs the next step at once: no signal to the
+        run's own workflow, no second activity. Runs nothing here."""
+        return self.current_result() or Running(initial_state, self.coordination_id, "")
 
 
 def _local_activity_timeout() -> float:
@@ -141,7 +153,8 @@ def report(
         if approval is not None:
             expires_at = approval.expires_at.isoformat()
     wake_at = None
-    if record.status == RunStatus.SLEEPING and record.wake_at is not None:
+    if record.status in TIMED and record.wake_at is not None:
+        # A sleep's end, or the deadline of a wait for a message: the workflow's timer.
         wake_at = record.wake_at.isoformat()
     last_step, next_step = record.last_step or "", ""
     if record.status not in (*RunStatus.FINAL, RunStatus.FAILED):
@@ -342,16 +355,17 @@ def _run_step(request: StepRequest) -> RunReport:
 @activity.defn(name=EXPIRE_ACTIVITY)
 def expire_approval(request: StepRequest) -> RunReport:
     """The run's timer fired: expire its approval once it is due, or wake it when it
-    sleeps and its time has come (the workflow then runs its next step); idempotent,
-    like the sweep it stands in for. The expiry continues the run through the
-    provider."""
+    sleeps, or waits for a message, and its time has come (the workflow then runs its
+    next step, which gets ``ctx.message is None`` after a wait that timed out);
+    idempotent, like the sweep it stands in for. The expiry continues the run through
+    the provider."""
     close_old_connections()
     try:
         definition = _definition(request, strict=False)
         db = RunRecords(definition.using).db
         cid = request.coordination_id
         if wake_due_run(cid, using=db):
-            logger.info("workflow run %s woke (its sleep is over)", cid)
+            logger.info("workflow run %s woke (its sleep, or its wait, is over)", cid)
         expired = expire_due_approvals(using=db, coordination_id=cid)
         if expired:
             logger.info("workflow run %s: approval %s expired", cid, expired[0])

@@ -52,8 +52,9 @@ class StepPolicy:
 class Wake:
     """The signal that makes a run's Temporal workflow act.
 
-    ``origin="run"``: ``run()``/``resume(input)``/a decision continues the run (the
-    next step runs even if the run is paused); ``"recover"``: the worker's recovery
+    ``origin="run"``: ``run()``/``resume(input)``/a decision/a message sent to the
+    run continues it (the next step runs even if the run is paused; a message's wake
+    carries no input: the step reads the message from its row); ``"recover"``: the worker's recovery
     sweep found the run stalled (continued only if still ``running``); ``"refresh"``:
     the run changed outside (a fork), so the workflow re-reads what it waits for.
     ``policy``: how to schedule the step the wake continues with, when the sender
@@ -124,7 +125,7 @@ class RunReport:
     detail: str = ""
     #: The version the run is on (an upgrade may have moved it).
     version: int | None = None
-    #: When a sleeping run wakes (ISO 8601, UTC).
+    #: When a sleeping run wakes, or a wait for a message times out (ISO 8601, UTC).
     wake_at: str | None = None
     #: The run handed on to its next step by this one (``workflows.handoff``).
     handoff: dict[str, Any] | None = None

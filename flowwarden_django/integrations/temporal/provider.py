@@ -4,9 +4,13 @@ execution whose workflow id is the coordination id, each step one activity.
 ``run()``/``resume(input)`` seed the run and, once the caller's transaction commits,
 *signal-with-start* the run's Temporal workflow with a ``wake``: Temporal starts it
 when it is not running, or signals the one that is, so a run never has two. A decision
-on an approval continues the run the same way; a fork sends a ``refresh`` wake (the
-waiting run re-reads its approval's expiry). A sleeping run waits on a durable timer
-until its wake time; a cancel cancels the run's workflow. ``is_available()`` asks the server's
+on an approval continues the run the same way, and so does a message sent to a run
+waiting for one (``waiting.messages``: once the send commits, the run is made
+``running`` and continued through this provider; the wake carries no input, and the
+step reads the message from its row); a fork sends a ``refresh`` wake (the waiting
+run re-reads its approval's expiry). A sleeping run waits on a durable timer until
+its wake time, a run waiting for a message until its deadline; a cancel cancels the
+run's workflow. ``is_available()`` asks the server's
 health; while it does not answer, runs fall back to the in-process engine.
 """
 

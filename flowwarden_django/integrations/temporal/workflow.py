@@ -2,9 +2,11 @@
 
 It runs one activity per step (a local activity for a short step: ``policies``)
 and, while the run is paused, waits for a ``wake`` signal (``run()``,
-``resume(input)``, a decision, a fork), for the expiry of the approval the run
-waits for, or for the end of its sleep: a durable Temporal timer, so a run waiting
-for days holds no worker slot and no thread. A cancelled run's workflow is cancelled
+``resume(input)``, a decision, a message sent to the run, a fork), for the expiry of
+the approval the run waits for, for the end of its sleep, or for the deadline of its
+wait for a message: a durable Temporal timer, so a run waiting for days holds no
+worker slot and no thread. A signal only wakes the run: a decision or a message is
+read from its row by the step, never from the signal. A cancelled run's workflow is cancelled
 (``Workflow.cancel``) and ends as cancelled. The snapshot chain in the Django
 database stays the source of truth: the activities read and write it through the
 engine, and this workflow only decides when the next one runs. Deterministic by
@@ -44,9 +46,9 @@ with workflow.unsafe.imports_passed_through():
 
 #: Statuses after which the Temporal workflow ends (a later ``run()`` starts another).
 FINAL = ("completed", "failed", "cancelled")
-#: Statuses of a paused run: the workflow waits for a wake, the approval's expiry or
-#: the end of a sleep.
-PAUSED = ("hibernated", "waiting", "sleeping", "waiting_children")
+#: Statuses of a paused run: the workflow waits for a wake, the approval's expiry, the
+#: end of a sleep or the deadline of a wait for a message.
+PAUSED = ("hibernated", "waiting", "sleeping", "waiting_children", "waiting_message")
 #: Activities that only read or expire (not steps): short, retried until they work.
 QUICK = timedelta(seconds=60)
 #: Seconds added to a step's own ``timeout`` for its activity's start-to-close timeout:

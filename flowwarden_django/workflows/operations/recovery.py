@@ -123,11 +123,13 @@ def _expired_claim() -> Q:
 
 
 def wake_due_run(coordination_id: str, *, using: str | None = None) -> bool:
-    """Make run *coordination_id* ``running`` if it sleeps, unclaimed, and its wake
-    time has come (by the database's clock): one conditional ``UPDATE``; True if it
-    did. Whoever called continues it (Temporal's timer: the workflow's next step)."""
+    """Make run *coordination_id* ``running`` if it sleeps (or waits for a message),
+    unclaimed, and its wake time (deadline) has come, by the database's clock: one
+    conditional ``UPDATE``; True if it did. Whoever called continues it (Temporal's
+    timer: the workflow's next step, which finds no message after a wait that timed
+    out)."""
     rows = models.WorkflowRun.objects.using(RunRecords(using).db).filter(
-        pk=coordination_id, status=RunStatus.SLEEPING, wake_at__lte=Now(), runner=""
+        pk=coordination_id, status__in=WAKING, wake_at__lte=Now(), runner=""
     )
     return rows.update(status=RunStatus.RUNNING, wake_at=None, updated_at=timezone.now()) == 1
 

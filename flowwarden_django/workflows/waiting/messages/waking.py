@@ -9,7 +9,10 @@ waiting). Whichever commits last sees the other's write: the message, or the run
 crash loses in between, the recovery sweep finds (``mailbox.runs_with_mail``).
 
 A woken run continues through the configured execution provider: in-process its
-steps run in this thread; Celery queues its next step. In-process, a run woken while
+steps run in this thread; Celery queues its next step; Temporal signals the run's
+workflow (a ``wake`` without input), except when the runner that found the message
+is the run's own step activity: its report then says the run is ``running``, and
+the workflow goes on without a signal. In-process, a run woken while
 this thread already continues one (a wait whose message was there) is queued behind
 it instead of nesting: a run that takes a thousand messages in a row runs them one
 after the other, not a thousand frames deep.
