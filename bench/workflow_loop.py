@@ -27,11 +27,14 @@ jump back to itself), and ``hibernate(state, to="tick")`` once it has run
    of 11 steps of one (``run_local(max_steps=11)``: the claim and the read of the
    run's head, 11 steps, the release; its 10 step-to-step intervals are plain steps,
    each one ``INSERT``), then a block of the other, then 11 raw ``INSERT``s at the end
-   of the looping run's raw chain and 11 at the end of a new raw chain, the order
-   turned round every block; 10 blocks of each make a window of 100 steps. Then the
-   same with one step per call (``run_local(max_steps=1)`` on a fresh ``Workflow``,
-   as a Celery task or a Temporal activity without a hand-off runs a step: claim and
-   head read, the step, its snapshot with the release), 100 calls each, alternating.
+   of the looping run's raw chain and 11 at the end of the new run's, the order
+   turned round every block. After 10 blocks (a window of 100 steps) the new run is
+   replaced by another from its step 10, so it stays in steps 10 to 109, while the
+   looping run goes on from step 10,001; ``--samples`` steps (500) of each are
+   measured. Then the same with one step per call (``run_local(max_steps=1)`` on a
+   fresh ``Workflow``, as a Celery task or a Temporal activity without a hand-off
+   runs a step: claim and head read, the step, its snapshot with the release),
+   alternating call by call.
 
 The raw chains hold the rows the engine writes (the same columns and metadata, step
 timings aside: seed, then one row per step, each the child of the one before, at the
@@ -39,7 +42,9 @@ next ``seq``), inserted one by one, autocommitted, on a psycopg connection opene
 Django opens its own. The engine's statements per step are counted (Django's execute
 wrapper): the same number at step 10,000 as at step 10 means nothing reads the chain
 behind its head. The figures at the end are medians over the rounds; "late / early"
-is the cost at step 10,000 over the cost at step 10.
+is the cost at step 10,000 over the cost at step 10, of the engine's step, of the raw
+``INSERT`` and of the engine's cost as a multiple of the raw ``INSERT``'s beside it
+(which takes out the machine's change of speed between the windows of the one pass).
 
 PostgreSQL defaults to 127.0.0.1:5432, user ``postgres``, database ``fw_bench``
 (created if missing); override with FLOWWARDEN_BENCH_PG_HOST, FLOWWARDEN_BENCH_PG_PORT,
@@ -106,11 +111,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=positive_int, default=10_000, help="steps of the run")
     parser.add_argument("--window", type=positive_int, default=100, help="steps per window")
     parser.add_argument("--rounds", type=positive_int, default=3, help="rounds")
+    parser.add_argument(
+        "--samples",
+        type=positive_int,
+        default=500,
+        help="steps of each side measured interleaved (a new run every --window steps)",
+    )
     args = parser.parse_args(argv)
     if args.steps < EARLY + 2 * args.window:
         parser.error(f"--steps must be at least {EARLY} + 2 x --window")
-    if args.window % (BLOCK - 1):
-        parser.error(f"--window must be a multiple of {BLOCK - 1}")
+    if args.window % (BLOCK - 1) or args.samples % args.window:
+        parser.error(f"--window must be a multiple of {BLOCK - 1}, --samples of --window")
     return args
 
 
@@ -247,7 +258,7 @@ class Bench:
 
     def __init__(self, store: Any, conn: psycopg.Connection[Any], sql: str, args: Any) -> None:
         self.store, self.conn, self.sql = store, conn, sql
-        self.steps, self.window = args.steps, args.window
+        self.steps, self.window, self.samples = args.steps, args.window, args.samples
         self.marks = Marks()
 
     def workflow(self, cid: str, steps: list[Any]) -> Any:
@@ -282,28 +293,37 @@ class Bench:
             Window.of(engine[late], counts[late], raw_times[late]),
         )
 
-    def interleaved(self, deep: str, deep_raw: RawChain, per_call: bool) -> tuple[Window, Window]:
-        """The looping run (*deep*, at ``--steps``) and a new run from its step 10, in
-        alternating blocks (or single calls, *per_call*), each beside raw INSERTs at
-        the end of its raw chain; the new run's window and the looping run's."""
+    def fresh_run(self, steps: list[Any]) -> tuple[str, RawChain]:
+        """A new run of the workflow that has made 9 steps, and a raw chain as long."""
         fresh = new_cid()
-        fresh_raw = RawChain(self.conn, self.sql)
-        steps = make_steps(10**9, self.marks.mark)
         self.workflow(fresh, steps).run_local(initial_state(), max_steps=EARLY - 1)
-        for _ in range(EARLY - 1):
-            fresh_raw.insert()
         self.marks.intervals()  # forget the marks of those steps
-        found: dict[str, tuple[list[float], list[int], list[float]]] = {
-            cid: ([], [], []) for cid in (fresh, deep)
+        raw = RawChain(self.conn, self.sql)
+        for _ in range(EARLY - 1):
+            raw.insert()
+        return fresh, raw
+
+    def interleaved(self, deep: str, deep_raw: RawChain, per_call: bool) -> tuple[Window, Window]:
+        """The looping run (*deep*, at ``--steps``) beside new runs from their step 10
+        (a new one every ``--window`` steps), in alternating blocks (or single calls,
+        *per_call*), each beside raw INSERTs at the end of its raw chain, for
+        ``--samples`` steps of each; the new runs' window and the looping run's."""
+        steps = make_steps(10**9, self.marks.mark)
+        fresh, fresh_raw = self.fresh_run(steps)
+        measured: dict[str, tuple[list[float], list[int], list[float]]] = {
+            "fresh": ([], [], []),
+            "deep": ([], [], []),
         }
-        chains = {fresh: fresh_raw, deep: deep_raw}
         size = 1 if per_call else BLOCK
-        for number in range(self.window if per_call else self.window // (BLOCK - 1)):
-            order = (fresh, deep) if number % 2 else (deep, fresh)
-            for cid in order:
-                engine, counts, _ = found[cid]
+        for number in range(self.samples // (size if per_call else BLOCK - 1)):
+            if measured["fresh"][0] and len(measured["fresh"][0]) % self.window == 0:
+                fresh, fresh_raw = self.fresh_run(steps)  # back to step 10
+            runs = {"fresh": (fresh, fresh_raw), "deep": (deep, deep_raw)}
+            order = ("fresh", "deep") if number % 2 else ("deep", "fresh")
+            for side in order:
+                engine, counts, _ = measured[side]
                 started, sent = time.perf_counter(), self.marks.statements
-                self.workflow(cid, steps).run_local(max_steps=size)
+                self.workflow(runs[side][0], steps).run_local(max_steps=size)
                 if per_call:
                     engine.append(time.perf_counter() - started)
                     counts.append(self.marks.statements - sent)
@@ -312,9 +332,9 @@ class Bench:
                     times, statements = self.marks.intervals()
                     engine.extend(times)
                     counts.extend(statements)
-            for cid in order:
-                found[cid][2].extend(chains[cid].insert() for _ in range(size))
-        return Window.of(*found[fresh]), Window.of(*found[deep])
+            for side in order:
+                measured[side][2].extend(runs[side][1].insert() for _ in range(size))
+        return Window.of(*measured["fresh"]), Window.of(*measured["deep"])
 
     def round(self) -> Round:
         from django.db import connections
@@ -344,9 +364,17 @@ def describe(name: str, early: Window, late: Window) -> str:
     return (
         f"{name}: engine {early.engine * US:.0f} -> {late.engine * US:.0f} us "
         f"({late.engine / early.engine:.2f}), raw {early.raw * US:.0f} -> "
-        f"{late.raw * US:.0f} us ({late.raw / early.raw:.2f}), statements per step "
+        f"{late.raw * US:.0f} us ({late.raw / early.raw:.2f}), engine / raw "
+        f"{early.engine / early.raw:.2f} -> {late.engine / late.raw:.2f} "
+        f"({paired(early, late):.2f}), statements per step "
         f"{early.statements:.2f} -> {late.statements:.2f}"
     )
+
+
+def paired(early: Window, late: Window) -> float:
+    """Late / early of the engine's cost as a multiple of the raw INSERT's beside it:
+    the machine's own change of speed between the windows taken out."""
+    return (late.engine / late.raw) / (early.engine / early.raw)
 
 
 MEASUREMENTS = (
@@ -423,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {label}: engine {early_us:.0f} -> {late_us:.0f} us per step, late / early "
             f"{ratio:.2f}; raw INSERT {raw[0]:.0f} -> {raw[1]:.0f} us ({raw[2]:.2f}); "
-            f"statements per step {statements[0]:.2f} -> {statements[1]:.2f}"
+            f"engine / raw, late / early {median(paired):.2f}; statements per step "
+            f"{statements[0]:.2f} -> {statements[1]:.2f}"
         )
     return 0
 

@@ -288,9 +288,7 @@ class WorkflowStep:
             self.name = name
         if patches is not None:
             self.patches = check_patches(patches)
-        if goes_to is not None:
-            self.goes_to = goes_to  # type: ignore[assignment]  # checked below
-        self.goes_to = check_goes_to(self.goes_to)
+        self.goes_to = check_goes_to(self.goes_to if goes_to is None else goes_to)
         if max_retries is not None:
             self.max_retries = max_retries
         if retry_delay is not None:

@@ -456,7 +456,8 @@ class Workflow(RunMessaging):
         """Branch the coordination off one of its snapshots: a new snapshot whose parent
         is *snapshot_id*, with *new_state*, saved at the next ``seq``. It becomes the
         latest snapshot, so the next ``run()`` continues from it (at the step after the
-        source's ``workflow.lastStep``): a way to redo steps from an earlier point.
+        source's ``workflow.lastStep``, or at the step it jumped to): a way to redo
+        steps from an earlier point.
         A run waiting for an approval becomes ``hibernated`` and the approval is
         cancelled (``forking.fork_snapshot``)."""
         source = self.store.load(check_id(snapshot_id, "snapshot_id"))
