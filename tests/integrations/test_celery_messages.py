@@ -6,7 +6,10 @@ A send wakes the waiting run once it commits by queueing its next step (no task 
 held while it waits); a send rolled back with the caller's transaction delivers
 nothing; two sends with one key deliver one message; several messages sent before the
 wait are kept; a timeout is woken by the workers' sweep and the step after the wait
-gets ``ctx.message is None``.
+gets ``ctx.message is None``. A run that loops (``MESSAGE_LOOP``: ``listen`` →
+``handle``, which jumps back) handles five messages once each, in the order sent,
+whether they were sent before it first waits, one at a time while it waits, or with
+repeated idempotency keys mixed in.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from tests.support.celery_procs import CeleryWorker as Worker
 from tests.support.celery_procs import wait_until
 from tests.support.celery_workflow_settings import transport_options
 from tests.support.lanes import lane_marks
+from tests.support.messages import assert_handled_once_in_order, waits_with
 from tests.support.step_log import assert_chained, executions
 
 DB = "postgres"
@@ -73,6 +77,14 @@ def provider(broker_url: str, queue: str) -> Iterator[CeleryExecutionProvider]:
 def listening() -> Iterator[WorkflowDefinition]:
     defined = flows.define_workflows(DB)
     yield defined[flows.LISTENING]
+    for name in defined:
+        workflow_registry.unregister(name)
+
+
+@pytest.fixture
+def message_loop() -> Iterator[WorkflowDefinition]:
+    defined = flows.define_workflows(DB)
+    yield defined[flows.MESSAGE_LOOP]
     for name in defined:
         workflow_registry.unregister(name)
 
@@ -163,3 +175,100 @@ def test_a_timeout_is_woken_by_the_workers_sweep_with_no_message(
     late = (after.created_at - deadline).total_seconds()
     print(f"\n[celery] a 2 s message timeout woke {late:.2f} s after its deadline", file=sys.stderr)
     assert late >= 0  # not woken early; how late is a figure, not a pass/fail bound
+
+
+# -- a run that handles messages in a loop ---------------------------------------------
+
+
+def item(n: int) -> dict[str, Any]:
+    return {"n": n}
+
+
+PAYLOADS = [item(n) for n in range(1, flows.LOOP_TIMES + 1)]
+
+
+def mailbox(cid: str) -> list[WorkflowMessage]:
+    return list(WorkflowMessage.objects.using(DB).filter(coordination_id=cid).order_by("id"))
+
+
+def assert_looped(wf: Workflow, state: dict[str, Any], steps: list[str]) -> None:
+    """The run handled the five payloads once each, in order (see
+    ``assert_handled_once_in_order``), each step task ran once, and each ``handle``
+    got the next message of the mailbox."""
+    rows = mailbox(wf.coordination_id)
+    assert_handled_once_in_order(wf, rows, PAYLOADS, steps)
+    ran = executions(state["log"])
+    assert [e["step"] for e in ran] == steps
+    assert [e["message"] for e in ran if e["step"] == "handle"] == [row.pk for row in rows]
+
+
+def loop_steps(wait_in_handle: bool = False) -> list[str]:
+    if wait_in_handle:
+        return ["listen", *["handle"] * flows.LOOP_TIMES]
+    return ["listen", "handle"] * flows.LOOP_TIMES
+
+
+@pytest.mark.usefixtures("provider")
+def test_a_loop_handles_five_messages_sent_before_it_first_waits_in_order(
+    message_loop: WorkflowDefinition, start_worker: Callable[..., Worker], tmp_path: Path
+):
+    state = new_state(tmp_path)
+    cid = f"loop-{uuid.uuid4().hex[:12]}"
+    wf = message_loop.workflow(cid)
+    wf.run(state)  # queued: no worker yet, the run exists and has not waited
+    for payload in PAYLOADS:
+        wf.send("item", payload)
+    worker = start_worker(SOLO, execution="celery")
+    status_is(wf, RunStatus.COMPLETED, worker)
+    assert_looped(wf, state, loop_steps())
+
+
+@pytest.mark.usefixtures("provider")
+@pytest.mark.parametrize("wait_in_handle", [False, True], ids=["jump-then-wait", "wait-to"])
+def test_a_loop_handles_five_messages_sent_one_at_a_time_while_it_waits_in_order(
+    message_loop: WorkflowDefinition,
+    start_worker: Callable[..., Worker],
+    tmp_path: Path,
+    wait_in_handle: bool,
+):
+    """``handle`` jumps back to ``listen``, which waits; or (``wait-to``) it waits
+    itself with ``wait_for(..., to="handle")``."""
+    worker = start_worker(SOLO, execution="celery")
+    state = new_state(tmp_path, wait_in_handle=wait_in_handle)
+    cid = f"loop-{uuid.uuid4().hex[:12]}"
+    wf = message_loop.workflow(cid)
+    wf.run(state)
+    for n, payload in enumerate(PAYLOADS):
+        wait_until(lambda n=n: waits_with(DB, cid, n), WAIT, f"run {cid} at wait {n + 1}", worker)
+        wf.send("item", payload)
+    status_is(wf, RunStatus.COMPLETED, worker)
+    assert_looped(wf, state, loop_steps(wait_in_handle))
+
+
+@pytest.mark.usefixtures("provider")
+def test_a_loop_delivers_each_message_once_with_repeated_idempotency_keys_mixed_in(
+    message_loop: WorkflowDefinition, start_worker: Callable[..., Worker], tmp_path: Path
+):
+    """Two messages (each sent twice) before the run first waits; the three others one
+    at a time while it waits, each followed by a repeat of itself and of the one
+    before (already handled). A repeat carries another payload: it stores nothing and
+    no wait gets it."""
+    state = new_state(tmp_path)
+    cid = f"loop-{uuid.uuid4().hex[:12]}"
+    wf = message_loop.workflow(cid)
+
+    def send(n: int, repeat: bool = False) -> Any:
+        return wf.send("item", item(-n if repeat else n), idempotency_key=f"item-{n}")
+
+    wf.run(state)  # queued: no worker yet
+    sent = {n: send(n) for n in (1, 2)}
+    assert send(1, repeat=True) == sent[1] and send(2, repeat=True) == sent[2]
+    worker = start_worker(SOLO, execution="celery")
+    for n in (3, 4, 5):
+        wait_until(lambda n=n: waits_with(DB, cid, n - 1), WAIT, f"run {cid} at wait {n}", worker)
+        sent[n] = send(n)
+        assert send(n, repeat=True) == sent[n]
+        assert send(n - 1, repeat=True) == sent[n - 1]
+    status_is(wf, RunStatus.COMPLETED, worker)
+    assert [row.pk for row in mailbox(cid)] == [sent[n].id for n in range(1, 6)]
+    assert_looped(wf, state, loop_steps())

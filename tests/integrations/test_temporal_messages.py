@@ -8,6 +8,11 @@ reads the message from its row: a forged wake that claims to be a message change
 nothing. A message sent before the wait is found by the step activity that makes the
 run wait, and the workflow goes on without a signal; a wake lost after the commit is
 made up for by the worker's recovery sweep.
+
+A run that loops (``MESSAGE_LOOP``: ``listen`` → ``handle``, which jumps back to
+``listen``, or waits itself with ``wait_for(..., to="handle")``) handles five
+messages once each, in the order sent, whether they were sent before it first
+waits, one at a time while it waits, or with repeated idempotency keys mixed in.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from tests.integrations.test_temporal import (
     wait_for_status,
 )
 from tests.support import temporal_workflows as flows
+from tests.support.messages import assert_handled_once_in_order, waits_with
 from tests.support.step_log import assert_chained, executions
 from tests.support.temporal_procs import (
     WAIT,
@@ -311,3 +317,93 @@ def test_a_wake_lost_after_the_send_is_made_up_for_by_the_workers_sweep(
         sweeper.kill()
     assert heard(cid) == [{"id": row.pk, "payload": {"n": 1}}]
     assert [s["wake"]["origin"] for s in signals(server, cid)] == ["run", "recover"]
+
+
+# -- a run that handles messages in a loop ---------------------------------------------
+
+
+def item(n: int) -> dict[str, Any]:
+    return {"n": n}
+
+
+PAYLOADS = [item(n) for n in range(1, flows.LOOP_TIMES + 1)]
+
+
+def loop_steps(wait_in_handle: bool = False) -> list[str]:
+    if wait_in_handle:
+        return ["listen", *["handle"] * flows.LOOP_TIMES]
+    return ["listen", "handle"] * flows.LOOP_TIMES
+
+
+def assert_looped(cid: str, log: str, steps: list[str]) -> None:
+    """The run handled the five payloads once each, in order (see
+    ``assert_handled_once_in_order``), each step ran once, and each ``handle`` got
+    the next message of the mailbox."""
+    rows = mailbox(cid)
+    assert_handled_once_in_order(Workflow.for_coordination(cid, using=DB), rows, PAYLOADS, steps)
+    ran = [e for e in executions(log) if e["cid"] == cid]
+    assert [e["step"] for e in ran] == steps
+    assert [e["message"] for e in ran if e["step"] == "handle"] == [row.pk for row in rows]
+
+
+@on_temporal
+def test_a_loop_handles_five_messages_sent_before_it_first_waits_in_order(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """Sent in the transaction that starts the run: each wait's step activity finds
+    the next one in the mailbox."""
+    cid = new_cid()
+    with transaction.atomic(using=DB):
+        temporal[flows.MESSAGE_LOOP].start({"log": log}, coordination_id=cid)
+        wf = Workflow.for_coordination(cid, using=DB)
+        for payload in PAYLOADS:
+            wf.send("item", payload)
+    wait_for_status(cid, ("completed",), [worker, server])
+    assert_looped(cid, log, loop_steps())
+
+
+@on_temporal
+@pytest.mark.parametrize("wait_in_handle", [False, True], ids=["jump-then-wait", "wait-to"])
+def test_a_loop_handles_five_messages_sent_one_at_a_time_while_it_waits_in_order(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str, wait_in_handle: bool
+) -> None:
+    state = {"log": log, "wait_in_handle": wait_in_handle}
+    cid = temporal[flows.MESSAGE_LOOP].start(state).coordination_id
+    wf = Workflow.for_coordination(cid, using=DB)
+    for n, payload in enumerate(PAYLOADS):
+        wait_until(
+            lambda n=n: waits_with(DB, cid, n), WAIT, f"run {cid} at wait {n + 1}", [worker, server]
+        )
+        wf.send("item", payload)
+    wait_for_status(cid, ("completed",), [worker, server])
+    assert_looped(cid, log, loop_steps(wait_in_handle))
+
+
+@on_temporal
+def test_a_loop_delivers_each_message_once_with_repeated_idempotency_keys_mixed_in(
+    temporal: Any, worker: TemporalWorker, server: DevServer, log: str
+) -> None:
+    """Two messages (each sent twice) in the transaction that starts the run; the
+    three others one at a time while it waits, each followed by a repeat of itself
+    and of the one before (already handled). A repeat carries another payload: it
+    stores nothing, and no wait gets it."""
+    cid = new_cid()
+
+    def send(n: int, repeat: bool = False) -> Any:
+        wf = Workflow.for_coordination(cid, using=DB)
+        return wf.send("item", item(-n if repeat else n), idempotency_key=f"item-{n}")
+
+    with transaction.atomic(using=DB):
+        temporal[flows.MESSAGE_LOOP].start({"log": log}, coordination_id=cid)
+        sent = {n: send(n) for n in (1, 2)}
+        assert send(1, repeat=True) == sent[1] and send(2, repeat=True) == sent[2]
+    for n in (3, 4, 5):
+        wait_until(
+            lambda n=n: waits_with(DB, cid, n - 1), WAIT, f"run {cid} at wait {n}", [worker, server]
+        )
+        sent[n] = send(n)
+        assert send(n, repeat=True) == sent[n]
+        assert send(n - 1, repeat=True) == sent[n - 1]
+    wait_for_status(cid, ("completed",), [worker, server])
+    assert [row.pk for row in mailbox(cid)] == [sent[n].id for n in range(1, 6)]
+    assert_looped(cid, log, loop_steps())

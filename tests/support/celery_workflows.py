@@ -58,6 +58,13 @@ LISTENING = "fw-celery-listening"
 #: ``bump`` then ``check``, which jumps back to ``bump`` twice, then hibernates back
 #: to it, then ends the run.
 LOOPING = "fw-celery-looping"
+#: ``listen`` (a wait for a message on "item") and ``handle``, which appends the
+#: message's payload to ``state["handled"]`` and jumps back to ``listen`` until
+#: ``LOOP_TIMES`` were handled (``tests/integrations/test_celery_messages.py``). With
+#: ``state["wait_in_handle"]``, ``handle`` waits itself and continues at itself
+#: (``wait_for(..., to="handle")``).
+MESSAGE_LOOP = "fw-celery-message-loop"
+LOOP_TIMES = 5
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -203,6 +210,30 @@ def check(state: dict[str, Any], ctx: Any) -> Any:
     return done(state)
 
 
+@step("listen")
+def loop_listen(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return wait_for(then(state, "listen"), "item")
+
+
+@step("handle", goes_to=["listen", "handle"])
+def loop_handle(state: dict[str, Any], ctx: Any) -> Any:
+    """Logs the message it got (``message``: its id), appends its payload to
+    ``handled``; jumps back until ``LOOP_TIMES`` were handled."""
+    from celery import current_task
+
+    message = ctx.message
+    task = current_task.request.id if current_task else None
+    record(state, ctx, task=task, message=None if message is None else message.id)
+    state = then(state, "handle")
+    state = {**state, "handled": [*state.get("handled", []), message and message.payload]}
+    if len(state["handled"]) >= LOOP_TIMES:
+        return done(state)
+    if state.get("wait_in_handle"):
+        return wait_for(state, "item", to="handle")
+    return advance(state, to="listen")
+
+
 def versioned(name: str, version: int, outcome: Any = advance) -> Any:
     """A step of version *version* that logs its version and the worker's tag."""
 
@@ -256,6 +287,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (FAN_OUT, [fan_out, collect]),
             (LISTENING, [one, listen, heard]),
             (LOOPING, [bump, check]),
+            (MESSAGE_LOOP, [loop_listen, loop_handle]),
         )
     }
 

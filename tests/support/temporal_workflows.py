@@ -64,6 +64,13 @@ LOOPING = "fw-temporal-looping"
 #: "heard".
 LISTENING = "fw-temporal-listening"
 LISTENING_THRICE = "fw-temporal-listening-thrice"
+#: ``listen`` (a wait for a message on "item") and ``handle``, which appends the
+#: message's payload to ``state["handled"]`` and jumps back to ``listen`` until
+#: ``LOOP_TIMES`` were handled (``tests/integrations/test_temporal_messages.py``). With
+#: ``state["wait_in_handle"]``, ``handle`` waits itself and continues at itself
+#: (``wait_for(..., to="handle")``).
+MESSAGE_LOOP = "fw-temporal-message-loop"
+LOOP_TIMES = 5
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -207,6 +214,27 @@ def check(state: dict[str, Any], ctx: Any) -> Any:
     return advance(state)
 
 
+@step("listen")
+def loop_listen(state: dict[str, Any], ctx: Any) -> Any:
+    _record(state, ctx)
+    return wait_for(then(state, "listen"), "item")
+
+
+@step("handle", goes_to=["listen", "handle"])
+def loop_handle(state: dict[str, Any], ctx: Any) -> Any:
+    """Logs the message it got (``message``: its id), appends its payload to
+    ``handled``; jumps back until ``LOOP_TIMES`` were handled."""
+    message = ctx.message
+    record(state, ctx, attempt=ctx.attempt, message=None if message is None else message.id)
+    state = then(state, "handle")
+    state = {**state, "handled": [*state.get("handled", []), message and message.payload]}
+    if len(state["handled"]) >= LOOP_TIMES:
+        return done(state)
+    if state.get("wait_in_handle"):
+        return wait_for(state, "item", to="handle")
+    return advance(state, to="listen")
+
+
 def versioned(name: str, version: int, outcome: Any = advance, **options: Any) -> Any:
     """A step of version *version* that logs its version and the worker's tag."""
 
@@ -261,6 +289,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (FAN_CHILD, [enrich]),
             (FAN_OUT, [fan_out, collect]),
             (LOOPING, [bump, check, _plain("finish")]),
+            (MESSAGE_LOOP, [loop_listen, loop_handle]),
             (
                 SHORT,
                 [

@@ -3,10 +3,10 @@
 A workflow's steps run in their list's order: ``advance(state)`` continues with the
 next step, and the last step's completes the run. A step may instead continue at a
 named step of the same workflow, earlier (a loop) or later (a branch that skips
-steps): ``advance(state, to="poll")``. ``hibernate`` and ``sleep`` take ``to=`` too:
-the run continues there when it wakes. The jump is recorded in the step's snapshot
-(``workflow.nextStep``), so where a run continues is decided by its latest snapshot,
-as ``workflow.lastStep`` decides it otherwise: a crash, a resume, another worker,
+steps): ``advance(state, to="poll")``. ``hibernate``, ``sleep`` and ``wait_for``
+take ``to=`` too: the run continues there when it wakes. The jump is recorded in the
+step's snapshot (``workflow.nextStep``), so where a run continues is decided by its
+latest snapshot, as ``workflow.lastStep`` decides it otherwise: a crash, a resume, another worker,
 the recovery sweep and an upgrade all continue at the target. The snapshots stay one
 chain whose ``seq`` keeps growing; nothing reads the chain behind its head, so the
 10,000th pass of a loop costs what the first did.
@@ -74,7 +74,8 @@ def check_goes_to(value: Any) -> tuple[str, ...] | None:
 
 
 def check_jump_target(to: Any) -> str:
-    """The ``to=`` of ``advance``, ``hibernate`` or ``sleep`` (``""``: no jump)."""
+    """The ``to=`` of ``advance``, ``hibernate``, ``sleep`` or ``wait_for`` (``""``: no
+    jump)."""
     if to is None:
         return ""
     if not isinstance(to, str) or not to.strip():

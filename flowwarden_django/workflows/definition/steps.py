@@ -3,12 +3,12 @@
 
 A step receives the state and returns one of ``advance(state)``, ``hibernate(state)``,
 ``sleep(state, for_=...)``, ``done(state)`` or ``fail(reason)``; ``advance``,
-``hibernate`` and ``sleep`` take ``to="step"`` to continue at another step of the
-workflow, earlier or later (loops and branches: ``definition.graph``). Steps must be
-idempotent: a retry runs the step again, and so does a resume after a crash between
-the step's side effect and its snapshot. ``ctx.idempotency_key`` is the same for
-every attempt and every run of one step of one coordination, so a side effect keyed
-on it happens once.
+``hibernate`` and ``sleep`` (and ``wait_for``, ``waiting.messages``) take
+``to="step"`` to continue at another step of the workflow, earlier or later (loops
+and branches: ``definition.graph``). Steps must be idempotent: a retry runs the
+step again, and so does a resume after a crash between the step's side effect and
+its snapshot. ``ctx.idempotency_key`` is the same for every attempt and every run of
+one step of one coordination, so a side effect keyed on it happens once.
 """
 
 from __future__ import annotations

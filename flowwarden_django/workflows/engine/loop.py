@@ -13,9 +13,9 @@ after ``workflow.lastStep`` until one hibernates, finishes or fails, or the list
 * ``fail(reason)``, or an exception on every attempt: status ``failed``, nothing
   persisted, so a later run executes the same step again.
 * Falling off the end of the list is ``Completed``.
-* ``advance(state, to="poll")`` (``hibernate``, ``sleep`` too): the snapshot records
-  the jump (``workflow.nextStep``) and the run continues at that step, now or when it
-  wakes; a jump its step may not make fails the run (``definition.graph``).
+* ``advance(state, to="poll")`` (``hibernate``, ``sleep``, ``wait_for`` too): the
+  snapshot records the jump (``workflow.nextStep``) and the run continues at that
+  step, now or when it wakes; a jump its step may not make fails the run (``definition.graph``).
 
 Steps must be idempotent: a retry repeats a step, and a crash between a step's side
 effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.

@@ -36,6 +36,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ....common.app_models import models
+from ...definition.graph import check_jump_target
 from ...definition.messages import Message
 from ...definition.metadata import LAST_STEP
 from ...definition.results import WaitingForMessage
@@ -57,11 +58,13 @@ WAIT_METADATA = "message.waitFor"
 @dataclasses.dataclass(frozen=True)
 class WaitForMessage(Pause):
     """Persist *state* and wait for a message on *topic* until *deadline* (``None``:
-    no timeout); status ``waiting_message``. Made by ``wait_for``; see there."""
+    no timeout); status ``waiting_message``; then continue at the next step, or at
+    step *to* when given. Made by ``wait_for``; see there."""
 
     topic: str = ""
     deadline: datetime | None = None
     status: ClassVar[str] = RunStatus.WAITING_MESSAGE
+    to: str = dataclasses.field(default="", kw_only=True)
     #: What ``on_paused`` found: whether the run was continued at once.
     woke: list[bool] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
@@ -88,7 +91,9 @@ class WaitForMessage(Pause):
         self.woke.append(wake_if_mail(workflow.coordination_id, workflow.runs.db, workflow))
 
 
-def wait_for(state: Any, topic: str, timeout: float | timedelta | None = None) -> WaitForMessage:
+def wait_for(
+    state: Any, topic: str, timeout: float | timedelta | None = None, *, to: str | None = None
+) -> WaitForMessage:
     """Persist *state* and wait, holding nothing, for a message on *topic* sent to this
     run (``Workflow.send``, ``ctx.send``); the next step reads it as ``ctx.message``::
 
@@ -104,9 +109,12 @@ def wait_for(state: Any, topic: str, timeout: float | timedelta | None = None) -
 
     *timeout* (seconds or a ``timedelta``; ``None``: none): after it the next step
     runs with ``ctx.message is None``, woken by the recovery sweep as a sleep is. A
-    message sent before the wait is kept, and delivered when the run waits. See the
-    module for the guarantees."""
+    message sent before the wait is kept, and delivered when the run waits. *to*: the
+    step that reads the message instead of the next one (a loop that handles one
+    message per pass, say), as ``hibernate(state, to=...)`` and ``sleep`` take it
+    (``definition.graph``). See the module for the guarantees."""
     topic = check_name(topic, "the topic")
+    target = check_jump_target(to)
     deadline = None
     if timeout is not None:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
@@ -115,7 +123,7 @@ def wait_for(state: Any, topic: str, timeout: float | timedelta | None = None) -
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"timeout must be a finite duration >= 0, not {timeout!r}")
         deadline = timezone.now() + timedelta(seconds=seconds)
-    return WaitForMessage(state, topic=topic, deadline=deadline)
+    return WaitForMessage(state, topic=topic, deadline=deadline, to=target)
 
 
 def wait_metadata(topic: str, deadline: datetime | None) -> str:
