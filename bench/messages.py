@@ -34,8 +34,10 @@ process): ``wait`` returns ``wait_for(state, "go")``, ``took`` notes
 
 The ratios: raw NOTIFY round trip median / engine median latency (how much of the raw
 round trip's speed the engine keeps), and engine messages/s / raw INSERTs/s. Each
-round runs every path, alternating the order; rates are the rounds' medians, and
-each round's own ratio is printed. Also printed: the statements one delivery sends
+round runs every path, alternating the order; latencies are over every sample, rates
+are the rounds' medians, and each round's own ratios are printed with their median
+(a round compares paths run minutes apart at most, so a machine whose speed drifts
+moves both sides of it alike). Also printed: the statements one delivery sends
 (Django's query log, by kind), the work a message costs beyond the raw row.
 
 Not measured here: a send from another process. The in-process provider runs the
@@ -306,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     notify: list[float] = []
     poll: list[float] = []
     rates: dict[str, list[float]] = {"engine": [], "batch": [], "raw": []}
+    #: Each round's own ratios (latency: raw NOTIFY median / engine median; rate).
+    round_ratios: dict[str, list[float]] = {"latency": [], "rate": []}
     try:
         engine_latencies(args.warmup)  # warm-up
         raw.notify_latencies(args.warmup)
@@ -324,14 +328,16 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for path in paths if index % 2 == 0 else reversed(paths):
                 path()
-            latest, latest_raw = engine[-args.runs :], notify[-args.runs :]
+            latest = statistics.median(engine[-args.runs :])
+            latest_raw = statistics.median(notify[-args.runs :])
+            round_ratios["latency"].append(latest_raw / latest)
+            round_ratios["rate"].append(rates["engine"][-1] / rates["raw"][-1])
             print(
-                f"  round {index + 1}: send to next step {ms(statistics.median(latest))}, "
-                f"raw INSERT+NOTIFY {ms(statistics.median(latest_raw))}; "
+                f"  round {index + 1}: send to next step {ms(latest)}, raw INSERT+NOTIFY "
+                f"{ms(latest_raw)} (ratio {round_ratios['latency'][-1]:.3f}); "
                 f"{rates['engine'][-1]:.0f} messages/s "
                 f"({rates['batch'][-1]:.0f}/s in one transaction), "
-                f"raw {rates['raw'][-1]:.0f} INSERTs/s "
-                f"(ratio {rates['engine'][-1] / rates['raw'][-1]:.3f})",
+                f"raw {rates['raw'][-1]:.0f} INSERTs/s (ratio {round_ratios['rate'][-1]:.3f})",
                 flush=True,
             )
             cleanup()
@@ -354,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"latency ratio (raw NOTIFY / engine, median): "
         f"{statistics.median(notify) / statistics.median(engine):.3f}; "
-        f"p99: {p99(notify) / p99(engine):.3f}"
+        f"p99: {p99(notify) / p99(engine):.3f}; median of the rounds' ratios: "
+        f"{statistics.median(round_ratios['latency']):.3f}"
     )
     engine_rate_ = statistics.median(rates["engine"])
     batch_rate = statistics.median(rates["batch"])
@@ -366,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"raw message-row INSERTs per second:          {raw_rate:.0f}/s")
     print(
         f"throughput ratio (engine / raw INSERTs):     {engine_rate_ / raw_rate:.3f} "
-        f"(one transaction: {batch_rate / raw_rate:.3f})"
+        f"(one transaction: {batch_rate / raw_rate:.3f}); median of the rounds' ratios: "
+        f"{statistics.median(round_ratios['rate']):.3f}"
     )
     return 0
 
