@@ -1,4 +1,5 @@
-"""The shop's read model, kept up to date by the ``orders`` change stream."""
+"""The shop's read model, kept up to date by the ``orders`` change stream (and its
+payments by the ``payments`` stream)."""
 
 from django.db import models
 
@@ -16,6 +17,11 @@ class Order(models.Model):
     #: Mirrored by the stream's initial sync: the order predates the app, and starts
     #: no approval workflow (an insert event of the order clears it: a new order).
     copied = models.BooleanField(default=False)
+    #: An order on invoice terms: "due" while its run waits for the payment, "paid"
+    #: once the ``payments`` stream took it (with ``paid_cents``), "overdue" when none
+    #: came in time; "" for an order paid when it was placed.
+    payment = models.CharField(max_length=20, blank=True, default="")
+    paid_cents = models.IntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -1,5 +1,8 @@
 """The shop's change streams (discovered at start-up: apps' ``streams`` modules are imported).
 
+``payments`` (at the end) takes the payment provider's records from ``shop.payments``
+and resumes the waiting workflow of each paid order, exactly once.
+
 ``orders`` mirrors MongoDB's ``shop.orders`` collection into the ``Order`` model and
 starts each new order's approval workflow. Handlers are idempotent (upserts and
 deletes by id; the workflow is started with the order's key, so at most once), as
@@ -32,7 +35,7 @@ from typing import Any
 from flowwarden_django.streams import ChangeContext, change_stream, checkpoint, dead_letter_queue
 
 from .models import Order
-from .workflows import start_for_order, withdraw_order
+from .workflows import record_payment, start_for_order, withdraw_order
 
 
 class OrderRejected(ValueError):
@@ -100,3 +103,22 @@ class OrderProjection:
                 **fields,
             },
         )
+
+
+@change_stream("payments", collection="payments", database="shop", transactional=True)
+@checkpoint(save_every_n=1, idle_heartbeat_interval_seconds=60)
+@dead_letter_queue(retention_days=30)
+class PaymentsReceived:
+    """A payment recorded in ``shop.payments`` (``{_id, order_id, amount_cents}``) marks
+    its order paid and resumes the order's run, which waits for it on invoice terms.
+
+    ``transactional=True``: the handler's writes (the ``Order`` row and the message to
+    the run, both on the default database) and the stream's checkpoint commit in one
+    transaction, and the run wakes once it committed. A crash before that commit
+    rolls all of it back and the payment is delivered again; a crash after it
+    delivers nothing again. So each payment resumes its run exactly once. A payment
+    for an order with no run (yet) is parked as a dead letter, to replay.
+    """
+
+    def on_insert(self, doc: dict[str, Any]) -> None:
+        record_payment(doc)

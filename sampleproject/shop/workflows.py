@@ -8,6 +8,14 @@ then the run resumes with an ``expired`` decision), and starts the order's
 ``approval-reminder``. ``fulfil`` applies the decision to the ``Order`` row and
 cancels the reminder, which is no longer needed.
 
+An order on invoice terms (its document has ``"terms": "invoice"``) is not done once
+fulfilled: ``fulfil`` makes it wait for its payment (``wait_for(state, "paid",
+timeout=PAYMENT_DUE_IN)``), holding nothing, and ``collect`` records the payment, or
+marks the order overdue when none came in 14 days. The ``payments`` stream (see
+``streams.py``) sends the message with ``record_payment``: in one transaction with the
+order marked paid and the stream's checkpoint, so each payment resumes its order's run
+exactly once, across crashes.
+
 ``approval-reminder``: sleeps 24 hours (a durable sleep: no thread, no task), then
 reminds the approvers if the order still waits.
 
@@ -24,6 +32,7 @@ from typing import Any
 
 from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import (
+    RunFinishedError,
     StepContext,
     Workflow,
     advance,
@@ -32,6 +41,7 @@ from flowwarden_django.workflows import (
     done,
     sleep,
     step,
+    wait_for,
 )
 
 from .models import Order
@@ -46,6 +56,9 @@ APPROVAL_EXPIRES_IN = timedelta(hours=48)
 REMINDER = "approval-reminder"
 #: How long a large order waits before the approvers are reminded of it.
 REMIND_AFTER = timedelta(hours=24)
+#: The topic a run on invoice terms waits for, and how long it waits.
+PAID = "paid"
+PAYMENT_DUE_IN = timedelta(days=14)
 
 
 def idempotency_key(order_id: Any) -> str:
@@ -59,6 +72,8 @@ def initial_state(doc: dict[str, Any]) -> dict[str, Any]:
         "order_id": doc["_id"],
         "customer": doc.get("customer", ""),
         "total_cents": doc.get("total_cents", 0),
+        # "invoice": the order is paid after it is fulfilled (its run waits for that).
+        "terms": doc.get("terms", "prepaid"),
     }
 
 
@@ -109,7 +124,57 @@ def fulfil(state: dict[str, Any], ctx: StepContext) -> Any:
     Order.objects.filter(order_id=state["order_id"]).update(approval=approval)
     if decision is not None:
         cancel_runs(reminder_key(state["order_id"]), "the order was decided", by="order-approval")
-    return done({**state, "outcome": outcome, "decided_by": by, "comment": comment})
+    fulfilled = {**state, "outcome": outcome, "decided_by": by, "comment": comment}
+    if outcome == "fulfilled" and state.get("terms") == "invoice":
+        # Invoiced: wait, holding nothing, for the payments stream's message.
+        Order.objects.filter(order_id=state["order_id"]).update(payment="due")
+        return wait_for(fulfilled, PAID, timeout=PAYMENT_DUE_IN)
+    return done(fulfilled)
+
+
+@step
+def collect(state: dict[str, Any], ctx: StepContext) -> Any:
+    payment = ctx.message
+    if payment is None:  # PAYMENT_DUE_IN passed without one
+        Order.objects.filter(order_id=state["order_id"]).update(payment="overdue")
+        return done({**state, "payment": "overdue"})
+    # The payments stream marked the order paid when it sent this, in one transaction.
+    return done({**state, "payment": "paid", **payment.payload})
+
+
+class PaymentForUnknownOrder(LookupError):
+    """A payment for an order this app has no run of (yet): the ``payments`` stream
+    parks it as a dead letter, to replay once the order is there."""
+
+
+def payment_key(payment_id: Any) -> str:
+    """A payment's idempotency key: its document's ``_id``, the same on every delivery."""
+    return f"shop.payments:{payment_id}"
+
+
+def record_payment(doc: dict[str, Any]) -> bool:
+    """Mark order ``doc["order_id"]`` paid and send its run the payment (``paid``);
+    whether the run took it (False: it has finished, so nothing waits for a payment).
+
+    Called by the ``payments`` stream's handler, in its transaction: the order's row,
+    the message and the stream's checkpoint commit together, and the run wakes once
+    they did. The idempotency key (the payment's ``_id``) is not what makes it exactly
+    once there; it keeps a payment delivered again after a checkpoint reset or a
+    replay from sending twice."""
+    order_id, cents = doc["order_id"], doc.get("amount_cents", 0)
+    run = WorkflowRun.objects.filter(idempotency_key=idempotency_key(order_id)).first()
+    if run is None:
+        raise PaymentForUnknownOrder(f"payment {doc['_id']}: no order {order_id} here (yet)")
+    Order.objects.filter(order_id=order_id).update(payment="paid", paid_cents=cents)
+    payload = {"payment_id": str(doc["_id"]), "paid_cents": cents}
+    try:
+        Workflow.for_coordination(run.pk).send(
+            PAID, payload, idempotency_key=payment_key(doc["_id"]), sender="shop.payments"
+        )
+    except RunFinishedError as exc:  # completed (paid when placed) or cancelled (withdrawn)
+        logger.info("payment %s for order %s: %s", doc["_id"], order_id, exc)
+        return False
+    return True
 
 
 @step
@@ -142,5 +207,5 @@ def withdraw_order(order_id: Any, *, by: str) -> bool:
     return cancelled
 
 
-order_approval = Workflow.define(WORKFLOW, [review, fulfil])
+order_approval = Workflow.define(WORKFLOW, [review, fulfil, collect])
 approval_reminder = Workflow.define(REMINDER, [wait_a_day, remind])

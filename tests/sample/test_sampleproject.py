@@ -1,5 +1,6 @@
 """README command 1 and the sample's stream: they run on SQLite with no servers."""
 
+import json
 import os
 import re
 import sqlite3
@@ -132,7 +133,21 @@ def test_demo_runs_the_whole_story(sample_env):
     assert "[waited for approval" in out and "outcome='fulfilled', decided_by='approver'" in out
     assert "Decision: approved by approver at " in out and "{'ship': 'express'}" in out
     assert "Audit: requested by system; approved by approver" in out
-    for stream in ("orders", "inventory", "payments"):
+    # Payments: order 1324 on invoice terms waits for its payment; the payments stream
+    # marks it paid and resumes the run, once.
+    assert "Stream 'payments', first start: saves its position: 0 events handled" in out
+    assert (
+        "order 1324 ($125.00, invoice): run waiting_message, for a message on 'paid' "
+        "(due in 14 days); order payment='due'"
+    ) in out
+    assert "payment pay-1324 written to shop.payments: 1 events handled" in out
+    assert (
+        "order 1324 payment='paid' ($125.00); run completed (payment='paid'), 1 message delivered"
+    ) in out
+    assert (
+        "the payment delivered again (as after a checkpoint reset): messages to the run: 1" in out
+    )
+    for stream in ("orders", "inventory", "payments", "refunds"):
         assert stream in out
     assert "/admin/flowwarden_django/streamcheckpoint/" in out
     # The hints name this venv's python (or make targets), never a bare "python".
@@ -228,3 +243,78 @@ def test_a_large_order_sleeps_a_reminder_and_withdrawing_it_cancels_both_runs(sa
         "shop.reminders:501": "cancelled:the order was withdrawn",
     }
     assert approvals == [("cancelled",)]
+
+
+def test_a_payment_marks_its_order_paid_and_resumes_its_run_exactly_once(sample_env):
+    """The sample's messages: an order on invoice terms is fulfilled and its run waits
+    for its payment; the transactional ``payments`` stream marks the order paid and
+    sends the run its message, which resumes it (``collect`` completes it with the
+    payment). A payment for an order with no run is parked as a dead letter. The
+    stream reset to its first position delivers the payments again: nothing is sent
+    twice (the payment's ``_id`` is the message's idempotency key)."""
+    with ScriptedReplicaSet() as server:
+        env = {**sample_env, "FLOWWARDEN_MONGO_URL": server.uri}
+
+        def burst():
+            done = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        burst()  # both streams save their first position
+        shown = run("flowwarden_checkpoints", "show", "payments", "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        first = json.loads(shown.stdout)["last_seen_token"]
+        order = {"_id": 601, "customer": "initech", "total_cents": 12_500, "terms": "invoice"}
+        server.insert("shop", "orders", {**order, "status": "new"})
+        burst()
+        assert query(env, RUN_OF_601) == [("waiting_message", "paid")]
+        assert query(env, "SELECT payment FROM shop_order WHERE order_id = 601") == [("due",)]
+
+        server.insert("shop", "payments", {"_id": "pay-1", "order_id": 601, "amount_cents": 12_500})
+        server.insert("shop", "payments", {"_id": "pay-2", "order_id": 999, "amount_cents": 1})
+        out = burst()
+        assert "payments: 2 events handled" in out, out
+        assert query(env, RUN_OF_601)[0][0] == "completed"
+        assert query(env, "SELECT payment, paid_cents FROM shop_order WHERE order_id = 601") == [
+            ("paid", 12_500)
+        ]
+        assert query(env, MESSAGES_OF_601) == [
+            ("paid", '{"payment_id": "pay-1", "paid_cents": 12500}', "shop.payments", 1)
+        ]
+        parked = query(
+            env,
+            "SELECT error_type FROM flowwarden_django_deadletter WHERE stream_name = 'payments'",
+        )
+        assert parked == [("sampleproject.shop.workflows.PaymentForUnknownOrder",)]
+
+        reset = run(
+            "flowwarden_checkpoints",
+            "reset",
+            "payments",
+            "--seen-token",
+            json.dumps(first),
+            "--yes",
+            env=env,
+        )
+        assert reset.returncode == 0, reset.stderr
+        again = burst()
+        assert "payments: 2 events handled" in again, again
+        assert len(query(env, MESSAGES_OF_601)) == 1, "a payment delivered again sent again"
+        assert query(env, RUN_OF_601)[0][0] == "completed"
+
+
+RUN_OF_601 = (
+    "SELECT status, waiting_topic FROM flowwarden_django_workflowrun "
+    "WHERE idempotency_key = 'shop.orders:601'"
+)
+MESSAGES_OF_601 = (
+    "SELECT m.topic, m.payload, m.sender, m.delivered_to IS NOT NULL "
+    "FROM flowwarden_django_workflowmessage m JOIN flowwarden_django_workflowrun r "
+    "ON r.coordination_id = m.coordination_id WHERE r.idempotency_key = 'shop.orders:601'"
+)
+
+
+def query(env, sql):
+    """The rows of *sql* in the sample's SQLite database."""
+    with sqlite3.connect(env["SAMPLEPROJECT_DB"]) as db:
+        return db.execute(sql).fetchall()

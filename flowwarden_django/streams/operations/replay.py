@@ -26,6 +26,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from ...common.stream_attempts import in_transactional_attempt
 from ...common.user_input import check_note
 from ..context import ChangeContext
 from ..dispatch import HandlerCaller
@@ -110,7 +111,8 @@ def run_handlers(
             then()
 
     if spec.transactional:
-        with transaction.atomic(using=spec.transaction_using):
+        using = spec.transaction_using
+        with transaction.atomic(using=using), in_transactional_attempt(spec.name, using):
             call()
     else:
         call()

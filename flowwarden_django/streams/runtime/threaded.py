@@ -25,6 +25,7 @@ from django.db import close_old_connections, connections, transaction
 
 from ...common.connections import discard_unusable_connections
 from ...common.failure_log import FailureLog
+from ...common.stream_attempts import in_transactional_attempt
 from .. import initial_sync
 from ..checkpoint import CheckpointStore
 from ..context import ChangeContext
@@ -443,7 +444,12 @@ class StreamConsumer:
         if self.spec.transactional and not lifecycle:
             confirmed = self.policy.confirmed_token if anchored else None
             try:
-                with transaction.atomic(using=self.spec.transaction_using):
+                using = self.spec.transaction_using
+                # The mark inside the transaction: what runs on its commit is not in it.
+                with (
+                    transaction.atomic(using=using),
+                    in_transactional_attempt(self.spec.name, using),
+                ):
                     self._dispatch(handler, ctx)
                     if anchored and not ctx.saved_manually:
                         self.policy.on_settled(

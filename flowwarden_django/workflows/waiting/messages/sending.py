@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from ....common.stream_attempts import current_stream_attempt
 from ....common.user_input import check_message_payload
 from ...definition.messages import Message
 from ...runs.records import RunRecords, RunStatus, UnknownRunError
@@ -89,6 +90,7 @@ def send_message(
         raise RunCancelledError(coordination_id, record.status)
     if record.status == RunStatus.COMPLETED:
         raise RunFinishedError(coordination_id, record.status)
+    _warn_if_apart_from_stream(coordination_id, db, idempotency_key)
     row, created = store_message(
         coordination_id, topic, payload, idempotency_key=idempotency_key, sender=sender, using=db
     )
@@ -129,6 +131,34 @@ async def asend_message(
         idempotency_key=idempotency_key,
         sender=sender,
         using=using,
+    )
+
+
+#: ``(stream, database)`` pairs ``_warn_if_apart_from_stream`` has warned about.
+_warned_apart: set[tuple[str, str]] = set()
+
+
+def _warn_if_apart_from_stream(coordination_id: str, db: str, idempotency_key: str | None) -> None:
+    """Warn (once per stream and database) when a transactional stream's handler
+    sends, without an idempotency key, to a run whose database is not the one its
+    checkpoint commits on: that message commits apart from the stream's anchor, so a
+    crash between the two commits delivers the event, and sends, again."""
+    attempt = current_stream_attempt()
+    if attempt is None or idempotency_key is not None or attempt.using == db:
+        return
+    if (attempt.stream, db) in _warned_apart:
+        return
+    _warned_apart.add((attempt.stream, db))
+    logger.warning(
+        "stream %r commits its checkpoint on database %r, but its handler sends a message "
+        "to run %s, whose runs are on database %r: the message commits apart from the "
+        "checkpoint, so it is not exactly once (an event delivered again after a crash "
+        "sends again). Keep the runs on the stream's database, or pass "
+        "idempotency_key=<the event's id>",
+        attempt.stream,
+        attempt.using,
+        coordination_id,
+        db,
     )
 
 

@@ -13,8 +13,13 @@
    redelivered insert starts no second run.
 2. An approver approves one large order and rejects the other; each run resumes
    and completes. Prints the approved run's snapshot chain and the decision.
-3. Writes checkpoints of two more streams through the public API (an idle
-   ``inventory`` stream kept alive by heartbeats, a ``payments`` stream whose
+3. Payments: an order on invoice terms is fulfilled and its run waits for its
+   payment (``wait_for``); a payment written to ``shop.payments`` goes through the
+   transactional ``payments`` stream, which marks the order paid and resumes the run
+   (the message, the order's row and the checkpoint in one transaction), and the
+   payment delivered again sends nothing.
+4. Writes checkpoints of two more streams through the public API (an idle
+   ``inventory`` stream kept alive by heartbeats, a ``refunds`` stream whose
    history was lost) and lists every checkpoint.
 
 ``--serve`` leaves the second large order waiting, makes demo logins (``approver``,
@@ -55,6 +60,7 @@ from flowwarden_django.models import (
     DeadLetter,
     SnapshotRecord,
     StreamWorker,
+    WorkflowMessage,
     WorkflowRun,
 )
 from flowwarden_django.streams import (
@@ -77,6 +83,9 @@ from ...workflows import (
     REMIND_AFTER,
     REMINDER,
     WORKFLOW,
+    dollars,
+    idempotency_key,
+    record_payment,
     reminder_key,
     start_for_order,
 )
@@ -85,6 +94,10 @@ from ...workflows import (
 LARGE_ORDERS = ((250_000, "acme"), (180_000, "globex"))
 
 DB, COLLECTION, STREAM = "shop", "orders", "orders"
+#: The payments stream and its collection.
+PAYMENTS = "payments"
+#: The order on invoice terms of the payments act, and what it costs.
+INVOICED_CENTS, INVOICED_CUSTOMER = 12_500, "initech"
 
 #: ``--serve``: seconds between two orders of the feeder, and how long its order on
 #: hold is refused (a replay after that goes through).
@@ -116,8 +129,8 @@ class ScriptedShop:
         """The current documents with ``_id`` from *first* to *last*."""
         return [d for d in self.server.documents(DB, COLLECTION) if first <= d["_id"] <= last]
 
-    def insert(self, doc: dict[str, Any]) -> None:
-        self.server.insert(DB, COLLECTION, doc)
+    def insert(self, doc: dict[str, Any], collection: str = COLLECTION) -> None:
+        self.server.insert(DB, collection, doc)
 
     def update(self, order_id: int, fields: dict[str, Any]) -> None:
         self.server.update(DB, COLLECTION, order_id, set_fields=fields)
@@ -148,8 +161,8 @@ class MongoShop:
     def documents(self, first: int, last: int) -> list[dict[str, Any]]:
         return list(self.orders.find({"_id": {"$gte": first, "$lte": last}}))
 
-    def insert(self, doc: dict[str, Any]) -> None:
-        self.orders.insert_one(doc)
+    def insert(self, doc: dict[str, Any], collection: str = COLLECTION) -> None:
+        self.client[DB][collection].insert_one(doc)
 
     def update(self, order_id: int, fields: dict[str, Any]) -> None:
         self.orders.update_one({"_id": order_id}, {"$set": fields})
@@ -202,10 +215,12 @@ class Command(BaseCommand):
                 first_id = self.initial_sync_demo(shop, first_id, existing)
                 large = self.stream_demo(shop, first_id, orders)
             self.approval_demo(large, leave_pending=serve)
+            with overrides:
+                invoiced = self.payment_demo(shop, large[-1] + 1)
             self.checkpoint_api_demo()
             call_command("flowwarden_checkpoints", "list", stdout=self.stdout)
             if serve:
-                self.serve(shop, host, port, addrport, next_id=large[-1] + 1)
+                self.serve(shop, host, port, addrport, next_id=invoiced + 1)
             else:
                 self.admin_instructions()
         finally:
@@ -231,9 +246,10 @@ class Command(BaseCommand):
             )
             # A new scripted server has a new history: start the stream afresh (and
             # forget what the processes of an earlier demo reported and parked).
-            checkpoint_stores["default"].delete(STREAM)
-            StreamWorker.objects.filter(stream_name=STREAM).delete()
-            DeadLetter.objects.filter(stream_name=STREAM).delete()
+            for stream in (STREAM, PAYMENTS):
+                checkpoint_stores["default"].delete(stream)
+                StreamWorker.objects.filter(stream_name=stream).delete()
+                DeadLetter.objects.filter(stream_name=stream).delete()
             Order.objects.all().delete()
             forget_order_runs()
             first_id = 1
@@ -460,24 +476,72 @@ class Command(BaseCommand):
         trail = "; ".join(f"{e.action} by {e.actor or 'system'}" for e in approval.events.all())
         self.stdout.write(f"Audit: {trail}\n")
 
-    def run_burst(self, label: str) -> StreamConsumer:
+    def run_burst(self, label: str, stream: str = STREAM, indent: str = "") -> StreamConsumer:
         manager = StreamManager()
-        consumer: StreamConsumer = manager.start(STREAM, burst=True)
+        consumer: StreamConsumer = manager.start(stream, burst=True)
         manager.wait()
         # Ends the manager's supervisor too (it would go on publishing this process's
         # status of the stream, and reading the oplog window, after the burst).
         manager.stop_all()
         if consumer.state == StreamState.CRASHED:
-            raise CommandError(f"the orders stream stopped: {consumer.last_error}")
+            raise CommandError(f"the {stream} stream stopped: {consumer.last_error}")
         copied = consumer.documents_copied
         self.stdout.write(
-            f"Stream {STREAM!r}, {label}: "
+            f"{indent}Stream {stream!r}, {label}: "
             + (f"{counted(copied, 'document')} copied, " if copied else "")
             + f"{consumer.events_handled} events handled"
         )
         return consumer
 
-    # -- 3. the checkpoint API -----------------------------------------------------------
+    # -- 3. payments ---------------------------------------------------------------------
+
+    def payment_demo(self, shop: ScriptedShop | MongoShop, order_id: int) -> int:
+        """Order *order_id*, on invoice terms, waits for its payment; a payment in
+        ``shop.payments`` resumes it through the ``payments`` stream, once. Returns
+        the order's id."""
+        self.stdout.write(
+            f"\nPayments (the {PAYMENTS!r} stream, transactional: a payment marks its order "
+            "paid and resumes the order's run, in one transaction with its checkpoint):"
+        )
+        if checkpoint_stores["default"].find(PAYMENTS) is None:
+            self.run_burst("first start: saves its position", PAYMENTS, "  ")
+        order = {
+            "_id": order_id,
+            "customer": INVOICED_CUSTOMER,
+            "status": "new",
+            "total_cents": INVOICED_CENTS,
+            "terms": "invoice",
+        }
+        shop.insert(order)
+        self.run_burst("an order on invoice terms", STREAM, "  ")
+        run = WorkflowRun.objects.get(idempotency_key=idempotency_key(order_id))
+        self.stdout.write(
+            f"  order {order_id} ({dollars(INVOICED_CENTS)}, invoice): run {run.status}, "
+            f"for a message on {run.waiting_topic!r} (due in 14 days); "
+            f"order payment={Order.objects.get(order_id=order_id).payment!r}"
+        )
+        payment = {"_id": f"pay-{order_id}", "order_id": order_id, "amount_cents": INVOICED_CENTS}
+        shop.insert(payment, collection=PAYMENTS)
+        self.run_burst(f"payment {payment['_id']} written to {DB}.{PAYMENTS}", PAYMENTS, "  ")
+        run.refresh_from_db()
+        paid = Order.objects.get(order_id=order_id)
+        messages = WorkflowMessage.objects.filter(coordination_id=run.pk)
+        final = Workflow.for_coordination(run.pk).current_result()
+        outcome = getattr(final, "final_state", {}).get("payment")
+        self.stdout.write(
+            f"  order {order_id} payment={paid.payment!r} ({dollars(paid.paid_cents)}); "
+            f"run {run.status} (payment={outcome!r}), "
+            f"{counted(messages.filter(delivered_to__isnull=False).count(), 'message')} "
+            "delivered"
+        )
+        record_payment(payment)
+        self.stdout.write(
+            "  the payment delivered again (as after a checkpoint reset): messages to the "
+            f"run: {messages.count()} (its idempotency key is the payment's _id)"
+        )
+        return order_id
+
+    # -- 4. the checkpoint API -----------------------------------------------------------
 
     def checkpoint_api_demo(self) -> None:
         store, now = checkpoint_stores["default"], timezone.now()
@@ -486,10 +550,10 @@ class Command(BaseCommand):
         store.save_heartbeat("inventory", now - timedelta(minutes=5))
         self.stdout.write("\nCheckpoint API: 'inventory' is idle, its heartbeat 5 minutes old;")
         expired = now - timedelta(days=3)
-        store.save_processed("payments", resume_token(expired, 77), expired)
-        dead = store.find("payments").last_processed_token
-        store.reset_after_history_lost("payments", resume_token(now, 1), dead, now)
-        self.stdout.write("'payments' lost its history and was reset (the guarded reset).\n")
+        store.save_processed("refunds", resume_token(expired, 77), expired)
+        dead = store.find("refunds").last_processed_token
+        store.reset_after_history_lost("refunds", resume_token(now, 1), dead, now)
+        self.stdout.write("'refunds' lost its history and was reset (the guarded reset).\n")
 
     def admin_instructions(self) -> None:
         password = demo_login("admin", superuser=True)
@@ -770,6 +834,7 @@ def forget_order_runs() -> None:
     runs = WorkflowRun.objects.filter(workflow_name__in=[WORKFLOW, REMINDER])
     coordinations = list(runs.values_list("coordination_id", flat=True))
     SnapshotRecord.objects.filter(coordination_id__in=coordinations).delete()
+    WorkflowMessage.objects.filter(coordination_id__in=coordinations).delete()
     Approval.objects.filter(coordination_id__in=coordinations).delete()
     runs.delete()
 
