@@ -157,3 +157,11 @@ def test_events_lists_what_the_run_published(payments: Any) -> None:
     assert "has published no events" in run("events", quiet.pk)
     with pytest.raises(CommandError, match="No workflow run 'nope'"):
         run("events", "nope")
+
+
+def test_resume_of_a_waiting_run_says_to_send_it_a_message(payments: Any) -> None:
+    cid = waiting(payments, "order-11")
+    out = run("resume", cid)
+    assert "waits for a message on 'payment' after step 'await-payment'" in out
+    assert f"`manage.py flowwarden_workflows send {cid} payment --payload '{{...}}'`" in out
+    assert WorkflowRun.objects.get(pk=cid).status == RunStatus.WAITING_MESSAGE
