@@ -5,7 +5,9 @@
 * ``dead_letters``: the dead-letter queue (replay, discard, acknowledge);
 * ``runs``: workflow runs with their snapshot trees, diffs and the fork page, made of
   ``run_columns``, ``run_actions``, ``run_snapshot_pages``, ``run_fork``,
-  ``run_stores`` and ``run_texts`` (``snapshots`` builds the tree and the diffs);
+  ``run_stores``, ``run_mailbox`` and ``run_texts`` (``snapshots`` builds the tree and
+  the diffs);
+* ``messages``: messages sent to runs and the events runs publish (read-only);
 * ``approvals``: approvals and their audit trail, with approve/reject pages.
 
 ``base`` holds what they share (read-only and guarded-lookup mixins, badges, pages
@@ -14,4 +16,4 @@ shows. Django's admin autodiscovery imports this package, which imports each pag
 module; each registers its ``ModelAdmin`` with ``@admin.register``.
 """
 
-from . import approvals, checkpoints, console, dead_letters, runs  # noqa: F401
+from . import approvals, checkpoints, console, dead_letters, messages, runs  # noqa: F401

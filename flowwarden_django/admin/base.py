@@ -400,9 +400,11 @@ def status_badge(
     status: str, *, labels: Mapping[str, Any], icons: Mapping[str, str], css_class: str
 ) -> SafeString:
     """A status as the admin shows booleans: an icon, then the label (*labels*: a
-    model's ``Status.choices`` as a dict)."""
+    model's ``Status.choices`` as a dict). The icon is drawn 13 px square from its
+    top: the admin's clock is a sprite of two clocks, one above the other."""
     return format_html(
-        '<span class="{0}" data-status="{1}"><img src="{2}" alt="{1}"> {3}</span>',
+        '<span class="{0}" data-status="{1}"><img src="{2}" alt="{1}" width="13" '
+        'height="13" style="object-fit: cover; object-position: top"> {3}</span>',
         css_class,
         status,
         icon_url(icons.get(status, UNKNOWN_ICON)),

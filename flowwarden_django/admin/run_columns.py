@@ -18,6 +18,10 @@ from .details import redacted_runner
 from .run_texts import pretty_json, run_status_badge, wakes_text
 
 PROMPT_WIDTH = 40
+#: Characters of the topic a run waits for, beside its status.
+TOPIC_WIDTH = 20
+#: The statuses whose ``wake_at`` is shown: a sleep's end, a wait's timeout.
+WAKING = (WorkflowRun.Status.SLEEPING, WorkflowRun.Status.WAITING_MESSAGE)
 
 
 class RunColumnsMixin:
@@ -26,13 +30,21 @@ class RunColumnsMixin:
     @admin.display(description=_("status"), ordering="status")
     def status_icon(self, obj: WorkflowRun) -> SafeString:
         badge = run_status_badge(obj.status)
+        if obj.status == WorkflowRun.Status.WAITING_MESSAGE:
+            return format_html(
+                '{} <small>(<span class="flowwarden-token" title="{}">{}</span>)</small>',
+                badge,
+                obj.waiting_topic,
+                truncate(obj.waiting_topic, TOPIC_WIDTH),
+            )
         if obj.status == WorkflowRun.Status.SLEEPING and obj.wake_at is not None:
             return format_html("{} <small>({})</small>", badge, wakes_text(obj.wake_at))
         return badge
 
     @admin.display(description=_("wakes at"))
     def wake_at_text(self, obj: WorkflowRun) -> SafeString | str:
-        if obj.status != WorkflowRun.Status.SLEEPING or obj.wake_at is None:
+        """When a sleeping run wakes, or a run waiting for a message times out."""
+        if obj.status not in WAKING or obj.wake_at is None:
             return NONE_TEXT
         return timestamp(obj.wake_at)
 

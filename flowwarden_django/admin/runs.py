@@ -11,7 +11,8 @@ This module registers ``WorkflowRunAdmin`` and holds its options, URLs and the r
 page; its parts live beside it: ``run_columns`` (the list's columns, the page's
 fields), ``run_actions`` (cancel, upgrade), ``run_snapshot_pages`` (the tree and one
 snapshot), ``run_fork`` (the fork page), ``run_stores`` (which store holds a run's
-snapshots) and ``run_texts`` (badges and texts, shared with the approvals' pages).
+snapshots), ``run_mailbox`` (the page's messages and events) and ``run_texts``
+(badges and texts, shared with the approvals' pages).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .details import HealthDetailsMixin
 from .run_actions import RunActionsMixin
 from .run_columns import RunColumnsMixin, approval_url
 from .run_fork import ForkPageMixin
+from .run_mailbox import run_mailbox
 from .run_snapshot_pages import SnapshotPagesMixin
 from .run_stores import RunStore, run_store
 from .snapshots import PAGE_SIZE
@@ -227,7 +229,10 @@ class WorkflowRunAdmin(
             for approval in pending.order_by("requested_at"):
                 url = approval_url(self.admin_site.name, approval.pk)
                 tools.append(("approval", url, gettext("Pending approval")))
-        context = {"workflow_run_tools": tools, **(extra_context or {})}
+        context: dict[str, Any] = {"workflow_run_tools": tools}
+        if run is not None:
+            context["run_mailbox"] = run_mailbox(run, self.admin_site.name)
+        context.update(extra_context or {})
         return super().change_view(request, object_id, form_url, context)
 
 

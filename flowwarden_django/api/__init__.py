@@ -4,8 +4,9 @@ Include it in a project's URLconf::
 
     path("api/", include("flowwarden_django.api.urls"))
 
-Everything lives under ``v1/`` (URL namespace ``flowwarden-api``): workflow runs,
-their snapshots (read, fork), approvals (read, decide) and the OpenAPI schema at
+Everything lives under ``v1/`` (URL namespace ``flowwarden-api``): workflow runs
+(read, cancel, send a message, read their messages and events), their snapshots
+(read, fork), approvals (read, decide) and the OpenAPI schema at
 ``v1/schema/``. Authentication is by session (CSRF enforced) or DRF token, set on
 the views themselves, so a project's ``REST_FRAMEWORK`` defaults do not change it.
 """

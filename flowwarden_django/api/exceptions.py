@@ -5,7 +5,8 @@ Every error is ``{"code": "<stable code>", "detail": "<text>"}``; a validation e
 "detail": "Invalid input: field, ...", "field": ["message", ...]}``. Refused
 decisions keep the approvals core's codes: ``approval_not_found`` (404),
 ``approval_forbidden`` (403), ``approval_already_decided`` / ``approval_cancelled`` /
-``run_busy`` (409) and ``approval_expired`` (410).
+``run_busy`` (409) and ``approval_expired`` (410); refused messages the messages core's:
+``run_finished`` / ``run_cancelled`` (409).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from ..workflows.runs.records import UnknownRunError
 from ..workflows.storage.store import UnknownSnapshotError
 from ..workflows.waiting.approvals import (
     ApprovalConflictError,
@@ -26,6 +28,7 @@ from ..workflows.waiting.approvals import (
     ApprovalPermissionError,
     UnknownApprovalError,
 )
+from ..workflows.waiting.messages import RunFinishedError
 
 
 class Conflict(exceptions.APIException):
@@ -85,6 +88,10 @@ def api_error(exc: Exception) -> Exception:
         return kind(str(exc), code=exc.code)
     if isinstance(exc, UnknownSnapshotError):
         return exceptions.NotFound(str(exc), code="snapshot_not_found")
+    if isinstance(exc, RunFinishedError):  # a message to a completed or cancelled run
+        return Conflict(str(exc), code=exc.code)
+    if isinstance(exc, UnknownRunError):
+        return exceptions.NotFound(str(exc), code="run_not_found")
     return exc
 
 

@@ -13,7 +13,7 @@ import django_filters
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from ..models import Approval, WorkflowRun
+from ..models import Approval, WorkflowMessage, WorkflowRun
 from ..workflows.storage.snapshot import CheckpointQuery
 from ..workflows.storage.store import SnapshotStore, snapshot_stores
 from .stores import DEFAULT_ALIAS, store_aliases
@@ -40,6 +40,23 @@ class ApprovalFilter(django_filters.FilterSet):
     class Meta:
         model = Approval
         fields = ["status", "workflow", "coordination"]
+
+
+class MessageFilter(django_filters.FilterSet):
+    """``?topic=payment&delivered=false``: a run's messages of one topic, pending or
+    delivered."""
+
+    topic = django_filters.CharFilter()
+    delivered = django_filters.BooleanFilter(
+        field_name="delivered_to",
+        lookup_expr="isnull",
+        exclude=True,
+        label=_("Delivered (true) or pending (false)."),
+    )
+
+    class Meta:
+        model = WorkflowMessage
+        fields = ["topic", "delivered"]
 
 
 class StoreParameter(serializers.Serializer):

@@ -3,7 +3,9 @@
 * Runs: holders of ``flowwarden_django.view_workflowrun`` see every run; anyone else
   sees the runs of coordinations that have an approval visible to them
   (``visible_approvals``), so an approver can read what they decide. Cancelling a
-  run needs ``flowwarden_django.cancel_workflowrun`` as well.
+  run needs ``flowwarden_django.cancel_workflowrun`` as well, sending it a message
+  ``flowwarden_django.send_message_workflowrun``; its messages and events are read
+  with the run.
 * Snapshots: the same, with ``flowwarden_django.view_snapshotrecord``. Forking needs
   ``flowwarden_django.fork_workflowrun`` as well.
 * Approvals: ``visible_approvals(user)``; deciding needs ``can_decide`` (checked, and
@@ -31,6 +33,7 @@ VIEW_RUNS = "flowwarden_django.view_workflowrun"
 VIEW_SNAPSHOTS = "flowwarden_django.view_snapshotrecord"
 FORK_RUNS = "flowwarden_django.fork_workflowrun"
 CANCEL_RUNS = "flowwarden_django.cancel_workflowrun"
+SEND_MESSAGES = "flowwarden_django.send_message_workflowrun"
 
 
 def api_database() -> str:
@@ -99,3 +102,14 @@ class CanForkRuns(BasePermission):
 
     def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
         return bool(request.user.has_perm(FORK_RUNS))
+
+
+class CanSendMessages(BasePermission):
+    """Sending a message to a (visible) run needs
+    ``flowwarden_django.send_message_workflowrun``."""
+
+    message = _("You may not send messages to workflow runs.")
+    code = "send_message_forbidden"
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        return bool(request.user.has_perm(SEND_MESSAGES))

@@ -23,14 +23,16 @@ from ..common.user_input import (
     MAX_PAYLOAD_BYTES,
     UserJSONError,
     check_comment,
+    check_message_payload,
     check_user_json,
 )
-from ..models import Approval, ApprovalEvent, WorkflowRun
+from ..models import Approval, ApprovalEvent, WorkflowEvent, WorkflowMessage, WorkflowRun
 from ..workflows.definition.registry import store_for_workflow
 from ..workflows.execution.step_timings import step_timing_of
 from ..workflows.storage.snapshot import UnreadableSnapshot, WorkflowSnapshot
 from ..workflows.waiting.approvals import can_decide
 from ..workflows.waiting.cancellation import REASON_LIMIT
+from ..workflows.waiting.messages.mailbox import MAX_NAME_CHARS, check_name
 from .permissions import readable_approvals
 
 logger = logging.getLogger("flowwarden_django.api")
@@ -98,6 +100,9 @@ class ErrorSerializer(serializers.Serializer):
 
 # -- runs ------------------------------------------------------------------------------
 
+#: The statuses whose ``wake_at`` means something: a sleep's end, a wait's timeout.
+WAKING_STATUSES = (WorkflowRun.Status.SLEEPING, WorkflowRun.Status.WAITING_MESSAGE)
+
 
 class RunSerializer(serializers.ModelSerializer):
     """A workflow run in a list."""
@@ -115,7 +120,16 @@ class RunSerializer(serializers.ModelSerializer):
         help_text=_("The run that started this one (spawn), or null."),
     )
     wake_at = serializers.SerializerMethodField(
-        help_text=_("When a sleeping run wakes (null unless its status is sleeping).")
+        help_text=_(
+            "When a sleeping run wakes, or when a run waiting for a message stops waiting "
+            "(its timeout); null otherwise."
+        )
+    )
+    waiting_topic = serializers.SerializerMethodField(
+        help_text=_(
+            "The topic a run waiting for a message (status waiting_message) waits for; "
+            "null otherwise."
+        )
     )
 
     class Meta:
@@ -129,6 +143,7 @@ class RunSerializer(serializers.ModelSerializer):
             "head_snapshot_id",
             "failure_reason",
             "wake_at",
+            "waiting_topic",
             "parent",
             "created_at",
             "updated_at",
@@ -137,9 +152,15 @@ class RunSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_wake_at(self, run: WorkflowRun) -> str | None:
-        if run.status != WorkflowRun.Status.SLEEPING or run.wake_at is None:
+        if run.status not in WAKING_STATUSES or run.wake_at is None:
             return None
         return serializers.DateTimeField().to_representation(run.wake_at)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_waiting_topic(self, run: WorkflowRun) -> str | None:
+        if run.status != WorkflowRun.Status.WAITING_MESSAGE:
+            return None
+        return run.waiting_topic
 
 
 class CancelSerializer(serializers.Serializer):
@@ -384,6 +405,141 @@ class DecisionSerializer(serializers.Serializer):
 
     def validate_payload(self, value: Any) -> Any:
         return _checked(value, what="payload", max_bytes=MAX_PAYLOAD_BYTES, require_object=True)
+
+
+# -- messages and events ---------------------------------------------------------------
+
+
+def _refused(check: Any, value: Any, *args: Any) -> Any:
+    """*value* through the core's *check* (a field error, with its code, when refused)."""
+    try:
+        return check(value, *args)
+    except UserJSONError as exc:
+        raise serializers.ValidationError(str(exc), code=exc.code) from None
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class PayloadField(serializers.JSONField):
+    """A message's payload: a JSON object, judged by ``check_message_payload`` (so a
+    list or ``null`` is a field error with the core's words, not DRF's)."""
+
+
+class SendMessageSerializer(serializers.Serializer):
+    """``POST .../runs/{coordination_id}/messages/``: a message to the run."""
+
+    topic = serializers.CharField(
+        max_length=MAX_NAME_CHARS,
+        trim_whitespace=False,
+        help_text=_("What the message is about: a wait_for(state, topic) of the run takes it."),
+    )
+    payload = PayloadField(
+        error_messages={"null": _("the message payload must be a JSON object, not null")},
+        help_text=_(
+            "A JSON object (at most 64 KiB serialised, 64 levels deep), handed to the next "
+            "step as ctx.message.payload."
+        ),
+    )
+    idempotency_key = serializers.CharField(
+        max_length=MAX_NAME_CHARS,
+        trim_whitespace=False,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=_(
+            "Once per key and run: a second message with the same key stores nothing and "
+            "returns the first (200)."
+        ),
+    )
+    sender = serializers.CharField(
+        max_length=MAX_NAME_CHARS,
+        trim_whitespace=False,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text=_(
+            'Who sends it, as a label ("psp", "warehouse"): not authenticated. Left out '
+            '(or blank): "user:<your username>". "user:" names an authenticated user: '
+            "only your own name may follow it."
+        ),
+    )
+
+    def validate_topic(self, value: str) -> str:
+        return _refused(check_name, value, "the topic")
+
+    def validate_payload(self, value: Any) -> Any:
+        return _refused(check_message_payload, value)
+
+    def validate_idempotency_key(self, value: str | None) -> str | None:
+        return None if value is None else _refused(check_name, value, "the idempotency key")
+
+    def validate_sender(self, value: str) -> str:
+        mine = sender_of(self.context["request"].user)
+        if not value:
+            return mine
+        value = _refused(check_name, value, "the sender")
+        if value.startswith(USER_SENDER) and value != mine:
+            raise serializers.ValidationError(
+                _('"user:" names the authenticated user: send "%(mine)s", or none.')
+                % {"mine": mine},
+                code="sender_reserved",
+            )
+        return value
+
+
+#: The prefix of a sender that names the authenticated user who sent a message.
+USER_SENDER = "user:"
+
+
+def sender_of(user: Any) -> str:
+    """The sender of a message *user* sends without naming one: ``user:<username>``."""
+    return f"{USER_SENDER}{user.get_username()}"[:MAX_NAME_CHARS]
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    """A message sent to a run, as stored (a repeated idempotency key returns the first
+    one's: the same body)."""
+
+    payload = PayloadField(read_only=True)
+
+    class Meta:
+        model = WorkflowMessage
+        fields = [
+            "id",
+            "coordination_id",
+            "topic",
+            "payload",
+            "sender",
+            "sent_at",
+            "idempotency_key",
+        ]
+        read_only_fields = fields
+
+
+class MailboxMessageSerializer(MessageSerializer):
+    """A message in a run's mailbox, with its delivery: the waiting snapshot it was
+    handed to and when (null while it waits for a ``wait_for`` of its topic)."""
+
+    delivered_to = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text=_("The id of the waiting snapshot it was delivered to; null: pending."),
+    )
+    delivered_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    class Meta(MessageSerializer.Meta):
+        fields = [*MessageSerializer.Meta.fields, "delivered_to", "delivered_at"]
+        read_only_fields = fields
+
+
+class RunEventSerializer(serializers.ModelSerializer):
+    """A value the run published (``ctx.set_event``): the latest one per key."""
+
+    value = serializers.JSONField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = WorkflowEvent
+        fields = ["key", "value", "updated_at"]
+        read_only_fields = fields
 
 
 # -- errors ----------------------------------------------------------------------------

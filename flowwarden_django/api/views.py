@@ -84,21 +84,22 @@ def api_reverse(request: Request, name: str, **kwargs: Any) -> str:
     return reverse(f"{namespace}:{name}" if namespace else name, kwargs=kwargs, request=request)
 
 
-def _error(description: str) -> OpenApiResponse:
+def error_response(description: str) -> OpenApiResponse:
+    """An error response of the schema: the ``Error`` body, and what it means."""
     return OpenApiResponse(ErrorSerializer, description=description)
 
 
 BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR_SCHEMA, description="Invalid parameters or body.")
-UNAUTHENTICATED = _error("Not authenticated (no or an invalid session or token).")
-NOT_FOUND = _error("No such object, or not visible to you.")
-CONFLICT = _error("approval_already_decided, approval_cancelled or run_busy.")
-GONE = _error("approval_expired: the approval expired before it was decided.")
-THROTTLED = _error(
+UNAUTHENTICATED = error_response("Not authenticated (no or an invalid session or token).")
+NOT_FOUND = error_response("No such object, or not visible to you.")
+CONFLICT = error_response("approval_already_decided, approval_cancelled or run_busy.")
+GONE = error_response("approval_expired: the approval expired before it was decided.")
+THROTTLED = error_response(
     "throttled: too many failed HTTP Basic passwords from your client or for that "
     "username (or your project's DRF throttles); see Retry-After."
 )
 READ_ERRORS = {401: UNAUTHENTICATED, 429: THROTTLED}
-LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: _error("No such page.")}
+LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: error_response("No such page.")}
 DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
 
 
@@ -170,8 +171,8 @@ class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
             200: RunDetailSerializer,
             400: BAD_REQUEST,
             **DETAIL_ERRORS,
-            403: _error("cancel_forbidden: you may not cancel runs (or no CSRF token)."),
-            409: _error("run_finished: the run is completed or already cancelled."),
+            403: error_response("cancel_forbidden: you may not cancel runs (or no CSRF token)."),
+            409: error_response("run_finished: the run is completed or already cancelled."),
         },
     ),
 )
@@ -240,7 +241,7 @@ SNAPSHOT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="A 
             200: SnapshotDetailSerializer,
             400: BAD_REQUEST,
             **DETAIL_ERRORS,
-            409: _error("snapshot_unreadable: a wrong key or tampered data."),
+            409: error_response("snapshot_unreadable: a wrong key or tampered data."),
         },
     ),
     fork=extend_schema(
@@ -254,7 +255,7 @@ SNAPSHOT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="A 
             201: SnapshotDetailSerializer,
             400: BAD_REQUEST,
             **DETAIL_ERRORS,
-            403: _error("fork_forbidden: you may not fork (or no CSRF token)."),
+            403: error_response("fork_forbidden: you may not fork (or no CSRF token)."),
         },
     ),
 )
@@ -350,7 +351,7 @@ DECISION_RESPONSES = {
     200: ApprovalDecidedSerializer,
     400: BAD_REQUEST,
     401: UNAUTHENTICATED,
-    403: _error("approval_forbidden: you may not decide it (or no CSRF token)."),
+    403: error_response("approval_forbidden: you may not decide it (or no CSRF token)."),
     404: NOT_FOUND,
     409: CONFLICT,
     410: GONE,

@@ -3,9 +3,11 @@
 the stream worker's page (reached by its sequential id) nor its history, not the
 checkpoints' list, page or history, not a run's runner nor its tree's store error,
 not a store's error on an approval's page, its confirmation page or a failed
-decision, a fork or a dead-letter operation, nor the API's unreadable snapshot.
+decision, a fork or a dead-letter operation, nor the API's unreadable snapshot, nor
+the run's messages and events (on its page, in their lists and on their pages).
 They show the instance's key instead, as the Streams console and the health report
-do; whom ``HEALTH_DETAILS`` names still sees the ids."""
+do; whom ``HEALTH_DETAILS`` names still sees the ids. A message's payload and an
+event's value are the run's data, not details: shown to whoever may view the run."""
 
 from __future__ import annotations
 
@@ -21,7 +23,14 @@ from django.utils import timezone
 from flowwarden_django.admin import approvals as approvals_admin
 from flowwarden_django.admin import dead_letters as dead_letters_admin
 from flowwarden_django.admin.runs import WorkflowRunAdmin
-from flowwarden_django.models import Approval, StreamCheckpoint, StreamWorker, WorkflowRun
+from flowwarden_django.models import (
+    Approval,
+    StreamCheckpoint,
+    StreamWorker,
+    WorkflowEvent,
+    WorkflowMessage,
+    WorkflowRun,
+)
 from flowwarden_django.streams.dlq import ErrorInfo
 from flowwarden_django.streams.operations.status import instance_key
 from flowwarden_django.workflows import Hibernated, workflow_registry
@@ -77,7 +86,18 @@ def rows() -> dict[str, Any]:
         created_at=now,
         updated_at=now,
     )
-    return {"worker": worker, "run": run}
+    message = WorkflowMessage.objects.create(
+        coordination_id=run.pk,
+        topic="payment",
+        payload={"amount": 4200},
+        sender="psp",
+        sent_at=now,
+        idempotency_key="pi_7781",
+    )
+    event = WorkflowEvent.objects.create(
+        coordination_id=run.pk, key="stage", value={"paid": 4200}, updated_at=now
+    )
+    return {"worker": worker, "run": run, "message": message, "event": event}
 
 
 def pages(rows: dict[str, Any]) -> list[str]:
@@ -90,10 +110,16 @@ def pages(rows: dict[str, Any]) -> list[str]:
         reverse("admin:flowwarden_django_streamcheckpoint_history", args=["orders"]),
         reverse("admin:flowwarden_django_workflowrun_change", args=[run]),
         reverse("admin:flowwarden_django_workflowrun_history", args=[run]),
+        reverse("admin:flowwarden_django_workflowmessage_changelist"),
+        reverse("admin:flowwarden_django_workflowmessage_change", args=[rows["message"].pk]),
+        reverse("admin:flowwarden_django_workflowevent_changelist"),
+        reverse("admin:flowwarden_django_workflowevent_change", args=[rows["event"].pk]),
     ]
 
 
 VIEWER = ("view_streamworker", "view_streamcheckpoint", "view_workflowrun")
+#: What the pages of the run's messages and events show without the details.
+RUN_DATA = ("&quot;amount&quot;: 4200", "&quot;paid&quot;: 4200", "psp", "pi_7781")
 
 
 @override_settings(FLOWWARDEN={"HEALTH_DETAILS": "none"})
@@ -110,6 +136,12 @@ def test_no_admin_page_shows_an_instance_id_or_an_error_text_without_the_details
     assert key in worker_page and "OperationalError" in worker_page  # its kind, not its text
     assert key in client.get(pages(rows)[2]).content.decode()
     assert f"{key}:139872:0a1b2c3d4e5f" in client.get(pages(rows)[5]).content.decode()
+    # The run's messages and events are its data, not details.
+    run_page = client.get(pages(rows)[5]).content.decode()
+    assert all(text in run_page for text in RUN_DATA)
+    message_page = client.get(pages(rows)[8]).content.decode()
+    assert "&quot;amount&quot;: 4200" in message_page and "pi_7781" in message_page
+    assert "&quot;paid&quot;: 4200" in client.get(pages(rows)[10]).content.decode()
 
 
 @override_settings(FLOWWARDEN={"HEALTH_DETAILS": "none"})

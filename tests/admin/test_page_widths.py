@@ -7,8 +7,8 @@ Django's own pages (Django 6.1 styles only its ``<ol class="breadcrumbs">``). Th
 inbox's list and approval pages are measured too. Headless Chromium against the live
 test server, with one object of each kind (a stream with its status rows and
 checkpoint, a dead letter with a real traceback, a run by its idempotency key waiting
-for its approval, with its snapshots); a screenshot of each page in each layout goes
-to the artifacts folder."""
+for its approval, with its snapshots, a run with long-named messages and events);
+a screenshot of each page in each layout goes to the artifacts folder."""
 
 from __future__ import annotations
 
@@ -23,14 +23,18 @@ from django.utils import timezone
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.streams.checkpoint import Checkpoint
 from flowwarden_django.streams.stores import checkpoint_stores
+from flowwarden_django.workflows import send_message, workflow_registry
 from tests.admin.test_dead_letters import PoisonStream, park
 from tests.inbox.test_inbox import refunds  # noqa: F401  (the fixture)
 from tests.support.browser import artifact_dir, start_chrome
 from tests.support.lanes import on_lane
+from tests.support.payments_workflow import define_payments
 from tests.support.status_rows import worker
 
 PASSWORD = "s3cret-pass"
 STREAM = "widths-orders-with-a-rather-long-stream-name"
+#: A run known by a long key, with messages and events of long names.
+MAILBOX_RUN = "shop.orders:3552.payments-with-a-rather-long-coordination-id"
 #: Measured in the page: the document, and each table against its box.
 MEASURE = """
 const doc = document.documentElement;
@@ -85,7 +89,8 @@ return [doc.scrollWidth, window.innerWidth, cut,
 def package_pages() -> list[str]:
     """The changelist and one change page of each model the package registers, and
     the pages beside them (the console's confirmation, a run's snapshot, tree and
-    fork pages, a dead letter's operations, a decision's confirmation)."""
+    fork pages, the page of the run with messages, a dead letter's operations, a
+    decision's confirmation)."""
     pages: list[str] = []
     for model in admin.site._registry:
         opts = model._meta
@@ -95,7 +100,8 @@ def package_pages() -> list[str]:
         obj = model._default_manager.order_by("pk").first()
         if obj is not None:
             pages.append(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk]))
-    run = WorkflowRun.objects.get()
+    pages.append(reverse("admin:flowwarden_django_workflowrun_change", args=[MAILBOX_RUN]))
+    run = WorkflowRun.objects.get(idempotency_key="shop.orders:3551")
     pages.append(reverse("admin:flowwarden_django_workflowrun_tree", args=[run.pk]))
     snapshot = run.head_snapshot_id
     pages.append(reverse("admin:flowwarden_django_workflowrun_snapshot", args=[run.pk, snapshot]))
@@ -123,9 +129,29 @@ def objects(refunds):  # noqa: F811
         # Known by a key with dots and a colon, as a shop's orders are.
         refunds.start({"amount": 4200}, idempotency_key="shop.orders:3551")
         assert Approval.objects.count() == 1
+        mailbox_run()
         yield
     finally:
         stream.unregister()
+        workflow_registry.unregister("payments")
+
+
+def mailbox_run() -> None:
+    """A run with messages and events of long names and payloads: pending ones on
+    another topic, its payment delivered."""
+    payments = define_payments("payments")
+    payments.start({"order": 3552}, coordination_id=MAILBOX_RUN)
+    long_name = "warehouse.parcel-scanned-at-the-north-gate"
+    for number in range(3):
+        send_message(
+            MAILBOX_RUN,
+            long_name,
+            {"parcel": "P" * 120, "scans": [{"at": "2024-05-01T12:00:00Z", "n": number}]},
+            sender="msg-0f3a9c4e5d6b7a8c9d0e1f2a3b4c5d6e",
+            idempotency_key=f"carrier.events:2024-05-01:{long_name}:{number}",
+        )
+    send_message(MAILBOX_RUN, "payment", {"amount": 4200}, sender="psp", idempotency_key="pi_3")
+    assert WorkflowRun.objects.get(pk=MAILBOX_RUN).status == "completed"  # delivered
 
 
 @on_lane("browser")

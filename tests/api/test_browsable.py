@@ -20,6 +20,7 @@ HOSTILE_QUERIES = [
     "status=nope&workflow=%00&coordination=x",
     "cursor=forged&page=999999&order=sideways",
     "since=yesterday&until=%00&store=nope&agent=" + "a" * 300,
+    "topic=%00&delivered=maybe&page_size=-1",
 ]
 
 
@@ -57,6 +58,9 @@ def test_every_get_endpoint_renders_for_a_browser(refunds: Any, how: str) -> Non
     paths = get_operations(token_client(people.admin))
     lists = [path for path in paths if "{" not in path]
     assert {f"{API}/runs/", f"{API}/snapshots/", f"{API}/approvals/"} <= set(lists)
+    # A run's messages and events are lists too.
+    lists += [path for path in paths if path.endswith(("/messages/", "/events/"))]
+    assert len(lists) >= 6
     failures = []
     for who in ("admin", "carol"):
         client = people.client(who)

@@ -1,6 +1,7 @@
 """A client generated from the served schema works as generated: openapi-python-client
 (offline, from the schema file) writes it, every module imports unedited, and it
-talks to a live server: a token, ``mine``, an approval, a cancelled run."""
+talks to a live server: a token, ``mine``, an approval, a message and a run's mailbox,
+a cancelled run."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def part(name: str) -> Any:
 
 def test_a_generated_client_works_unedited(generated: Any, live_server: Any, refunds: Any) -> None:
     people = make_people()
-    perms(people.alice, "cancel_workflowrun")
+    perms(people.alice, "cancel_workflowrun", "send_message_workflowrun")
     to_approve = pending(refunds, amount=250)
     to_cancel = pending(refunds, amount=300)
     models = part("models")
@@ -116,6 +117,27 @@ def test_a_generated_client_works_unedited(generated: Any, live_server: Any, ref
     assert WorkflowRun.objects.get(pk=to_approve.coordination_id).status == "completed"
     assert seen_decisions[-1].payload == {"ticket": 7}
 
+    # A message to the other run (it waits for an approval: the message is kept), and
+    # its mailbox.
+    message = models.SendMessageRequest(
+        topic="note",
+        payload=models.SendMessageRequestPayload.from_dict({"text": "call back"}),
+        idempotency_key="crm-1",
+    )
+    sent = part("api.runs.runs_messages_create").sync_detailed(
+        coordination_id=to_cancel.coordination_id, client=alice, body=message
+    )
+    assert sent.status_code == 201 and isinstance(sent.parsed, models.Message), sent
+    assert (sent.parsed.sender, sent.parsed.payload.to_dict()) == (
+        "user:alice",
+        {"text": "call back"},
+    )
+    mailbox = part("api.runs.runs_messages_list").sync(
+        coordination_id=to_cancel.coordination_id, client=alice
+    )
+    assert isinstance(mailbox, models.PaginatedMailboxMessageList)
+    assert [(m.topic, m.delivered_to) for m in mailbox.results] == [("note", None)]
+
     # Cancel the other run.
     cancelled = part("api.runs.runs_cancel").sync(
         coordination_id=to_cancel.coordination_id,
@@ -136,3 +158,12 @@ def test_a_generated_client_works_unedited(generated: Any, live_server: Any, ref
     )
     assert again.status_code == 409
     assert isinstance(again.parsed, models.Error) and again.parsed.code == "run_finished"
+    refused = part("api.runs.runs_messages_create").sync_detailed(
+        coordination_id=to_cancel.coordination_id,
+        client=alice,
+        body=models.SendMessageRequest(
+            topic="note", payload=models.SendMessageRequestPayload.from_dict({})
+        ),
+    )
+    assert refused.status_code == 409
+    assert isinstance(refused.parsed, models.Error) and refused.parsed.code == "run_cancelled"

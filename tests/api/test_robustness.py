@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flowwarden_django.models import Approval, SnapshotRecord
+from flowwarden_django.models import Approval, SnapshotRecord, WorkflowMessage
 from tests.api.helpers import (
     API,
     field_errors,
@@ -59,6 +59,7 @@ def test_unstorable_bodies_are_400(lane: str, on_lane: None, refunds: Any) -> No
         f"{API}/snapshots/{approval.snapshot_id}/fork/",
         f"{API}/approvals/{approval.pk}/approve/",
         f"{API}/approvals/{approval.pk}/reject/",
+        f"{API}/runs/{approval.coordination_id}/messages/",
     ):
         for body in BAD_BODIES:
             response = client.post(url, body, content_type="application/json")
@@ -66,6 +67,7 @@ def test_unstorable_bodies_are_400(lane: str, on_lane: None, refunds: Any) -> No
             assert response.json()["code"] == "parse_error"
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert SnapshotRecord.objects.filter(coordination_id=approval.coordination_id).count() == 2
+    assert not WorkflowMessage.objects.exists()
 
 
 @pytest.mark.parametrize("lane", LANES)
@@ -85,6 +87,9 @@ def test_odd_queries_are_400_or_404(lane: str, on_lane: None, refunds: Any) -> N
         ("/snapshots/%00/", 404),
         ("/snapshots/%00/fork/", 405),  # GET: not allowed before anything is looked up
         ("/runs/?workflow=%00", 400),
+        ("/runs/%00/messages/", 404),
+        ("/runs/" + "x" * 300 + "/events/", 404),
+        ("/runs/x/messages/?topic=%00", 404),  # the run first
         ("/runs/?page=0", 404),
         ("/approvals/?coordination=%00", 400),
         ("/snapshots/?agent=%00", 400),
@@ -94,6 +99,11 @@ def test_odd_queries_are_400_or_404(lane: str, on_lane: None, refunds: Any) -> N
         ("/snapshots/?page_size=-3&coordination=x", 200),
     ]:
         assert client.get(API + url).status_code == status, url
-    for url in ("/snapshots/%00/fork/", "/approvals/%00/approve/", "/approvals/%00/reject/"):
+    for url in (
+        "/snapshots/%00/fork/",
+        "/approvals/%00/approve/",
+        "/approvals/%00/reject/",
+        "/runs/%00/messages/",
+    ):
         response = client.post(API + url, {"state": 1}, content_type="application/json")
         assert response.status_code == 404, url

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # -- authentication --------------------------------------------------------------------
 
 
-ALL_GETS = ["/", "/runs/", "/runs/x/", "/snapshots/", "/snapshots/x/"]
+ALL_GETS = ["/", "/runs/", "/runs/x/", "/runs/x/messages/", "/runs/x/events/"]
+ALL_GETS += ["/snapshots/", "/snapshots/x/"]
 ALL_GETS += ["/approvals/", "/approvals/mine/", "/approvals/00000000-0000-0000-0000-000000000000/"]
 
 
@@ -93,7 +94,8 @@ def test_the_schemes_are_a_setting(people: People) -> None:
 
 def test_anonymous_posts_are_401_too() -> None:
     client = Client(enforce_csrf_checks=True)
-    for url in ("/snapshots/x/fork/", "/approvals/x/approve/", "/approvals/x/reject/"):
+    posts = ("/snapshots/x/fork/", "/approvals/x/approve/", "/approvals/x/reject/")
+    for url in (*posts, "/runs/x/cancel/", "/runs/x/messages/"):
         response = client.post(API + url, {}, content_type="application/json")
         assert response.status_code == 401, url
 
@@ -118,6 +120,8 @@ def test_options_and_head_work_everywhere(refunds: Any, people: People) -> None:
     urls = [
         *ALL_GETS,
         f"/runs/{approval.coordination_id}/",
+        f"/runs/{approval.coordination_id}/messages/",
+        f"/runs/{approval.coordination_id}/events/",
         f"/snapshots/{approval.snapshot_id}/",
         f"/snapshots/{approval.snapshot_id}/fork/",
         f"/approvals/{approval.pk}/",
@@ -175,6 +179,7 @@ def test_runs_newest_updated_first_with_filters(refunds: Any, people: People) ->
         "head_snapshot_id": None,
         "failure_reason": "boom",
         "wake_at": None,
+        "waiting_topic": None,
         "parent": None,
         "created_at": body["results"][2]["created_at"],
         "updated_at": body["results"][2]["updated_at"],
@@ -212,6 +217,7 @@ def test_run_detail(refunds: Any, people: People) -> None:
         "head_snapshot_id": run.head_snapshot_id,
         "failure_reason": "",
         "wake_at": None,
+        "waiting_topic": None,
         "parent": None,
         "created_at": body["created_at"],
         "updated_at": body["updated_at"],

@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import (
 
 from flowwarden_django.api.enum_overrides import own_enum_overrides
 from flowwarden_django.api.views import SchemaView
-from flowwarden_django.workflows import Workflow
+from flowwarden_django.workflows import Workflow, workflow_registry
 from tests.api.helpers import (
     API,
     make_people,
@@ -36,6 +36,7 @@ from tests.api.helpers import (
     postgres_lane,
     token_client,
 )
+from tests.support.payments_workflow import define_payments
 
 pytest_plugins = ["tests.api.helpers"]  # the people and refunds fixtures
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,6 +56,9 @@ OPERATIONS = {
     "schema_retrieve": ("GET", f"{API}/schema/"),
     "token_create": ("POST", f"{API}/token/"),
     "runs_cancel": ("POST", f"{API}/runs/{{coordination_id}}/cancel/"),
+    "runs_messages_list": ("GET", f"{API}/runs/{{coordination_id}}/messages/"),
+    "runs_messages_create": ("POST", f"{API}/runs/{{coordination_id}}/messages/"),
+    "runs_events_list": ("GET", f"{API}/runs/{{coordination_id}}/events/"),
 }
 #: The operations open to anyone (no 401): the schema and the token exchange.
 OPEN = {"schema_retrieve", "token_create"}
@@ -182,8 +186,13 @@ def test_schemathesis_finds_no_server_errors(
     rejected = post_json(token_client(people.admin), f"{API}/approvals/{decided.pk}/reject/", {})
     assert rejected.status_code == 200
     seed = Workflow.for_coordination(completed).history()[0]
+    payments = define_payments("schema-payments")
+    try:
+        awaiting = payments.start({}).coordination_id  # waits for a message
+    finally:
+        workflow_registry.unregister("schema-payments")  # a message is stored, not handled
     known = {
-        "coordination_id": [waiting.coordination_id, completed],
+        "coordination_id": [waiting.coordination_id, completed, awaiting],
         "id": {
             "snapshots": [seed.id, waiting.snapshot_id],
             "approvals": [str(waiting.pk), str(decided.pk), str(expired.pk)],

@@ -1,5 +1,6 @@
 """``manage.py flowwarden_workflows``: list, show, resume, cancel, fork, prune and
-upgrade workflow runs, and the versions they are on.
+upgrade workflow runs, send them messages and read their events, and the versions
+they are on.
 
 A thin layer over the workflow API: ``WorkflowRun`` rows for the runs, the snapshot
 stores of ``FLOWWARDEN["SNAPSHOT_STORES"]`` for their history, and the registered
@@ -17,12 +18,13 @@ from ..base import non_negative_int, positive_int
 from ..workflows_cli.control import ControlActions
 from ..workflows_cli.listing import ListingActions
 from ..workflows_cli.maintenance import MaintenanceActions
+from ..workflows_cli.messages import MessageActions
 from ..workflows_cli.versions import VersionActions
 
 STATUSES = tuple(WorkflowRun.Status.values)
 
 
-class Command(ListingActions, ControlActions, VersionActions, MaintenanceActions):
+class Command(ListingActions, ControlActions, MessageActions, VersionActions, MaintenanceActions):
     """Operators' view of workflow runs and their snapshot trees."""
 
     database_subject = "The workflow tables"
@@ -81,6 +83,36 @@ class Command(ListingActions, ControlActions, VersionActions, MaintenanceActions
         cancel.add_argument(
             "--reason", default="", metavar="TEXT", help="Why (kept on the run and audited)."
         )
+
+        send = actions.add_parser(
+            "send",
+            help="Send a run a message: a wait_for(state, TOPIC) of the run takes it (at "
+            "once if the run waits for it). Once per --idempotency-key.",
+        )
+        send.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
+        send.add_argument("topic", metavar="TOPIC", help="The message's topic.")
+        send.add_argument(
+            "--payload",
+            required=True,
+            metavar="JSON",
+            help="The message's payload, a JSON object: '{\"amount\": 42}'.",
+        )
+        send.add_argument(
+            "--idempotency-key",
+            metavar="KEY",
+            help="Send at most once with this key: a repeat sends nothing and names the first.",
+        )
+        send.add_argument(
+            "--sender",
+            metavar="TEXT",
+            help="Who sends it (default: cli:<your operating system user>).",
+        )
+
+        events = actions.add_parser(
+            "events", help="The values a run published (ctx.set_event), by key."
+        )
+        events.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
+        events.add_argument("--json", action="store_true", help="Print a JSON list.")
 
         fork = actions.add_parser(
             "fork",
@@ -169,7 +201,7 @@ class Command(ListingActions, ControlActions, VersionActions, MaintenanceActions
             "enc:v2); the ORM store refuses enc:v1 values until then.",
         )
 
-        for sub in (listing, show, resume, cancel, recover, upgrade, versions):
+        for sub in (listing, show, resume, cancel, send, events, recover, upgrade, versions):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",

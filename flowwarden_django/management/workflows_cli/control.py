@@ -27,6 +27,7 @@ from ...workflows import (
     SnapshotStore,
     UnknownSnapshotError,
     VersionNotDefinedError,
+    WaitingForMessage,
     Workflow,
     WorkflowResult,
 )
@@ -95,6 +96,17 @@ class ControlActions(ActionCommand):
                     f"Run {cid!r} is waiting for approval after step {result.last_step_name!r} "
                     f"({done}). {_how_to_continue(cid)}"
                 )
+            )
+        elif isinstance(result, WaitingForMessage):
+            until = (
+                f" until {timestamp_text(result.deadline, timezone.now())}"
+                if result.deadline is not None
+                else ""
+            )
+            self.stdout.write(
+                f"Run {cid!r} waits for a message on {result.topic!r}{until} after step "
+                f"{result.last_step_name!r} ({done}); a resume does not continue it. Send it "
+                f"one: `{COMMAND} send {cid} {result.topic} --payload '{{...}}'`."
             )
         elif isinstance(result, Sleeping):
             self.stdout.write(

@@ -10,7 +10,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table, timestamp_text
-from ...models import SnapshotRecord, WorkflowRun
+from ...models import SnapshotRecord, WorkflowEvent, WorkflowMessage, WorkflowRun
 from ...workflows import (
     CheckpointQuery,
     RunStatus,
@@ -258,6 +258,24 @@ def _run_fields(record: WorkflowRun | None, coordination: str, now: Any) -> list
         fields.append(("Cancel reason" if cancelled else "Failure reason", record.failure_reason))
     if record.resume_input is not None:
         fields.append(("Resume input", state_text(record.resume_input)))
+    return fields + _mailbox_fields(record, now)
+
+
+def _mailbox_fields(record: WorkflowRun, now: Any) -> list[tuple[str, str]]:
+    """What the run waits for, and how many messages and events it has."""
+    fields = []
+    if record.status == RunStatus.WAITING_MESSAGE:
+        until = f" until {timestamp_text(record.wake_at, now)}" if record.wake_at else ""
+        fields.append(("Waiting for", f"a message on {record.waiting_topic!r}{until}"))
+    db = record._state.db
+    messages = WorkflowMessage.objects.using(db).filter(coordination_id=record.pk)
+    sent = messages.count()
+    if sent:
+        pending = messages.filter(delivered_to__isnull=True).count()
+        fields.append(("Messages", f"{sent} ({pending} pending)"))
+    events = WorkflowEvent.objects.using(db).filter(coordination_id=record.pk).count()
+    if events:
+        fields.append(("Events", f"{events}: `{COMMAND} events {record.pk}`"))
     return fields
 
 
@@ -271,6 +289,7 @@ def _run_json(record: WorkflowRun) -> dict[str, Any]:
         "idempotency_key": record.idempotency_key,
         "failure_reason": record.failure_reason,
         "resume_input": record.resume_input,
+        "waiting_topic": record.waiting_topic or None,
         "runner": record.runner,
         "claimed_until": iso(record.claimed_until),
         "attempts": record.attempts,
