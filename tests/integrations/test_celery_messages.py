@@ -177,6 +177,22 @@ def test_a_timeout_is_woken_by_the_workers_sweep_with_no_message(
     assert late >= 0  # not woken early; how late is a figure, not a pass/fail bound
 
 
+@pytest.mark.usefixtures("provider")
+def test_get_event_sees_the_events_the_workers_steps_set(
+    listening: WorkflowDefinition, start_worker: Callable[..., Worker], tmp_path: Path
+):
+    worker = start_worker(SOLO, execution="celery")
+    cid = f"listen-{uuid.uuid4().hex[:12]}"
+    wf = listening.workflow(cid)
+    wf.run(new_state(tmp_path))
+    reader = Workflow.for_coordination(cid, using=DB)
+    assert reader.get_event("listening", timeout=WAIT) == {"step": "listen"}
+    assert reader.get_event("heard") is None  # not set yet, and no wait asked for
+    sent = reader.send("go", {"n": 1})
+    assert reader.get_event("heard", timeout=WAIT) == {"id": sent.id, "n": 1}
+    status_is(wf, RunStatus.COMPLETED, worker)
+
+
 # -- a run that handles messages in a loop ---------------------------------------------
 
 

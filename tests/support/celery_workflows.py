@@ -129,6 +129,7 @@ def settle(state: dict[str, Any], ctx: Any) -> Any:
 @step("listen")
 def listen(state: dict[str, Any], ctx: Any) -> Any:
     _record(state, ctx)
+    ctx.set_event("listening", {"step": "listen"})
     return wait_for(then(state, "listen"), "go", timeout=state.get("timeout"))
 
 
@@ -137,6 +138,7 @@ def heard(state: dict[str, Any], ctx: Any) -> Any:
     """What the step after the wait got: ``ctx.message``'s payload, or ``None``."""
     _record(state, ctx)
     message = ctx.message
+    ctx.set_event("heard", None if message is None else {"id": message.id, **message.payload})
     return done({**then(state, "heard"), "heard": None if message is None else message.payload})
 
 
