@@ -64,6 +64,11 @@ DEFAULTS: dict[str, Any] = {
     # The recovery sweep continues a running run that no runner holds and that has not
     # moved for this long (its next step was never queued, or was lost).
     "WORKFLOW_RECOVER_AFTER": "10s",
+    # Workflow queues by name: concurrency, worker_concurrency, rate, priority,
+    # partitioned, scope (workflows/queues/settings.py).
+    "WORKFLOW_QUEUES": {},
+    # /flowwarden/health/ reports a queue whose oldest waiting step waits longer.
+    "WORKFLOW_QUEUE_STALE_AFTER": "5m",
     # Who gets error texts and instance ids from /flowwarden/health/ (others get status and
     # counts): "staff" (active staff users), "none", "all" (anyone, even anonymous) or a
     # permission "app_label.codename".

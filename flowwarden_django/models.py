@@ -295,6 +295,7 @@ class WorkflowRun(models.Model):
         WAITING_CHILDREN = "waiting_children", _("waiting for child runs")
         CANCELLED = "cancelled", _("cancelled")
         WAITING_MESSAGE = "waiting_message", _("waiting for a message")
+        WAITING_SLOT = "waiting_slot", _("waiting for a slot")
 
     coordination_id = models.CharField(_("coordination"), max_length=255, primary_key=True)
     workflow_name = models.CharField(_("workflow"), max_length=255)
@@ -333,6 +334,18 @@ class WorkflowRun(models.Model):
     waiting_topic = models.CharField(
         _("waiting for topic"), max_length=255, blank=True, default="", db_default=""
     )
+    #: The queue whose limits its steps obey (``FLOWWARDEN["WORKFLOW_QUEUES"]``), when
+    #: ``start(queue=...)`` named one; "" : its workflow's (``define(queue=...)``), if any.
+    queue = models.CharField(_("queue"), max_length=100, blank=True, default="", db_default="")
+    #: The partition of a partitioned queue it counts in (``start(partition_key=...)``).
+    queue_partition = models.CharField(
+        _("queue partition"), max_length=255, blank=True, default="", db_default=""
+    )
+    #: Lower runs first, on a queue with priorities (``start(priority=...)``); 0: none
+    #: given, ahead of every priority.
+    queue_priority = models.IntegerField(_("priority"), default=0, db_default=0)
+    #: Since when a ``waiting_slot`` run waits (its place in the queue, after priority).
+    queued_at = models.DateTimeField(_("queued at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"))
 
@@ -353,6 +366,11 @@ class WorkflowRun(models.Model):
             models.Index(fields=["status", "wake_at"], name="fw_run_wake"),
             # The runs' listings: the admin's changelist and the API's, newest first.
             models.Index(fields=["-updated_at", "coordination_id"], name="fw_run_updated"),
+            # A queue's waiting runs, in the order they get slots.
+            models.Index(
+                fields=["status", "queue", "queue_partition", "queue_priority", "queued_at"],
+                name="fw_run_queued",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -555,3 +573,39 @@ class WorkflowEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.coordination_id}: {self.key}"
+
+
+class WorkflowQueueSlot(models.Model):
+    """One unit of a workflow queue's capacity in one partition (``workflows.queues``).
+
+    A ``concurrency`` slot is held by one step (its run: ``holder``, under ``token``)
+    until ``held_until``, a lease its runner renews while the step runs; a ``rate``
+    slot is one start of the queue's rate, spent until ``held_until`` (its use plus
+    the rate's period). A slot is free when ``held_until`` is unset or past. It is
+    taken by one conditional ``UPDATE`` on its ``token``, so two holders never share
+    it, and a dead holder's slot is free again when its lease runs out.
+    """
+
+    class Kind(models.TextChoices):
+        CONCURRENCY = "concurrency", _("concurrency")
+        RATE = "rate", _("rate")
+
+    queue = models.CharField(_("queue"), max_length=100)
+    partition = models.CharField(_("partition"), max_length=255, blank=True, default="")
+    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
+    number = models.PositiveIntegerField(_("number"))
+    holder = models.CharField(_("held by run"), max_length=255, blank=True, default="")
+    token = models.CharField(_("token"), max_length=64, blank=True, default="")
+    held_until = models.DateTimeField(_("held until"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow queue slot")
+        verbose_name_plural = _("workflow queue slots")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "partition", "kind", "number"], name="fw_queue_slot_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}[{self.partition}] {self.kind} #{self.number}"

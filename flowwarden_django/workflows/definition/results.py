@@ -82,6 +82,16 @@ class WaitingForMessage(Hibernated):
     status: str = RunStatus.WAITING_MESSAGE
 
 
+@dataclasses.dataclass(frozen=True)
+class WaitingForSlot(Hibernated):
+    """The run's next step waits for a slot of ``queue`` (``FLOWWARDEN["WORKFLOW_QUEUES"]``):
+    the run holds nothing, and continues by itself, in priority then arrival order,
+    once one is free. A ``Hibernated`` too."""
+
+    queue: str = ""
+    status: str = RunStatus.WAITING_SLOT
+
+
 def paused(
     state: Any,
     coordination_id: str,

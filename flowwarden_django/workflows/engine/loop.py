@@ -57,6 +57,7 @@ from ..definition.results import (
 from ..definition.steps import Advance, Done, Fail, Pause, StepContext, StepOutcome, WorkflowStep
 from ..execution.step_timings import AttemptError, StepTiming, errors_json, parse_errors
 from ..operations.upgrades import UPGRADE_METADATA, upgrade_of
+from ..queues.gate import gate_for
 from ..runs.records import ConcurrentRunError, RunStatus
 from ..runs.transactions import write_transaction
 from ..storage.snapshot import WorkflowSnapshot
@@ -177,11 +178,16 @@ class _Execution(RunWriter):
 
         last = len(wf.steps) - 1
         index, executed = start, 0
+        gate = self.gate = gate_for(self)
         while True:
             if max_steps is not None and executed >= max_steps:
                 self.finish()
                 return _running(head, self.cid, last_step)
             current = wf.steps[index]
+            if gate is not None:
+                refused = gate.before_step(head)
+                if refused is not None:  # the run waits for a slot, holding nothing
+                    return refused
             book = None
             if self.patching or PATCHES_METADATA in head.metadata:
                 furthest = furthest_index(wf.steps, head.metadata)

@@ -128,6 +128,9 @@ def open_handed(workflow: Workflow, runs: RunRecords, handed: Handoff, lease: An
         runner=handed.token,
         attempts=handed.attempts,
         parent_coordination_id=handed.parent_coordination_id,
+        queue=handed.queue,
+        queue_partition=handed.queue_partition,
+        queue_priority=handed.queue_priority,
     )
     record._state.adding = False
     record._state.db = runs.db

@@ -37,6 +37,7 @@ from ..storage.store import SnapshotConflictError
 
 if TYPE_CHECKING:
     from ...models import WorkflowRun
+    from ..queues.gate import StepGate
     from .workflow import Workflow
 
 #: Numbers each execution's claim key in this process: unlike ``id()``, never reused.
@@ -83,6 +84,8 @@ class RunWriter:
         self.hand_off_to: str | None = None
         #: The hand-off its last step made: when (``time.time()``) and its snapshot.
         self.handed: tuple[float, WorkflowSnapshot] | None = None
+        #: What admits its steps when the run is on a queue (``queues.gate``).
+        self.gate: StepGate | None = None
         #: The claim the keeper renews, under a key of this execution's own: two
         #: copies of one handed step run under one token (``claim_keeper``).
         self.claim = HeldClaim(
@@ -113,6 +116,9 @@ class RunWriter:
             head=carried,
             parent_coordination_id=self.record.parent_coordination_id,
             attempts=self.record.attempts,
+            queue=self.record.queue,
+            queue_partition=self.record.queue_partition,
+            queue_priority=self.record.queue_priority,
         )
 
     def renewed(self, sent: float | None = None) -> None:

@@ -27,12 +27,14 @@ def start_run(
     *,
     idempotency_key: str | None = None,
     coordination_id: str | None = None,
+    placed: dict[str, Any] | None = None,
 ) -> StartedRun:
-    """``WorkflowDefinition.start`` (see there)."""
+    """``WorkflowDefinition.start`` (see there); *placed*: its queue fields
+    (``queues.placing``), written with the run."""
     cid = coordination_id or uuid.uuid4().hex
     wf = definition.workflow(cid)
     runs = wf.runs
-    started = create_seeded(wf, runs, initial_state, idempotency_key)
+    started = None if placed else create_seeded(wf, runs, initial_state, idempotency_key)
     if started is not None:
         record, created = started[1], True
         wf.started_with = started
@@ -45,6 +47,10 @@ def start_run(
                 workflow_version=definition.version,
             )
             if created:
+                if placed:  # its queue: in the same transaction as the run
+                    runs.place(cid, placed)
+                    for name, value in placed.items():
+                        setattr(record, name, value)
                 wf.started_with = (point_at_head(wf, runs, record, initial_state), record)
     if not created:
         try:

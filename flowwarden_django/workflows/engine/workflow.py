@@ -51,6 +51,7 @@ from ..execution.handoff import Handoff
 from ..execution.providers import resolve_provider
 from ..operations.forking import fork_snapshot
 from ..operations.upgrades import WorkflowUpgrade, upgrade_registry
+from ..queues.placing import check_queue_name, placement
 from ..runs.records import (
     HANDOFF_PREFIX,
     ClaimTerms,
@@ -113,9 +114,12 @@ class Workflow(RunMessaging):
         *,
         using: str | None = None,
         version: int = 1,
+        queue: str | None = None,
     ) -> None:
         self._name = check_name(name)
         self._version = check_version(version)
+        #: The queue whose limits the run's steps obey (``workflows.queues``), if any.
+        self.queue = check_queue_name(queue)
         if not isinstance(coordination_id, str) or not coordination_id.strip():
             raise ValueError(f"coordination_id must be a non-blank string, not {coordination_id!r}")
         if len(coordination_id) > 255:
@@ -301,6 +305,7 @@ class Workflow(RunMessaging):
             young = lease.total_seconds() / 3 - (time.time() - opened.handed_at)
             execution.young_until = time.monotonic() + young
         kept = execution.keep_alive()
+        result: WorkflowResult | None = None
         try:
             result = execution.run(initial_state, max_steps, opened)
         except ConcurrentRunError:
@@ -313,6 +318,8 @@ class Workflow(RunMessaging):
             if kept:
                 claim_keeper.drop(execution.claim.key)
             execution.release()
+            if execution.gate is not None:  # its queue slot, after the run's release
+                execution.gate.close(result.status if result is not None else "")
         if opened.record.parent_coordination_id and result.status in CHILD_FINISHED:
             notify_parent(opened.record)
         return result, execution.handoff()
@@ -494,6 +501,7 @@ class Workflow(RunMessaging):
         using: str | None = None,
         register: bool = True,
         version: int = 1,
+        queue: str | None = None,
     ) -> WorkflowDefinition:
         """Declare a workflow by name (registered, so ``Workflow.start(name)`` and
         ``Workflow.for_coordination(cid)`` find it, in any process that imports it).
@@ -504,8 +512,13 @@ class Workflow(RunMessaging):
         that changes shape), and keep the old one defined beside it until its runs
         are finished or upgraded: ``Workflow.start`` starts runs on the highest
         version, and each run continues on its own. See "Upgrading workflows" in
-        the README."""
-        definition = WorkflowDefinition(name, steps, store, using=using, version=version)
+        the README.
+
+        *queue* names a queue of ``FLOWWARDEN["WORKFLOW_QUEUES"]`` whose limits the
+        steps of every run obey (see "Queues" in the docs)."""
+        definition = WorkflowDefinition(
+            name, steps, store, using=using, version=version, queue=queue
+        )
         if register:
             workflow_registry.register(definition)
         return definition
@@ -538,13 +551,17 @@ class Workflow(RunMessaging):
         *,
         idempotency_key: str | None = None,
         coordination_id: str | None = None,
+        **placing: Any,
     ) -> StartedRun:
         """Start registered workflow *name* at most once per *idempotency_key*; see
-        ``WorkflowDefinition.start``."""
+        ``WorkflowDefinition.start`` (and its *queue*, *priority*, *partition_key*)."""
         # Workflow.define registers WorkflowDefinitions.
         definition = cast(WorkflowDefinition, workflow_registry.get(name))
         return definition.start(
-            initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+            initial_state,
+            idempotency_key=idempotency_key,
+            coordination_id=coordination_id,
+            **placing,
         )
 
     @classmethod
@@ -555,6 +572,7 @@ class Workflow(RunMessaging):
         *,
         idempotency_key: str | None = None,
         coordination_id: str | None = None,
+        **placing: Any,
     ) -> StartedRun:
         """``Workflow.start(name, ...)`` from async code (an ``async def`` view):
         same ``StartedRun``, errors (``LookupError`` for an unknown name, store and
@@ -568,7 +586,11 @@ class Workflow(RunMessaging):
         """
         start = sync_to_async(cls.start, thread_sensitive=True)
         return await start(
-            name, initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+            name,
+            initial_state,
+            idempotency_key=idempotency_key,
+            coordination_id=coordination_id,
+            **placing,
         )
 
     @classmethod
@@ -593,12 +615,14 @@ class WorkflowDefinition:
         *,
         using: str | None = None,
         version: int = 1,
+        queue: str | None = None,
     ) -> None:
         self.name = check_name(name)
         self.version = check_version(version)
         self.steps = check_steps(name, steps)
         self.store = store
         self.using = using
+        self.queue = check_queue_name(queue)
 
     def __repr__(self) -> str:
         steps = [s.name for s in self.steps]
@@ -617,6 +641,7 @@ class WorkflowDefinition:
             self.store,
             using=self.using,
             version=self.version,
+            queue=self.queue,
         )
 
     def start(
@@ -625,6 +650,9 @@ class WorkflowDefinition:
         *,
         idempotency_key: str | None = None,
         coordination_id: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        partition_key: str | None = None,
     ) -> StartedRun:
         """Create a run with its seed snapshot and run it, at most once per
         *idempotency_key* (and per *coordination_id*; a new UUID when omitted).
@@ -638,9 +666,20 @@ class WorkflowDefinition:
         executed once it commits (``transaction.on_commit``); ``result`` is then
         ``Running``. An ORM snapshot store on the run's database commits the seed and
         the run row together.
+
+        *queue* puts this run on a queue of ``FLOWWARDEN["WORKFLOW_QUEUES"]`` (instead
+        of its workflow's); *priority* (lower first, on a queue with ``"priority":
+        True``) and *partition_key* (on a ``"partitioned"`` one) place it there.
+        ``UnknownQueueError`` (a ``LookupError``) or ``ValueError`` before anything is
+        written when they do not fit the queue.
         """
+        placed = placement(self.queue, queue, priority, partition_key)
         return start_run(
-            self, initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+            self,
+            initial_state,
+            idempotency_key=idempotency_key,
+            coordination_id=coordination_id,
+            placed=placed,
         )
 
     async def astart(
@@ -649,10 +688,14 @@ class WorkflowDefinition:
         *,
         idempotency_key: str | None = None,
         coordination_id: str | None = None,
+        **placing: Any,
     ) -> StartedRun:
         """``start()`` from async code; ``thread_sensitive=True`` (see
         ``Workflow.astart``)."""
         start = sync_to_async(self.start, thread_sensitive=True)
         return await start(
-            initial_state, idempotency_key=idempotency_key, coordination_id=coordination_id
+            initial_state,
+            idempotency_key=idempotency_key,
+            coordination_id=coordination_id,
+            **placing,
         )

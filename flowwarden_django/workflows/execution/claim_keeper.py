@@ -67,6 +67,9 @@ class HeldClaim:
     on_renewed: Callable[[float], None] | None = None
     due: float = field(default=0.0)
     key: str = ""
+    #: Called after each renewal that held: what else the step holds on a lease (its
+    #: queue slot, ``workflows.queues``) is renewed with the claim.
+    also_renew: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.key = self.key or self.runner
@@ -182,6 +185,12 @@ class ClaimKeeper:
         claim.due = sent + claim.interval
         if claim.on_renewed is not None:
             claim.on_renewed(sent)
+        also = claim.also_renew
+        if also is not None:
+            try:
+                also()
+            except Exception as exc:
+                self.failure_log.failed(exc)
 
     def _work(self) -> None:
         from django.db import connections

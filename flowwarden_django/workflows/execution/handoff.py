@@ -55,6 +55,10 @@ class Handoff:
     head: Mapping[str, Any] | None = None
     parent_coordination_id: str | None = None
     attempts: int = 0
+    #: The run's queue, partition and priority (``WorkflowRun.queue``...), as started.
+    queue: str = ""
+    queue_partition: str = ""
+    queue_priority: int = 0
 
     def age(self) -> float:
         """Seconds since the run was handed off."""

@@ -49,6 +49,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ...common.app_models import models
+from ...conf import fw_settings
 from ..definition.databases import in_every_workflow_database
 from ..definition.metadata import LAST_STEP, NEXT_STEP
 from ..definition.registry import workflow_registry
@@ -218,6 +219,11 @@ def recover_stalled_runs(
     nothing touched it meanwhile), so the next sweep tries it again at once.
     """
     db = RunRecords(using).db
+    if fw_settings.WORKFLOW_QUEUES:
+        # Runs waiting for a slot a dead process's timer would have handed them.
+        from ..queues.dispatch import dispatch_waiting
+
+        dispatch_waiting(db)
     recovered: list[str] = []
     for run in stalled_runs(older_than=older_than, using=using, limit=limit):
         if not workflow_registry.defines(run.workflow_name, run.workflow_version):

@@ -270,6 +270,10 @@ class RunRecords(RunStatements, RunPauses):
         fields.update(runner="", claimed_until=None, updated_at=timezone.now())
         self._update_held(coordination_id, runner, fields)
 
+    def place(self, coordination_id: str, fields: dict[str, Any]) -> None:
+        """Set the queue fields of a run just created (``start(queue=...)``)."""
+        self._rows().filter(pk=coordination_id).update(**fields)
+
     def set_head(self, coordination_id: str, snapshot_id: str) -> None:
         """Point an unclaimed run at its head snapshot (``start`` does, right after the
         ``INSERT``, in the same transaction)."""

@@ -47,6 +47,10 @@ _INSERTED = {
     "step_errors": "NULL",
     "parent_coordination_id": "NULL",
     "waiting_topic": "''",
+    "queue": "''",
+    "queue_partition": "''",
+    "queue_priority": "0",
+    "queued_at": "NULL",
     "created_at": "%s",
     "updated_at": "%s",
 }
@@ -111,6 +115,10 @@ NEW_RUN_VALUES = {
     "step_errors": None,
     "parent_coordination_id": None,
     "waiting_topic": "",
+    "queue": "",
+    "queue_partition": "",
+    "queue_priority": 0,
+    "queued_at": None,
 }
 #: The columns that are each new run's own.
 _NEW_RUN_OWN = {

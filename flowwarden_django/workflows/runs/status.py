@@ -26,9 +26,12 @@ class RunStatus:
     #: A step returned ``wait_for(...)``: it continues once a message of its topic
     #: (``waiting_topic``) is sent, or at its deadline (``wake_at``).
     WAITING_MESSAGE = "waiting_message"
+    #: Its next step waits for a slot of its queue (``FLOWWARDEN["WORKFLOW_QUEUES"]``):
+    #: it continues, in priority then arrival order, once one is free.
+    WAITING_SLOT = "waiting_slot"
 
     #: A paused run: it holds no runner and continues when run or resumed.
-    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN, WAITING_MESSAGE)
+    PAUSED = (HIBERNATED, WAITING, SLEEPING, WAITING_CHILDREN, WAITING_MESSAGE, WAITING_SLOT)
     #: A run that never continues again (a failed one does, when run again).
     FINAL = (COMPLETED, CANCELLED)
     #: What an upgrade may move to another version.

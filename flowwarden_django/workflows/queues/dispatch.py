@@ -1,0 +1,236 @@
+"""Handing free slots to the runs that wait for them (``dispatch``), and the timer
+that does it when time frees one (``timer``).
+
+``dispatch`` takes the first waiting run of a queue's partition (lowest priority
+number first on a queue with priorities, then longest waiting), gives it a
+concurrency slot (``next:``) and a rate slot (``paid:``) when the queue has those
+limits, makes it ``running`` with one conditional ``UPDATE`` (so of two dispatchers
+one wakes it) and continues it through the execution provider: in-process on this
+process's dispatch threads, Celery as its next step's task, Temporal as a signal.
+It goes on while slots and waiting runs remain.
+
+It runs when a step gives a slot back, when a run starts waiting (it may have
+missed the slot given back meanwhile), when a rate slot or a dead holder's lease
+runs out (``timer``: the time is known from the rows), and in every recovery sweep
+(``dispatch_waiting``), which covers a process that died with a timer set.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from django.utils import timezone
+
+from ...common.app_models import models
+from ...common.connections import discard_unusable_connections
+from ...common.failure_log import FailureLog
+from ..runs.status import RunStatus
+from . import local, slots
+from .gate import rate_hold, waiting_in
+from .settings import QueueConfig, UnknownQueueError, queue_config
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+#: The most runs one call hands slots to (the rest: the next call).
+BATCH = 100
+
+
+def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None:
+    """Hand free slots of *config*'s queue (in *partition*) to its waiting runs and
+    continue them; when runs still wait for a slot that time frees (a rate, a lease
+    that runs out), when to try again, else ``None``."""
+    runs = models.WorkflowRun.objects.using(using).filter(waiting_in(config, partition), runner="")
+    order = ("queue_priority", "queued_at", "coordination_id")
+    if not config.priority:
+        order = order[1:]
+    limits = {}
+    if config.concurrency:
+        limits[slots.CONCURRENCY] = config.concurrency
+    if config.rate:
+        limits[slots.RATE] = config.rate.limit
+    in_process = _in_process()
+    for _ in range(BATCH):
+        if in_process and not local.room(config.name, config.worker_concurrency):
+            return None  # a step of this process ends first, and dispatches then
+        waiter = runs.order_by(*order).values_list("coordination_id", flat=True).first()
+        if waiter is None:
+            return None
+        for kind, limit in limits.items():
+            slots.ensure(using, config.name, partition, kind, limit)
+        rows, _ = slots.read(using, config.name, partition, limits)
+        conc = [row for row in rows if row.kind == slots.CONCURRENCY]
+        slot = paid = None
+        if config.concurrency:
+            slot = slots.take(using, conc, waiter, slots.DISPATCHED, _lease())
+            if slot is None:
+                return slots.next_free(conc)
+        if config.rate:
+            rate = [row for row in rows if row.kind == slots.RATE]
+            paid = slots.take(using, rate, waiter, slots.PAID, rate_hold(config))
+            if paid is None:
+                if slot is not None:
+                    slots.release(using, slot)
+                return slots.next_free(rate)
+        woken = runs.filter(pk=waiter).update(status=RunStatus.RUNNING, updated_at=timezone.now())
+        if woken != 1:  # another dispatcher woke it, or it was cancelled
+            for row in (slot, paid):
+                if row is not None:
+                    slots.release(using, row)
+            continue
+        continue_run(waiter, using)
+    return timezone.now()
+
+
+def dispatch_quietly(config: QueueConfig, partition: str, using: str) -> None:
+    """``dispatch``, its retry time given to the ``timer``; an error is logged (the
+    timer and the recovery sweep try again)."""
+    try:
+        retry_at = dispatch(config, partition, using)
+    except Exception:
+        logger.exception(
+            "queue %s: handing out slots failed; the recovery sweep tries again", config.name
+        )
+        discard_unusable_connections()
+        return
+    if retry_at is not None:
+        timer.nudge(using, config, partition, retry_at)
+
+
+def dispatch_waiting(using: str) -> int:
+    """Dispatch every queue partition of database *using* in which runs wait (the
+    recovery sweep); the number of partitions tried."""
+    waiting = (
+        models.WorkflowRun.objects.using(using)
+        .filter(status=RunStatus.WAITING_SLOT, runner="")
+        .values_list("queue", "queue_partition")
+        .distinct()
+    )
+    tried = 0
+    for name, partition in list(waiting[:1000]):
+        try:
+            config = queue_config(name)
+        except UnknownQueueError:
+            continue  # `manage.py check` reports it (W-code); nothing can admit it here
+        tried += 1
+        dispatch_quietly(config, partition, using)
+    return tried
+
+
+# -- continuing a dispatched run -------------------------------------------------------
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+#: Threads that continue dispatched runs in-process (each runs one step at a time).
+POOL_THREADS = 16
+
+
+def _in_process() -> bool:
+    from ..execution.providers import InProcessProvider, configured_provider
+
+    try:
+        return isinstance(configured_provider(), InProcessProvider)
+    except Exception:
+        return True
+
+
+def continue_run(coordination_id: str, using: str) -> None:
+    """Continue a dispatched run through the execution provider: with the in-process
+    one on a dispatch thread (never inside the step that gave the slot back), else
+    at once (a Celery task is queued, a Temporal signal sent)."""
+    global _pool
+    if _in_process():
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="fw-queue")
+            pool = _pool
+        pool.submit(_continue, coordination_id, using)
+    else:
+        _continue(coordination_id, using)
+
+
+def _continue(coordination_id: str, using: str) -> None:
+    from django.db import connections
+
+    from ..definition.registry import workflow_for
+    from ..runs.records import ConcurrentRunError
+
+    try:
+        workflow_for(coordination_id, using=using, mark=False).run()
+    except ConcurrentRunError:
+        logger.info("run %s got a slot, and is being run elsewhere", coordination_id)
+    except Exception:
+        logger.exception(
+            "run %s got a slot, but continuing it failed; the recovery sweep continues it",
+            coordination_id,
+        )
+    finally:
+        if threading.current_thread().name.startswith("fw-queue"):
+            connections.close_all()
+
+
+def _lease() -> float:
+    from ..runs.leases import run_lease
+
+    return run_lease().total_seconds()
+
+
+# -- the timer -------------------------------------------------------------------------
+
+
+class QueueTimer:
+    """Dispatches a queue partition at a given time (a rate slot or a lease frees
+    then): one daemon thread per process, started with the first ``nudge``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._due: list[tuple[float, str, str, str]] = []  # (monotonic, using, queue, partition)
+        self._thread: threading.Thread | None = None
+        self.failure_log = FailureLog(logger, "workflows: the queue timer")
+
+    def nudge(self, using: str, config: QueueConfig, partition: str, at: datetime) -> None:
+        """Dispatch *config*'s *partition* at *at* (wall clock)."""
+        delay = max((at - timezone.now()).total_seconds(), 0.0)
+        entry = (time.monotonic() + delay, using, config.name, partition)
+        with self._lock:
+            if any(due[1:] == entry[1:] and due[0] <= entry[0] for due in self._due):
+                return
+            heapq.heappush(self._due, entry)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._work, name="fw-queue-timer", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._due)
+
+    def _work(self) -> None:
+        from django.db import connections
+
+        while True:
+            with self._lock:
+                while not self._due:
+                    connections.close_all()
+                    self._lock.wait()
+                wait = self._due[0][0] - time.monotonic()
+                if wait > 0:
+                    self._lock.wait(timeout=wait)
+                    continue
+                _, using, name, partition = heapq.heappop(self._due)
+                self._due = [due for due in self._due if due[1:] != (using, name, partition)]
+                heapq.heapify(self._due)
+            try:
+                dispatch_quietly(queue_config(name), partition, using)
+            except UnknownQueueError:
+                continue
+
+
+#: This process's queue timer.
+timer = QueueTimer()

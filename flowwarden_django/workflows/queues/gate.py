@@ -1,0 +1,240 @@
+"""The admission of each step of a queued run (``StepGate``).
+
+Before a step of a run on a queue executes, the engine asks the gate: the step needs
+a concurrency slot (when the queue has a ``concurrency``), a rate slot (``rate``) and
+room in this process (``worker_concurrency``). When it gets them it runs; when it
+does not, the run is let go in status ``waiting_slot`` at its head (holding no
+thread, task or claim) and ``dispatch`` hands it a slot, in priority then arrival
+order, when one frees up. A step that arrives while others wait joins the back of
+the queue, even when a slot is free: waiting runs go first.
+
+A concurrency slot is held while the step runs, its lease renewed with the run's
+claim, and given back once the step's snapshot is saved. Between two steps of one
+execution (in-process) the run keeps it unless another run waits, which saves the
+statements of giving it back and taking it again. With ``scope: "runs"`` it is
+held until the run pauses or ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import connections, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..definition.metadata import LAST_STEP
+from ..definition.results import WaitingForSlot
+from ..runs.status import RunStatus
+from . import local, slots
+from .settings import QueueConfig, UnknownQueueError, queue_config
+
+if TYPE_CHECKING:
+    from ..engine.saving import RunWriter
+    from ..storage.snapshot import WorkflowSnapshot
+
+logger = logging.getLogger("flowwarden_django.workflows")
+
+#: Rate slots are held this share of their period longer (at most 50 ms): the time
+#: between a step's admission and its first line, so that starts, not only
+#: admissions, keep to the rate.
+RATE_GUARD = 0.02
+#: When a run refused for want of room in this process is offered again.
+_LOCAL_RETRY = timedelta(seconds=0.5)
+_warned: set[str] = set()
+
+
+def gate_for(execution: RunWriter) -> StepGate | None:
+    """The gate of *execution*'s run, ``None`` when it is on no queue (nothing to do,
+    no statement). A run on a queue no longer configured runs unlimited (logged once)."""
+    name = execution.record.queue or getattr(execution.workflow, "queue", None) or ""
+    if not name:
+        return None
+    try:
+        config = queue_config(name)
+    except UnknownQueueError as exc:
+        if name not in _warned:
+            _warned.add(name)
+            logger.warning("workflow %s: %s; its steps run without limits", execution.name, exc)
+        return None
+    return StepGate(config, execution)
+
+
+def waiting_in(config: QueueConfig, partition: str) -> Q:
+    """The runs waiting for a slot of *config*'s queue in *partition*."""
+    return Q(status=RunStatus.WAITING_SLOT, queue=config.name, queue_partition=partition)
+
+
+def rate_hold(config: QueueConfig) -> float:
+    assert config.rate is not None
+    return config.rate.period + min(0.05, config.rate.period * RATE_GUARD)
+
+
+class StepGate:
+    """Admits the steps of one execution of a queued run (see the module)."""
+
+    def __init__(self, config: QueueConfig, execution: RunWriter) -> None:
+        self.config = config
+        self.execution = execution
+        record = execution.record
+        self.partition = config.partition_of(record.queue_partition)
+        self.priority = record.queue_priority if config.priority else 0
+        self.using = execution.runs.db
+        self.cid = execution.cid
+        #: The concurrency slot this execution holds, and whether it counts locally.
+        self.slot: slots.SlotRow | None = None
+        self.counted = False
+        #: Whether the run was parked (it then holds nothing, and dispatch ran).
+        self.parked = False
+        self.lease = execution.lease_seconds
+        self.limits: dict[str, int] = {}
+        if config.concurrency:
+            self.limits[slots.CONCURRENCY] = config.concurrency
+        if config.rate:
+            self.limits[slots.RATE] = config.rate.limit
+
+    # -- the engine's calls ---------------------------------------------------------
+
+    def before_step(self, head: WorkflowSnapshot) -> WaitingForSlot | None:
+        """Admit the next step, or park the run and return its ``WaitingForSlot``."""
+        config, using = self.config, self.using
+        for kind, limit in self.limits.items():
+            slots.ensure(using, config.name, self.partition, kind, limit)
+        holding = self.counted
+        if not holding and not local.enter(config.name, config.worker_concurrency):
+            return self._park(head, None, dispatch=False, local_full=True)
+        self.counted = True
+        rows, waits = slots.read(
+            using,
+            config.name,
+            self.partition,
+            self.limits,
+            waiting_in(config, self.partition) & ~Q(pk=self.cid),
+        )
+        now = timezone.now()
+        conc = [row for row in rows if row.kind == slots.CONCURRENCY]
+        rate = [row for row in rows if row.kind == slots.RATE]
+        paid = next((row for row in rate if row.held_by(self.cid, slots.PAID, now)), None)
+        given = self.slot or next(
+            (row for row in conc if row.held_by(self.cid, self._own_prefix(), now)), None
+        )
+        if waits and not holding and given is None and paid is None:
+            return self._park(head, None)
+        if holding and waits:  # between two steps: another run waits, it goes first
+            return self._park(head, None)
+        if config.concurrency and self.slot is None:
+            slot = None
+            if given is not None:
+                slot = slots.claim(
+                    using, given, self.cid, slots.RUNNING, self.lease, must_be_free=False
+                )
+            if slot is None:
+                slot = slots.take(using, conc, self.cid, slots.RUNNING, self.lease)
+            if slot is None:
+                return self._park(head, slots.next_free(conc, now))
+            self._hold(slot)
+        if config.rate:
+            spent = None
+            if paid is not None:
+                spent = slots.claim(
+                    using, paid, self.cid, slots.USED, rate_hold(config), must_be_free=False
+                )
+            if spent is None:
+                spent = slots.take(using, rate, self.cid, slots.USED, rate_hold(config))
+            if spent is None:
+                return self._park(head, slots.next_free(rate, now))
+        return None
+
+    def close(self, status: str) -> None:
+        """The execution ends with the run in *status*: give back what it holds (with
+        ``scope: "runs"``, the slot only once the run leaves ``running``), then hand
+        free slots to waiting runs. Never raises."""
+        if self.parked:
+            return
+        keep = self.config.holds_runs and status == RunStatus.RUNNING
+        try:
+            self._let_go(keep=keep)
+        except Exception:
+            logger.exception(
+                "queue %s: giving back a slot failed; its lease frees it", self.config.name
+            )
+        if not keep:
+            self._dispatch_later()
+
+    # -- parts ----------------------------------------------------------------------
+
+    def _own_prefix(self) -> str:
+        # A slot dispatch gave this run, or (scope "runs") the one its last step held.
+        return slots.DISPATCHED if not self.config.holds_runs else ""
+
+    def _hold(self, slot: slots.SlotRow) -> None:
+        self.slot = slot
+        claim = self.execution.claim
+        claim.also_renew = self._renew
+
+    def _renew(self) -> None:
+        slot = self.slot
+        if slot is not None and not slots.renew(self.using, slot, self.lease):
+            logger.warning(
+                "queue %s: run %s lost its slot (its lease ran out)", self.config.name, self.cid
+            )
+            self.slot = None
+
+    def _let_go(self, *, keep: bool = False) -> None:
+        slot, self.slot = self.slot, None
+        self.execution.claim.also_renew = None
+        if self.counted:
+            self.counted = False
+            local.leave(self.config.name)
+        if slot is not None and not keep:
+            slots.release(self.using, slot)
+
+    def _park(
+        self,
+        head: WorkflowSnapshot,
+        retry_at: datetime | None,
+        *,
+        dispatch: bool = True,
+        local_full: bool = False,
+    ) -> WaitingForSlot:
+        """Let go of the run in ``waiting_slot`` and of the slots it holds."""
+        from .dispatch import timer
+
+        self.parked = True
+        self._let_go()
+        record, config = self.execution.record, self.config
+        # A run keeps its place from the first time it waited in this queue.
+        queued_at = record.queued_at if record.queue == config.name else None
+        queued_at = queued_at or timezone.now()
+        self.execution.finish(
+            status=RunStatus.WAITING_SLOT,
+            head_snapshot_id=head.id,
+            queue=config.name,
+            queue_partition=self.partition,
+            queue_priority=self.priority,
+            queued_at=queued_at,
+        )
+        record.status, record.queued_at = RunStatus.WAITING_SLOT, queued_at
+        if local_full:
+            # Room in this process comes back when one of its steps ends (which hands
+            # slots out); another process may have room now.
+            retry_at = timezone.now() + _LOCAL_RETRY
+        if dispatch:
+            self._dispatch_later()
+        if retry_at is not None:
+            timer.nudge(self.using, config, self.partition, retry_at)
+        return WaitingForSlot(
+            head.state, self.cid, head.metadata.get(LAST_STEP, ""), queue=config.name
+        )
+
+    def _dispatch_later(self) -> None:
+        """Hand free slots to waiting runs once what this execution wrote commits."""
+        from .dispatch import dispatch_quietly
+
+        args = (self.config, self.partition, self.using)
+        if connections[self.using].in_atomic_block:
+            transaction.on_commit(lambda: dispatch_quietly(*args), using=self.using)
+        else:
+            dispatch_quietly(*args)
