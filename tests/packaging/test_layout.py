@@ -260,13 +260,14 @@ DEPRECATED_WORKFLOWS_PATHS = {
 def test_workflows_shows_its_architecture() -> None:
     """One package a job, as in streams: what a workflow is (``definition``), its run
     records (``runs``) and snapshots (``storage``), where and how a step runs
-    (``execution``), how a run waits (``waiting``), the operations around runs, the
-    engine on top, and the stores (``backends``); no module over 700 lines."""
+    (``execution``), how a run waits (``waiting``) and queues (``queues``), the
+    operations around runs, the engine on top, and the stores (``backends``); no module
+    over 700 lines."""
     workflows = PACKAGE / "workflows"
     packages = {path.name for path in workflows.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {
-        "backends", "definition", "engine", "execution", "operations", "runs", "storage",
-        "waiting",
+        "backends", "definition", "engine", "execution", "operations", "queues", "runs",
+        "storage", "waiting",
     }  # fmt: skip
     assert {path.stem for path in workflows.glob("*.py")} == {
         "__init__",

@@ -512,10 +512,8 @@ class Workflow(RunMessaging):
         that changes shape), and keep the old one defined beside it until its runs
         are finished or upgraded: ``Workflow.start`` starts runs on the highest
         version, and each run continues on its own. See "Upgrading workflows" in
-        the README.
-
-        *queue* names a queue of ``FLOWWARDEN["WORKFLOW_QUEUES"]`` whose limits the
-        steps of every run obey (see "Queues" in the docs)."""
+        the README. *queue*: a queue of ``FLOWWARDEN["WORKFLOW_QUEUES"]`` whose
+        limits the steps of every run obey (see "Queues" in the docs)."""
         definition = WorkflowDefinition(
             name, steps, store, using=using, version=version, queue=queue
         )

@@ -17,6 +17,7 @@ runs out (``timer``: the time is known from the rows), and in every recovery swe
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import threading
@@ -31,8 +32,8 @@ from ...common.connections import discard_unusable_connections
 from ...common.failure_log import FailureLog
 from ..runs.status import RunStatus
 from . import local, slots
-from .gate import rate_hold, waiting_in
 from .settings import QueueConfig, UnknownQueueError, queue_config
+from .terms import rate_hold, waiting_in
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -226,10 +227,9 @@ class QueueTimer:
                 _, using, name, partition = heapq.heappop(self._due)
                 self._due = [due for due in self._due if due[1:] != (using, name, partition)]
                 heapq.heapify(self._due)
-            try:
+            with contextlib.suppress(UnknownQueueError):  # no longer configured
                 dispatch_quietly(queue_config(name), partition, using)
-            except UnknownQueueError:
-                continue
+            connections.close_all()  # a tick is rare: no connection kept between them
 
 
 #: This process's queue timer.

@@ -30,6 +30,7 @@ from ..definition.results import WaitingForSlot
 from ..runs.status import RunStatus
 from . import local, slots
 from .settings import QueueConfig, UnknownQueueError, queue_config
+from .terms import rate_hold, waiting_in
 
 if TYPE_CHECKING:
     from ..engine.saving import RunWriter
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
-#: Rate slots are held this share of their period longer (at most 50 ms): the time
-#: between a step's admission and its first line, so that starts, not only
-#: admissions, keep to the rate.
-RATE_GUARD = 0.02
 #: When a run refused for want of room in this process is offered again.
 _LOCAL_RETRY = timedelta(seconds=0.5)
 _warned: set[str] = set()
@@ -60,16 +57,6 @@ def gate_for(execution: RunWriter) -> StepGate | None:
             logger.warning("workflow %s: %s; its steps run without limits", execution.name, exc)
         return None
     return StepGate(config, execution)
-
-
-def waiting_in(config: QueueConfig, partition: str) -> Q:
-    """The runs waiting for a slot of *config*'s queue in *partition*."""
-    return Q(status=RunStatus.WAITING_SLOT, queue=config.name, queue_partition=partition)
-
-
-def rate_hold(config: QueueConfig) -> float:
-    assert config.rate is not None
-    return config.rate.period + min(0.05, config.rate.period * RATE_GUARD)
 
 
 class StepGate:

@@ -32,7 +32,9 @@ def queued(tmp_path: Path) -> Any:
     slots.forget_made()
 
 
-def start_from_threads(definition: Any, states: list[dict[str, Any]], threads: int, **placing: Any) -> list[str]:
+def start_from_threads(
+    definition: Any, states: list[dict[str, Any]], threads: int, **placing: Any
+) -> list[str]:
     """Start a run of each state from *threads* threads, each taking the next."""
     cids: list[str] = []
     lock = threading.Lock()
@@ -76,3 +78,52 @@ def test_concurrency_4_holds_from_8_threads_and_is_reached(queued: Any, tmp_path
     assert queue_workflows.most_at_once(executions) == 4
     held = WorkflowQueueSlot.objects.using(DB).filter(queue="carrier").exclude(token="")
     assert not held.filter(token__startswith="run:").exists()
+
+
+def test_rate_20_per_second_holds_in_every_window_and_is_reached(
+    queued: Any, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "steps.log")
+    queues = {"api": {"rate": "20/s"}}
+    with override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": queues}):
+        # 100 runs of 3 steps: a backlog of 300 starts, more than 10 s of the rate.
+        states = [{"log": log, "ms": 0, "n": n} for n in range(100)]
+        cids = start_from_threads(queued, states, 4, queue="api")
+        wait_until(lambda: all_completed(cids), "every run completed", timeout=120)
+    executions = step_log.executions(log)
+    assert len(executions) == 300
+    assert queue_workflows.most_starts_in(executions, 1.0) <= 20
+    first = min(e["start"] for e in executions)
+    in_ten = [e for e in executions if e["start"] < first + 10.0]
+    assert 180 <= len(in_ten) <= 220, len(in_ten)
+
+
+def test_every_waiting_priority_1_step_starts_before_any_waiting_priority_5_step(
+    queued: Any, tmp_path: Path
+) -> None:
+    log = str(tmp_path / "steps.log")
+    queues = {"carrier": {"concurrency": 1, "priority": True}}
+    with override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": queues}):
+        # A run holds the only slot for a while, so the others queue up behind it.
+        blocker = threading.Thread(
+            target=lambda: queued.start({"log": log, "ms": 1500, "n": "blocker"}, queue="carrier")
+        )
+        blocker.start()
+        held = WorkflowQueueSlot.objects.using(DB).filter(queue="carrier", token__startswith="run:")
+        wait_until(held.exists, "the blocker holds the slot")
+        cids = {}
+        for n in range(20):
+            priority = 5 if n % 2 == 0 else 1
+            started = queued.start(
+                {"log": log, "ms": 0, "n": n}, queue="carrier", priority=priority
+            )
+            cids[started.coordination_id] = priority
+        waiting = WorkflowRun.objects.using(DB).filter(pk__in=list(cids), status="waiting_slot")
+        assert waiting.count() == 20  # the backlog: all of them wait
+        blocker.join()
+        wait_until(lambda: all_completed(list(cids)), "every run completed", timeout=60)
+    executions = [e for e in step_log.executions(log) if e["cid"] in cids]
+    assert len(executions) == 60
+    first = [e["start"] for e in executions if cids[e["cid"]] == 1]
+    later = [e["start"] for e in executions if cids[e["cid"]] == 5]
+    assert max(first) < min(later)
