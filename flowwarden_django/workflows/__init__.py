@@ -20,6 +20,7 @@ from .definition.results import (
     Waiting,
     WaitingForChildren,
     WaitingForMessage,
+    WaitingForSlot,
     WorkflowResult,
 )
 from .definition.steps import (
@@ -47,6 +48,7 @@ from .execution.providers import (
     InProcessProvider,
     resolve_provider,
 )
+from .queues.settings import QueueConfig, UnknownQueueError
 from .runs.records import (
     ConcurrentRunError,
     LeaseLostError,
@@ -117,6 +119,7 @@ __all__ = [
     "Message",
     "NeedsUpgrade",
     "Pause",
+    "QueueConfig",
     "RunCancelledError",
     "RunConflictError",
     "RunFinishedError",
@@ -133,6 +136,7 @@ __all__ = [
     "StepOutcome",
     "StepTimeoutError",
     "UnknownApprovalError",
+    "UnknownQueueError",
     "UnknownRunError",
     "UnknownSnapshotError",
     "UserJSONError",
@@ -141,6 +145,7 @@ __all__ = [
     "Waiting",
     "WaitingForChildren",
     "WaitingForMessage",
+    "WaitingForSlot",
     "Workflow",
     "WorkflowDefinition",
     "WorkflowGraph",
