@@ -109,8 +109,8 @@ class StepGate:
         )
         if waits and not holding and given is None and paid is None:
             return self._park(head, None)
-        if holding and waits:  # between two steps: another run waits, it goes first
-            return self._park(head, None)
+        if holding and waits and not config.holds_runs:
+            return self._park(head, None)  # between two steps: a waiting run goes first
         if config.concurrency and self.slot is None:
             slot = None
             if given is not None:
