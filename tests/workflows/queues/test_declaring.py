@@ -87,9 +87,9 @@ def queued() -> Any:
 def test_start_refuses_what_the_queue_does_not_take_and_writes_nothing(
     queued: Any, placing: dict[str, Any], error: type[Exception], message: str
 ) -> None:
-    with override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": QUEUES}):
-        with pytest.raises(error, match=message):
-            queued.start({"ms": 0}, **placing)
+    queues = override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": QUEUES})
+    with queues, pytest.raises(error, match=message):
+        queued.start({"ms": 0}, **placing)
     assert not WorkflowRun.objects.exists()
 
 
