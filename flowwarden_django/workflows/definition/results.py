@@ -99,10 +99,11 @@ def paused(
     status: str,
     wake_at: Any = None,
     topic: str = "",
+    queue: str = "",
 ) -> Hibernated:
     """The result of a run paused with *status*: ``Waiting``, ``Sleeping``,
     ``WaitingForChildren``, ``WaitingForMessage`` (on *topic*, *wake_at* its
-    deadline) or ``Hibernated``."""
+    deadline), ``WaitingForSlot`` (of *queue*) or ``Hibernated``."""
     if status == RunStatus.WAITING:
         return Waiting(state, coordination_id, last_step)
     if status == RunStatus.WAITING_MESSAGE:
@@ -111,6 +112,8 @@ def paused(
         return Sleeping(state, coordination_id, last_step, wake_at=wake_at)
     if status == RunStatus.WAITING_CHILDREN:
         return WaitingForChildren(state, coordination_id, last_step)
+    if status == RunStatus.WAITING_SLOT:
+        return WaitingForSlot(state, coordination_id, last_step, queue=queue)
     return Hibernated(state, coordination_id, last_step, status)
 
 

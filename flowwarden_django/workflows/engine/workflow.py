@@ -417,9 +417,8 @@ class Workflow(RunMessaging):
         if record.status == RunStatus.CANCELLED:
             return Cancelled(state, cid, record.failure_reason)
         if record.status in RunStatus.PAUSED:
-            return paused(
-                state, cid, last_step, record.status, record.wake_at, record.waiting_topic
-            )
+            wake_at, topic = record.wake_at, record.waiting_topic
+            return paused(state, cid, last_step, record.status, wake_at, topic, record.queue)
         if record.status == RunStatus.NEEDS_UPGRADE:
             return NeedsUpgrade(state, cid, last_step, record.failure_reason)
         if record.status == RunStatus.FAILED:

@@ -141,10 +141,18 @@ def _in_process() -> bool:
 
 def continue_run(coordination_id: str, using: str) -> None:
     """Continue a dispatched run through the execution provider: with the in-process
-    one on a dispatch thread (never inside the step that gave the slot back), else
-    at once (a Celery task is queued, a Temporal signal sent)."""
+    one (configured, or fallen back to) on a dispatch thread, never inside the step
+    that gave the slot back; else at once (a Celery task is queued, a Temporal signal
+    sent)."""
+    from ..execution.providers import InProcessProvider, resolve_provider
+
     global _pool
-    if _in_process():
+    try:
+        here = isinstance(resolve_provider(), InProcessProvider)
+    except Exception:  # unavailable, and no fallback: the recovery sweep continues it
+        logger.warning("run %s got a slot, and its provider is unavailable", coordination_id)
+        return
+    if here:
         with _pool_lock:
             if _pool is None:
                 _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="fw-queue")

@@ -129,3 +129,14 @@ def test_a_sleeping_run_holds_no_slot(queued: Any, tmp_path: Path, scope: str) -
             assert completed([other])
     finally:
         workflow_registry.unregister("napper")
+
+
+def test_worker_concurrency_bounds_the_steps_of_this_process(queued: Any, tmp_path: Path) -> None:
+    log = str(tmp_path / "steps.log")
+    with override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": {"local": {"worker_concurrency": 2}}}):
+        starts = [({"log": log, "ms": 100, "n": n}, {"queue": "local"}) for n in range(8)]
+        cids = start_all(queued, starts)
+        wait_until(lambda: completed(cids), "every run completed", timeout=60)
+    executions = step_log.executions(log)
+    assert len(executions) == 24
+    assert queue_workflows.most_at_once(executions) == 2
