@@ -7,8 +7,9 @@ one clock for every process of the machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flowwarden_django.workflows import StepContext, Workflow, advance
@@ -65,3 +66,17 @@ def most_starts_in(executions: Iterable[dict[str, Any]], window: float) -> int:
             first += 1
         most = max(most, last - first + 1)
     return most
+
+
+@contextlib.contextmanager
+def quiet_queues() -> Iterator[None]:
+    """Forget the slot rows made before, and close the connections of the in-process
+    dispatch threads afterwards (so the test databases can be dropped)."""
+    from flowwarden_django.workflows.queues import dispatch, slots
+
+    slots.forget_made()
+    try:
+        yield
+    finally:
+        slots.forget_made()
+        dispatch._pool.close_connections()

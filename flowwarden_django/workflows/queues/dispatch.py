@@ -22,8 +22,7 @@ import heapq
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -34,11 +33,14 @@ from ..runs.status import RunStatus
 from . import local, slots
 from .settings import QueueConfig, UnknownQueueError, queue_config
 from .terms import rate_hold, waiting_in
+from .threads import IDLE_SECONDS, DispatchThreads
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
 #: The most runs one call hands slots to (the rest: the next call).
 BATCH = 100
+#: When to look again for a slot that looked free and was not taken.
+RETRY_SOON = timedelta(milliseconds=20)
 
 
 def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None:
@@ -69,14 +71,14 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
         if config.concurrency:
             slot = slots.take(using, conc, waiter, slots.DISPATCHED, _lease())
             if slot is None:
-                return slots.next_free(conc)
+                return _retry_at(conc)
         if config.rate:
             rate = [row for row in rows if row.kind == slots.RATE]
             paid = slots.take(using, rate, waiter, slots.PAID, rate_hold(config))
             if paid is None:
                 if slot is not None:
                     slots.release(using, slot)
-                return slots.next_free(rate)
+                return _retry_at(rate)
         woken = runs.filter(pk=waiter).update(status=RunStatus.RUNNING, updated_at=timezone.now())
         if woken != 1:  # another dispatcher woke it, or it was cancelled
             for row in (slot, paid):
@@ -85,6 +87,13 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
             continue
         continue_run(waiter, using)
     return timezone.now()
+
+
+def _retry_at(rows: list[slots.SlotRow]) -> datetime:
+    """When to try again for *rows*, none of which could be taken: when the first
+    frees, or soon when one looked free (another taker won it, or the database's
+    clock had not reached its end yet)."""
+    return slots.next_free(rows) or timezone.now() + RETRY_SOON
 
 
 def dispatch_quietly(config: QueueConfig, partition: str, using: str) -> None:
@@ -124,10 +133,9 @@ def dispatch_waiting(using: str) -> int:
 
 # -- continuing a dispatched run -------------------------------------------------------
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 #: Threads that continue dispatched runs in-process (each runs one step at a time).
 POOL_THREADS = 16
+_pool = DispatchThreads(POOL_THREADS)
 
 
 def _in_process() -> bool:
@@ -146,25 +154,18 @@ def continue_run(coordination_id: str, using: str) -> None:
     sent)."""
     from ..execution.providers import InProcessProvider, resolve_provider
 
-    global _pool
     try:
         here = isinstance(resolve_provider(), InProcessProvider)
     except Exception:  # unavailable, and no fallback: the recovery sweep continues it
         logger.warning("run %s got a slot, and its provider is unavailable", coordination_id)
         return
     if here:
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="fw-queue")
-            pool = _pool
-        pool.submit(_continue, coordination_id, using)
+        _pool.submit(lambda: _continue(coordination_id, using))
     else:
         _continue(coordination_id, using)
 
 
 def _continue(coordination_id: str, using: str) -> None:
-    from django.db import connections
-
     from ..definition.registry import workflow_for
     from ..runs.records import ConcurrentRunError
 
@@ -177,9 +178,6 @@ def _continue(coordination_id: str, using: str) -> None:
             "run %s got a slot, but continuing it failed; the recovery sweep continues it",
             coordination_id,
         )
-    finally:
-        if threading.current_thread().name.startswith("fw-queue"):
-            connections.close_all()
 
 
 def _lease() -> float:
@@ -230,6 +228,8 @@ class QueueTimer:
                     self._lock.wait()
                 wait = self._due[0][0] - time.monotonic()
                 if wait > 0:
+                    if wait > IDLE_SECONDS:  # a long wait: no connection kept meanwhile
+                        connections.close_all()
                     self._lock.wait(timeout=wait)
                     continue
                 _, using, name, partition = heapq.heappop(self._due)
@@ -237,7 +237,6 @@ class QueueTimer:
                 heapq.heapify(self._due)
             with contextlib.suppress(UnknownQueueError):  # no longer configured
                 dispatch_quietly(queue_config(name), partition, using)
-            connections.close_all()  # a tick is rare: no connection kept between them
 
 
 #: This process's queue timer.

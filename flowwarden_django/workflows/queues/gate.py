@@ -193,8 +193,8 @@ class StepGate:
         self._let_go()
         record, config = self.execution.record, self.config
         # A run keeps its place from the first time it waited in this queue.
-        queued_at = record.queued_at if record.queue == config.name else None
-        queued_at = queued_at or timezone.now()
+        waited = record.queued_at if record.queue == config.name else None
+        queued_at = waited or timezone.now()
         self.execution.finish(
             status=RunStatus.WAITING_SLOT,
             head_snapshot_id=head.id,
@@ -205,8 +205,11 @@ class StepGate:
         )
         record.status, record.queued_at = RunStatus.WAITING_SLOT, queued_at
         if local_full:
-            # Room in this process comes back when one of its steps ends (which hands
-            # slots out); another process may have room now.
+            # What dispatch gave it goes to another run; room in this process comes
+            # back when one of its steps ends (which hands slots out), and another
+            # process may have room now.
+            if waited is not None:  # it waited before: dispatch may have given it some
+                slots.give_back_unused(self.using, config.name, self.partition, self.cid)
             retry_at = timezone.now() + _LOCAL_RETRY
         if dispatch:
             self._dispatch_later()

@@ -170,6 +170,14 @@ def release(using: str, row: SlotRow) -> bool:
     )
 
 
+def give_back_unused(using: str, queue: str, partition: str, holder: str) -> int:
+    """Free what ``dispatch`` gave *holder* and it did not use (a concurrency slot not
+    yet started on, a rate slot paid and not spent): it was sent back to wait."""
+    given = Q(token__startswith=DISPATCHED) | Q(token__startswith=PAID)
+    rows = _slots(using).filter(given, queue=queue, partition=partition, holder=holder)
+    return rows.update(holder="", token="", held_until=None)
+
+
 def renew(using: str, row: SlotRow, hold_for: float) -> bool:
     """Extend the lease of *row*, held under its token; False when it was lost."""
     rows = _slots(using).filter(pk=row.pk, token=row.token)

@@ -11,7 +11,7 @@ from .settings import QueueConfig
 #: Rate slots are held this share of their period longer (at most 50 ms): the time
 #: between a step's admission and its first line, so that starts, not only
 #: admissions, keep to the rate.
-RATE_GUARD = 0.02
+RATE_GUARD = 0.05
 
 
 def waiting_in(config: QueueConfig, partition: str) -> Q:
