@@ -20,6 +20,7 @@ QUEUES = {
     "carrier-api": {"concurrency": 5, "worker_concurrency": 2, "rate": "100/m", "priority": True},
     "per-customer": {"concurrency": 1, "partitioned": True},
     "reports": {"concurrency": 2, "scope": "runs"},
+    "bulk": {"worker_concurrency": 3},
 }
 
 
@@ -61,7 +62,7 @@ def test_lists_each_queue_and_each_partition_with_activity() -> None:
     ]
     table = {
         line.split()[0] if not line.startswith("  ·") else line.split()[1]: line.split()
-        for line in lines[1:7]
+        for line in lines[1:8]
     }
     assert table["carrier-api"] == [
         "carrier-api",
@@ -90,6 +91,8 @@ def test_lists_each_queue_and_each_partition_with_activity() -> None:
     assert table["cust-9"] == ["·", "cust-9", "0/1", "1", "8s", "—"]
     assert table["reports"] == ["reports", "2", "—", "—", "scope", "runs", "0/2", "0", "—", "—"]
     assert table["retired"][:6] == ["retired", "—", "—", "—", "not", "configured"]
+    # Only a per-process limit: no concurrency slots to count.
+    assert table["bulk"] == ["bulk", "—", "3", "—", "—", "—", "0", "—", "—"]
     text = "\n".join(lines)
     # The queue nothing admits, and the one whose oldest step waits too long.
     assert "1 run(s) wait for a slot of queue 'retired', which" in text
@@ -102,7 +105,7 @@ def test_lists_each_queue_and_each_partition_with_activity() -> None:
 def test_json() -> None:
     rows()
     found = {queue["queue"]: queue for queue in json.loads(run("--json"))}
-    assert list(found) == ["carrier-api", "per-customer", "reports", "retired"]
+    assert list(found) == ["bulk", "carrier-api", "per-customer", "reports", "retired"]
     carrier = found["carrier-api"]
     assert carrier["concurrency"] == 5 and carrier["worker_concurrency"] == 2
     assert carrier["rate"] == "100/m" and carrier["priority"] is True

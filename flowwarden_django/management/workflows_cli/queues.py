@@ -12,6 +12,7 @@ from django.utils import timezone
 from ...common.durations import parse_duration
 from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...conf import fw_settings
+from ...workflows.queues.settings import QueueConfig
 from ...workflows.queues.stats import (
     Counts,
     PartitionStats,
@@ -113,7 +114,7 @@ def _queue_row(queue: QueueStats, now: datetime) -> tuple[str, ...]:
     )
     # A partitioned queue's limits hold per partition: its own line shows the sums.
     per = None if config.partitioned else config
-    in_use = _in_use(queue, config.concurrency if per else None)
+    in_use = _in_use(queue, config.concurrency if per else None, config)
     recent = _recent(queue, config.rate.limit if per and config.rate else None)
     return (queue.name, *limits, in_use, *_waits(queue, now), recent)
 
@@ -122,7 +123,7 @@ def _partition_row(queue: QueueStats, part: PartitionStats, now: datetime) -> tu
     config = queue.config
     assert config is not None  # only a configured, partitioned queue lists partitions
     name = f"{PARTITION_INDENT}{part.partition}"
-    in_use = _in_use(part, config.concurrency)
+    in_use = _in_use(part, config.concurrency, config)
     recent = _recent(part, config.rate.limit if config.rate else None)
     return (name, "", "", "", "", in_use, *_waits(part, now), recent)
 
@@ -131,7 +132,9 @@ def _number(value: int | None) -> str:
     return NONE_TEXT if value is None else str(value)
 
 
-def _in_use(counts: Counts, limit: int | None) -> str:
+def _in_use(counts: Counts, limit: int | None, config: QueueConfig) -> str:
+    if config.concurrency is None:
+        return NONE_TEXT  # no concurrency slots: only a rate, or a per-process limit
     return f"{counts.slots_in_use}/{limit}" if limit else str(counts.slots_in_use)
 
 
