@@ -26,6 +26,7 @@ from django.views.decorators.cache import never_cache
 
 from .conf import fw_settings
 from .streams.operations.status import health_report
+from .workflows.queues.health import queue_health
 
 #: ``FLOWWARDEN["HEALTH_DETAILS"]`` values other than a permission name.
 HEALTH_DETAILS_STAFF = "staff"
@@ -112,6 +113,9 @@ class HealthView(View):
     Healthy when every enabled, auto-start stream runs in some process (see
     ``streams.status.health_report``). A store that cannot be read shows up in the
     stream's ``error``; a database that cannot be read gives 503 with an ``error``.
+    With workflow queues configured, ``"queues"`` counts the steps waiting for a slot
+    and the stale queues, and ``"degraded"`` is true while one is stale (see
+    ``workflows.queues.health``): the status code does not change for that.
 
     Open to anyone (a probe needs no login). Callers :func:`may_see_details`
     allows get the detailed report: instance ids, each instance's
@@ -124,7 +128,12 @@ class HealthView(View):
     http_method_names = ["get", "head", "options"]
 
     def get(self, request: HttpRequest) -> JsonResponse:
-        report = health_report(details=may_see_details(request))
+        details = may_see_details(request)
+        report = health_report(details=details)
+        queues = queue_health(details=details)
+        if queues is not None:
+            report["queues"] = queues
+            report["degraded"] = bool(queues.get("stale")) or "error" in queues
         return JsonResponse(report, status=200 if report["healthy"] else 503)
 
 

@@ -15,6 +15,7 @@ from ..common.formatting import NONE_TEXT, truncate
 from ..models import Approval, WorkflowRun
 from .base import age, reverse_for_key, short_id, timestamp
 from .details import redacted_runner
+from .run_queues import waiting_slot_note
 from .run_texts import pretty_json, run_status_badge, wakes_text
 
 PROMPT_WIDTH = 40
@@ -37,6 +38,8 @@ class RunColumnsMixin:
                 obj.waiting_topic,
                 truncate(obj.waiting_topic, TOPIC_WIDTH),
             )
+        if obj.status == WorkflowRun.Status.WAITING_SLOT and obj.queue:
+            return format_html("{} {}", badge, waiting_slot_note(obj))
         if obj.status == WorkflowRun.Status.SLEEPING and obj.wake_at is not None:
             return format_html("{} <small>({})</small>", badge, wakes_text(obj.wake_at))
         return badge

@@ -30,6 +30,7 @@ RUN_STATUS_ICONS = {
     WorkflowRun.Status.WAITING_CHILDREN: "admin/img/icon-clock.svg",
     WorkflowRun.Status.CANCELLED: "admin/img/icon-no.svg",
     WorkflowRun.Status.WAITING_MESSAGE: "admin/img/icon-clock.svg",
+    WorkflowRun.Status.WAITING_SLOT: "admin/img/icon-clock.svg",
 }
 
 

@@ -11,8 +11,9 @@ This module registers ``WorkflowRunAdmin`` and holds its options, URLs and the r
 page; its parts live beside it: ``run_columns`` (the list's columns, the page's
 fields), ``run_actions`` (cancel, upgrade), ``run_snapshot_pages`` (the tree and one
 snapshot), ``run_fork`` (the fork page), ``run_stores`` (which store holds a run's
-snapshots), ``run_mailbox`` (the page's messages and events) and ``run_texts``
-(badges and texts, shared with the approvals' pages).
+snapshots), ``run_mailbox`` (the page's messages and events), ``run_queues`` (the
+filter by queue, the page's queue fields) and ``run_texts`` (badges and texts,
+shared with the approvals' pages).
 """
 
 from __future__ import annotations
@@ -35,16 +36,20 @@ from .run_actions import RunActionsMixin
 from .run_columns import RunColumnsMixin, approval_url
 from .run_fork import ForkPageMixin
 from .run_mailbox import run_mailbox
+from .run_queues import QueueListFilter, RunQueueFieldsMixin, queue_of
 from .run_snapshot_pages import SnapshotPagesMixin
 from .run_stores import RunStore, run_store
 from .snapshots import PAGE_SIZE
 
 VIEW_SNAPSHOTS_PERMISSION = "flowwarden_django.view_snapshotrecord"
+#: The run page's fieldset of its queue (shown for a run on one only).
+QUEUE_FIELDSET = _("Queue")
 
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(
     RunColumnsMixin,
+    RunQueueFieldsMixin,
     RunActionsMixin,
     SnapshotPagesMixin,
     ForkPageMixin,
@@ -76,7 +81,7 @@ class WorkflowRunAdmin(
         "pending_approval",
         "updated",
     ]
-    list_filter = ["status", ("workflow_name", admin.AllValuesFieldListFilter)]
+    list_filter = ["status", ("workflow_name", admin.AllValuesFieldListFilter), QueueListFilter]
     search_fields = ["coordination_id", "idempotency_key"]
     search_help_text = _("Search by coordination id or idempotency key.")
     date_hierarchy = "updated_at"
@@ -101,6 +106,17 @@ class WorkflowRunAdmin(
                     "approvals_list",
                     "parent_run",
                     "child_runs",
+                ]
+            },
+        ),
+        (
+            QUEUE_FIELDSET,
+            {
+                "fields": [
+                    "queue_text",
+                    "queue_partition_text",
+                    "queue_priority_text",
+                    "queued_at_text",
                 ]
             },
         ),
@@ -131,6 +147,10 @@ class WorkflowRunAdmin(
         "resume_input_json",
         "created_at_text",
         "updated_at_text",
+        "queue_text",
+        "queue_partition_text",
+        "queue_priority_text",
+        "queued_at_text",
     ]
 
     def has_snapshot_permission(self, request: HttpRequest) -> bool:
@@ -139,6 +159,8 @@ class WorkflowRunAdmin(
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not queue_of(obj)[0]:
+            fieldsets = [item for item in fieldsets if item[0] is not QUEUE_FIELDSET]
         if self.has_snapshot_permission(request):
             return fieldsets
         # The head's id without the links to the snapshot pages the user may not open.

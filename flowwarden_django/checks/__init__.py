@@ -21,14 +21,17 @@ model declares that permission; W302 (``check --deploy`` only) ``HEALTH_DETAILS`
 Celery's ``beat_schedule`` that starts workflows cannot (its state template or
 arguments are wrong); W204 unfinished runs are on a workflow, or a version of one, this
 code does not define; W205 unfinished runs stand
-after a step their defined version lacks. Declared streams:
+after a step their defined version lacks; E205 ``WORKFLOW_QUEUES`` is wrong (not a
+dict, an unknown option, a bad limit or rate, no limit); W206 a defined workflow
+declares a queue it does not configure; W207 runs wait for a slot of a queue it no
+longer configures. Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
 counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trusts a
 client's own ``X-Forwarded-For``.
 
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
-itself), ``stores`` (the backends of each alias), ``streams``, ``workflows`` and
+itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``, ``queues`` and
 ``endpoints`` (health details, metrics, the API's password throttle). Importing this
 package registers every one of them.
 """
@@ -44,6 +47,7 @@ from .endpoints import (
     check_password_throttle_proxies,
     check_public_health_details,
 )
+from .queues import check_declared_queues, check_runs_on_unknown_queues, check_workflow_queues
 from .stores import check_checkpoint_stores, check_snapshot_encryption
 from .streams import check_bson_available, check_mongo_clients, check_streams
 from .workflows import (
@@ -57,12 +61,14 @@ from .workflows import (
 __all__ = [
     "check_bson_available",
     "check_checkpoint_stores",
+    "check_declared_queues",
     "check_endpoint_access",
     "check_execution_fallback",
     "check_intervals",
     "check_mongo_clients",
     "check_password_throttle_proxies",
     "check_public_health_details",
+    "check_runs_on_unknown_queues",
     "check_scheduled_starts",
     "check_setting_keys",
     "check_settings",
@@ -72,4 +78,5 @@ __all__ = [
     "check_temporal",
     "check_time_zone_support",
     "check_workflow_execution",
+    "check_workflow_queues",
 ]

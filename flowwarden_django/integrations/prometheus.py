@@ -6,7 +6,8 @@ Two kinds of metrics, all named ``flowwarden_*``:
   so any process (typically the web process serving ``/flowwarden/metrics/``) reports
   every stream, wherever it runs: state, checkpoint and heartbeat ages, DLQ backlog,
   lag, and the counters each process publishes in its ``StreamWorker`` row
-  (``flowwarden_instance_*_total{stream, instance}``).
+  (``flowwarden_instance_*_total{stream, instance}``). The workflow queues' gauges
+  (``flowwarden_queue_*{queue}``, ``prometheus_queues``) are read at scrape time too.
 * **Event counters**, fed by receivers of the signals in ``streams/metrics.py``. They
   count what happens *in this process*: scrape the processes that run streams to
   see them (``prometheus_client.start_http_server(port, registry=REGISTRY)``).
@@ -54,6 +55,7 @@ from ..streams.operations.status import (
     StreamStatus,
     stream_status,
 )
+from .prometheus_queues import collect_queues, queue_families
 
 logger = logging.getLogger("flowwarden_django.prometheus")
 
@@ -465,6 +467,8 @@ class FlowwardenCollector:
     def describe(self) -> Iterable[Metric]:
         """The metric names without samples (so registering reads no database)."""
         families = list(_status_families().values()) if self.include_status else []
+        if self.include_status:
+            families.extend(queue_families().values())
         for collector in self.signals.collectors():
             families.extend(collector.describe())
         return families
@@ -472,6 +476,7 @@ class FlowwardenCollector:
     def collect(self) -> Iterator[Metric]:
         if self.include_status:
             yield from self.collect_status()
+            yield from collect_queues()
         self.signals.fold()
         for collector in self.signals.collectors():
             yield from collector.collect()

@@ -168,6 +168,8 @@ BAD_VALUES = {
     "WORKFLOW_RUN_LEASE": "10 minutes",
     "WORKFLOW_RECOVER_AFTER": -1,
     "WORKFLOW_SWEEP_INTERVAL": "0s",
+    "WORKFLOW_QUEUES": ["carrier-api"],
+    "WORKFLOW_QUEUE_STALE_AFTER": "a while",
     "CELERY_RUN_WORKFLOW_SWEEP": "yes",
     "WORKFLOW_FALLBACK_TO_INPROCESS": "no",
     "API_AUTHENTICATION": "rest_framework.authentication.BasicAuthentication",

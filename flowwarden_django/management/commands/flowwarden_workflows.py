@@ -1,6 +1,6 @@
 """``manage.py flowwarden_workflows``: list, show, resume, cancel, fork, prune and
-upgrade workflow runs, send them messages and read their events, and the versions
-they are on.
+upgrade workflow runs, send them messages and read their events, the versions
+they are on and the queues they wait in.
 
 A thin layer over the workflow API: ``WorkflowRun`` rows for the runs, the snapshot
 stores of ``FLOWWARDEN["SNAPSHOT_STORES"]`` for their history, and the registered
@@ -19,12 +19,20 @@ from ..workflows_cli.control import ControlActions
 from ..workflows_cli.listing import ListingActions
 from ..workflows_cli.maintenance import MaintenanceActions
 from ..workflows_cli.messages import MessageActions
+from ..workflows_cli.queues import QueueActions
 from ..workflows_cli.versions import VersionActions
 
 STATUSES = tuple(WorkflowRun.Status.values)
 
 
-class Command(ListingActions, ControlActions, MessageActions, VersionActions, MaintenanceActions):
+class Command(
+    ListingActions,
+    ControlActions,
+    MessageActions,
+    VersionActions,
+    QueueActions,
+    MaintenanceActions,
+):
     """Operators' view of workflow runs and their snapshot trees."""
 
     database_subject = "The workflow tables"
@@ -195,18 +203,27 @@ class Command(ListingActions, ControlActions, MessageActions, VersionActions, Ma
         )
         versions.add_argument("--json", action="store_true", help="Print a JSON list.")
 
+        queues = actions.add_parser(
+            "queues",
+            help="Each workflow queue (and each partition with activity): its limits, "
+            "the slots in use, the steps waiting for one, the oldest wait and the "
+            "starts within the rate's period.",
+        )
+        queues.add_argument("--json", action="store_true", help="Print a JSON list.")
+
         reencrypt = actions.add_parser(
             "reencrypt",
             help="Bind legacy enc:v1 snapshot values to their run (re-encrypt them as "
             "enc:v2); the ORM store refuses enc:v1 values until then.",
         )
 
-        for sub in (listing, show, resume, cancel, send, events, recover, upgrade, versions):
+        runs_subs = (listing, show, resume, cancel, send, events, recover, upgrade, versions)
+        for sub in (*runs_subs, queues):
             sub.add_argument(
                 "--database",
                 metavar="ALIAS",
                 help="The database of the WorkflowRun rows (default: the router's choice; "
-                "for recover, every database a defined workflow uses).",
+                "for recover and queues, every database a defined workflow uses).",
             )
         for sub in (listing, show, fork, prune, reencrypt):
             default = (

@@ -11,4 +11,5 @@ a workflow's runs, on every execution provider (``FLOWWARDEN["WORKFLOW_QUEUES"]`
   runs out.
 * ``stats``: what each queue holds and waits for (the command, the admin, metrics,
   health).
+* ``health``: the queues' part of ``/flowwarden/health/`` (stale queues).
 """
