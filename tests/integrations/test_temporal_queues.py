@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -28,8 +29,17 @@ from django.db import connections
 from django.test import override_settings
 from django.utils import timezone
 
-from flowwarden_django.integrations.temporal.messages import STEP_ACTIVITY
+from flowwarden_django.integrations.temporal.config import TemporalConfig
+from flowwarden_django.integrations.temporal.messages import (
+    STEP_ACTIVITY,
+    RunStart,
+    StepPolicy,
+    Wake,
+)
+from flowwarden_django.integrations.temporal.provider import TemporalExecutionProvider
 from flowwarden_django.models import WorkflowQueueSlot, WorkflowRun
+from flowwarden_django.workflows import Workflow, advance, step
+from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.definition.registry import workflow_registry
 from flowwarden_django.workflows.execution.providers import reset_providers
@@ -206,3 +216,58 @@ def test_the_workers_recovery_sweep_hands_a_slot_to_a_run_nobody_wakes(
         sweeper.kill()
     assert [e["step"] for e in step_log.executions(log)] == ["one", "two", "three"]
     assert [origin for origin, _ in wakes(server, cid)] == ["run", "dispatch"]
+
+
+# -- without a server ----------------------------------------------------------------
+
+
+class FakeRun:
+    """What ``continue_running`` reads of a workflow: its run record."""
+
+    def __init__(self, status: str) -> None:
+        self.coordination_id = "dispatched-1"
+        self.record = SimpleNamespace(
+            coordination_id="dispatched-1",
+            status=status,
+            workflow_name="fw-temporal-dispatched",
+            workflow_version=1,
+            last_step="",
+        )
+
+    def run_record(self) -> Any:
+        return self.record
+
+    def seed(self, initial_state: Any = None) -> Any:
+        raise AssertionError("continuing a dispatched run claimed it (seed)")
+
+
+@pytest.mark.parametrize("status", ["running", "waiting_slot", "cancelled"])
+def test_continuing_a_dispatched_run_sends_a_dispatch_wake_and_claims_nothing(
+    status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``dispatch`` wake (only for a run still ``running``), with how to schedule
+    its next step; no claim of the run (``seed``), which its own step activity may be
+    claiming at this moment."""
+
+    @step("only")
+    def only(state: Any) -> Any:
+        return advance(state)
+
+    Workflow.define("fw-temporal-dispatched", [only], InMemorySnapshotStore())
+    provider = TemporalExecutionProvider(TemporalConfig(task_queue="q", step_timeout=7))
+    sent: list[tuple[RunStart, Wake]] = []
+    monkeypatch.setattr(provider, "wake", lambda start, wake: sent.append((start, wake)))
+    try:
+        provider.continue_running(cast(Any, FakeRun(status)))
+    finally:
+        workflow_registry.unregister("fw-temporal-dispatched")
+    if status != "running":
+        assert sent == []
+        return
+    ((start, wake),) = sent
+    assert (start.coordination_id, start.workflow, start.step_timeout) == (
+        "dispatched-1",
+        "fw-temporal-dispatched",
+        7,
+    )
+    assert wake == Wake("dispatch", policy=StepPolicy(0, 0.1, None), version=1)
