@@ -8,12 +8,15 @@ environment:
   ``FLOWWARDEN_TEMPORAL_QUEUE`` the task queue of this test run;
 * ``FLOWWARDEN_TEMPORAL_RUN_LEASE``: ``FLOWWARDEN["WORKFLOW_RUN_LEASE"]``;
 * ``FLOWWARDEN_TEMPORAL_DEFAULTS=1``: flowwarden's defaults but for the server and
-  the task queue.
+  the task queue;
+* ``FLOWWARDEN_TEMPORAL_WORKFLOW_QUEUES``: ``FLOWWARDEN["WORKFLOW_QUEUES"]`` as JSON
+  (``tests/integrations/test_temporal_queues.py``).
 
 ``tests.temporalapp`` defines the test workflows (``tests/support/temporal_workflows.py``) from
 its ``workflows.py``, found by the app's autodiscovery as a project's would be.
 """
 
+import json
 import os
 
 from tests.settings import DEFAULT_AUTO_FIELD, SECRET_KEY, TIME_ZONE, USE_TZ  # noqa: F401
@@ -55,3 +58,5 @@ if os.environ.get("FLOWWARDEN_TEMPORAL_DEFAULTS") == "1":  # flowwarden's defaul
         "WORKFLOW_EXECUTION": "temporal",
         "TEMPORAL": {key: FLOWWARDEN["TEMPORAL"][key] for key in ("TARGET", "TASK_QUEUE")},
     }
+if os.environ.get("FLOWWARDEN_TEMPORAL_WORKFLOW_QUEUES"):
+    FLOWWARDEN["WORKFLOW_QUEUES"] = json.loads(os.environ["FLOWWARDEN_TEMPORAL_WORKFLOW_QUEUES"])

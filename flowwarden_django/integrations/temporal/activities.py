@@ -24,7 +24,7 @@ from ...workflows.definition.registry import (
     VersionNotDefinedError,
     workflow_registry,
 )
-from ...workflows.definition.results import Running, WorkflowResult
+from ...workflows.definition.results import Running, WaitingForSlot, WorkflowResult
 from ...workflows.definition.steps import step_after
 from ...workflows.engine.calling import StepAttemptFailed
 from ...workflows.engine.workflow import Workflow
@@ -341,6 +341,10 @@ def _run_step(request: StepRequest) -> RunReport:
         )
     else:
         outcome = report(definition, cid)
+    if isinstance(result, WaitingForSlot):
+        # No step ran: the run let go, and its workflow waits for a "dispatch" wake.
+        logger.info("workflow %s (%s): waits for a slot of queue %s", wf.name, cid, result.queue)
+        return outcome
     logger.info(
         "workflow %s (%s): step %s done (attempt %d), run %s",
         wf.name,

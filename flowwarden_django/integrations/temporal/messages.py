@@ -55,7 +55,9 @@ class Wake:
     ``origin="run"``: ``run()``/``resume(input)``/a decision/a message sent to the
     run continues it (the next step runs even if the run is paused; a message's wake
     carries no input: the step reads the message from its row); ``"recover"``: the worker's recovery
-    sweep found the run stalled (continued only if still ``running``); ``"refresh"``:
+    sweep found the run stalled (continued only if still ``running``); ``"dispatch"``:
+    a queue handed the run, which waited for a slot, one (continued only if
+    ``running``, as ``"recover"``); ``"refresh"``:
     the run changed outside (a fork), so the workflow re-reads what it waits for.
     ``policy``: how to schedule the step the wake continues with, when the sender
     knows it (``None``: as a regular activity with the default options).

@@ -10,7 +10,10 @@ waiting for one (``waiting.messages``: once the send commits, the run is made
 step reads the message from its row); a fork sends a ``refresh`` wake (the waiting
 run re-reads its approval's expiry). A sleeping run waits on a durable timer until
 its wake time, a run waiting for a message until its deadline; a cancel cancels the
-run's workflow. ``is_available()`` asks the server's
+run's workflow. A run waiting for a queue's slot (``waiting_slot``) waits for a wake
+too, holding no activity: the step that hands it a slot sends a ``dispatch`` wake
+(``continue_running``), and the run's next step activity finds the slot given to it.
+``is_available()`` asks the server's
 health; while it does not answer, runs fall back to the in-process engine.
 """
 
@@ -29,6 +32,8 @@ from ...workflows.definition.registry import workflow_registry
 from ...workflows.definition.results import Running, WorkflowResult
 from ...workflows.definition.steps import step_after
 from ...workflows.execution.providers import ExecutableWorkflow, RemoteExecutionProvider
+from ...workflows.operations.recovery import position_of
+from ...workflows.runs.status import RunStatus
 from .config import TemporalConfig
 from .connection import TemporalConnection
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, RunStart, StepPolicy, Wake
@@ -125,6 +130,21 @@ class TemporalExecutionProvider(RemoteExecutionProvider):
         wake = partial(self._wake_after_commit, start, wake)
         transaction.on_commit(wake, using=workflow.runs.db)
         return Running(head.state, workflow.coordination_id, last_step)
+
+    def continue_running(self, workflow: ExecutableWorkflow) -> None:
+        """A queue handed the run a slot and made it ``running`` (``workflows.queues``):
+        signal-with-start its Temporal workflow with a ``dispatch`` wake, which
+        continues a running run only. No claim, unlike ``run()``: the run's own step
+        activity may be starting at this moment (its report found it ``running``),
+        and must not find the run held. A failed signal is logged; the recovery sweep
+        wakes the run then."""
+        record = workflow.run_record()
+        if record is None or record.status != RunStatus.RUNNING:
+            return  # cancelled meanwhile, or on its way already
+        definition = workflow_registry.get(record.workflow_name, record.workflow_version)
+        start = run_start(self.config, definition, workflow.coordination_id)
+        policy = next_policy(self.config, definition, *position_of(record))
+        self._wake_after_commit(start, Wake("dispatch", policy=policy, version=definition.version))
 
     def run_changed(self, coordination_id: str, using: str) -> None:
         """A fork: wake the run's Temporal workflow to re-read what it waits for (only

@@ -2,7 +2,8 @@
 
 It runs one activity per step (a local activity for a short step: ``policies``)
 and, while the run is paused, waits for a ``wake`` signal (``run()``,
-``resume(input)``, a decision, a message sent to the run, a fork), for the expiry of
+``resume(input)``, a decision, a message sent to the run, a fork, a slot of its
+queue handed to it), for the expiry of
 the approval the run waits for, for the end of its sleep, or for the deadline of its
 wait for a message: a durable Temporal timer, so a run waiting for days holds no
 worker slot and no thread. A signal only wakes the run: a decision or a message is
@@ -47,8 +48,16 @@ with workflow.unsafe.imports_passed_through():
 #: Statuses after which the Temporal workflow ends (a later ``run()`` starts another).
 FINAL = ("completed", "failed", "cancelled")
 #: Statuses of a paused run: the workflow waits for a wake, the approval's expiry, the
-#: end of a sleep or the deadline of a wait for a message.
-PAUSED = ("hibernated", "waiting", "sleeping", "waiting_children", "waiting_message")
+#: end of a sleep or the deadline of a wait for a message. A run waiting for a queue's
+#: slot waits for the ``dispatch`` wake of the step that hands it one.
+PAUSED = (
+    "hibernated",
+    "waiting",
+    "sleeping",
+    "waiting_children",
+    "waiting_message",
+    "waiting_slot",
+)
 #: Activities that only read or expire (not steps): short, retried until they work.
 QUICK = timedelta(seconds=60)
 #: Seconds added to a step's own ``timeout`` for its activity's start-to-close timeout:
@@ -135,7 +144,8 @@ class RunWorkflow:
                     report = await self._quick(STATUS_ACTIVITY, start)
                 else:
                     # "run": run()/resume()/a decision may continue a paused run; a
-                    # "recover" wake (the worker's sweep) continues a running one only.
+                    # "recover" wake (the worker's sweep) or a "dispatch" one (a queue
+                    # handed the run a slot) continues a running one only.
                     origin = "run" if wake.origin == "run" else "next"
                     policy = wake.policy if wake.policy is not None else report.next_policy
                     try:

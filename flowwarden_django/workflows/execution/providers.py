@@ -112,6 +112,10 @@ class ExecutionProvider(ABC):
     * ``cancelled(workflow)``: the run was cancelled (``Workflow.cancel``); called once
       the cancel committed. Temporal cancels the run's workflow; by default nothing
       happens (queued work finds the run cancelled and does nothing).
+    * ``continue_running(workflow)``: a queue handed the waiting run a slot and made it
+      ``running``, held by nobody (``workflows.queues.dispatch``): continue it. By
+      default ``run(workflow)``; Temporal only signals the run's workflow, which
+      waits for that.
     """
 
     name: ClassVar[str] = ""
@@ -126,6 +130,10 @@ class ExecutionProvider(ABC):
     def cancelled(self, workflow: ExecutableWorkflow) -> None:
         """The run was cancelled (see the class docstring)."""
         return None
+
+    def continue_running(self, workflow: ExecutableWorkflow) -> None:
+        """Continue a run a queue made ``running`` (see the class docstring)."""
+        self.run(workflow)
 
     @abstractmethod
     def run(

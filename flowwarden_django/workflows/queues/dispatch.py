@@ -167,10 +167,12 @@ def continue_run(coordination_id: str, using: str) -> None:
 
 def _continue(coordination_id: str, using: str) -> None:
     from ..definition.registry import workflow_for
+    from ..execution.providers import resolve_provider
     from ..runs.records import ConcurrentRunError
 
     try:
-        workflow_for(coordination_id, using=using, mark=False).run()
+        workflow = workflow_for(coordination_id, using=using, mark=False)
+        resolve_provider().continue_running(workflow)
     except ConcurrentRunError:
         logger.info("run %s got a slot, and is being run elsewhere", coordination_id)
     except Exception:
