@@ -368,3 +368,49 @@ def test_a_new_workers_sweep_dispatches_the_runs_a_dead_worker_left_waiting(
     assert {e["pid"] for e in executions} == {survivor.proc.pid}
     assert len(executions) == 9
     assert queue_workflows.most_at_once(executions) <= 2
+
+
+# -- 4. worker_concurrency: a bound per worker process ------------------------------------ #
+
+
+def test_worker_concurrency_2_holds_in_each_of_two_thread_workers(
+    queued, start_worker, producer, tmp_path
+):
+    """Global slots to spare (8), room for 2 in each worker of 4 threads: a step task
+    that lands on a full worker parks its run and gives back the slot dispatch gave it,
+    and runs are not sent round and round while the workers are full."""
+    queues = {QUEUE: {"concurrency": 8, "worker_concurrency": 2}}
+    start = workers_of(start_worker, queues)
+    workers = [start(THREADS), start(THREADS)]
+    for worker in workers:
+        worker.wait_ready()
+    log = str(tmp_path / "steps.log")
+    began = time.monotonic()
+    with starting(producer, queues):
+        cids = start_runs(queued, [{"log": log, "ms": 1000, "n": n} for n in range(12)])
+    wait_for(lambda: all_completed(cids), "every run completed", workers)
+    took = time.monotonic() - began
+    executions = step_log.executions(log)
+    per_worker = {
+        pid: queue_workflows.most_at_once(e for e in executions if e["pid"] == pid)
+        for pid in {e["pid"] for e in executions}
+    }
+    tasks = step_tasks(workers)
+    by_status = Counter(status for _, _, status in tasks)
+    parks = Counter(cid for _, cid, status in tasks if status == RunStatus.WAITING_SLOT)
+    print(
+        f"\nqueues [celery, 2 workers x 4 threads, worker_concurrency 2, concurrency 8]: "
+        f"12 runs x 3 steps of 1 s: most at once per worker {sorted(per_worker.values())}, "
+        f"in all {queue_workflows.most_at_once(executions)}; {len(tasks)} step tasks "
+        f"{dict(by_status)}, at most {max(parks.values(), default=0)} parks per run; "
+        f"{took:.1f} s in all"
+    )
+    assert len(executions) == 36
+    assert sorted(per_worker.values()) == [2, 2]
+    # No slot dispatch gave a run is left held after the runs ended.
+    given = WorkflowQueueSlot.objects.using(DB).filter(
+        token__startswith=slots.DISPATCHED, held_until__gt=timezone.now()
+    )
+    assert not given.exists()
+    # A few tasks per step (measured: about 3), not a loop while the workers are full.
+    assert by_status[RunStatus.WAITING_SLOT] <= 4 * 36, dict(by_status)

@@ -170,6 +170,19 @@ def release(using: str, row: SlotRow) -> bool:
     )
 
 
+def release_dispatched(using: str, queue: str, partition: str, holder: str) -> int:
+    """Free the concurrency slots ``dispatch`` gave *holder* (``next:``) that it has not
+    taken up: it waits again. How many."""
+    rows = _slots(using).filter(
+        queue=queue,
+        partition=partition,
+        kind=CONCURRENCY,
+        holder=holder,
+        token__startswith=DISPATCHED,
+    )
+    return rows.update(holder="", token="", held_until=None)
+
+
 def renew(using: str, row: SlotRow, hold_for: float) -> bool:
     """Extend the lease of *row*, held under its token; False when it was lost."""
     rows = _slots(using).filter(pk=row.pk, token=row.token)
