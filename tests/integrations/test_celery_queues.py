@@ -287,12 +287,14 @@ def test_a_sigkilled_holder_gives_its_two_slots_back_within_the_lease(
     dead = held(long_cids)  # nobody renews them now: their leases end at held_until
     assert len(dead) == 2
     lease_ends = {row.pk: row.held_until.timestamp() for row in dead}
+    dead_tokens = {row.pk: row.token for row in dead}
 
     def both_free() -> bool:
-        rows = WorkflowQueueSlot.objects.using(DB).filter(pk__in=lease_ends)
+        """Each dead hold is over: its lease ended, or another taker replaced it."""
+        rows = WorkflowQueueSlot.objects.using(DB).filter(pk__in=dead_tokens)
         now = timezone.now()
         return all(
-            row.holder not in long_cids or row.held_until is None or row.held_until <= now
+            row.token != dead_tokens[row.pk] or row.held_until is None or row.held_until <= now
             for row in rows
         )
 
