@@ -112,8 +112,8 @@ class StepGate:
             slots.ensure(using, config.name, self.partition, kind, limit)
         holding = self.counted
         if not holding and not local.enter(config.name, config.worker_concurrency):
-            if config.concurrency and not config.holds_runs:
-                # A slot dispatch gave the run goes back (a Celery task lands on any
+            if self.limits:
+                # What dispatch gave the run goes back (a Celery task lands on any
                 # worker, this one full): kept, it would be held idle until its lease ends.
                 slots.release_dispatched(using, config.name, self.partition, self.cid)
             return self._park(head, None, dispatch=False, local_full=True)

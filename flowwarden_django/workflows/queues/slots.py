@@ -171,15 +171,10 @@ def release(using: str, row: SlotRow) -> bool:
 
 
 def release_dispatched(using: str, queue: str, partition: str, holder: str) -> int:
-    """Free the concurrency slots ``dispatch`` gave *holder* (``next:``) that it has not
+    """Free the slots ``dispatch`` gave *holder* (``next:``, ``paid:``) that it has not
     taken up: it waits again. How many."""
-    rows = _slots(using).filter(
-        queue=queue,
-        partition=partition,
-        kind=CONCURRENCY,
-        holder=holder,
-        token__startswith=DISPATCHED,
-    )
+    given = Q(kind=CONCURRENCY, token__startswith=DISPATCHED) | Q(kind=RATE, token__startswith=PAID)
+    rows = _slots(using).filter(given, queue=queue, partition=partition, holder=holder)
     return rows.update(holder="", token="", held_until=None)
 
 
