@@ -3,7 +3,9 @@ them), and what the tests measure of their step log.
 
 Each step of ``queued`` sleeps ``state["ms"]`` milliseconds and appends one line to
 the file ``state["log"]``: its run, step, process, start and end (``time.time()``,
-one clock for every process of the machine)."""
+one clock for every process of the machine). With ``state["slow"]`` (``{"step": name,
+"ms": n, "began": path}``) that step also appends a line to the file ``began`` as it
+starts (a killed step leaves no other) and sleeps ``n`` ms the first time it runs."""
 
 from __future__ import annotations
 
@@ -20,7 +22,12 @@ NAME = "queued"
 
 def _step(state: dict[str, Any], ctx: StepContext) -> Any:
     started = time.time()
-    time.sleep(state.get("ms", 0) / 1000)
+    ms = state.get("ms", 0)
+    slow = state.get("slow")
+    began = slow and slow["step"] == ctx.step_name
+    if began and step_log.record({"log": slow["began"]}, ctx, start=started) == 1:
+        ms = slow["ms"]
+    time.sleep(ms / 1000)
     step_log.append(state, ctx, start=started, end=time.time())
     return advance(state)
 

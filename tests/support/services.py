@@ -40,6 +40,7 @@ SERVICES = {
         ("postgres", "FLOWWARDEN_TEST_POSTGRES", 5432),
         ("mariadb", "FLOWWARDEN_TEST_MARIADB", 3306),
         ("redis", "FLOWWARDEN_TEST_REDIS", 6379),
+        ("rabbitmq", "FLOWWARDEN_TEST_RABBITMQ", 5672),
     )
 }
 
@@ -49,7 +50,7 @@ MARIADB_HINT = (
     "then rerun make test"
 )
 
-_DRIVERS = {"postgres": "psycopg", "mariadb": "MySQLdb", "redis": "redis"}
+_DRIVERS = {"postgres": "psycopg", "mariadb": "MySQLdb", "redis": "redis", "rabbitmq": "amqp"}
 
 
 def missing_driver_reason(name: str, driver: str) -> str:

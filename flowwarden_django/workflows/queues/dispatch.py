@@ -56,10 +56,14 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
         limits[slots.CONCURRENCY] = config.concurrency
     if config.rate:
         limits[slots.RATE] = config.rate.limit
-    in_process = _in_process()
+    # With a worker_concurrency, at most as many runs as this process has room for:
+    # a step of this process ends first, and dispatches then (every process's sweep
+    # too). Through a broker (Celery) a run may land on another worker; one that
+    # lands on a full worker waits again, so this bounds the runs sent round.
+    room = _room(config)
     for _ in range(BATCH):
-        if in_process and not local.room(config.name, config.worker_concurrency):
-            return None  # a step of this process ends first, and dispatches then
+        if room is not None and room <= 0:
+            return None
         waiter = runs.order_by(*order).values_list("coordination_id", flat=True).first()
         if waiter is None:
             return None
@@ -86,6 +90,8 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
                     slots.release(using, row)
             continue
         continue_run(waiter, using)
+        if room is not None:
+            room -= 1
     return timezone.now()
 
 
@@ -94,6 +100,13 @@ def _retry_at(rows: list[slots.SlotRow]) -> datetime:
     frees, or soon when one looked free (another taker won it, or the database's
     clock had not reached its end yet)."""
     return slots.next_free(rows) or timezone.now() + RETRY_SOON
+
+
+def _room(config: QueueConfig) -> int | None:
+    """Steps of *config*'s queue this process may still start (``None``: no bound)."""
+    if config.worker_concurrency is None:
+        return None
+    return config.worker_concurrency - local.running(config.name)
 
 
 def dispatch_quietly(config: QueueConfig, partition: str, using: str) -> None:

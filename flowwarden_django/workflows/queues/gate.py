@@ -59,6 +59,14 @@ def gate_for(execution: RunWriter) -> StepGate | None:
     return StepGate(config, execution)
 
 
+def _continued_here() -> bool:
+    """Whether ``dispatch`` continues runs in this process (the in-process provider),
+    where it hands a run a slot only when this process has room for its step."""
+    from .dispatch import _in_process
+
+    return _in_process()
+
+
 class StepGate:
     """Admits the steps of one execution of a queued run (see the module)."""
 
@@ -91,6 +99,10 @@ class StepGate:
             slots.ensure(using, config.name, self.partition, kind, limit)
         holding = self.counted
         if not holding and not local.enter(config.name, config.worker_concurrency):
+            if self.limits:
+                # What dispatch gave the run goes back (a Celery task lands on any
+                # worker, this one full): kept, it would be held idle until its lease ends.
+                slots.release_dispatched(using, config.name, self.partition, self.cid)
             return self._park(head, None, dispatch=False, local_full=True)
         self.counted = True
         rows, waits = slots.read(
@@ -204,12 +216,11 @@ class StepGate:
             queued_at=queued_at,
         )
         record.status, record.queued_at = RunStatus.WAITING_SLOT, queued_at
-        if local_full:
-            # What dispatch gave it goes to another run; room in this process comes
-            # back when one of its steps ends (which hands slots out), and another
-            # process may have room now.
-            if waited is not None:  # it waited before: dispatch may have given it some
-                slots.give_back_unused(self.using, config.name, self.partition, self.cid)
+        if local_full and _continued_here():
+            # Room in this process comes back when one of its steps ends (which hands
+            # slots out); another process may have room now. (A run continued through
+            # a broker lands on any worker: a timer here would send it round and round
+            # while the workers are full; the next step end or sweep dispatches it.)
             retry_at = timezone.now() + _LOCAL_RETRY
         if dispatch:
             self._dispatch_later()

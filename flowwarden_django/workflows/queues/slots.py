@@ -170,10 +170,10 @@ def release(using: str, row: SlotRow) -> bool:
     )
 
 
-def give_back_unused(using: str, queue: str, partition: str, holder: str) -> int:
-    """Free what ``dispatch`` gave *holder* and it did not use (a concurrency slot not
-    yet started on, a rate slot paid and not spent): it was sent back to wait."""
-    given = Q(token__startswith=DISPATCHED) | Q(token__startswith=PAID)
+def release_dispatched(using: str, queue: str, partition: str, holder: str) -> int:
+    """Free the slots ``dispatch`` gave *holder* (``next:``, ``paid:``) that it has not
+    taken up: it waits again. How many."""
+    given = Q(kind=CONCURRENCY, token__startswith=DISPATCHED) | Q(kind=RATE, token__startswith=PAID)
     rows = _slots(using).filter(given, queue=queue, partition=partition, holder=holder)
     return rows.update(holder="", token="", held_until=None)
 
