@@ -86,4 +86,6 @@ def quiet_queues() -> Iterator[None]:
         yield
     finally:
         slots.forget_made()
+        dispatch.timer.clear()
         dispatch._pool.close_connections()
+        dispatch.timer.clear()  # what the dispatch threads' last runs set

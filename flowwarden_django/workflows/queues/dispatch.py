@@ -32,7 +32,7 @@ from ...common.failure_log import FailureLog
 from ..runs.status import RunStatus
 from . import local, slots
 from .settings import QueueConfig, UnknownQueueError, queue_config
-from .terms import rate_hold, waiting_in
+from .terms import paid_hold, waiting_in
 from .threads import IDLE_SECONDS, DispatchThreads
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -78,7 +78,7 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
                 return _retry_at(conc)
         if config.rate:
             rate = [row for row in rows if row.kind == slots.RATE]
-            paid = slots.take(using, rate, waiter, slots.PAID, rate_hold(config))
+            paid = slots.take(using, rate, waiter, slots.PAID, paid_hold(config))
             if paid is None:
                 if slot is not None:
                     slots.release(using, slot)
@@ -212,6 +212,8 @@ class QueueTimer:
         self._lock = threading.Condition()
         self._due: list[tuple[float, str, str, str]] = []  # (monotonic, using, queue, partition)
         self._thread: threading.Thread | None = None
+        #: Set while the thread waits with nothing due (its connections closed).
+        self._idle = threading.Event()
         self.failure_log = FailureLog(logger, "workflows: the queue timer")
 
     def nudge(self, using: str, config: QueueConfig, partition: str, at: datetime) -> None:
@@ -233,6 +235,16 @@ class QueueTimer:
         with self._lock:
             return len(self._due)
 
+    def clear(self, timeout: float = 30.0) -> None:
+        """Forget what is due and wait until the thread is idle, its connections
+        closed (tests, before the test databases go)."""
+        with self._lock:
+            self._due.clear()
+            thread = self._thread
+            self._lock.notify()
+        if thread is not None and thread.is_alive():
+            self._idle.wait(timeout)
+
     def _work(self) -> None:
         from django.db import connections
 
@@ -240,7 +252,9 @@ class QueueTimer:
             with self._lock:
                 while not self._due:
                     connections.close_all()
+                    self._idle.set()
                     self._lock.wait()
+                self._idle.clear()
                 wait = self._due[0][0] - time.monotonic()
                 if wait > 0:
                     if wait > IDLE_SECONDS:  # a long wait: no connection kept meanwhile

@@ -105,6 +105,10 @@ class StepGate:
                 slots.release_dispatched(using, config.name, self.partition, self.cid)
             return self._park(head, None, dispatch=False, local_full=True)
         self.counted = True
+        if not self.limits:
+            # Only worker_concurrency: room in this process is all there is to take
+            # (runs that wait get it as this process's steps end, in no set order).
+            return None
         rows, waits = slots.read(
             using,
             config.name,
@@ -138,7 +142,13 @@ class StepGate:
             spent = None
             if paid is not None:
                 spent = slots.claim(
-                    using, paid, self.cid, slots.USED, rate_hold(config), must_be_free=False
+                    using,
+                    paid,
+                    self.cid,
+                    slots.USED,
+                    rate_hold(config),
+                    must_be_free=False,
+                    no_sooner=True,
                 )
             if spent is None:
                 spent = slots.take(using, rate, self.cid, slots.USED, rate_hold(config))

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from django.db.models import DateTimeField, ExpressionWrapper, Q, Value
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 
 from ...common.app_models import models
@@ -140,15 +140,26 @@ def take(
 
 
 def claim(
-    using: str, row: SlotRow, holder: str, prefix: str, hold_for: float, *, must_be_free: bool
+    using: str,
+    row: SlotRow,
+    holder: str,
+    prefix: str,
+    hold_for: float,
+    *,
+    must_be_free: bool,
+    no_sooner: bool = False,
 ) -> SlotRow | None:
-    """Set *row* to *holder* under a new *prefix* token, held *hold_for* seconds, if
-    its token is still the one read (and it is free, when *must_be_free*)."""
+    """Set *row* to *holder* under a new *prefix* token, held *hold_for* seconds (or
+    until it was held, if later, when *no_sooner*), if its token is still the one read
+    (and it is free, when *must_be_free*)."""
     token = new_token(prefix)
     rows = _slots(using).filter(pk=row.pk, token=row.token)
     if must_be_free:
         rows = rows.filter(Q(held_until__isnull=True) | Q(held_until__lte=Now()))
-    if rows.update(holder=holder, token=token, held_until=lease_end(hold_for)) != 1:
+    until = lease_end(hold_for)
+    if no_sooner:
+        until = Greatest(Coalesce("held_until", until), until)
+    if rows.update(holder=holder, token=token, held_until=until) != 1:
         return None
     return dataclasses.replace(row, holder=holder, token=token, held_until=None)
 
