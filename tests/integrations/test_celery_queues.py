@@ -121,11 +121,10 @@ def producer(broker_url: str, queue: str) -> Iterator[Celery]:
 def queued() -> Iterator[Any]:
     """Workflow ``queued``, registered in this process on the ``postgres`` alias."""
     reset_providers()
-    slots.forget_made()
-    definition = queue_workflows.define(OrmSnapshotStore(using=DB), using=DB)
-    yield definition
-    workflow_registry.unregister(queue_workflows.NAME)
-    slots.forget_made()
+    with queue_workflows.quiet_queues():
+        definition = queue_workflows.define(OrmSnapshotStore(using=DB), using=DB)
+        yield definition
+        workflow_registry.unregister(queue_workflows.NAME)
     reset_providers()
 
 

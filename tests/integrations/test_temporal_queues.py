@@ -96,12 +96,11 @@ def queued(server: DevServer, queue: str) -> Iterator[Any]:
         "WORKFLOW_QUEUES": QUEUES,
     }
     reset_providers()
-    slots.forget_made()
-    definition = queue_workflows.define(OrmSnapshotStore(using=DB), using=DB)
-    with override_settings(FLOWWARDEN=setting):
-        yield definition
-    workflow_registry.unregister(queue_workflows.NAME)
-    slots.forget_made()
+    with queue_workflows.quiet_queues():
+        definition = queue_workflows.define(OrmSnapshotStore(using=DB), using=DB)
+        with override_settings(FLOWWARDEN=setting):
+            yield definition
+        workflow_registry.unregister(queue_workflows.NAME)
     reset_providers()
     connections[DB].close()
 
