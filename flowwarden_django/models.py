@@ -422,12 +422,38 @@ class Approval(models.Model):
     decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
     comment = models.TextField(_("comment"), blank=True)
     payload = models.JSONField(_("decision payload"), null=True, blank=True)
+    #: The import path of the Django ``Form`` that validates the decision's payload
+    #: (``await_approval(form=...)``), and its initial data; "": an untyped payload.
+    form = models.CharField(_("form"), max_length=255, blank=True, default="", db_default="")
+    form_initial = models.JSONField(_("form initial data"), null=True, blank=True)
+    #: Who said "I am on this" (a username; "": unclaimed), and when. While it is
+    #: claimed only the claimant decides.
+    claimed_by = models.CharField(
+        _("claimed by"), max_length=150, blank=True, default="", db_default=""
+    )
+    claimed_at = models.DateTimeField(_("claimed at"), null=True, blank=True)
+    #: Reminders (``await_approval(remind_every=...)``): how often, when the next is
+    #: due, and how many were sent.
+    remind_every = models.DurationField(_("remind every"), null=True, blank=True)
+    next_reminder_at = models.DateTimeField(_("next reminder at"), null=True, blank=True)
+    reminders_sent = models.PositiveIntegerField(_("reminders sent"), default=0, db_default=0)
+    #: Escalation (``await_approval(escalate_after=..., escalate_to=...)``): when it is
+    #: due, to whom (a group, usernames), and when it happened.
+    escalate_at = models.DateTimeField(_("escalates at"), null=True, blank=True)
+    escalate_to_group = models.CharField(
+        _("escalates to group"), max_length=150, blank=True, default="", db_default=""
+    )
+    escalate_to_users = models.JSONField(_("escalates to users"), null=True, blank=True)
+    escalated_at = models.DateTimeField(_("escalated at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("approval")
         verbose_name_plural = _("approvals")
         ordering = ["-requested_at", "id"]
-        permissions = [("decide_approval", _("Can decide any approval"))]
+        permissions = [
+            ("decide_approval", _("Can decide any approval")),
+            ("reassign_approval", _("Can reassign approvals")),
+        ]
         indexes = [
             models.Index(fields=["status", "requested_at"], name="fw_approval_status"),
             models.Index(fields=["coordination_id"], name="fw_approval_coordination"),
@@ -438,6 +464,9 @@ class Approval(models.Model):
             models.Index(
                 fields=["workflow_name", "-requested_at", "id"], name="fw_approval_workflow"
             ),
+            # The sweep's due reminders and escalations.
+            models.Index(fields=["status", "next_reminder_at"], name="fw_approval_remind"),
+            models.Index(fields=["status", "escalate_at"], name="fw_approval_escalate"),
         ]
 
     def __str__(self) -> str:
@@ -489,6 +518,11 @@ class ApprovalEvent(models.Model):
         CANCELLED = "cancelled", _("cancelled")
         REPEATED = "repeated", _("same decision repeated")
         REFUSED = "refused", _("decision refused")
+        CLAIMED = "claimed", _("claimed")
+        RELEASED = "released", _("released")
+        REASSIGNED = "reassigned", _("reassigned")
+        REMINDED = "reminded", _("reminder sent")
+        ESCALATED = "escalated", _("escalated")
 
     approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="events")
     action = models.CharField(_("action"), max_length=16, choices=Action.choices)
@@ -609,3 +643,40 @@ class WorkflowQueueSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}[{self.partition}] {self.kind} #{self.number}"
+
+
+class ApprovalNotification(models.Model):
+    """One notification of an ``Approval`` event (its request, an assignment, a
+    reminder, an escalation) to its recipients: written with the event, in its
+    transaction, and unique per event, so a retry or a crash never notifies twice;
+    ``sent_at`` says the email went out (``FLOWWARDEN["APPROVAL_EMAILS"]``)."""
+
+    class Event(models.TextChoices):
+        REQUESTED = "requested", _("requested")
+        ASSIGNED = "assigned", _("assigned")
+        REMINDED = "reminded", _("reminder")
+        ESCALATED = "escalated", _("escalated")
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="notifications")
+    event = models.CharField(_("event"), max_length=16, choices=Event.choices)
+    #: Which one of its kind (the reminder's number; 0 otherwise).
+    number = models.PositiveIntegerField(_("number"), default=0)
+    recipients = models.JSONField(_("recipients"), default=list)
+    created_at = models.DateTimeField(_("created at"))
+    #: When a sender took it on (taken once: a crash after this loses the email
+    #: rather than sending it twice), and when it was sent.
+    sending_at = models.DateTimeField(_("sending at"), null=True, blank=True)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+    error = models.TextField(_("error"), blank=True)
+
+    class Meta:
+        verbose_name = _("approval notification")
+        verbose_name_plural = _("approval notifications")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "event", "number"], name="fw_approval_notification_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.number} of {self.approval_id}"
