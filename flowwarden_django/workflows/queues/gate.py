@@ -25,6 +25,7 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from ...common.app_models import models
 from ..definition.metadata import LAST_STEP
 from ..definition.results import WaitingForSlot
 from ..runs.status import RunStatus
@@ -106,6 +107,20 @@ class StepGate:
         if not holding and not local.enter(config.name, config.worker_concurrency):
             return self._park(head, None, dispatch=False, local_full=True)
         self.counted = True
+        if holding and not config.rate and (self.slot is not None or not config.concurrency):
+            # Between two steps, holding what it needs: it only makes way for a waiting
+            # run. One small query, not a read of every slot row.
+            if not config.holds_runs and self._others_wait():
+                return self._park(head, None)
+            return None
+        if config.concurrency and not config.rate and not config.holds_runs and self.slot is None:
+            # The common admission in one statement (PostgreSQL); else read and decide.
+            slot = slots.take_first(
+                using, config.name, self.partition, config.concurrency, self.cid, self.lease
+            )
+            if slot is not None:
+                self._hold(slot)
+                return None
         rows, waits = slots.read(
             using,
             config.name,
@@ -164,6 +179,10 @@ class StepGate:
             self._dispatch_later()
 
     # -- parts ----------------------------------------------------------------------
+
+    def _others_wait(self) -> bool:
+        waiting = waiting_in(self.config, self.partition) & ~Q(pk=self.cid)
+        return models.WorkflowRun.objects.using(self.using).filter(waiting).exists()
 
     def _own_prefix(self) -> str:
         # A slot dispatch gave this run, or (scope "runs") the one its last step held.

@@ -32,7 +32,9 @@ def queued(tmp_path: Path) -> Any:
     slots.forget_made()
 
 
-def start_from_threads(definition: Any, states: list[dict[str, Any]], threads: int, **placing: Any) -> list[str]:
+def start_from_threads(
+    definition: Any, states: list[dict[str, Any]], threads: int, **placing: Any
+) -> list[str]:
     """Start a run of each state from *threads* threads, each taking the next."""
     cids: list[str] = []
     lock = threading.Lock()
