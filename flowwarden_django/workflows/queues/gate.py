@@ -132,8 +132,18 @@ class StepGate:
         conc = [row for row in rows if row.kind == slots.CONCURRENCY]
         rate = [row for row in rows if row.kind == slots.RATE]
         paid = next((row for row in rate if row.held_by(self.cid, slots.PAID, now)), None)
-        given = self.slot or next(
-            (row for row in conc if row.held_by(self.cid, self._own_prefix(), now)), None
+        kept = None
+        if not config.holds_runs and self.slot is None:
+            # The slot its previous step kept for it (``close``): it makes way for a
+            # waiting run, else it is this step's.
+            kept = next((row for row in conc if row.held_by(self.cid, slots.RUNNING, now)), None)
+            if kept is not None and waits:
+                slots.release(using, kept)
+                kept = None
+        given = (
+            self.slot
+            or next((row for row in conc if row.held_by(self.cid, self._own_prefix(), now)), None)
+            or kept
         )
         if waits and not holding and given is None and paid is None:
             return self._park(head, None)
@@ -168,7 +178,12 @@ class StepGate:
         free slots to waiting runs. Never raises."""
         if self.parked:
             return
-        keep = self.config.holds_runs and status == RunStatus.RUNNING
+        # A run left running continues in its next execution at once (the next step's
+        # task or activity, a caller's next run_local): it keeps its slot for it, which
+        # saves the next step taking one and this one giving it back and dispatching.
+        # That step takes it again, or makes way for a run that waits then; a next step
+        # that never comes leaves it held until its lease ends.
+        keep = status == RunStatus.RUNNING and self.slot is not None
         try:
             self._let_go(keep=keep)
         except Exception:

@@ -171,10 +171,11 @@ def take_first(
     using: str, queue: str, partition: str, limit: int, holder: str, hold_for: float
 ) -> SlotRow | None:
     """PostgreSQL: take a concurrency slot of the queue's partition for *holder* in ONE
-    statement, unless another run waits for one: the slot ``dispatch`` gave *holder*
-    (``next:``), else the first free one no other taker has locked (``SKIP LOCKED``:
-    takers at once take different slots). ``None`` when it took none (a full queue,
-    runs waiting, another database): the caller reads the slots and decides.
+    statement: the slot ``dispatch`` gave *holder* (``next:``); else, unless another
+    run waits for one, the one *holder*'s previous step kept for it (``run:``) or the
+    first free one no other taker has locked (``SKIP LOCKED``: takers at once take
+    different slots). ``None`` when it took none (a full queue, runs waiting, another
+    database): the caller reads the slots and decides.
 
     The row is locked and checked again on its newest version before it is set (a
     slot taken meanwhile is skipped), so it is never held twice."""
@@ -206,9 +207,9 @@ def _take_first_params(
         CONCURRENCY,
         limit,
         holder,
+        holder,
+        holder,
         f"{DISPATCHED}%",
-        holder,
-        holder,
         RunStatus.WAITING_SLOT,
         queue,
         partition,
@@ -225,9 +226,10 @@ def _take_first_sql() -> str:
         f'UPDATE "{slot}" SET holder = %s, token = %s, '
         "held_until = STATEMENT_TIMESTAMP() + make_interval(secs => %s) "
         f'WHERE id = (SELECT id FROM "{slot}" WHERE queue = %s AND partition = %s '
-        f"AND kind = %s AND number < %s AND ({free} OR (holder = %s AND token LIKE %s)) "
+        f"AND kind = %s AND number < %s AND ({free} OR holder = %s) "
         "ORDER BY (holder = %s) DESC, number LIMIT 1 FOR UPDATE SKIP LOCKED) "
-        f'AND (holder = %s OR NOT EXISTS (SELECT 1 FROM "{run}" WHERE status = %s '
+        f'AND ((holder = %s AND token LIKE %s) OR NOT EXISTS (SELECT 1 FROM "{run}" '
+        "WHERE status = %s "
         "AND queue = %s AND queue_partition = %s AND coordination_id <> %s)) "
         "RETURNING id, number"
     )

@@ -10,15 +10,19 @@ from typing import Any
 
 import pytest
 from django.db import connections
+from django.db.models.functions import Now
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from flowwarden_django.models import WorkflowQueueSlot, WorkflowRun
 from flowwarden_django.workflows import Completed, workflow_registry
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
+from flowwarden_django.workflows.engine import starting
 from flowwarden_django.workflows.queues import slots
 from tests.support import queue_workflows
 from tests.support.lanes import lane_marks
+from tests.support.polling import wait_until
 
 DB = "postgres"
 pytestmark = lane_marks("postgres", databases=[DB])
@@ -32,6 +36,11 @@ def queued() -> Any:
     yield definition
     workflow_registry.unregister(queue_workflows.NAME)
     slots.forget_made()
+
+
+def all_completed(cids: list[str]) -> bool:
+    done = WorkflowRun.objects.using(DB).filter(pk__in=cids, status="completed").count()
+    return done == len(cids)
 
 
 def statements(run: Any) -> list[str]:
@@ -109,3 +118,40 @@ def test_the_one_statement_take_leaves_free_slots_to_waiting_runs_but_takes_its_
         ("dispatched", taken.token),
         ("waiter", held.get(holder="waiter").token),
     ]
+
+
+def test_a_run_left_running_keeps_its_slot_for_its_next_step_unless_a_run_waits(
+    queued: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One step per execution, as a Celery task or a Temporal activity runs it."""
+    log = str(tmp_path / "steps.log")
+    slots_of = WorkflowQueueSlot.objects.using(DB).filter(queue="carrier").exclude(token="")
+    with override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": QUEUES}):
+        queued.start({"log": log}, queue="carrier")  # makes the queue's slot rows
+        with monkeypatch.context() as patched:  # started, not run: its steps one by one
+            patched.setattr(starting, "run_started", lambda workflow: None)
+            queued.start({"log": log}, coordination_id="stepwise", queue="carrier")
+        queued.workflow("stepwise").run_local(max_steps=1)
+        kept = slots_of.get()
+        assert (kept.holder, kept.token[:4]) == ("stepwise", "run:")
+        second = statements(lambda: queued.workflow("stepwise").run_local(max_steps=1))
+        again = slots_of.get()
+        assert (again.pk, again.holder) == (kept.pk, "stepwise") and again.token != kept.token
+        # Taken again by one statement; nothing given back, nobody dispatched.
+        assert [sql.split(None, 1)[0] for sql in second if "workflowqueueslot" in sql] == ["UPDATE"]
+        assert not [
+            sql for sql in second if "waiting_slot" in sql and "workflowqueueslot" not in sql
+        ]
+        queued.start({"log": log}, coordination_id="waiter")
+        WorkflowRun.objects.using(DB).filter(pk="waiter").update(
+            status="waiting_slot", queue="carrier", queued_at=timezone.now()
+        )
+        result = queued.workflow("stepwise").run_local(max_steps=1)
+        # It made way: its kept slot given back, it waits behind the waiting run (the
+        # dispatch then continues both: the queue has room).
+        assert result.status == "waiting_slot"
+        assert not slots_of.filter(token=again.token).exists()
+        wait_until(lambda: all_completed(["waiter", "stepwise"]), "both runs completed")
+    # (The waiter had no step left: the slot dispatch gave it runs out with its lease.)
+    held = slots_of.filter(holder="stepwise", held_until__gt=Now())
+    wait_until(lambda: not held.exists(), "its slot given back")
