@@ -25,7 +25,6 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ...common.app_models import models
 from ..definition.metadata import LAST_STEP
 from ..definition.results import WaitingForSlot
 from ..runs.status import RunStatus
@@ -196,8 +195,7 @@ class StepGate:
     # -- parts ----------------------------------------------------------------------
 
     def _others_wait(self) -> bool:
-        waiting = waiting_in(self.config, self.partition) & ~Q(pk=self.cid)
-        return models.WorkflowRun.objects.using(self.using).filter(waiting).exists()
+        return slots.others_wait(self.using, self.config.name, self.partition, self.cid)
 
     def _own_prefix(self) -> str:
         # A slot dispatch gave this run, or (scope "runs") the one its last step held.

@@ -235,16 +235,58 @@ def _take_first_sql() -> str:
     )
 
 
+def others_wait(using: str, queue: str, partition: str, holder: str) -> bool:
+    """Whether a run other than *holder* waits for a slot of the queue's partition: one
+    small query, written out (it runs between every two steps of a queued run, where
+    building it with the ORM cost more than running it)."""
+    from ..runs.status import RunStatus
+
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _others_wait_sql(connection.vendor), [RunStatus.WAITING_SLOT, queue, partition, holder]
+        )
+        return cursor.fetchone() is not None
+
+
+@lru_cache(maxsize=4)
+def _others_wait_sql(vendor: str) -> str:
+    mark = "`" if vendor == "mysql" else '"'
+
+    def quote(name: str) -> str:
+        return f"{mark}{name}{mark}"
+
+    run = models.WorkflowRun._meta
+    column = {field.name: quote(field.column) for field in run.concrete_fields}
+    return (
+        f"SELECT 1 FROM {quote(run.db_table)} WHERE {column['status']} = %s "
+        f"AND {column['queue']} = %s AND {column['queue_partition']} = %s "
+        f"AND {column['coordination_id']} <> %s LIMIT 1"
+    )
+
+
 def release(using: str, row: SlotRow) -> bool:
     """Free *row* if it still holds the token it was taken with. Outside a transaction
     on PostgreSQL the commit does not wait for the WAL flush (``synchronous_commit``
     off for this statement's own transaction): a release a server crash forgets
     leaves the slot held until its lease ends, and a later commit flushes it first."""
-    rows = _slots(using).filter(pk=row.pk, token=row.token)
     connection = connections[using]
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        rows = rows.extra(where=["set_config('synchronous_commit', 'off', true) IS NOT NULL"])
+        with connection.cursor() as cursor:
+            cursor.execute(_release_sql(), [row.pk, row.token])
+            return cursor.rowcount == 1
+    rows = _slots(using).filter(pk=row.pk, token=row.token)
     return bool(rows.update(holder="", token="", held_until=None))
+
+
+@lru_cache(maxsize=1)
+def _release_sql() -> str:
+    slot = models.WorkflowQueueSlot._meta.db_table
+    return (
+        f"UPDATE \"{slot}\" SET holder = '', token = '', held_until = NULL "
+        "WHERE id = %s AND token = %s "
+        "AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+    )
 
 
 def renew(using: str, row: SlotRow, hold_for: float) -> bool:
