@@ -229,7 +229,7 @@ def celery_main(args: argparse.Namespace, figures: Any) -> list[str]:
     lines = [
         f"celery {celery.__version__}: one worker {' '.join(CELERY_POOL)} on RabbitMQ "
         f"{broker_url().split('@')[-1]}; {args.celery_runs} sequential runs and "
-        f"{args.threads} concurrent runs per lane and round"
+        f"{args.concurrent} concurrent runs (from as many threads) per lane and round"
     ]
     print(lines[0], flush=True)
     try:
@@ -239,7 +239,7 @@ def celery_main(args: argparse.Namespace, figures: Any) -> list[str]:
             for _ in range(args.warmup):
                 for kind in KINDS:
                     for lane in LANES:
-                        measure(lane, ms_of(kind, args), 1, min(args.threads, 8), worker)
+                        measure(lane, ms_of(kind, args), 1, min(args.concurrent, 8), worker)
             counted = {lane: statements(lane, worker, count_file) for lane in LANES[:2]}
             lines.append("celery statements of one run (start + the worker's tasks), per step:")
             for lane, kinds in counted.items():
@@ -254,8 +254,8 @@ def celery_main(args: argparse.Namespace, figures: Any) -> list[str]:
                     cids: list[str] = []
                     checkpoint()
                     for lane in rotated(LANES, number):
-                        got = measure(lane, ms, args.celery_runs, args.threads, worker)
-                        sub_steps = {"sequential": args.celery_runs, "concurrent": args.threads}
+                        got = measure(lane, ms, args.celery_runs, args.concurrent, worker)
+                        sub_steps = {"sequential": args.celery_runs, "concurrent": args.concurrent}
                         for sub, runs in sub_steps.items():
                             key = (f"celery {sub}", kind, lane)
                             figures.add(key, got[sub], runs * STEPS)

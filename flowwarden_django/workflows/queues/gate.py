@@ -44,6 +44,11 @@ RATE_GUARD = 0.02
 #: When a run refused for want of room in this process is offered again.
 _LOCAL_RETRY = timedelta(seconds=0.5)
 _warned: set[str] = set()
+#: The slots this process's executions kept for their runs' next steps, by (database,
+#: run): a hint that saves that step taking its slot again when it runs here (a
+#: Celery worker's next task of the run, say); elsewhere it takes it by a statement.
+_kept: dict[tuple[str, str], slots.SlotRow] = {}
+KEPT_HINTS = 10_000
 
 
 def gate_for(execution: RunWriter) -> StepGate | None:
@@ -113,6 +118,15 @@ class StepGate:
                 return self._park(head, None)
             return None
         if config.concurrency and not config.rate and not config.holds_runs and self.slot is None:
+            # The slot this process's previous execution of the run kept for this step
+            # (``close``): still its own, and nobody waits? One read, nothing written.
+            kept = _kept.pop((using, self.cid), None)
+            margin = self.lease / 2
+            if kept is not None and slots.still_kept(
+                using, kept, config.name, self.partition, self.cid, margin
+            ):
+                self._hold(kept)
+                return None
             # The common admission in one statement (PostgreSQL); else read and decide.
             slot = slots.take_first(
                 using, config.name, self.partition, config.concurrency, self.cid, self.lease
@@ -220,6 +234,10 @@ class StepGate:
         if self.counted:
             self.counted = False
             local.leave(self.config.name)
+        if slot is not None and keep and not self.config.holds_runs:
+            if len(_kept) >= KEPT_HINTS:  # runs that never came back: forget the oldest
+                del _kept[next(iter(_kept))]
+            _kept[self.using, self.cid] = slot
         if slot is not None and not keep:
             slots.release(self.using, slot)
 
