@@ -9,10 +9,13 @@ order, when one frees up. A step that arrives while others wait joins the back o
 the queue, even when a slot is free: waiting runs go first.
 
 A concurrency slot is held while the step runs, its lease renewed with the run's
-claim, and given back once the step's snapshot is saved. Between two steps of one
-execution (in-process) the run keeps it unless another run waits, which saves the
-statements of giving it back and taking it again. With ``scope: "runs"`` it is
-held until the run pauses or ends.
+claim, and given back once the step's snapshot is saved. Between two steps the run
+keeps it unless another run waits, which saves the statements of giving it back and
+taking it again: within one execution (in-process), and from a step that leaves its
+run running to the next step's execution (a Celery task, a Temporal activity), which
+checks it with one read when it runs in the same process (``_kept``) and takes it
+again with one statement elsewhere; a next step that never comes leaves it held until
+its lease ends. With ``scope: "runs"`` it is held until the run pauses or ends.
 """
 
 from __future__ import annotations
