@@ -21,6 +21,7 @@ its lease ends. With ``scope: "runs"`` it is held until the run pauses or ends.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,7 @@ _warned: set[str] = set()
 #: Celery worker's next task of the run, say); elsewhere it takes it by a statement.
 _kept: dict[tuple[str, str], slots.SlotRow] = {}
 KEPT_HINTS = 10_000
+_kept_lock = threading.Lock()
 
 
 def gate_for(execution: RunWriter) -> StepGate | None:
@@ -123,7 +125,8 @@ class StepGate:
         if config.concurrency and not config.rate and not config.holds_runs and self.slot is None:
             # The slot this process's previous execution of the run kept for this step
             # (``close``): still its own, and nobody waits? One read, nothing written.
-            kept = _kept.pop((using, self.cid), None)
+            with _kept_lock:
+                kept = _kept.pop((using, self.cid), None)
             margin = self.lease / 2
             if kept is not None and slots.still_kept(
                 using, kept, config.name, self.partition, self.cid, margin
@@ -238,9 +241,10 @@ class StepGate:
             self.counted = False
             local.leave(self.config.name)
         if slot is not None and keep and not self.config.holds_runs:
-            if len(_kept) >= KEPT_HINTS:  # runs that never came back: forget the oldest
-                del _kept[next(iter(_kept))]
-            _kept[self.using, self.cid] = slot
+            with _kept_lock:
+                if len(_kept) >= KEPT_HINTS:  # runs that never came back: the oldest go
+                    del _kept[next(iter(_kept))]
+                _kept[self.using, self.cid] = slot
         if slot is not None and not keep:
             slots.release(self.using, slot)
 
