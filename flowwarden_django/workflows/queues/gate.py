@@ -13,15 +13,17 @@ claim, and given back once the step's snapshot is saved. Between two steps the r
 keeps it unless another run waits, which saves the statements of giving it back and
 taking it again: within one execution (in-process), and from a step that leaves its
 run running to the next step's execution (a Celery task, a Temporal activity), which
-checks it with one read when it runs in the same process (``_kept``) and takes it
-again with one statement elsewhere; a next step that never comes leaves it held until
-its lease ends. With ``scope: "runs"`` it is held until the run pauses or ends.
+uses it without a statement when it runs in the same process while its lease has long
+to run (``_kept``), and takes it again with one statement otherwise; a next step that
+never comes leaves it held until its lease ends. With ``scope: "runs"`` it is held
+until the run pauses or ends.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -51,7 +53,7 @@ _warned: set[str] = set()
 #: The slots this process's executions kept for their runs' next steps, by (database,
 #: run): a hint that saves that step taking its slot again when it runs here (a
 #: Celery worker's next task of the run, say); elsewhere it takes it by a statement.
-_kept: dict[tuple[str, str], slots.SlotRow] = {}
+_kept: dict[tuple[str, str], tuple[slots.SlotRow, float]] = {}
 KEPT_HINTS = 10_000
 _kept_lock = threading.Lock()
 
@@ -99,6 +101,8 @@ class StepGate:
         #: Whether the run was parked (it then holds nothing, and dispatch ran).
         self.parked = False
         self.lease = execution.lease_seconds
+        #: When the current admission began, and when the slot's lease ends (monotonic).
+        self.admitted = self.slot_until = 0.0
         self.limits: dict[str, int] = {}
         if config.concurrency:
             self.limits[slots.CONCURRENCY] = config.concurrency
@@ -110,6 +114,7 @@ class StepGate:
     def before_step(self, head: WorkflowSnapshot) -> WaitingForSlot | None:
         """Admit the next step, or park the run and return its ``WaitingForSlot``."""
         config, using = self.config, self.using
+        self.admitted = time.monotonic()
         for kind, limit in self.limits.items():
             slots.ensure(using, config.name, self.partition, kind, limit)
         holding = self.counted
@@ -127,11 +132,11 @@ class StepGate:
             # (``close``): still its own, and nobody waits? One read, nothing written.
             with _kept_lock:
                 kept = _kept.pop((using, self.cid), None)
-            margin = self.lease / 2
-            if kept is not None and slots.still_kept(
-                using, kept, config.name, self.partition, self.cid, margin
-            ):
-                self._hold(kept)
+            # Its lease has long to run (the claim keeper renews it from a third of the
+            # lease on): still its own, no statement. The previous step's close saw
+            # nobody waiting.
+            if kept is not None and time.monotonic() < kept[1] - self.lease / 2:
+                self._hold(*kept)
                 return None
             # The common admission in one statement (PostgreSQL); else read and decide.
             slot = slots.take_first(
@@ -197,13 +202,15 @@ class StepGate:
         free slots to waiting runs. Never raises."""
         if self.parked:
             return
-        # A run left running continues in its next execution at once (the next step's
-        # task or activity, a caller's next run_local): it keeps its slot for it, which
-        # saves the next step taking one and this one giving it back and dispatching.
-        # That step takes it again, or makes way for a run that waits then; a next step
-        # that never comes leaves it held until its lease ends.
-        keep = status == RunStatus.RUNNING and self.slot is not None
+        keep = self.config.holds_runs and status == RunStatus.RUNNING
         try:
+            if not keep and status == RunStatus.RUNNING and self.slot is not None:
+                # Left running, it continues in its next execution at once (the next
+                # step's task or activity): it keeps its slot for it unless a run waits
+                # (then that run goes first), which saves this step giving it back and
+                # dispatching, and the next taking one. A next step that never comes
+                # leaves it held until its lease ends.
+                keep = not self._others_wait()
             self._let_go(keep=keep)
         except Exception:
             logger.exception(
@@ -221,14 +228,20 @@ class StepGate:
         # A slot dispatch gave this run, or (scope "runs") the one its last step held.
         return slots.DISPATCHED if not self.config.holds_runs else ""
 
-    def _hold(self, slot: slots.SlotRow) -> None:
+    def _hold(self, slot: slots.SlotRow, until: float | None = None) -> None:
         self.slot = slot
+        # When its lease ends at the latest (monotonic): measured from before the
+        # statement that took it, which set it from the database's clock.
+        self.slot_until = self.admitted + self.lease if until is None else until
         claim = self.execution.claim
         claim.also_renew = self._renew
 
     def _renew(self) -> None:
         slot = self.slot
-        if slot is not None and not slots.renew(self.using, slot, self.lease):
+        sent = time.monotonic()
+        if slot is not None and slots.renew(self.using, slot, self.lease):
+            self.slot_until = sent + self.lease
+        elif slot is not None:
             logger.warning(
                 "queue %s: run %s lost its slot (its lease ran out)", self.config.name, self.cid
             )
@@ -244,7 +257,7 @@ class StepGate:
             with _kept_lock:
                 if len(_kept) >= KEPT_HINTS:  # runs that never came back: the oldest go
                     del _kept[next(iter(_kept))]
-                _kept[self.using, self.cid] = slot
+                _kept[self.using, self.cid] = (slot, self.slot_until)
         if slot is not None and not keep:
             slots.release(self.using, slot)
 

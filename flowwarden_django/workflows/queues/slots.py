@@ -235,35 +235,6 @@ def _take_first_sql() -> str:
     )
 
 
-def still_kept(
-    using: str, row: SlotRow, queue: str, partition: str, holder: str, margin: float
-) -> bool:
-    """Whether *row*, a slot *holder* kept for its next step, is still its own under
-    its token for at least *margin* seconds more (the holder renews it from then on)
-    and no other run waits for a slot of the partition: one ``SELECT``, nothing
-    written (the slot is not taken again)."""
-    from ..runs.status import RunStatus
-
-    connection = connections[using]
-    params = [row.pk, row.token, timezone.now() + timedelta(seconds=margin)]
-    params += [RunStatus.WAITING_SLOT, queue, partition, holder]
-    with connection.cursor() as cursor:
-        cursor.execute(_still_kept_sql(connection.vendor), params)
-        return cursor.fetchone() is not None
-
-
-@lru_cache(maxsize=4)
-def _still_kept_sql(vendor: str) -> str:
-    mark = "`" if vendor == "mysql" else '"'
-    slot = models.WorkflowQueueSlot._meta
-    column = {field.name: f"{mark}{field.column}{mark}" for field in slot.concrete_fields}
-    return (
-        f"SELECT 1 FROM {mark}{slot.db_table}{mark} WHERE {column['id']} = %s "
-        f"AND {column['token']} = %s AND {column['held_until']} > %s "
-        f"AND NOT EXISTS ({_others_wait_sql(vendor).removesuffix(' LIMIT 1')})"
-    )
-
-
 def others_wait(using: str, queue: str, partition: str, holder: str) -> bool:
     """Whether a run other than *holder* waits for a slot of the queue's partition: one
     small query, written out (it runs between every two steps of a queued run, where
