@@ -30,8 +30,10 @@ counted in the worker):
   (``FOR UPDATE SKIP LOCKED``, unless another run waits), committed synchronously;
 * between two steps of one in-process execution: one ``SELECT`` of whether another
   run waits (the slot is kept);
-* a step that leaves its run running (every Celery step but the last): nothing more;
-  the slot is kept for the next step's task, whose one ``UPDATE`` takes it again;
+* a step that leaves its run running (every Celery step but the last): the same
+  ``SELECT`` when it ends, and the slot is kept for the next step's task, which uses
+  it without a statement in the same worker process (one ``UPDATE`` takes it again
+  in another);
 * the end: one ``UPDATE`` giving the slot back (its commit not waiting for the WAL
   flush) and one ``SELECT`` of whether runs wait (the dispatch looks no further).
 
