@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,8 @@ _warned: set[str] = set()
 _kept: dict[tuple[str, str], tuple[slots.SlotRow, float]] = {}
 KEPT_HINTS = 10_000
 _kept_lock = threading.Lock()
+#: The runs whose executions in this process hold a concurrency slot now, and how many.
+_live: Counter[tuple[str, str]] = Counter()
 
 
 def gate_for(execution: RunWriter) -> StepGate | None:
@@ -129,18 +132,23 @@ class StepGate:
             return None
         if config.concurrency and not config.rate and not config.holds_runs and self.slot is None:
             # The slot this process's previous execution of the run kept for this step
-            # (``close``): still its own, and nobody waits? One read, nothing written.
+            # (``close``, which saw nobody waiting): while its lease has long to run (the
+            # claim keeper renews it from a third of the lease on), it is still its own.
             with _kept_lock:
                 kept = _kept.pop((using, self.cid), None)
-            # Its lease has long to run (the claim keeper renews it from a third of the
-            # lease on): still its own, no statement. The previous step's close saw
-            # nobody waiting.
+                nested = _live[using, self.cid] > 0
             if kept is not None and time.monotonic() < kept[1] - self.lease / 2:
                 self._hold(*kept)
                 return None
             # The common admission in one statement (PostgreSQL); else read and decide.
             slot = slots.take_first(
-                using, config.name, self.partition, config.concurrency, self.cid, self.lease
+                using,
+                config.name,
+                self.partition,
+                config.concurrency,
+                self.cid,
+                self.lease,
+                adopt_kept=not nested,
             )
             if slot is not None:
                 self._hold(slot)
@@ -157,7 +165,11 @@ class StepGate:
         rate = [row for row in rows if row.kind == slots.RATE]
         paid = next((row for row in rate if row.held_by(self.cid, slots.PAID, now)), None)
         kept = None
-        if not config.holds_runs and self.slot is None:
+        with _kept_lock:
+            nested = _live[using, self.cid] > 0
+        # (An execution of the run open in this thread's stack, a parent its children
+        # continued in-process, holds its own slot: this one takes another.)
+        if not config.holds_runs and self.slot is None and not nested:
             # The slot its previous step kept for it (``close``): it makes way for a
             # waiting run, else it is this step's.
             kept = next((row for row in conc if row.held_by(self.cid, slots.RUNNING, now)), None)
@@ -229,6 +241,9 @@ class StepGate:
         return slots.DISPATCHED if not self.config.holds_runs else ""
 
     def _hold(self, slot: slots.SlotRow, until: float | None = None) -> None:
+        if self.slot is None:
+            with _kept_lock:
+                _live[self.using, self.cid] += 1
         self.slot = slot
         # When its lease ends at the latest (monotonic): measured from before the
         # statement that took it, which set it from the database's clock.
@@ -246,9 +261,18 @@ class StepGate:
                 "queue %s: run %s lost its slot (its lease ran out)", self.config.name, self.cid
             )
             self.slot = None
+            self._unlive()
+
+    def _unlive(self) -> None:
+        with _kept_lock:
+            _live[self.using, self.cid] -= 1
+            if _live[self.using, self.cid] <= 0:
+                del _live[self.using, self.cid]
 
     def _let_go(self, *, keep: bool = False) -> None:
         slot, self.slot = self.slot, None
+        if slot is not None:
+            self._unlive()
         self.execution.claim.also_renew = None
         if self.counted:
             self.counted = False

@@ -168,14 +168,22 @@ def respend(using: str, row: SlotRow, prefix: str) -> SlotRow | None:
 
 
 def take_first(
-    using: str, queue: str, partition: str, limit: int, holder: str, hold_for: float
+    using: str,
+    queue: str,
+    partition: str,
+    limit: int,
+    holder: str,
+    hold_for: float,
+    *,
+    adopt_kept: bool = True,
 ) -> SlotRow | None:
     """PostgreSQL: take a concurrency slot of the queue's partition for *holder* in ONE
     statement: the slot ``dispatch`` gave *holder* (``next:``); else, unless another
     run waits for one, the one *holder*'s previous step kept for it (``run:``) or the
     first free one no other taker has locked (``SKIP LOCKED``: takers at once take
     different slots). ``None`` when it took none (a full queue, runs waiting, another
-    database): the caller reads the slots and decides.
+    database): the caller reads the slots and decides. Not *adopt_kept*: another
+    execution of *holder* holds its ``run:`` slot now, which is not taken from it.
 
     The row is locked and checked again on its newest version before it is set (a
     slot taken meanwhile is skipped), so it is never held twice."""
@@ -184,9 +192,10 @@ def take_first(
         return None
     token = new_token(RUNNING)
     with connection.cursor() as cursor:
-        cursor.execute(
-            _take_first_sql(), _take_first_params(queue, partition, limit, holder, token, hold_for)
-        )
+        params = _take_first_params(queue, partition, limit, holder, token, hold_for)
+        if not adopt_kept:
+            params[7] = ""  # none of its rows: a free one
+        cursor.execute(_take_first_sql(), params)
         found = cursor.fetchone()
     if found is None:
         return None

@@ -73,4 +73,12 @@ def test_take_first_takes_in_one_statement_on_postgresql_only(db: str) -> None:
     assert slots.take_first(db, "carrier", "", 2, "c", 60) is None  # full
     again = slots.take_first(db, "carrier", "", 2, "a", 60)  # its own, kept
     assert again is not None and again.pk == first.pk and again.token != first.token
+    # An execution of "b" nested in one that holds its slot takes none of it (here
+    # none is free).
+    assert slots.take_first(db, "carrier", "", 2, "b", 60, adopt_kept=False) is None
+    assert slots.release(db, again)
+    nested = slots.take_first(db, "carrier", "", 2, "b", 60, adopt_kept=False)
+    assert nested is not None and nested.pk == first.pk
+    held = WorkflowQueueSlot.objects.using(db).filter(holder="b").count()
+    assert held == 2
     slots.forget_made()
