@@ -77,6 +77,7 @@ bench: $(VENV)/.test-installed
 	$(PY) bench/approval_decisions.py
 	$(PY) bench/snapshot_listing.py
 	$(PY) bench/listings.py
+	$(PY) bench/queues.py
 
 $(VENV)/.venv-created:
 	$(PYTHON) -m venv $(VENV)

@@ -35,13 +35,18 @@ def seed_snapshot(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
 
 
 def create_seeded(
-    workflow: Workflow, runs: RunRecords, initial_state: Any, idempotency_key: str | None
+    workflow: Workflow,
+    runs: RunRecords,
+    initial_state: Any,
+    idempotency_key: str | None,
+    placed: dict[str, Any] | None = None,
 ) -> tuple[WorkflowSnapshot, WorkflowRun] | None:
     """Create the run at its seed and write the seed in ONE statement where the store
     can (the ORM store on the run's PostgreSQL database, outside a transaction):
-    ``(seed, record)``. ``None`` when that path does not apply or the coordination
-    or key exists (``WorkflowDefinition.start`` then goes the long way, which finds
-    the existing run)."""
+    ``(seed, record)``; *placed*: its queue fields, in the same statement. ``None``
+    when that path does not apply or the coordination or key exists
+    (``WorkflowDefinition.start`` then goes the long way, which finds the existing
+    run)."""
     opener = getattr(workflow.store, "open_run", None)
     if opener is None:
         return None
@@ -53,6 +58,7 @@ def create_seeded(
         seed.id,
         idempotency_key=idempotency_key,
         workflow_version=workflow.version,
+        placed=placed,
     )
     if statement is None:
         return None

@@ -34,7 +34,7 @@ def start_run(
     cid = coordination_id or uuid.uuid4().hex
     wf = definition.workflow(cid)
     runs = wf.runs
-    started = None if placed else create_seeded(wf, runs, initial_state, idempotency_key)
+    started = create_seeded(wf, runs, initial_state, idempotency_key, placed)
     if started is not None:
         record, created = started[1], True
         wf.started_with = started

@@ -47,6 +47,8 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
     """Hand free slots of *config*'s queue (in *partition*) to its waiting runs and
     continue them; when runs still wait for a slot that time frees (a rate, a lease
     that runs out), when to try again, else ``None``."""
+    if not slots.others_wait(using, config.name, partition, ""):
+        return None  # the common case, in one small query
     runs = models.WorkflowRun.objects.using(using).filter(waiting_in(config, partition), runner="")
     order = ("queue_priority", "queued_at", "coordination_id")
     if not config.priority:

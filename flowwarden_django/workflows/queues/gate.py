@@ -9,15 +9,22 @@ order, when one frees up. A step that arrives while others wait joins the back o
 the queue, even when a slot is free: waiting runs go first.
 
 A concurrency slot is held while the step runs, its lease renewed with the run's
-claim, and given back once the step's snapshot is saved. Between two steps of one
-execution (in-process) the run keeps it unless another run waits, which saves the
-statements of giving it back and taking it again. With ``scope: "runs"`` it is
-held until the run pauses or ends.
+claim, and given back once the step's snapshot is saved. Between two steps the run
+keeps it unless another run waits, which saves the statements of giving it back and
+taking it again: within one execution (in-process), and from a step that leaves its
+run running to the next step's execution (a Celery task, a Temporal activity), which
+uses it without a statement when it runs in the same process while its lease has long
+to run (``_kept``), and takes it again with one statement otherwise; a next step that
+never comes leaves it held until its lease ends. With ``scope: "runs"`` it is held
+until the run pauses or ends.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -41,6 +48,14 @@ logger = logging.getLogger("flowwarden_django.workflows")
 #: When a run refused for want of room in this process is offered again.
 _LOCAL_RETRY = timedelta(seconds=0.5)
 _warned: set[str] = set()
+#: The slots this process's executions kept for their runs' next steps, by (database,
+#: run): a hint that saves that step taking its slot again when it runs here (a
+#: Celery worker's next task of the run, say); elsewhere it takes it by a statement.
+_kept: dict[tuple[str, str], tuple[slots.SlotRow, float]] = {}
+KEPT_HINTS = 10_000
+_kept_lock = threading.Lock()
+#: The runs whose executions in this process hold a concurrency slot now, and how many.
+_live: Counter[tuple[str, str]] = Counter()
 
 
 def gate_for(execution: RunWriter) -> StepGate | None:
@@ -84,6 +99,8 @@ class StepGate:
         #: Whether the run was parked (it then holds nothing, and dispatch ran).
         self.parked = False
         self.lease = execution.lease_seconds
+        #: When the current admission began, and when the slot's lease ends (monotonic).
+        self.admitted = self.slot_until = 0.0
         self.limits: dict[str, int] = {}
         if config.concurrency:
             self.limits[slots.CONCURRENCY] = config.concurrency
@@ -95,6 +112,7 @@ class StepGate:
     def before_step(self, head: WorkflowSnapshot) -> WaitingForSlot | None:
         """Admit the next step, or park the run and return its ``WaitingForSlot``."""
         config, using = self.config, self.using
+        self.admitted = time.monotonic()
         for kind, limit in self.limits.items():
             slots.ensure(using, config.name, self.partition, kind, limit)
         holding = self.counted
@@ -109,6 +127,35 @@ class StepGate:
             # Only worker_concurrency: room in this process is all there is to take
             # (runs that wait get it as this process's steps end, in no set order).
             return None
+        if holding and not config.rate and (self.slot is not None or not config.concurrency):
+            # Between two steps, holding what it needs: it only makes way for a waiting
+            # run. One small query, not a read of every slot row.
+            if not config.holds_runs and self._others_wait():
+                return self._park(head, None)
+            return None
+        if config.concurrency and not config.rate and not config.holds_runs and self.slot is None:
+            # The slot this process's previous execution of the run kept for this step
+            # (``close``, which saw nobody waiting): while its lease has long to run (the
+            # claim keeper renews it from a third of the lease on), it is still its own.
+            with _kept_lock:
+                kept = _kept.pop((using, self.cid), None)
+                nested = _live[using, self.cid] > 0
+            if kept is not None and time.monotonic() < kept[1] - self.lease / 2:
+                self._hold(*kept)
+                return None
+            # The common admission in one statement (PostgreSQL); else read and decide.
+            slot = slots.take_first(
+                using,
+                config.name,
+                self.partition,
+                config.concurrency,
+                self.cid,
+                self.lease,
+                adopt_kept=not nested,
+            )
+            if slot is not None:
+                self._hold(slot)
+                return None
         rows, waits = slots.read(
             using,
             config.name,
@@ -120,8 +167,22 @@ class StepGate:
         conc = [row for row in rows if row.kind == slots.CONCURRENCY]
         rate = [row for row in rows if row.kind == slots.RATE]
         paid = next((row for row in rate if row.held_by(self.cid, slots.PAID, now)), None)
-        given = self.slot or next(
-            (row for row in conc if row.held_by(self.cid, self._own_prefix(), now)), None
+        kept = None
+        with _kept_lock:
+            nested = _live[using, self.cid] > 0
+        # (An execution of the run open in this thread's stack, a parent its children
+        # continued in-process, holds its own slot: this one takes another.)
+        if not config.holds_runs and self.slot is None and not nested:
+            # The slot its previous step kept for it (``close``): it makes way for a
+            # waiting run, else it is this step's.
+            kept = next((row for row in conc if row.held_by(self.cid, slots.RUNNING, now)), None)
+            if kept is not None and waits:
+                slots.release(using, kept)
+                kept = None
+        given = (
+            self.slot
+            or next((row for row in conc if row.held_by(self.cid, self._own_prefix(), now)), None)
+            or kept
         )
         if waits and not holding and given is None and paid is None:
             return self._park(head, None)
@@ -164,6 +225,13 @@ class StepGate:
             return
         keep = self.config.holds_runs and status == RunStatus.RUNNING
         try:
+            if not keep and status == RunStatus.RUNNING and self.slot is not None:
+                # Left running, it continues in its next execution at once (the next
+                # step's task or activity): it keeps its slot for it unless a run waits
+                # (then that run goes first), which saves this step giving it back and
+                # dispatching, and the next taking one. A next step that never comes
+                # leaves it held until its lease ends.
+                keep = not self._others_wait()
             self._let_go(keep=keep)
         except Exception:
             logger.exception(
@@ -174,29 +242,55 @@ class StepGate:
 
     # -- parts ----------------------------------------------------------------------
 
+    def _others_wait(self) -> bool:
+        return slots.others_wait(self.using, self.config.name, self.partition, self.cid)
+
     def _own_prefix(self) -> str:
         # A slot dispatch gave this run, or (scope "runs") the one its last step held.
         return slots.DISPATCHED if not self.config.holds_runs else ""
 
-    def _hold(self, slot: slots.SlotRow) -> None:
+    def _hold(self, slot: slots.SlotRow, until: float | None = None) -> None:
+        if self.slot is None:
+            with _kept_lock:
+                _live[self.using, self.cid] += 1
         self.slot = slot
+        # When its lease ends at the latest (monotonic): measured from before the
+        # statement that took it, which set it from the database's clock.
+        self.slot_until = self.admitted + self.lease if until is None else until
         claim = self.execution.claim
         claim.also_renew = self._renew
 
     def _renew(self) -> None:
         slot = self.slot
-        if slot is not None and not slots.renew(self.using, slot, self.lease):
+        sent = time.monotonic()
+        if slot is not None and slots.renew(self.using, slot, self.lease):
+            self.slot_until = sent + self.lease
+        elif slot is not None:
             logger.warning(
                 "queue %s: run %s lost its slot (its lease ran out)", self.config.name, self.cid
             )
             self.slot = None
+            self._unlive()
+
+    def _unlive(self) -> None:
+        with _kept_lock:
+            _live[self.using, self.cid] -= 1
+            if _live[self.using, self.cid] <= 0:
+                del _live[self.using, self.cid]
 
     def _let_go(self, *, keep: bool = False) -> None:
         slot, self.slot = self.slot, None
+        if slot is not None:
+            self._unlive()
         self.execution.claim.also_renew = None
         if self.counted:
             self.counted = False
             local.leave(self.config.name)
+        if slot is not None and keep and not self.config.holds_runs:
+            with _kept_lock:
+                if len(_kept) >= KEPT_HINTS:  # runs that never came back: the oldest go
+                    del _kept[next(iter(_kept))]
+                _kept[self.using, self.cid] = (slot, self.slot_until)
         if slot is not None and not keep:
             slots.release(self.using, slot)
 

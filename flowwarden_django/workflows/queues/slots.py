@@ -19,10 +19,14 @@ numbers past it unused.
 from __future__ import annotations
 
 import dataclasses
+import random
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
 
+from django.db import connections
 from django.db.models import DateTimeField, ExpressionWrapper, Q, Value
 from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
@@ -124,14 +128,16 @@ def take(
 ) -> SlotRow | None:
     """Take one free slot of *rows* for *holder* under a new *prefix* token, held
     *hold_for* seconds: the slot (its new token), or ``None`` when none was free.
-    Tries the ones that look free (the database's clock decides), soonest free first."""
+    Tries the ones that look free (the database's clock decides), free ones first, in
+    a random order: takers that read the same rows at once then seldom try the same
+    slot (in number order, all but one would lose their first try, and with few
+    tries park while slots are free)."""
     now = timezone.now()
     # A small allowance for the two clocks: the statement's condition is the judge.
     soon = now + timedelta(seconds=0.5)
-    candidates = sorted(
-        (row for row in rows if row.held_until is None or row.held_until <= soon),
-        key=lambda row: (row.held_until is not None, row.held_until or now, row.number),
-    )
+    looks_free = [row for row in rows if row.held_until is None or row.held_until <= soon]
+    random.shuffle(looks_free)
+    candidates = sorted(looks_free, key=lambda row: not row.free_at(now))
     for row in candidates[:tries]:
         taken = claim(using, row, holder, prefix, hold_for, must_be_free=True)
         if taken is not None:
@@ -172,12 +178,134 @@ def respend(using: str, row: SlotRow, prefix: str) -> SlotRow | None:
     return dataclasses.replace(row, token=token)
 
 
+def take_first(
+    using: str,
+    queue: str,
+    partition: str,
+    limit: int,
+    holder: str,
+    hold_for: float,
+    *,
+    adopt_kept: bool = True,
+) -> SlotRow | None:
+    """PostgreSQL: take a concurrency slot of the queue's partition for *holder* in ONE
+    statement: the slot ``dispatch`` gave *holder* (``next:``); else, unless another
+    run waits for one, the one *holder*'s previous step kept for it (``run:``) or the
+    first free one no other taker has locked (``SKIP LOCKED``: takers at once take
+    different slots). ``None`` when it took none (a full queue, runs waiting, another
+    database): the caller reads the slots and decides. Not *adopt_kept*: another
+    execution of *holder* holds its ``run:`` slot now, which is not taken from it.
+
+    The row is locked and checked again on its newest version before it is set (a
+    slot taken meanwhile is skipped), so it is never held twice."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return None
+    token = new_token(RUNNING)
+    with connection.cursor() as cursor:
+        params = _take_first_params(queue, partition, limit, holder, token, hold_for)
+        if not adopt_kept:
+            params[7] = ""  # none of its rows: a free one
+        cursor.execute(_take_first_sql(), params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    return SlotRow(found[0], CONCURRENCY, found[1], holder, token, None)
+
+
+def _take_first_params(
+    queue: str, partition: str, limit: int, holder: str, token: str, hold_for: float
+) -> list[Any]:
+    from ..runs.status import RunStatus
+
+    return [
+        holder,
+        token,
+        hold_for,
+        queue,
+        partition,
+        CONCURRENCY,
+        limit,
+        holder,
+        holder,
+        holder,
+        f"{DISPATCHED}%",
+        RunStatus.WAITING_SLOT,
+        queue,
+        partition,
+        holder,
+    ]
+
+
+@lru_cache(maxsize=1)
+def _take_first_sql() -> str:
+    slot = models.WorkflowQueueSlot._meta.db_table
+    run = models.WorkflowRun._meta.db_table
+    free = "(held_until IS NULL OR held_until <= STATEMENT_TIMESTAMP())"
+    return (
+        f'UPDATE "{slot}" SET holder = %s, token = %s, '
+        "held_until = STATEMENT_TIMESTAMP() + make_interval(secs => %s) "
+        f'WHERE id = (SELECT id FROM "{slot}" WHERE queue = %s AND partition = %s '
+        f"AND kind = %s AND number < %s AND ({free} OR holder = %s) "
+        "ORDER BY (holder = %s) DESC, number LIMIT 1 FOR UPDATE SKIP LOCKED) "
+        f'AND ((holder = %s AND token LIKE %s) OR NOT EXISTS (SELECT 1 FROM "{run}" '
+        "WHERE status = %s "
+        "AND queue = %s AND queue_partition = %s AND coordination_id <> %s)) "
+        "RETURNING id, number"
+    )
+
+
+def others_wait(using: str, queue: str, partition: str, holder: str) -> bool:
+    """Whether a run other than *holder* waits for a slot of the queue's partition: one
+    small query, written out (it runs between every two steps of a queued run, where
+    building it with the ORM cost more than running it)."""
+    from ..runs.status import RunStatus
+
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _others_wait_sql(connection.vendor), [RunStatus.WAITING_SLOT, queue, partition, holder]
+        )
+        return cursor.fetchone() is not None
+
+
+@lru_cache(maxsize=4)
+def _others_wait_sql(vendor: str) -> str:
+    mark = "`" if vendor == "mysql" else '"'
+
+    def quote(name: str) -> str:
+        return f"{mark}{name}{mark}"
+
+    run = models.WorkflowRun._meta
+    column = {field.name: quote(field.column) for field in run.concrete_fields}
+    return (
+        f"SELECT 1 FROM {quote(run.db_table)} WHERE {column['status']} = %s "
+        f"AND {column['queue']} = %s AND {column['queue_partition']} = %s "
+        f"AND {column['coordination_id']} <> %s LIMIT 1"
+    )
+
+
 def release(using: str, row: SlotRow) -> bool:
-    """Free *row* if it still holds the token it was taken with."""
-    return bool(
-        _slots(using)
-        .filter(pk=row.pk, token=row.token)
-        .update(holder="", token="", held_until=None)
+    """Free *row* if it still holds the token it was taken with. Outside a transaction
+    on PostgreSQL the commit does not wait for the WAL flush (``synchronous_commit``
+    off for this statement's own transaction): a release a server crash forgets
+    leaves the slot held until its lease ends, and a later commit flushes it first."""
+    connection = connections[using]
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute(_release_sql(), [row.pk, row.token])
+            return cursor.rowcount == 1
+    rows = _slots(using).filter(pk=row.pk, token=row.token)
+    return bool(rows.update(holder="", token="", held_until=None))
+
+
+@lru_cache(maxsize=1)
+def _release_sql() -> str:
+    slot = models.WorkflowQueueSlot._meta.db_table
+    return (
+        f"UPDATE \"{slot}\" SET holder = '', token = '', held_until = NULL "
+        "WHERE id = %s AND token = %s "
+        "AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
     )
 
 
@@ -200,6 +328,6 @@ def next_free(rows: Sequence[SlotRow], now: datetime | None = None) -> datetime 
     none is held on a lease)."""
     now = now or timezone.now()
     ends = [row.held_until for row in rows]
-    if any(end is None or end <= now for end in ends):
-        return None
+    if not ends or any(end is None or end <= now for end in ends):
+        return None  # one is free (or none was read: the caller tries again)
     return min(end for end in ends if end is not None)

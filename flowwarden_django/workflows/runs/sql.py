@@ -89,7 +89,8 @@ def claim_or_create_sql(with_input: bool) -> str:
     )
 
 
-#: What ``create_statement`` inserts (unlisted columns as ``_INSERTED`` has them).
+#: What ``create_statement`` inserts (unlisted columns as ``_INSERTED`` has them):
+#: its queue fields too (``start(queue=...)``), so a queued start is one statement.
 _CREATED = {
     **_INSERTED,
     "head_snapshot_id": "%s",
@@ -97,7 +98,12 @@ _CREATED = {
     "resume_input": "NULL",
     "runner": "''",
     "claimed_until": "NULL",
+    "queue": "%s",
+    "queue_partition": "%s",
+    "queue_priority": "%s",
 }
+#: ``create_statement``'s queue parameters, in the statement's order.
+CREATED_QUEUE_FIELDS = ("queue", "queue_partition", "queue_priority")
 
 
 #: The columns of a run ``create_claimed_statement`` inserts that are the same for

@@ -19,6 +19,7 @@ from ...common.app_models import models
 from .errors import ConcurrentRunError, check_run_of
 from .rows import RunRows
 from .sql import (
+    CREATED_QUEUE_FIELDS,
     NEW_RUN_VALUES,
     claim_or_create_sql,
     claim_sql,
@@ -160,12 +161,14 @@ class RunStatements(RunRows):
         *,
         idempotency_key: str | None = None,
         workflow_version: int = 1,
+        placed: dict[str, Any] | None = None,
     ) -> tuple[str, list[Any]] | None:
         """``create``'s statement and parameters on PostgreSQL (``None`` elsewhere): a
         ``running`` run at snapshot *head*, unclaimed, returned as ``claim_statement``
         returns its row (``created`` true); no row when the coordination or the key
         exists (nothing written). A store on the same database runs it with the
-        insert of *head* (``OrmSnapshotStore.open_run``)."""
+        insert of *head* (``OrmSnapshotStore.open_run``). *placed*: its queue fields
+        (``queues.placing``), written by the same statement."""
         connection = connections[self.db]
         if connection.vendor != "postgresql":
             return None
@@ -176,6 +179,7 @@ class RunStatements(RunRows):
             workflow_version,
             head,
             idempotency_key,
+            *((placed or {}).get(name, NEW_RUN_VALUES[name]) for name in CREATED_QUEUE_FIELDS),
             now,
             now,
         ]
