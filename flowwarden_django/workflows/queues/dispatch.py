@@ -32,7 +32,7 @@ from ...common.failure_log import FailureLog
 from ..runs.status import RunStatus
 from . import local, slots
 from .settings import QueueConfig, UnknownQueueError, queue_config
-from .terms import paid_hold, waiting_in
+from .terms import PAY_AHEAD, paid_hold, waiting_in
 from .threads import IDLE_SECONDS, DispatchThreads
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -80,16 +80,17 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
                 return _retry_at(conc)
         if config.rate:
             rate = [row for row in rows if row.kind == slots.RATE]
-            paid = slots.take(using, rate, waiter, slots.PAID, paid_hold(config))
+            paid = slots.take(using, rate, waiter, slots.PAID, paid_hold(config), ahead=PAY_AHEAD)
             if paid is None:
                 if slot is not None:
                     slots.release(using, slot)
-                return _retry_at(rate)
+                return _retry_at(rate, ahead=PAY_AHEAD)
         woken = runs.filter(pk=waiter).update(status=RunStatus.RUNNING, updated_at=timezone.now())
         if woken != 1:  # another dispatcher woke it, or it was cancelled
-            for row in (slot, paid):
-                if row is not None:
-                    slots.release(using, row)
+            if slot is not None:
+                slots.release(using, slot)
+            if paid is not None:
+                slots.release_paid(using, paid, paid_hold(config))
             continue
         continue_run(waiter, using)
         if room is not None:
@@ -97,11 +98,14 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
     return timezone.now()
 
 
-def _retry_at(rows: list[slots.SlotRow]) -> datetime:
+def _retry_at(rows: list[slots.SlotRow], *, ahead: float = 0.0) -> datetime:
     """When to try again for *rows*, none of which could be taken: when the first
-    frees, or soon when one looked free (another taker won it, or the database's
-    clock had not reached its end yet)."""
-    return slots.next_free(rows) or timezone.now() + RETRY_SOON
+    frees (*ahead* seconds before), or soon when one looked free (another taker won
+    it, or the database's clock had not reached its end yet)."""
+    frees = slots.next_free(rows)
+    if frees is None:
+        return timezone.now() + RETRY_SOON
+    return max(frees - timedelta(seconds=ahead), timezone.now() + RETRY_SOON)
 
 
 def _room(config: QueueConfig) -> int | None:

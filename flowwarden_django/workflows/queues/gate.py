@@ -37,7 +37,7 @@ from ..definition.results import WaitingForSlot
 from ..runs.status import RunStatus
 from . import local, slots
 from .settings import QueueConfig, UnknownQueueError, queue_config
-from .terms import rate_hold, waiting_in
+from .terms import PAY_AHEAD, paid_hold, rate_hold, waiting_in
 
 if TYPE_CHECKING:
     from ..engine.saving import RunWriter
@@ -120,7 +120,8 @@ class StepGate:
             if self.limits:
                 # What dispatch gave the run goes back (a Celery task lands on any
                 # worker, this one full): kept, it would be held idle until its lease ends.
-                slots.release_dispatched(using, config.name, self.partition, self.cid)
+                hold = paid_hold(config) if config.rate else None
+                slots.release_dispatched(using, config.name, self.partition, self.cid, hold)
             return self._park(head, None, dispatch=False, local_full=True)
         self.counted = True
         if not self.limits:
@@ -202,6 +203,12 @@ class StepGate:
         if config.rate:
             spent = None
             if paid is not None:
+                # Paid ahead: its use begins when the slot freed (a short pause, at
+                # most terms.PAY_AHEAD, when this run got going sooner).
+                begins = slots.paid_from(paid, paid_hold(config))
+                early = 0.0 if begins is None else (begins - timezone.now()).total_seconds()
+                if 0 < early <= PAY_AHEAD:
+                    time.sleep(early)
                 spent = slots.claim(
                     using,
                     paid,

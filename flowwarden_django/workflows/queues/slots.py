@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import connections
-from django.db.models import DateTimeField, ExpressionWrapper, Q, Value
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 
@@ -125,9 +125,12 @@ def take(
     hold_for: float,
     *,
     tries: int = 3,
+    ahead: float = 0.0,
 ) -> SlotRow | None:
     """Take one free slot of *rows* for *holder* under a new *prefix* token, held
     *hold_for* seconds: the slot (its new token), or ``None`` when none was free.
+    With *ahead* (seconds), a slot that frees within that time is taken too, held for
+    *hold_for* from when it frees (``paid_from`` says when its use may begin).
     Tries the ones that look free (the database's clock decides), free ones first, in
     a random order: takers that read the same rows at once then seldom try the same
     slot (in number order, all but one would lose their first try, and with few
@@ -139,7 +142,7 @@ def take(
     random.shuffle(looks_free)
     candidates = sorted(looks_free, key=lambda row: not row.free_at(now))
     for row in candidates[:tries]:
-        taken = claim(using, row, holder, prefix, hold_for, must_be_free=True)
+        taken = claim(using, row, holder, prefix, hold_for, must_be_free=True, ahead=ahead)
         if taken is not None:
             return taken
     return None
@@ -154,20 +157,35 @@ def claim(
     *,
     must_be_free: bool,
     no_sooner: bool = False,
+    ahead: float = 0.0,
 ) -> SlotRow | None:
     """Set *row* to *holder* under a new *prefix* token, held *hold_for* seconds (or
     until it was held, if later, when *no_sooner*), if its token is still the one read
-    (and it is free, when *must_be_free*)."""
+    (and it is free, when *must_be_free*: free within *ahead* seconds, then held for
+    *hold_for* from when it frees)."""
     token = new_token(prefix)
     rows = _slots(using).filter(pk=row.pk, token=row.token)
     if must_be_free:
-        rows = rows.filter(Q(held_until__isnull=True) | Q(held_until__lte=Now()))
+        rows = rows.filter(Q(held_until__isnull=True) | Q(held_until__lte=lease_end(ahead)))
     until = lease_end(hold_for)
     if no_sooner:
         until = Greatest(Coalesce("held_until", until), until)
+    elif ahead:
+        hold = Value(timedelta(seconds=hold_for))
+        until = ExpressionWrapper(
+            Greatest(Coalesce("held_until", Now()), Now()) + hold, output_field=DateTimeField()
+        )
     if rows.update(holder=holder, token=token, held_until=until) != 1:
         return None
     return dataclasses.replace(row, holder=holder, token=token, held_until=None)
+
+
+def paid_from(row: SlotRow, hold_for: float) -> datetime | None:
+    """When the use of a slot paid ahead (held *hold_for* from when it freed) may
+    begin: ``None`` when read without its lease end."""
+    if row.held_until is None:
+        return None
+    return row.held_until - timedelta(seconds=hold_for)
 
 
 def respend(using: str, row: SlotRow, prefix: str) -> SlotRow | None:
@@ -309,12 +327,32 @@ def _release_sql() -> str:
     )
 
 
-def release_dispatched(using: str, queue: str, partition: str, holder: str) -> int:
+def release_dispatched(
+    using: str, queue: str, partition: str, holder: str, paid_hold: float | None = None
+) -> int:
     """Free the slots ``dispatch`` gave *holder* (``next:``, ``paid:``) that it has not
-    taken up: it waits again. How many."""
-    given = Q(kind=CONCURRENCY, token__startswith=DISPATCHED) | Q(kind=RATE, token__startswith=PAID)
-    rows = _slots(using).filter(given, queue=queue, partition=partition, holder=holder)
-    return rows.update(holder="", token="", held_until=None)
+    taken up: it waits again. How many. A paid rate slot (held *paid_hold* from when
+    it freed) goes back to when it freed, not to free now: its last use may still be
+    inside its period."""
+    mine = _slots(using).filter(queue=queue, partition=partition, holder=holder)
+    given = mine.filter(kind=CONCURRENCY, token__startswith=DISPATCHED)
+    count = given.update(holder="", token="", held_until=None)
+    if paid_hold is not None:
+        paid = mine.filter(kind=RATE, token__startswith=PAID)
+        count += paid.update(holder="", token="", held_until=_freed(paid_hold))
+    return count
+
+
+def release_paid(using: str, row: SlotRow, paid_hold: float) -> bool:
+    """Give back a rate slot paid for a run that will not use it: free again when it
+    freed before it was paid (see ``release_dispatched``)."""
+    rows = _slots(using).filter(pk=row.pk, token=row.token)
+    return rows.update(holder="", token="", held_until=_freed(paid_hold)) == 1
+
+
+def _freed(paid_hold: float) -> ExpressionWrapper:
+    hold = Value(timedelta(seconds=paid_hold))
+    return ExpressionWrapper(F("held_until") - hold, output_field=DateTimeField())
 
 
 def renew(using: str, row: SlotRow, hold_for: float) -> bool:

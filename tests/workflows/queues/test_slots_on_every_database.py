@@ -118,3 +118,19 @@ def test_in_process_runs_keep_to_the_concurrency_on_each_database(db: str, tmp_p
     executions = step_log.executions(log)
     assert len(executions) == 24
     assert queue_workflows.most_at_once(executions) == 2
+
+
+@pytest.mark.parametrize("db", DATABASES)
+def test_a_rate_slot_paid_ahead_is_held_a_period_from_when_it_frees(db: str) -> None:
+    slots.ensure(db, "ahead", "", slots.RATE, 1)
+    rows, _ = slots.read(db, "ahead", "", {slots.RATE: 1})
+    spent = slots.take(db, rows, "first", slots.USED, 0.5)
+    assert spent is not None
+    rows, _ = slots.read(db, "ahead", "", {slots.RATE: 1})
+    frees = rows[0].held_until
+    assert slots.take(db, rows, "late", slots.PAID, 10.0) is None  # not free yet
+    paid = slots.take(db, rows, "early", slots.PAID, 10.0, ahead=5.0)
+    assert paid is not None
+    rows, _ = slots.read(db, "ahead", "", {slots.RATE: 1})
+    begins = slots.paid_from(rows[0], 10.0)
+    assert begins is not None and abs((begins - frees).total_seconds()) < 0.01
