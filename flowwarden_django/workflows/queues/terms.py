@@ -21,7 +21,7 @@ PAID_GUARD = 0.05
 #: the run starts its step at once if it is ready by then, or pauses in its admission
 #: until the slot frees (at most this long). So the time a woken run takes to get
 #: going overlaps the slot's last moments, instead of slowing the rate by it.
-PAY_AHEAD = 0.1
+PAY_AHEAD = 0.3
 
 
 def waiting_in(config: QueueConfig, partition: str) -> Q:

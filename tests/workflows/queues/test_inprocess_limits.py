@@ -99,6 +99,7 @@ def test_rate_20_per_second_holds_in_every_window_and_is_reached(
     figures = (
         f"most in 1 s: {queue_workflows.most_starts_in(executions, 1.0)}, in 10 s: {len(in_ten)}"
     )
+    print(f"\nqueues [in-process, rate 20/s]: {figures}")
     assert queue_workflows.most_starts_in(executions, 1.0) <= 20, figures
     assert 180 <= len(in_ten) <= 220, figures
 
