@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import itertools
+import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -148,14 +149,16 @@ def bound_form(approval: Any, payload: Any) -> forms.BaseForm:
 
     A value that is not a scalar (or, for a multiple-choice field, a list of
     scalars) is refused as that field's error before the form sees it, so that a
-    nested object is never turned into its ``str()`` by a ``CharField``."""
+    nested object is never turned into its ``str()`` by a ``CharField``; the others
+    reach the form as text, as from an HTML form (what Django's fields expect: a
+    ``DateField`` given a number would raise instead of refusing it)."""
     form_class = load_form(approval.form)
     if payload is not None and not isinstance(payload, Mapping):
         raise ApprovalFormError(
             "the payload must be a JSON object", {"__all__": ["The payload must be an object."]}
         )
     data = dict(payload or {})
-    form = form_class(data=data, initial=approval.form_initial or None)
+    form = form_class(initial=approval.form_initial or None)
     wrong = {
         name: ["Enter a single value, not an object or a list."]
         for name, field in form.fields.items()
@@ -163,7 +166,8 @@ def bound_form(approval: Any, payload: Any) -> forms.BaseForm:
     }
     if wrong:
         raise ApprovalFormError(f"the payload of approval {approval.pk} has bad values", wrong)
-    return form
+    texts = {name: _text(value) for name, value in data.items() if name in form.fields}
+    return form_class(data=texts, initial=approval.form_initial or None)
 
 
 def unbound_form(approval: Any) -> forms.BaseForm:
@@ -212,6 +216,12 @@ def _flat_choices(choices: Any) -> Any:
 
 def _multiple(field: forms.Field) -> bool:
     return isinstance(field, forms.MultipleChoiceField | forms.ModelMultipleChoiceField)
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_text(item) for item in value]
+    return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
 def _plain(value: Any, multiple: bool) -> bool:
