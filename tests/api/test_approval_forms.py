@@ -142,3 +142,19 @@ def test_a_deeply_nested_payload_is_a_400(typed: Any, people: People) -> None:
         content_type="application/json",
     )
     assert response.status_code == 400, response.content
+
+
+def test_the_schema_documents_the_form(people: People) -> None:
+    response = token_client(people.carol).get(f"{API}/schema/?format=json")
+    assert response.status_code == 200
+    schema = response.json()
+    components = schema["components"]["schemas"]
+    detail = components["ApprovalDetail"]["properties"]["form"]
+    assert "ApprovalForm" in str(detail) and "null" in str(detail).lower()
+    fields = components["FormField"]["properties"]
+    assert {"name", "type", "required", "label", "help_text", "choices", "initial"} <= set(fields)
+    approve = schema["paths"][f"{API}/approvals/{{id}}/approve/"]["post"]
+    assert "form" in approve["description"] and "payload" in approve["description"]
+    body = approve["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    payload = components[body.rsplit("/", 1)[1]]["properties"]["payload"]
+    assert "form" in payload["description"]
