@@ -32,9 +32,9 @@ counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trus
 client's own ``X-Forwarded-For``.
 
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
-itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``, ``approvals``, ``queues`` and
-``endpoints`` (health details, metrics, the API's password throttle). Importing this
-package registers every one of them.
+itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``,
+``approvals``, ``queues`` and ``endpoints`` (health details, metrics, the API's password
+throttle). Importing this package registers every one of them.
 """
 
 from .approvals import check_approval_forms

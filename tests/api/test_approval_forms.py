@@ -127,7 +127,9 @@ HOSTILE = [
 @pytest.mark.parametrize("body", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_payloads_never_a_5xx(typed: Any, people: People, body: Any) -> None:
     approval = pending(typed)
-    response = post_json(token_client(people.alice), f"{API}/approvals/{approval.pk}/approve/", body)
+    response = post_json(
+        token_client(people.alice), f"{API}/approvals/{approval.pk}/approve/", body
+    )
     assert response.status_code == 400, (body, response.content)
     approval.refresh_from_db()
     assert approval.status == "pending"

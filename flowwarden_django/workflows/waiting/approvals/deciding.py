@@ -34,7 +34,6 @@ from ...runs.records import RunRecords
 from ...runs.transactions import write_transaction
 from .access import can_decide
 from .continuation import continuation_warning
-from .forms import clean_payload
 from .errors import (
     ApprovalConflictError,
     ApprovalError,
@@ -42,6 +41,7 @@ from .errors import (
     ApprovalPermissionError,
     UnknownApprovalError,
 )
+from .forms import clean_payload
 from .transitions import (
     ResumeOutcome,
     cancel_locked,

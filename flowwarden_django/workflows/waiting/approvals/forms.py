@@ -175,6 +175,25 @@ def unbound_form(approval: Any) -> forms.BaseForm:
     return load_form(approval.form)(initial=approval.form_initial or None)
 
 
+def page_form(approval: Any, data: Any = None, *, prefix: str = "form") -> forms.BaseForm | None:
+    """*approval*'s form for an HTML page (the inbox, the admin), with its initial
+    data, bound to *data* (a POST) when given, its fields named ``<prefix>-<name>``;
+    ``None`` for an untyped approval. ``ApprovalFormUnavailableError`` when the form
+    cannot be loaded. Its valid ``cleaned_data`` through ``json_safe`` is the payload
+    to approve with (``decide`` validates it again)."""
+    if not approval.form:
+        return None
+    form_class = load_form(approval.form)
+    return form_class(data=data, initial=approval.form_initial or None, prefix=prefix)
+
+
+def add_form_errors(form: forms.BaseForm, error: ApprovalFormError) -> None:
+    """Show *error* (``decide`` refused the payload) on the page's *form*."""
+    for name, messages in error.errors.items():
+        for message in messages:
+            form.add_error(name if name in form.fields else None, message)
+
+
 def describe_form(approval: Any) -> dict[str, Any] | None:
     """What a client needs to build *approval*'s form: its path and fields (name,
     type, required, label, help text, choices, initial), or, when the form cannot be
