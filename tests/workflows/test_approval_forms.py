@@ -14,6 +14,8 @@ import pytest
 from django import forms
 from django.contrib.auth.models import Group, User
 from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 from flowwarden_django.checks.approvals import check_approval_forms
 from flowwarden_django.models import Approval
@@ -195,3 +197,11 @@ def test_json_safe() -> None:
         "s": [1, 2],
         "n": None,
     }
+
+
+def test_manage_py_check_reports_the_form(typed: Any) -> None:
+    approval = pending(typed)
+    call_command("check")  # loads: nothing to say
+    Approval.objects.filter(pk=approval.pk).update(form="tests.testapp.forms.GoneForm")
+    with pytest.raises(SystemCheckError, match="E211"):
+        call_command("check")
