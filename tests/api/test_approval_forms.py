@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from flowwarden_django.models import Approval
 from flowwarden_django.workflows import Hibernated, workflow_registry
-from tests.api.helpers import API, People, post_json, token_client
+from tests.api.helpers import API, People, make_people, post_json, postgres_lane, token_client
 from tests.support.typed_refund_workflow import define_typed_refunds, seen_payloads
 
 pytest_plugins = ["tests.api.helpers"]  # the people fixture
@@ -160,3 +161,24 @@ def test_the_schema_documents_the_form(people: People) -> None:
     body = approve["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     payload = components[body.rsplit("/", 1)[1]]["properties"]["payload"]
     assert "form" in payload["description"]
+
+
+@pytest.mark.parametrize("lane", [postgres_lane()])
+def test_typed_decisions_on_postgres(lane: str, on_lane: None, typed: Any) -> None:
+    assert connections[Approval.objects.db].vendor == "postgresql"
+    people = make_people()
+    approval = pending(typed)
+    url = f"{API}/approvals/{approval.pk}/approve/"
+    client = token_client(people.alice)
+    bad = post_json(client, url, {"payload": {"amount": "500", "reason": "late"}})
+    assert bad.status_code == 400 and "payload" in bad.json()
+    assert client.get(f"{API}/approvals/{approval.pk}/").json()["form"]["fields"]
+    good = post_json(client, url, {"payload": {"amount": "7.25", "reason": "late"}})
+    assert good.status_code == 200, good.content
+    assert Approval.objects.get(pk=approval.pk).payload == {
+        "amount": "7.25",
+        "reason": "late",
+        "refund_on": None,
+    }
+    assert seen_payloads == [{"amount": "7.25", "reason": "late", "refund_on": None}]
+    assert Approval.objects.using("default").count() == 0  # all of it went to PostgreSQL

@@ -27,6 +27,7 @@ from flowwarden_django.workflows.waiting.approvals import (
     approve,
     describe_form,
     reject,
+    sweep_approvals,
 )
 from flowwarden_django.workflows.waiting.approvals.forms import json_safe
 from tests.support.typed_refund_workflow import define_typed_refunds, seen_payloads
@@ -205,3 +206,20 @@ def test_manage_py_check_reports_the_form(typed: Any) -> None:
     Approval.objects.filter(pk=approval.pk).update(form="tests.testapp.forms.GoneForm")
     with pytest.raises(SystemCheckError, match="E211"):
         call_command("check")
+
+
+def test_the_sweep_restores_a_lost_typed_approval_with_its_form(typed: Any) -> None:
+    lost = pending(typed)
+    Approval.objects.filter(pk=lost.pk).delete()  # as if the process died before the row
+    assert sweep_approvals(using="default").restored == [lost.coordination_id]
+    restored = Approval.objects.get(coordination_id=lost.coordination_id)
+    assert restored.form == FORM_PATH and restored.form_initial == lost.form_initial
+
+
+def test_the_same_approval_again_keeps_the_first_cleaned_data(typed: Any, alice: User) -> None:
+    approval = pending(typed)
+    first = approve(approval.pk, alice, payload={"amount": "10", "reason": "late"})
+    again = approve(approval.pk, alice, payload={"amount": "11", "reason": "late"})
+    assert again.repeated and not first.repeated
+    approval.refresh_from_db()
+    assert approval.payload == {"amount": "10", "reason": "late", "refund_on": None}
