@@ -28,3 +28,12 @@ class RefundDecisionForm(forms.Form):
 
 class NotAForm:
     """A class that is not a Django form (a form path pointing here is refused)."""
+
+
+class NeedsAnOrderForm(forms.Form):
+    """A form that cannot be made with data and initial data alone (refused)."""
+
+    note = forms.CharField()
+
+    def __init__(self, order: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)

@@ -116,6 +116,7 @@ def test_the_form_is_checked_when_the_step_asks() -> None:
         (RefundDecisionForm(), TypeError),
         (42, TypeError),
         ("tests.testapp.forms.NotAForm", ValueError),
+        ("tests.testapp.forms.NeedsAnOrderForm", ValueError),
         ("os.system", ValueError),
         ("no.such.module.Form", ValueError),
         ("not a path", ValueError),
@@ -150,6 +151,15 @@ def test_a_form_that_no_longer_imports(typed: Any, alice: User) -> None:
     assert described["fields"] == [] and "GoneForm" in described["error"]
     reject(approval.pk, alice)  # rejecting still works
     assert check_approval_forms(databases=None) == []
+
+
+def test_a_form_that_cannot_be_made_is_unavailable(typed: Any, alice: User) -> None:
+    approval = pending(typed)
+    Approval.objects.filter(pk=approval.pk).update(form="tests.testapp.forms.NeedsAnOrderForm")
+    approval.refresh_from_db()
+    assert "cannot be made" in describe_form(approval)["error"]
+    with pytest.raises(ApprovalFormUnavailableError):
+        approve(approval.pk, alice, payload={"note": "x"})
 
 
 def test_the_check_reports_non_forms_and_skips_other_databases(typed: Any) -> None:

@@ -85,6 +85,23 @@ def load_form(path: str, *, error: type[Exception] = ApprovalFormUnavailableErro
     return found
 
 
+def build_form(
+    path: str,
+    *,
+    initial: Any = None,
+    error: type[Exception] = ApprovalFormUnavailableError,
+    **kwargs: Any,
+) -> forms.BaseForm:
+    """An instance of the form at *path* with *initial* (and *kwargs*: ``data``,
+    ``prefix``); *error* when it does not load or cannot be made that way (a form
+    whose ``__init__`` wants more arguments, say)."""
+    form_class = load_form(path, error=error)
+    try:
+        return form_class(initial=initial or None, **kwargs)
+    except Exception as exc:
+        raise error(f"form {path!r} cannot be made with its initial data: {exc!r}") from None
+
+
 def check_initial(initial: Any) -> dict[str, Any] | None:
     """*initial* (a mapping of field names to values, or ``None``) as stored JSON."""
     if initial is None:
@@ -152,13 +169,12 @@ def bound_form(approval: Any, payload: Any) -> forms.BaseForm:
     nested object is never turned into its ``str()`` by a ``CharField``; the others
     reach the form as text, as from an HTML form (what Django's fields expect: a
     ``DateField`` given a number would raise instead of refusing it)."""
-    form_class = load_form(approval.form)
     if payload is not None and not isinstance(payload, Mapping):
         raise ApprovalFormError(
             "the payload must be a JSON object", {"__all__": ["The payload must be an object."]}
         )
     data = dict(payload or {})
-    form = form_class(initial=approval.form_initial or None)
+    form = build_form(approval.form, initial=approval.form_initial)
     wrong = {
         name: ["Enter a single value, not an object or a list."]
         for name, field in form.fields.items()
@@ -167,12 +183,12 @@ def bound_form(approval: Any, payload: Any) -> forms.BaseForm:
     if wrong:
         raise ApprovalFormError(f"the payload of approval {approval.pk} has bad values", wrong)
     texts = {name: _text(value) for name, value in data.items() if name in form.fields}
-    return form_class(data=texts, initial=approval.form_initial or None)
+    return build_form(approval.form, data=texts, initial=approval.form_initial)
 
 
 def unbound_form(approval: Any) -> forms.BaseForm:
     """*approval*'s form, unbound, with its initial data (to show it)."""
-    return load_form(approval.form)(initial=approval.form_initial or None)
+    return build_form(approval.form, initial=approval.form_initial)
 
 
 def page_form(approval: Any, data: Any = None, *, prefix: str = "form") -> forms.BaseForm | None:
@@ -183,8 +199,7 @@ def page_form(approval: Any, data: Any = None, *, prefix: str = "form") -> forms
     to approve with (``decide`` validates it again)."""
     if not approval.form:
         return None
-    form_class = load_form(approval.form)
-    return form_class(data=data, initial=approval.form_initial or None, prefix=prefix)
+    return build_form(approval.form, data=data, initial=approval.form_initial, prefix=prefix)
 
 
 def add_form_errors(form: forms.BaseForm, error: ApprovalFormError) -> None:

@@ -24,7 +24,7 @@ from ...definition.decisions import ApprovalDecision
 from ...definition.metadata import LAST_STEP, WORKFLOW_NAME
 from ...definition.steps import Pause
 from ...runs.records import RunStatus
-from .forms import check_initial, form_path
+from .forms import build_form, check_initial, form_path
 
 if TYPE_CHECKING:
     from ....models import Approval
@@ -152,6 +152,9 @@ def await_approval(
     path = "" if form is None else form_path(form)
     if initial is not None and not path:
         raise ValueError("initial is the initial data of a form: pass form= too")
+    initial = check_initial(initial)
+    if path:  # made once now, so a form that cannot be made fails the step, not the page
+        build_form(path, initial=initial, error=ValueError)
     return AwaitApproval(
         state,
         prompt=str(prompt),
@@ -161,7 +164,7 @@ def await_approval(
         expires_in=_seconds(expires_in),
         on_expiry=on_expiry,
         form=path,
-        form_initial=check_initial(initial),
+        form_initial=initial,
     )
 
 
