@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ..models import Approval, WorkflowRun
 from ..workflows.waiting.approvals import ApprovalPermissionError, can_decide, check_may_decide
+from ..workflows.waiting.approvals.forms import ApprovalFormUnavailableError, json_safe, page_form
 from .approval_columns import approval_status_badge, short_prompt
 from .approval_decisions import APPROVE, PENDING, REJECT, Decision, decide_all
 from .details import error_text
@@ -111,10 +112,19 @@ class ApprovalActionsMixin:
             check_comment(comment)
         except UserJSONError as exc:
             return form(comment_error=capfirst(str(exc)))
-        try:
-            payload = parse_decision_payload(payload_text)
-        except UserJSONError as exc:
-            return form(payload_error=capfirst(str(exc)))
+        if decision is APPROVE and approval.form:  # a typed approval: its form's data
+            try:
+                typed = page_form(approval, request.POST)
+            except ApprovalFormUnavailableError:
+                return form()  # the page says why it cannot be approved
+            if not typed.is_valid():
+                return form(typed_form=typed)
+            payload = json_safe(typed.cleaned_data)
+        else:
+            try:
+                payload = parse_decision_payload(payload_text)
+            except UserJSONError as exc:
+                return form(payload_error=capfirst(str(exc)))
         self._decide_and_report(request, decision, [approval], comment=comment, payload=payload)
         return HttpResponseRedirect(change_url)
 
@@ -131,7 +141,17 @@ class ApprovalActionsMixin:
         payload_text: str = "",
         payload_error: str | None = None,
         comment_error: str | None = None,
+        typed_form: Any = None,
     ) -> TemplateResponse:
+        typed_error = ""
+        if approval is not None and approval.form and decision is APPROVE and typed_form is None:
+            try:
+                typed_form = page_form(approval)
+            except ApprovalFormUnavailableError as exc:
+                typed_error = gettext(
+                    "This approval's decision form cannot be loaded (%(error)s): it can be "
+                    "rejected, but not approved until the form is restored."
+                ) % {"error": exc}
         rows = []
         for row in approvals:
             allowed = can_decide(request.user, row)
@@ -140,6 +160,8 @@ class ApprovalActionsMixin:
                 skipped = gettext("not pending: %(status)s") % {"status": row.get_status_display()}
             elif not allowed:
                 skipped = gettext("you may not decide it")
+            elif row.form and decision is APPROVE and approval is None:
+                skipped = gettext("it has a decision form: approve it on its own page")
             rows.append(
                 {
                     "approval": row,
@@ -161,7 +183,9 @@ class ApprovalActionsMixin:
             "opts": self.opts,
             "decision": decision,
             "rows": rows,
-            "decidable_count": sum(1 for row in rows if not row["skipped"]),
+            "decidable_count": 0 if typed_error else sum(1 for r in rows if not r["skipped"]),
+            "typed_form": typed_form,
+            "typed_error": typed_error,
             "approval": approval,
             "action_name": action,
             "cancel_url": cancel_url,

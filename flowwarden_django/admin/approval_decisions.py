@@ -36,6 +36,10 @@ def refusal_text(error: ApprovalError) -> str:
         "approval_forbidden": gettext("you may not decide it"),
         "approval_not_found": gettext("it does not exist any more"),
         "run_busy": gettext("its run is busy right now; try again"),
+        "approval_payload_invalid": gettext(
+            "it has a decision form: approve it on its own page, with the form filled in"
+        ),
+        "approval_form_unavailable": gettext("its decision form cannot be loaded"),
     }
     text = texts.get(error.code)
     if text is None:

@@ -5,7 +5,9 @@ Every error is ``{"code": "<stable code>", "detail": "<text>"}``; a validation e
 "detail": "Invalid input: field, ...", "field": ["message", ...]}``. Refused
 decisions keep the approvals core's codes: ``approval_not_found`` (404),
 ``approval_forbidden`` (403), ``approval_already_decided`` / ``approval_cancelled`` /
-``run_busy`` (409) and ``approval_expired`` (410); refused messages the messages core's:
+``run_busy`` / ``approval_form_unavailable`` (409) and ``approval_expired`` (410); a
+payload its approval's form refuses is a 400 with the form's errors under ``payload``
+(``{"payload": {"amount": ["..."]}}``); refused messages the messages core's:
 ``run_finished`` / ``run_cancelled`` (409).
 """
 
@@ -25,6 +27,7 @@ from ..workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalError,
     ApprovalExpiredError,
+    ApprovalFormError,
     ApprovalPermissionError,
     UnknownApprovalError,
 )
@@ -83,6 +86,9 @@ def api_error(exc: Exception) -> Exception:
     limit) stands for (else *exc*)."""
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge()
+    if isinstance(exc, ApprovalFormError):  # the form's field errors, DRF style
+        errors = {"non_field_errors" if k == "__all__" else k: v for k, v in exc.errors.items()}
+        return exceptions.ValidationError({"payload": errors}, code=exc.code)
     if isinstance(exc, ApprovalError):
         kind = next((k for error, k in _APPROVAL_ERRORS if isinstance(exc, error)), Conflict)
         return kind(str(exc), code=exc.code)

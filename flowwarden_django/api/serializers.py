@@ -30,9 +30,10 @@ from ..models import Approval, ApprovalEvent, WorkflowEvent, WorkflowMessage, Wo
 from ..workflows.definition.registry import store_for_workflow
 from ..workflows.execution.step_timings import step_timing_of
 from ..workflows.storage.snapshot import UnreadableSnapshot, WorkflowSnapshot
-from ..workflows.waiting.approvals import can_decide
+from ..workflows.waiting.approvals import can_decide, describe_form
 from ..workflows.waiting.cancellation import REASON_LIMIT
 from ..workflows.waiting.messages.mailbox import MAX_NAME_CHARS, check_name
+from .approval_forms import form_field_schema
 from .permissions import readable_approvals
 
 logger = logging.getLogger("flowwarden_django.api")
@@ -384,10 +385,20 @@ class ApprovalDetailSerializer(ApprovalDecidedSerializer):
     """An approval with its audit trail."""
 
     events = ApprovalEventSerializer(many=True, read_only=True)
+    form = serializers.SerializerMethodField(
+        help_text=_(
+            "The form that validates an approving decision's payload (null: any JSON "
+            "object), with its fields, so a client can build it."
+        )
+    )
 
     class Meta(ApprovalDecidedSerializer.Meta):
-        fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "events"]
+        fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "form", "events"]
         read_only_fields = fields
+
+    @form_field_schema
+    def get_form(self, approval: Approval) -> dict[str, Any] | None:
+        return describe_form(approval)
 
 
 class DecisionSerializer(serializers.Serializer):
@@ -395,7 +406,16 @@ class DecisionSerializer(serializers.Serializer):
     object handed to the next step, at most ``MAX_PAYLOAD_BYTES`` serialised)."""
 
     comment = serializers.CharField(max_length=MAX_COMMENT_CHARS, allow_blank=True, default="")
-    payload = serializers.DictField(allow_null=True, default=None)
+    payload = serializers.DictField(
+        allow_null=True,
+        default=None,
+        help_text=_(
+            "A JSON object handed to the next step. When the approval has a form (its "
+            "`form` in GET /approvals/<id>/), approving validates the payload with that "
+            "form: a 400 carries the form's field errors under `payload`, and the next "
+            "step gets the form's cleaned data. Rejecting takes any object."
+        ),
+    )
 
     def validate_comment(self, value: str) -> str:
         try:

@@ -92,7 +92,10 @@ def error_response(description: str) -> OpenApiResponse:
 BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR_SCHEMA, description="Invalid parameters or body.")
 UNAUTHENTICATED = error_response("Not authenticated (no or an invalid session or token).")
 NOT_FOUND = error_response("No such object, or not visible to you.")
-CONFLICT = error_response("approval_already_decided, approval_cancelled or run_busy.")
+CONFLICT = error_response(
+    "approval_already_decided, approval_cancelled, run_busy or approval_form_unavailable "
+    "(the approval's form cannot be loaded on this server)."
+)
 GONE = error_response("approval_expired: the approval expired before it was decided.")
 THROTTLED = error_response(
     "throttled: too many failed HTTP Basic passwords from your client or for that "
@@ -365,7 +368,9 @@ def _decision_schema(decision: str) -> Any:
         summary=f"{decision.capitalize()} the approval (idempotent)",
         description=(
             "The same decision again returns 200 with the first decision's "
-            "representation; the other decision is refused with 409."
+            "representation; the other decision is refused with 409. An approval with a "
+            "form (`form` in its detail) is approved only with a payload the form "
+            "accepts: otherwise 400, with the form's field errors under `payload`."
         ),
         parameters=[APPROVAL_ID],
         request=DecisionSerializer,

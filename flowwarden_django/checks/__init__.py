@@ -24,18 +24,20 @@ code does not define; W205 unfinished runs stand
 after a step their defined version lacks; E205 ``WORKFLOW_QUEUES`` is wrong (not a
 dict, an unknown option, a bad limit or rate, no limit); W206 a defined workflow
 declares a queue it does not configure; W207 runs wait for a slot of a queue it no
-longer configures. Declared streams:
+longer configures; E211 pending approvals have a decision form that no longer loads.
+Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
 counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trusts a
 client's own ``X-Forwarded-For``.
 
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
-itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``, ``queues`` and
-``endpoints`` (health details, metrics, the API's password throttle). Importing this
-package registers every one of them.
+itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``,
+``approvals``, ``queues`` and ``endpoints`` (health details, metrics, the API's password
+throttle). Importing this package registers every one of them.
 """
 
+from .approvals import check_approval_forms
 from .configuration import (
     check_intervals,
     check_setting_keys,
@@ -59,6 +61,7 @@ from .workflows import (
 )
 
 __all__ = [
+    "check_approval_forms",
     "check_bson_available",
     "check_checkpoint_stores",
     "check_declared_queues",

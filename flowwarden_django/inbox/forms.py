@@ -27,7 +27,8 @@ class InboxFilter(forms.Form):
 
 
 class DecisionForm(forms.Form):
-    """A decision's comment and JSON payload; which decision is the button pressed."""
+    """A decision's comment and JSON payload (none with *typed*: the approval's own
+    form gives it); which decision is the button pressed."""
 
     comment = forms.CharField(
         required=False,
@@ -42,6 +43,11 @@ class DecisionForm(forms.Form):
         label=_("Payload (JSON)"),
         help_text=_('Optional; a JSON object handed to the next step, e.g. {"note": "vip"}.'),
     )
+
+    def __init__(self, *args: Any, typed: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if typed:  # the approval's own form takes the payload's place
+            del self.fields["payload"]
 
     def clean_comment(self) -> str:
         try:

@@ -22,12 +22,19 @@ from ..workflows.definition.registry import store_for_workflow
 from ..workflows.waiting.approvals import (
     ApprovalConflictError,
     ApprovalError,
+    ApprovalFormError,
     ApprovalPermissionError,
     can_decide,
     check_may_decide,
     decidable_approvals,
     decide,
     visible_approvals,
+)
+from ..workflows.waiting.approvals.forms import (
+    ApprovalFormUnavailableError,
+    add_form_errors,
+    json_safe,
+    page_form,
 )
 from .forms import DecisionForm, InboxFilter
 
@@ -112,11 +119,14 @@ class MyApprovals(InboxPage):
 
 class ApprovalPage(InboxPage):
     """One approval: what it asks, the run's state, and the decision form for a user
-    who may decide it (a POST from anyone else is 403)."""
+    who may decide it (a POST from anyone else is 403). An approval with a typed form
+    (``await_approval(form=...)``) shows that form's fields instead of the JSON
+    payload: approving validates them (errors shown, entries kept) and hands the
+    cleaned data on; rejecting needs no form."""
 
     def get(self, request: HttpRequest, pk: Any) -> HttpResponse:
         approval = self.approval(request, pk)
-        return self.render(request, approval, DecisionForm())
+        return self.render(request, approval, DecisionForm(typed=bool(approval.form)))
 
     def post(self, request: HttpRequest, pk: Any) -> HttpResponse:
         approval = self.approval(request, pk)
@@ -125,25 +135,41 @@ class ApprovalPage(InboxPage):
             check_may_decide(approval, decision or "approved", request.user)
         except ApprovalPermissionError as exc:
             raise PermissionDenied(_("You may not decide this approval.")) from exc
-        form = DecisionForm(request.POST)
-        if decision is None or not form.is_valid():
+        form = DecisionForm(request.POST, typed=bool(approval.form))
+        typed = None
+        if decision == "approved" and approval.form:
+            try:
+                typed = page_form(approval, request.POST)
+            except ApprovalFormUnavailableError:
+                return self.render(request, approval, form, status=400)
+        valid = form.is_valid() and (typed is None or typed.is_valid())
+        if decision is None or not valid:
             if decision is None:
                 form.add_error(None, _("Choose Approve or Reject."))
-            return self.render(request, approval, form, status=400)
+            return self.render(request, approval, form, status=400, typed=typed)
+        payload = form.cleaned_data.get("payload")
+        if typed is not None:
+            payload = json_safe(typed.cleaned_data)
         try:
             result = decide(
                 approval.pk,
                 decision,
                 request.user,
                 comment=form.cleaned_data["comment"],
-                payload=form.cleaned_data["payload"],
+                payload=payload,
             )
         except ApprovalConflictError as exc:  # decided meanwhile, or cancelled
             messages.warning(request, str(exc))
             return HttpResponseRedirect(_url(request, "approval", pk=approval.pk))
+        except ApprovalFormError as exc:  # the form changed since it was shown, say
+            if typed is not None:
+                add_form_errors(typed, exc)
+            else:
+                form.add_error(None, str(exc))
+            return self.render(request, approval, form, status=400, typed=typed)
         except (ApprovalError, ValueError) as exc:
             form.add_error(None, str(exc))
-            return self.render(request, approval, form, status=400)
+            return self.render(request, approval, form, status=400, typed=typed)
         verb = _("Approved") if decision == "approved" else _("Rejected")
         messages.success(
             request, _("%(verb)s: %(prompt)s") % {"verb": verb, "prompt": approval.prompt}
@@ -160,10 +186,24 @@ class ApprovalPage(InboxPage):
         return approval
 
     def render(
-        self, request: HttpRequest, approval: Approval, form: DecisionForm, status: int = 200
+        self,
+        request: HttpRequest,
+        approval: Approval,
+        form: DecisionForm,
+        status: int = 200,
+        typed: Any = None,
     ) -> HttpResponse:
         state, unreadable = _state_of(approval)
         pending = approval.status == Approval.Status.PENDING
+        typed_error = ""
+        if typed is None and pending and approval.form:
+            try:
+                typed = page_form(approval)
+            except ApprovalFormUnavailableError as exc:
+                typed_error = _(
+                    "This approval's decision form cannot be loaded (%(error)s): it can be "
+                    "rejected, but not approved until the form is restored."
+                ) % {"error": exc}
         context = {
             **page_context(request, approval.prompt or _("Approval")),
             "approval": approval,
@@ -172,6 +212,8 @@ class ApprovalPage(InboxPage):
             # The decision's payload, as the next step reads it (escaped by the template).
             "payload": None if approval.payload is None else state_json(approval.payload),
             "form": form,
+            "typed_form": typed,
+            "typed_form_error": typed_error,
             "may_decide": pending and can_decide(request.user, approval),
             "events": approval.events.order_by("at", "pk"),
             "assignees": approval.assignees,

@@ -106,6 +106,7 @@ def test_approval_detail(refunds: Any, people: People) -> None:
         "payload": None,
         "state": {"amount": 500, "expires_in": 3600, "review": "manual"},
         "can_decide": True,
+        "form": None,
         "events": [
             {
                 "action": "requested",

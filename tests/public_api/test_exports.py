@@ -74,6 +74,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "ApprovalDecision",
         "ApprovalError",
         "ApprovalExpiredError",
+        "ApprovalFormError",
         "ApprovalPermissionError",
         "CancelOutcome",
         "Cancelled",

@@ -5,7 +5,8 @@ permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waitin
 with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited;
 ``aapprove``/``areject`` from async code);
 the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
-``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
+``sweep_approvals`` expires due approvals. ``await_approval(form=...)`` types an
+approval's payload with a Django form (``forms``). Nothing here imports the admin or DRF.
 """
 
 from ...definition.decisions import ApprovalDecision
@@ -27,6 +28,7 @@ from .errors import (
     ApprovalPermissionError,
     UnknownApprovalError,
 )
+from .forms import ApprovalFormError, ApprovalFormUnavailableError, describe_form
 from .request import AwaitApproval, await_approval, request_approval
 from .sweep import SweepResult, sweep_approvals
 
@@ -35,6 +37,8 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalError",
     "ApprovalExpiredError",
+    "ApprovalFormError",
+    "ApprovalFormUnavailableError",
     "ApprovalPermissionError",
     "AwaitApproval",
     "DecisionResult",
@@ -50,6 +54,7 @@ __all__ = [
     "check_may_decide",
     "decidable_approvals",
     "decide",
+    "describe_form",
     "reject",
     "request_approval",
     "sweep_approvals",

@@ -41,6 +41,7 @@ from .errors import (
     ApprovalPermissionError,
     UnknownApprovalError,
 )
+from .forms import clean_payload
 from .transitions import (
     ResumeOutcome,
     cancel_locked,
@@ -158,7 +159,11 @@ def decide(
     Raises ``UnknownApprovalError``, ``ApprovalPermissionError``,
     ``ApprovalConflictError`` or ``ApprovalExpiredError`` (see the module), and
     ``UserJSONError`` (a ``ValueError``, before anything is read or written) for a
-    comment or payload outside the limits of ``common.user_input``.
+    comment or payload outside the limits of ``common.user_input``. An approval with
+    a form (``await_approval(form=...)``) is approved only with a payload its form
+    accepts (else ``ApprovalFormError``, with the form's errors, nothing written;
+    ``ApprovalFormUnavailableError`` when the form no longer imports), and the form's
+    cleaned data, JSON-safe, is what is stored and handed on.
     """
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
@@ -183,6 +188,7 @@ def decide(
             else:
                 refusal = _busy(approval)
         elif status == models.Approval.Status.PENDING:
+            payload = clean_payload(approval, decision, payload)  # a typed form's data
             refusal = _decide_pending(approval, decision, actor, comment, payload, now, db, result)
         elif status == decision:
             result.repeated = True

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +24,7 @@ from ...definition.decisions import ApprovalDecision
 from ...definition.metadata import LAST_STEP, WORKFLOW_NAME
 from ...definition.steps import Pause
 from ...runs.records import RunStatus
+from .forms import build_form, check_initial, form_path
 
 if TYPE_CHECKING:
     from ....models import Approval
@@ -59,6 +60,8 @@ class AwaitApproval(Pause):
     permission: str = ""
     expires_in: float | None = None
     on_expiry: str = "resume"
+    form: str = ""
+    form_initial: dict[str, Any] | None = None
     status: ClassVar[str] = RunStatus.WAITING
 
     @classmethod
@@ -72,6 +75,8 @@ class AwaitApproval(Pause):
             permission=str(request.get("permission") or ""),
             expires_in=request.get("expires_in"),
             on_expiry=request.get("on_expiry") or "resume",
+            form=str(request.get("form") or ""),
+            form_initial=request.get("form_initial"),
         )
 
     def request(self) -> dict[str, Any]:
@@ -83,6 +88,8 @@ class AwaitApproval(Pause):
             "permission": self.permission,
             "expires_in": self.expires_in,
             "on_expiry": self.on_expiry,
+            "form": self.form,
+            "form_initial": self.form_initial,
         }
 
     def snapshot_metadata(self) -> dict[str, str]:
@@ -101,6 +108,8 @@ def await_approval(
     permission: str = "",
     expires_in: timedelta | float | None = None,
     on_expiry: str = "resume",
+    form: type[Any] | str | None = None,
+    initial: Mapping[str, Any] | None = None,
 ) -> AwaitApproval:
     """Persist *state* and wait for an approval; the next step gets the decision::
 
@@ -121,6 +130,10 @@ def await_approval(
     ``flowwarden_django.decide_approval``. After *expires_in* (a timedelta or
     seconds; ``None``: never) the sweep expires it: ``on_expiry="resume"`` continues
     the run with an ``expired`` decision, ``"fail"`` fails the run.
+
+    *form* (a Django ``Form`` class or its import path; its path is stored) validates
+    an approval's payload, shown with *initial* (JSON-able data); the next step gets
+    its ``cleaned_data``, JSON-safe, as ``ctx.decision.payload`` (see ``forms``).
     """
     if on_expiry not in ON_EXPIRY_CHOICES:
         raise ValueError(f"on_expiry must be one of {ON_EXPIRY_CHOICES}, not {on_expiry!r}")
@@ -136,6 +149,12 @@ def await_approval(
     ]:
         if len(value) > most or "\x00" in value:
             raise ValueError(f"{what} {value[:40]!r} must be at most {most} characters, no NUL")
+    path = "" if form is None else form_path(form)
+    if initial is not None and not path:
+        raise ValueError("initial is the initial data of a form: pass form= too")
+    initial = check_initial(initial)
+    if path:  # made once now, so a form that cannot be made fails the step, not the page
+        build_form(path, initial=initial, error=ValueError)
     return AwaitApproval(
         state,
         prompt=str(prompt),
@@ -144,6 +163,8 @@ def await_approval(
         permission=str(permission or ""),
         expires_in=_seconds(expires_in),
         on_expiry=on_expiry,
+        form=path,
+        form_initial=initial,
     )
 
 
@@ -203,6 +224,8 @@ def request_approval(
         requested_at=now,
         expires_at=None if seconds is None else now + timedelta(seconds=float(seconds)),
         on_expiry=request.get("on_expiry") or "resume",
+        form=str(request.get("form") or "")[:255],
+        form_initial=request.get("form_initial"),
     )
     try:
         with transaction.atomic(using=using):
