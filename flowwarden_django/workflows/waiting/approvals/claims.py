@@ -88,11 +88,16 @@ def claimed_elsewhere(approval: Approval, actor: str) -> ApprovalConflictError |
     )
 
 
-def claim(approval_id: Any, user: Any, *, using: str | None = None) -> ClaimResult:
+def claim(
+    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
+) -> ClaimResult:
     """Claim pending approval *approval_id* for *user*: from now on only they decide
-    it. Raises ``UnknownApprovalError``, ``ApprovalPermissionError`` (they may not
-    decide it), ``ApprovalConflictError`` (claimed by someone else, ``approval_claimed``;
-    decided or cancelled) or ``ApprovalExpiredError``. Claiming it again is a no-op."""
+    it (*comment*, if any, goes to the audit). Raises ``UnknownApprovalError``,
+    ``ApprovalPermissionError`` (they may not decide it), ``ApprovalConflictError``
+    (claimed by someone else, ``approval_claimed``; decided or cancelled) or
+    ``ApprovalExpiredError`` (and ``UserJSONError`` for a bad comment). Claiming it
+    again is a no-op."""
+    comment = check_comment(comment)
     db = RunRecords(using).db
     actor = _actor(user)
     with write_transaction(db):
@@ -111,17 +116,28 @@ def claim(approval_id: Any, user: Any, *, using: str | None = None) -> ClaimResu
             return ClaimResult(approval, changed=False)
         approval.claimed_by, approval.claimed_at = actor, now
         approval.save(using=db, update_fields=["claimed_by", "claimed_at"])
-        record_event(approval, models.ApprovalEvent.Action.CLAIMED, using=db, actor=actor, at=now)
+        record_event(
+            approval,
+            models.ApprovalEvent.Action.CLAIMED,
+            using=db,
+            actor=actor,
+            at=now,
+            comment=comment,
+        )
     return ClaimResult(approval)
 
 
-def release(approval_id: Any, user: Any, *, using: str | None = None) -> ClaimResult:
+def release(
+    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
+) -> ClaimResult:
     """Give back the claim on pending approval *approval_id*: its claimant may, and so
     may a holder of ``reassign_approval`` (for anyone's claim). Raises
     ``UnknownApprovalError``, ``ApprovalPermissionError`` (a user who may neither
     decide nor reassign it), ``ApprovalConflictError`` (claimed by someone else and no
     reassign right, ``approval_claimed``; decided or cancelled) or
-    ``ApprovalExpiredError``. Releasing an unclaimed approval is a no-op."""
+    ``ApprovalExpiredError``. Releasing an unclaimed approval is a no-op. *comment*
+    as for ``claim``."""
+    comment = check_comment(comment)
     db = RunRecords(using).db
     actor = _actor(user)
     with write_transaction(db):
@@ -150,6 +166,7 @@ def release(approval_id: Any, user: Any, *, using: str | None = None) -> ClaimRe
             using=db,
             actor=actor,
             at=now,
+            comment=comment,
             payload={"claimed_by": holder},
             detail=detail,
         )
