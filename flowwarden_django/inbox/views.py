@@ -29,6 +29,7 @@ from ..workflows.waiting.approvals import (
     decide,
     visible_approvals,
 )
+from .claims import CLAIM_CHOICES, claim_context, filter_by_claim
 from .forms import DecisionForm, InboxFilter
 
 #: Approvals a page of the list shows.
@@ -83,6 +84,7 @@ class MyApprovals(InboxPage):
         rows = self.rows(request.user, chosen.get("status") or "")
         if chosen.get("workflow"):
             rows = rows.filter(workflow_name=chosen["workflow"])
+        rows = filter_by_claim(rows, request.user, chosen.get("claim") or "")
         if chosen.get("q"):
             text = chosen["q"]
             rows = rows.filter(Q(prompt__icontains=text) | Q(coordination_id__icontains=text))
@@ -98,6 +100,7 @@ class MyApprovals(InboxPage):
             "page": page,
             "workflows": workflows,
             "status_choices": InboxFilter.base_fields["status"].choices,
+            "claim_choices": CLAIM_CHOICES,
             "chosen": chosen,
         }
         return render(request, "flowwarden_django/inbox/list.html", context)
@@ -173,6 +176,8 @@ class ApprovalPage(InboxPage):
             "payload": None if approval.payload is None else state_json(approval.payload),
             "form": form,
             "may_decide": pending and can_decide(request.user, approval),
+            # The claim's buttons; may_decide again: not while someone else holds it.
+            **claim_context(request, approval),
             "events": approval.events.order_by("at", "pk"),
             "assignees": approval.assignees,
         }
