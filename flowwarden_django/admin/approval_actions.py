@@ -140,6 +140,8 @@ class ApprovalActionsMixin:
                 skipped = gettext("not pending: %(status)s") % {"status": row.get_status_display()}
             elif not allowed:
                 skipped = gettext("you may not decide it")
+            elif row.claimed_by and row.claimed_by != request.user.get_username():
+                skipped = gettext("claimed by %(who)s") % {"who": row.claimed_by}
             rows.append(
                 {
                     "approval": row,
