@@ -162,6 +162,10 @@ def test_hostile_inputs_are_never_5xx(lane: str, on_lane: None, refunds: Any) ->
         for odd in (str(uuid.uuid4()), "not-a-uuid", "%00", "x" * 5000):
             response = post_json(admin, f"{API}/approvals/{odd}/{what}/", {})
             assert response.status_code == 404, (what, odd[:20], response.status_code)
+    for query in ("claimed_by=a%00b", "claimed_by=" + "x" * 151, "unclaimed=%00", "unclaimed=1"):
+        for listing in ("", "mine/"):
+            response = admin.get(f"{API}/approvals/{listing}?{query}")
+            assert response.status_code == 400, (listing, query[:30], response.status_code)
     approval.refresh_from_db()
     assert approval.assignees == ["alice"] and approval.claimed_by == ""
     assert not ApprovalEvent.objects.filter(
