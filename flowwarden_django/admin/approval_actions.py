@@ -162,6 +162,8 @@ class ApprovalActionsMixin:
                 skipped = gettext("you may not decide it")
             elif row.form and decision is APPROVE and approval is None:
                 skipped = gettext("it has a decision form: approve it on its own page")
+            elif row.claimed_by and row.claimed_by != request.user.get_username():
+                skipped = gettext("claimed by %(who)s") % {"who": row.claimed_by}
             rows.append(
                 {
                     "approval": row,

@@ -32,6 +32,7 @@ def refusal_text(error: ApprovalError) -> str:
     texts = {
         "approval_already_decided": gettext("it was already %(status)s"),
         "approval_cancelled": gettext("it was cancelled: its run moved on"),
+        "approval_claimed": gettext("someone else claimed it: only they decide it"),
         "approval_expired": gettext("it expired before it was decided"),
         "approval_forbidden": gettext("you may not decide it"),
         "approval_not_found": gettext("it does not exist any more"),

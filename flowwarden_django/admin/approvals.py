@@ -34,6 +34,7 @@ from ..workflows.waiting.approvals import assigned_approvals, can_decide, visibl
 from ..workflows.waiting.approvals.access import DECIDE_ANY
 from .approval_actions import TEMPLATES as TEMPLATES
 from .approval_actions import ApprovalActionsMixin
+from .approval_claims import ApprovalClaimsMixin, ClaimedFilter
 from .approval_columns import LIST_WIDTH as LIST_WIDTH
 from .approval_columns import PROMPT_WIDTH as PROMPT_WIDTH
 from .approval_columns import STATUS_ICONS as STATUS_ICONS
@@ -63,6 +64,7 @@ logger = logging.getLogger("flowwarden_django.admin")
 class ApprovalAdmin(
     ApprovalColumnsMixin,
     ApprovalActionsMixin,
+    ApprovalClaimsMixin,
     HealthDetailsMixin,
     LargeTableAdminMixin,
     GuardedLookupsMixin,
@@ -91,15 +93,16 @@ class ApprovalAdmin(
         "coordination",
         "status_and_decision",
         "deciders",
+        "claimed",
         "requested",
     ]
-    list_filter = ["status", ("workflow_name", IndexedValuesFieldListFilter)]
+    list_filter = ["status", ClaimedFilter, ("workflow_name", IndexedValuesFieldListFilter)]
     search_fields = ["prompt", "coordination_id"]
     search_help_text = _("Search by prompt or coordination id.")
     date_hierarchy = "requested_at"
     ordering = ["-requested_at", "id"]
     empty_value_display = NONE_TEXT
-    actions = ["approve_selected", "reject_selected"]
+    actions = ["approve_selected", "reject_selected", "claim_selected", "release_selected"]
     fieldsets = [
         (
             None,
@@ -115,7 +118,10 @@ class ApprovalAdmin(
                 ]
             },
         ),
-        (_("Who may decide"), {"fields": ["assignees_text", "group", "permission"]}),
+        (
+            _("Who may decide"),
+            {"fields": ["assignees_text", "group", "permission", "claimed_by", "claimed_at"]},
+        ),
         (_("Timing"), {"fields": ["requested_at_text", "expires_at_text", "on_expiry"]}),
         (
             _("Decision"),
@@ -134,6 +140,8 @@ class ApprovalAdmin(
         "assignees_text",
         "group",
         "permission",
+        "claimed_by",
+        "claimed_at",
         "requested_at_text",
         "expires_at_text",
         "on_expiry",

@@ -31,15 +31,38 @@ class RunFilter(django_filters.FilterSet):
 
 
 class ApprovalFilter(django_filters.FilterSet):
-    """``?status=pending&workflow=refund&coordination=<id>``."""
+    """``?status=pending&workflow=refund&coordination=<id>&claimed_by=me&unclaimed=true``."""
 
     status = django_filters.ChoiceFilter(choices=Approval.Status.choices)
     workflow = django_filters.CharFilter(field_name="workflow_name")
     coordination = django_filters.CharFilter(field_name="coordination_id")
+    claimed_by = django_filters.CharFilter(
+        method="filter_claimed_by",
+        max_length=150,
+        label=_("Claimed by this username; me: by you."),
+    )
+    unclaimed = django_filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="filter_unclaimed",
+        label=_("Unclaimed (true) or claimed (false)."),
+    )
 
     class Meta:
         model = Approval
-        fields = ["status", "workflow", "coordination"]
+        fields = ["status", "workflow", "coordination", "claimed_by", "unclaimed"]
+
+    def filter_claimed_by(self, queryset: Any, name: str, value: str) -> Any:
+        if value == "me":
+            user = getattr(self.request, "user", None)
+            value = user.get_username() if user is not None else ""
+            if not value:
+                return queryset.none()
+        return queryset.filter(claimed_by=value)
+
+    def filter_unclaimed(self, queryset: Any, name: str, value: str) -> Any:
+        if value == "true":
+            return queryset.filter(claimed_by="")
+        return queryset.exclude(claimed_by="")
 
 
 class MessageFilter(django_filters.FilterSet):

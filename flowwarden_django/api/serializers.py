@@ -313,6 +313,11 @@ class ApprovalSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text=_("Username of the decider (null until decided, and for an expiry)."),
     )
+    claimed_by = serializers.SerializerMethodField(
+        help_text=_(
+            "Username of who claimed it (null: unclaimed). While it is claimed only they decide it."
+        )
+    )
 
     class Meta:
         model = Approval
@@ -334,8 +339,14 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "decided_by",
             "comment",
             "payload",
+            "claimed_by",
+            "claimed_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_claimed_by(self, approval: Approval) -> str | None:
+        return approval.claimed_by or None
 
 
 class ApprovalDecidedSerializer(ApprovalSerializer):
@@ -346,7 +357,10 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
         help_text=_("The state of the paused snapshot (null when it is gone).")
     )
     can_decide = serializers.SerializerMethodField(
-        help_text=_("Whether you may decide it now (it is pending and you are a decider).")
+        help_text=_(
+            "Whether you may decide it now (it is pending, you are a decider, and nobody "
+            "else claimed it)."
+        )
     )
 
     warnings = serializers.SerializerMethodField(
@@ -376,9 +390,12 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
         return None if snapshot is None else json_safe(snapshot.state)
 
     def get_can_decide(self, approval: Approval) -> bool:
-        """Whether the user may decide it now: it is pending, and they are a decider."""
+        """Whether the user may decide it now: it is pending, they are a decider, and
+        nobody else claimed it."""
+        user = self.context["request"].user
         pending = approval.status == Approval.Status.PENDING
-        return pending and can_decide(self.context["request"].user, approval)
+        mine = not approval.claimed_by or approval.claimed_by == user.get_username()
+        return pending and mine and can_decide(user, approval)
 
 
 class ApprovalDetailSerializer(ApprovalDecidedSerializer):

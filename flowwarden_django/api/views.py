@@ -43,6 +43,7 @@ from ..workflows.storage.snapshot import WorkflowSnapshot
 from ..workflows.storage.store import SnapshotStore
 from ..workflows.waiting.approvals import check_may_decide, decidable_approvals, decide
 from ..workflows.waiting.cancellation import cancel_coordination
+from .approval_claims import ClaimActions, ReassignSerializer
 from .authentication import authentication_classes
 from .enum_overrides import own_enum_overrides
 from .exceptions import RunFinished, SnapshotUnreadable, exception_handler
@@ -93,8 +94,9 @@ BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR_SCHEMA, description="Invalid para
 UNAUTHENTICATED = error_response("Not authenticated (no or an invalid session or token).")
 NOT_FOUND = error_response("No such object, or not visible to you.")
 CONFLICT = error_response(
-    "approval_already_decided, approval_cancelled, run_busy or approval_form_unavailable "
-    "(the approval's form cannot be loaded on this server)."
+    "approval_already_decided, approval_cancelled, approval_claimed (claimed by someone "
+    "else), run_busy or approval_form_unavailable (the approval's form cannot be loaded "
+    "on this server)."
 )
 GONE = error_response("approval_expired: the approval expired before it was decided.")
 THROTTLED = error_response(
@@ -413,8 +415,8 @@ def non_atomic_everywhere(view: Callable[..., Any]) -> Callable[..., Any]:
 # Never inside ATOMIC_REQUESTS: a decision commits on its own (and resumes the run
 # after its commit), and a refused one keeps its audit event.
 @method_decorator(non_atomic_everywhere, name="dispatch")
-class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
-    """Approvals visible to the user, and their decisions."""
+class ApprovalViewSet(ClaimActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
+    """Approvals visible to the user, their decisions, claims and reassignments."""
 
     lookup_value_regex = SEGMENT
     filter_backends = [DjangoFilterBackend]
@@ -438,6 +440,8 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewS
             return ApprovalDetailSerializer
         if self.action in ("approve", "reject"):
             return DecisionSerializer
+        if self.action == "reassign":
+            return ReassignSerializer
         return ApprovalSerializer
 
     @action(detail=False)

@@ -14,14 +14,17 @@ from ..common.user_input import (
     parse_decision_payload,
 )
 from ..models import Approval
+from .claims import CLAIM_CHOICES
 
 STATUS_CHOICES = [("", _("Pending")), ("all", _("All")), *Approval.Status.choices]
 
 
 class InboxFilter(forms.Form):
-    """``?status=&workflow=&q=`` of the list (a bad value is ignored, not an error)."""
+    """``?status=&workflow=&q=&claim=`` of the list (a bad value is ignored, not an
+    error)."""
 
     status = forms.ChoiceField(choices=STATUS_CHOICES, required=False, label=_("Status"))
+    claim = forms.ChoiceField(choices=CLAIM_CHOICES, required=False, label=_("Claimed"))
     workflow = forms.CharField(required=False, max_length=200, label=_("Workflow"))
     q = forms.CharField(required=False, max_length=200, label=_("Search"))
 

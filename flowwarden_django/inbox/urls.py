@@ -4,6 +4,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from .claims import ClaimView
 from .views import ApprovalPage, InboxLoginView, MyApprovals
 
 app_name = "flowwarden-inbox"
@@ -17,4 +18,6 @@ urlpatterns = [
         name="logout",
     ),
     path("<uuid:pk>/", ApprovalPage.as_view(), name="approval"),
+    path("<uuid:pk>/claim/", ClaimView.as_view(action="claim"), name="claim"),
+    path("<uuid:pk>/release/", ClaimView.as_view(action="release"), name="release"),
 ]

@@ -36,6 +36,7 @@ from ..workflows.waiting.approvals.forms import (
     json_safe,
     page_form,
 )
+from .claims import CLAIM_CHOICES, claim_context, filter_by_claim
 from .forms import DecisionForm, InboxFilter
 
 #: Approvals a page of the list shows.
@@ -90,6 +91,7 @@ class MyApprovals(InboxPage):
         rows = self.rows(request.user, chosen.get("status") or "")
         if chosen.get("workflow"):
             rows = rows.filter(workflow_name=chosen["workflow"])
+        rows = filter_by_claim(rows, request.user, chosen.get("claim") or "")
         if chosen.get("q"):
             text = chosen["q"]
             rows = rows.filter(Q(prompt__icontains=text) | Q(coordination_id__icontains=text))
@@ -105,6 +107,7 @@ class MyApprovals(InboxPage):
             "page": page,
             "workflows": workflows,
             "status_choices": InboxFilter.base_fields["status"].choices,
+            "claim_choices": CLAIM_CHOICES,
             "chosen": chosen,
         }
         return render(request, "flowwarden_django/inbox/list.html", context)
@@ -215,6 +218,8 @@ class ApprovalPage(InboxPage):
             "typed_form": typed,
             "typed_form_error": typed_error,
             "may_decide": pending and can_decide(request.user, approval),
+            # The claim's buttons; may_decide again: not while someone else holds it.
+            **claim_context(request, approval),
             "events": approval.events.order_by("at", "pk"),
             "assignees": approval.assignees,
         }

@@ -104,6 +104,8 @@ def test_approval_detail(refunds: Any, people: People) -> None:
         "decided_by": None,
         "comment": "",
         "payload": None,
+        "claimed_by": None,
+        "claimed_at": None,
         "state": {"amount": 500, "expires_in": 3600, "review": "manual"},
         "can_decide": True,
         "form": None,

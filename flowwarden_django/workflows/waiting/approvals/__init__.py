@@ -5,12 +5,14 @@ permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waitin
 with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited;
 ``aapprove``/``areject`` from async code);
 the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
+``claim``/``release``/``reassign`` say who is on it (``claims``).
 ``sweep_approvals`` expires due approvals. ``await_approval(form=...)`` types an
 approval's payload with a Django form (``forms``). Nothing here imports the admin or DRF.
 """
 
 from ...definition.decisions import ApprovalDecision
 from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
+from .claims import ClaimResult, claim, reassign, release
 from .deciding import (
     DecisionResult,
     aapprove,
@@ -41,6 +43,7 @@ __all__ = [
     "ApprovalFormUnavailableError",
     "ApprovalPermissionError",
     "AwaitApproval",
+    "ClaimResult",
     "DecisionResult",
     "SweepResult",
     "UnknownApprovalError",
@@ -52,10 +55,13 @@ __all__ = [
     "await_approval",
     "can_decide",
     "check_may_decide",
+    "claim",
     "decidable_approvals",
     "decide",
     "describe_form",
+    "reassign",
     "reject",
+    "release",
     "request_approval",
     "sweep_approvals",
     "visible_approvals",

@@ -4,10 +4,12 @@
 A decision locks the approval's row, so of two racing decisions exactly one is
 made. The same decision again returns the first one (``repeated``); the other
 decision raises ``ApprovalConflictError`` (``approval_already_decided``); a late
-one ``ApprovalExpiredError``. In the decision's transaction the run moves from
-``waiting`` to ``running`` with the decision as its input, so a crash after the
-commit loses nothing: the recovery sweep (or the next ``run()``) continues it.
-Every attempt, refused ones included (a user who may not decide, too), is audited.
+one ``ApprovalExpiredError``; while the approval is claimed (``claims``), anyone
+but its claimant ``ApprovalConflictError`` (``approval_claimed``). In the decision's
+transaction the run moves from ``waiting`` to ``running`` with the decision as its
+input, so a crash after the commit loses nothing: the recovery sweep (or the next
+``run()``) continues it. Every attempt, refused ones included (a user who may not
+decide, too), is audited.
 
 The async variants run the sync call through ``sync_to_async(thread_sensitive=True)``:
 a decision locks the approval's row (``select_for_update``) in a transaction and
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -33,19 +34,20 @@ from ...definition.decisions import ApprovalDecision
 from ...runs.records import RunRecords
 from ...runs.transactions import write_transaction
 from .access import can_decide
+from .claims import claimed_elsewhere
 from .continuation import continuation_warning
 from .errors import (
     ApprovalConflictError,
     ApprovalError,
     ApprovalExpiredError,
     ApprovalPermissionError,
-    UnknownApprovalError,
 )
 from .forms import clean_payload
 from .transitions import (
     ResumeOutcome,
     cancel_locked,
     expire_locked,
+    load_locked,
     record_event,
     resume_on_commit,
     run_waits_for,
@@ -134,14 +136,6 @@ async def adecide(
     )
 
 
-def _load_locked(approval_id: Any, using: str) -> Approval:
-    try:
-        key = approval_id if isinstance(approval_id, uuid.UUID) else uuid.UUID(str(approval_id))
-        return models.Approval.objects.using(using).select_for_update().get(pk=key)
-    except (ValueError, models.Approval.DoesNotExist):
-        raise UnknownApprovalError(f"no approval {approval_id!r}") from None
-
-
 def decide(
     approval_id: Any,
     decision: str,
@@ -173,15 +167,19 @@ def decide(
     actor = "" if user is None else user.get_username()
     refusal: ApprovalError | None = None
     with write_transaction(db):
-        approval = _load_locked(approval_id, db)
+        approval = load_locked(approval_id, db)
         key = str(approval.pk)
         now = timezone.now()
         result = DecisionResult(approval)
         status = approval.status
+        # While it is claimed only the claimant decides (the system, unchecked, too).
+        held = claimed_elsewhere(approval, actor) if check_permission else None
         if check_permission and not can_decide(user, approval):
             refusal = ApprovalPermissionError(
                 f"{actor or 'anonymous'} may not decide approval {key}", approval_id=key
             )
+        elif status == models.Approval.Status.PENDING and held is not None:
+            refusal = held
         elif status == models.Approval.Status.PENDING and _due(approval, now):
             if expire_locked(approval, now, db):
                 refusal = ApprovalExpiredError(f"approval {key} expired at {approval.expires_at}")

@@ -21,8 +21,9 @@ class UnknownApprovalError(ApprovalError, LookupError):
 
 
 class ApprovalConflictError(ApprovalError):
-    """The approval was already decided the other way (``approval_already_decided``)
-    or is no longer wanted (``approval_cancelled``: the run moved on)."""
+    """The approval was already decided the other way (``approval_already_decided``),
+    is no longer wanted (``approval_cancelled``: the run moved on), or is claimed by
+    someone else (``approval_claimed``)."""
 
     code = "approval_already_decided"
 

@@ -5,6 +5,7 @@ once the transaction commits."""
 from __future__ import annotations
 
 import logging
+import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from ....common.app_models import models
 from ...definition.decisions import ApprovalDecision
 from ...definition.registry import workflow_for
 from ...runs.records import ConcurrentRunError, RunRecords, RunStatus
+from .errors import UnknownApprovalError
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -31,6 +33,16 @@ class ResumeOutcome:
 
     def __init__(self) -> None:
         self.result: WorkflowResult | None = None
+
+
+def load_locked(approval_id: Any, using: str) -> Approval:
+    """The approval *approval_id*, its row locked until the transaction ends
+    (``UnknownApprovalError`` when there is none, or the id is no UUID)."""
+    try:
+        key = approval_id if isinstance(approval_id, uuid.UUID) else uuid.UUID(str(approval_id))
+        return models.Approval.objects.using(using).select_for_update().get(pk=key)
+    except (ValueError, models.Approval.DoesNotExist):
+        raise UnknownApprovalError(f"no approval {approval_id!r}") from None
 
 
 def record_event(

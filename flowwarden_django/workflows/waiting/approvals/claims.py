@@ -1,0 +1,250 @@
+"""Claiming approvals: ``claim`` ("I am on this"), ``release`` (give it back) and
+``reassign`` (hand it to other users or another group).
+
+While an approval is claimed only its claimant decides it (``decide`` refuses
+everyone else with ``ApprovalConflictError``, code ``approval_claimed``). Each call
+locks the approval's row, as a decision does, so of two racing claims exactly one
+wins and the other gets ``ApprovalConflictError``; each change is audited as an
+``ApprovalEvent`` (``claimed``, ``released``, ``reassigned``). Repeating a claim or
+releasing an unclaimed approval changes nothing and records nothing.
+
+Who may do what:
+
+* ``claim``: whoever may decide it (``can_decide``), while it is pending and not
+  claimed by someone else;
+* ``release``: its claimant, or a holder of ``flowwarden_django.reassign_approval``;
+* ``reassign``: holders of ``flowwarden_django.reassign_approval``. The approval's
+  deciders by name and by group become exactly *to_users* and *to_group* (the
+  permission rule stays, and holders of ``decide_approval`` still decide), and its
+  claim is cleared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from ....common.app_models import models
+from ....common.user_input import check_comment
+from ...runs.records import RunRecords
+from ...runs.transactions import write_transaction
+from .access import can_decide
+from .errors import ApprovalConflictError, ApprovalExpiredError, ApprovalPermissionError
+from .transitions import load_locked, record_event
+
+if TYPE_CHECKING:
+    from ....models import Approval
+
+REASSIGN = "flowwarden_django.reassign_approval"
+#: The most users one reassign names.
+MAX_REASSIGN_USERS = 100
+#: The longest username or group name (the model's columns).
+NAME_CHARS = 150
+
+
+@dataclasses.dataclass
+class ClaimResult:
+    """What a claim, release or reassign did: the approval as it is now, and whether
+    this call changed it (False: it was already so, nothing recorded)."""
+
+    approval: Approval
+    changed: bool = True
+
+
+def _actor(user: Any) -> str:
+    return "" if user is None else user.get_username()
+
+
+def _check_pending(approval: Approval, now: Any) -> None:
+    """Raise unless *approval* is pending and not past its expiry."""
+    key, status = str(approval.pk), approval.status
+    if status == models.Approval.Status.PENDING:
+        if approval.expires_at is not None and approval.expires_at <= now:
+            raise ApprovalExpiredError(
+                f"approval {key} expired at {approval.expires_at}", approval_id=key, status=status
+            )
+        return
+    if status == models.Approval.Status.EXPIRED:
+        raise ApprovalExpiredError(f"approval {key} expired", approval_id=key, status=status)
+    code = "approval_cancelled" if status == models.Approval.Status.CANCELLED else None
+    raise ApprovalConflictError(
+        f"approval {key} is {status}, not pending", code=code, approval_id=key, status=status
+    )
+
+
+def claimed_elsewhere(approval: Approval, actor: str) -> ApprovalConflictError | None:
+    """The conflict when *approval* is claimed by someone other than *actor*."""
+    if not approval.claimed_by or approval.claimed_by == actor:
+        return None
+    key = str(approval.pk)
+    return ApprovalConflictError(
+        f"approval {key} is claimed by {approval.claimed_by}",
+        code="approval_claimed",
+        approval_id=key,
+        status=approval.status,
+    )
+
+
+def claim(
+    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
+) -> ClaimResult:
+    """Claim pending approval *approval_id* for *user*: from now on only they decide
+    it (*comment*, if any, goes to the audit). Raises ``UnknownApprovalError``,
+    ``ApprovalPermissionError`` (they may not decide it), ``ApprovalConflictError``
+    (claimed by someone else, ``approval_claimed``; decided or cancelled) or
+    ``ApprovalExpiredError`` (and ``UserJSONError`` for a bad comment). Claiming it
+    again is a no-op."""
+    comment = check_comment(comment)
+    db = RunRecords(using).db
+    actor = _actor(user)
+    with write_transaction(db):
+        approval = load_locked(approval_id, db)
+        key = str(approval.pk)
+        if not can_decide(user, approval):
+            raise ApprovalPermissionError(
+                f"{actor or 'anonymous'} may not claim approval {key}", approval_id=key
+            )
+        now = timezone.now()
+        _check_pending(approval, now)
+        conflict = claimed_elsewhere(approval, actor)
+        if conflict is not None:
+            raise conflict
+        if approval.claimed_by == actor:
+            return ClaimResult(approval, changed=False)
+        approval.claimed_by, approval.claimed_at = actor, now
+        approval.save(using=db, update_fields=["claimed_by", "claimed_at"])
+        record_event(
+            approval,
+            models.ApprovalEvent.Action.CLAIMED,
+            using=db,
+            actor=actor,
+            at=now,
+            comment=comment,
+        )
+    return ClaimResult(approval)
+
+
+def release(
+    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
+) -> ClaimResult:
+    """Give back the claim on pending approval *approval_id*: its claimant may, and so
+    may a holder of ``reassign_approval`` (for anyone's claim). Raises
+    ``UnknownApprovalError``, ``ApprovalPermissionError`` (a user who may neither
+    decide nor reassign it), ``ApprovalConflictError`` (claimed by someone else and no
+    reassign right, ``approval_claimed``; decided or cancelled) or
+    ``ApprovalExpiredError``. Releasing an unclaimed approval is a no-op. *comment*
+    as for ``claim``."""
+    comment = check_comment(comment)
+    db = RunRecords(using).db
+    actor = _actor(user)
+    with write_transaction(db):
+        approval = load_locked(approval_id, db)
+        key = str(approval.pk)
+        reassigner = user is not None and user.is_active and user.has_perm(REASSIGN)
+        own = bool(approval.claimed_by) and approval.claimed_by == actor
+        if not (own or reassigner or can_decide(user, approval)):
+            raise ApprovalPermissionError(
+                f"{actor or 'anonymous'} may not release approval {key}", approval_id=key
+            )
+        now = timezone.now()
+        _check_pending(approval, now)
+        if not approval.claimed_by:
+            return ClaimResult(approval, changed=False)
+        conflict = None if reassigner else claimed_elsewhere(approval, actor)
+        if conflict is not None:
+            raise conflict
+        holder = approval.claimed_by
+        approval.claimed_by, approval.claimed_at = "", None
+        approval.save(using=db, update_fields=["claimed_by", "claimed_at"])
+        detail = "" if holder == actor else f"the claim of {holder} released"
+        record_event(
+            approval,
+            models.ApprovalEvent.Action.RELEASED,
+            using=db,
+            actor=actor,
+            at=now,
+            comment=comment,
+            payload={"claimed_by": holder},
+            detail=detail,
+        )
+    return ClaimResult(approval)
+
+
+def check_reassign_target(to_users: Iterable[str], to_group: str | None) -> tuple[list[str], str]:
+    """The sorted, stripped, distinct usernames and the group of a reassign; a
+    ``ValueError`` when there is neither, or a name is too long or holds NUL."""
+    if isinstance(to_users, str):
+        to_users = [to_users]
+    names = sorted({str(name).strip() for name in to_users} - {""})
+    group = str(to_group or "").strip()
+    if len(names) > MAX_REASSIGN_USERS:
+        raise ValueError(f"reassign to at most {MAX_REASSIGN_USERS} users, not {len(names)}")
+    for what, value in [("group", group), *(("user", name) for name in names)]:
+        if len(value) > NAME_CHARS or "\x00" in value:
+            raise ValueError(
+                f"{what} {value[:40]!r} must be at most {NAME_CHARS} characters, no NUL"
+            )
+    if not names and not group:
+        raise ValueError("reassign to at least one user or a group")
+    return names, group
+
+
+def reassign(
+    approval_id: Any,
+    *,
+    by: Any,
+    to_users: Iterable[str] = (),
+    to_group: str | None = None,
+    comment: str = "",
+    using: str | None = None,
+) -> ClaimResult:
+    """Hand pending approval *approval_id* to *to_users* (usernames) and/or
+    *to_group* (a group name), as *by*, who needs ``reassign_approval``. Its assignees
+    become exactly *to_users* and its group *to_group* (``None``: no group); its
+    permission rule stays; its claim is cleared. *comment* (why) goes to the audit.
+
+    Raises ``ValueError`` (before anything is read) for no target, too many users or
+    a bad name (and ``UserJSONError``, a ``ValueError``, for a bad comment), then
+    ``UnknownApprovalError``, ``ApprovalPermissionError``, ``ApprovalConflictError``
+    (decided or cancelled) or ``ApprovalExpiredError``."""
+    names, group = check_reassign_target(to_users, to_group)
+    comment = check_comment(comment)
+    db = RunRecords(using).db
+    actor = _actor(by)
+    with write_transaction(db):
+        approval = load_locked(approval_id, db)
+        key = str(approval.pk)
+        if by is None or not by.is_active or not by.has_perm(REASSIGN):
+            raise ApprovalPermissionError(
+                f"{actor or 'anonymous'} may not reassign approval {key}", approval_id=key
+            )
+        now = timezone.now()
+        _check_pending(approval, now)
+        before = {
+            "assignees": approval.assignees,
+            "group": approval.group,
+            "claimed_by": approval.claimed_by,
+        }
+        assignments = models.ApprovalAssignee.objects.using(db)
+        assignments.filter(approval=approval).delete()
+        assignments.bulk_create(
+            models.ApprovalAssignee(approval=approval, username=name) for name in names
+        )
+        approval.group = group
+        approval.claimed_by, approval.claimed_at = "", None
+        approval.save(using=db, update_fields=["group", "claimed_by", "claimed_at"])
+        # The prefetched assignees (if any) are stale now.
+        getattr(approval, "_prefetched_objects_cache", {}).pop("assignments", None)
+        record_event(
+            approval,
+            models.ApprovalEvent.Action.REASSIGNED,
+            using=db,
+            actor=actor,
+            at=now,
+            comment=comment,
+            payload={"from": before, "to": {"assignees": names, "group": group}},
+        )
+    return ClaimResult(approval)
