@@ -5,7 +5,9 @@ permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waitin
 with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited;
 ``aapprove``/``areject`` from async code);
 the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
-``sweep_approvals`` expires due approvals. Nothing here imports the admin or DRF.
+``sweep_approvals`` expires due approvals; the sweeps send reminders and escalate
+(``remind_and_escalate_due``); every event is notified once (``notify``: the
+``approval_requested``... signals, and emails). Nothing here imports the admin or DRF.
 """
 
 from ...definition.decisions import ApprovalDecision
@@ -27,7 +29,15 @@ from .errors import (
     ApprovalPermissionError,
     UnknownApprovalError,
 )
+from .notifications import notify
+from .reminders import ReminderResult, remind_and_escalate_due
 from .request import AwaitApproval, await_approval, request_approval
+from .signals import (
+    approval_assigned,
+    approval_escalated,
+    approval_reminded,
+    approval_requested,
+)
 from .sweep import SweepResult, sweep_approvals
 
 __all__ = [
@@ -38,10 +48,15 @@ __all__ = [
     "ApprovalPermissionError",
     "AwaitApproval",
     "DecisionResult",
+    "ReminderResult",
     "SweepResult",
     "UnknownApprovalError",
     "aapprove",
     "adecide",
+    "approval_assigned",
+    "approval_escalated",
+    "approval_reminded",
+    "approval_requested",
     "approve",
     "areject",
     "assigned_approvals",
@@ -50,7 +65,9 @@ __all__ = [
     "check_may_decide",
     "decidable_approvals",
     "decide",
+    "notify",
     "reject",
+    "remind_and_escalate_due",
     "request_approval",
     "sweep_approvals",
     "visible_approvals",
