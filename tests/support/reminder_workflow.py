@@ -12,6 +12,9 @@ from typing import Any
 
 from flowwarden_django.workflows import Workflow, WorkflowDefinition, await_approval, done, step
 
+#: Its name in the Temporal and Celery workers.
+REMINDING = "fw-reminding"
+
 
 @step
 def ask(state: dict[str, Any]) -> Any:

@@ -196,6 +196,7 @@ class Inbox:
 
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], str]] = []
+        self.port = 0
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.messages.append((list(envelope.rcpt_tos), envelope.content.decode("utf-8", "replace")))

@@ -12,9 +12,11 @@ each gets a message of their own, through Django's email backend.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.mail import EmailMessage, get_connection
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
@@ -23,6 +25,8 @@ from ....conf import fw_settings
 
 if TYPE_CHECKING:
     from ....models import ApprovalNotification
+
+logger = logging.getLogger("flowwarden_django.workflows")
 
 #: The keys of ``FLOWWARDEN["APPROVAL_EMAILS"]`` as a dict.
 EMAIL_KEYS = ("FROM_EMAIL", "BASE_URL", "URL_NAME", "SUBJECT_PREFIX")
@@ -69,7 +73,9 @@ def approval_link(approval_id: Any) -> str:
     options = _options()
     try:
         path = reverse(options.get("URL_NAME", DEFAULT_URL_NAME), kwargs={"pk": approval_id})
-    except NoReverseMatch:
+    except (NoReverseMatch, ImproperlyConfigured, AttributeError, ImportError):
+        # Not routed here (a worker's settings without the inbox's URLs, say).
+        logger.debug("no link to approval %s: its page is not routed", approval_id)
         return ""
     return options.get("BASE_URL", "").rstrip("/") + path
 

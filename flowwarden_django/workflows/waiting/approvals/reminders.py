@@ -4,8 +4,10 @@ escalate_after=..., escalate_to=...)``), a step of every sweep.
 ``remind_and_escalate_due`` is called by the recovery sweep (every Celery worker's,
 ``flowwarden_temporal_worker``'s, ``flowwarden_workflows recover --every``'s) and by
 the approval sweep (``sweep_approvals``), so they come within one sweep interval of
-their time. Each reminder is one conditional ``UPDATE`` guarded on the values read
-(``next_reminder_at``, ``reminders_sent``): of two sweepers, one sends it. It moves
+their time; on Temporal, the run's workflow also sets a durable timer to the next one
+(``next_due_at``), whose activity sends it. Each reminder is one conditional
+``UPDATE`` guarded on the values read (``next_reminder_at``, ``reminders_sent``): of
+two sweepers, one sends it. It moves
 ``next_reminder_at`` to the first time after now (a sweep that was down for a while
 sends one reminder, not the ones it missed), and writes the ``reminded`` audit event
 and its notification in the same transaction. Escalation happens once
@@ -41,15 +43,32 @@ class ReminderResult:
     escalated: list[str] = dataclasses.field(default_factory=list)
 
 
+def next_due_at(approval: models.Approval) -> datetime | None:
+    """When *approval* (pending) next has something due: its expiry, its next reminder
+    or its escalation; ``None``: nothing (the Temporal workflow's durable timer)."""
+    due = [approval.expires_at, approval.next_reminder_at if approval.remind_every else None]
+    if approval.escalated_at is None:
+        due.append(approval.escalate_at)
+    times = [at for at in due if at is not None]
+    return min(times) if times else None
+
+
 def remind_and_escalate_due(
-    using: str | None = None, *, now: datetime | None = None, limit: int = 500
+    using: str | None = None,
+    *,
+    now: datetime | None = None,
+    limit: int = 500,
+    coordination_id: str | None = None,
 ) -> ReminderResult:
     """Send the due reminders and escalations of pending approvals in database *using*
-    (at most *limit* of each); idempotent and safe from several processes at once."""
+    (at most *limit* of each; of run *coordination_id* only: its durable timer fired);
+    idempotent and safe from several processes at once."""
     db = RunRecords(using).db
     now = now or timezone.now()
     result = ReminderResult()
     pending = models.Approval.objects.using(db).filter(status=models.Approval.Status.PENDING)
+    if coordination_id is not None:
+        pending = pending.filter(coordination_id=coordination_id)
     due = pending.filter(next_reminder_at__lte=now, remind_every__isnull=False)
     for approval in due.order_by("next_reminder_at")[:limit]:
         try:
