@@ -5,9 +5,6 @@ event is emailed once from the worker, through a real SMTP server this test runs
 
 from __future__ import annotations
 
-import email
-import email.header
-from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -28,10 +25,9 @@ from tests.integrations.test_temporal import (
     on_temporal,
     wait_for_status,
 )
+from tests.support.approval_mail import Inbox, expected_mails, people, smtp_server
 from tests.support.reminder_workflow import REMINDING, define_reminders
-from tests.support.services import free_port
 from tests.support.temporal_procs import DevServer, TemporalWorker, history_activities
-from tests.workflows.test_approval_reminders import Inbox, key_of, people
 
 server = on_server.server
 queue = on_server.queue
@@ -41,14 +37,8 @@ temporal = on_server.temporal
 
 @pytest.fixture(scope="module")
 def smtp() -> Iterator[Inbox]:
-    from aiosmtpd.controller import Controller
-
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    inbox.port = controller.port
-    yield inbox
-    controller.stop()
+    with smtp_server() as inbox:
+        yield inbox
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +59,6 @@ def _port(inbox: Inbox) -> int:
 def reminding(temporal: Any) -> Iterator[Any]:
     yield define_reminders(REMINDING, OrmSnapshotStore(using=DB), using=DB)
     workflow_registry.unregister(REMINDING)
-
-
-def mails(inbox: Inbox) -> Counter[tuple[str, str]]:
-    got: Counter[tuple[str, str]] = Counter()
-    for rcpt_tos, content in inbox.messages:
-        message = email.message_from_string(content)
-        subject = str(email.header.make_header(email.header.decode_header(message["Subject"])))
-        for address in rcpt_tos:
-            got[key_of(subject, address)] += 1
-    return got
 
 
 @on_temporal
@@ -116,18 +96,10 @@ def test_reminders_and_one_escalation_come_from_the_durable_timer_emailed_once(
         [mailing_worker, server],
     )
     assert not rows.exclude(error="").exists()
-    wanted: Counter[tuple[str, str]] = Counter()
-    for row in rows:
-        to = (
-            ["mike@example.com"]
-            if row.event == "escalated"
-            else ["alice@example.com", "bob@example.com"]
-        )
-        for address in to:
-            wanted[(f"{row.event}#{row.number}", address)] += 1
+    wanted = expected_mails(approval, DB)
     events = {(row.event, row.number) for row in rows}
     assert {("requested", 0), ("reminded", 1), ("reminded", 2), ("escalated", 0)} <= events
     on_server.wait_until(
-        lambda: mails(smtp) == wanted, on_server.WAIT, "the emails", [mailing_worker]
+        lambda: smtp.received() == wanted, on_server.WAIT, "the emails", [mailing_worker]
     )
     assert all(f"/approvals/{approval.pk}/" in content for _, content in smtp.messages)

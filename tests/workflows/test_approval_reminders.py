@@ -5,14 +5,12 @@ sweepers racing on PostgreSQL send each reminder and escalation once."""
 
 from __future__ import annotations
 
-import email
 import threading
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
 from django.core import mail
 from django.utils import timezone
 
@@ -28,10 +26,10 @@ from flowwarden_django.workflows.waiting.approvals import (
     approve,
     remind_and_escalate_due,
 )
+from tests.support.approval_mail import Inbox, expected_mails, key_of, people, smtp_server
 from tests.support.lanes import lane_marks
 from tests.support.polling import wait_until
 from tests.support.reminder_workflow import define_reminders
-from tests.support.services import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,25 +45,6 @@ def reminders() -> Any:
 @pytest.fixture
 def emails_on(settings: Any) -> None:
     settings.FLOWWARDEN = {**settings.FLOWWARDEN, "APPROVAL_EMAILS": EMAILS}
-
-
-def people(alias: str = "default") -> dict[str, User]:
-    """alice (assignee), bob and carol (finance; carol has no email), mike (managers)."""
-    finance = Group.objects.db_manager(alias).create(name="finance")
-    managers = Group.objects.db_manager(alias).create(name="managers")
-    made = {
-        name: User.objects.db_manager(alias).create_user(name, email=address, password="pw")
-        for name, address in [
-            ("alice", "alice@example.com"),
-            ("bob", "bob@example.com"),
-            ("carol", ""),
-            ("mike", "mike@example.com"),
-        ]
-    }
-    made["bob"].groups.add(finance)
-    made["carol"].groups.add(finance)
-    made["mike"].groups.add(managers)
-    return made
 
 
 class SignalLog:
@@ -103,28 +82,6 @@ def start(definition: Any, **state: Any) -> Approval:
     assert isinstance(started.result, Hibernated)
     using = definition.using or "default"
     return Approval.objects.using(using).get(coordination_id=started.coordination_id)
-
-
-def expected_mails(approval: Approval) -> Counter[tuple[str, str]]:
-    """(event and number, recipient) of every email its notifications stand for."""
-    wanted: Counter[tuple[str, str]] = Counter()
-    for row in ApprovalNotification.objects.filter(approval=approval):
-        to = (
-            ["mike@example.com"]
-            if row.event == "escalated"
-            else ["alice@example.com", "bob@example.com"]
-        )
-        for address in to:
-            wanted[(f"{row.event}#{row.number}", address)] += 1
-    return wanted
-
-
-def key_of(subject: str, address: str) -> tuple[str, str]:
-    if "Reminder" in subject:
-        number = subject.split("(reminder ")[1].split(")")[0]
-        return (f"reminded#{number}", address)
-    event = "escalated" if "escalated" in subject else "requested"
-    return (f"{event}#0", address)
 
 
 def run_until_escalated(reminders: Any) -> Approval:
@@ -191,46 +148,23 @@ def test_reminders_and_one_escalation_are_emailed_once_locmem(
     assert approve(approval.pk, team["mike"]).run_result.status == "completed"
 
 
-class Inbox:
-    """An aiosmtpd handler keeping every message it receives."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], str]] = []
-        self.port = 0
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append((list(envelope.rcpt_tos), envelope.content.decode("utf-8", "replace")))
-        return "250 OK"
-
-
 @pytest.fixture
-def smtp_server(settings: Any) -> Any:
-    from aiosmtpd.controller import Controller
-
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
-    yield inbox
-    controller.stop()
+def smtp(settings: Any) -> Any:
+    with smtp_server() as inbox:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", inbox.port
+        settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+        yield inbox
 
 
 def test_reminders_and_one_escalation_are_emailed_once_over_smtp(
-    reminders: Any, emails_on: None, smtp_server: Inbox
+    reminders: Any, emails_on: None, smtp: Inbox
 ) -> None:
     people()
     approval = run_until_escalated(reminders)
     check_audit(approval)
-    got: Counter[tuple[str, str]] = Counter()
-    for rcpt_tos, content in smtp_server.messages:
-        message = email.message_from_string(content)
-        subject = str(email.header.make_header(email.header.decode_header(message["Subject"])))
-        for address in rcpt_tos:
-            got[key_of(subject, address)] += 1
-        assert f"/approvals/{approval.pk}/" in message.get_payload(decode=True).decode()
-    assert got == expected_mails(approval)
+    assert smtp.received() == expected_mails(approval)
+    assert all(f"/approvals/{approval.pk}/" in content for _, content in smtp.messages)
 
 
 def test_escalation_to_users_adds_them_as_assignees(reminders: Any, emails_on: None) -> None:
