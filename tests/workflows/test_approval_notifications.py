@@ -230,3 +230,18 @@ def test_good_email_settings_pass_the_check(settings: Any, value: Any) -> None:
     assert valid_email_setting(value)
     settings.FLOWWARDEN = {**settings.FLOWWARDEN, "APPROVAL_EMAILS": value}
     assert not [m for m in run_checks(databases=[]) if "APPROVAL_EMAILS" in m.msg]
+
+
+def test_a_hostile_prompt_stays_in_the_body_and_makes_a_one_line_subject(reminders: Any) -> None:
+    from flowwarden_django.workflows.waiting.approvals.emails import message_text
+
+    team()
+    approval = pending(reminders)
+    approval.prompt = "Pay?\r\nBcc: everyone@example.com\n" + "x" * 5000
+    row = ApprovalNotification(approval=approval, event="reminded", number=3)
+    subject, body = message_text(row)
+    assert "\n" not in subject and "\r" not in subject and len(subject) <= 200
+    assert subject.startswith("[flowwarden] Reminder: approval waiting (reminder 3): Pay? Bcc:")
+    assert "Bcc: everyone@example.com" in body and f"/approvals/{approval.pk}/" in body
+    message = mail.EmailMessage(subject, body, None, ["alice@example.com"]).message()
+    assert message["Bcc"] is None

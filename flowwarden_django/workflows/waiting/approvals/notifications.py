@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -135,7 +135,7 @@ def _signal(row: ApprovalNotification) -> None:
             )
 
 
-def deliver_pending(*, using: str, limit: int = 500, **_: Any) -> list[int]:
+def deliver_pending(*, using: str, limit: int = 500) -> list[int]:
     """Deliver the notifications nobody took within ``DELIVER_GRACE`` of their
     writing (their process died before its commit hook ran); their ids."""
     due = timezone.now() - DELIVER_GRACE
