@@ -7,14 +7,13 @@ the approval sweep (``sweep_approvals``), so they come within one sweep interval
 their time; on Temporal, the run's workflow also sets a durable timer to the next one
 (``next_due_at``), whose activity sends it. Each reminder is one conditional
 ``UPDATE`` guarded on the values read (``next_reminder_at``, ``reminders_sent``): of
-two sweepers, one sends it. It moves
-``next_reminder_at`` to the first time after now (a sweep that was down for a while
-sends one reminder, not the ones it missed), and writes the ``reminded`` audit event
-and its notification in the same transaction. Escalation happens once
-(``escalated_at`` is null in its guard): a group named in ``escalate_to`` becomes the
-approval's group (the old group can no longer decide it), usernames are added to its
-assignees (the old assignees keep it); audited (``escalated``, with what changed) and
-notified to the new deciders.
+two sweepers, one sends it. It moves ``next_reminder_at`` to the first time after
+now (a sweep that was down for a while sends one reminder, not the ones it missed),
+and writes the ``reminded`` audit event and its notification in the same transaction.
+Escalation happens once (``escalated_at`` is null in its guard): a group named in
+``escalate_to`` becomes the approval's group (the old group can no longer decide it),
+usernames are added to its assignees (the old assignees keep it); audited
+(``escalated``, with what changed) and notified to the new deciders.
 """
 
 from __future__ import annotations
