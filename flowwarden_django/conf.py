@@ -69,6 +69,10 @@ DEFAULTS: dict[str, Any] = {
     "WORKFLOW_QUEUES": {},
     # /flowwarden/health/ reports a queue whose oldest waiting step waits longer.
     "WORKFLOW_QUEUE_STALE_AFTER": "5m",
+    # Email approvers on an approval's request, assignment, reminder and escalation:
+    # None/False (off), True, or a dict of FROM_EMAIL, BASE_URL, URL_NAME and
+    # SUBJECT_PREFIX (workflows/waiting/approvals/emails.py).
+    "APPROVAL_EMAILS": None,
     # Who gets error texts and instance ids from /flowwarden/health/ (others get status and
     # counts): "staff" (active staff users), "none", "all" (anyone, even anonymous) or a
     # permission "app_label.codename".

@@ -121,6 +121,12 @@ def _drf_rate(value: Any) -> bool:
     return count > 0
 
 
+def _approval_emails(value: Any) -> bool:
+    from ..workflows.waiting.approvals.emails import valid_email_setting
+
+    return valid_email_setting(value)
+
+
 #: Simple keys: (is the value valid, the expected form).
 _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "STREAM_MAX_AWAIT_MS": (
@@ -146,6 +152,11 @@ _VALUE_FORMS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "API_PASSWORD_THROTTLE": (
         _password_throttle,
         'None or a dict of "ip" and/or "username" to a rate like "20/min" (or None)',
+    ),
+    "APPROVAL_EMAILS": (
+        lambda value: _approval_emails(value),
+        "None, True, False or a dict of FROM_EMAIL, BASE_URL (http:// or https://), "
+        "URL_NAME and SUBJECT_PREFIX strings",
     ),
     "WORKFLOW_EXECUTION": (
         lambda value: isinstance(value, str) and bool(value.strip()),

@@ -176,6 +176,7 @@ BAD_VALUES = {
     "API_PASSWORD_THROTTLE": {"ip": "lots"},
     "HEALTH_DETAILS": 5,
     "METRICS_TOKEN": 5,
+    "APPROVAL_EMAILS": {"BASE_URL": "ftp://nope"},
 }
 
 

@@ -52,3 +52,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = transport_options(
 )
 # One message at a time: a busy worker holds no other step.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+if os.environ.get("FLOWWARDEN_TEST_SMTP_PORT"):  # tests/integrations/test_celery_reminders.py
+    INSTALLED_APPS = [*INSTALLED_APPS, "django.contrib.auth"]  # noqa: F405
+    CELERY_IMPORTS = [*CELERY_IMPORTS, "tests.support.celery_reminders"]
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = "127.0.0.1"
+    EMAIL_PORT = int(os.environ["FLOWWARDEN_TEST_SMTP_PORT"])
+    ROOT_URLCONF = "tests.support.inbox_urls"
+    FLOWWARDEN["APPROVAL_EMAILS"] = {
+        "FROM_EMAIL": "flow@example.com",
+        "BASE_URL": "https://ops.example.com",
+    }

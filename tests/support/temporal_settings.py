@@ -60,3 +60,12 @@ if os.environ.get("FLOWWARDEN_TEMPORAL_DEFAULTS") == "1":  # flowwarden's defaul
     }
 if os.environ.get("FLOWWARDEN_TEMPORAL_WORKFLOW_QUEUES"):
     FLOWWARDEN["WORKFLOW_QUEUES"] = json.loads(os.environ["FLOWWARDEN_TEMPORAL_WORKFLOW_QUEUES"])
+if os.environ.get("FLOWWARDEN_TEST_SMTP_PORT"):  # tests/integrations/test_temporal_reminders.py
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = "127.0.0.1"
+    EMAIL_PORT = int(os.environ["FLOWWARDEN_TEST_SMTP_PORT"])
+    ROOT_URLCONF = "tests.support.inbox_urls"
+    FLOWWARDEN["APPROVAL_EMAILS"] = {
+        "FROM_EMAIL": "flow@example.com",
+        "BASE_URL": "https://ops.example.com",
+    }

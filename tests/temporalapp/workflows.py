@@ -9,6 +9,7 @@ from django.conf import settings
 
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from tests.support import queue_workflows
+from tests.support.reminder_workflow import REMINDING, define_reminders
 from tests.support.temporal_workflows import define_versions, define_workflows
 
 define_workflows(settings.FLOWWARDEN_TEST_WORKFLOW_DB)
@@ -17,6 +18,13 @@ define_versions(
     tuple(int(v) for v in os.environ.get("FLOWWARDEN_TEST_WORKFLOW_VERSIONS", "1,2").split(",")),
 )
 queue_workflows.define(
+    OrmSnapshotStore(using=settings.FLOWWARDEN_TEST_WORKFLOW_DB),
+    using=settings.FLOWWARDEN_TEST_WORKFLOW_DB,
+)
+
+# The approval that reminds and escalates (tests/integrations/test_temporal_reminders.py).
+define_reminders(
+    REMINDING,
     OrmSnapshotStore(using=settings.FLOWWARDEN_TEST_WORKFLOW_DB),
     using=settings.FLOWWARDEN_TEST_WORKFLOW_DB,
 )

@@ -573,6 +573,8 @@ def test_command_and_task_expire(refunds: Any) -> None:
         "expired": [str(second.pk)],
         "cancelled": [],
         "restored": [],
+        "reminded": [],
+        "escalated": [],
     }
 
 

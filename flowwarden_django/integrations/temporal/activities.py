@@ -41,6 +41,7 @@ from ...workflows.runs.records import (
     new_handoff_token,
     run_lease,
 )
+from ...workflows.waiting.approvals.reminders import next_due_at, remind_and_escalate_due
 from ...workflows.waiting.approvals.sweep import expire_due_approvals
 from .config import TemporalConfig
 from .messages import (
@@ -140,18 +141,14 @@ def report(
         handoff = held.as_dict()
     expires_at = None
     if record.status == RunStatus.WAITING:
-        approval = (
-            models.Approval.objects.using(RunRecords(definition.using).db)
-            .filter(
-                coordination_id=coordination_id,
-                status=models.Approval.Status.PENDING,
-                expires_at__isnull=False,
-            )
-            .order_by("expires_at")
-            .first()
+        # The approval's next due time: its expiry, next reminder or escalation (the
+        # workflow's durable timer; the timer's activity does what is due).
+        pending = models.Approval.objects.using(RunRecords(definition.using).db).filter(
+            coordination_id=coordination_id, status=models.Approval.Status.PENDING
         )
-        if approval is not None:
-            expires_at = approval.expires_at.isoformat()
+        due = [at for approval in pending[:5] if (at := next_due_at(approval)) is not None]
+        if due:
+            expires_at = min(due).isoformat()
     wake_at = None
     if record.status in TIMED and record.wake_at is not None:
         # A sleep's end, or the deadline of a wait for a message: the workflow's timer.
@@ -358,7 +355,8 @@ def _run_step(request: StepRequest) -> RunReport:
 
 @activity.defn(name=EXPIRE_ACTIVITY)
 def expire_approval(request: StepRequest) -> RunReport:
-    """The run's timer fired: expire its approval once it is due, or wake it when it
+    """The run's timer fired: send its approval's due reminder or escalation, expire
+    its approval once it is due, or wake it when it
     sleeps, or waits for a message, and its time has come (the workflow then runs its
     next step, which gets ``ctx.message is None`` after a wait that timed out);
     idempotent, like the sweep it stands in for. The expiry continues the run through
@@ -370,6 +368,7 @@ def expire_approval(request: StepRequest) -> RunReport:
         cid = request.coordination_id
         if wake_due_run(cid, using=db):
             logger.info("workflow run %s woke (its sleep, or its wait, is over)", cid)
+        remind_and_escalate_due(db, coordination_id=cid)
         expired = expire_due_approvals(using=db, coordination_id=cid)
         if expired:
             logger.info("workflow run %s: approval %s expired", cid, expired[0])

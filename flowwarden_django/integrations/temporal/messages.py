@@ -117,8 +117,8 @@ class StepRequest:
 @dataclasses.dataclass(frozen=True)
 class RunReport:
     """Where a run stands after an activity: its status, the policy of its next step,
-    the expiry of the approval it waits for and the wake time of a sleeping run (ISO
-    8601, UTC)."""
+    the next due time of the approval it waits for (its expiry, next reminder or
+    escalation: ``expires_at``) and the wake time of a sleeping run (ISO 8601, UTC)."""
 
     status: str
     last_step: str = ""

@@ -21,9 +21,11 @@ repeated sweep skips it for another *older_than*; and a step task that finds the
 already moved on does nothing, so a run that was not stalled after all loses nothing.
 When queueing fails (the broker is still down), the run gets its ``updated_at`` back,
 so the next sweep takes it again at once, not after another *older_than*.
-It also wakes paused runs whose wait is over: a sleeping run at its ``wake_at``, a
-run waiting for a message past its deadline (``wake_at``) or whose mailbox holds one
-(its wake after the send was lost), a parent whose children have all finished.
+Each sweep also sends the approvals' due reminders and escalations
+(``waiting.approvals.reminders``). It also wakes paused runs whose wait is over: a
+sleeping run at its ``wake_at``, a run waiting for a message past its deadline
+(``wake_at``) or whose mailbox holds one (its wake after the send was lost), a
+parent whose children have all finished.
 Hibernated, waiting (for an approval), completed and failed runs are never touched.
 
 Where it runs: every Celery worker runs it every ``WORKFLOW_SWEEP_INTERVAL`` (2 s)
@@ -55,6 +57,8 @@ from ..definition.metadata import LAST_STEP, NEXT_STEP
 from ..definition.registry import workflow_registry
 from ..runs.records import RunRecords, RunStatus, recover_after, unclaimed
 from ..storage.snapshot import CheckpointQuery
+from ..waiting.approvals.notifications import deliver_pending
+from ..waiting.approvals.reminders import remind_and_escalate_due
 from ..waiting.children import parents_ready
 from ..waiting.messages.mailbox import runs_with_mail
 
@@ -224,6 +228,7 @@ def recover_stalled_runs(
         from ..queues.dispatch import dispatch_waiting
 
         dispatch_waiting(db)
+    _remind_and_escalate(db)
     recovered: list[str] = []
     for run in stalled_runs(older_than=older_than, using=using, limit=limit):
         if not workflow_registry.defines(run.workflow_name, run.workflow_version):
@@ -278,6 +283,17 @@ def recover_stalled_runs(
             raise
         recovered.append(run.coordination_id)
     return recovered
+
+
+def _remind_and_escalate(db: str) -> None:
+    """The approvals' due reminders and escalations, and notifications left
+    undelivered (``waiting.approvals.reminders``); a failure is logged, and the
+    recovery goes on."""
+    try:
+        remind_and_escalate_due(db)
+        deliver_pending(using=db)
+    except Exception:
+        logger.exception("workflow recovery: approval reminders and escalations failed")
 
 
 def _give_back(

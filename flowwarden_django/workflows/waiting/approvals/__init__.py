@@ -6,7 +6,9 @@ with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audite
 ``aapprove``/``areject`` from async code);
 the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
 ``claim``/``release``/``reassign`` say who is on it (``claims``).
-``sweep_approvals`` expires due approvals. ``await_approval(form=...)`` types an
+``sweep_approvals`` expires due approvals; the sweeps send reminders and escalate
+(``remind_and_escalate_due``); every event is notified once (``notify``: the
+``approval_requested``... signals, and emails). ``await_approval(form=...)`` types an
 approval's payload with a Django form (``forms``). Nothing here imports the admin or DRF.
 """
 
@@ -31,7 +33,15 @@ from .errors import (
     UnknownApprovalError,
 )
 from .forms import ApprovalFormError, ApprovalFormUnavailableError, describe_form
+from .notifications import notify
+from .reminders import ReminderResult, remind_and_escalate_due
 from .request import AwaitApproval, await_approval, request_approval
+from .signals import (
+    approval_assigned,
+    approval_escalated,
+    approval_reminded,
+    approval_requested,
+)
 from .sweep import SweepResult, sweep_approvals
 
 __all__ = [
@@ -45,10 +55,15 @@ __all__ = [
     "AwaitApproval",
     "ClaimResult",
     "DecisionResult",
+    "ReminderResult",
     "SweepResult",
     "UnknownApprovalError",
     "aapprove",
     "adecide",
+    "approval_assigned",
+    "approval_escalated",
+    "approval_reminded",
+    "approval_requested",
     "approve",
     "areject",
     "assigned_approvals",
@@ -59,9 +74,11 @@ __all__ = [
     "decidable_approvals",
     "decide",
     "describe_form",
+    "notify",
     "reassign",
     "reject",
     "release",
+    "remind_and_escalate_due",
     "request_approval",
     "sweep_approvals",
     "visible_approvals",

@@ -25,6 +25,7 @@ from ...definition.metadata import LAST_STEP, WORKFLOW_NAME
 from ...definition.steps import Pause
 from ...runs.records import RunStatus
 from .forms import build_form, check_initial, form_path
+from .notifications import notify
 
 if TYPE_CHECKING:
     from ....models import Approval
@@ -38,14 +39,23 @@ REQUEST_METADATA = "approval.request"
 ON_EXPIRY_CHOICES = ("resume", "fail")
 
 
-def _seconds(expires_in: timedelta | float | int | None) -> float | None:
-    if expires_in is None:
+#: The longest ``remind_every`` or ``escalate_after`` (100 years): anything longer is
+#: a mistake, and would overflow a datetime.
+MAX_SECONDS = 100 * 366 * 24 * 3600.0
+
+
+def _seconds(value: timedelta | float | int | None, what: str = "expires_in") -> float | None:
+    if value is None:
         return None
-    if isinstance(expires_in, bool):
-        raise TypeError("expires_in must be a timedelta or a number of seconds, not a bool")
-    seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else float(expires_in)
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a timedelta or a number of seconds, not a bool")
+    if what != "expires_in" and not isinstance(value, timedelta | int | float):
+        raise TypeError(f"{what} must be a timedelta or a number of seconds, not {value!r}")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if seconds <= 0:
-        raise ValueError(f"expires_in must be positive, not {expires_in!r}")
+        raise ValueError(f"{what} must be positive, not {value!r}")
+    if what != "expires_in" and not seconds <= MAX_SECONDS:  # NaN fails this too
+        raise ValueError(f"{what} must be at most 100 years, not {value!r}")
     return seconds
 
 
@@ -62,6 +72,10 @@ class AwaitApproval(Pause):
     on_expiry: str = "resume"
     form: str = ""
     form_initial: dict[str, Any] | None = None
+    remind_every: float | None = None
+    escalate_after: float | None = None
+    escalate_to_group: str = ""
+    escalate_to_users: tuple[str, ...] = ()
     status: ClassVar[str] = RunStatus.WAITING
 
     @classmethod
@@ -77,6 +91,10 @@ class AwaitApproval(Pause):
             on_expiry=request.get("on_expiry") or "resume",
             form=str(request.get("form") or ""),
             form_initial=request.get("form_initial"),
+            remind_every=request.get("remind_every"),
+            escalate_after=request.get("escalate_after"),
+            escalate_to_group=str(request.get("escalate_to_group") or ""),
+            escalate_to_users=tuple(request.get("escalate_to_users") or ()),
         )
 
     def request(self) -> dict[str, Any]:
@@ -90,6 +108,10 @@ class AwaitApproval(Pause):
             "on_expiry": self.on_expiry,
             "form": self.form,
             "form_initial": self.form_initial,
+            "remind_every": self.remind_every,
+            "escalate_after": self.escalate_after,
+            "escalate_to_group": self.escalate_to_group,
+            "escalate_to_users": list(self.escalate_to_users),
         }
 
     def snapshot_metadata(self) -> dict[str, str]:
@@ -110,6 +132,9 @@ def await_approval(
     on_expiry: str = "resume",
     form: type[Any] | str | None = None,
     initial: Mapping[str, Any] | None = None,
+    remind_every: timedelta | float | None = None,
+    escalate_after: timedelta | float | None = None,
+    escalate_to: str | Iterable[str] | None = None,
 ) -> AwaitApproval:
     """Persist *state* and wait for an approval; the next step gets the decision::
 
@@ -134,6 +159,12 @@ def await_approval(
     *form* (a Django ``Form`` class or its import path; its path is stored) validates
     an approval's payload, shown with *initial* (JSON-able data); the next step gets
     its ``cleaned_data``, JSON-safe, as ``ctx.decision.payload`` (see ``forms``).
+
+    Every *remind_every* (a timedelta or seconds) while it is pending, its assignees
+    and group are reminded (``approval_reminded``, an email with
+    ``FLOWWARDEN["APPROVAL_EMAILS"]``). After *escalate_after* it escalates once to
+    *escalate_to*: a group name (a ``str``; it becomes the approval's group) or an
+    iterable of usernames (added to its assignees). See ``approvals.reminders``.
     """
     if on_expiry not in ON_EXPIRY_CHOICES:
         raise ValueError(f"on_expiry must be one of {ON_EXPIRY_CHOICES}, not {on_expiry!r}")
@@ -142,10 +173,17 @@ def await_approval(
     names = tuple(sorted({str(name).strip() for name in assignees} - {""}))
     if permission and "." not in permission:
         raise ValueError(f"permission must look like 'app_label.codename', not {permission!r}")
+    to_group, to_users = _escalation_target(escalate_to)
+    if (escalate_after is None) != (escalate_to is None):
+        raise ValueError("escalate_after and escalate_to go together: give both or neither")
+    if escalate_to is not None and not (to_group or to_users):
+        raise ValueError("escalate_to names no group and no user")
     for what, value, most in [
         ("group", group or "", 150),
         ("permission", permission or "", 255),
+        ("escalate_to", to_group, 150),
         *(("assignee", name, 150) for name in names),
+        *(("escalate_to user", name, 150) for name in to_users),
     ]:
         if len(value) > most or "\x00" in value:
             raise ValueError(f"{what} {value[:40]!r} must be at most {most} characters, no NUL")
@@ -165,7 +203,31 @@ def await_approval(
         on_expiry=on_expiry,
         form=path,
         form_initial=initial,
+        remind_every=_seconds(remind_every, "remind_every"),
+        escalate_after=_seconds(escalate_after, "escalate_after"),
+        escalate_to_group=to_group,
+        escalate_to_users=to_users,
     )
+
+
+def _escalation_target(escalate_to: str | Iterable[str] | None) -> tuple[str, tuple[str, ...]]:
+    """``escalate_to`` as (a group name, usernames): a ``str`` is a group."""
+    if escalate_to is None:
+        return "", ()
+    if isinstance(escalate_to, str):
+        return escalate_to.strip(), ()
+    if isinstance(escalate_to, bytes | dict) or not isinstance(escalate_to, Iterable):
+        raise TypeError(f"escalate_to must be a group name or usernames, not {escalate_to!r}")
+    names = []
+    for name in escalate_to:
+        if not isinstance(name, str):
+            raise TypeError(f"escalate_to usernames must be strings, not {name!r}")
+        names.append(name.strip())
+    return "", tuple(sorted(set(names) - {""}))
+
+
+def _duration(seconds: Any) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=float(seconds))
 
 
 def request_from_snapshot(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
@@ -226,7 +288,14 @@ def request_approval(
         on_expiry=request.get("on_expiry") or "resume",
         form=str(request.get("form") or "")[:255],
         form_initial=request.get("form_initial"),
+        remind_every=_duration(request.get("remind_every")),
+        escalate_to_group=request.get("escalate_to_group") or "",
+        escalate_to_users=list(request.get("escalate_to_users") or ()) or None,
     )
+    if approval.remind_every is not None:
+        approval.next_reminder_at = now + approval.remind_every
+    if (escalate_after := _duration(request.get("escalate_after"))) is not None:
+        approval.escalate_at = now + escalate_after
     try:
         with transaction.atomic(using=using):
             approval.save(using=using, force_insert=True)
@@ -241,6 +310,7 @@ def request_approval(
                 comment=approval.prompt,
                 payload=request,
             )
+            notify(approval, models.ApprovalNotification.Event.REQUESTED, using=using)
     except IntegrityError:  # made meanwhile (a sweep restoring it, say)
         return models.Approval.objects.using(using).get(snapshot_id=snapshot.id)
     return approval

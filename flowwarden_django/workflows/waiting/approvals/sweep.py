@@ -1,6 +1,7 @@
 """The approval sweep (``flowwarden_approvals sweep``, the ``expire_approvals``
-task): expire due approvals, cancel the ones whose run moved on, and restore the
-approval of a run left waiting without one.
+task): expire due approvals, cancel the ones whose run moved on, restore the
+approval of a run left waiting without one, send due reminders and escalations
+(``reminders``) and deliver notifications left undelivered (``notifications``).
 
 Idempotent and safe to run from several processes at once: every change is made
 with the approval's row locked, after checking again that it is still due. Without a
@@ -22,6 +23,8 @@ from ...definition.databases import in_every_workflow_database
 from ...definition.registry import workflow_registry
 from ...runs.records import RunRecords, RunStatus
 from ...runs.transactions import write_transaction
+from .notifications import deliver_pending
+from .reminders import remind_and_escalate_due
 from .request import request_approval, request_from_snapshot
 from .transitions import cancel_locked, expire_locked, run_waits_for
 
@@ -35,6 +38,8 @@ class SweepResult:
     expired: list[str] = dataclasses.field(default_factory=list)
     cancelled: list[str] = dataclasses.field(default_factory=list)
     restored: list[str] = dataclasses.field(default_factory=list)
+    reminded: list[str] = dataclasses.field(default_factory=list)
+    escalated: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, list[str]]:
         return dataclasses.asdict(self)
@@ -44,6 +49,8 @@ class SweepResult:
         self.expired += other.expired
         self.cancelled += other.cancelled
         self.restored += other.restored
+        self.reminded += other.reminded
+        self.escalated += other.escalated
 
 
 def sweep_approvals(
@@ -63,10 +70,17 @@ def sweep_approvals(
 
 
 def _sweep_database(db: str, now: datetime, limit: int) -> SweepResult:
+    restored = restore_missing_approvals(using=db, limit=limit)
+    expired = expire_due_approvals(now=now, using=db, limit=limit)
+    cancelled = cancel_stale_approvals(using=db, limit=limit)
+    reminders = remind_and_escalate_due(db, now=now, limit=limit)
+    deliver_pending(using=db, limit=limit)
     return SweepResult(
-        restored=restore_missing_approvals(using=db, limit=limit),
-        expired=expire_due_approvals(now=now, using=db, limit=limit),
-        cancelled=cancel_stale_approvals(using=db, limit=limit),
+        restored=restored,
+        expired=expired,
+        cancelled=cancelled,
+        reminded=reminders.reminded,
+        escalated=reminders.escalated,
     )
 
 
