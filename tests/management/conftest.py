@@ -36,8 +36,4 @@ def _only_workflows_of_this_tests_databases(request: pytest.FixtureRequest) -> I
 def _version_free(definition: object) -> bool:
     """Whether no definition of the same name and version was made meanwhile."""
     name, version = definition.name, definition.version  # type: ignore[attr-defined]
-    return (
-        version not in workflow_registry.versions(name)
-        if name in workflow_registry.names()
-        else True
-    )
+    return name not in workflow_registry or version not in workflow_registry.versions(name)
