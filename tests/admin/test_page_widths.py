@@ -19,6 +19,7 @@ from django.contrib import admin
 from django.contrib.auth.models import Group, User
 from django.urls import reverse
 from django.utils import timezone
+from selenium.webdriver.support.ui import WebDriverWait
 
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.streams.checkpoint import Checkpoint
@@ -172,6 +173,8 @@ def test_every_admin_page_fits_1280_px_with_the_sidebar_open_or_closed(
             driver.find_element("id", "id_username").send_keys("operator")
             driver.find_element("id", "id_password").send_keys(PASSWORD)
             driver.find_element("css selector", "#login-form [type=submit]").click()
+            # Logged in (the POST answered) before the next page is asked for.
+            WebDriverWait(driver, 30).until(lambda d: "/login/" not in d.current_url)
             # Django's own app index: how its breadcrumbs bar looks (colour, text inset).
             driver.get(f"{live_server.url}/admin/flowwarden_django/")
             styled = driver.execute_script(MEASURE)[3]
