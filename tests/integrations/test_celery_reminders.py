@@ -88,4 +88,4 @@ def test_reminders_and_one_escalation_from_the_workers_sweep_emailed_once(
     assert not rows.exclude(error="").exists()
     wanted = expected_mails(approval, DB)
     wait_until(lambda: smtp.received() == wanted, WAIT, "the emails", worker)
-    assert all(f"/approvals/{approval.pk}/" in content for _, content in smtp.messages)
+    assert all(f"/approvals/{approval.pk}/" in body for body in smtp.bodies())

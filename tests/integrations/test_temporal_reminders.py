@@ -102,4 +102,4 @@ def test_reminders_and_one_escalation_come_from_the_durable_timer_emailed_once(
     on_server.wait_until(
         lambda: smtp.received() == wanted, on_server.WAIT, "the emails", [mailing_worker]
     )
-    assert all(f"/approvals/{approval.pk}/" in content for _, content in smtp.messages)
+    assert all(f"/approvals/{approval.pk}/" in body for body in smtp.bodies())

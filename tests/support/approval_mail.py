@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import email.header
+import email.policy
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +52,16 @@ class Inbox:
         content = envelope.content.decode("utf-8", "replace")
         self.messages.append((list(envelope.rcpt_tos), content))
         return "250 OK"
+
+    def bodies(self) -> list[str]:
+        """The text of every message received, decoded (Django 6 sends it
+        quoted-printable or base64, where the raw message would not show a link)."""
+        found = []
+        for _, content in self.messages:
+            message = email.message_from_string(content, policy=email.policy.default)
+            part = message.get_body(("plain",)) or message
+            found.append(part.get_content())
+        return found
 
     def received(self) -> Counter[tuple[str, str]]:
         """(event#number, recipient) of every message received."""

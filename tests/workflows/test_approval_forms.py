@@ -212,10 +212,10 @@ def test_json_safe() -> None:
 
 def test_manage_py_check_reports_the_form(typed: Any) -> None:
     approval = pending(typed)
-    call_command("check")  # loads: nothing to say
+    call_command("check", databases=["default"])  # loads: nothing to say
     Approval.objects.filter(pk=approval.pk).update(form="tests.testapp.forms.GoneForm")
     with pytest.raises(SystemCheckError, match="E211"):
-        call_command("check")
+        call_command("check", databases=["default"])
 
 
 def test_the_sweep_restores_a_lost_typed_approval_with_its_form(typed: Any) -> None:

@@ -13,11 +13,12 @@ each gets a message of their own, through Django's email backend.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.mail import EmailMessage, get_connection
+from django.core.mail import EmailMessage
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
@@ -134,8 +135,10 @@ def send_emails(row: ApprovalNotification) -> int:
         return 0
     subject, body = message_text(row)
     sender = _options().get("FROM_EMAIL")  # None: DEFAULT_FROM_EMAIL
-    connection = get_connection()
-    messages = [
-        EmailMessage(subject, body, sender, [address], connection=connection) for address in to
-    ]
-    return connection.send_messages(messages) or 0
+    # Each through Django's default backend (or mailer, on Django 6.1+): no explicit
+    # connection, whose get_connection() Django 6.1 deprecates. Django 6.1 also warns,
+    # at every send, about a project without MAILERS: that is the project's setting to
+    # make, not this app's call to change, so it is not raised from here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*will not have a default mailer")
+        return sum(EmailMessage(subject, body, sender, [address]).send() for address in to)
