@@ -511,6 +511,9 @@ def test_a_forged_step_task_never_decides_an_approval(
         assert wf.status() == RunStatus.WAITING
         assert wf.run_record().resume_input is None
         assert Approval.objects.using(DB).get(pk=approval.pk).status == Approval.Status.PENDING
+        # The forged task's claim let go (a decision meanwhile is refused: run_busy).
+        unclaimed = WorkflowRun.objects.using(DB).filter(pk=cid, runner="")
+        _wait_until(unclaimed.exists, WAIT, "the forged task's claim to end", worker)
 
         with transaction.atomic(using=DB):
             reject(approval.pk, None, comment="no", using=DB, check_permission=False)
