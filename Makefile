@@ -16,6 +16,10 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 # Test processes (pytest-xdist): most tests wait on a server, a subprocess or a clock,
 # so two cores keep more than two busy.
 TEST_WORKERS ?= 4
+# The tests marked `quiet` measure a rate or a latency, which a loaded machine skews:
+# `make test` runs them after the others, once no other `make test` sharing this lock
+# file (the other CI lane, say) still runs its main part.
+QUIET_LOCK ?= $(or $(FLOWWARDEN_TEST_QUIET_LOCK),/tmp/flowwarden-test-quiet.lock)
 
 .PHONY: demo test test-fast test-deps print-venv lint format docs serve serve-demo bench clean
 
@@ -26,13 +30,17 @@ demo: $(VENV)/.demo-installed
 
 ## test: set up, lint (ruff, import contracts), build the docs (warnings are errors)
 ## and run the whole test suite in $(TEST_WORKERS) processes (server lanes skip when
-## their server is down)
+## their server is down), then the quiet tests on their own
 test: $(VENV)/.test-installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m sphinx -W -q -b html -d $(VENV)/docs-doctrees docs $(VENV)/docs-html
-	$(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=10
+	@status=0; \
+	flock -s $(QUIET_LOCK) $(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=10 -m "not quiet" || status=1; \
+	echo "== the quiet tests (time-sensitive figures), alone on the machine"; \
+	flock -x $(QUIET_LOCK) $(PY) -m pytest -m quiet || status=1; \
+	exit $$status
 
 ## test-fast: the edit-test loop: every test that needs no server, no subprocess and
 ## no browser (SQLite and in-process fakes only), in under 90 seconds

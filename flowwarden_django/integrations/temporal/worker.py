@@ -19,6 +19,7 @@ from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
 from .provider import next_policy, run_start, signal_with_start
+from .shutdown import StepExecutor, shut_down
 from .workflow import RunWorkflow, ScheduledStartWorkflow
 
 logger = logging.getLogger("flowwarden_django.temporal")
@@ -63,9 +64,11 @@ async def connect(
     return None
 
 
-def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> Any:
+def build_worker(
+    client: Any, config: TemporalConfig, *, concurrency: int, steps: StepExecutor | None = None
+) -> Any:
     """The SDK worker: the run workflow (sandboxed; the app's modules pass through)
-    and the activities on a pool of *concurrency* threads."""
+    and the activities on *steps*, a pool of *concurrency* threads."""
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -75,7 +78,7 @@ def build_worker(client: Any, config: TemporalConfig, *, concurrency: int) -> An
         task_queue=config.task_queue,
         workflows=[RunWorkflow, ScheduledStartWorkflow],
         activities=list(ACTIVITIES),
-        activity_executor=ThreadPoolExecutor(concurrency, thread_name_prefix="flowwarden-step"),
+        activity_executor=steps or StepExecutor(concurrency),
         max_concurrent_activities=concurrency,
         max_concurrent_local_activities=concurrency,
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
@@ -171,7 +174,8 @@ async def serve(
     if client is None:
         logger.info("flowwarden Temporal worker: stopped before Temporal answered")
         return
-    worker = build_worker(client, config, concurrency=concurrency)
+    steps = StepExecutor(concurrency)
+    worker = build_worker(client, config, concurrency=concurrency, steps=steps)
 
     def call(operation: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(operation(client), loop).result(config.call_timeout)
@@ -185,6 +189,9 @@ async def serve(
         finally:
             close_old_connections()
 
+    # Not the loop's default executor: asyncio.run joins that one's threads, and a sweep
+    # waiting on a server that went down must not hold the stopping process.
+    sweep_pool = ThreadPoolExecutor(1, thread_name_prefix="flowwarden-sweep")
     sweep_failures = FailureLog(logger, "the recovery sweep (tried again every sweep)")
 
     async def sweep_forever() -> None:
@@ -192,7 +199,9 @@ async def serve(
         while recover_every:
             await asyncio.sleep(recover_every)
             try:
-                woken = await asyncio.to_thread(_recover_in_thread, config, call, sweeps)
+                woken = await loop.run_in_executor(
+                    sweep_pool, _recover_in_thread, config, call, sweeps
+                )
             except Exception as exc:
                 sweep_failures.failed(exc)
                 continue
@@ -209,9 +218,16 @@ async def serve(
         config.task_queue,
         concurrency,
     )
-    async with worker:
-        sweeper = asyncio.create_task(sweep_forever())
-        await stop.wait()
-        sweeper.cancel()
-        logger.info("flowwarden Temporal worker: stopping (steps in flight finish first)")
+    running = asyncio.create_task(worker.run())
+    sweeper = asyncio.create_task(sweep_forever())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    sweeper.cancel()
+    stopping.cancel()
+    sweep_pool.shutdown(wait=False, cancel_futures=True)
+    if running.done():
+        running.result()  # the SDK gave up (it raises why); a supervisor restarts the worker
+        return
+    logger.info("flowwarden Temporal worker: stopping (steps in flight finish first)")
+    await shut_down(worker, steps)
     logger.info("flowwarden Temporal worker: stopped")

@@ -63,28 +63,28 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
     # too). Through a broker (Celery) a run may land on another worker; one that
     # lands on a full worker waits again, so this bounds the runs sent round.
     room = _room(config)
-    for _ in range(BATCH):
+    # The waiters and the slot rows are read once for the batch (the dispatcher is one
+    # thread per queue partition: each query it saves per admission is throughput).
+    waiters = list(runs.order_by(*order).values_list("coordination_id", flat=True)[:BATCH])
+    if not waiters:
+        return None
+    for kind, limit in limits.items():
+        slots.ensure(using, config.name, partition, kind, limit)
+    free = FreeSlots(using, config.name, partition, limits)
+    for waiter in waiters:
         if room is not None and room <= 0:
             return None
-        waiter = runs.order_by(*order).values_list("coordination_id", flat=True).first()
-        if waiter is None:
-            return None
-        for kind, limit in limits.items():
-            slots.ensure(using, config.name, partition, kind, limit)
-        rows, _ = slots.read(using, config.name, partition, limits)
-        conc = [row for row in rows if row.kind == slots.CONCURRENCY]
         slot = paid = None
         if config.concurrency:
-            slot = slots.take(using, conc, waiter, slots.DISPATCHED, _lease())
+            slot = free.take(slots.CONCURRENCY, waiter, slots.DISPATCHED, _lease())
             if slot is None:
-                return _retry_at(conc)
+                return free.retry_at(slots.CONCURRENCY)
         if config.rate:
-            rate = [row for row in rows if row.kind == slots.RATE]
-            paid = slots.take(using, rate, waiter, slots.PAID, paid_hold(config), ahead=PAY_AHEAD)
+            paid = free.take(slots.RATE, waiter, slots.PAID, paid_hold(config), ahead=PAY_AHEAD)
             if paid is None:
                 if slot is not None:
                     slots.release(using, slot)
-                return _retry_at(rate, ahead=PAY_AHEAD)
+                return free.retry_at(slots.RATE, ahead=PAY_AHEAD)
         woken = runs.filter(pk=waiter).update(status=RunStatus.RUNNING, updated_at=timezone.now())
         if woken != 1:  # another dispatcher woke it, or it was cancelled
             if slot is not None:
@@ -96,6 +96,41 @@ def dispatch(config: QueueConfig, partition: str, using: str) -> datetime | None
         if room is not None:
             room -= 1
     return timezone.now()
+
+
+class FreeSlots:
+    """A queue partition's slot rows as last read, less the ones taken through it: a
+    take tries those first, and reads the rows again before it gives up."""
+
+    def __init__(self, using: str, queue: str, partition: str, limits: dict[str, int]) -> None:
+        self.using, self.queue, self.partition, self.limits = using, queue, partition, limits
+        self.rows: list[slots.SlotRow] = []
+        self.fresh = False
+
+    def read(self) -> None:
+        self.rows, _ = slots.read(self.using, self.queue, self.partition, self.limits)
+        self.fresh = True
+
+    def take(
+        self, kind: str, holder: str, prefix: str, hold_for: float, *, ahead: float = 0.0
+    ) -> slots.SlotRow | None:
+        """A slot of *kind* taken for *holder* (``slots.take``), or ``None``."""
+        if not self.rows:
+            self.read()
+        while True:
+            candidates = [row for row in self.rows if row.kind == kind]
+            taken = slots.take(self.using, candidates, holder, prefix, hold_for, ahead=ahead)
+            if taken is not None:
+                self.rows = [row for row in self.rows if row.pk != taken.pk]
+                self.fresh = False
+                return taken
+            if self.fresh:
+                return None
+            self.read()
+
+    def retry_at(self, kind: str, *, ahead: float = 0.0) -> datetime:
+        """When to try again for a slot of *kind*, after ``take`` found none."""
+        return _retry_at([row for row in self.rows if row.kind == kind], ahead=ahead)
 
 
 def _retry_at(rows: list[slots.SlotRow], *, ahead: float = 0.0) -> datetime:
