@@ -7,12 +7,16 @@ Two kinds of metrics, all named ``flowwarden_*``:
   every stream, wherever it runs: state, checkpoint and heartbeat ages, DLQ backlog,
   lag, and the counters each process publishes in its ``StreamWorker`` row
   (``flowwarden_instance_*_total{stream, instance}``). The workflow queues' gauges
-  (``flowwarden_queue_*{queue}``, ``prometheus_queues``) are read at scrape time too.
+  (``flowwarden_queue_*{queue}``, ``prometheus_queues``) and the workflow runs' by
+  status (``flowwarden_workflow_*{workflow, status}``, ``prometheus_runs``) are read at
+  scrape time too.
 * **Event counters**, fed by receivers of the signals in ``streams/metrics.py``. They
   count what happens *in this process*: scrape the processes that run streams to
   see them (``prometheus_client.start_http_server(port, registry=REGISTRY)``).
   The initial sync's are among them: documents copied (as each batch commits),
-  whether a copy runs here, and how long the last finished copy took.
+  whether a copy runs here, and how long the last finished copy took. So is the
+  step-duration histogram (``flowwarden_workflow_step_duration_seconds``), fed by the
+  engine's ``step_attempted`` signal where steps run.
 
 Labels carry names and fixed values only: stream names, store and client
 aliases, states, anchors, reasons. The ``instance`` label is the process's
@@ -56,6 +60,7 @@ from ..streams.operations.status import (
     stream_status,
 )
 from .prometheus_queues import collect_queues, queue_families
+from .prometheus_runs import collect_runs, run_families, step_metrics
 
 logger = logging.getLogger("flowwarden_django.prometheus")
 
@@ -448,6 +453,7 @@ def install_receivers() -> None:
             metrics.ALL_SIGNALS[name].connect(
                 receiver, weak=False, dispatch_uid=f"flowwarden_django.prometheus.{name}"
             )
+        step_metrics.connect()
         _installed = True
 
 
@@ -469,17 +475,21 @@ class FlowwardenCollector:
         families = list(_status_families().values()) if self.include_status else []
         if self.include_status:
             families.extend(queue_families().values())
+            families.extend(run_families().values())
         for collector in self.signals.collectors():
             families.extend(collector.describe())
+        families.extend(step_metrics.step_duration.describe())
         return families
 
     def collect(self) -> Iterator[Metric]:
         if self.include_status:
             yield from self.collect_status()
             yield from collect_queues()
+            yield from collect_runs()
         self.signals.fold()
         for collector in self.signals.collectors():
             yield from collector.collect()
+        yield from step_metrics.step_duration.collect()
 
     def collect_status(self, now: datetime | None = None) -> Iterator[Metric]:
         """The status gauges of every declared stream, as of *now*."""

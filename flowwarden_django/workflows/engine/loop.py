@@ -79,6 +79,7 @@ from ..waiting.messages.waiting import awaited_message
 from .calling import StepAttemptFailed, StepTimeoutError, call_step
 from .opening import Opened, seed_snapshot
 from .saving import RunWriter
+from .signals import send_step_attempted
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -386,9 +387,13 @@ class _Execution(RunWriter):
                     )
                 elapsed = (time.perf_counter() - started) * 1000
                 self.timing = StepTiming(elapsed, attempt, tuple(errors))
+                self.attempted(current, attempt, elapsed)
                 return outcome
             except Exception as exc:
                 errors.append(AttemptError.of(attempt, exc))
+                self.attempted(
+                    current, attempt, (time.perf_counter() - started) * 1000, type(exc).__name__
+                )
                 logger.warning(
                     "workflow %s (%s): step %r attempt %d/%d failed: %r",
                     self.workflow.name,
@@ -408,6 +413,11 @@ class _Execution(RunWriter):
                 if current.retry_delay:
                     time.sleep(current.retry_delay)
         raise AssertionError("unreachable")
+
+    def attempted(self, current: WorkflowStep, attempt: int, ms: float, error: str = "") -> None:
+        send_step_attempted(
+            self.workflow.name, self.workflow.version, current.name, attempt, ms / 1000, error
+        )
 
 
 #: What a step may return.
