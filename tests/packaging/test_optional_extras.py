@@ -1,7 +1,7 @@
 """The core installs and imports without the optional extras.
 
 The check runs in a child interpreter in which pymongo/bson, redis, django-redis,
-celery and DRF cannot be imported, as in an install without extras.
+celery, DRF and OpenTelemetry cannot be imported, as in an install without extras.
 """
 
 import shutil
@@ -21,7 +21,7 @@ CHILD = textwrap.dedent(
     """
     import os, sys
     for name in ("pymongo", "bson", "gridfs", "redis", "django_redis", "celery",
-                 "rest_framework", "drf_spectacular", "mongomock"):
+                 "rest_framework", "drf_spectacular", "mongomock", "opentelemetry"):
         sys.modules[name] = None  # import fails; importlib.util.find_spec returns None
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     import django
@@ -52,6 +52,14 @@ CHILD = textwrap.dedent(
         assert 'pip install "flowwarden-django[mongo]"' in str(exc)
     else:
         raise AssertionError("tokens need bson")
+    # No OpenTelemetry: spans are no-ops and nothing of it is imported.
+    import flowwarden_django.workflows  # noqa: F401
+    from flowwarden_django.common import tracing
+    with tracing.span("flowwarden.workflow.run", {"flowwarden.workflow": "w"}):
+        pass
+    assert not tracing.recording() and tracing.current_headers() == {}
+    assert sys.modules.get("opentelemetry") is None
+    assert not any(name.startswith("opentelemetry.") for name in sys.modules)
     print("core without extras: ok")
     """
 )

@@ -31,7 +31,9 @@ from typing import Any
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from django.db import close_old_connections, connections
 
+from ...common import tracing
 from ...common.connections import discard_unusable_connections
+from ...common.tracing import event_attributes
 from .. import initial_sync, metrics
 from ..checkpoint import Checkpoint, CheckpointStore
 from ..context import ChangeContext
@@ -433,7 +435,16 @@ class AsyncStreamConsumer:
         return ChangeContext(event, stream_name=self.spec.name, event_id=event_id, **self.actions)
 
     async def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
-        """Handle one event (``effects.HandleEvent``)."""
+        """Handle one event (``effects.HandleEvent``), in a ``flowwarden.stream.event``
+        span when OpenTelemetry records."""
+        if not tracing.recording():
+            return await self._handle_event(event, operation, event_id)
+        with tracing.span("flowwarden.stream.event", event_attributes(self.spec, operation)):
+            return await self._handle_event(event, operation, event_id)
+
+    async def _handle_event(
+        self, event: Mapping[str, Any], operation: str, event_id: str | None
+    ) -> Any:
         side = self._thread_side
         plan = side._plans.get(operation) or side._plan(operation)
         if not plan.plain:

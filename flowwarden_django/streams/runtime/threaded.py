@@ -23,9 +23,11 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 
+from ...common import tracing
 from ...common.connections import discard_unusable_connections
 from ...common.failure_log import FailureLog
 from ...common.stream_attempts import in_transactional_attempt
+from ...common.tracing import event_attributes
 from .. import initial_sync
 from ..checkpoint import CheckpointStore
 from ..context import ChangeContext
@@ -318,7 +320,14 @@ class StreamConsumer:
     # -- one event --------------------------------------------------------------------
 
     def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
-        """Handle one event (``effects.HandleEvent``)."""
+        """Handle one event (``effects.HandleEvent``), in a ``flowwarden.stream.event``
+        span when OpenTelemetry records."""
+        if not tracing.recording():
+            return self._handle_event(event, operation, event_id)
+        with tracing.span("flowwarden.stream.event", event_attributes(self.spec, operation)):
+            return self._handle_event(event, operation, event_id)
+
+    def _handle_event(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
         plan = self._plans.get(operation) or self._plan(operation)
         handler = plan.handler
         if plan.plain:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast
 
+from ...common import tracing
 from ...common.app_models import models
 from ..definition.decisions import ApprovalDecision
 from ..definition.graph import (
@@ -55,6 +56,7 @@ from ..definition.results import (
     paused,
 )
 from ..definition.steps import Advance, Done, Fail, Pause, StepContext, StepOutcome, WorkflowStep
+from ..execution.run_traces import run_attributes
 from ..execution.step_timings import AttemptError, StepTiming, errors_json, parse_errors
 from ..operations.upgrades import UPGRADE_METADATA, upgrade_of
 from ..queues.gate import gate_for
@@ -379,12 +381,15 @@ class _Execution(RunWriter):
             )
             started = time.perf_counter()
             try:
-                outcome = call_step(current, state, ctx)
-                if not isinstance(outcome, _OUTCOMES):
-                    raise TypeError(
-                        f"step {current.name!r} returned {outcome!r}; return advance(), "
-                        "hibernate(), sleep(), done() or fail()"
-                    )
+                with tracing.span(
+                    "flowwarden.workflow.step", self.step_attributes(current, attempt)
+                ):
+                    outcome = call_step(current, state, ctx)
+                    if not isinstance(outcome, _OUTCOMES):
+                        raise TypeError(
+                            f"step {current.name!r} returned {outcome!r}; return advance(), "
+                            "hibernate(), sleep(), done() or fail()"
+                        )
                 elapsed = (time.perf_counter() - started) * 1000
                 self.timing = StepTiming(elapsed, attempt, tuple(errors))
                 self.attempted(current, attempt, elapsed)
@@ -413,6 +418,13 @@ class _Execution(RunWriter):
                 if current.retry_delay:
                     time.sleep(current.retry_delay)
         raise AssertionError("unreachable")
+
+    def step_attributes(self, current: WorkflowStep, attempt: int) -> dict[str, Any]:
+        return {
+            **run_attributes(self.workflow),
+            "flowwarden.step": current.name,
+            "flowwarden.attempt": attempt,
+        }
 
     def attempted(self, current: WorkflowStep, attempt: int, ms: float, error: str = "") -> None:
         send_step_attempted(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import DatabaseError
 
+from ...common import tracing
 from ...common.app_models import models
 from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from ..execution.handoff import Handoff
@@ -24,13 +25,20 @@ logger = logging.getLogger("flowwarden_django.workflows")
 
 
 def seed_snapshot(workflow: Workflow, initial_state: Any) -> WorkflowSnapshot:
+    """A new run's first snapshot (with the trace context it started in, if traced)."""
+    headers = tracing.start_headers(workflow.name, workflow.coordination_id)
     return WorkflowSnapshot(
         id=new_snapshot_id(),
         coordination_id=workflow.coordination_id,
         state=initial_state,
         agent_name=workflow.name,
         seq=1,
-        metadata={LAST_STEP: "", WORKFLOW_NAME: workflow.name, WORKFLOW_DONE: "false"},
+        metadata={
+            LAST_STEP: "",
+            WORKFLOW_NAME: workflow.name,
+            WORKFLOW_DONE: "false",
+            **tracing.seed_metadata(headers),
+        },
     )
 
 

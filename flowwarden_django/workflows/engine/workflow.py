@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
+from ...common import tracing
 from ...common.user_input import check_resume_input
 from ..definition.checks import check_name, check_steps, check_version
 from ..definition.graph import WorkflowGraph, continue_index, graph_of
@@ -49,6 +50,7 @@ from ..definition.steps import StepOutcome, WorkflowStep
 from ..execution.claim_keeper import claim_keeper
 from ..execution.handoff import Handoff
 from ..execution.providers import resolve_provider
+from ..execution.run_traces import run_attributes, trace_parent
 from ..operations.forking import fork_snapshot
 from ..operations.upgrades import WorkflowUpgrade, upgrade_registry
 from ..queues.placing import check_queue_name, placement
@@ -306,20 +308,22 @@ class Workflow(RunMessaging):
             execution.young_until = time.monotonic() + young
         kept = execution.keep_alive()
         result: WorkflowResult | None = None
-        try:
-            result = execution.run(initial_state, max_steps, opened)
-        except ConcurrentRunError:
-            # Cancelled while a step ran: the step's result was discarded.
-            cancelled = self._if_cancelled(runs)
-            if cancelled is None:
-                raise
-            result = cancelled
-        finally:
-            if kept:
-                claim_keeper.drop(execution.claim.key)
-            execution.release()
-            if execution.gate is not None:  # its queue slot, after the run's release
-                execution.gate.close(result.status if result is not None else "")
+        parent = trace_parent(self, opened.head if opened.head_known else None)
+        with tracing.span("flowwarden.workflow.run", lambda: run_attributes(self), parent=parent):
+            try:
+                result = execution.run(initial_state, max_steps, opened)
+            except ConcurrentRunError:
+                # Cancelled while a step ran: the step's result was discarded.
+                cancelled = self._if_cancelled(runs)
+                if cancelled is None:
+                    raise
+                result = cancelled
+            finally:
+                if kept:
+                    claim_keeper.drop(execution.claim.key)
+                execution.release()
+                if execution.gate is not None:  # its queue slot, after the run's release
+                    execution.gate.close(result.status if result is not None else "")
         if opened.record.parent_coordination_id and result.status in CHILD_FINISHED:
             notify_parent(opened.record)
         return result, execution.handoff()

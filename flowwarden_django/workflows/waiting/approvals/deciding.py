@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from ....common import tracing
 from ....common.app_models import models
 from ....common.formatting import truncate
 from ....common.user_input import check_comment, check_resume_input
@@ -159,6 +160,33 @@ def decide(
     ``ApprovalFormUnavailableError`` when the form no longer imports), and the form's
     cleaned data, JSON-safe, is what is stored and handed on.
     """
+    attributes = {"flowwarden.approval": str(approval_id), "flowwarden.decision": decision}
+    with tracing.span("flowwarden.approval.decide", attributes) as current:
+        result = _decide(
+            approval_id,
+            decision,
+            user,
+            comment=comment,
+            payload=payload,
+            using=using,
+            check_permission=check_permission,
+        )
+        if current is not None:
+            current.set_attribute("flowwarden.coordination_id", result.approval.coordination_id)
+            current.set_attribute("flowwarden.workflow", result.approval.workflow_name)
+        return result
+
+
+def _decide(
+    approval_id: Any,
+    decision: str,
+    user: Any,
+    *,
+    comment: str = "",
+    payload: Any = None,
+    using: str | None = None,
+    check_permission: bool = True,
+) -> DecisionResult:
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")
     comment = check_comment(comment)
