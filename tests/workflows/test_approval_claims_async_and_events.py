@@ -6,6 +6,7 @@ claim held at the time (audited as ``released`` by the system)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -312,3 +313,70 @@ def test_an_escalation_to_users_releases_a_claim_too(reminding: Any) -> None:
     approval.refresh_from_db()
     assert approval.claimed_by == "" and approval.assignees == ["alice", "mike"]
     assert approve(approval.pk, team["mike"]).run_result.status == "completed"
+
+
+def race_claim_and_escalation(approval: Approval, claimant: User, alias: str) -> dict[str, str]:
+    """*claimant* claims *approval* while a sweep escalates it, at once (a barrier)."""
+    barrier = threading.Barrier(2)
+    later = timezone.now() + timedelta(hours=2)
+    outcomes: dict[str, str] = {}
+
+    def claiming() -> None:
+        try:
+            barrier.wait()
+            claim(approval.pk, claimant, using=alias)
+            outcomes["claim"] = "claimed"
+        except (ApprovalPermissionError, ApprovalConflictError) as exc:
+            outcomes["claim"] = exc.code
+        finally:
+            connections.close_all()
+
+    def escalating() -> None:
+        try:
+            barrier.wait()
+            done = remind_and_escalate_due(using=alias, now=later).escalated
+            outcomes["escalation"] = "escalated" if done else "none"
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claiming), threading.Thread(target=escalating)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        pytest.param(
+            "postgres",
+            id="postgres",
+            marks=lane_marks("postgres", databases=["default", "postgres"], transaction=True),
+        )
+    ],
+)
+def test_a_claim_racing_an_escalation_never_survives_it(alias: str) -> None:
+    """Either the claim comes first (and the escalation releases it, audited) or the
+    escalation does (and the old group's member may no longer claim): no claim is left."""
+    definition = define_reminders("claim-race-invoices", OrmSnapshotStore(using=alias), using=alias)
+    try:
+        team = mail_people(alias)
+        for _ in range(8):
+            started = definition.start(
+                {"invoice": "INV-9", "escalate_after": 3600, "escalate_to": "managers"}
+            )
+            approval = Approval.objects.using(alias).get(coordination_id=started.coordination_id)
+            outcomes = race_claim_and_escalation(approval, team["bob"], alias)
+            assert outcomes["escalation"] == "escalated", outcomes
+            row = Approval.objects.using(alias).get(pk=approval.pk)
+            assert row.claimed_by == "" and row.group == "managers", outcomes
+            events = ApprovalEvent.objects.using(alias).filter(approval_id=approval.pk)
+            released = list(events.filter(action="released").values_list("actor", "payload"))
+            if outcomes["claim"] == "claimed":
+                assert released == [("", {"claimed_by": "bob"})], outcomes
+            else:
+                assert outcomes["claim"] == "approval_forbidden" and released == [], outcomes
+    finally:
+        workflow_registry.unregister("claim-race-invoices")
