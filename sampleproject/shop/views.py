@@ -4,7 +4,9 @@
   ``Workflow.astart`` (the key the ``orders`` stream uses, so at most one run per
   order): 201 when this call created the run, 200 with the existing run otherwise.
 * ``POST /shop/approvals/<id>/approve/`` and ``.../reject/`` decide with
-  ``aapprove`` / ``areject``, with an optional ``comment`` (a JSON body's or a form's).
+  ``aapprove`` / ``areject``, with an optional ``comment`` (a JSON body's or a form's)
+  and, in a JSON body, the ``payload``: approving a large order takes its decision
+  form's fields (``forms.OrderDecisionForm``), else a 400 with ``errors`` per field.
 
 Both need a logged-in user (the session, with Django's CSRF token: these are the
 shop's own pages' endpoints). Starting needs the ``shop.start_order_workflow``
@@ -32,6 +34,7 @@ from flowwarden_django.models import Approval
 from flowwarden_django.workflows import (
     ApprovalError,
     ApprovalExpiredError,
+    ApprovalFormError,
     ApprovalPermissionError,
     UnknownApprovalError,
     UserJSONError,
@@ -102,15 +105,18 @@ async def start_order_workflow(request: HttpRequest, order_id: int) -> JsonRespo
     return JsonResponse({"created": started.created, **body}, status=status)
 
 
-def comment_of(request: HttpRequest) -> str:
-    """The decision's comment: a JSON body's or a form's ``comment`` ("" without one),
-    through the core's validator; ``UserJSONError`` when it is not that."""
+def decision_of(request: HttpRequest) -> tuple[str, Any]:
+    """The decision's comment and payload: a JSON body's ``comment`` and ``payload``,
+    or a form's ``comment`` (no payload), through the core's validator ("" and
+    ``None`` without them); ``UserJSONError`` when it is not that."""
     if request.content_type != "application/json":
-        return check_comment(request.POST.get("comment", ""))
+        return check_comment(request.POST.get("comment", "")), None
     body = parse_user_json(request.body or b"{}", what="the body", max_bytes=MAX_BODY_BYTES)
     if not isinstance(body, dict):
-        raise UserJSONError('the body is JSON {"comment": "..."}, a form, or empty', "invalid")
-    return check_comment(body.get("comment", ""))
+        raise UserJSONError(
+            'the body is JSON {"comment": "...", "payload": {...}}, a form, or empty', "invalid"
+        )
+    return check_comment(body.get("comment", "")), body.get("payload")
 
 
 async def may_see(user: Any, approval_id: Any) -> bool:
@@ -133,7 +139,11 @@ async def decide_order_approval(
         return error(404, UnknownApprovalError.code, f"no approval {str(approval_id)!r}")
     decide = aapprove if decision == "approve" else areject
     try:
-        result = await decide(approval_id, user, comment=comment_of(request))
+        comment, payload = decision_of(request)
+        result = await decide(approval_id, user, comment=comment, payload=payload)
+    except ApprovalFormError as exc:  # the decision form refused the payload
+        body = {"code": exc.code, "detail": str(exc), "errors": exc.errors}
+        return JsonResponse(body, status=400)
     except UserJSONError as exc:
         return error(400, "invalid", str(exc))
     except UnknownApprovalError as exc:

@@ -3,10 +3,13 @@
 ``order-approval``: a new order starts one run (the ``orders`` stream starts it,
 keyed by the order's id, so a redelivered or replayed event starts nothing; the
 async view of ``views.py`` starts it with the same key). ``review`` lets small orders
-through and makes large ones wait for a person in the ``approvers`` group (48 hours,
-then the run resumes with an ``expired`` decision), and starts the order's
-``approval-reminder``. ``fulfil`` applies the decision to the ``Order`` row and
-cancels the reminder, which is no longer needed.
+through and makes large ones wait for a person in the ``approvers`` group, with a
+typed decision form (``forms.OrderDecisionForm``: the amount approved, at most the
+order's total, and a reason from a list). While it waits, its approvers are reminded
+every 12 hours; after 24 hours it escalates to the ``managers`` group (a claim held
+then is released); after 48 hours the run resumes with an ``expired`` decision.
+``fulfil`` applies the decision to the ``Order`` row and the approved amount and
+reason to the run's state.
 
 An order on invoice terms (its document has ``"terms": "invoice"``) is not done once
 fulfilled: ``fulfil`` makes it wait for its payment (``wait_for(state, "paid",
@@ -16,10 +19,7 @@ marks the order overdue when none came in 14 days. The ``payments`` stream (see
 order marked paid and the stream's checkpoint, so each payment resumes its order's run
 exactly once, across crashes.
 
-``approval-reminder``: sleeps 24 hours (a durable sleep: no thread, no task), then
-reminds the approvers if the order still waits.
-
-A withdrawn order (its status set to ``withdrawn`` in MongoDB) cancels both runs
+A withdrawn order (its status set to ``withdrawn`` in MongoDB) cancels its run
 (``withdraw_order``, called by the ``orders`` stream): no step runs for it again, and
 its pending approval is cancelled.
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from flowwarden_django.models import WorkflowRun
@@ -39,11 +40,11 @@ from flowwarden_django.workflows import (
     await_approval,
     cancel_coordination,
     done,
-    sleep,
     step,
     wait_for,
 )
 
+from .forms import OrderDecisionForm, decision_initial
 from .models import Order
 
 logger = logging.getLogger("shop.workflows")
@@ -53,9 +54,14 @@ WORKFLOW = "order-approval"
 APPROVAL_THRESHOLD_CENTS = 100_000
 APPROVERS_GROUP = "approvers"
 APPROVAL_EXPIRES_IN = timedelta(hours=48)
-REMINDER = "approval-reminder"
-#: How long a large order waits before the approvers are reminded of it.
-REMIND_AFTER = timedelta(hours=24)
+#: How often the approvers are reminded of a large order that still waits.
+REMIND_EVERY = timedelta(hours=12)
+#: How long a large order waits before it goes to the managers.
+ESCALATE_AFTER = timedelta(hours=24)
+MANAGERS_GROUP = "managers"
+#: The workflow that reminded the approvers before ``remind_every`` did (the demo
+#: still removes an earlier demo's runs of it).
+LEGACY_REMINDER = "approval-reminder"
 #: The topic a run on invoice terms waits for, and how long it waits.
 PAID = "paid"
 PAYMENT_DUE_IN = timedelta(days=14)
@@ -77,11 +83,6 @@ def initial_state(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def reminder_key(order_id: Any) -> str:
-    """One reminder per order."""
-    return f"shop.reminders:{order_id}"
-
-
 def start_for_order(doc: dict[str, Any]) -> bool:
     """Start the order's run unless it has one; whether this call started it."""
     state = initial_state(doc)
@@ -99,17 +100,24 @@ def review(state: dict[str, Any]) -> Any:
         Order.objects.filter(order_id=state["order_id"]).update(approval="not needed")
         return advance({**state, "review": "automatic"})
     Order.objects.filter(order_id=state["order_id"]).update(approval="waiting")
-    # Keyed by the order: a retried step starts no second reminder.
-    Workflow.start(
-        REMINDER, {"order_id": state["order_id"]}, idempotency_key=reminder_key(state["order_id"])
-    )
     return await_approval(
         {**state, "review": "manual"},
         f"Approve order {state['order_id']} of {state['customer'] or 'a customer'} "
         f"for {dollars(state['total_cents'])}?",
         group=APPROVERS_GROUP,
         expires_in=APPROVAL_EXPIRES_IN,
+        form=OrderDecisionForm,
+        initial=decision_initial(state["total_cents"]),
+        remind_every=REMIND_EVERY,
+        escalate_after=ESCALATE_AFTER,
+        escalate_to=MANAGERS_GROUP,
     )
+
+
+def approved_cents(payload: Any) -> int | None:
+    """The amount approved, in cents, from the decision form's cleaned data."""
+    amount = payload.get("approved_amount") if isinstance(payload, dict) else None
+    return None if amount is None else int(Decimal(str(amount)) * 100)
 
 
 @step
@@ -122,9 +130,11 @@ def fulfil(state: dict[str, Any], ctx: StepContext) -> Any:
         by, comment = decision.decided_by, decision.comment
     approval = "not needed" if decision is None else decision.decision
     Order.objects.filter(order_id=state["order_id"]).update(approval=approval)
-    if decision is not None:
-        cancel_runs(reminder_key(state["order_id"]), "the order was decided", by="order-approval")
     fulfilled = {**state, "outcome": outcome, "decided_by": by, "comment": comment}
+    if decision is not None and decision.approved:
+        # The typed form's cleaned data: {"approved_amount": "2500.00", "reason": ...}.
+        fulfilled["approved_cents"] = approved_cents(decision.payload)
+        fulfilled["reason"] = (decision.payload or {}).get("reason", "")
     if outcome == "fulfilled" and state.get("terms") == "invoice":
         # Invoiced: wait, holding nothing, for the payments stream's message.
         Order.objects.filter(order_id=state["order_id"]).update(payment="due")
@@ -177,19 +187,6 @@ def record_payment(doc: dict[str, Any]) -> bool:
     return True
 
 
-@step
-def wait_a_day(state: dict[str, Any]) -> Any:
-    return sleep(state, REMIND_AFTER)
-
-
-@step
-def remind(state: dict[str, Any]) -> Any:
-    waiting = Order.objects.filter(order_id=state["order_id"], approval="waiting").exists()
-    if waiting:  # a real shop would mail the approvers here
-        logger.info("order %s still waits for an approver: reminding them", state["order_id"])
-    return done({**state, "reminded": waiting})
-
-
 def cancel_runs(key: str, reason: str, *, by: str) -> bool:
     """Cancel the run started with idempotency key *key*, if there is one and it has not
     finished; whether it was cancelled."""
@@ -201,11 +198,8 @@ def cancel_runs(key: str, reason: str, *, by: str) -> bool:
 
 def withdraw_order(order_id: Any, *, by: str) -> bool:
     """The customer withdrew the order: cancel its approval run (and the approval it
-    waits for) and its reminder; whether the approval run was cancelled."""
-    cancelled = cancel_runs(idempotency_key(order_id), "the order was withdrawn", by=by)
-    cancel_runs(reminder_key(order_id), "the order was withdrawn", by=by)
-    return cancelled
+    waits for); whether it was cancelled."""
+    return cancel_runs(idempotency_key(order_id), "the order was withdrawn", by=by)
 
 
 order_approval = Workflow.define(WORKFLOW, [review, fulfil, collect])
-approval_reminder = Workflow.define(REMINDER, [wait_a_day, remind])

@@ -116,7 +116,17 @@ async def story(people: dict[str, Any]) -> dict[str, Any]:
         hostile[name] = {"status": response.status_code, "body": json.loads(response.content)}
     seen["hostile"] = hostile
     seen["after_hostile"] = await sync_to_async(table_counts)()
-    seen["approved"] = await post(approver, approve, {"comment": "fine"})
+    # The large order's decision form: no payload, and one over the order's total,
+    # are 400s with the form's field errors, and nothing is decided.
+    seen["form_missing"] = await post(approver, approve, {"comment": "fine"})
+    seen["form_too_much"] = await post(
+        approver,
+        approve,
+        {"comment": "fine", "payload": {"approved_amount": "1e9", "reason": "nope"}},
+    )
+    seen["after_form"] = await sync_to_async(table_counts)()
+    form = {"approved_amount": "2000", "reason": "known_customer"}
+    seen["approved"] = await post(approver, approve, {"comment": "fine", "payload": form})
     seen["approved_again"] = await post(approver, approve)
     seen["rejected_late"] = await post(approver, f"/shop/approvals/{approval}/reject/")
     seen["unknown_approval"] = await post(

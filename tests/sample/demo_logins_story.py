@@ -62,8 +62,19 @@ def story() -> dict[str, Any]:
         "lists_the_approval": f"/approvals/{approval.pk}/" in inbox,
     }
     seen["admin_for_the_approver"] = person.get("/admin/").status_code
+    # The sample's approval has a decision form: without its fields, the page shows
+    # the form's errors and nothing is decided; with them, it approves.
+    refused = person.post(f"/approvals/{approval.pk}/", {"approve": "Approve", "comment": "ok"})
+    seen["form_refused"] = {
+        "status": refused.status_code,
+        "shows_errors": "This field is required." in refused.content.decode(),
+        "approval": Approval.objects.get(pk=approval.pk).status,
+    }
+    form = {"form-approved_amount": "2500.00", "form-reason": "credit_checked"}
     decided = person.post(
-        f"/approvals/{approval.pk}/", {"approve": "Approve", "comment": "ok"}, follow=True
+        f"/approvals/{approval.pk}/",
+        {"approve": "Approve", "comment": "ok", **form},
+        follow=True,
     )
     seen["decided_status"] = decided.status_code
     approval.refresh_from_db()

@@ -146,6 +146,13 @@ def test_an_async_view_starts_the_order_workflow_and_another_approves_it(
         assert answer["body"]["code"] == "invalid" and answer["body"]["detail"], (name, answer)
     assert seen["after_hostile"] == seen["before_hostile"]
     assert seen["before_hostile"] == {"runs": 2, "approvals": ["pending"], "events": 2}
+    # The typed decision form: field errors, nothing decided.
+    missing = seen["form_missing"]
+    assert missing["status"] == 400 and missing["body"]["code"] == "approval_payload_invalid"
+    assert set(missing["body"]["errors"]) == {"approved_amount", "reason"}
+    too_much = seen["form_too_much"]["body"]["errors"]
+    assert seen["form_too_much"]["status"] == 400 and set(too_much) == {"approved_amount", "reason"}
+    assert seen["after_form"]["approvals"] == ["pending"]
     assert seen["approved"] == {
         "status": 200,
         "body": {
@@ -182,3 +189,5 @@ def test_an_async_view_starts_the_order_workflow_and_another_approves_it(
         "approver",
         "fine",
     )
+    # The form's cleaned data reached the next step.
+    assert (final["approved_cents"], final["reason"]) == (200_000, "known_customer")

@@ -246,6 +246,10 @@ def test_the_served_demo_shows_both_halves_alive(tmp_path):
                 driver.find_element(By.ID, "id_password").send_keys(approver_password)
                 driver.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
                 present("#result_list").find_element(By.PARTIAL_LINK_TEXT, "Approve order").click()
+                # The sample's decision form: the amount (the order's total, initially)
+                # and a reason from a list.
+                assert present("input[name='form-approved_amount']").get_attribute("value")
+                Select(present("select[name='form-reason']")).select_by_value("known_customer")
                 present("input[name=approve]").click()
                 assert "Approved" in present(".messagelist .success").text
                 driver.get(f"{demo.base}/admin/")

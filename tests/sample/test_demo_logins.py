@@ -46,6 +46,7 @@ def test_the_demo_approver_is_not_staff_and_decides_in_the_inbox(seen: dict[str,
     assert seen["admin_for_the_approver"] == 302  # the admin's login page: not staff
     assert seen["run_before"] == "waiting"
     assert seen["inbox"] == {"status": 200, "lists_the_approval": True}
+    assert seen["form_refused"] == {"status": 400, "shows_errors": True, "approval": "pending"}
     assert seen["decided_status"] == 200
     assert seen["approval"] == {"status": "approved", "decided_by": "approver"}
     assert seen["run_after"] == "completed"

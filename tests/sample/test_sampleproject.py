@@ -6,6 +6,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -126,12 +127,23 @@ def test_demo_runs_the_whole_story(sample_env):
         in out
     )
     assert "approved by approver: run completed, order 1322 approval='approved'" in out
-    assert "its reminder (a run sleeping 1 day, 0:00:00): cancelled (the order was decided)" in out
+    # The large orders' approvals: a typed form, reminders and escalation to managers.
+    assert (
+        out.count(
+            "its form: OrderDecisionForm; reminds every 12:00:00, escalates to 'managers' at "
+        )
+        == 2
+    )
+    assert (
+        "approving $2,501.00: refused by the form (At most the order's total, $2500.00.)"
+    ) in out
     assert "rejected by approver: run completed, order 1323 approval='rejected'" in out
     chain = re.findall(r"^  #(\d) \w{12}  (\S+)\s+(root|<- #\d)", out, re.MULTILINE)
     assert chain == [("1", "(seed)", "root"), ("2", "review", "<- #1"), ("3", "fulfil", "<- #2")]
     assert "[waited for approval" in out and "outcome='fulfilled', decided_by='approver'" in out
-    assert "Decision: approved by approver at " in out and "{'ship': 'express'}" in out
+    assert "Decision: approved by approver at " in out
+    assert "payload {'approved_amount': '2000.00', 'reason': 'credit_checked'}" in out
+    assert "approved_cents=200000" in out
     assert "Audit: requested by system; approved by approver" in out
     # Payments: order 1324 on invoice terms waits for its payment; the payments stream
     # marks it paid and resumes the run, once.
@@ -196,11 +208,14 @@ def test_run_burst_processes_the_events_then_resumes(sample_env, runner):
         assert status.returncode == 0 and "shop.orders" in status.stdout
 
 
-def test_a_large_order_sleeps_a_reminder_and_withdrawing_it_cancels_both_runs(sample_env):
-    """The sample's sleep and cancel: a large order waits for an approver and starts
-    its reminder, a run sleeping a day; the customer withdraws the order (its status
-    becomes ``withdrawn`` in MongoDB) and the stream cancels both runs and the
-    pending approval."""
+def test_a_large_order_waits_with_a_form_and_escalation_and_withdrawing_it_cancels_it(
+    sample_env,
+):
+    """The sample's human task and cancel: a large order waits for an approver, with
+    a typed decision form (the order's total its initial amount and bound), reminders
+    every 12 hours and escalation to ``managers`` after 24 (no reminder run of its
+    own); the customer withdraws the order (its status becomes ``withdrawn`` in
+    MongoDB) and the stream cancels its run and the pending approval."""
     with ScriptedReplicaSet() as server:
         env = {**sample_env, "FLOWWARDEN_MONGO_URL": server.uri}
         first = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
@@ -213,15 +228,23 @@ def test_a_large_order_sleeps_a_reminder_and_withdrawing_it_cancels_both_runs(sa
             runs = dict(
                 db.execute(
                     "SELECT idempotency_key, status FROM flowwarden_django_workflowrun "
-                    "WHERE idempotency_key IN ('shop.orders:501', 'shop.reminders:501')"
+                    "WHERE idempotency_key LIKE 'shop.%:501'"
                 ).fetchall()
             )
-            wake_at = db.execute(
-                "SELECT wake_at FROM flowwarden_django_workflowrun "
-                "WHERE idempotency_key = 'shop.reminders:501'"
-            ).fetchone()[0]
-        assert runs == {"shop.orders:501": "waiting", "shop.reminders:501": "sleeping"}
-        assert wake_at is not None
+            [(form, initial, group, to_group, remind, escalate, requested)] = db.execute(
+                'SELECT a.form, a.form_initial, a."group", a.escalate_to_group, '
+                "a.next_reminder_at, a.escalate_at, a.requested_at "
+                "FROM flowwarden_django_approval a "
+                "JOIN flowwarden_django_workflowrun r ON r.coordination_id = a.coordination_id "
+                "WHERE r.idempotency_key = 'shop.orders:501'"
+            ).fetchall()
+        assert runs == {"shop.orders:501": "waiting"}  # no reminder run: remind_every
+        assert form == "sampleproject.shop.forms.OrderDecisionForm"
+        assert json.loads(initial) == {"approved_amount": "2500.00", "order_total": "2500.00"}
+        assert (group, to_group) == ("approvers", "managers")
+        since = datetime.fromisoformat(requested)
+        assert datetime.fromisoformat(remind) - since == timedelta(hours=12)
+        assert datetime.fromisoformat(escalate) - since == timedelta(hours=24)
         server.update("shop", "orders", 501, {"status": "withdrawn"})
         withdrawn = run("flowwarden_streams", "run", "--burst", env=env, timeout=120)
         assert withdrawn.returncode == 0, withdrawn.stderr
@@ -230,7 +253,7 @@ def test_a_large_order_sleeps_a_reminder_and_withdrawing_it_cancels_both_runs(sa
                 db.execute(
                     "SELECT idempotency_key, status || ':' || failure_reason "
                     "FROM flowwarden_django_workflowrun "
-                    "WHERE idempotency_key IN ('shop.orders:501', 'shop.reminders:501')"
+                    "WHERE idempotency_key LIKE 'shop.%:501'"
                 ).fetchall()
             )
             approvals = db.execute(
@@ -238,10 +261,7 @@ def test_a_large_order_sleeps_a_reminder_and_withdrawing_it_cancels_both_runs(sa
                 "JOIN flowwarden_django_workflowrun r ON r.coordination_id = a.coordination_id "
                 "WHERE r.idempotency_key = 'shop.orders:501'"
             ).fetchall()
-    assert runs == {
-        "shop.orders:501": "cancelled:the order was withdrawn",
-        "shop.reminders:501": "cancelled:the order was withdrawn",
-    }
+    assert runs == {"shop.orders:501": "cancelled:the order was withdrawn"}
     assert approvals == [("cancelled",)]
 
 

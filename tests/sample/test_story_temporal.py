@@ -43,7 +43,6 @@ pytest.importorskip("rest_framework", reason="the story's API needs djangorestfr
 from flowwarden_django.integrations.temporal.messages import STEP_ACTIVITY, WAKE_SIGNAL
 from tests.support.lanes import on_lane
 from tests.support.story_procs import (
-    LARGE_ORDER,
     ORDERS,
     SMALL_ORDERS,
     WORKFLOW,
@@ -118,17 +117,12 @@ def run_story(story: Story, server: DevServer, queue: str) -> str:
         "completed": ORDERS,
     }
     # The server's side: one workflow per run (its id the coordination id), completed.
-    # And the large order's reminder, a run that slept until the decision cancelled it.
-    reminder, status = story.reminder_of(LARGE_ORDER)
-    assert status == "cancelled"
-    expected = sorted([*((c, "COMPLETED") for c in cids), (reminder, "CANCELED")])
+    # (The large order's reminders are its approval's, remind_every: no run of their own.)
+    expected = sorted((c, "COMPLETED") for c in cids)
     on_queue = f"TaskQueue = '{queue}'"
     story.wait(
         lambda: sorted(executions(server, on_queue)) == expected,
-        lambda: (
-            f"{ORDERS} completed Temporal workflows and a cancelled one; there are "
-            f"{executions(server, on_queue)}"
-        ),
+        lambda: f"{ORDERS} completed Temporal workflows; there are {executions(server, on_queue)}",
     )
     # The large run's workflow: two step activities (no expiry), and two wakes: the
     # stream's start, then the decision's (the repeated call woke nothing).
@@ -162,7 +156,7 @@ def run_story(story: Story, server: DevServer, queue: str) -> str:
     # -- 4. exactly once: every insert delivered again starts nothing -------------------------
     story.redeliver_everything()
     assert steps_done(worker) == steps, f"the redelivery ran steps:\n{worker.describe(120)}"
-    assert len(executions(server, on_queue)) == ORDERS + 1  # and the reminder's
+    assert len(executions(server, on_queue)) == ORDERS
 
     code = worker.stop()
     assert code == 0, f"the worker's graceful shutdown failed (code {code}):\n{worker.describe()}"

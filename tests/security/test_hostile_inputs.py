@@ -29,7 +29,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -1953,3 +1953,246 @@ def test_core(lane: str, world: World) -> None:
 
 assert len(API_CASES) + len(ADMIN_CASES) + len(COMMAND_CASES) + len(CORE_CASES) >= 250
 assert len(INBOX_CASES) >= 60
+
+
+# == issue 49 (claims and typed forms): the claim, release and reassign endpoints, and a
+# form-typed approval's payload through the decide endpoint ===================================
+#
+# The same machinery as the API's cases above: each request answered with a 4xx (a 400
+# naming the bad field where the body is bad), never a 5xx, and nothing written. Its
+# own world: the untyped approval of ``world`` (alice assigned, finance its group), a
+# form-typed one (``RefundDecisionForm``: amount, reason, refund_on), an ``erin`` who
+# may reassign, and a user deleted after its token was made.
+
+CLAIM = "/approvals/{approval}/claim/"
+RELEASE = "/approvals/{approval}/release/"
+REASSIGN = "/approvals/{approval}/reassign/"
+TYPED_APPROVE = "/approvals/{typed}/approve/"
+TYPED_WORKFLOW = "hostile-typed-refund"
+#: What a reassigner holds: the right, and seeing the approvals to reassign.
+RIGHTS = ("reassign_approval", "view_approval")
+
+
+@pytest.fixture
+def claims_world(world: World) -> Iterator[World]:
+    """*world*, plus ``{typed}`` (a form-typed approval), ``t:erin`` (may view and
+    reassign approvals) and ``t:ghost`` (a token whose user was deleted since)."""
+    from django.contrib.auth.models import Permission
+
+    from flowwarden_django.models import Approval
+    from flowwarden_django.workflows import workflow_registry
+    from tests.support.typed_refund_workflow import define_typed_refunds
+
+    typed = define_typed_refunds(TYPED_WORKFLOW)
+    started = typed.start({"order": 9, "total": "120.00"})
+    approval = Approval.objects.get(coordination_id=started.coordination_id)
+    erin = User.objects.create_user("erin", password="pw")
+    erin.user_permissions.add(*Permission.objects.filter(codename__in=RIGHTS))
+    world.clients["t:erin"] = token_client(User.objects.get(pk=erin.pk))
+    ghost = User.objects.create_user("ghost", password="pw")
+    ghost.user_permissions.add(*Permission.objects.filter(codename__in=RIGHTS))
+    world.clients["t:ghost"] = token_client(ghost)
+    ghost.delete()
+    User.objects.create_user("gone", password="pw").delete()  # a name reassigned to below
+    world.typed = str(approval.pk)  # type: ignore[attr-defined]
+    try:
+        yield world
+    finally:
+        workflow_registry.unregister(TYPED_WORKFLOW)
+
+
+def reassign_body(**fields: Any) -> str:
+    return json.dumps(fields)
+
+
+def claim_api_cases() -> list[ApiCase]:
+    cases: list[ApiCase] = []
+    add = cases.append
+    long_name = "u" * (150 + 1)
+    # Ids that name no approval: 404 (or another 4xx where the router refuses the path).
+    for action in ("claim", "release", "reassign"):
+        for name, text in [*POST_IDS, ("36 zeros", "0" * 36)]:
+            body = reassign_body(to_group="finance") if action == "reassign" else "{}"
+            path = f"/approvals/{text}/{action}/"
+            add(
+                ApiCase(
+                    f"{action}, id {name}",
+                    "post",
+                    path,
+                    body,
+                    status=404,
+                    code="approval_not_found",
+                )
+            )
+    # Claim and release bodies, by alice (who may decide it): 400 on the comment.
+    comments = [
+        ("comment true", '{"comment": true}'),
+        ("comment object", '{"comment": {"a": 1}}'),
+        ("comment list", '{"comment": ["x"]}'),
+        ("comment 2001 chars", '{"comment": "' + "x" * 2001 + '"}'),
+        ("comment 100000 chars", '{"comment": "' + "x" * 100_000 + '"}'),
+        ("comment with NUL", '{"comment": "a\\u0000b"}'),
+        ("comment with a surrogate", '{"comment": "\\ud800"}'),
+    ]
+    for path, action in ((CLAIM, "claim"), (RELEASE, "release")):
+        for name, text in comments:
+            add(ApiCase(f"{action}, {name}", "post", path, text, who="t:alice", status=400))
+        for name, text in [("malformed", '{"comment": '), ("NaN", '{"comment": NaN}')]:
+            add(ApiCase(f"{action}, {name} body", "post", path, text, who="t:alice", status=400))
+        # Who may not: carol cannot see it (404); a deleted user's token (401).
+        add(ApiCase(f"{action} by carol", "post", path, "{}", who="t:carol", status=404))
+        add(ApiCase(f"{action} by a deleted user", "post", path, "{}", who="t:ghost", status=401))
+    add(ApiCase("claim by anonymous", "post", CLAIM, "{}", who="anon", status=(401, 403)))
+    # Reassign bodies, by erin (who may reassign): 400 naming the field.
+    for name, body, fld in [
+        ("to_users a string", reassign_body(to_users="alice"), "to_users"),
+        ("to_users an object", reassign_body(to_users={"alice": 1}), "to_users"),
+        ("to_users null", reassign_body(to_users=None), "to_users"),
+        ("to_users of objects", reassign_body(to_users=[{"u": "alice"}]), "to_users"),
+        ("to_users of lists", reassign_body(to_users=[["alice"]]), "to_users"),
+        ("to_users of booleans", reassign_body(to_users=[True]), "to_users"),
+        ("to_users of numbers (no such users)", reassign_body(to_users=[5, 6.5]), "to_users"),
+        ("to_users 151 chars", reassign_body(to_users=[long_name]), "to_users"),
+        ("to_users 100000 chars", reassign_body(to_users=["v" * 100_000]), "to_users"),
+        ("to_users with NUL (the parser)", reassign_body(to_users=["ali\x00ce"]), None),
+        ("to_users a surrogate", '{"to_users": ["\\ud800"]}', None),
+        ("to_users unicode, no such user", reassign_body(to_users=["Ålice🦄"]), "to_users"),
+        ("to_users RTL override", reassign_body(to_users=["\u202ealice"]), "to_users"),
+        ("to_users a deleted user", reassign_body(to_users=["gone"]), "to_users"),
+        ("to_users a deleted and a live user", reassign_body(to_users=["gone", "bob"]), None),
+        ("to_users 101 names", reassign_body(to_users=[f"n{i}" for i in range(101)]), None),
+        ("to_users 100000 names", reassign_body(to_users=["x"] * 100_000), "to_users"),
+        ("to_group a list", reassign_body(to_group=["finance"]), "to_group"),
+        ("to_group an object", reassign_body(to_group={"name": "finance"}), "to_group"),
+        ("to_group a boolean", reassign_body(to_group=True), "to_group"),
+        ("to_group a number (no such group)", reassign_body(to_group=5), "to_group"),
+        ("to_group 151 chars", reassign_body(to_group="g" * 151), "to_group"),
+        ("to_group 100000 chars", reassign_body(to_group="g" * 100_000), "to_group"),
+        ("to_group with NUL (the parser)", reassign_body(to_group="fin\x00ance"), None),
+        ("to_group unicode, no such group", reassign_body(to_group="финансы"), "to_group"),
+        ("to_group SQL", reassign_body(to_group="x' OR '1'='1"), "to_group"),
+        ("no target at all", "{}", None),
+        ("only blanks", reassign_body(to_users=[""], to_group=""), None),
+        ("to_group null and no users", reassign_body(to_group=None), None),
+        ("a good group, a bad comment", reassign_body(to_group="finance", comment=[1]), None),
+        ("a good group, comment NUL", reassign_body(to_group="finance", comment="\x00"), None),
+        ("a body that is a list", '["finance"]', None),
+        ("a body that is a string", '"finance"', None),
+        ("a body that is null", "null", None),
+        ("malformed", '{"to_group": ', None),
+        ("500 deep", '{"to_group": ' + nest(500) + "}", None),
+    ]:
+        add(
+            ApiCase(
+                f"reassign, {name}", "post", REASSIGN, body, who="t:erin", status=400, field=fld
+            )
+        )
+    # Without reassign_approval: 403 before the body is judged; a deleted user: 401.
+    for who, status in (("t:alice", 403), ("t:bob", 403), ("t:ghost", 401)):
+        for name, body in [
+            ("a good group", reassign_body(to_group="finance")),
+            ("a hostile body", reassign_body(to_users="x" * 100_000, to_group=[1])),
+        ]:
+            add(
+                ApiCase(
+                    f"reassign by {who}, {name}", "post", REASSIGN, body, who=who, status=status
+                )
+            )
+    add(
+        ApiCase(
+            "reassign by carol",
+            "post",
+            REASSIGN,
+            reassign_body(to_group="finance"),
+            who="t:carol",
+            status=404,
+        )
+    )
+    return cases
+
+
+def typed_payload_cases() -> list[ApiCase]:
+    """A form-typed approval's payload, approved by alice: 400 with the form's errors
+    (``payload``), nothing decided and (a payload refused by its form) nothing audited."""
+    cases: list[ApiCase] = []
+    good = {"amount": "5", "reason": "late"}
+    for name, payload in [
+        ("no payload", None),
+        ("empty payload", {}),
+        ("amount a string", {**good, "amount": "five"}),
+        ("amount true", {**good, "amount": True}),
+        ("amount a list", {**good, "amount": [5]}),
+        ("amount an object", {**good, "amount": {"value": 5}}),
+        ("amount nested 50 deep", {**good, "amount": json.loads(nest(50))}),
+        ("amount 100000 digits", {**good, "amount": "1" * 100_000}),
+        ("amount NaN text", {**good, "amount": "NaN"}),
+        ("amount Infinity text", {**good, "amount": "Infinity"}),
+        ("amount 1e999999", {**good, "amount": "1e999999"}),
+        ("amount 1e308", {**good, "amount": 1e308}),
+        ("amount negative", {**good, "amount": "-1"}),
+        ("amount over the total", {**good, "amount": "120.01"}),
+        ("amount full-width, over the total", {**good, "amount": "\uff15\uff10\uff10"}),
+        ("reason not a choice", {**good, "reason": "bored"}),
+        ("reason 100000 chars", {**good, "reason": "late" * 25_000}),
+        ("reason unicode", {**good, "reason": "låte🦄"}),
+        ("reason a list", {**good, "reason": ["late"]}),
+        ("reason null", {**good, "reason": None}),
+        ("refund_on not a date", {**good, "refund_on": "99999-99-99"}),
+        ("refund_on a huge number", {**good, "refund_on": 12345678901234567890}),
+        ("refund_on an object", {**good, "refund_on": {"y": 2030}}),
+        ("extra fields, a bad amount", {"amount": "x", "reason": "late", "admin": True}),
+        ("extra __all__, a bad amount", {"__all__": "x", "amount": "-1", "reason": "late"}),
+        ("extra 1000 fields, no reason", {"amount": "5", **{f"f{i}": i for i in range(1000)}}),
+        ("payload a list", [good]),
+        ("payload a string", "amount=5"),
+        ("payload a number", 5),
+        ("payload true", True),
+    ]:
+        body = json.dumps({"comment": "hostile", "payload": payload})
+        cases.append(
+            ApiCase(
+                f"typed approve, {name}",
+                "post",
+                TYPED_APPROVE,
+                body,
+                who="t:alice",
+                status=400,
+                field="payload",
+            )
+        )
+    # A NUL anywhere in the body is refused by the parser (400, before the form).
+    for name, text in [
+        ("a NUL in the amount", '{"payload": {"amount": "5\\u0000", "reason": "late"}}'),
+        ("a NUL in the reason", '{"payload": {"amount": "5", "reason": "la\\u0000te"}}'),
+        ("a surrogate reason", '{"payload": {"amount": "5", "reason": "\\ud800"}}'),
+        ("a 5000 deep amount", '{"payload": {"amount": ' + "[" * 5000 + "]" * 5000 + "}}"),
+        ("a NaN amount", '{"payload": {"amount": NaN, "reason": "late"}}'),
+        ("over 64 KiB", '{"payload": ' + OVER_64_KIB_PAYLOAD + "}"),
+    ]:
+        cases.append(
+            ApiCase(
+                f"typed approve, {name}", "post", TYPED_APPROVE, text, who="t:alice", status=400
+            )
+        )
+    return cases
+
+
+CLAIM_API_CASES = claim_api_cases()
+TYPED_PAYLOAD_CASES = typed_payload_cases()
+
+
+def test_api_claims_and_typed_payloads(lane: str, claims_world: World) -> None:
+    tally = Tally("api: claims and typed payloads", lane)
+
+    def attempt(case: ApiCase) -> str | None:
+        filled = replace(case, path=case.path.replace("{typed}", claims_world.typed))  # type: ignore[attr-defined]
+        response = api_request(claims_world, filled)
+        if response.status_code >= 500:
+            return f"status {response.status_code}"
+        return check_api_answer(case, response)
+
+    run_cases(tally, CLAIM_API_CASES + TYPED_PAYLOAD_CASES, attempt)
+    tally.finish()
+
+
+assert len(CLAIM_API_CASES) >= 80 and len(TYPED_PAYLOAD_CASES) >= 30

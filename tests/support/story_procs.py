@@ -393,7 +393,9 @@ class Story:
         the decision); the run resumes and completes: seed -> review -> fulfil."""
         self.wait(lambda: listening(self.port), f"runserver on port {self.port}")
         url = f"http://127.0.0.1:{self.port}{APPROVE_PATH.format(id=self.approval_id)}"
-        body = {"comment": "ok", "payload": {"ship": "express"}}
+        # The sample's decision form: an amount up to the order's total, and a reason.
+        form = {"approved_amount": "1000.00", "reason": "credit_checked"}
+        body = {"comment": "ok", "payload": form}
         status, first = post_json(url, self.token, body)
         assert status == 200, (status, first)
         decided = {k: first.get(k) for k in ("id", "status", "decided_by", "comment", "payload")}
@@ -402,7 +404,7 @@ class Story:
             "status": "approved",
             "decided_by": APPROVER,
             "comment": "ok",
-            "payload": {"ship": "express"},
+            "payload": form,  # the form's cleaned data
         }, first
         # The same decision again: the same answer, and nothing decided twice.
         assert post_json(url, self.token, body) == (200, first)
@@ -454,16 +456,6 @@ class Story:
             [WORKFLOW],
         )
         return dict(rows)
-
-    def reminder_of(self, order_id: int) -> tuple[str, str]:
-        """The order's ``approval-reminder`` run (a large order starts one; the decision
-        cancels it): its coordination id and status."""
-        [(cid, status)] = self.db.query(
-            "SELECT coordination_id, status FROM flowwarden_django_workflowrun "
-            "WHERE idempotency_key = %s",
-            [f"shop.reminders:{order_id}"],
-        )
-        return cid, status
 
     def run_of(self, order_id: int) -> tuple[str, str]:
         [(cid, status)] = self.db.query(

@@ -5,7 +5,8 @@ permission=..., expires_in=..., on_expiry=...)``; the run waits (status ``waitin
 with an ``Approval`` row. ``approve``/``reject`` decide it (idempotently, audited;
 ``aapprove``/``areject`` from async code);
 the run resumes and the next step reads ``ctx.decision`` (an ``ApprovalDecision``).
-``claim``/``release``/``reassign`` say who is on it (``claims``).
+``claim``/``release``/``reassign`` say who is on it (``claims``; ``aclaim``/
+``arelease``/``areassign`` from async code).
 ``sweep_approvals`` expires due approvals; the sweeps send reminders and escalate
 (``remind_and_escalate_due``); every event is notified once (``notify``: the
 ``approval_requested``... signals, and emails). ``await_approval(form=...)`` types an
@@ -14,7 +15,7 @@ approval's payload with a Django form (``forms``). Nothing here imports the admi
 
 from ...definition.decisions import ApprovalDecision
 from .access import assigned_approvals, can_decide, decidable_approvals, visible_approvals
-from .claims import ClaimResult, claim, reassign, release
+from .claims import ClaimResult, aclaim, areassign, arelease, claim, reassign, release
 from .deciding import (
     DecisionResult,
     aapprove,
@@ -59,13 +60,16 @@ __all__ = [
     "SweepResult",
     "UnknownApprovalError",
     "aapprove",
+    "aclaim",
     "adecide",
     "approval_assigned",
     "approval_escalated",
     "approval_reminded",
     "approval_requested",
     "approve",
+    "areassign",
     "areject",
+    "arelease",
     "assigned_approvals",
     "await_approval",
     "can_decide",

@@ -16,7 +16,13 @@ Who may do what:
 * ``reassign``: holders of ``flowwarden_django.reassign_approval``. The approval's
   deciders by name and by group become exactly *to_users* and *to_group* (the
   permission rule stays, and holders of ``decide_approval`` still decide), and its
-  claim is cleared.
+  claim is cleared. The new deciders are notified (``assigned``: the
+  ``approval_assigned`` signal and, with ``FLOWWARDEN["APPROVAL_EMAILS"]`` on, an
+  email each), once per reassign: its outbox row is numbered by the reassign.
+
+From async code, ``aclaim``, ``arelease`` and ``areassign`` run the same calls through
+``sync_to_async(thread_sensitive=True)``, as ``adecide`` does (the row lock needs a
+transaction on the one connection of the thread-sensitive executor).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ....common.app_models import models
@@ -33,6 +40,7 @@ from ...runs.records import RunRecords
 from ...runs.transactions import write_transaction
 from .access import can_decide
 from .errors import ApprovalConflictError, ApprovalExpiredError, ApprovalPermissionError
+from .notifications import notify
 from .transitions import load_locked, record_event
 
 if TYPE_CHECKING:
@@ -205,6 +213,7 @@ def reassign(
     *to_group* (a group name), as *by*, who needs ``reassign_approval``. Its assignees
     become exactly *to_users* and its group *to_group* (``None``: no group); its
     permission rule stays; its claim is cleared. *comment* (why) goes to the audit.
+    *to_users* and *to_group* are notified (``assigned``) once the reassign commits.
 
     Raises ``ValueError`` (before anything is read) for no target, too many users or
     a bad name (and ``UserJSONError``, a ``ValueError``, for a bad comment), then
@@ -247,4 +256,53 @@ def reassign(
             comment=comment,
             payload={"from": before, "to": {"assignees": names, "group": group}},
         )
+        # The n-th reassign is notification n (the row is locked: the count holds).
+        number = (
+            models.ApprovalEvent.objects.using(db)
+            .filter(approval=approval, action=models.ApprovalEvent.Action.REASSIGNED)
+            .count()
+        )
+        notify(
+            approval,
+            models.ApprovalNotification.Event.ASSIGNED,
+            number,
+            users=names,
+            group=group,
+            using=db,
+        )
     return ClaimResult(approval)
+
+
+async def aclaim(
+    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
+) -> ClaimResult:
+    """``claim`` from async code: the same result, errors and audit events
+    (``thread_sensitive=True``, see the module). In an async view pass
+    ``await request.auser()``."""
+    return await sync_to_async(claim, thread_sensitive=True)(
+        approval_id, user, comment=comment, using=using
+    )
+
+
+async def arelease(
+    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
+) -> ClaimResult:
+    """``release`` from async code; see ``aclaim``."""
+    return await sync_to_async(release, thread_sensitive=True)(
+        approval_id, user, comment=comment, using=using
+    )
+
+
+async def areassign(
+    approval_id: Any,
+    *,
+    by: Any,
+    to_users: Iterable[str] = (),
+    to_group: str | None = None,
+    comment: str = "",
+    using: str | None = None,
+) -> ClaimResult:
+    """``reassign`` from async code; see ``aclaim``."""
+    return await sync_to_async(reassign, thread_sensitive=True)(
+        approval_id, by=by, to_users=to_users, to_group=to_group, comment=comment, using=using
+    )

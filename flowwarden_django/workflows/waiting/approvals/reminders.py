@@ -13,7 +13,9 @@ and writes the ``reminded`` audit event and its notification in the same transac
 Escalation happens once (``escalated_at`` is null in its guard): a group named in
 ``escalate_to`` becomes the approval's group (the old group can no longer decide it),
 usernames are added to its assignees (the old assignees keep it); audited
-(``escalated``, with what changed) and notified to the new deciders.
+(``escalated``, with what changed) and notified to the new deciders. A claim held at
+that time is released in the same transaction (the claimant would otherwise keep the
+new deciders out), audited as ``released`` by the system (no actor).
 """
 
 from __future__ import annotations
@@ -127,13 +129,15 @@ def _escalate(approval: models.Approval, now: datetime, db: str) -> bool:
     to_group = approval.escalate_to_group or ""
     to_users = sorted({str(name) for name in approval.escalate_to_users or () if name})
     with write_transaction(db):
-        changes: dict[str, object] = {"escalated_at": now}
+        rows = models.Approval.objects.using(db).filter(pk=approval.pk)
+        # Locked first, so the claim read is the one this escalation releases (a claim
+        # or a decision racing it waits for the commit).
+        holder = rows.select_for_update().values_list("claimed_by", flat=True).first()
+        changes: dict[str, object] = {"escalated_at": now, "claimed_by": "", "claimed_at": None}
         if to_group:
             changes["group"] = to_group
-        moved = (
-            models.Approval.objects.using(db)
-            .filter(pk=approval.pk, status=models.Approval.Status.PENDING, escalated_at=None)
-            .update(**changes)
+        moved = rows.filter(status=models.Approval.Status.PENDING, escalated_at=None).update(
+            **changes
         )
         if moved != 1:
             return False
@@ -152,6 +156,14 @@ def _escalate(approval: models.Approval, now: datetime, db: str) -> bool:
                 "added_assignees": to_users,
             },
         )
+        if holder:
+            models.ApprovalEvent.objects.using(db).create(
+                approval=approval,
+                action=models.ApprovalEvent.Action.RELEASED,
+                at=now,
+                payload={"claimed_by": holder},
+                detail=f"the claim of {holder} released: the approval was escalated",
+            )
         notify(
             approval,
             models.ApprovalNotification.Event.ESCALATED,

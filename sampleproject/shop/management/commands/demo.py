@@ -12,7 +12,12 @@
    approver). A third run resumes after the saved anchor and re-processes nothing; a
    redelivered insert starts no second run.
 2. An approver approves one large order and rejects the other; each run resumes
-   and completes. Prints the approved run's snapshot chain and the decision.
+   and completes. The approval has a typed decision form (an approved amount no
+   larger than the order, a reason from a list): an amount over the order's total is
+   refused with the form's error, then the approval goes through. Each large order's
+   approval reminds its approvers every 12 hours and escalates to the ``managers``
+   group after 24 (both printed). Prints the approved run's snapshot chain and the
+   decision.
 3. Payments: an order on invoice terms is fulfilled and its run waits for its
    payment (``wait_for``); a payment written to ``shop.payments`` goes through the
    transactional ``payments`` stream, which marks the order paid and resumes the run
@@ -75,18 +80,18 @@ from flowwarden_django.streams import (
     metrics,
     stream_registry,
 )
-from flowwarden_django.workflows import Workflow, approve, reject
+from flowwarden_django.workflows import ApprovalFormError, Workflow, approve, reject
 
+from ...forms import cents_to_amount
 from ...models import Order
 from ...workflows import (
     APPROVERS_GROUP,
-    REMIND_AFTER,
-    REMINDER,
+    LEGACY_REMINDER,
+    MANAGERS_GROUP,
     WORKFLOW,
     dollars,
     idempotency_key,
     record_payment,
-    reminder_key,
     start_for_order,
 )
 
@@ -419,14 +424,22 @@ class Command(BaseCommand):
         self.stdout.write(
             f"\nApprovals (deciding as {approver.username!r}, in {APPROVERS_GROUP!r}):"
         )
-        decisions = [("approve", "Checked the customer's credit", {"ship": "express"})]
-        decisions.append(("leave", "", None) if leave_pending else ("reject", "Over budget", None))
-        for order_id, (verb, comment, payload) in zip(large, decisions, strict=True):
+        decisions = [("approve", "Checked the customer's credit")]
+        decisions.append(("leave", "") if leave_pending else ("reject", "Over budget"))
+        for order_id, (verb, comment) in zip(large, decisions, strict=True):
             approval = pending_approval(order_id)
             self.stdout.write(f"  {approval.prompt}  (approval {approval.pk}, pending)")
+            self.stdout.write(
+                f"    its form: {approval.form.rsplit('.', 1)[-1]}; reminds every "
+                f"{approval.remind_every}, escalates to {approval.escalate_to_group!r} at "
+                f"{approval.escalate_at:%Y-%m-%d %H:%M} UTC"
+            )
             if verb == "leave":
                 self.stdout.write("    left pending for you: see below")
                 continue
+            payload = None
+            if verb == "approve":
+                payload = self.form_payload(approval, order_id, approver)
             decide = approve if verb == "approve" else reject
             result = decide(approval.pk, approver, comment=comment, payload=payload)
             run = WorkflowRun.objects.get(pk=approval.coordination_id)
@@ -435,15 +448,27 @@ class Command(BaseCommand):
                 f"    {result.approval.status} by {approver.username}: run {run.status}, "
                 f"order {order_id} approval={order.approval!r}"
             )
-            reminder = WorkflowRun.objects.get(idempotency_key=reminder_key(order_id))
-            self.stdout.write(
-                f"    its reminder (a run sleeping {REMIND_AFTER}): {reminder.status} "
-                f"({reminder.failure_reason})"
-            )
         approved = Approval.objects.filter(
             workflow_name=WORKFLOW, status=Approval.Status.APPROVED
         ).order_by("-decided_at")[0]
         self.print_chain(approved)
+
+    def form_payload(self, approval: Approval, order_id: int, approver: Any) -> dict[str, str]:
+        """The approval's form payload: first one over the order's total (the form
+        refuses it, nothing is decided), then 80% of the order with a reason."""
+        total = Order.objects.get(order_id=order_id).total_cents
+        too_much = {"approved_amount": str(cents_to_amount(total + 100)), "reason": "other"}
+        try:
+            approve(approval.pk, approver, payload=too_much)
+        except ApprovalFormError as exc:
+            self.stdout.write(
+                f"    approving {dollars(total + 100)}: refused by the form "
+                f"({'; '.join(m for ms in exc.errors.values() for m in ms)})"
+            )
+        return {
+            "approved_amount": str(cents_to_amount(total * 8 // 10)),
+            "reason": "credit_checked",
+        }
 
     def print_chain(self, approval: Approval) -> None:
         workflow = Workflow.for_coordination(approval.coordination_id)
@@ -462,7 +487,14 @@ class Command(BaseCommand):
             state = snapshot.state or {}
             summary = ", ".join(
                 f"{key}={state[key]!r}"
-                for key in ("order_id", "total_cents", "review", "outcome", "decided_by")
+                for key in (
+                    "order_id",
+                    "total_cents",
+                    "review",
+                    "outcome",
+                    "decided_by",
+                    "approved_cents",
+                )
                 if key in state
             )
             self.stdout.write(
@@ -831,7 +863,7 @@ def _keys_from(first_id: int) -> Any:
 def forget_order_runs() -> None:
     """Delete the order-approval and reminder runs, snapshots and approvals of an
     earlier demo (a new scripted server starts order ids from 1 again)."""
-    runs = WorkflowRun.objects.filter(workflow_name__in=[WORKFLOW, REMINDER])
+    runs = WorkflowRun.objects.filter(workflow_name__in=[WORKFLOW, LEGACY_REMINDER])
     coordinations = list(runs.values_list("coordination_id", flat=True))
     SnapshotRecord.objects.filter(coordination_id__in=coordinations).delete()
     WorkflowMessage.objects.filter(coordination_id__in=coordinations).delete()
@@ -850,7 +882,9 @@ def pending_approval(order_id: int) -> Approval:
 
 
 def demo_approver() -> Any:
-    """The ``approver`` user, in the approvers group (it decides the demo's approvals)."""
+    """The ``approver`` user, in the approvers group (it decides the demo's approvals);
+    the ``managers`` group, which a large order's approval escalates to, exists too."""
+    Group.objects.get_or_create(name=MANAGERS_GROUP)
     group, _ = Group.objects.get_or_create(name=APPROVERS_GROUP)
     user, _ = get_user_model().objects.get_or_create(username="approver")
     user.groups.add(group)
