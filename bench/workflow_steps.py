@@ -54,6 +54,11 @@ two of them also write the run's row (its opening and its completion): that is w
 it costs, not an unfairness of the baseline, which is the least any durable step
 needs.
 
+With ``--tracing-rounds N`` (5 by default), the engine alone again, N rounds each
+without OpenTelemetry, with its API and no SDK, and with an SDK and a span exporter
+that drops every span (``bench/_tracing.py``): the ratios to the first and the cost
+per step.
+
 Also printed, from untimed runs: the statements of a whole run and of each plain
 step, by kind (Django's query log, so BEGIN, COMMIT and SAVEPOINT count too; none
 means each statement committed on its own), and CPU time per step: all of this
@@ -106,6 +111,7 @@ from _postgres import (  # noqa: E402  (after the path set-up; bench/ is the scr
     server_info,
     vacuum_workflow_tables,
 )
+from _tracing import tracing_lines  # noqa: E402
 
 WORKFLOW = "bench.workflow_steps"
 STEPS = 20
@@ -135,6 +141,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=positive_int, default=7, help="rounds per path")
     parser.add_argument("--warmup", type=positive_int, default=3, help="untimed runs per path")
+    parser.add_argument(
+        "--tracing-rounds",
+        type=int,
+        default=5,
+        help="rounds of the engine without OpenTelemetry, with its API and no SDK, and "
+        "with an SDK and a no-op exporter (bench/_tracing.py; 0: none)",
+    )
     return parser.parse_args(argv)
 
 
@@ -588,6 +601,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"ratio {engine_rates[-1] / raw_rates[-1]:.2f}",
                 flush=True,
             )
+        tracing = []
+        if args.tracing_rounds:
+            tracing = tracing_lines(
+                lambda: engine_round(steps, store, args.runs), args.tracing_rounds
+            )
     finally:
         cleanup(conn)
         conn.close()
@@ -606,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"raw psycopg single-row INSERT:  {raw:.0f} inserts/s (median of the rounds)")
     print(f"ratio of those medians: {engine / raw:.2f}")
     print(f"ratio (engine steps / raw inserts, median of the rounds' ratios): {paired:.2f}")
+    for line in tracing:
+        print(line)
     return 0
 
 

@@ -64,3 +64,8 @@ if os.environ.get("FLOWWARDEN_TEST_SMTP_PORT"):  # tests/integrations/test_celer
         "FROM_EMAIL": "flow@example.com",
         "BASE_URL": "https://ops.example.com",
     }
+
+# tests/integrations/test_celery_tracing.py: spans to a file (FLOWWARDEN_TEST_OTEL_FILE).
+from tests.support.otel import configure_from_env  # noqa: E402
+
+configure_from_env()

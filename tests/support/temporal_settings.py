@@ -69,3 +69,8 @@ if os.environ.get("FLOWWARDEN_TEST_SMTP_PORT"):  # tests/integrations/test_tempo
         "FROM_EMAIL": "flow@example.com",
         "BASE_URL": "https://ops.example.com",
     }
+
+# tests/integrations/test_temporal_tracing.py: spans to a file (FLOWWARDEN_TEST_OTEL_FILE).
+from tests.support.otel import configure_from_env  # noqa: E402
+
+configure_from_env()
