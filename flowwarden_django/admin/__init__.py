@@ -16,4 +16,12 @@ shows. Django's admin autodiscovery imports this package, which imports each pag
 module; each registers its ``ModelAdmin`` with ``@admin.register``.
 """
 
-from . import approvals, checkpoints, console, dead_letters, messages, runs  # noqa: F401
+from . import (  # noqa: F401
+    approvals,
+    checkpoints,
+    console,
+    dead_letters,
+    messages,
+    runs,
+    workflows_page,
+)

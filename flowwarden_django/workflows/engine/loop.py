@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast
 
+from django.utils import timezone
+
 from ...common.app_models import models
 from ..definition.decisions import ApprovalDecision
 from ..definition.graph import (
@@ -58,6 +60,7 @@ from ..definition.steps import Advance, Done, Fail, Pause, StepContext, StepOutc
 from ..execution.step_timings import AttemptError, StepTiming, errors_json, parse_errors
 from ..operations.upgrades import UPGRADE_METADATA, upgrade_of
 from ..queues.gate import gate_for
+from ..runs.leases import runner_instance
 from ..runs.records import ConcurrentRunError, RunStatus
 from ..runs.transactions import write_transaction
 from ..storage.snapshot import WorkflowSnapshot
@@ -377,6 +380,7 @@ class _Execution(RunWriter):
                 outbox=AttemptOutbox(self.cid, head.id if head else "", current.name, self.runs.db),
             )
             started = time.perf_counter()
+            started_at = timezone.now().isoformat()
             try:
                 outcome = call_step(current, state, ctx)
                 if not isinstance(outcome, _OUTCOMES):
@@ -385,10 +389,26 @@ class _Execution(RunWriter):
                         "hibernate(), sleep(), done() or fail()"
                     )
                 elapsed = (time.perf_counter() - started) * 1000
-                self.timing = StepTiming(elapsed, attempt, tuple(errors))
+                self.timing = StepTiming(
+                    elapsed,
+                    attempt,
+                    tuple(errors),
+                    started_at=started_at,
+                    worker=runner_instance(),
+                    provider=self.workflow.executed_by,
+                )
                 return outcome
             except Exception as exc:
-                errors.append(AttemptError.of(attempt, exc))
+                elapsed = (time.perf_counter() - started) * 1000
+                errors.append(
+                    AttemptError.of(
+                        attempt,
+                        exc,
+                        started_at=started_at,
+                        duration_ms=elapsed,
+                        worker=runner_instance(),
+                    )
+                )
                 logger.warning(
                     "workflow %s (%s): step %r attempt %d/%d failed: %r",
                     self.workflow.name,

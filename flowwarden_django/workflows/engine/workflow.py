@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
@@ -104,6 +104,10 @@ class Workflow(RunMessaging):
     ``aget_event``, the same calls run in Django's thread-sensitive executor
     (``sync_to_async``).
     """
+
+    #: The execution provider its steps run under, recorded with each step's timing
+    #: (the Celery and Temporal providers' subclasses say theirs).
+    executed_by: ClassVar[str] = "inprocess"
 
     def __init__(
         self,
