@@ -101,7 +101,7 @@ def build_diagram(
             position = "here"
         elif index == after:
             position = "next"
-        elif after is not None and index < after:
+        elif index < (after if after is not None else here if here is not None else 0):
             position = "passed"
         drawn.append(
             DiagramStep(

@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT
 from ..models import Approval, WorkflowRun
+from ..streams.operations.status import instance_key
 from ..workflows.definition.registry import workflow_registry
 from .base import GuardedLookupsMixin, LargeTableAdminMixin, ReadOnlyAdminMixin
 from .details import HealthDetailsMixin, error_text
@@ -198,11 +199,17 @@ class WorkflowRunAdmin(
 
     def timeline_of(self, request: HttpRequest, run: WorkflowRun) -> tuple[Timeline | None, str]:
         """*run*'s timeline (``timeline``), or ``None`` and why it cannot be drawn."""
+        # Users without the details see each worker by its opaque key, as the runner.
+        worker_name = instance_key if self.redacting(request) else None
         try:
             found = self.store_of(run)
-            return load_timeline(
-                run, found.store, child_url=lambda cid: self._url("change", cid)
-            ), ""
+            timeline = load_timeline(
+                run,
+                found.store,
+                child_url=lambda cid: self._url("change", cid),
+                worker_name=worker_name,
+            )
+            return timeline, ""
         except NotImplementedError:
             return None, gettext("The run's snapshot store cannot list its snapshots.")
         except Exception as exc:  # a broken store: the rest of the page still shows

@@ -227,10 +227,13 @@ def build_timeline(
     *,
     now: datetime | None = None,
     child_url: Callable[[str], str] | None = None,
+    worker_name: Callable[[str], str] | None = None,
     skipped: bool = False,
 ) -> Timeline:
     """The timeline of *run* from the snapshots of its head's *chain* (oldest
-    first), its *approvals* and its *children* (``child_url`` links each lane)."""
+    first), its *approvals* and its *children* (``child_url`` links each lane;
+    ``worker_name`` shows a worker, an opaque key for users without the details,
+    say)."""
     now = now or timezone.now()
     by_snapshot = {a.snapshot_id: a for a in approvals}
     bars: list[Bar] = []
@@ -246,6 +249,10 @@ def build_timeline(
         since = run.queued_at or run.updated_at
         bars.append(Bar("wait", _wait_label("slot"), "waiting", since, None, wait="slot"))
     bars = _mark_current(run, bars)
+    if worker_name is not None:
+        bars = [
+            dataclasses.replace(b, worker=worker_name(b.worker)) if b.worker else b for b in bars
+        ]
     for child in children[:MAX_CHILDREN]:
         finished = child.status in _FINISHED
         bars.append(
@@ -453,6 +460,7 @@ def load_timeline(
     store: SnapshotStore,
     *,
     child_url: Callable[[str], str] | None = None,
+    worker_name: Callable[[str], str] | None = None,
     now: datetime | None = None,
 ) -> Timeline:
     """The timeline of *run*: its newest ``MAX_SNAPSHOTS`` snapshots from *store*
@@ -471,5 +479,12 @@ def load_timeline(
         .order_by("created_at", "coordination_id")[:MAX_CHILDREN]
     )
     return build_timeline(
-        run, chain, approvals, children, now=now, child_url=child_url, skipped=skipped
+        run,
+        chain,
+        approvals,
+        children,
+        now=now,
+        child_url=child_url,
+        worker_name=worker_name,
+        skipped=skipped,
     )

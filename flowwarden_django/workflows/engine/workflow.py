@@ -105,9 +105,7 @@ class Workflow(RunMessaging):
     (``sync_to_async``).
     """
 
-    #: The execution provider its steps run under, recorded with each step's timing
-    #: (the Celery and Temporal providers' subclasses say theirs).
-    executed_by: ClassVar[str] = "inprocess"
+    executed_by: ClassVar[str] = "inprocess"  # the provider, recorded in each step's timing
 
     def __init__(
         self,

@@ -62,9 +62,15 @@ class AttemptError:
         return cls(attempt, type(exc).__name__, message, started_at, duration_ms, worker)
 
     def as_dict(self, *, with_message: bool = True) -> dict[str, Any]:
+        """JSON for the API: its number, class and (*with_message*) message."""
         found: dict[str, Any] = {"attempt": self.attempt, "error": self.error}
         if with_message:
             found["message"] = self.message
+        return found
+
+    def stored(self) -> dict[str, Any]:
+        """JSON for the metadata and the run record: all it knows."""
+        found = self.as_dict()
         if self.started_at:
             found["started_at"] = self.started_at
         if self.duration_ms is not None:
@@ -121,7 +127,7 @@ def errors_json(errors: tuple[AttemptError, ...] | list[AttemptError]) -> str:
     kept = list(errors)
     if len(kept) > ERRORS_KEPT:
         kept = kept[: ERRORS_KEPT // 2] + kept[-(ERRORS_KEPT - ERRORS_KEPT // 2) :]
-    return json.dumps([e.as_dict() for e in kept], separators=(",", ":"))
+    return json.dumps([e.stored() for e in kept], separators=(",", ":"))
 
 
 def parse_errors(value: Any) -> tuple[AttemptError, ...]:
