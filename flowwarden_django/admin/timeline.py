@@ -67,10 +67,10 @@ WAIT_KINDS: dict[str, tuple[str, Any]] = {
 OUTCOMES: dict[str, tuple[Any, str]] = {
     "succeeded": (_("succeeded"), "✓"),
     "failed": (_("failed"), "✗"),
-    "paused": (_("paused"), "⏸"),
+    "paused": (_("paused"), "‖"),
     "completed": (_("completed the run"), "■"),
-    "waiting": (_("waiting"), "…"),
-    "waited": (_("waited"), "⧗"),
+    "waiting": (_("waiting"), "◇"),
+    "waited": (_("waited"), "◆"),
     "running": (_("running"), "▶"),
     "cancelled": (_("cancelled"), "⊘"),
     "other": (_("ended"), "•"),
@@ -294,6 +294,7 @@ def _attempts(snapshot: WorkflowSnapshot) -> list[Bar]:
                 start,
                 end,
                 attempt=error.attempt,
+                provider=timing.provider,  # a step's attempts run under one provider
                 worker=error.worker,
                 error=error.error,
             )
@@ -448,9 +449,10 @@ def _place(run: WorkflowRun, bars: list[Bar], now: datetime, skipped: bool) -> T
         left = min(max(left, 0.0), 100 - MIN_WIDTH)
         width = min(max(right - left, MIN_WIDTH), 100 - left)
         placed.append(dataclasses.replace(bar, left=round(left, 3), width=round(width, 3)))
+    # Three labels fit the narrowest track; the track's grid marks the quarters.
     ticks = tuple(
-        Tick("+" + duration_text(timedelta(seconds=span * share / 4)) if share else "0", share * 25)
-        for share in range(5)
+        Tick("+" + duration_text(timedelta(seconds=span * share / 2)) if share else "0", share * 50)
+        for share in range(3)
     )
     return Timeline(start, end, tuple(placed), ticks, skipped)
 
