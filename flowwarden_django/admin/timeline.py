@@ -177,6 +177,11 @@ class Timeline:
     def current(self) -> Bar | None:
         return next((bar for bar in self.bars if bar.current), None)
 
+    @property
+    def span_text(self) -> str:
+        """How long the axis lasts, in words."""
+        return duration_text(self.end - self.start)
+
 
 class ChildRun(Protocol):
     """What a child lane needs of a child's ``WorkflowRun``."""

@@ -90,6 +90,13 @@ def test_timeline_and_diagram_fit_1280_px_with_every_bar_labelled(
                 driver.save_screenshot(str(shots / f"observability-{name}.png"))
                 if name.startswith("timeline"):
                     timeline.screenshot(str(shots / f"observability-{name}-only.png"))
+            # Dark mode: the admin's own colour variables (a look, not an assertion).
+            driver.execute_script("localStorage.setItem('theme', 'dark')")
+            driver.get(live_server.url + pages["timeline"])
+            timeline = driver.find_element("id", "flowwarden-timeline")
+            driver.execute_script("arguments[0].scrollIntoView()", timeline)
+            results["timeline-dark"] = driver.execute_script(MEASURE)
+            timeline.screenshot(str(shots / "observability-timeline-dark.png"))
         finally:
             driver.quit()
     for name, found in results.items():
