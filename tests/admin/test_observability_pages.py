@@ -98,8 +98,7 @@ def test_the_run_page_draws_its_timeline_with_every_bar_labelled(client, orders_
 
 def test_the_diagram_marks_where_a_waiting_run_stands(client, orders_run):
     _, operator = orders_run
-    waiting = WorkflowRun.objects.filter(workflow_name=ORDERS).first()
-    WorkflowRun.objects.filter(pk=waiting.pk).update(status="waiting", last_step="review")
+    WorkflowRun.objects.filter(pk=CID).update(status="waiting", last_step="review")
     client.force_login(operator)
     html = client.get(f"{diagram_url(ORDERS)}?run={CID}").content.decode()
     page = Elements(html)

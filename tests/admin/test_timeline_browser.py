@@ -13,6 +13,7 @@ from django.urls import reverse
 from selenium.webdriver.support.ui import WebDriverWait
 
 from flowwarden_django.models import WorkflowRun
+from flowwarden_django.workflows import workflow_registry
 from tests.support.browser import artifact_dir, start_chrome
 from tests.support.lanes import on_lane
 from tests.support.timeline_workflow import ORDERS, define_orders, drive_orders, forget_orders
@@ -44,8 +45,7 @@ def orders_run():
         operator = User.objects.create_superuser("operator", "op@example.com", PASSWORD)
         run = drive_orders(CID, operator)
         # And one run still waiting for its approval, for the diagram's position.
-        define = __import__("flowwarden_django.workflows", fromlist=["workflow_registry"])
-        define.workflow_registry.get(ORDERS).start({"order": 8}, coordination_id=CID + "-2")
+        workflow_registry.get(ORDERS).start({"order": 8}, coordination_id=CID + "-2")
         yield run
     finally:
         forget_orders()
