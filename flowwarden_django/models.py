@@ -377,6 +377,18 @@ class WorkflowRun(models.Model):
         return f"{self.workflow_name} {self.coordination_id}"
 
 
+class DefinedWorkflow(WorkflowRun):
+    """The admin's "Workflows" page: every defined workflow, its versions, its runs by
+    status and its diagram. A proxy of ``WorkflowRun`` (no table, no permissions of
+    its own: the page needs ``view_workflowrun``)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        default_permissions = ()
+
+
 class Approval(models.Model):
     """A workflow run waiting for a person: made when a step returns
     ``await_approval(...)``, decided once (approved or rejected), or expired or

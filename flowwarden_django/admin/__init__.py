@@ -9,6 +9,9 @@
   the diffs);
 * ``messages``: messages sent to runs and the events runs publish (read-only);
 * ``approvals``: approvals and their audit trail, with approve/reject pages.
+* ``workflows_page``: the "Workflows" page (every defined workflow, its runs by
+  status) and each version's diagram (built by ``diagram``); a run's page draws its
+  timeline (built by ``timeline``).
 
 ``base`` holds what they share (read-only and guarded-lookup mixins, badges, pages
 that run one operation on one object) and ``stores`` which configured store a page
@@ -16,4 +19,12 @@ shows. Django's admin autodiscovery imports this package, which imports each pag
 module; each registers its ``ModelAdmin`` with ``@admin.register``.
 """
 
-from . import approvals, checkpoints, console, dead_letters, messages, runs  # noqa: F401
+from . import (  # noqa: F401
+    approvals,
+    checkpoints,
+    console,
+    dead_letters,
+    messages,
+    runs,
+    workflows_page,
+)

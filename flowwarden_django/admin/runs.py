@@ -18,6 +18,7 @@ shared with the approvals' pages).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,8 +31,10 @@ from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT
 from ..models import Approval, WorkflowRun
+from ..streams.operations.status import instance_key
+from ..workflows.definition.registry import workflow_registry
 from .base import GuardedLookupsMixin, LargeTableAdminMixin, ReadOnlyAdminMixin
-from .details import HealthDetailsMixin
+from .details import HealthDetailsMixin, error_text
 from .run_actions import RunActionsMixin
 from .run_columns import RunColumnsMixin, approval_url
 from .run_fork import ForkPageMixin
@@ -40,6 +43,10 @@ from .run_queues import QueueListFilter, RunQueueFieldsMixin, queue_of
 from .run_snapshot_pages import SnapshotPagesMixin
 from .run_stores import RunStore, run_store
 from .snapshots import PAGE_SIZE
+from .timeline import Timeline, load_timeline
+from .workflows_page import diagram_url
+
+logger = logging.getLogger("flowwarden_django.admin")
 
 VIEW_SNAPSHOTS_PERMISSION = "flowwarden_django.view_snapshotrecord"
 #: The run page's fieldset of its queue (shown for a run on one only).
@@ -190,6 +197,25 @@ class WorkflowRunAdmin(
         """Where *run*'s snapshots are read (see :func:`run_store`)."""
         return run_store(run.workflow_name, run.coordination_id, self.snapshot_store_alias)
 
+    def timeline_of(self, request: HttpRequest, run: WorkflowRun) -> tuple[Timeline | None, str]:
+        """*run*'s timeline (``timeline``), or ``None`` and why it cannot be drawn."""
+        # Users without the details see each worker by its opaque key, as the runner.
+        worker_name = instance_key if self.redacting(request) else None
+        try:
+            found = self.store_of(run)
+            timeline = load_timeline(
+                run,
+                found.store,
+                child_url=lambda cid: self._url("change", cid),
+                worker_name=worker_name,
+            )
+            return timeline, ""
+        except NotImplementedError:
+            return None, gettext("The run's snapshot store cannot list its snapshots.")
+        except Exception as exc:  # a broken store: the rest of the page still shows
+            logger.exception("timeline of run %s failed", run.pk)
+            return None, error_text(request, exc)
+
     # -- urls ------------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
@@ -251,9 +277,16 @@ class WorkflowRunAdmin(
             for approval in pending.order_by("requested_at"):
                 url = approval_url(self.admin_site.name, approval.pk)
                 tools.append(("approval", url, gettext("Pending approval")))
+        if run is not None and workflow_registry.defines(run.workflow_name, run.workflow_version):
+            url = diagram_url(run.workflow_name, run.workflow_version, run.pk, self.admin_site.name)
+            tools.append(("diagram", url, gettext("Diagram")))
         context: dict[str, Any] = {"workflow_run_tools": tools}
         if run is not None:
             context["run_mailbox"] = run_mailbox(run, self.admin_site.name)
+            if self.has_snapshot_permission(request):
+                context["run_timeline"], context["run_timeline_error"] = self.timeline_of(
+                    request, run
+                )
         context.update(extra_context or {})
         return super().change_view(request, object_id, form_url, context)
 

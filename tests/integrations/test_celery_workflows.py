@@ -75,6 +75,7 @@ from flowwarden_django.workflows import (
 )
 from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.execution.providers import configured_provider, reset_providers
+from flowwarden_django.workflows.execution.step_timings import step_timing_of
 from flowwarden_django.workflows.operations.recovery import recover_stalled_runs
 from flowwarden_django.workflows.runs.records import RunRecords
 from tests.support import celery_workflows as flows
@@ -178,6 +179,9 @@ def test_each_step_is_one_task_and_the_snapshots_form_a_chain(
     wait_for_status(wf, RunStatus.COMPLETED, worker)
     assert wf.current_result() == Completed({**state, "trail": ["one", "two", "three"]}, cid)
     assert_chained(wf, ["one", "two", "three"])
+    # For the admin's timeline: each step records the provider and worker that ran it.
+    timings = [step_timing_of(s.metadata) for s in wf.history()[1:]]
+    assert {(t.provider, bool(t.worker)) for t in timings if t} == {("celery", True)}
     runs = executions(state["log"])
     assert [e["step"] for e in runs] == ["one", "two", "three"]
     # One task per step: three task ids, and the worker received three tasks.

@@ -448,6 +448,9 @@ def test_step_retries_are_the_activitys_retry_policy(
         (1, "RuntimeError", "not yet"),
         (2, "RuntimeError", "not yet"),
     ]
+    # For the admin's timeline: where and when each attempt ran.
+    assert timing.provider == "temporal" and timing.worker and timing.started_at
+    assert all(e.started_at and e.duration_ms is not None for e in timing.errors)
     assert WorkflowRun.objects.using(DB).get(pk=cid).step_errors is None
 
 

@@ -172,7 +172,14 @@ def test_a_run_written_step_by_step_reads_the_same_everywhere(alias: str) -> Non
     head = store.latest(cid)
     assert head.id == rows[-1].id and head.state == ["init", *[f"s{n}" for n in range(1, 6)]]
     timing = {k: v for k, v in head.metadata.items() if k.startswith("workflow.step.")}
-    assert set(timing) == {"workflow.step.durationMs", "workflow.step.attempts"}
+    assert set(timing) == {
+        "workflow.step.durationMs",
+        "workflow.step.attempts",
+        "workflow.step.startedAt",
+        "workflow.step.worker",
+        "workflow.step.provider",
+    }
+    assert timing["workflow.step.provider"] == "inprocess"
     assert {k: v for k, v in head.metadata.items() if k not in timing} == {
         LAST_STEP: f"s{STEPS}",
         WORKFLOW_NAME: "path",

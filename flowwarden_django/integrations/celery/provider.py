@@ -309,6 +309,8 @@ class _StepWorkflow(Workflow):
     """The workflow a step task runs: its claim also checks that the task is still
     wanted, so the check and the step cannot be separated by another runner."""
 
+    executed_by = "celery"
+
     def __init__(
         self,
         definition: WorkflowDefinition,

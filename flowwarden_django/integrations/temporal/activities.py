@@ -73,6 +73,8 @@ class StaleStep(Exception):
 class _ActivityWorkflow(Workflow):
     """The workflow a step activity runs: its claim also checks that the step is wanted."""
 
+    executed_by = "temporal"
+
     def __init__(
         self,
         definition: RegisteredWorkflow,

@@ -29,3 +29,14 @@ NEXT_STEP = "workflow.nextStep"
 #: On every snapshot once a run has jumped: the furthest step in the list's order it
 #: has completed (what a patch's answer is worked out from: ``definition.patches``).
 FURTHEST_STEP = "workflow.furthestStep"
+#: On every step's snapshot: when its last attempt started (ISO 8601, UTC).
+STEP_STARTED_AT = "workflow.step.startedAt"
+#: On every step's snapshot: the process its last attempt ran in (``<instance>``:
+#: ``FLOWWARDEN["INSTANCE_ID"]`` or ``<hostname>:<pid>``).
+STEP_WORKER = "workflow.step.worker"
+#: On every step's snapshot: the execution provider that ran it (``inprocess``,
+#: ``celery``, ``temporal``).
+STEP_PROVIDER = "workflow.step.provider"
+#: On the snapshot of a pausing step: the status the run waits in (``waiting``,
+#: ``sleeping``, ``waiting_children``, ``waiting_message``, ...), for the timeline.
+PAUSE_STATUS = "workflow.pause.status"

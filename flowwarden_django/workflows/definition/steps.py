@@ -246,6 +246,10 @@ def fail(reason: str) -> Fail:
 
 # -- steps ---------------------------------------------------------------------------
 
+#: The kinds a step may declare (``WorkflowStep.kind``), shown by the admin's diagram:
+#: it asks for an approval, sleeps, spawns child runs, or waits for a message.
+STEP_KINDS = ("approval", "sleep", "spawn", "wait")
+
 
 class WorkflowStep:
     """One step of a workflow. Subclass and implement ``execute(state, ctx)``.
@@ -262,7 +266,9 @@ class WorkflowStep:
     the changes this step introduces for runs that reach it from now on
     (``ctx.patched(id)``; see ``workflows.patches``). ``goes_to``: the steps it may
     jump to (``advance(state, to=...)``) besides the next one; ``None`` (the default):
-    any step (see ``definition.graph``).
+    any step (see ``definition.graph``). ``kind``: what the step does, for the
+    admin's diagram: one of ``STEP_KINDS`` (``"approval"``, ``"sleep"``, ``"spawn"``,
+    ``"wait"``), or ``None`` (the default: a plain step; nothing checks it).
     """
 
     name: str = ""
@@ -272,6 +278,7 @@ class WorkflowStep:
     short: bool | None = None
     patches: tuple[str, ...] = ()
     goes_to: tuple[str, ...] | None = None
+    kind: str | None = None
 
     def __init__(
         self,
@@ -283,6 +290,7 @@ class WorkflowStep:
         short: bool | None = None,
         patches: Sequence[str] | None = None,
         goes_to: Sequence[str] | None = None,
+        kind: str | None = None,
     ) -> None:
         if name is not None:
             self.name = name
@@ -297,6 +305,12 @@ class WorkflowStep:
             self.timeout = timeout
         if short is not None:
             self.short = short
+        if kind is not None:
+            self.kind = kind
+        if self.kind is not None and self.kind not in STEP_KINDS:
+            raise ValueError(
+                f"kind must be one of {', '.join(STEP_KINDS)} or None, not {self.kind!r}"
+            )
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"a step needs a non-blank name, not {self.name!r}")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
@@ -362,6 +376,7 @@ def step(
     short: bool | None = None,
     patches: Sequence[str] | None = None,
     goes_to: Sequence[str] | None = None,
+    kind: str | None = None,
 ) -> Callable[[Callable[..., StepOutcome]], FunctionStep]: ...
 
 
@@ -374,6 +389,7 @@ def step(
     short: bool | None = None,
     patches: Sequence[str] | None = None,
     goes_to: Sequence[str] | None = None,
+    kind: str | None = None,
 ) -> FunctionStep | Callable[[Callable[..., StepOutcome]], FunctionStep]:
     """Make a ``WorkflowStep`` from a function::
 
@@ -386,7 +402,9 @@ def step(
     function's. ``@step`` without arguments works too. ``short=True`` marks quick
     work that needs no heartbeat (a local activity on Temporal; see ``WorkflowStep``).
     ``goes_to=["poll", "ship"]`` declares the steps it may jump to besides the next
-    one (``advance(state, to="poll")``; see ``definition.graph``).
+    one (``advance(state, to="poll")``; see ``definition.graph``). ``kind="approval"``
+    (or ``"sleep"``, ``"spawn"``, ``"wait"``) names what the step does for the admin's
+    diagram.
     """
     if callable(name):
         return FunctionStep(name)
@@ -401,6 +419,7 @@ def step(
             short=short,
             patches=patches,
             goes_to=goes_to,
+            kind=kind,
         )
 
     return decorate

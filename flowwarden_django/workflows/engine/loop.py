@@ -23,11 +23,14 @@ effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from collections.abc import Iterable
 from typing import Any, cast
+
+from django.utils import timezone
 
 from ...common import tracing
 from ...common.app_models import models
@@ -60,6 +63,7 @@ from ..execution.run_traces import run_attributes
 from ..execution.step_timings import AttemptError, StepTiming, errors_json, parse_errors
 from ..operations.upgrades import UPGRADE_METADATA, upgrade_of
 from ..queues.gate import gate_for
+from ..runs.leases import runner_instance
 from ..runs.records import ConcurrentRunError, RunStatus
 from ..runs.transactions import write_transaction
 from ..storage.snapshot import WorkflowSnapshot
@@ -380,10 +384,11 @@ class _Execution(RunWriter):
                 outbox=AttemptOutbox(self.cid, head.id if head else "", current.name, self.runs.db),
             )
             started = time.perf_counter()
+            started_at = timezone.now().isoformat()
             try:
-                with tracing.span(
-                    "flowwarden.workflow.step", self.step_attributes(current, attempt)
-                ):
+                # The attributes are only made when a span is recorded.
+                attributes = functools.partial(self.step_attributes, current, attempt)
+                with tracing.span("flowwarden.workflow.step", attributes):
                     outcome = call_step(current, state, ctx)
                     if not isinstance(outcome, _OUTCOMES):
                         raise TypeError(
@@ -391,13 +396,27 @@ class _Execution(RunWriter):
                             "hibernate(), sleep(), done() or fail()"
                         )
                 elapsed = (time.perf_counter() - started) * 1000
-                self.timing = StepTiming(elapsed, attempt, tuple(errors))
+                self.timing = StepTiming(
+                    elapsed,
+                    attempt,
+                    tuple(errors),
+                    started_at=started_at,
+                    worker=runner_instance(),
+                    provider=self.workflow.executed_by,
+                )
                 self.attempted(current, attempt, elapsed)
                 return outcome
             except Exception as exc:
-                errors.append(AttemptError.of(attempt, exc))
-                self.attempted(
-                    current, attempt, (time.perf_counter() - started) * 1000, type(exc).__name__
+                elapsed = (time.perf_counter() - started) * 1000
+                self.attempted(current, attempt, elapsed, type(exc).__name__)
+                errors.append(
+                    AttemptError.of(
+                        attempt,
+                        exc,
+                        started_at=started_at,
+                        duration_ms=elapsed,
+                        worker=runner_instance(),
+                    )
                 )
                 logger.warning(
                     "workflow %s (%s): step %r attempt %d/%d failed: %r",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections
 
-from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
+from ..definition.metadata import LAST_STEP, PAUSE_STATUS, WORKFLOW_DONE, WORKFLOW_NAME
 from ..definition.patches import patches_metadata
 from ..definition.steps import Advance, Done, Pause, StepOutcome
 from ..execution.claim_keeper import HeldClaim, claim_keeper
@@ -228,6 +228,7 @@ class RunWriter:
             WORKFLOW_DONE: "true" if is_done else "false",
         }
         if isinstance(outcome, Pause):
+            metadata[PAUSE_STATUS] = str(outcome.status)
             metadata.update(outcome.snapshot_metadata())
         if patches:
             metadata.update(patches_metadata(patches))

@@ -9,15 +9,13 @@ from the previous one (``parent_id``) and saved at the next ``seq``. The run's s
 and its current runner live in a ``WorkflowRun`` row (``runs``).
 
 Two runners of one coordination cannot both advance it: ``run()`` first claims the run
-record (one conditional ``UPDATE``, ``opening``); the loser gets ``ConcurrentRunError``
-and writes nothing. Each step snapshot is also saved with an explicit ``seq``, so a
-runner that lost its lease and then tries to write a step another runner already wrote
-fails on the store's unique ``(coordination, seq)`` instead of forking the chain. The
-steps run in ``loop`` and what they write is ``saving``'s.
+record (one conditional ``UPDATE``, ``opening``); the loser gets ``ConcurrentRunError``.
+Each step snapshot is saved at an explicit ``seq``: a runner that lost its lease fails
+on the store's unique ``(coordination, seq)`` rather than fork the chain. The steps run
+in ``loop``; what they write is ``saving``'s.
 
 The facade sits on top of the other workflow packages, and none of them imports it:
-approvals reach a run through the registry, execution providers through the
-``execution.providers.ExecutableWorkflow`` protocol.
+approvals reach a run through the registry, providers through ``ExecutableWorkflow``.
 """
 
 from __future__ import annotations
@@ -25,12 +23,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
-from ...common import tracing
 from ...common.user_input import check_resume_input
 from ..definition.checks import check_name, check_steps, check_version
 from ..definition.graph import WorkflowGraph, continue_index, graph_of
@@ -50,7 +47,7 @@ from ..definition.steps import StepOutcome, WorkflowStep
 from ..execution.claim_keeper import claim_keeper
 from ..execution.handoff import Handoff
 from ..execution.providers import resolve_provider
-from ..execution.run_traces import run_attributes, trace_parent
+from ..execution.run_traces import run_span
 from ..operations.forking import fork_snapshot
 from ..operations.upgrades import WorkflowUpgrade, upgrade_registry
 from ..queues.placing import check_queue_name, placement
@@ -106,6 +103,8 @@ class Workflow(RunMessaging):
     ``aget_event``, the same calls run in Django's thread-sensitive executor
     (``sync_to_async``).
     """
+
+    executed_by: ClassVar[str] = "inprocess"  # the provider, recorded in each step's timing
 
     def __init__(
         self,
@@ -308,8 +307,7 @@ class Workflow(RunMessaging):
             execution.young_until = time.monotonic() + young
         kept = execution.keep_alive()
         result: WorkflowResult | None = None
-        parent = trace_parent(self, opened.head if opened.head_known else None)
-        with tracing.span("flowwarden.workflow.run", lambda: run_attributes(self), parent=parent):
+        with run_span(self, opened.head if opened.head_known else None):
             try:
                 result = execution.run(initial_state, max_steps, opened)
             except ConcurrentRunError:

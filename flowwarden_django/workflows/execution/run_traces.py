@@ -3,6 +3,7 @@ the run's seed snapshot keeps, read once per run and process."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ...common import tracing
@@ -30,6 +31,13 @@ def trace_parent(workflow: Any, head: Any) -> dict[str, str] | None:
         found = tracing.headers_of(seed.metadata)
         _seen.put(cid, found)
     return found or None
+
+
+def run_span(workflow: Any, head: Any) -> AbstractContextManager[Any]:
+    """The ``flowwarden.workflow.run`` span of one execution of *workflow*'s run (a
+    no-op when nothing records); *head* as ``trace_parent`` takes it."""
+    parent = trace_parent(workflow, head)
+    return tracing.span("flowwarden.workflow.run", lambda: run_attributes(workflow), parent=parent)
 
 
 def run_attributes(workflow: Any) -> dict[str, Any]:

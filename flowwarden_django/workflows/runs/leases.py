@@ -61,8 +61,13 @@ def new_runner_token() -> str:
     Unique per call, so a thread that runs the same coordination twice in a row
     never mistakes its old claim for its new one.
     """
-    instance = fw_settings.INSTANCE_ID or _host_and_pid(os.getpid())
-    return f"{instance}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"[-255:]
+    return f"{runner_instance()}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"[-255:]
+
+
+def runner_instance() -> str:
+    """The process a runner token names: ``FLOWWARDEN["INSTANCE_ID"]`` or
+    ``<hostname>:<pid>`` (what the timeline shows as a step's worker)."""
+    return fw_settings.INSTANCE_ID or _host_and_pid(os.getpid())
 
 
 @lru_cache(maxsize=4)
