@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from importlib.util import find_spec
@@ -30,6 +31,9 @@ TRACE_CONTEXT = "workflow.traceContext"
 TRACER_NAME = "flowwarden_django"
 
 _NO_SPAN = contextlib.nullcontext()
+_UNKNOWN = object()
+#: The environment variable that makes the API load a tracer provider by itself.
+_PROVIDER_VARIABLE = "OTEL_PYTHON_TRACER_PROVIDER"
 _api: Any = None  # the opentelemetry modules once looked for: False when absent
 
 
@@ -45,18 +49,31 @@ def _otel() -> Any:
         else:
             from opentelemetry import propagate, trace
 
-            _api = (trace, propagate)
+            # Read once: the variable is set before the process starts, and a lookup
+            # in os.environ costs microseconds.
+            _api = (trace, propagate, bool(os.environ.get(_PROVIDER_VARIABLE)))
     return _api
 
 
 def recording() -> bool:
     """Whether spans are recorded: the API is installed and a tracer provider other
-    than the API's default (which records nothing) is set."""
-    api = _otel()
+    than the API's default (which records nothing) is set.
+
+    Asked per step attempt and per stream event, so it reads the API's global
+    directly (``set_tracer_provider`` sets it once): ``get_tracer_provider()`` costs
+    microseconds when none is set."""
+    api = _api if _api is not None else _otel()
     if not api:
         return False
     trace = api[0]
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None:
+        if not api[2]:
+            return False
+        provider = trace.get_tracer_provider()  # configured from the environment
+    elif provider is _UNKNOWN:  # another API version: the public way
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider)
 
 
 def span(
@@ -71,7 +88,7 @@ def span(
     span. A no-op when nothing records."""
     if not recording():
         return _NO_SPAN
-    trace, propagate = _api
+    trace, propagate, _ = _api
     if callable(attributes):
         attributes = attributes()
     context = propagate.extract(dict(parent)) if parent else None
