@@ -48,6 +48,8 @@ logger = logging.getLogger("flowwarden_django.inbox")
 MAX_BULK_IDS = 100
 #: Characters of a prompt in a bulk message.
 PROMPT_CHARS = 60
+#: Skipped approvals named one message each; the rest are counted in one more.
+MAX_SKIPPED_MESSAGES = 20
 DECISIONS = {"approve": "approved", "reject": "rejected"}
 #: The core's refusals (``ApprovalError.code``) in the inbox's words.
 REFUSALS = {
@@ -206,10 +208,14 @@ class BulkDecisionView(LoginRequiredMixin, View):
                 else ngettext("Rejected %(count)d approval.", "Rejected %(count)d approvals.", done)
             )
             messages.success(request, text % {"count": done})
-        for name, why in skipped:
+        for name, why in skipped[:MAX_SKIPPED_MESSAGES]:
             messages.warning(
                 request, _("Skipped “%(what)s”: %(why)s.") % {"what": name, "why": why}
             )
+        if len(skipped) > MAX_SKIPPED_MESSAGES:
+            more = len(skipped) - MAX_SKIPPED_MESSAGES
+            text = ngettext("…and %(count)d more skipped.", "…and %(count)d more skipped.", more)
+            messages.warning(request, text % {"count": more})
         for warning in warnings:
             messages.warning(request, warning)
 

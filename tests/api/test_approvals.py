@@ -134,6 +134,10 @@ def test_approval_detail(refunds: Any, people: People) -> None:
     assert body["overdue"] is True and body["escalate_at"] is not None
     listed = people.client("bob").get(f"{API}/approvals/").json()["results"]
     assert [(a["id"], a["overdue"]) for a in listed] == [(str(approval.pk), True)]
+    assert ids(people.client("bob").get(f"{API}/approvals/?overdue=true")) == [str(approval.pk)]
+    assert ids(people.client("bob").get(f"{API}/approvals/mine/?overdue=false")) == []
+    response = people.client("bob").get(f"{API}/approvals/?overdue=%00")
+    assert response.status_code == 400 and field_errors(response.json()) == ["overdue"]
     assert (
         people.client("auditor").get(f"{API}/approvals/{approval.pk}/").json()["can_decide"]
         is False

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from flowwarden_django.inbox.bulk import MAX_BULK_IDS
+from flowwarden_django.inbox.bulk import MAX_BULK_IDS, MAX_SKIPPED_MESSAGES
 from flowwarden_django.models import Approval, ApprovalEvent, WorkflowRun
 from flowwarden_django.workflows import RunStatus, workflow_registry
 from flowwarden_django.workflows.waiting.approvals import claim
@@ -152,6 +152,16 @@ def test_more_than_the_limit_is_a_clear_error(refunds, people):  # noqa: F811
         f"Select at most {MAX_BULK_IDS} approvals at a time ({MAX_BULK_IDS + 1} sent)."
     ]
     assert statuses(approval) == ["pending"]
+
+
+def test_many_skipped_are_named_up_to_a_limit(refunds, people):  # noqa: F811
+    approval = pending(refunds, 1)
+    unknown = [uuid.uuid4() for _ in range(MAX_BULK_IDS - 1)]
+    response = bulk(logged_in(people["bob"]), {"ids": [approval.pk, *unknown], "reject": "1"})
+    said = texts(response)
+    assert said[0] == "Rejected 1 approval." and len(said) == 1 + MAX_SKIPPED_MESSAGES + 1
+    assert said[-1] == f"…and {MAX_BULK_IDS - 1 - MAX_SKIPPED_MESSAGES} more skipped."
+    assert statuses(approval) == ["rejected"]
 
 
 @pytest.mark.parametrize(
