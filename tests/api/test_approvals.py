@@ -136,6 +136,8 @@ def test_approval_detail(refunds: Any, people: People) -> None:
     assert [(a["id"], a["overdue"]) for a in listed] == [(str(approval.pk), True)]
     assert ids(people.client("bob").get(f"{API}/approvals/?overdue=true")) == [str(approval.pk)]
     assert ids(people.client("bob").get(f"{API}/approvals/mine/?overdue=false")) == []
+    calm = pending(refunds)  # no deadline at all (NULLs): not overdue
+    assert ids(people.client("bob").get(f"{API}/approvals/?overdue=false")) == [str(calm.pk)]
     response = people.client("bob").get(f"{API}/approvals/?overdue=%00")
     assert response.status_code == 400 and field_errors(response.json()) == ["overdue"]
     assert (

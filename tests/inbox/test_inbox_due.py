@@ -5,15 +5,17 @@ expiry; the list and an approval's page show the times in words, each in a
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from flowwarden_django.models import Approval
 from flowwarden_django.workflows.waiting.approvals.due import due_times, overdue_q
+from tests.api.helpers import on_lane, postgres_lane  # noqa: F401  (the fixture)
 from tests.inbox.test_inbox import INBOX, logged_in, pending, people, refunds  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,3 +85,34 @@ def test_the_list_and_the_page_show_due_and_escalation_times(refunds, people):  
     assert "3\xa0minutes ago" in page and ">overdue<" in page
     listed = client.get(INBOX).content.decode()
     assert "escalated <time" in listed and ">overdue<" in listed
+
+
+@pytest.mark.parametrize("lane", [postgres_lane()])
+def test_on_postgresql_the_overdue_filter_is_an_index_scan(lane, on_lane, refunds):  # noqa: F811
+    """3,000 approvals, 10 of them pending: the planner answers the filter from an
+    index that leads with ``status``, not by reading the table."""
+    now = timezone.now()
+    approval = pending(refunds, 1)
+    Approval.objects.bulk_create(
+        Approval(
+            id=uuid.uuid4(),
+            coordination_id=f"bulk-{n}",
+            workflow_name=approval.workflow_name,
+            step_name=approval.step_name,
+            snapshot_id=f"snap-{n}",
+            status="pending" if n < 10 else "approved",
+            requested_at=now - timedelta(days=1),
+            expires_at=now + timedelta(hours=n - 5, minutes=30),
+            escalate_at=now - timedelta(hours=1) if n % 2 else None,
+        )
+        for n in range(3000)
+    )
+    rows = Approval.objects.filter(overdue_q())
+    with connections[rows.db].cursor() as cursor:
+        cursor.execute("ANALYZE flowwarden_django_approval")
+    plan = rows.order_by().explain()
+    assert "Seq Scan" not in plan and "fw_approval_" in plan, plan
+    # Pending 0..4 are past their expiry, the odd ones past their escalation time.
+    assert sorted(rows.values_list("coordination_id", flat=True)) == [
+        f"bulk-{n}" for n in (0, 1, 2, 3, 4, 5, 7, 9)
+    ]

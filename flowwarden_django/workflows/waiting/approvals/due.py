@@ -6,9 +6,10 @@ escalation sets ``escalated_at`` only once ``escalate_at`` has passed) or its ex
 (``expires_at``, until the sweep expires it). Reminders are not deadlines: an
 approval with only ``remind_every`` is never overdue.
 
-``overdue_q`` is one filter on indexed columns (``fw_approval_escalate`` and
-``fw_approval_expiry`` both lead with ``status``), so a database can answer it with
-two index scans.
+``overdue_q`` is one filter on indexed columns: ``fw_approval_escalate`` and
+``fw_approval_expiry`` lead with ``status`` then the time, so PostgreSQL answers it
+from an index scan of the pending approvals, not by reading the table
+(``tests/inbox/test_inbox_due.py``).
 """
 
 from __future__ import annotations
