@@ -29,6 +29,8 @@ from .approval_decisions import APPROVE, PENDING, REJECT, Decision, decide_all
 from .details import error_text
 
 TEMPLATES = "admin/flowwarden_django/approval"
+#: Why an approval with a decision form is left out of a bulk decision.
+NEEDS_FORM = _("it has a decision form: decide it on its own page")
 
 
 def _status_label(status: str) -> str:
@@ -70,7 +72,16 @@ class ApprovalActionsMixin:
                 comment=comment,
                 comment_error=capfirst(str(exc)),
             )
-        self._decide_and_report(request, decision, approvals, comment=comment)
+        # A typed approval is never decided in bulk, approved or rejected: it is
+        # decided on its own page, where its form is shown.
+        for typed in (a for a in approvals if a.form):
+            text = gettext("Skipped “%(prompt)s”: %(why)s.")
+            self.message_user(
+                request, text % {"prompt": short_prompt(typed), "why": NEEDS_FORM}, messages.WARNING
+            )
+        untyped = [a for a in approvals if not a.form]
+        if untyped:
+            self._decide_and_report(request, decision, untyped, comment=comment)
         return None  # back to the changelist
 
     def operation_view(
@@ -160,8 +171,8 @@ class ApprovalActionsMixin:
                 skipped = gettext("not pending: %(status)s") % {"status": row.get_status_display()}
             elif not allowed:
                 skipped = gettext("you may not decide it")
-            elif row.form and decision is APPROVE and approval is None:
-                skipped = gettext("it has a decision form: approve it on its own page")
+            elif row.form and approval is None:  # never decided in bulk
+                skipped = str(NEEDS_FORM)
             elif row.claimed_by and row.claimed_by != request.user.get_username():
                 skipped = gettext("claimed by %(who)s") % {"who": row.claimed_by}
             rows.append(

@@ -7,12 +7,13 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
 from ..models import Approval
+from ..workflows.waiting.approvals.due import due_times
 from .approval_decisions import current_run_status
 from .base import age, reverse_for_key, status_badge, timestamp
 from .run_texts import pretty_json, run_status_badge
@@ -82,15 +83,24 @@ class ApprovalColumnsMixin:
     # each one's tooltip).
     @admin.display(description=_("requested"), ordering="requested_at")
     def requested(self, obj: Approval) -> SafeString | str:
-        """When it was asked, and when it expires (while it is pending)."""
-        if obj.expires_at is None or obj.status != Approval.Status.PENDING:
-            return age(obj.requested_at)
-        return format_html(
-            '{}<br><span class="flowwarden-quiet">{} {}</span>',
-            age(obj.requested_at),
-            gettext("expires"),
-            age(obj.expires_at),
-        )
+        """When it was asked, and (while it is pending) when it expires and escalates
+        or escalated, and whether it is overdue."""
+        due = due_times(obj)
+        lines = [age(obj.requested_at)]
+        if due.due_at is not None:
+            lines.append(format_html("{} {}", gettext("expires"), age(due.due_at)))
+        if due.escalated_at is not None and obj.status == Approval.Status.PENDING:
+            lines.append(format_html("{} {}", gettext("escalated"), age(due.escalated_at)))
+        elif due.escalate_at is not None:
+            lines.append(format_html("{} {}", gettext("escalates"), age(due.escalate_at)))
+        if due.overdue:
+            lines.append(
+                format_html('<strong class="flowwarden-overdue">{}</strong>', gettext("overdue"))
+            )
+        if len(lines) == 1:
+            return lines[0]
+        rest = format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines[1:]))
+        return format_html('{}<br><span class="flowwarden-quiet">{}</span>', lines[0], rest)
 
     @admin.display(description=_("status"), ordering="status")
     def status_and_decision(self, obj: Approval) -> SafeString:
@@ -158,6 +168,44 @@ class ApprovalColumnsMixin:
                 % {"status": obj.get_status_display()},
             )
         return timestamp(obj.expires_at)
+
+    @admin.display(description=_("escalation"))
+    def escalation_text(self, obj: Approval) -> SafeString | str:
+        """When it escalates or escalated, to whom, and whether it is overdue."""
+        if obj.escalate_at is None:
+            return NONE_TEXT
+        to = obj.escalate_to_group and gettext("group %(group)s") % {"group": obj.escalate_to_group}
+        to = to or ", ".join(str(name) for name in obj.escalate_to_users or ())
+        if obj.escalated_at is not None:
+            text = format_html("{} {} {}", gettext("escalated at"), timestamp(obj.escalated_at), to)
+        else:
+            text = format_html("{} {} {}", gettext("escalates at"), timestamp(obj.escalate_at), to)
+            if obj.status != Approval.Status.PENDING:
+                text = format_html(
+                    '{} <span class="flowwarden-quiet">({})</span>',
+                    text,
+                    gettext("no longer applies: the approval is %(status)s")
+                    % {"status": obj.get_status_display()},
+                )
+        if due_times(obj).overdue:
+            text = format_html(
+                '{} <strong class="flowwarden-overdue">{}</strong>', text, gettext("overdue")
+            )
+        return text
+
+    @admin.display(description=_("reminders"))
+    def reminders_text(self, obj: Approval) -> SafeString | str:
+        """Every how long, how many were sent, and when the next one is due."""
+        if obj.remind_every is None:
+            return NONE_TEXT
+        text = format_html(
+            "{}",
+            gettext("every %(every)s; %(count)d sent")
+            % {"every": obj.remind_every, "count": obj.reminders_sent},
+        )
+        if obj.next_reminder_at is not None and obj.status == Approval.Status.PENDING:
+            text = format_html("{}; {} {}", text, gettext("next"), age(obj.next_reminder_at))
+        return text
 
     @admin.display(description=_("decided at"))
     def decided_at_text(self, obj: Approval) -> SafeString | str:

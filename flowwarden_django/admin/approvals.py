@@ -122,7 +122,18 @@ class ApprovalAdmin(
             _("Who may decide"),
             {"fields": ["assignees_text", "group", "permission", "claimed_by", "claimed_at"]},
         ),
-        (_("Timing"), {"fields": ["requested_at_text", "expires_at_text", "on_expiry"]}),
+        (
+            _("Timing"),
+            {
+                "fields": [
+                    "requested_at_text",
+                    "expires_at_text",
+                    "on_expiry",
+                    "escalation_text",
+                    "reminders_text",
+                ]
+            },
+        ),
         (
             _("Decision"),
             {"fields": ["decided_by", "decided_at_text", "comment", "payload_json"]},
@@ -145,6 +156,8 @@ class ApprovalAdmin(
         "requested_at_text",
         "expires_at_text",
         "on_expiry",
+        "escalation_text",
+        "reminders_text",
         "decided_by",
         "decided_at_text",
         "comment",

@@ -16,6 +16,7 @@ from rest_framework import serializers
 from ..models import Approval, WorkflowMessage, WorkflowRun
 from ..workflows.storage.snapshot import CheckpointQuery
 from ..workflows.storage.store import SnapshotStore, snapshot_stores
+from ..workflows.waiting.approvals.due import overdue_q
 from .stores import DEFAULT_ALIAS, store_aliases
 
 
@@ -31,7 +32,8 @@ class RunFilter(django_filters.FilterSet):
 
 
 class ApprovalFilter(django_filters.FilterSet):
-    """``?status=pending&workflow=refund&coordination=<id>&claimed_by=me&unclaimed=true``."""
+    """``?status=pending&workflow=refund&coordination=<id>&claimed_by=me&unclaimed=true
+    &overdue=true``."""
 
     status = django_filters.ChoiceFilter(choices=Approval.Status.choices)
     workflow = django_filters.CharFilter(field_name="workflow_name")
@@ -46,10 +48,17 @@ class ApprovalFilter(django_filters.FilterSet):
         method="filter_unclaimed",
         label=_("Unclaimed (true) or claimed (false)."),
     )
+    overdue = django_filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="filter_overdue",
+        label=_(
+            "Overdue (true: pending and past its escalation time or its expiry) or not (false)."
+        ),
+    )
 
     class Meta:
         model = Approval
-        fields = ["status", "workflow", "coordination", "claimed_by", "unclaimed"]
+        fields = ["status", "workflow", "coordination", "claimed_by", "unclaimed", "overdue"]
 
     def filter_claimed_by(self, queryset: Any, name: str, value: str) -> Any:
         if value == "me":
@@ -63,6 +72,11 @@ class ApprovalFilter(django_filters.FilterSet):
         if value == "true":
             return queryset.filter(claimed_by="")
         return queryset.exclude(claimed_by="")
+
+    def filter_overdue(self, queryset: Any, name: str, value: str) -> Any:
+        if value == "true":
+            return queryset.filter(overdue_q())
+        return queryset.exclude(overdue_q())
 
 
 class MessageFilter(django_filters.FilterSet):

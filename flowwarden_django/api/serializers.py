@@ -31,6 +31,7 @@ from ..workflows.definition.registry import store_for_workflow
 from ..workflows.execution.step_timings import step_timing_of
 from ..workflows.storage.snapshot import UnreadableSnapshot, WorkflowSnapshot
 from ..workflows.waiting.approvals import can_decide, describe_form
+from ..workflows.waiting.approvals.due import due_times
 from ..workflows.waiting.cancellation import REASON_LIMIT
 from ..workflows.waiting.messages.mailbox import MAX_NAME_CHARS, check_name
 from .approval_forms import form_field_schema
@@ -318,6 +319,12 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "Username of who claimed it (null: unclaimed). While it is claimed only they decide it."
         )
     )
+    overdue = serializers.SerializerMethodField(
+        help_text=_(
+            "Whether it is pending past its escalation time or its expiry (the inbox's "
+            '"overdue" filter).'
+        )
+    )
 
     class Meta:
         model = Approval
@@ -341,12 +348,20 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "payload",
             "claimed_by",
             "claimed_at",
+            "escalate_at",
+            "escalated_at",
+            "next_reminder_at",
+            "reminders_sent",
+            "overdue",
         ]
         read_only_fields = fields
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_claimed_by(self, approval: Approval) -> str | None:
         return approval.claimed_by or None
+
+    def get_overdue(self, approval: Approval) -> bool:
+        return due_times(approval).overdue
 
 
 class ApprovalDecidedSerializer(ApprovalSerializer):

@@ -4,7 +4,10 @@
 
 * ``login/`` and ``logout/``: Django's own authentication views;
 * ``""``: "my approvals", the approvals the user may decide (pending by default),
-  filterable by status and workflow, searchable by prompt or run;
+  filterable by status, claim, workflow and "overdue", searchable by prompt or run,
+  with their due and escalation times;
+* ``bulk/``: approve or reject the selected approvals (``bulk``), each through the
+  same core call, never one with a decision form;
 * ``<id>/``: one approval: the request, the paused run's state, and for a user who
   may decide it, approve or reject with a comment and a JSON payload, through the
   same core (``workflows.approvals.decide``: its validator, permission rules and

@@ -17,14 +17,18 @@ from ..models import Approval
 from .claims import CLAIM_CHOICES
 
 STATUS_CHOICES = [("", _("Pending")), ("all", _("All")), *Approval.Status.choices]
+#: The list's deadline filter: ``?due=overdue`` (pending, past its escalation time
+#: or expiry: ``workflows.waiting.approvals.due``).
+DUE_CHOICES = [("", _("Any time")), ("overdue", _("Overdue"))]
 
 
 class InboxFilter(forms.Form):
-    """``?status=&workflow=&q=&claim=`` of the list (a bad value is ignored, not an
-    error)."""
+    """``?status=&workflow=&q=&claim=&due=`` of the list (a bad value is ignored, not
+    an error)."""
 
     status = forms.ChoiceField(choices=STATUS_CHOICES, required=False, label=_("Status"))
     claim = forms.ChoiceField(choices=CLAIM_CHOICES, required=False, label=_("Claimed"))
+    due = forms.ChoiceField(choices=DUE_CHOICES, required=False, label=_("Due"))
     workflow = forms.CharField(required=False, max_length=200, label=_("Workflow"))
     q = forms.CharField(required=False, max_length=200, label=_("Search"))
 

@@ -4,6 +4,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from .bulk import BulkDecisionView
 from .claims import ClaimView
 from .views import ApprovalPage, InboxLoginView, MyApprovals
 
@@ -11,6 +12,7 @@ app_name = "flowwarden-inbox"
 
 urlpatterns = [
     path("", MyApprovals.as_view(), name="list"),
+    path("bulk/", BulkDecisionView.as_view(), name="bulk"),
     path("login/", InboxLoginView.as_view(), name="login"),
     path(
         "logout/",

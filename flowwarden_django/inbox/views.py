@@ -13,10 +13,12 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views import View
 
 from ..common.formatting import state_json
+from ..common.user_input import MAX_COMMENT_CHARS
 from ..models import Approval
 from ..workflows.definition.registry import store_for_workflow
 from ..workflows.waiting.approvals import (
@@ -30,14 +32,16 @@ from ..workflows.waiting.approvals import (
     decide,
     visible_approvals,
 )
+from ..workflows.waiting.approvals.due import due_times, overdue_q
 from ..workflows.waiting.approvals.forms import (
     ApprovalFormUnavailableError,
     add_form_errors,
     json_safe,
     page_form,
 )
+from .bulk import MAX_BULK_IDS, bulk_choices, filter_query
 from .claims import CLAIM_CHOICES, claim_context, filter_by_claim
-from .forms import DecisionForm, InboxFilter
+from .forms import DUE_CHOICES, DecisionForm, InboxFilter
 
 #: Approvals a page of the list shows.
 PAGE_SIZE = 25
@@ -92,12 +96,25 @@ class MyApprovals(InboxPage):
         if chosen.get("workflow"):
             rows = rows.filter(workflow_name=chosen["workflow"])
         rows = filter_by_claim(rows, request.user, chosen.get("claim") or "")
+        if chosen.get("due") == "overdue":
+            rows = rows.filter(overdue_q())
         if chosen.get("q"):
             text = chosen["q"]
             rows = rows.filter(Q(prompt__icontains=text) | Q(coordination_id__icontains=text))
         page = Paginator(rows.order_by("-requested_at", "-pk"), PAGE_SIZE).get_page(
             request.GET.get("page")
         )
+        choices = bulk_choices(request.user, page.object_list)
+        now = timezone.now()
+        listed = [
+            {
+                "approval": approval,
+                "due": due_times(approval, now),
+                # "": a checkbox; "form": it needs its form; None: not theirs to decide now.
+                "bulk": choices.get(approval.pk),
+            }
+            for approval in page.object_list
+        ]
         workflows = sorted(
             set(self.rows(request.user, "all").values_list("workflow_name", flat=True))
         )
@@ -108,7 +125,14 @@ class MyApprovals(InboxPage):
             "workflows": workflows,
             "status_choices": InboxFilter.base_fields["status"].choices,
             "claim_choices": CLAIM_CHOICES,
+            "due_choices": DUE_CHOICES,
             "chosen": chosen,
+            "rows": listed,
+            "bulk_possible": "" in choices.values(),
+            "max_bulk": MAX_BULK_IDS,
+            "max_comment_chars": MAX_COMMENT_CHARS,
+            # The filters again, for the pages' links and the bulk form's way back.
+            "filter_query": filter_query({k: v for k, v in chosen.items() if k != "page"}),
         }
         return render(request, "flowwarden_django/inbox/list.html", context)
 
@@ -221,6 +245,7 @@ class ApprovalPage(InboxPage):
             # The claim's buttons; may_decide again: not while someone else holds it.
             **claim_context(request, approval),
             "events": approval.events.order_by("at", "pk"),
+            "due": due_times(approval),
             "assignees": approval.assignees,
         }
         return render(request, "flowwarden_django/inbox/approval.html", context, status=status)

@@ -125,3 +125,21 @@ def test_hostile_entries_never_a_5xx(typed: Any, bob: Client, data: dict[str, An
     assert response.status_code in (200, 302)
     if response.status_code == 200:
         assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+# -- issue 49, item 5: a typed approval is never decided in bulk, rejected neither ------
+
+
+def test_bulk_rejection_skips_typed_approvals_with_a_message(typed: Any, bob: Client) -> None:
+    approval = pending(typed)
+    selected = {helpers.ACTION_CHECKBOX_NAME: [str(approval.pk)]}
+    confirmation = bob.post(CHANGELIST, {"action": "reject_selected", "index": "0", **selected})
+    assert "it has a decision form: decide it on its own page" in confirmation.content.decode()
+    done = bob.post(
+        CHANGELIST, {"action": "reject_selected", "post": "yes", **selected}, follow=True
+    )
+    body = done.content.decode()
+    assert done.status_code == 200
+    assert "Skipped “Refund order 7?”: it has a decision form: decide it on its own page." in body
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert not approval.events.filter(action__in=["rejected", "refused"]).exists()

@@ -106,6 +106,11 @@ def test_approval_detail(refunds: Any, people: People) -> None:
         "payload": None,
         "claimed_by": None,
         "claimed_at": None,
+        "escalate_at": None,
+        "escalated_at": None,
+        "next_reminder_at": None,
+        "reminders_sent": 0,
+        "overdue": False,
         "state": {"amount": 500, "expires_in": 3600, "review": "manual"},
         "can_decide": True,
         "form": None,
@@ -122,6 +127,19 @@ def test_approval_detail(refunds: Any, people: People) -> None:
     }
     assert body["expires_at"] is not None
     assert body["events"][0]["payload"]["assignees"] == ["alice"]
+    # Past its escalation time: overdue, in the list and the detail (issue 49).
+    escalate_at = timezone.now() - timedelta(minutes=1)
+    Approval.objects.filter(pk=approval.pk).update(escalate_at=escalate_at)
+    body = people.client("bob").get(f"{API}/approvals/{approval.pk}/").json()
+    assert body["overdue"] is True and body["escalate_at"] is not None
+    listed = people.client("bob").get(f"{API}/approvals/").json()["results"]
+    assert [(a["id"], a["overdue"]) for a in listed] == [(str(approval.pk), True)]
+    assert ids(people.client("bob").get(f"{API}/approvals/?overdue=true")) == [str(approval.pk)]
+    assert ids(people.client("bob").get(f"{API}/approvals/mine/?overdue=false")) == []
+    calm = pending(refunds)  # no deadline at all (NULLs): not overdue
+    assert ids(people.client("bob").get(f"{API}/approvals/?overdue=false")) == [str(calm.pk)]
+    response = people.client("bob").get(f"{API}/approvals/?overdue=%00")
+    assert response.status_code == 400 and field_errors(response.json()) == ["overdue"]
     assert (
         people.client("auditor").get(f"{API}/approvals/{approval.pk}/").json()["can_decide"]
         is False

@@ -1841,6 +1841,124 @@ def test_inbox(lane: str, world: World) -> None:
     tally.finish()
 
 
+# == the inbox's bulk decisions (issue 49, item 5) ================================================
+
+
+@dataclass(frozen=True)
+class BulkCase:
+    """One request to the inbox's bulk view (``/approvals/bulk/``, query string
+    *query*); ``ids`` the posted ids (``{approval}`` filled in), ``data`` other
+    fields; ``expect``: the allowed statuses (a redirect must stay in the inbox);
+    ``refusal``: a refused decision, audited."""
+
+    name: str
+    ids: tuple[str, ...] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+    who: str = "s:alice"
+    query: str = ""
+    method: str = "post"
+    expect: tuple[int, ...] = (302,)
+    refusal: bool = False
+
+
+BULK = INBOX + "bulk/"
+
+
+def bulk_cases() -> list[BulkCase]:
+    from flowwarden_django.inbox.bulk import MAX_BULK_IDS
+
+    cases: list[BulkCase] = []
+    add = cases.append
+    approve = {"approve": "Approve selected"}
+    # Ids that are no approval id: a message, nothing decided.
+    for name, ident in [
+        ("empty", ""),
+        ("NUL", "\x00"),
+        ("not a UUID", "not-a-uuid"),
+        ("SQL", "'; DROP TABLE flowwarden_django_approval; --"),
+        ("emoji", "🦄"),
+        ("right-to-left", "\u202e" + UNKNOWN_UUID),
+        ("5000 chars", "d" * 5000),
+        ("dot dot", "../../admin/"),
+        ("a number", "-1"),
+        ("a UUID and a NUL", UNKNOWN_UUID + "\x00"),
+    ]:
+        add(BulkCase(f"id {name}", (ident,), approve))
+        add(BulkCase(f"id {name} with the approval", ("{approval}", ident), approve))
+    add(BulkCase("unknown UUID", (UNKNOWN_UUID,), approve))
+    add(BulkCase("unknown UUID, upper case", (UNKNOWN_UUID.upper(),), {"reject": "1"}))
+    # Too many: refused before anything is read; past Django's field limit a 400.
+    add(BulkCase("limit + 1 unknown ids", (UNKNOWN_UUID,) * (MAX_BULK_IDS + 1), approve))
+    add(BulkCase("limit + 1 repeats", ("{approval}",) * (MAX_BULK_IDS + 1), approve))
+    add(BulkCase("5000 ids", (UNKNOWN_UUID,) * 5000, approve, expect=(302, 400)))
+    add(BulkCase("one 3 MB id", ("u" * 3_000_000,), approve, expect=(302, 400)))
+    # No decision, or a bad comment: a message, nothing decided.
+    add(BulkCase("no decision", ("{approval}",), {"comment": "x"}))
+    add(BulkCase("no ids", (), approve))
+    for name, comment in [("2001 chars", "x" * 2001), ("100000 chars", "x" * 100_000)]:
+        add(BulkCase(f"comment {name}", ("{approval}",), {**approve, "comment": comment}))
+    add(BulkCase("comment NUL", ("{approval}",), {"reject": "1", "comment": "a\x00b"}))
+    # Who: a viewer is refused (audited once, however often the id is repeated);
+    # who cannot see it leaves no trace; no session, no CSRF token: nothing.
+    add(BulkCase("auditor", ("{approval}",), approve, who="s:auditor", refusal=True))
+    add(
+        BulkCase(
+            "auditor, the id 50 times in three spellings",
+            ("{approval}",) * 48 + ("{{approval}}", "urn:uuid:{approval}"),
+            {"reject": "1", "comment": "ü" * 500},
+            who="s:auditor",
+            refusal=True,
+        )
+    )
+    add(BulkCase("carol (cannot see it)", ("{approval}",), approve, who="s:carol"))
+    add(BulkCase("anonymous", ("{approval}",), approve, who="anon"))
+    add(BulkCase("no CSRF token", ("{approval}",), approve, who="csrf:alice", expect=(403,)))
+    add(BulkCase("GET", ("{approval}",), approve, method="get", expect=(405,)))
+    # The way back: hostile filters are dropped, the redirect stays in the inbox.
+    for query in [
+        "status=%00&due=%00&claim=%00",
+        "q=" + "q" * 5000,
+        "page=99999999999999999999",
+        "next=https://evil.example/",
+        "workflow=%0d%0aSet-Cookie:x=1",
+        "due=overdue&status=approved&claim=mine&page=2",
+    ]:
+        add(BulkCase(f"back to ?{query[:40]}", (UNKNOWN_UUID,), approve, query=query))
+    return cases
+
+
+BULK_CASES = bulk_cases()
+#: The list's deadline filter, with hostile values (always a 200).
+DUE_QUERIES = ["due=%00", "due=bogus", "due=" + "o" * 5000, "due=overdue&status=%00"]
+
+
+def test_inbox_bulk(lane: str, world: World) -> None:
+    tally = Tally("inbox bulk", lane)
+
+    def attempt(case: BulkCase) -> str | None:
+        client = world.clients[case.who]
+        path = BULK + (f"?{case.query}" if case.query else "")
+        data = {"ids": [world.fill(i) for i in case.ids], **case.data}
+        post = case.method == "post"
+        response = client.post(path, data) if post else client.get(path, data)
+        status = response.status_code
+        if status >= 500:
+            return f"status {status}"
+        if status not in case.expect:
+            return f"status {status}, expected one of {case.expect}"
+        if status == 302 and not response["Location"].startswith(INBOX):
+            return f"redirected out of the inbox: {short(response['Location'])}"
+        return None
+
+    run_cases(tally, BULK_CASES, attempt)
+    for query in DUE_QUERIES:
+        tally.inputs += 1
+        status = world.clients["s:alice"].get(f"{INBOX}?{query}").status_code
+        if status != 200:
+            tally.wrong.append(f"list ?{query[:40]}: status {status}")
+    tally.finish()
+
+
 # == direct calls of the core ====================================================================
 
 
