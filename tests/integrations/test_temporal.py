@@ -68,6 +68,7 @@ from tests.support.temporal_procs import (
     history,
     history_activities,
     wait_until,
+    worker_environment,
 )
 from tests.support.temporal_procs import executions as temporal_executions
 
@@ -128,16 +129,7 @@ def worker_env(
 ) -> dict[str, str]:
     with django_db_blocker.unblock():
         database = connections[DB].settings_dict
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.support.temporal_settings",
-        "FLOWWARDEN_TEMPORAL_DB_NAME": database["NAME"],
-        "FLOWWARDEN_TEMPORAL_DB_HOST": str(database["HOST"] or "127.0.0.1"),
-        "FLOWWARDEN_TEMPORAL_DB_PORT": str(database["PORT"] or "5432"),
-        "FLOWWARDEN_TEMPORAL_DB_USER": str(database["USER"] or "postgres"),
-        "FLOWWARDEN_TEMPORAL_TARGET": server.target,
-        "FLOWWARDEN_TEMPORAL_QUEUE": queue,
-    }
+    return worker_environment(server.target, queue, database)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ attempt, all of one trace."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from tests.integrations.test_temporal import (  # noqa: F401
 from tests.observability.trace_checks import assert_one_trace
 from tests.support import temporal_workflows as flows
 from tests.support.otel import OTEL_FILE, read_spans, recorded_spans, span_dict
-from tests.support.temporal_procs import DevServer, TemporalWorker
+from tests.support.temporal_procs import DevServer, TemporalWorker, worker_environment
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +54,7 @@ def worker(
 ) -> Iterator[TemporalWorker]:
     with django_db_blocker.unblock():
         database = connections[DB].settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.support.temporal_settings",
-        "FLOWWARDEN_TEMPORAL_DB_NAME": database["NAME"],
-        "FLOWWARDEN_TEMPORAL_DB_HOST": str(database["HOST"] or "127.0.0.1"),
-        "FLOWWARDEN_TEMPORAL_DB_PORT": str(database["PORT"] or "5432"),
-        "FLOWWARDEN_TEMPORAL_DB_USER": str(database["USER"] or "postgres"),
-        "FLOWWARDEN_TEMPORAL_TARGET": server.target,
-        "FLOWWARDEN_TEMPORAL_QUEUE": queue,
-        OTEL_FILE: str(spans_file),
-    }
+    env = {**worker_environment(server.target, queue, database), OTEL_FILE: str(spans_file)}
     process = TemporalWorker(env, tmp_path_factory.mktemp("worker") / "worker.log")
     yield process
     process.kill()

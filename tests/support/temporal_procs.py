@@ -153,6 +153,22 @@ class TemporalWorker(Service):
         return self.log()[-3000:]
 
 
+def worker_environment(target: str, queue: str, database: dict[str, Any]) -> dict[str, str]:
+    """The environment of a ``flowwarden_temporal_worker`` subprocess on the test's
+    PostgreSQL *database* (a connection's settings), serving *queue* of the server at
+    *target* (``tests.support.temporal_settings`` reads it)."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.support.temporal_settings",
+        "FLOWWARDEN_TEMPORAL_DB_NAME": database["NAME"],
+        "FLOWWARDEN_TEMPORAL_DB_HOST": str(database["HOST"] or "127.0.0.1"),
+        "FLOWWARDEN_TEMPORAL_DB_PORT": str(database["PORT"] or "5432"),
+        "FLOWWARDEN_TEMPORAL_DB_USER": str(database["USER"] or "postgres"),
+        "FLOWWARDEN_TEMPORAL_TARGET": target,
+        "FLOWWARDEN_TEMPORAL_QUEUE": queue,
+    }
+
+
 def executions(server: DevServer, query: str) -> list[tuple[str, str]]:
     """The Temporal workflow executions *query* finds (a visibility query, like
     ``TaskQueue = 'q'``): (workflow id, status name), one per execution."""
