@@ -88,7 +88,8 @@ class Bar:
 
     ``end`` is ``None`` while it lasts (drawn until the axis' end). ``left`` and
     ``width`` place it on the axis, in percent (``None``: its time is not recorded).
-    ``current``: the run stands here now.
+    ``current``: the run stands here now. A wait names the ``step`` that paused
+    (``""``: not known) and, for an approval, its row's status (``decision``).
     """
 
     kind: str  # "attempt", "wait" or "child"
@@ -105,6 +106,8 @@ class Bar:
     current: bool = False
     left: float | None = None
     width: float | None = None
+    step: str = ""
+    decision: str = ""
 
     @property
     def outcome_text(self) -> str:
@@ -374,14 +377,17 @@ def _wait(
         end = run.updated_at
     outcome = "waiting" if end is None else "waited"
     label = _wait_label(kind)
+    decision = ""
     if approval is not None:
         start = approval.requested_at
         if approval.decided_at is not None:
             end = approval.decided_at
         label = f"{label}: {approval.get_status_display()}"
+        decision = approval.status
         if approval.status == Approval.Status.PENDING:
             end, outcome = None, "waiting"
-    return Bar("wait", label, outcome, start, end, wait=kind)
+    step = snapshot.metadata.get(LAST_STEP, "")
+    return Bar("wait", label, outcome, start, end, wait=kind, step=step, decision=decision)
 
 
 def _unsaved_end(run: WorkflowRun, head: WorkflowSnapshot | None) -> list[Bar]:
