@@ -292,3 +292,28 @@ def test_a_bad_temporal_setting_is_a_command_error(app: Celery) -> None:
     setting = {"WORKFLOW_EXECUTION": "temporal", "TEMPORAL": {"TARGET": "no port"}}
     with override_settings(FLOWWARDEN=setting), pytest.raises(CommandError, match="TARGET"):
         schedules()
+
+
+@pytest.mark.lane("temporal")
+def test_a_real_temporal_schedule(app: Celery, report: str, tmp_path: Any) -> None:
+    """Against ``temporal server start-dev``: a schedule made with
+    ``schedule_workflow`` is listed with its workflow (decoded from its action's
+    argument) and its interval; the list is eventually consistent, so it is polled."""
+    from tests.support.polling import wait_until
+    from tests.support.temporal_procs import DevServer
+
+    server = DevServer(tmp_path)
+    server.start()
+    try:
+        setting = {"WORKFLOW_EXECUTION": "temporal", "TEMPORAL": {"TARGET": server.target}}
+        with override_settings(FLOWWARDEN=setting):
+            temporal_schedules.schedule_workflow("cmd-hourly", report, every=timedelta(hours=1))
+            wait_until(lambda: "cmd-hourly" in schedules(), "the schedule listed", 30, 0.5)
+            listed = json.loads(schedules("--json"))
+        (found,) = [s for s in listed["schedules"] if s["source"] == "temporal"]
+        assert found["name"] == "cmd-hourly" and found["workflow"] == report
+        assert found["schedule"] == "every 1h" and found["enabled"] is True
+        assert found["next_run"] is not None
+        assert not any(note.startswith("Temporal") for note in listed["notes"])
+    finally:
+        server.stop()
