@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -14,8 +15,13 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.utils import timezone
 
+from flowwarden_django.management.workflows_cli.run_timeline import (
+    timeline_json,
+    timeline_lines,
+)
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import approve, workflow_registry
+from flowwarden_django.workflows.operations.timeline import Bar, Timeline
 from tests.support.timeline_workflow import (
     CHILD,
     ORDERS,
@@ -153,3 +159,36 @@ def test_a_run_without_children_or_steps(orders: None) -> None:
     assert re.search(r"Timeline \(.*\):\n  no step has run yet", output)
     shown = json.loads(show("cmd-tl-bare", "--json"))
     assert shown["children"] == [] and shown["timeline"] == []
+
+
+def test_every_kind_of_wait_and_long_cells_fit_in_100_characters() -> None:
+    """Pure: the lines of a hand-made timeline spanning two days, with a message, a
+    queue slot and a hibernation, and cells too long for one line."""
+    start = datetime(2026, 5, 1, 23, 59, tzinfo=UTC)
+    later = start + timedelta(minutes=2)
+    bars = (
+        Bar(
+            "attempt", "x" * 60, "failed", start, start + timedelta(seconds=2), attempt=1,
+            provider="celery", worker="worker-" + "w" * 60 + ":42",
+            error="VeryLongModuleName." + "E" * 50,
+        ),
+        Bar("wait", "message", "waited", start, later, wait="message", step="await-payment"),
+        Bar("wait", "hibernated", "waited", later, later, wait="hibernate", step="park"),
+        Bar("wait", "queue slot", "waiting", later, None, wait="slot", current=True),
+        Bar("child", "child · c-1", "completed", start, later),
+    )  # fmt: skip
+    timeline = Timeline(start, later, bars, ())
+    header, *lines = timeline_lines(timeline)
+    assert columns(header)[2] == "KIND"
+    rows = [columns(line) for line in lines]
+    assert [row[2] for row in rows] == ["step", "message", "hibernated", "slot"]
+    assert [row[3] for row in rows[1:]] == ["await-payment", "park", "queue slot"]
+    assert [row[5] for row in rows[1:]] == ["ok", "ok", "waiting"]
+    assert rows[0][0] == "05-01 23:59:00" and rows[0][1] == "2.0 s"
+    assert rows[0][5].startswith("VeryLong") and rows[0][5].endswith("…")
+    assert rows[0][6].startswith("celery @ w") and rows[0][6].endswith("…")
+    assert rows[3][1] == "…" and lines[3].startswith("*")
+    assert max(len(line) for line in [header, *lines]) <= 100
+    assert [e["kind"] for e in timeline_json(timeline)] == [
+        "step", "message", "hibernated", "slot",
+    ]  # fmt: skip
