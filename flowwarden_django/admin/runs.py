@@ -33,6 +33,7 @@ from ..common.formatting import NONE_TEXT
 from ..models import Approval, WorkflowRun
 from ..streams.operations.status import instance_key
 from ..workflows.definition.registry import workflow_registry
+from ..workflows.operations.timeline import Timeline, load_timeline
 from .base import GuardedLookupsMixin, LargeTableAdminMixin, ReadOnlyAdminMixin
 from .details import HealthDetailsMixin, error_text
 from .run_actions import RunActionsMixin
@@ -43,7 +44,6 @@ from .run_queues import QueueListFilter, RunQueueFieldsMixin, queue_of
 from .run_snapshot_pages import SnapshotPagesMixin
 from .run_stores import RunStore, run_store
 from .snapshots import PAGE_SIZE
-from .timeline import Timeline, load_timeline
 from .workflows_page import diagram_url
 
 logger = logging.getLogger("flowwarden_django.admin")

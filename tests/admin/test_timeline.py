@@ -1,5 +1,6 @@
-"""The timeline builder (``admin.timeline``): bars of attempts, waits and child runs
-from what the engine records, placed on one axis, the current position marked."""
+"""The timeline builder (``workflows.operations.timeline``): bars of attempts, waits
+and child runs from what the engine records, placed on one axis, the current
+position marked."""
 
 from __future__ import annotations
 
@@ -12,13 +13,6 @@ import pytest
 from django.contrib.auth.models import User
 
 from flowwarden_django.admin.run_stores import run_store
-from flowwarden_django.admin.timeline import (
-    Bar,
-    build_timeline,
-    duration_text,
-    head_chain,
-    load_timeline,
-)
 from flowwarden_django.models import Approval, WorkflowRun
 from flowwarden_django.workflows import WorkflowSnapshot
 from flowwarden_django.workflows.definition.metadata import (
@@ -38,6 +32,13 @@ from flowwarden_django.workflows.execution.step_timings import (
     errors_json,
     parse_errors,
     step_timing_of,
+)
+from flowwarden_django.workflows.operations.timeline import (
+    Bar,
+    build_timeline,
+    duration_text,
+    head_chain,
+    load_timeline,
 )
 from tests.support.timeline_workflow import (
     CHILD,

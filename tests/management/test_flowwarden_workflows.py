@@ -95,6 +95,11 @@ def pick(state: dict[str, Any]) -> Any:
     return done({**state, "picked": True})
 
 
+def until_blank(lines: list[str]) -> list[str]:
+    """*lines* up to the first blank one (the end of a section of ``show``)."""
+    return lines[: lines.index("")] if "" in lines else lines
+
+
 @pytest.fixture(autouse=True)
 def workflows() -> Any:
     STOCK["available"] = False
@@ -252,7 +257,7 @@ def test_show_a_run_and_its_chain() -> None:
     assert fields["Head snapshot"] == snapshots[-1].id
     assert fields["Runner"] == "—"
     assert "Failure reason" not in fields
-    tree = lines[lines.index("") + 1 :]
+    tree = until_blank(lines[lines.index("") + 1 :])
     assert tree[0] == "Snapshots (3):"
     assert [line.split()[:3] for line in tree[1:]] == [
         ["#1", "(start)", snapshots[0].id],
@@ -274,7 +279,7 @@ def test_show_draws_forks_as_an_indented_tree() -> None:
 
     out, _ = run("show", cid, "--state")
 
-    tree = out.splitlines()[out.splitlines().index("Snapshots (6):") + 1 :]
+    tree = until_blank(out.splitlines()[out.splitlines().index("Snapshots (6):") + 1 :])
     entries = [line for line in tree if "state:" not in line]
     assert [re.search(r"(└─ )?#\d+", line).group(0) for line in entries] == [
         "#1",
@@ -775,7 +780,7 @@ def test_show_a_cancelled_run_labels_the_cancel_and_its_reason() -> None:
     assert fields["Status"] == "cancelled"
     assert fields["Cancel reason"] == "withdrawn"
     assert "Failure reason" not in fields
-    tree = lines[lines.index("") + 2 :]
+    tree = until_blank(lines[lines.index("") + 2 :])
     assert [line.split()[:3] for line in tree] == [
         ["#1", "(start)", snapshots[0].id],
         ["#2", "reserve", snapshots[1].id],

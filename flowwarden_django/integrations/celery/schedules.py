@@ -38,8 +38,12 @@ from django.apps import apps
 from django.utils import timezone
 
 from ...workflows.operations.schedule_ticks import (
+    BEAT_SCHEDULE,
+    DJANGO_CELERY_BEAT,
+    ListedSchedule,
     ScheduleError,
     check_state_template,
+    interval_text,
     interval_tick,
     late,
     render_state,
@@ -282,3 +286,105 @@ def beat_schedule_entry(
         # Also read as the task's request.periodic_task_name, as django-celery-beat sends it.
         "options": {"headers": {"periodic_task_name": name}},
     }
+
+
+def listed_schedules(
+    app: Any = None, *, using: str | None = None, now: datetime | None = None
+) -> list[ListedSchedule]:
+    """The schedules that start workflows: the entries of *app*'s ``beat_schedule``
+    (default: Celery's current app; they have no last start beat shares), then the
+    django-celery-beat periodic tasks (when installed; *using*: their database), each
+    by name."""
+    if app is None:
+        from celery import current_app as app
+    now = now or timezone.now()
+    found = []
+    for name, entry in sorted((app.conf.beat_schedule or {}).items()):
+        if not isinstance(entry, dict) or entry.get("task") != START_TASK:
+            continue
+        schedule = _celery_schedule(entry.get("schedule"))
+        workflow = (entry.get("kwargs") or {}).get("workflow")
+        found.append(
+            ListedSchedule(
+                name,
+                str(workflow or ""),
+                schedule_text(schedule),
+                True,
+                BEAT_SCHEDULE,
+                next_run=next_run(schedule, None, now),
+            )
+        )
+    if apps.is_installed("django_celery_beat"):
+        found.extend(_periodic_tasks(using, now))
+    return found
+
+
+def _periodic_tasks(using: str | None, now: datetime) -> list[ListedSchedule]:
+    from django_celery_beat.models import PeriodicTask
+
+    tasks = (
+        PeriodicTask.objects.using(using)
+        .filter(task=START_TASK)
+        .select_related("crontab", "interval", "solar", "clocked")
+        .order_by("name")
+    )
+    found = []
+    for task in tasks:
+        try:
+            arguments = json.loads(task.kwargs or "{}")
+        except ValueError:
+            arguments = {}
+        workflow = arguments.get("workflow") if isinstance(arguments, dict) else None
+        try:
+            schedule = task.schedule
+        except AttributeError:  # a row without any schedule (beat refuses it too)
+            schedule = None
+        found.append(
+            ListedSchedule(
+                task.name,
+                str(workflow or ""),
+                "—" if schedule is None else schedule_text(schedule),
+                task.enabled,
+                DJANGO_CELERY_BEAT,
+                task.last_run_at,
+                next_run(schedule, task.last_run_at, now) if task.enabled and schedule else None,
+            )
+        )
+    return found
+
+
+def schedule_text(schedule: Any) -> str:
+    """A Celery schedule in words: ``"cron 0 2 * * *"`` (with its time zone when it
+    has one other than UTC), ``"every 5m"``, ``"once at <time>"``, ``"solar sunset at
+    <lat>,<lon>"``."""
+    if hasattr(schedule, "_orig_minute"):
+        fields = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+        text = "cron " + " ".join(str(getattr(schedule, f"_orig_{f}")) for f in fields)
+        zone = getattr(schedule, "tz", None)
+        return text if zone is None or str(zone) == "UTC" else f"{text} ({zone})"
+    if hasattr(schedule, "clocked_time"):
+        return f"once at {schedule.clocked_time.isoformat()}"
+    if hasattr(schedule, "event") and hasattr(schedule, "lat"):
+        return f"solar {schedule.event} at {schedule.lat},{schedule.lon}"
+    run_every = getattr(schedule, "run_every", None)
+    if isinstance(run_every, timedelta):
+        return interval_text(run_every.total_seconds())
+    return str(schedule)
+
+
+def next_run(schedule: Any, last_run: datetime | None, now: datetime) -> datetime | None:
+    """When beat next starts *schedule*, last started at *last_run* (``None``: never,
+    or not known), as of *now* (*now* itself when it is due). An interval's is not
+    known before its first start (it counts from beat's start)."""
+    run_every = getattr(schedule, "run_every", None)
+    if isinstance(run_every, timedelta) and not hasattr(schedule, "_orig_minute"):
+        return None if last_run is None else max(last_run + run_every, now)
+    try:
+        if hasattr(schedule, "_orig_minute"):  # a crontab: its next matching minute
+            start, delta, _ = schedule.remaining_delta(last_run or now)
+            at = start + delta
+        else:
+            at = now + schedule.remaining_estimate(last_run or now)
+    except (AttributeError, TypeError, ValueError):  # a schedule of another kind
+        return None
+    return max(at, now)

@@ -1,6 +1,6 @@
 """``manage.py flowwarden_workflows``: list, show, resume, cancel, fork, prune and
 upgrade workflow runs, send them messages and read their events, the versions
-they are on and the queues they wait in.
+they are on, the queues they wait in and the schedules that start them.
 
 A thin layer over the workflow API: ``WorkflowRun`` rows for the runs, the snapshot
 stores of ``FLOWWARDEN["SNAPSHOT_STORES"]`` for their history, and the registered
@@ -20,6 +20,7 @@ from ..workflows_cli.listing import ListingActions
 from ..workflows_cli.maintenance import MaintenanceActions
 from ..workflows_cli.messages import MessageActions
 from ..workflows_cli.queues import QueueActions
+from ..workflows_cli.schedules import ScheduleActions
 from ..workflows_cli.versions import VersionActions
 
 STATUSES = tuple(WorkflowRun.Status.values)
@@ -31,6 +32,7 @@ class Command(
     MessageActions,
     VersionActions,
     QueueActions,
+    ScheduleActions,
     MaintenanceActions,
 ):
     """Operators' view of workflow runs and their snapshot trees."""
@@ -64,7 +66,9 @@ class Command(
         )
         listing.add_argument("--json", action="store_true", help="Print a JSON list.")
 
-        show = actions.add_parser("show", help="Show a run and its snapshot tree.")
+        show = actions.add_parser(
+            "show", help="Show a run, its snapshot tree, its child runs and its timeline."
+        )
         show.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
         show.add_argument("--json", action="store_true", help="Print a JSON object.")
         show.add_argument("--state", action="store_true", help="Show each snapshot's state.")
@@ -210,6 +214,20 @@ class Command(
             "starts within the rate's period.",
         )
         queues.add_argument("--json", action="store_true", help="Print a JSON list.")
+
+        schedules = actions.add_parser(
+            "schedules",
+            help="The scheduled starts of workflows: Celery's beat_schedule entries, "
+            "django-celery-beat's periodic tasks and (when the runs execute on Temporal) "
+            "the Temporal Schedules, with their last and next start where known.",
+        )
+        schedules.add_argument("--json", action="store_true", help="Print a JSON object.")
+        schedules.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="The database of django-celery-beat's periodic tasks (default: the "
+            "router's choice).",
+        )
 
         reencrypt = actions.add_parser(
             "reencrypt",

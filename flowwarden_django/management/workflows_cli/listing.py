@@ -20,10 +20,20 @@ from ...workflows import (
 )
 from ...workflows.backends.orm import OrmSnapshotStore
 from ...workflows.definition.metadata import LAST_STEP
+from ...workflows.operations.timeline import MAX_SNAPSHOTS, Timeline, load_timeline
 from ...workflows.runs.records import RunRecords
 from ..base import ActionCommand
 from .lookup import run_rows, store_db, store_for
 from .output import COMMAND, iso, seq, state_text, step_text
+from .run_timeline import (
+    child_json,
+    child_lines,
+    child_runs,
+    timeline_bars,
+    timeline_heading,
+    timeline_json,
+    timeline_lines,
+)
 
 LIST_HEADERS = (
     "COORDINATION",
@@ -142,6 +152,8 @@ class ListingActions(ActionCommand):
             )
         tree = snapshot_tree(snapshots)
         head = max(snapshots, key=seq) if snapshots else None
+        children, child_count = child_runs(record) if record else ([], 0)
+        timeline = load_timeline(record, backend) if record else None
         if json:
             self.stdout.write(
                 dump_json(
@@ -151,6 +163,8 @@ class ListingActions(ActionCommand):
                             _snapshot_json(s, depth, fork, with_state=state)
                             for depth, fork, s in sorted(tree, key=lambda item: seq(item[2]))
                         ],
+                        "children": [child_json(child) for child in children],
+                        "timeline": [] if timeline is None else timeline_json(timeline),
                     }
                 )
             )
@@ -160,9 +174,51 @@ class ListingActions(ActionCommand):
             self.stdout.write(f"{self.style.MIGRATE_LABEL(f'{label}:'.ljust(17))} {value}")
         self.stdout.write("")
         self.stdout.write(self.style.MIGRATE_HEADING(f"Snapshots ({len(snapshots)}):"))
-        if not snapshots:
+        if snapshots:
+            self._write_tree(tree, head, now, state=state)
+        else:
             self.stdout.write(f"  none in {where}")
+        if record is not None:
+            assert timeline is not None
+            self._write_children(children, child_count, now)
+            self._write_timeline(timeline)
+
+    def _write_children(self, children: list[WorkflowRun], total: int, now: Any) -> None:
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING(f"Child runs ({total}):"))
+        if not children:
+            self.stdout.write("  none")
             return
+        header, *lines = child_lines(children, total, now)
+        self.stdout.write(self.style.MIGRATE_LABEL(f"  {header}"))
+        for line in lines:
+            self.stdout.write(f"  {line}")
+
+    def _write_timeline(self, timeline: Timeline) -> None:
+        bars = timeline_bars(timeline)
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING(f"Timeline ({timeline_heading(timeline)}):"))
+        if not bars:
+            self.stdout.write("  no step has run yet")
+            return
+        header, *lines = timeline_lines(timeline)
+        self.stdout.write(self.style.MIGRATE_LABEL(header))
+        for line in lines:
+            self.stdout.write(line)
+        notes = ["* marks where the run stands"]
+        if timeline.skipped:
+            notes.append(f"only the newest {MAX_SNAPSHOTS} snapshots were read")
+        self.stdout.write(f"  ({'; '.join(notes)})")
+
+    def _write_tree(
+        self,
+        tree: list[tuple[int, bool, WorkflowSnapshot]],
+        head: WorkflowSnapshot | None,
+        now: Any,
+        *,
+        state: bool,
+    ) -> None:
+        snapshots = [snapshot for _depth, _fork, snapshot in tree]
         seq_width = max(len(str(seq(s))) for s in snapshots) + 1
         step_width = max(len(step_text(s)) for s in snapshots)
         by_id = {s.id: s for s in snapshots}

@@ -10,6 +10,7 @@ ticked again: then it is late, and starts the run of the current tick.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from datetime import UTC, datetime
@@ -29,6 +30,43 @@ _FORMAT_SPEC = re.compile(
     r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d+))?[a-zA-Z%]?",
     re.DOTALL,
 )
+
+
+#: Where a listed schedule lives (``ListedSchedule.source``).
+DJANGO_CELERY_BEAT = "django-celery-beat"
+BEAT_SCHEDULE = "beat_schedule"
+TEMPORAL = "temporal"
+
+_INTERVAL_UNITS = ((86400, "d"), (3600, "h"), (60, "m"), (1, "s"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ListedSchedule:
+    """A schedule that starts a workflow, as ``manage.py flowwarden_workflows
+    schedules`` lists it: its *name*, the *workflow* it starts, when (*schedule*, in
+    words: ``"cron 0 2 * * *"``, ``"every 1h"``), whether it is *enabled*, its last
+    and next start where known (``None``: not known), and where it lives
+    (*source*: ``DJANGO_CELERY_BEAT``, ``BEAT_SCHEDULE`` or ``TEMPORAL``)."""
+
+    name: str
+    workflow: str
+    schedule: str
+    enabled: bool
+    source: str
+    last_run: datetime | None = None
+    next_run: datetime | None = None
+
+
+def interval_text(seconds: float) -> str:
+    """An interval in words: ``"every 1h 30m"``, ``"every 45s"``, ``"every 0.5s"``."""
+    if seconds < 1:
+        return f"every {seconds:g}s"
+    left, parts = round(seconds), []
+    for size, unit in _INTERVAL_UNITS:
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "every " + " ".join(parts)
 
 
 class ScheduleError(ValueError):
