@@ -37,6 +37,7 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -143,13 +144,10 @@ class Forwarder:
         return self.listen[1]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        """Stop socat and the child it forked for each connection (its process group)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(5)
 
 
 @dataclass
@@ -198,6 +196,29 @@ class NetworkNamespace:
         self.exec_ip("addr", "add", f"{inside}/30", "dev", self.inside_if)
         self.exec_ip("link", "set", self.inside_if, "up")
         self.exec_ip("link", "set", "lo", "up")
+        # The host end's MAC, fixed inside: without it, ARP fails ~3 s into a cut and a
+        # new connection gets "no route to host" at once, a signal a real partition
+        # (beyond the first router) does not give. The entry survives the cut (the
+        # namespace end only loses its carrier), so every packet just vanishes.
+        self.exec_ip(
+            "neigh",
+            "replace",
+            host,
+            "lladdr",
+            self._mac(self.host_if),
+            "dev",
+            self.inside_if,
+            "nud",
+            "permanent",
+        )
+
+    @staticmethod
+    def _mac(interface: str) -> str:
+        out = _ip("-o", "link", "show", "dev", interface).stdout
+        match = re.search(r"link/ether ([0-9a-f:]{17})", out)
+        if not match:
+            raise RuntimeError(f"no MAC address on {interface}: {out}")
+        return match.group(1)
 
     @property
     def host_address(self) -> str:
@@ -220,16 +241,22 @@ class NetworkNamespace:
     def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
         """A socat from a free port of :attr:`host_address` to *host*:*port*."""
         listen_port = free_port()
+        # socat forks a child per connection, in its process group (stop() kills it).
+        # If this process is SIGKILLed, socat dies with it, and the children's
+        # keepalives end them once the namespace is gone: after 2.5 min, longer than
+        # any partition of a test, so the host end stays as silent as a server.
+        keepalive = "keepalive,keepidle=120,keepintvl=10,keepcnt=3"
         process = subprocess.Popen(
             [
                 "socat",
-                f"TCP-LISTEN:{listen_port},bind={self.host_address},reuseaddr,fork",
+                f"TCP-LISTEN:{listen_port},bind={self.host_address},reuseaddr,fork,{keepalive}",
                 f"TCP:{host}:{port}",
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=die_with_parent,
+            start_new_session=True,
         )
         forwarder = Forwarder((self.host_address, listen_port), (host, port), process)
         self.forwarders.append(forwarder)

@@ -80,28 +80,40 @@ def test_a_cut_is_silent_and_a_heal_lets_the_connection_carry_on(namespace, pong
         namespace.cut()
         # No reset, no close: the request goes unanswered, again and again.
         assert [client.ask() for _ in range(3)] == ["timeout"] * 3
+        # Nor does a new connection learn anything: no refusal, no "no route to host".
+        assert _connect_inside(namespace, forwarder.host, forwarder.port) == "TimeoutError"
         namespace.heal()
         wait_until(lambda: client.ask() == "pong", "the same connection to answer again")
     finally:
         client.close()
 
 
-def test_the_namespace_cannot_reach_the_host_s_loopback(namespace, pong_server):
-    """Only what the test forwards is reachable: 127.0.0.1 inside is the namespace's own."""
+_CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("connected")
+"""
+
+
+def _connect_inside(ns: NetworkNamespace, host: str, port: int, timeout: float = 5.0) -> str:
+    """What a new connection from inside to *host*:*port* gets: ``connected`` or the
+    error's class name."""
     done = subprocess.run(
-        namespace.command(
-            [
-                sys.executable,
-                "-c",
-                f"import socket; socket.create_connection(('127.0.0.1', {pong_server}), 2)",
-            ]
-        ),
+        ns.command([sys.executable, "-c", _CONNECT, host, str(port), str(timeout)]),
         capture_output=True,
         text=True,
         timeout=30,
     )
-    assert done.returncode != 0
-    assert "ConnectionRefusedError" in done.stderr
+    return done.stdout.strip() or done.stderr
+
+
+def test_the_namespace_cannot_reach_the_host_s_loopback(namespace, pong_server):
+    """Only what the test forwards is reachable: 127.0.0.1 inside is the namespace's own."""
+    assert _connect_inside(namespace, "127.0.0.1", pong_server) == "ConnectionRefusedError"
 
 
 def test_close_removes_the_namespace_and_the_link_and_stale_ones_go_at_start(namespace):
