@@ -10,7 +10,9 @@ within that bound:
 * keepalives probe an idle connection after a third of it, then every sixth, four
   times (``idle + 4 * interval`` = the bound): they catch a connection that waits;
 * ``tcp_user_timeout`` (PostgreSQL) and the socket timeout (Redis) catch one whose
-  request went unanswered (keepalives do not probe while data is unacknowledged).
+  request went unanswered (keepalives do not probe while data is unacknowledged);
+* a connect timeout of a third of the bound (PostgreSQL; the bound for Redis) ends a
+  new connection's wait for a server it cannot reach.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def postgres_options(bound: float | None = None) -> dict[str, int]:
     bound = dead_connection_timeout() if bound is None else bound
     timings = KeepaliveTimings.within(bound)
     return {
+        "connect_timeout": max(2, int(bound // 3)),
         "keepalives": 1,
         "keepalives_idle": timings.idle,
         "keepalives_interval": timings.interval,

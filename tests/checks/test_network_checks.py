@@ -35,16 +35,17 @@ def w501(options: dict[str, Any] | None, bound: float = 30.0) -> list[Any]:
 def test_a_postgres_database_without_keepalives_gets_w501_with_what_to_add():
     (warning,) = w501(None)
     assert warning.id == "flowwarden_django.W501"
-    assert 'DATABASES["pg"]["OPTIONS"] lacks keepalives, keepalives_idle' in warning.msg
+    assert 'DATABASES["pg"]["OPTIONS"] lacks connect_timeout, keepalives,' in warning.msg
     assert "30 s" in warning.msg
     assert (
-        '{"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, '
+        '{"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, '
         '"keepalives_count": 4, "tcp_user_timeout": 30000}'
     ) in warning.hint
 
 
 def test_w501_names_only_what_is_missing_and_follows_the_bound():
-    (warning,) = w501({"keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2}, 12)
+    given = {"connect_timeout": 4, "keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2}
+    (warning,) = w501(given, 12)
     assert '{"keepalives_count": 4, "tcp_user_timeout": 12000}' in warning.hint
     assert "keepalives_idle" not in warning.hint
 

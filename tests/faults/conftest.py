@@ -8,6 +8,7 @@ module here marks its tests ``faults`` and ``subprocess`` (``pytestmark``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -38,3 +39,13 @@ def require(reason: str | None) -> None:
     if REQUIRE_SERVICES:
         pytest.fail(f"{reason} (FLOWWARDEN_REQUIRE_SERVICES is set, so this fails)")
     pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Repeat the fault tests' figures at the end of the run."""
+    from tests.faults.figures import LINES
+
+    if LINES:
+        terminalreporter.section("network-fault figures")
+        for line in LINES:
+            terminalreporter.write_line(line)

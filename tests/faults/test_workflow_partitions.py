@@ -35,8 +35,8 @@ from flowwarden_django.common.network import postgres_options
 from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import RunStatus, workflow_registry
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
-from tests.chaos.report import report
 from tests.faults import partitioned_workflow
+from tests.faults.figures import report
 from tests.faults.processes import WorkflowProcess, database_env
 from tests.support.lanes import lane_marks
 from tests.support.polling import wait_until
@@ -86,7 +86,7 @@ def test_a_runner_cut_off_mid_step_is_taken_over_and_fenced(
     }
     db = connections[DB].settings_dict
     common = {
-        "FW_WF_DB_OPTIONS": json.dumps({"connect_timeout": 5, **postgres_options()}),
+        "FW_WF_DB_OPTIONS": json.dumps(postgres_options()),
         "FW_WF_FLOWWARDEN": json.dumps(settings),
     }
     server = SERVICES["postgres"]
@@ -144,7 +144,8 @@ def test_a_runner_cut_off_mid_step_is_taken_over_and_fenced(
         f"{noticed_after} after the cut; the sweeper took over {taken_over_at - cut_at:.1f} s "
         f"after it and completed the run {done_at - cut_at:.1f} s after it; the late commit "
         f"was {outcome['event']} {outcome['t'] - cut_wall - (healed_at - cut_at):.1f} s after "
-        f"healing; SIGTERM exit {exited_at - healed_at:.1f} s after healing"
+        f"healing {outcome.get('message', '')[:80]!r}; SIGTERM exit "
+        f"{exited_at - healed_at:.1f} s after healing"
     )
     assert outcome["event"] == "fenced" or _declared_dead(outcome), outcome
     assert code is not None, "the cut-off runner did not exit on SIGTERM"
