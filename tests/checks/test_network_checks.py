@@ -39,14 +39,14 @@ def test_a_postgres_database_without_keepalives_gets_w501_with_what_to_add():
     assert "30 s" in warning.msg
     assert (
         '{"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, '
-        '"keepalives_count": 4, "tcp_user_timeout": 30000}'
+        '"keepalives_count": 4, "tcp_user_timeout": 27000}'
     ) in warning.hint
 
 
 def test_w501_names_only_what_is_missing_and_follows_the_bound():
     given = {"connect_timeout": 4, "keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2}
     (warning,) = w501(given, 12)
-    assert '{"keepalives_count": 4, "tcp_user_timeout": 12000}' in warning.hint
+    assert '{"keepalives_count": 4, "tcp_user_timeout": 10800}' in warning.hint
     assert "keepalives_idle" not in warning.hint
 
 
@@ -64,7 +64,7 @@ def test_w501_is_a_deploy_check_following_the_setting():
     assert not [m for m in plain if m.id == "flowwarden_django.W501"]
     postgres = [a for a, e in settings.DATABASES.items() if "postg" in e["ENGINE"]]
     assert len(deploy) == len(postgres)
-    assert all('"tcp_user_timeout": 12000' in m.hint for m in deploy)
+    assert all('"tcp_user_timeout": 10800' in m.hint for m in deploy)
 
 
 @pytest.mark.parametrize(("value", "code"), [("0s", "E010"), ("soon", "E010"), ("2s", "E014")])
@@ -77,15 +77,15 @@ def test_keepalive_timings_stay_within_the_bound():
     for bound in (3, 7, 12, 30, 90):
         timings = KeepaliveTimings.within(bound)
         assert timings.idle + timings.probes * timings.interval <= bound
-    assert postgres_options(30)["tcp_user_timeout"] == 30000
+    assert postgres_options(30)["tcp_user_timeout"] == 27000
 
 
 def test_a_redis_client_from_a_url_gets_the_bound_unless_the_url_says_otherwise():
     with override_settings(FLOWWARDEN={"DEAD_CONNECTION_TIMEOUT": "12s"}):
         client = RedisConnection(url="redis://127.0.0.1:6379/0").client
         kwargs = client.connection_pool.connection_kwargs
-        assert kwargs["socket_timeout"] == 12
-        assert kwargs["socket_connect_timeout"] == 12
+        assert kwargs["socket_timeout"] == 10.8
+        assert kwargs["socket_connect_timeout"] == 10.8
         assert kwargs["health_check_interval"] == 12
         assert kwargs["socket_keepalive"] is True
         assert kwargs["socket_keepalive_options"][socket.TCP_KEEPCNT] == 4

@@ -1,5 +1,6 @@
-"""A ``python -m tests.faults.partitioned_workflow ...`` process, on the host or inside
-a namespace, with its JSON lines (stdout) and its stderr in a file."""
+"""A Python process of the fault tests (``tests.faults.partitioned_workflow``,
+``tests.faults.probe_client``), on the host or inside a namespace, with its JSON lines
+(stdout) and its stderr in a file."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def database_env(settings_dict: dict[str, Any], host: str, port: int) -> dict[st
     }
 
 
-class WorkflowProcess:
-    """One process of ``tests.faults.partitioned_workflow``; *wrap* turns its argv into
-    the command that runs it (``NetworkNamespace.command`` to run it inside)."""
+class JsonLinesProcess:
+    """``python -m MODULE ARGS`` (*args* starts with the module); *wrap* turns its argv
+    into the command that runs it (``NetworkNamespace.command`` to run it inside)."""
 
     def __init__(
         self,
@@ -42,7 +43,7 @@ class WorkflowProcess:
     ) -> None:
         self.log_path = log_path
         self.stderr = log_path.open("wb")
-        argv = [sys.executable, "-u", "-m", "tests.faults.partitioned_workflow", *args]
+        argv = [sys.executable, "-u", "-m", *args]
         self.proc = subprocess.Popen(
             wrap(argv),
             cwd=ROOT,
@@ -101,3 +102,16 @@ class WorkflowProcess:
             return None
         finally:
             self.stderr.close()
+
+
+class WorkflowProcess(JsonLinesProcess):
+    """A ``python -m tests.faults.partitioned_workflow ARGS`` process."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        env: dict[str, str],
+        log_path: Path,
+        wrap: Callable[[list[str]], list[str]] = list,
+    ) -> None:
+        super().__init__(["tests.faults.partitioned_workflow", *args], env, log_path, wrap)
