@@ -132,3 +132,13 @@ def test_close_removes_the_namespace_and_the_link_and_stale_ones_go_at_start(nam
     assert stale in netns.remove_stale()
     assert stale not in netns.namespaces()
     assert namespace.name in netns.namespaces()  # a live process's namespace stays
+
+
+def test_without_root_or_tools_the_reason_says_what_is_missing(monkeypatch):
+    """What the ``namespace`` fixture skips with (or fails with, when
+    ``FLOWWARDEN_REQUIRE_SERVICES=1``)."""
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    assert netns.unavailable_reason() == "network faults: making a network namespace needs root"
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "socat" else tool)
+    assert "'socat' is not installed (apt-get install socat)" in netns.unavailable_reason()
