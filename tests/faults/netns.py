@@ -173,7 +173,9 @@ class NetworkNamespace:
         n = next(_counter)
         pid = os.getpid()
         name = f"{PREFIX}-{lane()}-{pid}-{n}"
-        stem = f"fw{lane()}{pid:x}{n}"[-12:]
+        stem = f"f{lane()}-{pid:x}-{n}"  # + "h"/"n": at most 15 characters (IFNAMSIZ)
+        if len(stem) > 14:
+            raise RuntimeError(f"interface name {stem!r}h is too long")
         _LOCK_PATH.touch(exist_ok=True)
         with open(_LOCK_PATH) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
