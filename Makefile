@@ -21,7 +21,7 @@ TEST_WORKERS ?= 4
 # file (the other CI lane, say) still runs its main part.
 QUIET_LOCK ?= $(or $(FLOWWARDEN_TEST_QUIET_LOCK),/tmp/flowwarden-test-quiet.lock)
 
-.PHONY: demo test test-fast test-deps print-venv lint format docs serve serve-demo bench clean
+.PHONY: demo test test-fast test-faults test-deps print-venv lint format docs serve serve-demo bench clean
 
 ## demo: set up and run the sample project on SQLite (no servers needed)
 demo: $(VENV)/.demo-installed
@@ -46,6 +46,11 @@ test: $(VENV)/.test-installed
 ## no browser (SQLite and in-process fakes only), in under 90 seconds
 test-fast: $(VENV)/.test-installed
 	$(PY) -m pytest -n $(TEST_WORKERS) -q -m "not lane and not slow and not browser and not chaos and not subprocess"
+
+## test-faults: the network-fault tests alone (tests/faults: silent partitions of a
+## namespace of the test's own; they need root, iproute2 and socat, and skip without)
+test-faults: $(VENV)/.test-installed
+	$(PY) -m pytest -n 2 -q -m faults tests/faults
 
 ## test-deps: set up the virtualenv of `make test` without running anything
 test-deps: $(VENV)/.test-installed

@@ -87,6 +87,11 @@ DEFAULTS: dict[str, Any] = {
     # When set, /flowwarden/metrics/ needs "Authorization: Bearer <token>"; a list of tokens
     # accepts each (to rotate). None: open, as a scrape target usually is.
     "METRICS_TOKEN": None,
+    # How long a silent network partition (no reset: a link or a NAT entry gone) may go
+    # unnoticed on a connection the package opens: Redis clients' socket timeouts and
+    # keepalives derive from it, and `check --deploy` (W501) asks for libpq keepalives
+    # and tcp_user_timeout within it on DATABASES (common/network.py).
+    "DEAD_CONNECTION_TIMEOUT": "30s",
 }
 
 

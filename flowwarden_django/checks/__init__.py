@@ -29,12 +29,16 @@ Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
 counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trusts a
-client's own ``X-Forwarded-For``.
+client's own ``X-Forwarded-For``. E014 ``DEAD_CONNECTION_TIMEOUT`` is below 3 s;
+W501 (``check --deploy`` only) a PostgreSQL database's ``OPTIONS`` lack libpq's keepalive
+timings or ``tcp_user_timeout``, so a silent network partition goes unnoticed for
+minutes.
 
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
 itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``,
-``approvals``, ``queues`` and ``endpoints`` (health details, metrics, the API's password
-throttle). Importing this package registers every one of them.
+``approvals``, ``queues``, ``endpoints`` (health details, metrics, the API's password
+throttle) and ``network`` (bounds on silent partitions). Importing this package
+registers every one of them.
 """
 
 from .approvals import check_approval_forms
@@ -49,6 +53,7 @@ from .endpoints import (
     check_password_throttle_proxies,
     check_public_health_details,
 )
+from .network import check_postgres_keepalives
 from .queues import check_declared_queues, check_runs_on_unknown_queues, check_workflow_queues
 from .stores import check_checkpoint_stores, check_snapshot_encryption
 from .streams import check_bson_available, check_mongo_clients, check_streams
@@ -70,6 +75,7 @@ __all__ = [
     "check_intervals",
     "check_mongo_clients",
     "check_password_throttle_proxies",
+    "check_postgres_keepalives",
     "check_public_health_details",
     "check_runs_on_unknown_queues",
     "check_scheduled_starts",

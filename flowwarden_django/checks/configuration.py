@@ -1,5 +1,6 @@
 """Checks of the ``FLOWWARDEN`` setting itself: a dict (E001), its keys (E013, W002),
-the forms of its simple values (E012), its durations (E010, E011), and ``USE_TZ`` (E009)."""
+the forms of its simple values (E012), its durations (E010, E011, E014), and ``USE_TZ``
+(E009)."""
 
 from __future__ import annotations
 
@@ -189,7 +190,11 @@ _DURATION_SETTINGS = (
     "WORKFLOW_RECOVER_AFTER",
     "WORKFLOW_SWEEP_INTERVAL",
     "WORKFLOW_QUEUE_STALE_AFTER",
+    "DEAD_CONNECTION_TIMEOUT",
 )
+
+#: Keepalive timings are whole seconds: a shorter bound cannot be kept.
+MIN_DEAD_CONNECTION_TIMEOUT = 3.0
 
 
 @checks.register()
@@ -225,6 +230,17 @@ def check_intervals(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                 "otherwise lose the lease.",
                 hint="The defaults are a 60 s TTL renewed every 15 s.",
                 id="flowwarden_django.E011",
+            )
+        )
+    dead = values["DEAD_CONNECTION_TIMEOUT"]
+    if 0 < dead < MIN_DEAD_CONNECTION_TIMEOUT:
+        errors.append(
+            checks.Error(
+                f'{SETTING_NAME}["DEAD_CONNECTION_TIMEOUT"] ({dead:g} s) is below '
+                f"{MIN_DEAD_CONNECTION_TIMEOUT:g} s: TCP keepalives count in whole seconds, "
+                "and a busy server would be taken for a dead one.",
+                hint='The default is "30s"; anything from "3s" up works.',
+                id="flowwarden_django.E014",
             )
         )
     return errors

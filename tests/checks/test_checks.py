@@ -177,6 +177,7 @@ BAD_VALUES = {
     "HEALTH_DETAILS": 5,
     "METRICS_TOKEN": 5,
     "APPROVAL_EMAILS": {"BASE_URL": "ftp://nope"},
+    "DEAD_CONNECTION_TIMEOUT": "1s",
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
+from ...common.network import redis_options
 from ..stores import store_setting
 from ._extras import missing_extra
 
@@ -20,6 +21,9 @@ from ._extras import missing_extra
 class RedisConnection:
     """One redis-py client, from a django-redis cache alias (``cache``, ``"default"``
     when nothing is given), a ``url``, or a ready ``client``; connected on first use.
+    A client made from a ``url`` gets the timeouts and keepalives of
+    ``DEAD_CONNECTION_TIMEOUT`` (``common/network.py``); a cache's or a given client is
+    configured by its owner.
 
     The options and their meaning are those of ``RedisCheckpointStore``.
     """
@@ -52,7 +56,8 @@ class RedisConnection:
             import redis
 
             self._owns_client = True
-            return redis.Redis.from_url(self.url)
+            # Options in the URL's query (?socket_timeout=5) win over these.
+            return redis.Redis.from_url(self.url, **redis_options())
         from django_redis import get_redis_connection
 
         return get_redis_connection(self.cache or "default")
@@ -119,7 +124,8 @@ class RedisConnection:
 
         if self.url is not None:
             url = self.url
-            return lambda: redis.asyncio.Redis.from_url(url)
+            options = redis_options()
+            return lambda: redis.asyncio.Redis.from_url(url, **options)
         return async_factory_like(self.client)
 
 
