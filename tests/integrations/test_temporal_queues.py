@@ -136,6 +136,7 @@ ENDS = ("completed", "failed", "timed_out", "canceled")
 
 
 @on_temporal
+@pytest.mark.quiet  # "at once" is measured from the steps' own clocks
 def test_40_runs_on_a_queue_of_4_run_4_steps_at_once_on_an_8_step_worker(
     queued: Any, worker: TemporalWorker, server: DevServer, tmp_path: Path
 ) -> None:
