@@ -14,12 +14,8 @@ to be one chain. The Celery and Temporal twins are in ``tests/integrations``.
 from __future__ import annotations
 
 import json
-import os
-import queue
 import signal
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -34,8 +30,8 @@ from flowwarden_django.workflows import RunStatus, workflow_registry
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from tests.support import workflow_procs
 from tests.support.lanes import lane_marks
+from tests.support.line_processes import JsonLinesProcess, database_env
 from tests.support.step_log import assert_chained, executions
-from tests.support.story_procs import ROOT, die_with_parent
 
 DB = "postgres"
 #: The liveness bound: a run whose runner died completes within this many seconds of
@@ -52,67 +48,13 @@ pytestmark = [
 ]
 
 
-class Proc:
+class Proc(JsonLinesProcess):
     """A ``python -m tests.support.workflow_procs ...`` subprocess and its output lines."""
 
     def __init__(self, args: list[str], log_path: Path) -> None:
         db = connections[DB].settings_dict
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "FW_WF_DB_ENGINE": "postgresql",
-            "FW_WF_DB_NAME": str(db["NAME"]),
-            "FW_WF_DB_HOST": str(db["HOST"]),
-            "FW_WF_DB_PORT": str(db["PORT"]),
-            "FW_WF_DB_USER": str(db["USER"]),
-            "FW_WF_DB_PASSWORD": str(db["PASSWORD"]),
-        }
-        self.log_path = log_path
-        self.stderr = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "tests.support.workflow_procs", *args],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            preexec_fn=die_with_parent,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        #: Every line printed so far.
-        self.printed: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.printed.append(line.rstrip("\n"))
-            self.lines.put(line.rstrip("\n"))
-
-    def wait_for_line(self, prefix: str, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                raise AssertionError(f"no line {prefix!r}:\n{self.describe()}") from None
-            if line.startswith(prefix):
-                return line
-
-    def describe(self) -> str:
-        self.stderr.flush()
-        return self.log_path.read_text(errors="replace")[-4000:] or "(no stderr)"
-
-    def stop(self, signum: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signum)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.stderr.close()
+        env = {"FW_WF_DB_ENGINE": "postgresql", **database_env(db, str(db["HOST"]), db["PORT"])}
+        super().__init__(["tests.support.workflow_procs", *args], env, log_path)
 
 
 @pytest.fixture
