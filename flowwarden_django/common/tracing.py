@@ -96,16 +96,6 @@ def span(
     return tracer.start_as_current_span(name, context=context, attributes=_clean(attributes))
 
 
-def failed(current: Any, exc: BaseException) -> None:
-    """Record *exc* on *current* (a span from ``span``, or ``None``) and mark it failed,
-    for an error that is handled inside the span."""
-    if current is None or not recording():
-        return
-    trace = _api[0]
-    current.record_exception(exc)
-    current.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
-
-
 def current_headers() -> dict[str, str]:
     """The current trace context as W3C headers (``{}`` when none or not recording)."""
     if not recording():
