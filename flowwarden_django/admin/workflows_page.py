@@ -24,7 +24,7 @@ from django.utils.translation import gettext
 from ..models import DefinedWorkflow, WorkflowRun
 from ..workflows.definition.metadata import NEXT_STEP
 from ..workflows.definition.registry import workflow_registry
-from .base import ReadOnlyAdminMixin
+from .base import ReadOnlyAdminMixin, possible_value
 from .diagram import build_diagram, defined_workflows
 from .run_stores import run_store
 
@@ -118,7 +118,9 @@ class DefinedWorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        run = WorkflowRun.objects.filter(pk=object_id).first()
+        run = None
+        if possible_value(WorkflowRun._meta.pk, object_id):  # a NUL: PostgreSQL refuses it
+            run = WorkflowRun.objects.filter(pk=object_id).first()
         if run is None or not workflow_registry.defines(run.workflow_name, run.workflow_version):
             return HttpResponseRedirect(
                 reverse(f"{self.admin_site.name}:{self._name('changelist')}")
@@ -145,7 +147,7 @@ class DefinedWorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         context = self._context(request, title)
         run = None
         cid = request.GET.get("run", "")
-        if cid and "\x00" not in cid:
+        if cid and possible_value(WorkflowRun._meta.pk, cid):
             run = WorkflowRun.objects.filter(
                 pk=cid, workflow_name=name, workflow_version=version
             ).first()

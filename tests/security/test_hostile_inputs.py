@@ -1403,6 +1403,33 @@ def admin_cases() -> list[AdminCase]:
         for query in params:
             add(AdminCase(f"{label} changelist ?{query[:60]}", "get", f"{url}?{query}"))
     add(AdminCase("streams console ?q=%00", "get", ADMIN + "/streamworker/?q=%00"))
+
+    # Issue 50: the Workflows page, each workflow's diagram (?run= marks a run) and the
+    # redirect from a run's id; the run page's timeline is drawn on its change page.
+    workflows = ADMIN + "/definedworkflow/"
+    add(AdminCase("workflows page", "get", workflows, expect=(200,)))
+    add(AdminCase("workflows page as a viewer", "get", workflows, who="s:viewer"))
+    for name in ["%00", "x" * 5000, quote("é∂ƒ😀"), quote("../../etc/passwd"), "api-refund%00"]:
+        for version in ["1", "0", "99999999999999999999"]:
+            add(
+                AdminCase(
+                    f"diagram {name[:20]} v{version}",
+                    "get",
+                    f"{workflows}diagram/{name}/{version}/",
+                )
+            )
+    add(
+        AdminCase(
+            "diagram of the refunds", "get", f"{workflows}diagram/api-refund/1/", expect=(200,)
+        )
+    )
+    for run in ["%00", "x" * 5000, "{run}%00", quote("' OR 1=1 --"), "{run}"]:
+        add(
+            AdminCase(
+                f"diagram ?run={run[:20]}", "get", f"{workflows}diagram/api-refund/1/?run={run}"
+            )
+        )
+        add(AdminCase(f"workflow of run {run[:20]}", "get", f"{workflows}{run}/"))
     return cases
 
 
