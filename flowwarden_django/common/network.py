@@ -13,7 +13,10 @@ within that bound:
   bound, catch one whose request went unanswered (keepalives do not probe while data
   is unacknowledged);
 * a connect timeout of a third of the bound (PostgreSQL; 90 % of it for Redis) ends a
-  new connection's wait for a server it cannot reach.
+  new connection's wait for a server it cannot reach;
+* gRPC (Temporal) sends an HTTP/2 ping after half the bound without a frame received,
+  and closes the connection when the ping is not answered within the other half; the
+  interval is never below 10 s, the least Temporal's server accepts.
 """
 
 from __future__ import annotations
@@ -95,3 +98,35 @@ def redis_options(bound: float | None = None) -> dict[str, Any]:
         "socket_keepalive": True,
         "socket_keepalive_options": keepalive_options,
     }
+
+
+#: The shortest ping interval Temporal's frontend accepts (its ``keepAliveMinTime``):
+#: a client pinging more often is sent ``GOAWAY`` ("too many pings").
+GRPC_MIN_PING_INTERVAL = 10.0
+#: The shortest wait for a ping's answer.
+GRPC_MIN_PING_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True)
+class GrpcKeepalive:
+    """HTTP/2 keepalive timings (milliseconds) of a gRPC client connection: a ping after
+    ``interval_ms`` without a frame received, the connection closed when it is not
+    answered within ``timeout_ms``."""
+
+    interval_ms: int
+    timeout_ms: int
+
+    @classmethod
+    def within(cls, bound: float) -> GrpcKeepalive:
+        """Timings that notice a dead peer within *bound* seconds (``interval + timeout``),
+        the interval at least :data:`GRPC_MIN_PING_INTERVAL` (so a bound under 20 s
+        is noticed after that interval and half the bound)."""
+        interval = max(bound / 2, GRPC_MIN_PING_INTERVAL)
+        timeout = max(min(bound - interval, bound / 2), GRPC_MIN_PING_TIMEOUT)
+        return cls(interval_ms=int(interval * 1000), timeout_ms=int(timeout * 1000))
+
+
+def grpc_keepalive(bound: float | None = None) -> GrpcKeepalive:
+    """The gRPC keepalive timings for *bound* seconds (``DEAD_CONNECTION_TIMEOUT`` by
+    default)."""
+    return GrpcKeepalive.within(dead_connection_timeout() if bound is None else bound)

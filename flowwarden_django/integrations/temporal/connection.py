@@ -3,6 +3,12 @@
 The SDK is asyncio-only; Django views, ``Workflow.run()`` and management commands are
 not. ``TemporalConnection`` keeps an event loop on a daemon thread, connects on first
 use (reconnecting after a failure) and runs each call there with a timeout.
+
+Every client the package opens (here, and the worker's) comes from
+:func:`open_client`: its gRPC connection pings the server when it has heard nothing
+for a while (``common.network.grpc_keepalive``, from
+``FLOWWARDEN["DEAD_CONNECTION_TIMEOUT"]``), so a silent partition closes it within
+that bound instead of leaving calls and polls waiting on a dead connection.
 """
 
 from __future__ import annotations
@@ -12,9 +18,29 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from ...common.network import grpc_keepalive
 from .config import TemporalConfig
 
 T = TypeVar("T")
+
+
+def keep_alive_config(bound: float | None = None) -> Any:
+    """The SDK's ``KeepAliveConfig`` for *bound* seconds (``DEAD_CONNECTION_TIMEOUT``
+    by default)."""
+    from temporalio.client import KeepAliveConfig
+
+    timings = grpc_keepalive(bound)
+    return KeepAliveConfig(interval_millis=timings.interval_ms, timeout_millis=timings.timeout_ms)
+
+
+def open_client(config: TemporalConfig) -> Awaitable[Any]:
+    """``Client.connect`` to the configured server and namespace, with keepalives
+    within ``DEAD_CONNECTION_TIMEOUT`` (no timeout of its own: the caller's)."""
+    from temporalio.client import Client
+
+    return Client.connect(
+        config.target, namespace=config.namespace, keep_alive_config=keep_alive_config()
+    )
 
 
 class TemporalConnection:
@@ -39,11 +65,8 @@ class TemporalConnection:
 
     async def _connected(self) -> Any:
         if self._client is None:
-            from temporalio.client import Client
-
             self._client = await asyncio.wait_for(
-                Client.connect(self.config.target, namespace=self.config.namespace),
-                self.config.connect_timeout,
+                open_client(self.config), self.config.connect_timeout
             )
         return self._client
 

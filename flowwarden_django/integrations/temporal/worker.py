@@ -17,6 +17,7 @@ from ...workflows.definition.databases import workflow_databases
 from ...workflows.operations.recovery import position_of, recover_in_every_database
 from .activities import ACTIVITIES
 from .config import TemporalConfig
+from .connection import open_client
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
 from .provider import next_policy, run_start, signal_with_start
 from .shutdown import StepExecutor, shut_down
@@ -31,16 +32,11 @@ async def connect(
     """A client of the configured server, waiting (and saying so) until it answers;
     ``None`` when *stop* is set first (a SIGTERM while the server is down must end the
     process, not wait for the server)."""
-    from temporalio.client import Client
-
     stop = stop or asyncio.Event()
     announced = False
     while not stop.is_set():
         attempt = asyncio.ensure_future(
-            asyncio.wait_for(
-                Client.connect(config.target, namespace=config.namespace),
-                config.connect_timeout,
-            )
+            asyncio.wait_for(open_client(config), config.connect_timeout)
         )
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({attempt, stopping}, return_when=asyncio.FIRST_COMPLETED)
