@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 
@@ -35,6 +36,12 @@ def record(state: dict[str, Any], ctx: Any, **extra: Any) -> int:
         for e in executions(state["log"])
         if (e["cid"], e["step"]) == (ctx.coordination_id, ctx.step_name)
     )
+
+
+def wait_for_file(path: str, every: float = 0.05) -> None:
+    """Wait until *path* exists (a test's cue to end a step)."""
+    while not os.path.exists(path):
+        time.sleep(every)
 
 
 def then(state: dict[str, Any], name: str) -> dict[str, Any]:

@@ -67,12 +67,19 @@ class Service:
     """A subprocess that runs until stopped, in a session (process group) of its own,
     its stdout and stderr written to *log_path*."""
 
-    def __init__(self, name: str, args: Sequence[str], env: dict[str, str], log_path: Path):
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        env: dict[str, str],
+        log_path: Path,
+        wrap: Callable[[list[str]], list[str]] = list,
+    ):
         self.name = name
         self.log_path = log_path
         with log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, *args],
+                wrap([sys.executable, *args]),  # wrap: NetworkNamespace.command, say
                 cwd=ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

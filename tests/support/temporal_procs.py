@@ -6,6 +6,7 @@ server's history says of a run."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -39,7 +40,9 @@ WORKER_READY = "flowwarden Temporal worker:"
 class DevServer:
     """``temporal server start-dev`` on a port of its own, its history in a file."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, dynamic_config: dict[str, Any] | None = None) -> None:
+        #: ``--dynamic-config-value`` settings (``{"frontend.keepAliveTime": "5s"}``).
+        self.dynamic_config = dynamic_config or {}
         self.port = free_port()
         self.db_file = workdir / "temporal.db"
         self.log_path = workdir / "temporal-server.log"
@@ -66,6 +69,8 @@ class DevServer:
             "--log-level",
             "warn",
         ]
+        for key, value in self.dynamic_config.items():
+            command += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 command,
@@ -129,9 +134,10 @@ class TemporalWorker(Service):
         *,
         name: str = "the worker",
         wait: bool = True,
+        wrap: Callable[[list[str]], list[str]] = list,
     ) -> None:
         command = ("manage.py", "flowwarden_temporal_worker", "--concurrency", "4", *options)
-        super().__init__(name, command, env, log_path)
+        super().__init__(name, command, env, log_path, wrap)
         if wait:
             wait_until(self.ready, WAIT, name, [self])
 

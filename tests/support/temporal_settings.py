@@ -11,6 +11,8 @@ environment:
   the task queue;
 * ``FLOWWARDEN_TEMPORAL_WORKFLOW_QUEUES``: ``FLOWWARDEN["WORKFLOW_QUEUES"]`` as JSON
   (``tests/integrations/test_temporal_queues.py``).
+* ``FLOWWARDEN_TEMPORAL_DB_OPTIONS``: the database's ``OPTIONS`` as JSON (the libpq
+  keepalives of ``tests/faults/``).
 
 ``tests.temporalapp`` defines the test workflows (``tests/support/temporal_workflows.py``) from
 its ``workflows.py``, found by the app's autodiscovery as a project's would be.
@@ -37,6 +39,7 @@ DATABASES = {
         "HOST": os.environ.get("FLOWWARDEN_TEMPORAL_DB_HOST", "127.0.0.1"),
         "PORT": os.environ.get("FLOWWARDEN_TEMPORAL_DB_PORT", "5432"),
         "USER": os.environ.get("FLOWWARDEN_TEMPORAL_DB_USER", "postgres"),
+        "OPTIONS": json.loads(os.environ.get("FLOWWARDEN_TEMPORAL_DB_OPTIONS") or "{}"),
     }
 }
 

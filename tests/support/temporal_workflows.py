@@ -10,6 +10,7 @@ of a coordination (the test kills the worker there) and returns at once after.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -71,6 +72,10 @@ LISTENING_THRICE = "fw-temporal-listening-thrice"
 #: (``wait_for(..., to="handle")``).
 MESSAGE_LOOP = "fw-temporal-message-loop"
 LOOP_TIMES = 5
+#: ``one``, ``slow``, ``three``, ``four`` (``tests/faults/test_temporal_partitions.py``):
+#: ``slow``'s first execution waits until the file ``state["release"]`` exists, any
+#: later one sleeps ``state["sleep"]`` seconds.
+PARTITIONED = "fw-temporal-partitioned"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -116,6 +121,25 @@ def decide(state: dict[str, Any], ctx: Any) -> Any:
 def slow(state: dict[str, Any], ctx: Any) -> Any:
     if _record(state, ctx) == 1:
         time.sleep(SLOW_SECONDS)
+    return advance(then(state, "slow"))
+
+
+@step("slow")
+def slow_until_released(state: dict[str, Any], ctx: Any) -> Any:
+    """On its first execution, waits for ``state["release"]`` even when the SDK
+    cancels it (as a step blocked in a call that does not look at cancellation would):
+    it then returns, and its worker tries to save it."""
+    if _record(state, ctx) == 1:
+        while True:
+            try:
+                step_log.wait_for_file(state["release"])
+                break
+            except BaseException as exc:  # temporalio's CancelledError, raised in here
+                logging.getLogger("flowwarden_django.tests").warning(
+                    "the slow step was cancelled by the SDK (%r); it waits on", exc
+                )
+    else:
+        time.sleep(state["sleep"])
     return advance(then(state, "slow"))
 
 
@@ -286,6 +310,10 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
                 [_plain("one"), _listen("listen1"), _listen("listen2"), _listen("listen3"), heard],
             ),
             (LONG_STEP, [_plain("one"), long, _plain("three")]),
+            (
+                PARTITIONED,
+                [_plain("one"), slow_until_released, _plain("three"), _plain("four")],
+            ),
             (FAN_CHILD, [enrich]),
             (FAN_OUT, [fan_out, collect]),
             (LOOPING, [bump, check, _plain("finish")]),

@@ -321,8 +321,16 @@ def _run_step(request: StepRequest) -> RunReport:
         ) from exc
     except ConcurrentRunError as exc:
         if isinstance(exc, LeaseLostError) or exc.claimed_until is None:
-            # Taken over (a cancel, an upgrade), or an earlier copy of this step saved
-            # first: the run goes on from where it stands.
+            # Taken over (a cancel, an upgrade, another worker once this one's lease ran
+            # out), or an earlier copy of this step saved first: the run goes on from
+            # where it stands; this attempt's result is not saved (the fence).
+            logger.warning(
+                "workflow %s (%s): step attempt %d not saved, the run was taken over: %s",
+                wf.name,
+                cid,
+                info.attempt,
+                exc,
+            )
             return report(definition, cid, str(exc), hands_to)
         # The holder may be a killed worker: try again once its claim is over.
         remaining = (exc.claimed_until - timezone.now()).total_seconds()
