@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +53,7 @@ from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import RunStatus, Workflow, workflow_registry
 from flowwarden_django.workflows.execution.providers import reset_providers
 from tests.faults.figures import report
+from tests.faults.worker_logs import first_notice, stamp_of
 from tests.support import temporal_workflows as flows
 from tests.support.lanes import lane_marks
 from tests.support.polling import wait_until
@@ -120,7 +119,7 @@ def _late_save(worker: TemporalWorker) -> str | None:
         if FENCED in line and "step attempt 1 " in line:
             return "fenced"
         if "Completing activity as failed" in line and "'attempt': 1," in line:
-            trace = itertools.takewhile(lambda text: not _STAMP.match(text), lines[index + 1 :])
+            trace = itertools.takewhile(lambda text: stamp_of(text) is None, lines[index + 1 :])
             error = [text for text in trace if text and not text.startswith(" ")][-1:]
             if error and "OperationalError" in error[0]:
                 return "refused on a dead connection"
@@ -220,7 +219,7 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
     report(
         f"[faults] Temporal worker cut off from PostgreSQL and Temporal for "
         f"{healed_at - cut_at:.0f} s mid-step ({_settings_of(env)}): it noticed "
-        f"{_noticed(inside.log(), cut_wall)} after the cut; the host's worker took "
+        f"{first_notice(inside.log(), cut_wall, NOTICES)} after the cut; the host's worker took "
         f"the run over {taken_over_at - cut_at:.1f} s after the cut and completed it "
         f"{done_at - cut_at:.1f} s after it; the step released once the run had completed "
         f"and the link healed, its late save was {outcome} {refused_at - released_at:.1f} s "
@@ -238,25 +237,6 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
 #: whose heartbeats fail (the test's step says so), the gRPC keepalive closes the
 #: connection, a claim renewal times out.
 NOTICES = ("cancelled by the SDK", "KeepAliveTimedOut", "renewing run claims failed")
-_STAMP = re.compile(r"^(?:\x1b\[\dm)?(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,]\d+)")
-
-
-def _noticed(log: str, cut_wall: float) -> str:
-    """When the cut-off worker's log first said it noticed (seconds after the cut, and
-    what), from the stamps of its lines (Python's local time, the SDK's UTC)."""
-    for line in log.splitlines():
-        found = _STAMP.match(line)
-        if found is None or not any(notice in line for notice in NOTICES):
-            continue
-        text = found.group(1).replace(",", ".")
-        if "T" in text:
-            stamp = datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
-        else:
-            stamp = datetime.fromisoformat(text).timestamp()
-        if stamp >= cut_wall:
-            what = next(notice for notice in NOTICES if notice in line)
-            return f"{stamp - cut_wall:.1f} s ({what})"
-    return "nothing"
 
 
 def _settings_of(env: dict[str, str]) -> str:

@@ -31,7 +31,13 @@ class CeleryWorker:
     """One ``celery worker`` subprocess of *pool* (``["--pool=solo"]``, say)."""
 
     def __init__(
-        self, env: dict[str, str], pool: list[str], log_path: Path, *, name: str = "fw-test"
+        self,
+        env: dict[str, str],
+        pool: list[str],
+        log_path: Path,
+        *,
+        name: str = "fw-test",
+        wrap: Callable[[list[str]], list[str]] = list,
     ) -> None:
         self.log_path = log_path
         command = [
@@ -51,7 +57,7 @@ class CeleryWorker:
         ]
         with log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                command,
+                wrap(command),  # wrap: NetworkNamespace.command, say
                 cwd=ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -11,8 +11,11 @@ The test passes everything through the environment:
 * ``FLOWWARDEN_CELERY_QUEUE``: the queue of this test run, so that no other run's
   tasks reach this worker;
 * ``FLOWWARDEN_CELERY_RUN_STREAMS=1``: sets ``FLOWWARDEN["CELERY_RUN_STREAMS"]``.
+* ``FLOWWARDEN_CELERY_DB_OPTIONS``: the database's ``OPTIONS`` as JSON (the libpq
+  keepalives of ``tests/faults/``).
 """
 
+import json
 import os
 from importlib.util import find_spec
 
@@ -35,6 +38,7 @@ DATABASES = {
         "PORT": os.environ.get("FLOWWARDEN_CELERY_DB_PORT", "5432"),
         "USER": os.environ.get("FLOWWARDEN_CELERY_DB_USER", "postgres"),
         "PASSWORD": os.environ.get("FLOWWARDEN_CELERY_DB_PASSWORD", ""),
+        "OPTIONS": json.loads(os.environ.get("FLOWWARDEN_CELERY_DB_OPTIONS") or "{}"),
     }
 }
 

@@ -8,12 +8,18 @@ and the queue come from the same environment variables), plus:
 * ``FLOWWARDEN_CELERY_RUN_LEASE``: ``FLOWWARDEN["WORKFLOW_RUN_LEASE"]``, and
   ``FLOWWARDEN_CELERY_WORKFLOW_EXECUTION``: ``FLOWWARDEN["WORKFLOW_EXECUTION"]``
   (``"celery"`` runs the recovery sweep in the worker);
+* ``FLOWWARDEN_CELERY_BROKER_BOUNDS=1``: the Redis transport gets the socket timeouts
+  and keepalives of ``DEAD_CONNECTION_TIMEOUT`` (``common.network.redis_options``), as
+  ``docs/network_faults.md`` tells a project to set (``tests/faults/``);
+* ``FLOWWARDEN_CELERY_FLOWWARDEN``: more ``FLOWWARDEN`` settings, as JSON
+  (``WORKFLOW_RECOVER_AFTER`` in ``tests/faults/``);
 * ``FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT``: the Redis transport's
   ``visibility_timeout`` (seconds), checked every second;
 * the transport's unacked-message keys are named after the test's queue, so the
   test can look at them and delete them.
 """
 
+import json
 import os
 
 from tests.support.celery_settings import *  # noqa: F403
@@ -28,6 +34,7 @@ if os.environ.get("FLOWWARDEN_CELERY_RUN_LEASE"):
     FLOWWARDEN["WORKFLOW_RUN_LEASE"] = os.environ["FLOWWARDEN_CELERY_RUN_LEASE"]
 if os.environ.get("FLOWWARDEN_CELERY_WORKFLOW_EXECUTION"):
     FLOWWARDEN["WORKFLOW_EXECUTION"] = os.environ["FLOWWARDEN_CELERY_WORKFLOW_EXECUTION"]
+FLOWWARDEN.update(json.loads(os.environ.get("FLOWWARDEN_CELERY_FLOWWARDEN") or "{}"))
 
 
 def transport_options(queue: str, visibility_timeout: float | None = None) -> dict:
@@ -50,6 +57,13 @@ _visibility = os.environ.get("FLOWWARDEN_CELERY_VISIBILITY_TIMEOUT")
 CELERY_BROKER_TRANSPORT_OPTIONS = transport_options(
     CELERY_TASK_DEFAULT_QUEUE, float(_visibility) if _visibility else None
 )
+if os.environ.get("FLOWWARDEN_CELERY_BROKER_BOUNDS") == "1":
+    from flowwarden_django.common.durations import parse_duration
+    from flowwarden_django.common.network import redis_options
+
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(
+        redis_options(parse_duration(FLOWWARDEN.get("DEAD_CONNECTION_TIMEOUT", "30s")))
+    )
 # One message at a time: a busy worker holds no other step.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 

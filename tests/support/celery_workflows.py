@@ -65,6 +65,10 @@ LOOPING = "fw-celery-looping"
 #: (``wait_for(..., to="handle")``).
 MESSAGE_LOOP = "fw-celery-message-loop"
 LOOP_TIMES = 5
+#: ``one``, ``slow``, ``three``, ``four`` (``tests/faults/test_celery_partitions.py``):
+#: ``slow``'s first execution waits until the file ``state["release"]`` exists, any
+#: later one sleeps ``state["sleep"]`` seconds.
+PARTITIONED = "fw-celery-partitioned"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
 
@@ -160,6 +164,15 @@ def slow_every_time(state: dict[str, Any], ctx: Any) -> Any:
     """Sleeps ``state["sleep"]`` seconds each time it runs."""
     _record(state, ctx)
     time.sleep(state["sleep"])
+    return advance(then(state, "slow"))
+
+
+@step("slow")
+def slow_until_released(state: dict[str, Any], ctx: Any) -> Any:
+    if _record(state, ctx) == 1:
+        step_log.wait_for_file(state["release"])
+    else:
+        time.sleep(state["sleep"])
     return advance(then(state, "slow"))
 
 
@@ -290,6 +303,7 @@ def define_workflows(using: str) -> dict[str, WorkflowDefinition]:
             (LISTENING, [one, listen, heard]),
             (LOOPING, [bump, check]),
             (MESSAGE_LOOP, [loop_listen, loop_handle]),
+            (PARTITIONED, [one, slow_until_released, three, four]),
         )
     }
 
