@@ -58,6 +58,7 @@ from flowwarden_django.models import WorkflowRun
 from flowwarden_django.workflows import RunStatus, workflow_registry
 from flowwarden_django.workflows.execution.providers import reset_providers
 from tests.faults.figures import report
+from tests.faults.takeover import partition_during_takeover
 from tests.faults.worker_logs import first_notice
 from tests.support import celery_workflows as flows
 from tests.support.celery_procs import CeleryWorker
@@ -159,8 +160,10 @@ def _worker_env(
     return env
 
 
-def _run(cid: str) -> WorkflowRun | None:
-    return WorkflowRun.objects.using(DB).filter(pk=cid).first()
+def _state_of(cid: str) -> tuple[str, bool]:
+    """Run *cid*'s runner, and whether it has completed."""
+    run = WorkflowRun.objects.using(DB).get(pk=cid)
+    return run.runner, run.status == RunStatus.COMPLETED
 
 
 def _when(condition: Any, what: str, timeout: float) -> float:
@@ -245,21 +248,13 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         )
         host = CeleryWorker(host_env, POOL, tmp_path / "host.log")
         host.wait_ready()
-        original = _run(cid).runner
         cut_wall = time.time()
-        cut_at = namespace.cut()
-        taken_over_at = _when(lambda: _run(cid).runner not in ("", original), "the takeover", 60)
-        done_at = healed_at = None
-        deadline = cut_at + COMPLETION_BOUND
-        while done_at is None or healed_at is None:
-            if healed_at is None and time.monotonic() >= cut_at + partition:
-                healed_at = namespace.heal()
-            if done_at is None and _run(cid).status == RunStatus.COMPLETED:
-                done_at = time.monotonic()
-            assert done_at is not None or time.monotonic() < deadline, (
-                f"the run was not completed within {COMPLETION_BOUND:.0f} s of the cut"
-            )
-            time.sleep(0.05)
+        took = partition_during_takeover(
+            namespace,
+            lambda: _state_of(cid),
+            partition=partition,
+            bound=COMPLETION_BOUND,
+        )
         open(state["release"], "w").close()  # the cut-off worker's step ends now
         released_at = time.monotonic()
         refused_at = _when(lambda: _late_save(inside, cid) is not None, "the late save", 60)
@@ -279,12 +274,13 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         if host is not None:
             host.kill()
     lease = settings.get("FLOWWARDEN_CELERY_RUN_LEASE", "10s")
+    cut = took.cut_at
     report(
         f"[faults] Celery worker cut off from PostgreSQL and its broker for "
-        f"{healed_at - cut_at:.0f} s mid-step (lease {lease}): it noticed "
+        f"{took.healed_at - cut:.0f} s mid-step (lease {lease}): it noticed "
         f"{first_notice(inside.log(), cut_wall, NOTICES)} after the cut; the host's worker "
-        f"took the run over {taken_over_at - cut_at:.1f} s after the cut and completed it "
-        f"{done_at - cut_at:.1f} s after it; the step released once the run had completed "
+        f"took the run over {took.taken_over_at - cut:.1f} s after the cut and completed it "
+        f"{took.done_at - cut:.1f} s after it; the step released once the run had completed "
         f"and the link healed, its late save was {outcome} {refused_at - released_at:.1f} s "
         f"after; SIGTERM exit {exited_at - refused_at:.1f} s after that"
     )
