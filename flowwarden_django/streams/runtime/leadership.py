@@ -6,12 +6,20 @@ Validity is judged on this process's monotonic clock, from the moment the
 acquire or renew request was *sent*, minus a safety margin: the leader stops
 believing in its lease before the lease's expiry time passes anywhere else
 (hosts need clocks synchronized within that margin, like the reference).
+
+A process that lost its lease stands by again: it keeps trying to take it. While
+the lock service does not answer (an error, raised or noted by the backend through
+``locks.note_unavailable``), it retries with backoff, from ``RETRY_FIRST_SECONDS``
+doubling up to the standby poll interval, and ``outage`` holds the error (the
+status rows report it); a lease held by another owner is polled at the standby
+poll interval.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,9 +27,13 @@ from typing import Any
 from ...common.connections import discard_unusable_connections
 from ...common.failure_log import FailureLog
 from .. import metrics
-from ..locks import Lease, LeaseLostError, LockService
+from ..locks import Lease, LeaseLostError, LockService, unavailable_error
 
 logger = logging.getLogger("flowwarden_django.streams.runtime.leadership")
+
+#: Seconds before the first retry after the lock service failed; the delay doubles
+#: with each failure, up to the standby poll interval.
+RETRY_FIRST_SECONDS = 0.5
 
 
 class Leadership:
@@ -49,6 +61,10 @@ class Leadership:
         self._valid_until = float("-inf")
         self.next_attempt = float("-inf")
         self.failures = 0
+        #: The lock service's last error while it fails (``None`` once it answers).
+        self.outage: BaseException | None = None
+        #: Consecutive failed calls (the backoff's exponent).
+        self.outage_attempts = 0
         self.failure_log = FailureLog(logger, f"stream {stream_name!r}: the lease service")
 
     @property
@@ -73,7 +89,7 @@ class Leadership:
         sent = self._monotonic()
         lease = self._call(self.service.try_acquire, self.stream_name, self.owner, self.ttl)
         if lease is None:
-            self.next_attempt = sent + self.poll_interval
+            self.next_attempt = sent + self._wait_before_retry()
             return False
         self._hold(lease, sent)
         logger.info(
@@ -84,16 +100,18 @@ class Leadership:
 
     def renew(self) -> bool:
         """Extend the lease; False (and the lease forgotten) when it is lost."""
-        if self.lease is None:
+        held = self.lease
+        if held is None:
             return False
         sent = self._monotonic()
-        lease = self._call(self.service.renew, self.lease, self.ttl)
+        lease = self._call(self.service.renew, held, self.ttl)
         if lease is None:
+            # (The consumer's fence may have forgotten the lease meanwhile: log *held*.)
             logger.warning(
-                "stream %r: %s lost the lease (token %d)",
+                "stream %r: %s lost the lease (token %d); standing by",
                 self.stream_name,
                 self.owner,
-                self.lease.token,
+                held.token,
             )
             self.lose()
             return False
@@ -101,11 +119,13 @@ class Leadership:
         return True
 
     def lose(self) -> None:
-        """Forget the lease at once (the consumer stops before its next event)."""
+        """Forget the lease at once (the consumer stops before its next event); this
+        process stands by again, its next attempt to lead after a poll (or a retry's
+        backoff while the lock service fails)."""
         was_leading = self.lease is not None
         self.lease = None
         self._valid_until = float("-inf")
-        self.next_attempt = self._monotonic() + self.poll_interval
+        self.next_attempt = self._monotonic() + self._wait_before_retry()
         if was_leading:
             self._announce("STANDBY")
 
@@ -149,18 +169,40 @@ class Leadership:
         self._valid_until = sent + self.ttl - self.margin
         self.next_attempt = sent + self.renew_interval
 
+    def retry_delay(self) -> float:
+        """The backoff before the next attempt after ``outage_attempts`` failures."""
+        if not self.outage_attempts:
+            return self.poll_interval
+        delay = RETRY_FIRST_SECONDS * 2 ** min(self.outage_attempts - 1, 30)
+        return min(self.poll_interval, delay) * random.uniform(0.8, 1.0)
+
+    def _wait_before_retry(self) -> float:
+        return self.retry_delay() if self.outage is not None else self.poll_interval
+
     def _call(self, method: Callable[..., Lease | None], *args: Any) -> Lease | None:
-        # The SPI turns transient errors into None; a backend that raises anyway is
-        # treated the same way (a renew that raises is a lost lease).
+        # The SPI turns transient errors into None (and notes them: unavailable_error);
+        # a backend that raises anyway is treated the same way (a renew that raises is a
+        # lost lease).
+        unavailable_error()  # forget what an earlier call on this thread noted
         try:
             lease = method(*args)
         except Exception as exc:
-            self.failures += 1
-            self.failure_log.failed(exc)
             discard_unusable_connections()
+            self._failed(exc)
             return None
+        error = unavailable_error()
+        if error is not None:
+            self._failed(error)
+            return lease
         self.failure_log.succeeded()
+        self.outage, self.outage_attempts = None, 0
         return lease
+
+    def _failed(self, error: BaseException) -> None:
+        self.failures += 1
+        self.outage_attempts += 1
+        self.outage = error
+        self.failure_log.failed(error)
 
     def _announce(self, role: str) -> None:
         metrics.emit(
