@@ -171,3 +171,86 @@ def test_a_leader_cut_off_from_the_lock_service_stands_by_and_leads_again(handle
     runs = sorted(handled, key=lambda run: run[2])
     for before, after in itertools.pairwise(runs):
         assert before[3] <= after[2]  # one handler at a time, across both instances
+
+
+class Silent(CutOff):
+    """A lock service that, while ``down``, does not answer at all: each call waits
+    until it is healed (a partition with no socket timeout), then goes through."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.healed = threading.Event()
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            if self.down:
+                self.calls += 1
+                self.healed.wait(30)
+            return attr(*args, **kwargs)
+
+        return call
+
+    def heal(self):
+        self.down = False
+        self.healed.set()
+
+
+def test_a_renewal_that_does_not_answer_holds_nobody_and_expires_the_lease():
+    clock, service = Clock(), Silent(InMemoryLockService())
+    leadership = Leadership(
+        STREAM, service, "host-a:1", ttl=10, renew_interval=0.2, poll_interval=0.2, monotonic=clock
+    )
+    try:
+        assert leadership.try_lead()
+        token = leadership.lease.token
+        service.down = True
+        started = time.monotonic()
+        assert leadership.renew()  # pending, but the lease is still trusted
+        assert time.monotonic() - started < 2  # waited call_timeout, not for the answer
+        assert leadership.due() and leadership.renew()  # still pending
+        clock.now += 10 - leadership.margin  # the lease is no longer trusted
+        assert not leadership.renew() and leadership.lease is None
+        assert not leadership.try_lead()  # the renewal still hangs: nothing new is sent
+        assert service.calls == 1
+        service.heal()
+        wait_until(leadership.try_lead, "the lease taken again once healed", timeout=5)
+        assert leadership.lease.token == token  # (the in-memory lease had not expired)
+    finally:
+        service.heal()
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_silent_lock_service_does_not_hold_the_supervisor(handled, runner):
+    oplog = FakeOplog()
+    a = new_manager(runner, oplog, instance_id="host-a:1", publish_status=False)
+    b = new_manager(runner, oplog, instance_id="host-b:1", publish_status=False)
+    silent = Silent(lock_services["default"])
+    try:
+        assert a.start(STREAM) is not None
+        a.leadership(STREAM).service = silent
+        assert b.start(STREAM) is None
+        wait_until(lambda: a.consumer(STREAM).state.value == "running", "a running")
+        silent.down = True
+        # The lease (2 s) expires while a's renewal hangs: a stops, b leads.
+        wait_until(lambda: b.consumer(STREAM) is not None, "b to lead", timeout=10)
+        wait_until(lambda: not a._threads[STREAM].is_alive(), "a's consumer to stop")
+        passes = []
+        supervise_once = a.supervise_once
+        a.supervise_once = lambda: (passes.append(1), supervise_once())
+        wait_until(lambda: len(passes) >= 3, "a's supervisor to carry on")
+        assert a.state_of(STREAM) == ("standby", "STANDBY")
+        oplog.insert({"_id": 1})
+        wait_until(lambda: len(handled) == 1, "event 1 by b")
+        silent.heal()
+        b.stop_all()
+        wait_until(lambda: a.state_of(STREAM) == ("running", "LEADER"), "a to lead again")
+        oplog.insert({"_id": 2})
+        wait_until(lambda: len(handled) == 2, "event 2 by a")
+    finally:
+        silent.heal()
+        a.stop_all(timeout=5)
+        b.stop_all(timeout=5)

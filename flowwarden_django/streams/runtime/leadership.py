@@ -13,6 +13,12 @@ the lock service does not answer (an error, raised or noted by the backend throu
 doubling up to the standby poll interval, and ``outage`` holds the error (the
 status rows report it); a lease held by another owner is polled at the standby
 poll interval.
+
+The calls run on a thread of their own (``LeaseCalls``): the supervisor waits for one
+at most ``call_timeout``, then carries on; a call still unanswered stays pending and
+its answer is taken on a later pass, trusted from the moment the call was sent. A
+renewal that does not answer does not extend the lease: the leader stops trusting it
+when it would have anyway, and stands by.
 """
 
 from __future__ import annotations
@@ -28,12 +34,17 @@ from ...common.connections import discard_unusable_connections
 from ...common.failure_log import FailureLog
 from .. import metrics
 from ..locks import Lease, LeaseLostError, LockService, unavailable_error
+from .lease_calls import LeaseCalls
 
 logger = logging.getLogger("flowwarden_django.streams.runtime.leadership")
 
 #: Seconds before the first retry after the lock service failed; the delay doubles
 #: with each failure, up to the standby poll interval.
 RETRY_FIRST_SECONDS = 0.5
+#: The longest a supervisor pass waits for one call, in any case.
+CALL_WAIT_MAX_SECONDS = 5.0
+#: What ``_outcome`` answers while a call is pending.
+_PENDING: Any = object()
 
 
 class Leadership:
@@ -66,6 +77,14 @@ class Leadership:
         #: Consecutive failed calls (the backoff's exponent).
         self.outage_attempts = 0
         self.failure_log = FailureLog(logger, f"stream {stream_name!r}: the lease service")
+        self._calls = LeaseCalls(stream_name)
+        #: The call in progress: (kind, its future, when it was sent).
+        self._pending: tuple[str, Any, float] | None = None
+
+    @property
+    def call_timeout(self) -> float:
+        """How long a supervisor pass waits for a lock-service call to answer."""
+        return max(0.05, min(CALL_WAIT_MAX_SECONDS, self.renew_interval, self.poll_interval))
 
     @property
     def margin(self) -> float:
@@ -81,15 +100,25 @@ class Leadership:
         return self.lease is not None and self._monotonic() < self._valid_until
 
     def due(self) -> bool:
-        """Whether the next acquire (standby) or renew (leader) attempt is due."""
-        return self._monotonic() >= self.next_attempt
+        """Whether the next acquire (standby) or renew (leader) attempt is due, or the
+        answer of a pending one is to be looked at."""
+        return self._pending is not None or self._monotonic() >= self.next_attempt
 
     def try_lead(self) -> bool:
-        """Try to take the lease; True when this process now leads."""
-        sent = self._monotonic()
-        lease = self._call(self.service.try_acquire, self.stream_name, self.owner, self.ttl)
+        """Try to take the lease; True when this process now leads (False while the
+        call is pending: a later call takes its answer)."""
+        outcome = self._outcome(
+            "acquire", self.service.try_acquire, self.stream_name, self.owner, self.ttl
+        )
+        if outcome is _PENDING:
+            return False
+        lease, sent = outcome
         if lease is None:
             self.next_attempt = sent + self._wait_before_retry()
+            return False
+        if self._monotonic() >= sent + self.ttl - self.margin:
+            # Answered too late to be trusted: it expires on its own; ask again.
+            self.next_attempt = self._monotonic()
             return False
         self._hold(lease, sent)
         logger.info(
@@ -103,8 +132,22 @@ class Leadership:
         held = self.lease
         if held is None:
             return False
-        sent = self._monotonic()
-        lease = self._call(self.service.renew, held, self.ttl)
+        outcome = self._outcome("renew", self.service.renew, held, self.ttl)
+        if outcome is _PENDING:
+            if self.is_valid():
+                return True
+            logger.warning(
+                "stream %r: %s: the lease's renewal has not answered and the lease is no "
+                "longer trusted (token %d); standing by",
+                self.stream_name,
+                self.owner,
+                held.token,
+            )
+            self.lose()
+            return False
+        lease, sent = outcome
+        if self.lease is not held:
+            return self.is_valid()  # forgotten meanwhile (the fence): the answer is moot
         if lease is None:
             # (The consumer's fence may have forgotten the lease meanwhile: log *held*.)
             logger.warning(
@@ -133,11 +176,21 @@ class Leadership:
         """Give the lease up (graceful stop, pause, terminal crash), best effort."""
         lease = self.lease
         self.lose()
-        if lease is not None:
-            try:
-                self.service.release(lease)
-            except Exception:
-                logger.warning("stream %r: releasing the lease failed", self.stream_name)
+        if lease is None:
+            return
+        # On the calls' thread (behind a pending call, if any), waited for a moment: a
+        # silent lock service must not hold a graceful stop; the lease then expires.
+        released = self._calls.submit(self.service.release, lease)
+        try:
+            released.result(timeout=self.call_timeout)
+        except TimeoutError:
+            logger.warning(
+                "stream %r: releasing the lease did not answer within %.1f s; it expires",
+                self.stream_name,
+                self.call_timeout,
+            )
+        except Exception:
+            logger.warning("stream %r: releasing the lease failed", self.stream_name)
 
     @contextlib.contextmanager
     def fence(self) -> Iterator[None]:
@@ -178,6 +231,26 @@ class Leadership:
 
     def _wait_before_retry(self) -> float:
         return self.retry_delay() if self.outage is not None else self.poll_interval
+
+    def _outcome(self, kind: str, method: Callable[..., Lease | None], *args: Any) -> Any:
+        """``(answer, sent)`` of a *kind* call of *method*, or ``_PENDING``: the call is
+        made on the calls' thread and waited for ``call_timeout`` (a pending one, of
+        any kind, is only looked at; the answer of another kind is dropped)."""
+        wait = 0.0
+        if self._pending is None:
+            sent = self._monotonic()
+            future = self._calls.submit(self._call, method, *args)
+            self._pending = (kind, future, sent)
+            wait = self.call_timeout
+        pending_kind, future, sent = self._pending
+        try:
+            answer = future.result(timeout=wait)
+        except TimeoutError:
+            return _PENDING
+        self._pending = None
+        if pending_kind != kind:
+            return _PENDING
+        return answer, sent
 
     def _call(self, method: Callable[..., Lease | None], *args: Any) -> Lease | None:
         # The SPI turns transient errors into None (and notes them: unavailable_error);
