@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -80,6 +81,7 @@ class Leadership:
         self._calls = LeaseCalls(stream_name)
         #: The call in progress: (kind, its future, when it was sent).
         self._pending: tuple[str, Any, float] | None = None
+        self._outcome_lock = threading.Lock()
 
     @property
     def call_timeout(self) -> float:
@@ -137,8 +139,8 @@ class Leadership:
             if self.is_valid():
                 return True
             logger.warning(
-                "stream %r: %s: the lease's renewal has not answered and the lease is no "
-                "longer trusted (token %d); standing by",
+                "stream %r: %s lost the lease (token %d): its renewal has not answered "
+                "and the lease is no longer trusted; standing by",
                 self.stream_name,
                 self.owner,
                 held.token,
@@ -236,6 +238,10 @@ class Leadership:
         """``(answer, sent)`` of a *kind* call of *method*, or ``_PENDING``: the call is
         made on the calls' thread and waited for ``call_timeout`` (a pending one, of
         any kind, is only looked at; the answer of another kind is dropped)."""
+        with self._outcome_lock:  # start() and the supervisor may ask at once
+            return self._outcome_locked(kind, method, *args)
+
+    def _outcome_locked(self, kind: str, method: Callable[..., Lease | None], *args: Any) -> Any:
         wait = 0.0
         if self._pending is None:
             sent = self._monotonic()
