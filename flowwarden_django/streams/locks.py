@@ -26,12 +26,18 @@ checks them):
 * Expiry is judged by the clock of the process making the call (the stores
   keep absolute expiry times), so hosts sharing a lease need synchronized clocks
   (NTP), and the TTL must be much larger than their skew.
+
+A backend that turns a transient error into ``None`` also calls
+:func:`note_unavailable` (the built-in ones do, through their warning): the caller
+can then tell "the lock service did not answer" from "another owner holds it"
+(:func:`unavailable_error`), and back off while the outage lasts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -42,6 +48,22 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 T = TypeVar("T")
+
+_unavailable = threading.local()
+
+
+def note_unavailable(error: BaseException) -> None:
+    """Record, for this thread, that the lock-service call in progress failed with
+    *error* and will answer ``None`` (a backend calls it where it swallows the error)."""
+    _unavailable.error = error
+
+
+def unavailable_error() -> BaseException | None:
+    """The error :func:`note_unavailable` recorded on this thread since the last call
+    of this function, if any; the record is cleared."""
+    error = getattr(_unavailable, "error", None)
+    _unavailable.error = None
+    return error
 
 
 class LeaseLostError(RuntimeError):

@@ -206,7 +206,7 @@ def test_streams_shows_its_architecture() -> None:
         assert "moved_module" in (streams / f"{stem}.py").read_text(), stem
     assert {path.stem for path in (streams / "runtime").glob("*.py")} == {
         "__init__", "threaded", "event_loop", "policy", "observed_store", "manager",
-        "async_manager", "leadership",
+        "async_manager", "leadership", "lease_calls",
         # a stream handled in parallel: its window on threads, on the loop, the settled
         # marks of transactional ones, and one event in a Celery worker
         "parallel", "async_parallel", "settled_marks", "remote_runner",

@@ -245,7 +245,7 @@ class Command(BaseCommand):
                 self.stdout.write(
                     "  "
                     + "; ".join(
-                        f"{n}: {c.state.value}, {c.events_handled} events"
+                        f"{n}: {manager.state_of(n)[0]}, {c.events_handled} events"
                         + (f", {c.documents_copied} documents copied" if c.documents_copied else "")
                         for n in names
                         if (c := manager.consumer(n)) is not None

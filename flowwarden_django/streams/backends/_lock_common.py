@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core import checks
 
+from ..locks import note_unavailable
 from ..stores import lock_services, store_setting
 
 logger = logging.getLogger("flowwarden_django.streams.locks")
@@ -21,7 +22,9 @@ def check_owner(owner: str) -> None:
 
 
 def warn_unavailable(operation: str, name: str, error: BaseException) -> None:
-    """Log a backend error that ``try_acquire``/``renew`` turn into ``None``."""
+    """Log a backend error that ``try_acquire``/``renew`` turn into ``None`` (and note
+    it for the caller: ``locks.unavailable_error``)."""
+    note_unavailable(error)
     logger.warning(
         "lock service: %s of the lease on %r failed, treated as not held: %s",
         operation,

@@ -5,7 +5,7 @@
 ``streams.core`` decides; ``policy`` writes the processed anchor and
 ``observed_store`` reports and fences each checkpoint write. ``manager`` and
 ``async_manager`` start, supervise and stop a process's streams, with ``leadership``
-for ``SINGLE_LEADER`` leases.
+for ``SINGLE_LEADER`` leases (its lock-service calls on ``lease_calls``' thread).
 """
 
 from ...common.deprecation import moved_module

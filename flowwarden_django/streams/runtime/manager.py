@@ -2,7 +2,8 @@
 each on its own thread, and one supervisor thread per manager that
 
 * holds the leases of ``SINGLE_LEADER`` streams (acquire as standby, renew as
-  leader, stop the consumer the moment the lease is lost);
+  leader, stop the consumer the moment the lease is lost, then stand by again:
+  retried with backoff while the lock service does not answer);
 * publishes this process's view of its streams (``StreamWorker`` rows) and the
   DLQ backlog, for the health view, the status command and the admin;
 * applies operators' requests (``StreamControl``: pause, resume, restart).
@@ -46,6 +47,11 @@ logger = logging.getLogger("flowwarden_django.streams")
 BACKLOG_REFRESH_SECONDS = 60.0
 #: Seconds between two oplog window reports per MongoDB client (reference: 60 s).
 OPLOG_STATS_SECONDS = 60.0
+
+
+class LockServiceUnavailable(ConnectionError):
+    """What the status rows report while a ``SINGLE_LEADER`` stream's lock service does
+    not answer (this process stands by and retries)."""
 
 
 def default_instance_id() -> str:
@@ -510,6 +516,16 @@ class StreamManager:
             return consumer.state.value, role
         return StreamState.STOPPED.value, role
 
+    def error_of(self, name: str) -> BaseException | None:
+        """What went wrong last for stream *name* in this process: the lock service's
+        error while it does not answer (a ``SINGLE_LEADER`` stream standing by), else
+        its consumer's last error."""
+        leadership = self._leaderships.get(name)
+        if leadership is not None and leadership.outage is not None:
+            return LockServiceUnavailable(f"the lock service does not answer: {leadership.outage}")
+        consumer = self._consumers.get(name)
+        return consumer.last_error if consumer is not None else None
+
     def _publish(self, *, final: bool = False) -> None:
         if not self.publish_status:
             return
@@ -518,6 +534,7 @@ class StreamManager:
         for name in sorted(names):
             consumer = self._consumers.get(name)
             state, role = self.state_of(name)
+            error = self.error_of(name)
             if final and state not in ("crashed", "paused"):
                 # A graceful stop leaves no instance behind: its row would count as one.
                 self._withdraw(name)
@@ -532,8 +549,8 @@ class StreamManager:
                 "retries": consumer.retries if consumer else 0,
                 "dead_lettered": consumer.dead_lettered if consumer else 0,
                 "restarts": consumer.restarts if consumer else 0,
-                "last_error": str(consumer.last_error or "") if consumer else "",
-                "error_kind": error_summary(consumer.last_error)[:255] if consumer else "",
+                "last_error": str(error or ""),
+                "error_kind": error_summary(error)[:255] if error is not None else "",
                 "restarting_since": consumer.restarting_since if consumer else None,
                 **window_report(consumer),
                 "updated_at": now,
@@ -581,9 +598,7 @@ class StreamManager:
                     "events": consumer.events_handled if consumer else 0,
                     "restarts": consumer.restarts if consumer else 0,
                     "last_event_at": consumer.last_event_at if consumer else None,
-                    "last_error": str(consumer.last_error)
-                    if consumer and consumer.last_error
-                    else "",
+                    "last_error": str(self.error_of(name) or ""),
                 }
             )
         return rows
