@@ -4,18 +4,47 @@ async API."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from django.core import checks
 
 from ..async_source import AsyncMongoClientHandler, new_async_client
 from ..stores import store_setting
+from ._calls import Call, Operation, arun, run
 from ._extras import missing_extra
+
+T = TypeVar("T")
 
 #: The database used when neither ``database`` nor the URL names one.
 DEFAULT_DATABASE = "flowwarden"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FindAll:
+    """A request of a store operation: every document of ``collection.find(**query)``,
+    sorted by ``sort`` (``cursor.sort``'s arguments) when given, as a list."""
+
+    query: dict[str, Any]
+    sort: tuple[Any, ...] = ()
+
+
+def perform(collection: Any, request: Call | FindAll) -> Any:
+    """Make *request* on a pymongo collection."""
+    if isinstance(request, FindAll):
+        cursor = collection.find(**request.query)
+        return list(cursor.sort(*request.sort) if request.sort else cursor)
+    return request.on(collection)
+
+
+async def aperform(collection: Any, request: Call | FindAll) -> Any:
+    """Make *request* on an ``AsyncMongoClient``'s collection."""
+    if isinstance(request, FindAll):
+        cursor = collection.find(**request.query)
+        return await (cursor.sort(*request.sort) if request.sort else cursor).to_list()
+    return await request.on(collection)
 
 
 class MongoCollection:
@@ -136,6 +165,27 @@ class MongoCollection:
             await self.aprepare(collection)
             self._async_prepared = True
         return collection
+
+    def _run(self, operation: Operation[T]) -> T:
+        """Run a store operation (see ``_calls``) on :attr:`collection`."""
+        return run(operation, lambda request: perform(self.collection, request))
+
+    async def _arun(
+        self,
+        operation: Operation[T],
+        default: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """Run a store operation on :meth:`async_collection`; without one, close it
+        and await ``default(*args, **kwargs)`` (the bound ``super()`` method: the
+        thread-based default)."""
+        collection = await self.async_collection()
+        if collection is None:
+            operation.close()
+            return await default(*args, **kwargs)
+        return await arun(operation, lambda request: aperform(collection, request))
 
     async def aclose(self) -> None:
         """Close the running loop's async client (a client of another loop closes

@@ -26,7 +26,7 @@ update documents (built once, by the helpers below) on pymongo's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -43,8 +43,9 @@ from ..checkpoint import (
     plain_progress,
 )
 from ..tokens import Token, encode_token, normalize_token
+from ._calls import Operation, call
 from ._extras import ms_precision
-from ._mongo_common import MongoCollection, check_connection_options
+from ._mongo_common import FindAll, MongoCollection, check_connection_options
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
 
@@ -188,6 +189,33 @@ def _initial_sync_written(result: Any) -> bool:
     return result.matched_count == 1 or result.upserted_id is not None
 
 
+def _reset_operation(
+    stream_name: str,
+    fresh_seen_token: Token | None,
+    expected_dead_processed: Token | None,
+    at: datetime,
+) -> Operation[None]:
+    guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+    if (yield call("update_one", *guarded)).matched_count == 0:
+        # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
+        yield call("update_one", *seen_only, upsert=True)
+
+
+def _initial_sync_operation(
+    stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+) -> Operation[bool]:
+    from pymongo.errors import DuplicateKeyError
+
+    update = _initial_sync(stream_name, progress, expected_batch)
+    try:
+        result = yield call("update_one", *update, upsert=expected_batch is None)
+    except DuplicateKeyError:
+        # The record exists: it has progress, or another writer created it after
+        # the filter missed. Decide on the record as it is now.
+        result = yield call("update_one", *update)
+    return _initial_sync_written(result)
+
+
 class MongoCheckpointStore(MongoCollection, CheckpointStore):
     """Stores checkpoints in a MongoDB collection (``_fw_checkpoints`` by default).
 
@@ -220,13 +248,25 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             self, url, client, database, collection, write_concern, client_options
         )
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the SPI: each operation written once (see ``_calls``), run by both APIs ------
 
     def save(self, checkpoint: Checkpoint) -> None:
-        self.collection.replace_one(*_replacement(checkpoint), upsert=True)
+        self._run(self._save(checkpoint))
+
+    async def asave(self, checkpoint: Checkpoint) -> None:
+        await self._arun(self._save(checkpoint), super().asave, checkpoint)
+
+    def _save(self, checkpoint: Checkpoint) -> Operation[None]:
+        yield call("replace_one", *_replacement(checkpoint), upsert=True)
 
     def find(self, stream_name: str) -> Checkpoint | None:
-        document = self.collection.find_one({"_id": stream_name})
+        return self._run(self._find(stream_name))
+
+    async def afind(self, stream_name: str) -> Checkpoint | None:
+        return await self._arun(self._find(stream_name), super().afind, stream_name)
+
+    def _find(self, stream_name: str) -> Operation[Checkpoint | None]:
+        document = yield call("find_one", {"_id": stream_name})
         return None if document is None else self._to_checkpoint(document)
 
     def _to_checkpoint(self, document: Mapping[str, Any]) -> Checkpoint:
@@ -243,10 +283,22 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         )
 
     def delete(self, stream_name: str) -> None:
-        self.collection.delete_one({"_id": stream_name})
+        self._run(self._delete(stream_name))
+
+    async def adelete(self, stream_name: str) -> None:
+        await self._arun(self._delete(stream_name), super().adelete, stream_name)
+
+    def _delete(self, stream_name: str) -> Operation[None]:
+        yield call("delete_one", {"_id": stream_name})
 
     def list_checkpoints(self) -> list[Checkpoint]:
-        documents = self.collection.find({}).sort("_id", 1)
+        return self._run(self._list_checkpoints())
+
+    async def alist_checkpoints(self) -> list[Checkpoint]:
+        return await self._arun(self._list_checkpoints(), super().alist_checkpoints)
+
+    def _list_checkpoints(self) -> Operation[list[Checkpoint]]:
+        documents = yield FindAll({"filter": {}}, ("_id", 1))
         return [self._to_checkpoint(doc) for doc in documents]
 
     def save_seen(
@@ -256,78 +308,7 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        self.collection.update_one(*_seen(stream_name, token, at, heartbeat_at), upsert=True)
-
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        update = _processed(stream_name, token, at, heartbeat_at)
-        self.collection.update_one(*update, upsert=True)
-
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        self.collection.update_one(*_heartbeat(stream_name, at), upsert=True)
-
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
-        if self.collection.update_one(*guarded).matched_count == 0:
-            # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
-            self.collection.update_one(*seen_only, upsert=True)
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        from pymongo.errors import DuplicateKeyError
-
-        update = _initial_sync(stream_name, progress, expected_batch)
-        try:
-            result = self.collection.update_one(*update, upsert=expected_batch is None)
-        except DuplicateKeyError:
-            # The record exists: it has progress, or another writer created it after
-            # the filter missed. Decide on the record as it is now.
-            result = self.collection.update_one(*update)
-        return _initial_sync_written(result)
-
-    # -- the async API: native, on an AsyncMongoClient -------------------------------
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave(checkpoint)
-        await collection.replace_one(*_replacement(checkpoint), upsert=True)
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().afind(stream_name)
-        document = await collection.find_one({"_id": stream_name})
-        return None if document is None else self._to_checkpoint(document)
-
-    async def adelete(self, stream_name: str) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().adelete(stream_name)
-        await collection.delete_one({"_id": stream_name})
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().alist_checkpoints()
-        documents = await collection.find({}).sort("_id", 1).to_list()
-        return [self._to_checkpoint(doc) for doc in documents]
+        self._run(self._upsert(_seen, stream_name, token, at, heartbeat_at))
 
     async def asave_seen(
         self,
@@ -336,10 +317,17 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_seen(stream_name, token, at, heartbeat_at)
-        await collection.update_one(*_seen(stream_name, token, at, heartbeat_at), upsert=True)
+        operation = self._upsert(_seen, stream_name, token, at, heartbeat_at)
+        await self._arun(operation, super().asave_seen, stream_name, token, at, heartbeat_at)
+
+    def save_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._run(self._upsert(_processed, stream_name, token, at, heartbeat_at))
 
     async def asave_processed(
         self,
@@ -348,17 +336,30 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_processed(stream_name, token, at, heartbeat_at)
-        update = _processed(stream_name, token, at, heartbeat_at)
-        await collection.update_one(*update, upsert=True)
+        operation = self._upsert(_processed, stream_name, token, at, heartbeat_at)
+        default = super().asave_processed
+        await self._arun(operation, default, stream_name, token, at, heartbeat_at)
+
+    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
+        self._run(self._upsert(_heartbeat, stream_name, at))
 
     async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_heartbeat(stream_name, at)
-        await collection.update_one(*_heartbeat(stream_name, at), upsert=True)
+        operation = self._upsert(_heartbeat, stream_name, at)
+        await self._arun(operation, super().asave_heartbeat, stream_name, at)
+
+    @staticmethod
+    def _upsert(write: Callable[..., Write], *args: Any) -> Operation[None]:
+        """The upserting ``update_one`` of the partial write ``write(*args)``."""
+        yield call("update_one", *write(*args), upsert=True)
+
+    def reset_after_history_lost(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> None:
+        self._run(_reset_operation(stream_name, fresh_seen_token, expected_dead_processed, at))
 
     async def areset_after_history_lost(
         self,
@@ -367,14 +368,17 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().areset_after_history_lost(
-                stream_name, fresh_seen_token, expected_dead_processed, at
-            )
-        guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
-        if (await collection.update_one(*guarded)).matched_count == 0:
-            await collection.update_one(*seen_only, upsert=True)  # as in the sync reset
+        args = (stream_name, fresh_seen_token, expected_dead_processed, at)
+        await self._arun(_reset_operation(*args), super().areset_after_history_lost, *args)
+
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        return self._run(_initial_sync_operation(stream_name, progress, expected_batch))
 
     async def asave_initial_sync(
         self,
@@ -383,19 +387,11 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
         *,
         expected_batch: int | None,
     ) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            )
-        from pymongo.errors import DuplicateKeyError
-
-        update = _initial_sync(stream_name, progress, expected_batch)
-        try:
-            result = await collection.update_one(*update, upsert=expected_batch is None)
-        except DuplicateKeyError:  # the record exists: as in the sync save_initial_sync
-            result = await collection.update_one(*update)
-        return _initial_sync_written(result)
+        operation = _initial_sync_operation(stream_name, progress, expected_batch)
+        default = super().asave_initial_sync
+        return await self._arun(
+            operation, default, stream_name, progress, expected_batch=expected_batch
+        )
 
     # -- configuration checks ----------------------------------------------------
 

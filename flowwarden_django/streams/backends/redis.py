@@ -42,7 +42,8 @@ from ..checkpoint import (
     plain_progress,
 )
 from ..tokens import Token, decode_token, encode_token
-from ._redis_common import LoopClient, RedisConnection, check_connection_options
+from ._calls import Operation, call
+from ._redis_common import Pipeline, RedisConnection, ScanKeys, Script, check_connection_options
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -181,21 +182,22 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
     ) -> None:
         RedisConnection.__init__(self, cache=cache, url=url, client=client)
         self.key_prefix = key_prefix
-        self._reset_script: Any = None
-        self._initial_sync_script: Any = None
 
     def key(self, stream_name: str) -> str:
         """The hash key of one stream."""
         return f"{self.key_prefix}checkpoint:{stream_name}"
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the SPI: each operation written once (see ``_calls``), run by both APIs ------
 
     def save(self, checkpoint: Checkpoint) -> None:
+        self._run(self._save(checkpoint))
+
+    async def asave(self, checkpoint: Checkpoint) -> None:
+        await self._arun(self._save(checkpoint), super().asave, checkpoint)
+
+    def _save(self, checkpoint: Checkpoint) -> Operation[None]:
         key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping=mapping)
-            pipe.execute()
+        yield Pipeline((call("delete", key), call("hset", key, mapping=mapping)))
 
     @staticmethod
     def _save_mapping(checkpoint: Checkpoint) -> dict[str, str]:
@@ -217,7 +219,14 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         return mapping
 
     def find(self, stream_name: str) -> Checkpoint | None:
-        return self._to_checkpoint(stream_name, self.client.hgetall(self.key(stream_name)))
+        return self._run(self._find(stream_name))
+
+    async def afind(self, stream_name: str) -> Checkpoint | None:
+        return await self._arun(self._find(stream_name), super().afind, stream_name)
+
+    def _find(self, stream_name: str) -> Operation[Checkpoint | None]:
+        raw = yield call("hgetall", self.key(stream_name))
+        return self._to_checkpoint(stream_name, raw)
 
     def _to_checkpoint(self, stream_name: str, raw: Mapping[bytes, bytes]) -> Checkpoint | None:
         if not raw:
@@ -238,23 +247,29 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         )
 
     def delete(self, stream_name: str) -> None:
-        self.client.delete(self.key(stream_name))
+        self._run(self._delete(stream_name))
+
+    async def adelete(self, stream_name: str) -> None:
+        await self._arun(self._delete(stream_name), super().adelete, stream_name)
+
+    def _delete(self, stream_name: str) -> Operation[None]:
+        yield call("delete", self.key(stream_name))
 
     def list_checkpoints(self) -> list[Checkpoint]:
+        return self._run(self._list_checkpoints())
+
+    async def alist_checkpoints(self) -> list[Checkpoint]:
+        return await self._arun(self._list_checkpoints(), super().alist_checkpoints)
+
+    def _list_checkpoints(self) -> Operation[list[Checkpoint]]:
         prefix = self.key("")
-        keys = sorted(self.client.scan_iter(match=_escape_glob(prefix) + "*", count=500))
-        with self.client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
-            records = pipe.execute()
+        keys = sorted((yield ScanKeys(_escape_glob(prefix) + "*")))
+        records = yield Pipeline(tuple(call("hgetall", key) for key in keys), transaction=False)
         found = (
             self._to_checkpoint(key.decode()[len(prefix) :], raw)
             for key, raw in zip(keys, records, strict=True)
         )
         return [cp for cp in found if cp is not None]
-
-    def _hset(self, stream_name: str, fields: dict[str, str]) -> None:
-        self.client.hset(self.key(stream_name), mapping={"_v": "1", **fields})
 
     def save_seen(
         self,
@@ -263,7 +278,17 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at)
+        self._run(self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at))
+
+    async def asave_seen(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        operation = self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at)
+        await self._arun(operation, super().asave_seen, stream_name, token, at, heartbeat_at)
 
     def save_processed(
         self,
@@ -272,7 +297,20 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         at: datetime | None,
         heartbeat_at: datetime | None = None,
     ) -> None:
-        self._save_anchor(stream_name, PROCESSED_TOKEN, PROCESSED_AT, token, at, heartbeat_at)
+        fields = (PROCESSED_TOKEN, PROCESSED_AT)
+        self._run(self._save_anchor(stream_name, *fields, token, at, heartbeat_at))
+
+    async def asave_processed(
+        self,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        fields = (PROCESSED_TOKEN, PROCESSED_AT)
+        operation = self._save_anchor(stream_name, *fields, token, at, heartbeat_at)
+        default = super().asave_processed
+        await self._arun(operation, default, stream_name, token, at, heartbeat_at)
 
     def _save_anchor(
         self,
@@ -282,23 +320,29 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         token: Token | None,
         at: datetime | None,
         heartbeat_at: datetime | None,
-    ) -> None:
+    ) -> Operation[None]:
         fields, cleared = _anchor_fields(
             stream_name, token_field, at_field, token, at, heartbeat_at
         )
+        key = self.key(stream_name)
+        mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
         if not cleared:
-            self._hset(stream_name, fields)
+            yield call("hset", key, mapping=mapping)
             return
         # HSET cannot store "nothing": clear the missing half in the same MULTI.
-        key = self.key(stream_name)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"_v": "1", **{k: v for k, v in fields.items() if v}})
-            pipe.hdel(key, *cleared)
-            pipe.execute()
+        yield Pipeline((call("hset", key, mapping=mapping), call("hdel", key, *cleared)))
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
+        self._run(self._save_heartbeat(stream_name, at))
+
+    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
+        operation = self._save_heartbeat(stream_name, at)
+        await self._arun(operation, super().asave_heartbeat, stream_name, at)
+
+    def _save_heartbeat(self, stream_name: str, at: datetime) -> Operation[None]:
         check_heartbeat_write(stream_name, at)
-        self._hset(stream_name, {HEARTBEAT_AT: _encode_time(at)})
+        mapping = {"_v": "1", HEARTBEAT_AT: _encode_time(at)}
+        yield call("hset", self.key(stream_name), mapping=mapping)
 
     def reset_after_history_lost(
         self,
@@ -307,125 +351,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
-        if self._reset_script is None:
-            self._reset_script = self.client.register_script(RESET_AFTER_HISTORY_LOST)
-        self._reset_script(keys=[self.key(stream_name)], args=args)
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        args = _initial_sync_args(stream_name, progress, expected_batch)
-        if self._initial_sync_script is None:
-            self._initial_sync_script = self.client.register_script(SAVE_INITIAL_SYNC)
-        return bool(self._initial_sync_script(keys=[self.key(stream_name)], args=args))
-
-    # -- the async API: native, on a redis.asyncio client --------------------------
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave(checkpoint)
-        key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
-        async with loop_client.client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping=mapping)
-            await pipe.execute()
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().afind(stream_name)
-        raw = await loop_client.client.hgetall(self.key(stream_name))
-        return self._to_checkpoint(stream_name, raw)
-
-    async def adelete(self, stream_name: str) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().adelete(stream_name)
-        await loop_client.client.delete(self.key(stream_name))
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().alist_checkpoints()
-        client, prefix = loop_client.client, self.key("")
-        keys = sorted(
-            [key async for key in client.scan_iter(match=_escape_glob(prefix) + "*", count=500)]
-        )
-        async with client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
-            records = await pipe.execute()
-        found = (
-            self._to_checkpoint(key.decode()[len(prefix) :], raw)
-            for key, raw in zip(keys, records, strict=True)
-        )
-        return [cp for cp in found if cp is not None]
-
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_seen(stream_name, token, at, heartbeat_at)
-        await self._asave_anchor(
-            loop_client, stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at
-        )
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_processed(stream_name, token, at, heartbeat_at)
-        await self._asave_anchor(
-            loop_client, stream_name, PROCESSED_TOKEN, PROCESSED_AT, token, at, heartbeat_at
-        )
-
-    async def _asave_anchor(
-        self,
-        loop_client: LoopClient,
-        stream_name: str,
-        token_field: str,
-        at_field: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None,
-    ) -> None:
-        fields, cleared = _anchor_fields(
-            stream_name, token_field, at_field, token, at, heartbeat_at
-        )
-        key = self.key(stream_name)
-        mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
-        if not cleared:
-            await loop_client.client.hset(key, mapping=mapping)
-            return
-        async with loop_client.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=mapping)
-            pipe.hdel(key, *cleared)
-            await pipe.execute()
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_heartbeat(stream_name, at)
-        check_heartbeat_write(stream_name, at)
-        await loop_client.client.hset(
-            self.key(stream_name), mapping={"_v": "1", HEARTBEAT_AT: _encode_time(at)}
-        )
+        self._run(self._reset(stream_name, fresh_seen_token, expected_dead_processed, at))
 
     async def areset_after_history_lost(
         self,
@@ -434,14 +360,27 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         expected_dead_processed: Token | None,
         at: datetime,
     ) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().areset_after_history_lost(
-                stream_name, fresh_seen_token, expected_dead_processed, at
-            )
+        args = (stream_name, fresh_seen_token, expected_dead_processed, at)
+        await self._arun(self._reset(*args), super().areset_after_history_lost, *args)
+
+    def _reset(
+        self,
+        stream_name: str,
+        fresh_seen_token: Token | None,
+        expected_dead_processed: Token | None,
+        at: datetime,
+    ) -> Operation[None]:
         args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
-        script = loop_client.script(RESET_AFTER_HISTORY_LOST)
-        await script(keys=[self.key(stream_name)], args=args)
+        yield Script(RESET_AFTER_HISTORY_LOST, [self.key(stream_name)], args)
+
+    def save_initial_sync(
+        self,
+        stream_name: str,
+        progress: Mapping[str, Any] | None,
+        *,
+        expected_batch: int | None,
+    ) -> bool:
+        return self._run(self._save_initial_sync(stream_name, progress, expected_batch))
 
     async def asave_initial_sync(
         self,
@@ -450,14 +389,17 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         *,
         expected_batch: int | None,
     ) -> bool:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            )
+        operation = self._save_initial_sync(stream_name, progress, expected_batch)
+        default = super().asave_initial_sync
+        return await self._arun(
+            operation, default, stream_name, progress, expected_batch=expected_batch
+        )
+
+    def _save_initial_sync(
+        self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+    ) -> Operation[bool]:
         args = _initial_sync_args(stream_name, progress, expected_batch)
-        script = loop_client.script(SAVE_INITIAL_SYNC)
-        return bool(await script(keys=[self.key(stream_name)], args=args))
+        return bool((yield Script(SAVE_INITIAL_SYNC, [self.key(stream_name)], args)))
 
     # -- configuration checks ----------------------------------------------------
 
