@@ -20,7 +20,7 @@ by the helpers below) on pymongo's ``AsyncMongoClient``, one per running event l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from ..checkpoint import as_utc
 from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import normalize_token
+from ._calls import Operation, call
 from ._dlq_common import (
     check_aware,
     check_entry,
@@ -40,7 +41,7 @@ from ._dlq_common import (
     settles,
 )
 from ._extras import ms_precision
-from ._mongo_common import MongoCollection
+from ._mongo_common import FindAll, MongoCollection
 
 DEFAULT_COLLECTION = "_fw_dlq"
 
@@ -166,6 +167,44 @@ def _expired(now: datetime) -> dict[str, Any]:
     return {"expiresAt": {"$lt": now}}
 
 
+# -- the operations, each run by the sync and the async API (see ``_calls``) ---------
+
+
+def _save(entry: DeadLetter) -> Operation[None]:
+    yield call("replace_one", *_replacement(entry), upsert=True)
+
+
+def _find_by_id(entry_id: str) -> Operation[DeadLetter | None]:
+    document = yield call("find_one", {"_id": entry_id})
+    return None if document is None else _entry(document)
+
+
+def _find_by_stream(
+    stream_name: str, status: str | None, limit: int | None
+) -> Operation[list[DeadLetter]]:
+    query = _stream_query(stream_name, status, limit)
+    if query is None:
+        return []
+    return [_entry(document) for document in (yield FindAll(query))]
+
+
+def _count(stream_name: str) -> Operation[int]:
+    return (yield call("count_documents", _pending(stream_name)))
+
+
+def _matched(write: Callable[..., Write], *args: Any) -> Operation[bool]:
+    """``update_one(*write(*args))``: whether it matched the entry."""
+    return (yield call("update_one", *write(*args))).matched_count == 1
+
+
+def _purge_expired(now: datetime) -> Operation[int]:
+    return (yield call("delete_many", _expired(now))).deleted_count
+
+
+def _delete(entry_id: str) -> Operation[None]:
+    yield call("delete_one", {"_id": entry_id})
+
+
 class MongoDlqStore(MongoCollection, DlqStore):
     """Stores dead letters in a MongoDB collection (``_fw_dlq`` by default).
 
@@ -220,25 +259,37 @@ class MongoDlqStore(MongoCollection, DlqStore):
         for keys, options in INDEXES:
             await collection.create_index(keys, **options)
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the SPI: each operation written once (see ``_calls``), run by both APIs ------
 
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        self.collection.replace_one(*_replacement(entry), upsert=True)
+        self._run(_save(entry))
+
+    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+        await self._arun(_save(entry), super().asave, entry, policy)
 
     def find_by_id(self, entry_id: str) -> DeadLetter | None:
-        document = self.collection.find_one({"_id": entry_id})
-        return None if document is None else _entry(document)
+        return self._run(_find_by_id(entry_id))
+
+    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
+        return await self._arun(_find_by_id(entry_id), super().afind_by_id, entry_id)
 
     def find_by_stream(
         self, stream_name: str, *, status: str | None = None, limit: int | None = None
     ) -> list[DeadLetter]:
-        query = _stream_query(stream_name, status, limit)
-        if query is None:
-            return []
-        return [_entry(document) for document in self.collection.find(**query)]
+        return self._run(_find_by_stream(stream_name, status, limit))
+
+    async def afind_by_stream(
+        self, stream_name: str, *, status: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        operation = _find_by_stream(stream_name, status, limit)
+        default = super().afind_by_stream
+        return await self._arun(operation, default, stream_name, status=status, limit=limit)
 
     def count(self, stream_name: str) -> int:
-        return self.collection.count_documents(_pending(stream_name))
+        return self._run(_count(stream_name))
+
+    async def acount(self, stream_name: str) -> int:
+        return await self._arun(_count(stream_name), super().acount, stream_name)
 
     def transition(
         self,
@@ -250,49 +301,7 @@ class MongoDlqStore(MongoCollection, DlqStore):
         by: str = "",
         note: str = "",
     ) -> bool:
-        update = _transition(entry_id, to_status, from_statuses, at, by, note)
-        return self.collection.update_one(*update).matched_count == 1
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        return self.collection.update_one(*_replay_failure(entry_id, error, at)).matched_count == 1
-
-    def purge_expired(self, now: datetime) -> int:
-        return self.collection.delete_many(_expired(now)).deleted_count
-
-    def delete(self, entry_id: str) -> None:
-        self.collection.delete_one({"_id": entry_id})
-
-    # -- the async API: native, on an AsyncMongoClient -------------------------------
-
-    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave(entry, policy)
-        await collection.replace_one(*_replacement(entry), upsert=True)
-
-    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().afind_by_id(entry_id)
-        document = await collection.find_one({"_id": entry_id})
-        return None if document is None else _entry(document)
-
-    async def afind_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().afind_by_stream(stream_name, status=status, limit=limit)
-        query = _stream_query(stream_name, status, limit)
-        if query is None:
-            return []
-        return [_entry(document) for document in await collection.find(**query).to_list()]
-
-    async def acount(self, stream_name: str) -> int:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().acount(stream_name)
-        return await collection.count_documents(_pending(stream_name))
+        return self._run(_matched(_transition, entry_id, to_status, from_statuses, at, by, note))
 
     async def atransition(
         self,
@@ -304,34 +313,30 @@ class MongoDlqStore(MongoCollection, DlqStore):
         by: str = "",
         note: str = "",
     ) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().atransition(
-                entry_id, to_status, from_statuses=from_statuses, at=at, by=by, note=note
-            )
-        update = _transition(entry_id, to_status, from_statuses, at, by, note)
-        return (await collection.update_one(*update)).matched_count == 1
+        operation = _matched(_transition, entry_id, to_status, from_statuses, at, by, note)
+        keywords = {"from_statuses": from_statuses, "at": at, "by": by, "note": note}
+        return await self._arun(operation, super().atransition, entry_id, to_status, **keywords)
+
+    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+        return self._run(_matched(_replay_failure, entry_id, error, at))
 
     async def arecord_replay_failure(
         self, entry_id: str, error: ErrorInfo, *, at: datetime
     ) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().arecord_replay_failure(entry_id, error, at=at)
-        update = _replay_failure(entry_id, error, at)
-        return (await collection.update_one(*update)).matched_count == 1
+        operation = _matched(_replay_failure, entry_id, error, at)
+        return await self._arun(operation, super().arecord_replay_failure, entry_id, error, at=at)
+
+    def purge_expired(self, now: datetime) -> int:
+        return self._run(_purge_expired(now))
 
     async def apurge_expired(self, now: datetime) -> int:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().apurge_expired(now)
-        return (await collection.delete_many(_expired(now))).deleted_count
+        return await self._arun(_purge_expired(now), super().apurge_expired, now)
+
+    def delete(self, entry_id: str) -> None:
+        self._run(_delete(entry_id))
 
     async def adelete(self, entry_id: str) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().adelete(entry_id)
-        await collection.delete_one({"_id": entry_id})
+        await self._arun(_delete(entry_id), super().adelete, entry_id)
 
     # -- configuration checks ----------------------------------------------------
 
