@@ -34,7 +34,6 @@ from django.core import checks
 
 from ..checkpoint import (
     Checkpoint,
-    CheckpointStore,
     as_utc,
     check_anchor_write,
     check_heartbeat_write,
@@ -46,6 +45,7 @@ from ..tokens import Token, encode_token, normalize_token
 from ._calls import Operation, call
 from ._extras import ms_precision
 from ._mongo_common import FindAll, MongoCollection, check_connection_options
+from ._native_checkpoint import NativeCheckpointStore
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
 
@@ -189,6 +189,11 @@ def _initial_sync_written(result: Any) -> bool:
     return result.matched_count == 1 or result.upserted_id is not None
 
 
+def _upsert(write: Callable[..., Write], *args: Any) -> Operation[None]:
+    """The upserting ``update_one`` of the partial write ``write(*args)``."""
+    yield call("update_one", *write(*args), upsert=True)
+
+
 def _reset_operation(
     stream_name: str,
     fresh_seen_token: Token | None,
@@ -216,7 +221,7 @@ def _initial_sync_operation(
     return _initial_sync_written(result)
 
 
-class MongoCheckpointStore(MongoCollection, CheckpointStore):
+class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
     """Stores checkpoints in a MongoDB collection (``_fw_checkpoints`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
@@ -228,12 +233,6 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
     made from ``url`` and ``client_options``. Given a ready ``client`` instead, they
     fall back to the default: the sync operation on the default executor.
     """
-
-    #: What the async fallback (a ready ``client``) runs on: the default executor, in
-    #: parallel; this never touches the Django database.
-    async_thread_sensitive = False
-
-    supports_listing = True
 
     def __init__(
         self,
@@ -248,24 +247,12 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             self, url, client, database, collection, write_concern, client_options
         )
 
-    # -- the SPI: each operation written once (see ``_calls``), run by both APIs ------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        self._run(self._save(checkpoint))
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        await self._arun(self._save(checkpoint), super().asave, checkpoint)
-
-    def _save(self, checkpoint: Checkpoint) -> Operation[None]:
+    def _save_operation(self, checkpoint: Checkpoint) -> Operation[None]:
         yield call("replace_one", *_replacement(checkpoint), upsert=True)
 
-    def find(self, stream_name: str) -> Checkpoint | None:
-        return self._run(self._find(stream_name))
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        return await self._arun(self._find(stream_name), super().afind, stream_name)
-
-    def _find(self, stream_name: str) -> Operation[Checkpoint | None]:
+    def _find_operation(self, stream_name: str) -> Operation[Checkpoint | None]:
         document = yield call("find_one", {"_id": stream_name})
         return None if document is None else self._to_checkpoint(document)
 
@@ -282,116 +269,29 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             initial_sync=document.get(INITIAL_SYNC),
         )
 
-    def delete(self, stream_name: str) -> None:
-        self._run(self._delete(stream_name))
-
-    async def adelete(self, stream_name: str) -> None:
-        await self._arun(self._delete(stream_name), super().adelete, stream_name)
-
-    def _delete(self, stream_name: str) -> Operation[None]:
+    def _delete_operation(self, stream_name: str) -> Operation[None]:
         yield call("delete_one", {"_id": stream_name})
 
-    def list_checkpoints(self) -> list[Checkpoint]:
-        return self._run(self._list_checkpoints())
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        return await self._arun(self._list_checkpoints(), super().alist_checkpoints)
-
-    def _list_checkpoints(self) -> Operation[list[Checkpoint]]:
+    def _list_operation(self) -> Operation[list[Checkpoint]]:
         documents = yield FindAll({"filter": {}}, ("_id", 1))
         return [self._to_checkpoint(doc) for doc in documents]
 
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._run(self._upsert(_seen, stream_name, token, at, heartbeat_at))
+    def _seen_operation(self, *args: Any) -> Operation[None]:
+        return _upsert(_seen, *args)
 
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        operation = self._upsert(_seen, stream_name, token, at, heartbeat_at)
-        await self._arun(operation, super().asave_seen, stream_name, token, at, heartbeat_at)
+    def _processed_operation(self, *args: Any) -> Operation[None]:
+        return _upsert(_processed, *args)
 
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._run(self._upsert(_processed, stream_name, token, at, heartbeat_at))
+    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
+        return _upsert(_heartbeat, stream_name, at)
 
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        operation = self._upsert(_processed, stream_name, token, at, heartbeat_at)
-        default = super().asave_processed
-        await self._arun(operation, default, stream_name, token, at, heartbeat_at)
+    def _reset_operation(self, *args: Any) -> Operation[None]:
+        return _reset_operation(*args)
 
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        self._run(self._upsert(_heartbeat, stream_name, at))
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        operation = self._upsert(_heartbeat, stream_name, at)
-        await self._arun(operation, super().asave_heartbeat, stream_name, at)
-
-    @staticmethod
-    def _upsert(write: Callable[..., Write], *args: Any) -> Operation[None]:
-        """The upserting ``update_one`` of the partial write ``write(*args)``."""
-        yield call("update_one", *write(*args), upsert=True)
-
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        self._run(_reset_operation(stream_name, fresh_seen_token, expected_dead_processed, at))
-
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        args = (stream_name, fresh_seen_token, expected_dead_processed, at)
-        await self._arun(_reset_operation(*args), super().areset_after_history_lost, *args)
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        return self._run(_initial_sync_operation(stream_name, progress, expected_batch))
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        operation = _initial_sync_operation(stream_name, progress, expected_batch)
-        default = super().asave_initial_sync
-        return await self._arun(
-            operation, default, stream_name, progress, expected_batch=expected_batch
-        )
+    def _initial_sync_operation(
+        self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+    ) -> Operation[bool]:
+        return _initial_sync_operation(stream_name, progress, expected_batch)
 
     # -- configuration checks ----------------------------------------------------
 

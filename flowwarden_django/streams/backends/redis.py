@@ -34,7 +34,6 @@ from django.core import checks
 
 from ..checkpoint import (
     Checkpoint,
-    CheckpointStore,
     check_anchor_write,
     check_heartbeat_write,
     check_initial_sync_write,
@@ -43,6 +42,7 @@ from ..checkpoint import (
 )
 from ..tokens import Token, decode_token, encode_token
 from ._calls import Operation, call
+from ._native_checkpoint import NativeCheckpointStore
 from ._redis_common import Pipeline, RedisConnection, ScanKeys, Script, check_connection_options
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -160,18 +160,12 @@ def _escape_glob(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
-class RedisCheckpointStore(RedisConnection, CheckpointStore):
+class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
     """Stores checkpoints in Redis hashes.
 
     Connect through a django-redis cache alias (``cache="default"``, the default),
     a ``url`` such as ``redis://127.0.0.1:6379/0``, or a ready ``client``.
     """
-
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
-    async_thread_sensitive = False
-
-    supports_listing = True
 
     def __init__(
         self,
@@ -187,15 +181,9 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         """The hash key of one stream."""
         return f"{self.key_prefix}checkpoint:{stream_name}"
 
-    # -- the SPI: each operation written once (see ``_calls``), run by both APIs ------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        self._run(self._save(checkpoint))
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        await self._arun(self._save(checkpoint), super().asave, checkpoint)
-
-    def _save(self, checkpoint: Checkpoint) -> Operation[None]:
+    def _save_operation(self, checkpoint: Checkpoint) -> Operation[None]:
         key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
         yield Pipeline((call("delete", key), call("hset", key, mapping=mapping)))
 
@@ -218,13 +206,7 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             mapping["instanceId"] = ""
         return mapping
 
-    def find(self, stream_name: str) -> Checkpoint | None:
-        return self._run(self._find(stream_name))
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        return await self._arun(self._find(stream_name), super().afind, stream_name)
-
-    def _find(self, stream_name: str) -> Operation[Checkpoint | None]:
+    def _find_operation(self, stream_name: str) -> Operation[Checkpoint | None]:
         raw = yield call("hgetall", self.key(stream_name))
         return self._to_checkpoint(stream_name, raw)
 
@@ -246,22 +228,10 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             initial_sync=json.loads(initial_sync) if initial_sync else None,
         )
 
-    def delete(self, stream_name: str) -> None:
-        self._run(self._delete(stream_name))
-
-    async def adelete(self, stream_name: str) -> None:
-        await self._arun(self._delete(stream_name), super().adelete, stream_name)
-
-    def _delete(self, stream_name: str) -> Operation[None]:
+    def _delete_operation(self, stream_name: str) -> Operation[None]:
         yield call("delete", self.key(stream_name))
 
-    def list_checkpoints(self) -> list[Checkpoint]:
-        return self._run(self._list_checkpoints())
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        return await self._arun(self._list_checkpoints(), super().alist_checkpoints)
-
-    def _list_checkpoints(self) -> Operation[list[Checkpoint]]:
+    def _list_operation(self) -> Operation[list[Checkpoint]]:
         prefix = self.key("")
         keys = sorted((yield ScanKeys(_escape_glob(prefix) + "*")))
         records = yield Pipeline(tuple(call("hgetall", key) for key in keys), transaction=False)
@@ -271,48 +241,13 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         )
         return [cp for cp in found if cp is not None]
 
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._run(self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at))
+    def _seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        return self._anchor_operation(stream_name, SEEN_TOKEN, SEEN_AT, *args)
 
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        operation = self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at)
-        await self._arun(operation, super().asave_seen, stream_name, token, at, heartbeat_at)
+    def _processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        return self._anchor_operation(stream_name, PROCESSED_TOKEN, PROCESSED_AT, *args)
 
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        fields = (PROCESSED_TOKEN, PROCESSED_AT)
-        self._run(self._save_anchor(stream_name, *fields, token, at, heartbeat_at))
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        fields = (PROCESSED_TOKEN, PROCESSED_AT)
-        operation = self._save_anchor(stream_name, *fields, token, at, heartbeat_at)
-        default = super().asave_processed
-        await self._arun(operation, default, stream_name, token, at, heartbeat_at)
-
-    def _save_anchor(
+    def _anchor_operation(
         self,
         stream_name: str,
         token_field: str,
@@ -332,70 +267,16 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         # HSET cannot store "nothing": clear the missing half in the same MULTI.
         yield Pipeline((call("hset", key, mapping=mapping), call("hdel", key, *cleared)))
 
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        self._run(self._save_heartbeat(stream_name, at))
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        operation = self._save_heartbeat(stream_name, at)
-        await self._arun(operation, super().asave_heartbeat, stream_name, at)
-
-    def _save_heartbeat(self, stream_name: str, at: datetime) -> Operation[None]:
+    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
         check_heartbeat_write(stream_name, at)
         mapping = {"_v": "1", HEARTBEAT_AT: _encode_time(at)}
         yield call("hset", self.key(stream_name), mapping=mapping)
 
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        self._run(self._reset(stream_name, fresh_seen_token, expected_dead_processed, at))
+    def _reset_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        arguments = _reset_args(stream_name, *args)
+        yield Script(RESET_AFTER_HISTORY_LOST, [self.key(stream_name)], arguments)
 
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        args = (stream_name, fresh_seen_token, expected_dead_processed, at)
-        await self._arun(self._reset(*args), super().areset_after_history_lost, *args)
-
-    def _reset(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> Operation[None]:
-        args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
-        yield Script(RESET_AFTER_HISTORY_LOST, [self.key(stream_name)], args)
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        return self._run(self._save_initial_sync(stream_name, progress, expected_batch))
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        operation = self._save_initial_sync(stream_name, progress, expected_batch)
-        default = super().asave_initial_sync
-        return await self._arun(
-            operation, default, stream_name, progress, expected_batch=expected_batch
-        )
-
-    def _save_initial_sync(
+    def _initial_sync_operation(
         self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
     ) -> Operation[bool]:
         args = _initial_sync_args(stream_name, progress, expected_batch)
