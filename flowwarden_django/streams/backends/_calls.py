@@ -46,6 +46,29 @@ def call(method: str, *args: Any, **kwargs: Any) -> Call:
     return Call(method, args, kwargs)
 
 
+class NativeOperations:
+    """What a store with native sync and async clients runs its operations with.
+
+    ``_run`` runs an operation on the sync client; ``_arun`` on the running loop's
+    async client, or, when the backend has none, closes the operation and awaits
+    ``default(*args, **kwargs)`` (the bound ``super()`` method: the thread-based
+    default). The backend's connection class implements both.
+    """
+
+    def _run(self, operation: Operation[T]) -> T:
+        raise NotImplementedError
+
+    async def _arun(
+        self,
+        operation: Operation[T],
+        default: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        raise NotImplementedError
+
+
 def run(operation: Operation[T], perform: Callable[[Any], Any]) -> T:
     """Run *operation* to its end, each request performed by ``perform(request)``."""
     return drive(operation, perform)

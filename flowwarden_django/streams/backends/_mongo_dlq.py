@@ -27,7 +27,7 @@ from typing import Any
 from django.core import checks
 
 from ..checkpoint import as_utc
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import normalize_token
 from ._calls import Operation, call
@@ -42,6 +42,7 @@ from ._dlq_common import (
 )
 from ._extras import ms_precision
 from ._mongo_common import FindAll, MongoCollection
+from ._native_dlq import NativeDlqStore
 
 DEFAULT_COLLECTION = "_fw_dlq"
 
@@ -205,7 +206,7 @@ def _delete(entry_id: str) -> Operation[None]:
     yield call("delete_one", {"_id": entry_id})
 
 
-class MongoDlqStore(MongoCollection, DlqStore):
+class MongoDlqStore(MongoCollection, NativeDlqStore):
     """Stores dead letters in a MongoDB collection (``_fw_dlq`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
@@ -220,10 +221,6 @@ class MongoDlqStore(MongoCollection, DlqStore):
     filters and updates; given a ready ``client``, they fall back to the default
     (the sync operation on the default executor).
     """
-
-    #: What the async fallback (a ready ``client``) runs on: the default executor, in
-    #: parallel; this never touches the Django database.
-    async_thread_sensitive = False
 
     def __init__(
         self,
@@ -259,84 +256,22 @@ class MongoDlqStore(MongoCollection, DlqStore):
         for keys, options in INDEXES:
             await collection.create_index(keys, **options)
 
-    # -- the SPI: each operation written once (see ``_calls``), run by both APIs ------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        self._run(_save(entry))
+    _save_operation = staticmethod(_save)
+    _find_by_id_operation = staticmethod(_find_by_id)
+    _find_by_stream_operation = staticmethod(_find_by_stream)
+    _count_operation = staticmethod(_count)
+    _purge_operation = staticmethod(_purge_expired)
+    _delete_operation = staticmethod(_delete)
 
-    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        await self._arun(_save(entry), super().asave, entry, policy)
+    def _transition_operation(self, *args: Any) -> Operation[bool]:
+        return _matched(_transition, *args)
 
-    def find_by_id(self, entry_id: str) -> DeadLetter | None:
-        return self._run(_find_by_id(entry_id))
-
-    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
-        return await self._arun(_find_by_id(entry_id), super().afind_by_id, entry_id)
-
-    def find_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        return self._run(_find_by_stream(stream_name, status, limit))
-
-    async def afind_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        operation = _find_by_stream(stream_name, status, limit)
-        default = super().afind_by_stream
-        return await self._arun(operation, default, stream_name, status=status, limit=limit)
-
-    def count(self, stream_name: str) -> int:
-        return self._run(_count(stream_name))
-
-    async def acount(self, stream_name: str) -> int:
-        return await self._arun(_count(stream_name), super().acount, stream_name)
-
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        return self._run(_matched(_transition, entry_id, to_status, from_statuses, at, by, note))
-
-    async def atransition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        operation = _matched(_transition, entry_id, to_status, from_statuses, at, by, note)
-        keywords = {"from_statuses": from_statuses, "at": at, "by": by, "note": note}
-        return await self._arun(operation, super().atransition, entry_id, to_status, **keywords)
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        return self._run(_matched(_replay_failure, entry_id, error, at))
-
-    async def arecord_replay_failure(
-        self, entry_id: str, error: ErrorInfo, *, at: datetime
-    ) -> bool:
-        operation = _matched(_replay_failure, entry_id, error, at)
-        return await self._arun(operation, super().arecord_replay_failure, entry_id, error, at=at)
-
-    def purge_expired(self, now: datetime) -> int:
-        return self._run(_purge_expired(now))
-
-    async def apurge_expired(self, now: datetime) -> int:
-        return await self._arun(_purge_expired(now), super().apurge_expired, now)
-
-    def delete(self, entry_id: str) -> None:
-        self._run(_delete(entry_id))
-
-    async def adelete(self, entry_id: str) -> None:
-        await self._arun(_delete(entry_id), super().adelete, entry_id)
+    def _replay_failure_operation(
+        self, entry_id: str, error: ErrorInfo, at: datetime
+    ) -> Operation[bool]:
+        return _matched(_replay_failure, entry_id, error, at)
 
     # -- configuration checks ----------------------------------------------------
 

@@ -10,18 +10,16 @@ runners (``_run`` and ``_arun``, from its connection class).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from ..checkpoint import Checkpoint, CheckpointStore
 from ..tokens import Token
-from ._calls import Operation
-
-T = TypeVar("T")
+from ._calls import NativeOperations, Operation
 
 
-class NativeCheckpointStore(CheckpointStore):
+class NativeCheckpointStore(NativeOperations, CheckpointStore):
     """A checkpoint store whose every operation is one sans-I/O store operation.
 
     Subclasses implement the ``_…_operation`` methods (each returns an
@@ -148,19 +146,6 @@ class NativeCheckpointStore(CheckpointStore):
         )
 
     # -- what a backend supplies -------------------------------------------------------
-
-    def _run(self, operation: Operation[T]) -> T:
-        raise NotImplementedError
-
-    async def _arun(
-        self,
-        operation: Operation[T],
-        default: Callable[..., Awaitable[T]],
-        /,
-        *args: Any,
-        **kw: Any,
-    ) -> T:
-        raise NotImplementedError
 
     def _save_operation(self, checkpoint: Checkpoint) -> Operation[None]:
         raise NotImplementedError

@@ -134,6 +134,7 @@ class RedisConnection:
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+        self._sync_scripts.clear()
         with self._async_lock:
             self._async_clients.clear()
 
