@@ -11,15 +11,14 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections
 
-from ..stores import store_setting
 
-
-def missing_extra(alias: str, package: str, extra: str, backend: str) -> checks.Error | None:
-    """An E005 error when *package* cannot be imported, else ``None``."""
+def missing_extra(setting: str, package: str, extra: str, backend: str) -> checks.Error | None:
+    """An E005 error naming *setting* (the alias's setting path) when *package* cannot
+    be imported, else ``None``."""
     if find_spec(package) is not None:
         return None
     return checks.Error(
-        f"{store_setting(alias)} uses {backend}, which needs the '{package}' package.",
+        f"{setting} uses {backend}, which needs the '{package}' package.",
         hint=f'pip install "flowwarden-django[{extra}]"',
         id="flowwarden_django.E005",
     )

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 from django.core import checks
 
 from ..async_source import AsyncMongoClientHandler, new_async_client
-from ..stores import store_setting
 from ._calls import Call, Operation, arun, run
 from ._extras import missing_extra
 
@@ -193,20 +192,20 @@ class MongoCollection:
         await self._async_clients.aclose()
 
 
-def check_connection_options(
-    cls: type, alias: str, options: Mapping[str, Any]
+def mongo_option_checks(
+    alias_setting: str, backend: str, options: Mapping[str, Any]
 ) -> list[checks.CheckMessage]:
-    """The option checks of a MongoDB backend: the extra is installed and ``url`` is a
-    MongoDB connection string (or a ``client`` is given)."""
-    error = missing_extra(alias, "pymongo", "mongo", cls.__name__)
+    """The option checks of a MongoDB backend (*alias_setting*: the setting path of its
+    alias): the extra is installed and ``url`` is a MongoDB connection string (or a
+    ``client`` is given)."""
+    error = missing_extra(alias_setting, "pymongo", "mongo", backend)
     if error is not None:
         return [error]
     url = options.get("url")
     if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
         return [
             checks.Error(
-                f'{store_setting(alias)}["OPTIONS"]["url"] = {url!r} '
-                "is not a MongoDB connection string.",
+                f'{alias_setting}["OPTIONS"]["url"] = {url!r} is not a MongoDB connection string.',
                 hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
                 id="flowwarden_django.E008",
             )
@@ -214,7 +213,7 @@ def check_connection_options(
     if url is None and options.get("client") is None:
         return [
             checks.Error(
-                f'{store_setting(alias)}["OPTIONS"] needs "url".',
+                f'{alias_setting}["OPTIONS"] needs "url".',
                 hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
                 id="flowwarden_django.E004",
             )

@@ -37,11 +37,10 @@ from ._dlq_common import (
     check_error,
     check_limit,
     check_transition,
-    missing_extra,
     settles,
 )
 from ._extras import ms_precision
-from ._mongo_common import FindAll, MongoCollection
+from ._mongo_common import FindAll, MongoCollection, mongo_option_checks
 from ._native_dlq import NativeDlqStore
 
 DEFAULT_COLLECTION = "_fw_dlq"
@@ -277,25 +276,4 @@ class MongoDlqStore(MongoCollection, NativeDlqStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        setting = dlq_stores.alias_setting(alias)
-        error = missing_extra(setting, "pymongo", "mongo", cls.__name__)
-        if error is not None:
-            return [error]
-        url = options.get("url")
-        if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
-            return [
-                checks.Error(
-                    f'{setting}["OPTIONS"]["url"] = {url!r} is not a MongoDB connection string.',
-                    hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
-                    id="flowwarden_django.E008",
-                )
-            ]
-        if url is None and options.get("client") is None:
-            return [
-                checks.Error(
-                    f'{setting}["OPTIONS"] needs "url".',
-                    hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
-                    id="flowwarden_django.E004",
-                )
-            ]
-        return []
+        return mongo_option_checks(dlq_stores.alias_setting(alias), cls.__name__, options)

@@ -34,9 +34,10 @@ from django.utils import timezone
 
 from ..checkpoint import as_utc
 from ..locks import Lease, ttl_delta
+from ..stores import lock_services
 from ._calls import Operation, call
-from ._lock_common import check_owner, renamed_checks, warn_unavailable
-from ._mongo_common import MongoCollection, check_connection_options
+from ._lock_common import check_owner, warn_unavailable
+from ._mongo_common import MongoCollection, mongo_option_checks
 from ._native_locks import NativeLockService
 
 DEFAULT_COLLECTION = "_fw_locks"
@@ -199,4 +200,4 @@ class MongoLockService(MongoCollection, NativeLockService):
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         """The same checks as ``MongoCheckpointStore``, named for ``LOCK_SERVICES``."""
-        return renamed_checks(check_connection_options, cls, alias, options)
+        return mongo_option_checks(lock_services.alias_setting(alias), cls.__name__, options)

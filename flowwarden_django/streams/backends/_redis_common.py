@@ -15,7 +15,6 @@ from django.conf import settings
 from django.core import checks
 
 from ...common.network import redis_options
-from ..stores import store_setting
 from ._calls import Call, Operation, arun, run
 from ._extras import missing_extra
 
@@ -318,19 +317,20 @@ def async_factory_like(client: Any) -> Callable[[], Any] | None:
     return make
 
 
-def check_connection_options(
-    cls: type, alias: str, options: Mapping[str, Any]
+def redis_option_checks(
+    alias_setting: str, backend: str, options: Mapping[str, Any]
 ) -> list[checks.CheckMessage]:
-    """The option checks of every Redis backend: the extra is installed, and the cache alias
-    (unless a ``url`` or ``client`` is given) is a django-redis cache."""
-    error = missing_extra(alias, "redis", "redis", cls.__name__)
+    """The option checks of every Redis backend (*alias_setting*: the setting path of
+    its alias): the extra is installed, and the cache alias (unless a ``url`` or
+    ``client`` is given) is a django-redis cache."""
+    error = missing_extra(alias_setting, "redis", "redis", backend)
     if error is not None:
         return [error]
     if options.get("url") is not None or options.get("client") is not None:
         return []
     cache = options.get("cache") or "default"
-    setting = f'{store_setting(alias)}["OPTIONS"]["cache"]'
-    error = missing_extra(alias, "django_redis", "redis", cls.__name__)
+    setting = f'{alias_setting}["OPTIONS"]["cache"]'
+    error = missing_extra(alias_setting, "django_redis", "redis", backend)
     if error is not None:
         return [error]
     if cache not in settings.CACHES:
@@ -342,11 +342,11 @@ def check_connection_options(
                 id="flowwarden_django.E006",
             )
         ]
-    backend = settings.CACHES[cache].get("BACKEND", "")
-    if not backend.startswith("django_redis."):
+    cache_backend = settings.CACHES[cache].get("BACKEND", "")
+    if not cache_backend.startswith("django_redis."):
         return [
             checks.Error(
-                f"{setting} = {cache!r} is a {backend} cache, not a django-redis one.",
+                f"{setting} = {cache!r} is a {cache_backend} cache, not a django-redis one.",
                 hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
                 'OPTIONS {"url": "redis://host:6379/0"} instead.',
                 id="flowwarden_django.E008",

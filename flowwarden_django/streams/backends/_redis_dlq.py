@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 
 from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
@@ -49,11 +48,10 @@ from ._dlq_common import (
     check_error,
     check_limit,
     check_transition,
-    missing_extra,
     settles,
 )
 from ._native_dlq import NativeDlqStore
-from ._redis_common import LoopClient, Pipeline, RedisConnection, Script
+from ._redis_common import LoopClient, Pipeline, RedisConnection, Script, redis_option_checks
 from ._redis_dlq_scripts import CHANGE_STATUS, COUNT_PENDING, DELETE, DROP_STALE, PURGE, SAVE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -196,43 +194,6 @@ def _replay_failure_fields(error: ErrorInfo, at: datetime) -> dict[str, str]:
     check_error(error)
     check_aware(at, "at")
     return {"error": _error_json(error), "lastReplayedAt": str(epoch_ms(at))}
-
-
-def check_connection_options(
-    setting: str, backend: str, options: Mapping[str, Any]
-) -> list[checks.CheckMessage]:
-    """System-check messages about Redis connection ``OPTIONS`` (``cache``/``url``/``client``)
-    of the alias whose setting path is *setting*."""
-    error = missing_extra(setting, "redis", "redis", backend)
-    if error is not None:
-        return [error]
-    if options.get("url") is not None or options.get("client") is not None:
-        return []
-    cache = options.get("cache") or "default"
-    where = f'{setting}["OPTIONS"]["cache"]'
-    error = missing_extra(setting, "django_redis", "redis", backend)
-    if error is not None:
-        return [error]
-    if cache not in settings.CACHES:
-        return [
-            checks.Error(
-                f"{where} = {cache!r} is not a cache alias in CACHES.",
-                hint="Name a django-redis cache alias, or give OPTIONS "
-                '{"url": "redis://host:6379/0"} instead.',
-                id="flowwarden_django.E006",
-            )
-        ]
-    cache_backend = settings.CACHES[cache].get("BACKEND", "")
-    if not cache_backend.startswith("django_redis."):
-        return [
-            checks.Error(
-                f"{where} = {cache!r} is a {cache_backend} cache, not a django-redis one.",
-                hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
-                'OPTIONS {"url": "redis://host:6379/0"} instead.',
-                id="flowwarden_django.E008",
-            )
-        ]
-    return []
 
 
 class RedisDlqStore(NativeDlqStore):
@@ -448,4 +409,4 @@ class RedisDlqStore(NativeDlqStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        return check_connection_options(dlq_stores.alias_setting(alias), cls.__name__, options)
+        return redis_option_checks(dlq_stores.alias_setting(alias), cls.__name__, options)

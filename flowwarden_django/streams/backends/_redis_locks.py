@@ -37,10 +37,11 @@ from django.core import checks
 from django.utils import timezone
 
 from ..locks import Lease, ttl_delta
+from ..stores import lock_services
 from ._calls import Operation, call
-from ._lock_common import check_owner, renamed_checks, warn_unavailable
+from ._lock_common import check_owner, warn_unavailable
 from ._native_locks import NativeLockService
-from ._redis_common import RedisConnection, Script, check_connection_options
+from ._redis_common import RedisConnection, Script, redis_option_checks
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -235,4 +236,4 @@ class RedisLockService(RedisConnection, NativeLockService):
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         """The same checks as ``RedisCheckpointStore``, named for ``LOCK_SERVICES``."""
-        return renamed_checks(check_connection_options, cls, alias, options)
+        return redis_option_checks(lock_services.alias_setting(alias), cls.__name__, options)

@@ -41,10 +41,11 @@ from ..checkpoint import (
     check_reset,
     plain_progress,
 )
+from ..stores import store_setting
 from ..tokens import Token, encode_token, normalize_token
 from ._calls import Operation, call
 from ._extras import ms_precision
-from ._mongo_common import FindAll, MongoCollection, check_connection_options
+from ._mongo_common import FindAll, MongoCollection, mongo_option_checks
 from ._native_checkpoint import NativeCheckpointStore
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
@@ -297,7 +298,7 @@ class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        return check_connection_options(cls, alias, options)
+        return mongo_option_checks(store_setting(alias), cls.__name__, options)
 
 
 # The dead-letter store and lock service of this backend live in their own modules.

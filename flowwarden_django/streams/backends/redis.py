@@ -40,10 +40,11 @@ from ..checkpoint import (
     check_reset,
     plain_progress,
 )
+from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
 from ._calls import Operation, call
 from ._native_checkpoint import NativeCheckpointStore
-from ._redis_common import Pipeline, RedisConnection, ScanKeys, Script, check_connection_options
+from ._redis_common import Pipeline, RedisConnection, ScanKeys, Script, redis_option_checks
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -286,7 +287,7 @@ class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        return check_connection_options(cls, alias, options)
+        return redis_option_checks(store_setting(alias), cls.__name__, options)
 
 
 # The dead-letter store and lock service of this backend live in their own modules.
