@@ -259,7 +259,7 @@ class RedisDlqStore(NativeDlqStore):
         """The set of stream names that have (or had) entries."""
         return f"{self.key_prefix}dlq:index:streams"
 
-    # -- what the sync and async paths share ----------------------------------------
+    # -- the keys and arguments of the scripts ---------------------------------------
 
     def _save_call(self, entry: DeadLetter) -> tuple[list[str], list[Any]]:
         """The keys and arguments of :data:`SAVE`, after the entry's checks."""
@@ -286,31 +286,6 @@ class RedisDlqStore(NativeDlqStore):
             *pairs,
         ]
         return keys, args
-
-    def _change_status_call(
-        self,
-        entry_id: str,
-        to_status: str,
-        allowed: Sequence[str],
-        fields: Mapping[str, str],
-        *,
-        count_replay: bool,
-    ) -> tuple[list[str], list[Any]] | None:
-        """The keys and arguments of :data:`CHANGE_STATUS`, or ``None`` when *entry_id*
-        cannot name an entry."""
-        if ":" in entry_id:
-            return None
-        pairs = [item for pair in fields.items() for item in pair]
-        args = [
-            self.key_prefix,
-            entry_id,
-            to_status,
-            "1" if count_replay else "0",
-            len(allowed),
-            *allowed,
-            *pairs,
-        ]
-        return [self.key(entry_id)], args
 
     def _purge_call(self, now: datetime) -> tuple[list[str], list[Any]]:
         """The keys and arguments of one :data:`PURGE` batch."""
@@ -379,13 +354,14 @@ class RedisDlqStore(NativeDlqStore):
         *,
         count_replay: bool,
     ) -> Operation[bool]:
-        script_call = self._change_status_call(
-            entry_id, to_status, allowed, fields, count_replay=count_replay
-        )
-        if script_call is None:
+        """:data:`CHANGE_STATUS` on the entry (never found when *entry_id* cannot name
+        one): whether it changed."""
+        if ":" in entry_id:
             return False
-        keys, args = script_call
-        return (yield Script(CHANGE_STATUS, keys, args)) == 1
+        pairs = [item for pair in fields.items() for item in pair]
+        flag = "1" if count_replay else "0"
+        args = [self.key_prefix, entry_id, to_status, flag, len(allowed), *allowed, *pairs]
+        return (yield Script(CHANGE_STATUS, [self.key(entry_id)], args)) == 1
 
     def _purge_operation(self, now: datetime) -> Operation[int]:
         check_aware(now, "now")
