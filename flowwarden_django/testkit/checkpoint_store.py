@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 
 from ..streams.checkpoint import Checkpoint, CheckpointStore
-from ._async_driven import async_driven
 from ._checkpoint_contract.exactness import ExactnessContract
 from ._checkpoint_contract.history_lost import HistoryLostContract
 from ._checkpoint_contract.initial_sync import InitialSyncContract
@@ -32,6 +29,7 @@ from ._checkpoint_contract.partial_writes import PartialWriteContract
 from ._checkpoint_contract.races import RaceContract
 from ._checkpoint_contract.records import RecordContract
 from ._checkpoint_contract.values import now_ms, sync_progress, token
+from ._harness import StoreContract
 
 __all__ = [
     "CHECKPOINT_OPERATIONS",
@@ -52,6 +50,7 @@ class CheckpointStoreContract(
     HistoryLostContract,
     PartialWriteContract,
     RecordContract,
+    StoreContract,
 ):
     """Behaviour every ``CheckpointStore`` must have. Subclass it and implement
     :meth:`make_store`; override :meth:`clean_state` if the store needs wiping.
@@ -70,57 +69,9 @@ class CheckpointStoreContract(
     #: Threads competing for each batch in the initial-sync race.
     initial_sync_writers: int = 4
 
-    def make_store(self) -> CheckpointStore:
-        """Return the store under test."""
-        raise NotImplementedError("Subclasses return the store under test")
-
-    def clean_state(self, store: CheckpointStore) -> None:
-        """Wipe the store before each test (nothing by default)."""
-
-    def teardown_store(self, store: CheckpointStore) -> None:
-        """Release or wipe the store after each test (``store.close()`` by default)."""
-        store.close()
-
-    def thread_finished(self) -> None:
-        """Called at the end of every worker thread the race tests start."""
-        from django.db import connections
-
-        connections.close_all()
-
-    @pytest.fixture
-    def store(self) -> Iterator[CheckpointStore]:
-        store = self.make_store()
-        self.clean_state(store)
-        yield store
-        self.teardown_store(store)
-
     @pytest.fixture
     def name(self) -> str:
         return f"contract-{uuid.uuid4().hex[:12]}"
-
-    def run_threads(self, *targets: Callable[[], None]) -> None:
-        """Run *targets* in threads, wait for all, and re-raise the first error."""
-        errors: list[BaseException] = []
-
-        def wrap(target: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                try:
-                    target()
-                except BaseException as exc:  # re-raised below, in the test's thread
-                    errors.append(exc)
-                finally:
-                    self.thread_finished()
-
-            return run
-
-        threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
-            assert not thread.is_alive(), "a worker thread did not finish within 600 s"
-        if errors:
-            raise errors[0]
 
 
 #: The operations :class:`AsyncCheckpointStoreContract` drives through their ``a…`` twins.
@@ -155,13 +106,9 @@ class AsyncCheckpointStoreContract(CheckpointStoreContract):
     #: Each driven call awaits on a fresh event loop (``async_to_sync``), some ten
     #: times the cost of a sync call: fewer writes race in the race test.
     race_writes = 300
-
-    @pytest.fixture
-    def store(self) -> Iterator[CheckpointStore]:
-        store = self.make_store()
-        self.clean_state(store)
-        yield async_driven(store, CHECKPOINT_OPERATIONS)
-        self.teardown_store(store)
+    async_operations = CHECKPOINT_OPERATIONS
+    #: The fixture again, so it comes before a sync test class put behind this one.
+    store = StoreContract.store
 
     def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
         for operation in CHECKPOINT_OPERATIONS:

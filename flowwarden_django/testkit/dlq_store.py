@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -35,8 +35,8 @@ from ..streams.dlq import (
     DlqStore,
     ErrorInfo,
 )
-from ._async_driven import async_driven
 from ._checkpoint_contract.values import now_ms, same_bson, token
+from ._harness import StoreContract
 
 #: The reference's ``DEFAULT_POLICY``.
 DEFAULT_POLICY = DlqPolicy(30, True, True)
@@ -78,7 +78,7 @@ def full_event(entry_id: str, stream: str, now: datetime) -> DeadLetter:
     )
 
 
-class DlqStoreContract:
+class DlqStoreContract(StoreContract):
     """Behaviour every ``DlqStore`` must have. Subclass it and implement
     :meth:`make_store`; override :meth:`clean_state` if the store needs wiping.
 
@@ -97,31 +97,7 @@ class DlqStoreContract:
     save_threads: int = 4
     saves_per_thread: int = 25
 
-    def make_store(self) -> DlqStore:
-        """Return the store under test."""
-        raise NotImplementedError("Subclasses return the store under test")
-
-    def clean_state(self, store: DlqStore) -> None:
-        """Wipe the store before each test (nothing by default)."""
-
-    def teardown_store(self, store: DlqStore) -> None:
-        """Release or wipe the store after each test (``store.close()`` by default)."""
-        store.close()
-
-    def thread_finished(self) -> None:
-        """Called at the end of every worker thread the race tests start."""
-        from django.db import connections
-
-        connections.close_all()
-
     # -- fixtures and helpers ------------------------------------------------------
-
-    @pytest.fixture
-    def store(self) -> Iterator[DlqStore]:
-        store = self.make_store()
-        self.clean_state(store)
-        yield store
-        self.teardown_store(store)
 
     @pytest.fixture
     def name(self) -> str:
@@ -139,30 +115,6 @@ class DlqStoreContract:
         """Skip unless the store's class counts its backlog (``supports_count``)."""
         if not type(store).supports_count:
             pytest.skip(f"{type(store).__name__} does not support count")
-
-    def run_threads(self, *targets: Callable[[], None]) -> None:
-        """Run *targets* in threads, wait for all, and re-raise the first error."""
-        errors: list[BaseException] = []
-
-        def wrap(target: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                try:
-                    target()
-                except BaseException as exc:  # re-raised below, in the test's thread
-                    errors.append(exc)
-                finally:
-                    self.thread_finished()
-
-            return run
-
-        threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
-            assert not thread.is_alive(), "a worker thread did not finish within 600 s"
-        if errors:
-            raise errors[0]
 
     def assert_purged(self, purged: int, expected: int) -> None:
         """``purge_expired`` deleted *expected* entries (at most that many with
@@ -662,12 +614,9 @@ class AsyncDlqStoreContract(DlqStoreContract):
     first in front of an existing sync test class.
     """
 
-    @pytest.fixture
-    def store(self) -> Iterator[DlqStore]:
-        store = self.make_store()
-        self.clean_state(store)
-        yield async_driven(store, DLQ_OPERATIONS)
-        self.teardown_store(store)
+    async_operations = DLQ_OPERATIONS
+    #: The fixture again, so it comes before a sync test class put behind this one.
+    store = StoreContract.store
 
     def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
         for operation in DLQ_OPERATIONS:

@@ -28,12 +28,13 @@ from django.utils import timezone
 
 from ..streams.locks import Lease, LeaseLostError, LockService
 from ._async_driven import async_driven
+from ._harness import ThreadedContract
 
 A = "host-a:app:8080"
 B = "host-b:app:8080"
 
 
-class LockServiceContract:
+class LockServiceContract(ThreadedContract):
     """Behaviour every ``LockService`` must have. Subclass it and implement
     :meth:`make_service`; override :meth:`teardown_service` to wipe the backend.
 
@@ -57,12 +58,6 @@ class LockServiceContract:
     def teardown_service(self, service: LockService) -> None:
         """Release or wipe the service after each test (``service.close()`` by default)."""
         service.close()
-
-    def thread_finished(self) -> None:
-        """Called at the end of every worker thread the race tests start."""
-        from django.db import connections
-
-        connections.close_all()
 
     @pytest.fixture
     def service(self) -> Iterator[LockService]:
@@ -101,30 +96,6 @@ class LockServiceContract:
     def wait_until_expired(self, lease: Lease) -> None:
         """Sleep until *lease* has expired, by this process's clock."""
         time.sleep(max(lease.remaining().total_seconds(), 0) + 0.05)
-
-    def run_threads(self, *targets: Callable[[], None]) -> None:
-        """Run *targets* in threads, wait for all, and re-raise the first error."""
-        errors: list[BaseException] = []
-
-        def wrap(target: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                try:
-                    target()
-                except BaseException as exc:  # re-raised below, in the test's thread
-                    errors.append(exc)
-                finally:
-                    self.thread_finished()
-
-            return run
-
-        threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
-            assert not thread.is_alive(), "a worker thread did not finish within 600 s"
-        if errors:
-            raise errors[0]
 
     # -- the reference's 13 ------------------------------------------------------
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +29,7 @@ from asgiref.sync import async_to_sync
 from ..workflows.storage.snapshot import SnapshotEvent, WorkflowSnapshot
 from ..workflows.storage.store import SnapshotStore
 from ._async_driven import async_driven
+from ._harness import StoreContract
 from ._snapshot_contract.encryption import EncryptionContract
 from ._snapshot_contract.events import DeleteAndEventContract
 from ._snapshot_contract.listing import ListingContract
@@ -57,6 +57,7 @@ class SnapshotStoreContract(
     SequenceContract,
     ListingContract,
     SavingContract,
+    StoreContract,
 ):
     """Behaviour every ``SnapshotStore`` must have.
 
@@ -69,23 +70,11 @@ class SnapshotStoreContract(
     run the contract against a test database, not one holding data you keep.
     """
 
+    #: The race tests start their threads together.
+    start_threads_together = True
     #: Threads and saves per thread of the concurrent ``seq`` test.
     race_threads: int = 8
     race_saves: int = 5
-
-    def make_store(self) -> SnapshotStore:
-        """Return the store under test."""
-        raise NotImplementedError("Subclasses return the store under test")
-
-    def teardown_store(self, store: SnapshotStore) -> None:
-        """Release the store after each test (``store.close()`` by default)."""
-        store.close()
-
-    def thread_finished(self) -> None:
-        """Called at the end of every worker thread (closes its Django connections)."""
-        from django.db import connections
-
-        connections.close_all()
 
     def mark_waiting(self, store: SnapshotStore, snapshot: WorkflowSnapshot) -> dict[str, Any]:
         """Make *snapshot* the head of a run waiting for approval; return extra
@@ -110,12 +99,6 @@ class SnapshotStoreContract(
     # -- fixtures and helpers ----------------------------------------------------------
 
     @pytest.fixture
-    def store(self) -> Iterator[SnapshotStore]:
-        store = self.make_store()
-        yield store
-        self.teardown_store(store)
-
-    @pytest.fixture
     def cid(self) -> str:
         return f"contract-{uuid.uuid4().hex[:12]}"
 
@@ -125,32 +108,6 @@ class SnapshotStoreContract(
         store.add_listener(seen.append)
         yield seen
         store.remove_listener(seen.append)
-
-    def run_threads(self, *targets: Callable[[], None]) -> None:
-        """Run *targets* in threads, wait for all, and re-raise the first error."""
-        errors: list[BaseException] = []
-        start = threading.Barrier(len(targets))
-
-        def wrap(target: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                try:
-                    start.wait(timeout=60)
-                    target()
-                except BaseException as exc:  # re-raised below, in the test's thread
-                    errors.append(exc)
-                finally:
-                    self.thread_finished()
-
-            return run
-
-        threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=600)
-            assert not thread.is_alive(), "a worker thread did not finish within 600 s"
-        if errors:
-            raise errors[0]
 
     @staticmethod
     def chain(
@@ -204,11 +161,9 @@ class AsyncSnapshotStoreContract(SnapshotStoreContract):
     Then a test of its own awaits many saves at once.
     """
 
-    @pytest.fixture
-    def store(self) -> Iterator[SnapshotStore]:
-        store = self.make_store()
-        yield async_driven(store, SNAPSHOT_OPERATIONS)
-        self.teardown_store(store)
+    async_operations = SNAPSHOT_OPERATIONS
+    #: The fixture again, so it comes before a sync test class put behind this one.
+    store = StoreContract.store
 
     def make_encrypting_store(self, keys: list[str] | None, **options: Any) -> SnapshotStore | None:
         store = super().make_encrypting_store(keys, **options)

@@ -5,7 +5,7 @@ from django.core.checks import run_checks
 from django.db import connections
 from django.test import override_settings
 
-from flowwarden_django.streams.backends import _dlq_common
+from flowwarden_django.streams.backends import _extras
 
 ORM = "flowwarden_django.streams.backends.orm.OrmDlqStore"
 MEMORY = "flowwarden_django.streams.backends.memory.InMemoryDlqStore"
@@ -131,8 +131,8 @@ def test_unsupported_database_is_named(monkeypatch):
     ids=["redis", "django-redis", "pymongo"],
 )
 def test_missing_extra_names_the_extra(monkeypatch, backend, package, extra, options):
-    real = _dlq_common.find_spec
-    monkeypatch.setattr(_dlq_common, "find_spec", lambda n: None if n == package else real(n))
+    real = _extras.find_spec
+    monkeypatch.setattr(_extras, "find_spec", lambda n: None if n == package else real(n))
     message = only(dlq_errors({"parked": {"BACKEND": backend, "OPTIONS": options}}))
     assert message.id == "flowwarden_django.E005"
     assert f"'{package}' package" in message.msg

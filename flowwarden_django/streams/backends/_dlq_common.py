@@ -10,9 +10,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from importlib.util import find_spec
-
-from django.core import checks
 
 from ..checkpoint import as_utc, check_stream_name
 from ..dlq import SETTLED_STATUSES, STATUSES, DeadLetter, ErrorInfo
@@ -144,15 +141,4 @@ def normalized(entry: DeadLetter) -> DeadLetter:
         last_replayed_at=as_utc(entry.last_replayed_at),
         resolved_at=as_utc(entry.resolved_at),
         metadata=copy.deepcopy(dict(entry.metadata)),
-    )
-
-
-def missing_extra(setting: str, package: str, extra: str, backend: str) -> checks.Error | None:
-    """An E005 error naming *setting* when *package* cannot be imported, else ``None``."""
-    if find_spec(package) is not None:
-        return None
-    return checks.Error(
-        f"{setting} uses {backend}, which needs the '{package}' package.",
-        hint=f'pip install "flowwarden-django[{extra}]"',
-        id="flowwarden_django.E005",
     )

@@ -4,18 +4,46 @@ async API."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from django.core import checks
 
 from ..async_source import AsyncMongoClientHandler, new_async_client
-from ..stores import store_setting
+from ._calls import Call, Operation, arun, run
 from ._extras import missing_extra
+
+T = TypeVar("T")
 
 #: The database used when neither ``database`` nor the URL names one.
 DEFAULT_DATABASE = "flowwarden"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FindAll:
+    """A request of a store operation: every document of ``collection.find(**query)``,
+    sorted by ``sort`` (``cursor.sort``'s arguments) when given, as a list."""
+
+    query: dict[str, Any]
+    sort: tuple[Any, ...] = ()
+
+
+def perform(collection: Any, request: Call | FindAll) -> Any:
+    """Make *request* on a pymongo collection."""
+    if isinstance(request, FindAll):
+        cursor = collection.find(**request.query)
+        return list(cursor.sort(*request.sort) if request.sort else cursor)
+    return request.on(collection)
+
+
+async def aperform(collection: Any, request: Call | FindAll) -> Any:
+    """Make *request* on an ``AsyncMongoClient``'s collection."""
+    if isinstance(request, FindAll):
+        cursor = collection.find(**request.query)
+        return await (cursor.sort(*request.sort) if request.sort else cursor).to_list()
+    return await request.on(collection)
 
 
 class MongoCollection:
@@ -137,26 +165,47 @@ class MongoCollection:
             self._async_prepared = True
         return collection
 
+    def _run(self, operation: Operation[T]) -> T:
+        """Run a store operation (see ``_calls``) on :attr:`collection`."""
+        return run(operation, lambda request: perform(self.collection, request))
+
+    async def _arun(
+        self,
+        operation: Operation[T],
+        default: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """Run a store operation on :meth:`async_collection`; without one, close it
+        and await ``default(*args, **kwargs)`` (the bound ``super()`` method: the
+        thread-based default)."""
+        collection = await self.async_collection()
+        if collection is None:
+            operation.close()
+            return await default(*args, **kwargs)
+        return await arun(operation, lambda request: aperform(collection, request))
+
     async def aclose(self) -> None:
         """Close the running loop's async client (a client of another loop closes
         with its loop); the next async operation makes a new one."""
         await self._async_clients.aclose()
 
 
-def check_connection_options(
-    cls: type, alias: str, options: Mapping[str, Any]
+def mongo_option_checks(
+    alias_setting: str, backend: str, options: Mapping[str, Any]
 ) -> list[checks.CheckMessage]:
-    """The option checks of a MongoDB backend: the extra is installed and ``url`` is a
-    MongoDB connection string (or a ``client`` is given)."""
-    error = missing_extra(alias, "pymongo", "mongo", cls.__name__)
+    """The option checks of a MongoDB backend (*alias_setting*: the setting path of its
+    alias): the extra is installed and ``url`` is a MongoDB connection string (or a
+    ``client`` is given)."""
+    error = missing_extra(alias_setting, "pymongo", "mongo", backend)
     if error is not None:
         return [error]
     url = options.get("url")
     if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
         return [
             checks.Error(
-                f'{store_setting(alias)}["OPTIONS"]["url"] = {url!r} '
-                "is not a MongoDB connection string.",
+                f'{alias_setting}["OPTIONS"]["url"] = {url!r} is not a MongoDB connection string.',
                 hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
                 id="flowwarden_django.E008",
             )
@@ -164,7 +213,7 @@ def check_connection_options(
     if url is None and options.get("client") is None:
         return [
             checks.Error(
-                f'{store_setting(alias)}["OPTIONS"] needs "url".',
+                f'{alias_setting}["OPTIONS"] needs "url".',
                 hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
                 id="flowwarden_django.E004",
             )

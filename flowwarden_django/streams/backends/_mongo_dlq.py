@@ -20,27 +20,28 @@ by the helpers below) on pymongo's ``AsyncMongoClient``, one per running event l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from django.core import checks
 
 from ..checkpoint import as_utc
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import normalize_token
+from ._calls import Operation, call
 from ._dlq_common import (
     check_aware,
     check_entry,
     check_error,
     check_limit,
     check_transition,
-    missing_extra,
     settles,
 )
 from ._extras import ms_precision
-from ._mongo_common import MongoCollection
+from ._mongo_common import FindAll, MongoCollection, mongo_option_checks
+from ._native_dlq import NativeDlqStore
 
 DEFAULT_COLLECTION = "_fw_dlq"
 
@@ -166,7 +167,45 @@ def _expired(now: datetime) -> dict[str, Any]:
     return {"expiresAt": {"$lt": now}}
 
 
-class MongoDlqStore(MongoCollection, DlqStore):
+# -- the operations, each run by the sync and the async API (see ``_calls``) ---------
+
+
+def _save(entry: DeadLetter) -> Operation[None]:
+    yield call("replace_one", *_replacement(entry), upsert=True)
+
+
+def _find_by_id(entry_id: str) -> Operation[DeadLetter | None]:
+    document = yield call("find_one", {"_id": entry_id})
+    return None if document is None else _entry(document)
+
+
+def _find_by_stream(
+    stream_name: str, status: str | None, limit: int | None
+) -> Operation[list[DeadLetter]]:
+    query = _stream_query(stream_name, status, limit)
+    if query is None:
+        return []
+    return [_entry(document) for document in (yield FindAll(query))]
+
+
+def _count(stream_name: str) -> Operation[int]:
+    return (yield call("count_documents", _pending(stream_name)))
+
+
+def _matched(write: Callable[..., Write], *args: Any) -> Operation[bool]:
+    """``update_one(*write(*args))``: whether it matched the entry."""
+    return (yield call("update_one", *write(*args))).matched_count == 1
+
+
+def _purge_expired(now: datetime) -> Operation[int]:
+    return (yield call("delete_many", _expired(now))).deleted_count
+
+
+def _delete(entry_id: str) -> Operation[None]:
+    yield call("delete_one", {"_id": entry_id})
+
+
+class MongoDlqStore(MongoCollection, NativeDlqStore):
     """Stores dead letters in a MongoDB collection (``_fw_dlq`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
@@ -181,10 +220,6 @@ class MongoDlqStore(MongoCollection, DlqStore):
     filters and updates; given a ready ``client``, they fall back to the default
     (the sync operation on the default executor).
     """
-
-    #: What the async fallback (a ready ``client``) runs on: the default executor, in
-    #: parallel; this never touches the Django database.
-    async_thread_sensitive = False
 
     def __init__(
         self,
@@ -220,142 +255,25 @@ class MongoDlqStore(MongoCollection, DlqStore):
         for keys, options in INDEXES:
             await collection.create_index(keys, **options)
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        self.collection.replace_one(*_replacement(entry), upsert=True)
+    _save_operation = staticmethod(_save)
+    _find_by_id_operation = staticmethod(_find_by_id)
+    _find_by_stream_operation = staticmethod(_find_by_stream)
+    _count_operation = staticmethod(_count)
+    _purge_operation = staticmethod(_purge_expired)
+    _delete_operation = staticmethod(_delete)
 
-    def find_by_id(self, entry_id: str) -> DeadLetter | None:
-        document = self.collection.find_one({"_id": entry_id})
-        return None if document is None else _entry(document)
+    def _transition_operation(self, *args: Any) -> Operation[bool]:
+        return _matched(_transition, *args)
 
-    def find_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        query = _stream_query(stream_name, status, limit)
-        if query is None:
-            return []
-        return [_entry(document) for document in self.collection.find(**query)]
-
-    def count(self, stream_name: str) -> int:
-        return self.collection.count_documents(_pending(stream_name))
-
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        update = _transition(entry_id, to_status, from_statuses, at, by, note)
-        return self.collection.update_one(*update).matched_count == 1
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        return self.collection.update_one(*_replay_failure(entry_id, error, at)).matched_count == 1
-
-    def purge_expired(self, now: datetime) -> int:
-        return self.collection.delete_many(_expired(now)).deleted_count
-
-    def delete(self, entry_id: str) -> None:
-        self.collection.delete_one({"_id": entry_id})
-
-    # -- the async API: native, on an AsyncMongoClient -------------------------------
-
-    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave(entry, policy)
-        await collection.replace_one(*_replacement(entry), upsert=True)
-
-    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().afind_by_id(entry_id)
-        document = await collection.find_one({"_id": entry_id})
-        return None if document is None else _entry(document)
-
-    async def afind_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().afind_by_stream(stream_name, status=status, limit=limit)
-        query = _stream_query(stream_name, status, limit)
-        if query is None:
-            return []
-        return [_entry(document) for document in await collection.find(**query).to_list()]
-
-    async def acount(self, stream_name: str) -> int:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().acount(stream_name)
-        return await collection.count_documents(_pending(stream_name))
-
-    async def atransition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().atransition(
-                entry_id, to_status, from_statuses=from_statuses, at=at, by=by, note=note
-            )
-        update = _transition(entry_id, to_status, from_statuses, at, by, note)
-        return (await collection.update_one(*update)).matched_count == 1
-
-    async def arecord_replay_failure(
-        self, entry_id: str, error: ErrorInfo, *, at: datetime
-    ) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().arecord_replay_failure(entry_id, error, at=at)
-        update = _replay_failure(entry_id, error, at)
-        return (await collection.update_one(*update)).matched_count == 1
-
-    async def apurge_expired(self, now: datetime) -> int:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().apurge_expired(now)
-        return (await collection.delete_many(_expired(now))).deleted_count
-
-    async def adelete(self, entry_id: str) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().adelete(entry_id)
-        await collection.delete_one({"_id": entry_id})
+    def _replay_failure_operation(
+        self, entry_id: str, error: ErrorInfo, at: datetime
+    ) -> Operation[bool]:
+        return _matched(_replay_failure, entry_id, error, at)
 
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        setting = dlq_stores.alias_setting(alias)
-        error = missing_extra(setting, "pymongo", "mongo", cls.__name__)
-        if error is not None:
-            return [error]
-        url = options.get("url")
-        if url is not None and not str(url).startswith(("mongodb://", "mongodb+srv://")):
-            return [
-                checks.Error(
-                    f'{setting}["OPTIONS"]["url"] = {url!r} is not a MongoDB connection string.',
-                    hint='Use "mongodb://host:27017/dbname?replicaSet=rs0".',
-                    id="flowwarden_django.E008",
-                )
-            ]
-        if url is None and options.get("client") is None:
-            return [
-                checks.Error(
-                    f'{setting}["OPTIONS"] needs "url".',
-                    hint='Add "url": "mongodb://host:27017/dbname?replicaSet=rs0".',
-                    id="flowwarden_django.E004",
-                )
-            ]
-        return []
+        return mongo_option_checks(dlq_stores.alias_setting(alias), cls.__name__, options)

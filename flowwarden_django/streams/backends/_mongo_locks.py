@@ -33,9 +33,12 @@ from django.core import checks
 from django.utils import timezone
 
 from ..checkpoint import as_utc
-from ..locks import Lease, LockService, ttl_delta
-from ._lock_common import check_owner, renamed_checks, warn_unavailable
-from ._mongo_common import MongoCollection, check_connection_options
+from ..locks import Lease, ttl_delta
+from ..stores import lock_services
+from ._calls import Operation, call
+from ._lock_common import check_owner, warn_unavailable
+from ._mongo_common import MongoCollection, mongo_option_checks
+from ._native_locks import NativeLockService
 
 DEFAULT_COLLECTION = "_fw_locks"
 
@@ -127,7 +130,7 @@ def _errors_as_not_held(operation: str, name: str) -> Iterator[None]:
         warn_unavailable(operation, name, error)
 
 
-class MongoLockService(MongoCollection, LockService):
+class MongoLockService(MongoCollection, NativeLockService):
     """Leases in a MongoDB collection (``_fw_locks`` by default).
 
     Options as ``MongoCheckpointStore``: a ``url`` (its default database is used
@@ -140,10 +143,6 @@ class MongoLockService(MongoCollection, LockService):
     filters and updates; given a ready ``client``, they fall back to the default
     (the sync operation on the default executor).
     """
-
-    #: What the async fallback (a ready ``client``) runs on: the default executor, in
-    #: parallel; this never touches the Django database.
-    async_thread_sensitive = False
 
     def __init__(
         self,
@@ -158,31 +157,33 @@ class MongoLockService(MongoCollection, LockService):
             self, url, client, database, collection, write_concern, client_options
         )
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+    def _acquire_operation(
+        self, name: str, owner: str, ttl: timedelta | float
+    ) -> Operation[Lease | None]:
         takeable, update, options = _acquire(name, owner, ttl)
         document = None
         with _errors_as_not_held("acquire", name):
-            document = self.collection.find_one_and_update(takeable, update, **options)
+            document = yield call("find_one_and_update", takeable, update, **options)
         return None if document is None else self._to_lease(document)
 
-    def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+    def _renew_operation(self, lease: Lease, ttl: timedelta | float) -> Operation[Lease | None]:
         held, update, renewed = _renewal(lease, ttl)
         matched = 0
         with _errors_as_not_held("renewal", lease.name):
-            matched = self.collection.update_one(held, update).matched_count
+            matched = (yield call("update_one", held, update)).matched_count
         return renewed if matched == 1 else None
 
-    def release(self, lease: Lease) -> bool:
-        return self.collection.update_one(*_release(lease)).matched_count == 1
+    def _release_operation(self, lease: Lease) -> Operation[bool]:
+        return (yield call("update_one", *_release(lease))).matched_count == 1
 
-    def owner_of(self, name: str) -> Lease | None:
-        document = self.collection.find_one(_unexpired(name))
+    def _owner_of_operation(self, name: str) -> Operation[Lease | None]:
+        document = yield call("find_one", _unexpired(name))
         return None if document is None else self._to_lease(document)
 
-    def is_current(self, lease: Lease) -> bool:
-        return self.collection.find_one(_current(lease), {"_id": 1}) is not None
+    def _is_current_operation(self, lease: Lease) -> Operation[bool]:
+        return (yield call("find_one", _current(lease), {"_id": 1})) is not None
 
     @staticmethod
     def _to_lease(document: Mapping[str, Any]) -> Lease:
@@ -194,50 +195,9 @@ class MongoLockService(MongoCollection, LockService):
             expires_at=as_utc(document["expiresAt"]),
         )
 
-    # -- the async API: native, on an AsyncMongoClient -------------------------------
-
-    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().atry_acquire(name, owner, ttl)
-        takeable, update, options = _acquire(name, owner, ttl)
-        document = None
-        with _errors_as_not_held("acquire", name):
-            document = await collection.find_one_and_update(takeable, update, **options)
-        return None if document is None else self._to_lease(document)
-
-    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().arenew(lease, ttl)
-        held, update, renewed = _renewal(lease, ttl)
-        matched = 0
-        with _errors_as_not_held("renewal", lease.name):
-            matched = (await collection.update_one(held, update)).matched_count
-        return renewed if matched == 1 else None
-
-    async def arelease(self, lease: Lease) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().arelease(lease)
-        return (await collection.update_one(*_release(lease))).matched_count == 1
-
-    async def aowner_of(self, name: str) -> Lease | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().aowner_of(name)
-        document = await collection.find_one(_unexpired(name))
-        return None if document is None else self._to_lease(document)
-
-    async def ais_current(self, lease: Lease) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().ais_current(lease)
-        return await collection.find_one(_current(lease), {"_id": 1}) is not None
-
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         """The same checks as ``MongoCheckpointStore``, named for ``LOCK_SERVICES``."""
-        return renamed_checks(check_connection_options, cls, alias, options)
+        return mongo_option_checks(lock_services.alias_setting(alias), cls.__name__, options)

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 from django.db.models import F
@@ -34,6 +33,7 @@ from ._dlq_common import (
     check_transition,
     settles,
 )
+from ._extras import check_using
 
 #: Every column but the primary key: what a second save of one id overwrites.
 _UPDATE_FIELDS = [
@@ -190,26 +190,8 @@ class OrmDlqStore(DlqStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        using = options.get("using")
-        if using is None:
-            return []
-        setting = f'{dlq_stores.alias_setting(alias)}["OPTIONS"]["using"]'
-        if using not in settings.DATABASES:
-            return [
-                checks.Error(
-                    f"{setting} = {using!r} is not a database alias.",
-                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
-                    id="flowwarden_django.E006",
-                )
-            ]
-        connection = connections[using]
-        if not connection.features.supports_update_conflicts:
-            return [
-                checks.Error(
-                    f"{setting} = {using!r} is a {connection.vendor} database, which "
-                    "OrmDlqStore does not support (it needs INSERT … ON CONFLICT).",
-                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB, or another DLQ backend.",
-                    id="flowwarden_django.E007",
-                )
-            ]
-        return []
+        def supports(connection: Any) -> bool:
+            return connection.features.supports_update_conflicts
+
+        setting, needs = dlq_stores.alias_setting(alias), " (it needs INSERT … ON CONFLICT)"
+        return check_using(setting, options, supports, "OrmDlqStore", "DLQ backend", needs)

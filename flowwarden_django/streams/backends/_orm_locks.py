@@ -28,7 +28,6 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.db import Error, connections, router, transaction
 from django.utils import timezone
@@ -37,6 +36,7 @@ from ...common.sql import KEPT_CURSOR, QUOTES, kept_cursor
 from ...models import StreamLease
 from ..locks import Lease, LeaseLostError, LockService, ttl_delta
 from ..stores import lock_services
+from ._extras import check_using
 from ._lock_common import check_owner, warn_unavailable
 
 _COLUMNS = ("name", "owner", "token", "acquired_at", "expires_at")
@@ -309,29 +309,11 @@ class OrmLockService(LockService):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        using = options.get("using")
-        if using is None:
-            return []
-        setting = f'{lock_services.alias_setting(alias)}["OPTIONS"]["using"]'
-        if using not in settings.DATABASES:
-            return [
-                checks.Error(
-                    f"{setting} = {using!r} is not a database alias.",
-                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
-                    id="flowwarden_django.E006",
-                )
-            ]
-        vendor = connections[using].vendor
-        if vendor not in QUOTES:
-            return [
-                checks.Error(
-                    f"{setting} = {using!r} is a {vendor} database, which OrmLockService "
-                    "does not support.",
-                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB, or another lock service.",
-                    id="flowwarden_django.E007",
-                )
-            ]
-        return []
+        def supports(connection: Any) -> bool:
+            return connection.vendor in QUOTES
+
+        setting = lock_services.alias_setting(alias)
+        return check_using(setting, options, supports, "OrmLockService", "lock service")
 
 
 def _to_lease(row: StreamLease) -> Lease:

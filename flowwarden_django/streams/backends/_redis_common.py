@@ -4,18 +4,82 @@ one ``redis.asyncio`` client per running event loop for the native async API."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core import checks
 
 from ...common.network import redis_options
-from ..stores import store_setting
+from ._calls import Call, Operation, arun, run
 from ._extras import missing_extra
+
+T = TypeVar("T")
+
+
+# -- the requests of a store operation (see ``_calls``) besides a plain ``Call`` ------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pipeline:
+    """The *calls* in one pipeline (a ``MULTI`` when *transaction*); gives their results."""
+
+    calls: tuple[Call, ...]
+    transaction: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Script:
+    """The Lua script *source* on *keys* and *args*; gives its result."""
+
+    source: str
+    keys: list[str]
+    args: list[Any] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScanKeys:
+    """Every key ``SCAN`` finds matching the glob *match*, as a list."""
+
+    match: str
+    count: int = 500
+
+
+Request = Call | Pipeline | Script | ScanKeys
+
+
+def perform(connection: RedisConnection, request: Request) -> Any:
+    """Make *request* on the connection's redis-py client."""
+    client = connection.client
+    if isinstance(request, Call):
+        return request.on(client)
+    if isinstance(request, Pipeline):
+        with client.pipeline(transaction=request.transaction) as pipe:
+            for queued in request.calls:
+                queued.on(pipe)
+            return pipe.execute()
+    if isinstance(request, Script):
+        return connection.sync_script(request.source)(keys=request.keys, args=request.args)
+    return list(client.scan_iter(match=request.match, count=request.count))
+
+
+async def aperform(loop_client: LoopClient, request: Request) -> Any:
+    """Make *request* on one event loop's ``redis.asyncio`` client."""
+    client = loop_client.client
+    if isinstance(request, Call):
+        return await request.on(client)
+    if isinstance(request, Pipeline):
+        async with client.pipeline(transaction=request.transaction) as pipe:
+            for queued in request.calls:
+                queued.on(pipe)
+            return await pipe.execute()
+    if isinstance(request, Script):
+        return await loop_client.script(request.source)(keys=request.keys, args=request.args)
+    return [key async for key in client.scan_iter(match=request.match, count=request.count)]
 
 
 class RedisConnection:
@@ -38,6 +102,7 @@ class RedisConnection:
         self._lock = threading.Lock()
         self._async_lock = threading.Lock()
         self._async_factory: Callable[[], Any] | bool | None = False  # False: not derived yet
+        self._sync_scripts: dict[str, Any] = {}
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[LoopClient, AsyncIterator[None]]
         ] = weakref.WeakKeyDictionary()
@@ -68,8 +133,41 @@ class RedisConnection:
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
+        self._sync_scripts.clear()
         with self._async_lock:
             self._async_clients.clear()
+
+    def sync_script(self, source: str) -> Any:
+        """*source* registered on :attr:`client` (once; ``Redis.register_script``)."""
+        script = self._sync_scripts.get(source)
+        if script is None:
+            client = self.client  # connected outside the lock, which connecting takes
+            with self._lock:
+                script = self._sync_scripts.get(source)
+                if script is None:
+                    script = self._sync_scripts[source] = client.register_script(source)
+        return script
+
+    def _run(self, operation: Operation[T]) -> T:
+        """Run a store operation (see ``_calls``) on :attr:`client`."""
+        return run(operation, lambda request: perform(self, request))
+
+    async def _arun(
+        self,
+        operation: Operation[T],
+        default: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """Run a store operation on :meth:`async_client`; without one, close it and
+        await ``default(*args, **kwargs)`` (the bound ``super()`` method: the
+        thread-based default)."""
+        loop_client = await self.async_client()
+        if loop_client is None:
+            operation.close()
+            return await default(*args, **kwargs)
+        return await arun(operation, lambda request: aperform(loop_client, request))
 
     # -- the native async API ------------------------------------------------------
 
@@ -219,19 +317,20 @@ def async_factory_like(client: Any) -> Callable[[], Any] | None:
     return make
 
 
-def check_connection_options(
-    cls: type, alias: str, options: Mapping[str, Any]
+def redis_option_checks(
+    alias_setting: str, backend: str, options: Mapping[str, Any]
 ) -> list[checks.CheckMessage]:
-    """The option checks of every Redis backend: the extra is installed, and the cache alias
-    (unless a ``url`` or ``client`` is given) is a django-redis cache."""
-    error = missing_extra(alias, "redis", "redis", cls.__name__)
+    """The option checks of every Redis backend (*alias_setting*: the setting path of
+    its alias): the extra is installed, and the cache alias (unless a ``url`` or
+    ``client`` is given) is a django-redis cache."""
+    error = missing_extra(alias_setting, "redis", "redis", backend)
     if error is not None:
         return [error]
     if options.get("url") is not None or options.get("client") is not None:
         return []
     cache = options.get("cache") or "default"
-    setting = f'{store_setting(alias)}["OPTIONS"]["cache"]'
-    error = missing_extra(alias, "django_redis", "redis", cls.__name__)
+    setting = f'{alias_setting}["OPTIONS"]["cache"]'
+    error = missing_extra(alias_setting, "django_redis", "redis", backend)
     if error is not None:
         return [error]
     if cache not in settings.CACHES:
@@ -243,11 +342,11 @@ def check_connection_options(
                 id="flowwarden_django.E006",
             )
         ]
-    backend = settings.CACHES[cache].get("BACKEND", "")
-    if not backend.startswith("django_redis."):
+    cache_backend = settings.CACHES[cache].get("BACKEND", "")
+    if not cache_backend.startswith("django_redis."):
         return [
             checks.Error(
-                f"{setting} = {cache!r} is a {backend} cache, not a django-redis one.",
+                f"{setting} = {cache!r} is a {cache_backend} cache, not a django-redis one.",
                 hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
                 'OPTIONS {"url": "redis://host:6379/0"} instead.',
                 id="flowwarden_django.E008",

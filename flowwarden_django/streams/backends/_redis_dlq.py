@@ -32,27 +32,26 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
+from ._calls import Operation, call
 from ._dlq_common import (
     check_aware,
     check_entry,
     check_error,
     check_limit,
     check_transition,
-    missing_extra,
     settles,
 )
-from ._redis_common import LoopClient, RedisConnection
+from ._native_dlq import NativeDlqStore
+from ._redis_common import LoopClient, Pipeline, RedisConnection, Script, redis_option_checks
 from ._redis_dlq_scripts import CHANGE_STATUS, COUNT_PENDING, DELETE, DROP_STALE, PURGE, SAVE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -197,44 +196,7 @@ def _replay_failure_fields(error: ErrorInfo, at: datetime) -> dict[str, str]:
     return {"error": _error_json(error), "lastReplayedAt": str(epoch_ms(at))}
 
 
-def check_connection_options(
-    setting: str, backend: str, options: Mapping[str, Any]
-) -> list[checks.CheckMessage]:
-    """System-check messages about Redis connection ``OPTIONS`` (``cache``/``url``/``client``)
-    of the alias whose setting path is *setting*."""
-    error = missing_extra(setting, "redis", "redis", backend)
-    if error is not None:
-        return [error]
-    if options.get("url") is not None or options.get("client") is not None:
-        return []
-    cache = options.get("cache") or "default"
-    where = f'{setting}["OPTIONS"]["cache"]'
-    error = missing_extra(setting, "django_redis", "redis", backend)
-    if error is not None:
-        return [error]
-    if cache not in settings.CACHES:
-        return [
-            checks.Error(
-                f"{where} = {cache!r} is not a cache alias in CACHES.",
-                hint="Name a django-redis cache alias, or give OPTIONS "
-                '{"url": "redis://host:6379/0"} instead.',
-                id="flowwarden_django.E006",
-            )
-        ]
-    cache_backend = settings.CACHES[cache].get("BACKEND", "")
-    if not cache_backend.startswith("django_redis."):
-        return [
-            checks.Error(
-                f"{where} = {cache!r} is a {cache_backend} cache, not a django-redis one.",
-                hint='Point CACHES[...]["BACKEND"] at "django_redis.cache.RedisCache", or give '
-                'OPTIONS {"url": "redis://host:6379/0"} instead.',
-                id="flowwarden_django.E008",
-            )
-        ]
-    return []
-
-
-class RedisDlqStore(DlqStore):
+class RedisDlqStore(NativeDlqStore):
     """Stores dead letters in Redis hashes that expire natively (see the module docs).
 
     Connect like ``RedisCheckpointStore``: a django-redis cache alias
@@ -242,10 +204,6 @@ class RedisDlqStore(DlqStore):
     ``redis://127.0.0.1:6379/0``, or a ready ``client``. Timestamps keep
     millisecond precision. Entry ids must not contain ``":"`` (index keys do).
     """
-
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
-    async_thread_sensitive = False
 
     def __init__(
         self,
@@ -255,9 +213,8 @@ class RedisDlqStore(DlqStore):
         client: Any = None,
     ) -> None:
         self._connection = RedisConnection(cache=cache, url=url, client=client)
+        self._run, self._arun = self._connection._run, self._connection._arun
         self.key_prefix = key_prefix
-        self._scripts: dict[str, Any] = {}
-        self._lock = threading.Lock()
 
     @property
     def url(self) -> str | None:
@@ -279,15 +236,6 @@ class RedisDlqStore(DlqStore):
         the ``a…`` operations run the sync ones in a thread): see
         :meth:`RedisConnection.async_client`."""
         return await self._connection.async_client()
-
-    def _script(self, source: str) -> Any:
-        script = self._scripts.get(source)
-        if script is None:
-            with self._lock:
-                script = self._scripts.get(source)
-                if script is None:
-                    script = self._scripts[source] = self.client.register_script(source)
-        return script
 
     # -- keys --------------------------------------------------------------------
 
@@ -311,7 +259,7 @@ class RedisDlqStore(DlqStore):
         """The set of stream names that have (or had) entries."""
         return f"{self.key_prefix}dlq:index:streams"
 
-    # -- what the sync and async paths share ----------------------------------------
+    # -- the keys and arguments of the scripts ---------------------------------------
 
     def _save_call(self, entry: DeadLetter) -> tuple[list[str], list[Any]]:
         """The keys and arguments of :data:`SAVE`, after the entry's checks."""
@@ -339,90 +287,63 @@ class RedisDlqStore(DlqStore):
         ]
         return keys, args
 
-    def _change_status_call(
-        self,
-        entry_id: str,
-        to_status: str,
-        allowed: Sequence[str],
-        fields: Mapping[str, str],
-        *,
-        count_replay: bool,
-    ) -> tuple[list[str], list[Any]] | None:
-        """The keys and arguments of :data:`CHANGE_STATUS`, or ``None`` when *entry_id*
-        cannot name an entry."""
-        if ":" in entry_id:
-            return None
-        pairs = [item for pair in fields.items() for item in pair]
-        args = [
-            self.key_prefix,
-            entry_id,
-            to_status,
-            "1" if count_replay else "0",
-            len(allowed),
-            *allowed,
-            *pairs,
-        ]
-        return [self.key(entry_id)], args
-
     def _purge_call(self, now: datetime) -> tuple[list[str], list[Any]]:
         """The keys and arguments of one :data:`PURGE` batch."""
         return [self.streams_key()], [self.key_prefix, epoch_ms(now), PURGE_BATCH]
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
+    def _save_operation(self, entry: DeadLetter) -> Operation[None]:
         keys, args = self._save_call(entry)
-        self._script(SAVE)(keys=keys, args=args)
+        yield Script(SAVE, keys, args)
 
-    def find_by_id(self, entry_id: str) -> DeadLetter | None:
+    def _find_by_id_operation(self, entry_id: str) -> Operation[DeadLetter | None]:
         if not _valid_id(entry_id):
             return None
-        raw = self.client.hgetall(self.key(entry_id))
+        raw = yield call("hgetall", self.key(entry_id))
         return _entry(entry_id, raw) if raw else None
 
-    def find_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
+    def _find_by_stream_operation(
+        self, stream_name: str, status: str | None, limit: int | None
+    ) -> Operation[list[DeadLetter]]:
         check_limit(limit)
         found: list[DeadLetter] = []
         stale: list[bytes] = []
         stream_key = self.stream_key(stream_name)
         start = 0
         while limit is None or len(found) < limit:
-            ids = self.client.zrevrange(stream_key, start, start + READ_BATCH - 1)
+            ids = yield call("zrevrange", stream_key, start, start + READ_BATCH - 1)
             if not ids:
                 break
             start += len(ids)
-            with self.client.pipeline(transaction=False) as pipe:
-                for entry_id in ids:
-                    pipe.hgetall(self.key(entry_id.decode()))
-                records = pipe.execute()
+            reads = tuple(call("hgetall", self.key(entry_id.decode())) for entry_id in ids)
+            records = yield Pipeline(reads, transaction=False)
             _sort_batch(stream_name, status, limit, ids, records, found, stale)
         if stale:
-            self._script(DROP_STALE)(keys=[stream_key], args=[self.key_prefix, stream_name, *stale])
+            yield Script(DROP_STALE, [stream_key], [self.key_prefix, stream_name, *stale])
         return found
 
-    def count(self, stream_name: str) -> int:
-        return int(self._script(COUNT_PENDING)(keys=[self.pending_key(stream_name)]))
+    def _count_operation(self, stream_name: str) -> Operation[int]:
+        return int((yield Script(COUNT_PENDING, [self.pending_key(stream_name)])))
 
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        allowed, fields = _transition_fields(entry_id, to_status, from_statuses, at, by, note)
-        return self._change_status(
-            entry_id, to_status, allowed, fields, count_replay=to_status == REPLAYED
+    def _transition_operation(self, entry_id: str, to_status: str, *args: Any) -> Operation[bool]:
+        allowed, fields = _transition_fields(entry_id, to_status, *args)
+        count_replay = to_status == REPLAYED
+        return (
+            yield from self._change_status(
+                entry_id, to_status, allowed, fields, count_replay=count_replay
+            )
         )
 
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+    def _replay_failure_operation(
+        self, entry_id: str, error: ErrorInfo, at: datetime
+    ) -> Operation[bool]:
         fields = _replay_failure_fields(error, at)
-        return self._change_status(entry_id, PENDING, (REPLAYING,), fields, count_replay=True)
+        return (
+            yield from self._change_status(
+                entry_id, PENDING, (REPLAYING,), fields, count_replay=True
+            )
+        )
 
     def _change_status(
         self,
@@ -432,161 +353,36 @@ class RedisDlqStore(DlqStore):
         fields: Mapping[str, str],
         *,
         count_replay: bool,
-    ) -> bool:
-        call = self._change_status_call(
-            entry_id, to_status, allowed, fields, count_replay=count_replay
-        )
-        if call is None:
+    ) -> Operation[bool]:
+        """:data:`CHANGE_STATUS` on the entry (never found when *entry_id* cannot name
+        one): whether it changed."""
+        if ":" in entry_id:
             return False
-        keys, args = call
-        return self._script(CHANGE_STATUS)(keys=keys, args=args) == 1
+        pairs = [item for pair in fields.items() for item in pair]
+        flag = "1" if count_replay else "0"
+        args = [self.key_prefix, entry_id, to_status, flag, len(allowed), *allowed, *pairs]
+        return (yield Script(CHANGE_STATUS, [self.key(entry_id)], args)) == 1
 
-    def purge_expired(self, now: datetime) -> int:
+    def _purge_operation(self, now: datetime) -> Operation[int]:
         check_aware(now, "now")
         keys, args = self._purge_call(now)
         purged = 0
         while True:
-            done, examined = self._script(PURGE)(keys=keys, args=args)
+            done, examined = yield Script(PURGE, keys, args)
             purged += int(done)
             if int(examined) < PURGE_BATCH:
                 return purged
 
-    def delete(self, entry_id: str) -> None:
+    def _delete_operation(self, entry_id: str) -> Operation[None]:
         if ":" in entry_id:
             return
-        self._script(DELETE)(keys=[self.key(entry_id)], args=[self.key_prefix, entry_id])
-
-    # -- the async API: native, on a redis.asyncio client --------------------------
-
-    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave(entry, policy)
-        keys, args = self._save_call(entry)
-        await loop_client.script(SAVE)(keys=keys, args=args)
-
-    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().afind_by_id(entry_id)
-        if not _valid_id(entry_id):
-            return None
-        raw = await loop_client.client.hgetall(self.key(entry_id))
-        return _entry(entry_id, raw) if raw else None
-
-    async def afind_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().afind_by_stream(stream_name, status=status, limit=limit)
-        check_limit(limit)
-        client = loop_client.client
-        found: list[DeadLetter] = []
-        stale: list[bytes] = []
-        stream_key = self.stream_key(stream_name)
-        start = 0
-        while limit is None or len(found) < limit:
-            ids = await client.zrevrange(stream_key, start, start + READ_BATCH - 1)
-            if not ids:
-                break
-            start += len(ids)
-            async with client.pipeline(transaction=False) as pipe:
-                for entry_id in ids:
-                    pipe.hgetall(self.key(entry_id.decode()))
-                records = await pipe.execute()
-            _sort_batch(stream_name, status, limit, ids, records, found, stale)
-        if stale:
-            await loop_client.script(DROP_STALE)(
-                keys=[stream_key], args=[self.key_prefix, stream_name, *stale]
-            )
-        return found
-
-    async def acount(self, stream_name: str) -> int:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().acount(stream_name)
-        script = loop_client.script(COUNT_PENDING)
-        return int(await script(keys=[self.pending_key(stream_name)]))
-
-    async def atransition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().atransition(
-                entry_id, to_status, from_statuses=from_statuses, at=at, by=by, note=note
-            )
-        allowed, fields = _transition_fields(entry_id, to_status, from_statuses, at, by, note)
-        return await self._achange_status(
-            loop_client, entry_id, to_status, allowed, fields, count_replay=to_status == REPLAYED
-        )
-
-    async def arecord_replay_failure(
-        self, entry_id: str, error: ErrorInfo, *, at: datetime
-    ) -> bool:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().arecord_replay_failure(entry_id, error, at=at)
-        fields = _replay_failure_fields(error, at)
-        return await self._achange_status(
-            loop_client, entry_id, PENDING, (REPLAYING,), fields, count_replay=True
-        )
-
-    async def _achange_status(
-        self,
-        loop_client: LoopClient,
-        entry_id: str,
-        to_status: str,
-        allowed: Sequence[str],
-        fields: Mapping[str, str],
-        *,
-        count_replay: bool,
-    ) -> bool:
-        call = self._change_status_call(
-            entry_id, to_status, allowed, fields, count_replay=count_replay
-        )
-        if call is None:
-            return False
-        keys, args = call
-        return await loop_client.script(CHANGE_STATUS)(keys=keys, args=args) == 1
-
-    async def apurge_expired(self, now: datetime) -> int:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().apurge_expired(now)
-        check_aware(now, "now")
-        keys, args = self._purge_call(now)
-        script = loop_client.script(PURGE)
-        purged = 0
-        while True:
-            done, examined = await script(keys=keys, args=args)
-            purged += int(done)
-            if int(examined) < PURGE_BATCH:
-                return purged
-
-    async def adelete(self, entry_id: str) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().adelete(entry_id)
-        if ":" in entry_id:
-            return
-        script = loop_client.script(DELETE)
-        await script(keys=[self.key(entry_id)], args=[self.key_prefix, entry_id])
+        yield Script(DELETE, [self.key(entry_id)], [self.key_prefix, entry_id])
 
     def close(self) -> None:
         self._connection.close()
-        self._scripts.clear()
 
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        return check_connection_options(dlq_stores.alias_setting(alias), cls.__name__, options)
+        return redis_option_checks(dlq_stores.alias_setting(alias), cls.__name__, options)

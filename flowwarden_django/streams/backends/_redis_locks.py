@@ -36,9 +36,12 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
-from ..locks import Lease, LockService, ttl_delta
-from ._lock_common import check_owner, renamed_checks, warn_unavailable
-from ._redis_common import LoopClient, RedisConnection, check_connection_options
+from ..locks import Lease, ttl_delta
+from ..stores import lock_services
+from ._calls import Operation, call
+from ._lock_common import check_owner, warn_unavailable
+from ._native_locks import NativeLockService
+from ._redis_common import RedisConnection, Script, redis_option_checks
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -136,7 +139,7 @@ def _same_tenure(lease: Lease, current: Lease | None) -> bool:
     return current is not None and current.owner == lease.owner and current.token == lease.token
 
 
-class RedisLockService(RedisConnection, LockService):
+class RedisLockService(RedisConnection, NativeLockService):
     """Leases in Redis hashes, with a fencing counter per name.
 
     Connect as ``RedisCheckpointStore`` does: a django-redis cache alias
@@ -144,10 +147,6 @@ class RedisLockService(RedisConnection, LockService):
     ``redis://127.0.0.1:6379/0``, or a ready redis-py ``client``.
     Times are kept in whole milliseconds.
     """
-
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
-    async_thread_sensitive = False
 
     def __init__(
         self,
@@ -158,13 +157,6 @@ class RedisLockService(RedisConnection, LockService):
     ) -> None:
         RedisConnection.__init__(self, cache=cache, url=url, client=client)
         self.key_prefix = key_prefix
-        self._scripts: dict[str, Any] = {}
-
-    def _script(self, source: str) -> Any:
-        script = self._scripts.get(source)
-        if script is None:
-            script = self._scripts[source] = self.client.register_script(source)
-        return script
 
     def key(self, name: str) -> str:
         """The hash key of one lease."""
@@ -200,104 +192,48 @@ class RedisLockService(RedisConnection, LockService):
             args.append(expires)
         return [self.key(lease.name)], args
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
+    def _acquire_operation(
+        self, name: str, owner: str, ttl: timedelta | float
+    ) -> Operation[Lease | None]:
         from redis.exceptions import RedisError
 
         keys, args, expires = self._acquire_call(name, owner, ttl)
         try:
-            result = self._script(ACQUIRE)(keys=keys, args=args)
+            result = yield Script(ACQUIRE, keys, args)
         except RedisError as error:
             warn_unavailable("acquire", name, error)
             return None
         return _acquired(name, owner, result, expires)
 
-    def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
+    def _renew_operation(self, lease: Lease, ttl: timedelta | float) -> Operation[Lease | None]:
         from redis.exceptions import RedisError
 
         now, expires = _renewal_times(ttl)
         try:
-            renewed = self._renew_or_release(lease, now, expires)
+            renewed = yield from self._renew_or_release(lease, now, expires)
         except RedisError as error:
             warn_unavailable("renewal", lease.name, error)
             return None
         return _renewed(lease, renewed, expires)
 
-    def release(self, lease: Lease) -> bool:
-        return self._renew_or_release(lease, _now_ms(), None)
+    def _release_operation(self, lease: Lease) -> Operation[bool]:
+        return (yield from self._renew_or_release(lease, _now_ms(), None))
 
-    def _renew_or_release(self, lease: Lease, now: int, expires: int | None) -> bool:
+    def _renew_or_release(self, lease: Lease, now: int, expires: int | None) -> Operation[bool]:
         keys, args = self._renew_or_release_call(lease, now, expires)
-        return self._script(RENEW_OR_RELEASE)(keys=keys, args=args) == 1
+        return (yield Script(RENEW_OR_RELEASE, keys, args)) == 1
 
-    def owner_of(self, name: str) -> Lease | None:
-        return _held(name, self.client.hmget(self.key(name), *_LEASE_FIELDS))
+    def _owner_of_operation(self, name: str) -> Operation[Lease | None]:
+        return _held(name, (yield call("hmget", self.key(name), *_LEASE_FIELDS)))
 
-    def is_current(self, lease: Lease) -> bool:
-        return _same_tenure(lease, self.owner_of(lease.name))
-
-    # -- the async API: native, on a redis.asyncio client --------------------------
-
-    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().atry_acquire(name, owner, ttl)
-        from redis.exceptions import RedisError
-
-        keys, args, expires = self._acquire_call(name, owner, ttl)
-        try:
-            result = await loop_client.script(ACQUIRE)(keys=keys, args=args)
-        except RedisError as error:
-            warn_unavailable("acquire", name, error)
-            return None
-        return _acquired(name, owner, result, expires)
-
-    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().arenew(lease, ttl)
-        from redis.exceptions import RedisError
-
-        now, expires = _renewal_times(ttl)
-        try:
-            renewed = await self._arenew_or_release(loop_client, lease, now, expires)
-        except RedisError as error:
-            warn_unavailable("renewal", lease.name, error)
-            return None
-        return _renewed(lease, renewed, expires)
-
-    async def arelease(self, lease: Lease) -> bool:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().arelease(lease)
-        return await self._arenew_or_release(loop_client, lease, _now_ms(), None)
-
-    async def _arenew_or_release(
-        self, loop_client: LoopClient, lease: Lease, now: int, expires: int | None
-    ) -> bool:
-        keys, args = self._renew_or_release_call(lease, now, expires)
-        return await loop_client.script(RENEW_OR_RELEASE)(keys=keys, args=args) == 1
-
-    async def aowner_of(self, name: str) -> Lease | None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().aowner_of(name)
-        return _held(name, await loop_client.client.hmget(self.key(name), *_LEASE_FIELDS))
-
-    async def ais_current(self, lease: Lease) -> bool:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().ais_current(lease)
-        return _same_tenure(lease, await self.aowner_of(lease.name))
-
-    def close(self) -> None:
-        RedisConnection.close(self)
-        self._scripts.clear()
+    def _is_current_operation(self, lease: Lease) -> Operation[bool]:
+        return _same_tenure(lease, (yield from self._owner_of_operation(lease.name)))
 
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
         """The same checks as ``RedisCheckpointStore``, named for ``LOCK_SERVICES``."""
-        return renamed_checks(check_connection_options, cls, alias, options)
+        return redis_option_checks(lock_services.alias_setting(alias), cls.__name__, options)

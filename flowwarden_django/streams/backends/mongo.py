@@ -26,7 +26,7 @@ update documents (built once, by the helpers below) on pymongo's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +34,6 @@ from django.core import checks
 
 from ..checkpoint import (
     Checkpoint,
-    CheckpointStore,
     as_utc,
     check_anchor_write,
     check_heartbeat_write,
@@ -42,9 +41,12 @@ from ..checkpoint import (
     check_reset,
     plain_progress,
 )
+from ..stores import store_setting
 from ..tokens import Token, encode_token, normalize_token
+from ._calls import Operation, call
 from ._extras import ms_precision
-from ._mongo_common import MongoCollection, check_connection_options
+from ._mongo_common import FindAll, MongoCollection, mongo_option_checks
+from ._native_checkpoint import NativeCheckpointStore
 
 DEFAULT_COLLECTION = "_fw_checkpoints"
 
@@ -188,7 +190,39 @@ def _initial_sync_written(result: Any) -> bool:
     return result.matched_count == 1 or result.upserted_id is not None
 
 
-class MongoCheckpointStore(MongoCollection, CheckpointStore):
+def _upsert(write: Callable[..., Write], *args: Any) -> Operation[None]:
+    """The upserting ``update_one`` of the partial write ``write(*args)``."""
+    yield call("update_one", *write(*args), upsert=True)
+
+
+def _reset_operation(
+    stream_name: str,
+    fresh_seen_token: Token | None,
+    expected_dead_processed: Token | None,
+    at: datetime,
+) -> Operation[None]:
+    guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
+    if (yield call("update_one", *guarded)).matched_count == 0:
+        # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
+        yield call("update_one", *seen_only, upsert=True)
+
+
+def _initial_sync_operation(
+    stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+) -> Operation[bool]:
+    from pymongo.errors import DuplicateKeyError
+
+    update = _initial_sync(stream_name, progress, expected_batch)
+    try:
+        result = yield call("update_one", *update, upsert=expected_batch is None)
+    except DuplicateKeyError:
+        # The record exists: it has progress, or another writer created it after
+        # the filter missed. Decide on the record as it is now.
+        result = yield call("update_one", *update)
+    return _initial_sync_written(result)
+
+
+class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
     """Stores checkpoints in a MongoDB collection (``_fw_checkpoints`` by default).
 
     Connect with a ``url`` (its default database is used unless ``database`` is
@@ -200,12 +234,6 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
     made from ``url`` and ``client_options``. Given a ready ``client`` instead, they
     fall back to the default: the sync operation on the default executor.
     """
-
-    #: What the async fallback (a ready ``client``) runs on: the default executor, in
-    #: parallel; this never touches the Django database.
-    async_thread_sensitive = False
-
-    supports_listing = True
 
     def __init__(
         self,
@@ -220,13 +248,13 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             self, url, client, database, collection, write_concern, client_options
         )
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        self.collection.replace_one(*_replacement(checkpoint), upsert=True)
+    def _save_operation(self, checkpoint: Checkpoint) -> Operation[None]:
+        yield call("replace_one", *_replacement(checkpoint), upsert=True)
 
-    def find(self, stream_name: str) -> Checkpoint | None:
-        document = self.collection.find_one({"_id": stream_name})
+    def _find_operation(self, stream_name: str) -> Operation[Checkpoint | None]:
+        document = yield call("find_one", {"_id": stream_name})
         return None if document is None else self._to_checkpoint(document)
 
     def _to_checkpoint(self, document: Mapping[str, Any]) -> Checkpoint:
@@ -242,166 +270,35 @@ class MongoCheckpointStore(MongoCollection, CheckpointStore):
             initial_sync=document.get(INITIAL_SYNC),
         )
 
-    def delete(self, stream_name: str) -> None:
-        self.collection.delete_one({"_id": stream_name})
+    def _delete_operation(self, stream_name: str) -> Operation[None]:
+        yield call("delete_one", {"_id": stream_name})
 
-    def list_checkpoints(self) -> list[Checkpoint]:
-        documents = self.collection.find({}).sort("_id", 1)
+    def _list_operation(self) -> Operation[list[Checkpoint]]:
+        documents = yield FindAll({"filter": {}}, ("_id", 1))
         return [self._to_checkpoint(doc) for doc in documents]
 
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self.collection.update_one(*_seen(stream_name, token, at, heartbeat_at), upsert=True)
+    def _seen_operation(self, *args: Any) -> Operation[None]:
+        return _upsert(_seen, *args)
 
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        update = _processed(stream_name, token, at, heartbeat_at)
-        self.collection.update_one(*update, upsert=True)
+    def _processed_operation(self, *args: Any) -> Operation[None]:
+        return _upsert(_processed, *args)
 
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        self.collection.update_one(*_heartbeat(stream_name, at), upsert=True)
+    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
+        return _upsert(_heartbeat, stream_name, at)
 
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
-        if self.collection.update_one(*guarded).matched_count == 0:
-            # Guard mismatch (a fresh anchor was re-acquired) or no record: seen only.
-            self.collection.update_one(*seen_only, upsert=True)
+    def _reset_operation(self, *args: Any) -> Operation[None]:
+        return _reset_operation(*args)
 
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        from pymongo.errors import DuplicateKeyError
-
-        update = _initial_sync(stream_name, progress, expected_batch)
-        try:
-            result = self.collection.update_one(*update, upsert=expected_batch is None)
-        except DuplicateKeyError:
-            # The record exists: it has progress, or another writer created it after
-            # the filter missed. Decide on the record as it is now.
-            result = self.collection.update_one(*update)
-        return _initial_sync_written(result)
-
-    # -- the async API: native, on an AsyncMongoClient -------------------------------
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave(checkpoint)
-        await collection.replace_one(*_replacement(checkpoint), upsert=True)
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().afind(stream_name)
-        document = await collection.find_one({"_id": stream_name})
-        return None if document is None else self._to_checkpoint(document)
-
-    async def adelete(self, stream_name: str) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().adelete(stream_name)
-        await collection.delete_one({"_id": stream_name})
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().alist_checkpoints()
-        documents = await collection.find({}).sort("_id", 1).to_list()
-        return [self._to_checkpoint(doc) for doc in documents]
-
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_seen(stream_name, token, at, heartbeat_at)
-        await collection.update_one(*_seen(stream_name, token, at, heartbeat_at), upsert=True)
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_processed(stream_name, token, at, heartbeat_at)
-        update = _processed(stream_name, token, at, heartbeat_at)
-        await collection.update_one(*update, upsert=True)
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_heartbeat(stream_name, at)
-        await collection.update_one(*_heartbeat(stream_name, at), upsert=True)
-
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().areset_after_history_lost(
-                stream_name, fresh_seen_token, expected_dead_processed, at
-            )
-        guarded, seen_only = _reset(stream_name, fresh_seen_token, expected_dead_processed, at)
-        if (await collection.update_one(*guarded)).matched_count == 0:
-            await collection.update_one(*seen_only, upsert=True)  # as in the sync reset
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        collection = await self.async_collection()
-        if collection is None:
-            return await super().asave_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            )
-        from pymongo.errors import DuplicateKeyError
-
-        update = _initial_sync(stream_name, progress, expected_batch)
-        try:
-            result = await collection.update_one(*update, upsert=expected_batch is None)
-        except DuplicateKeyError:  # the record exists: as in the sync save_initial_sync
-            result = await collection.update_one(*update)
-        return _initial_sync_written(result)
+    def _initial_sync_operation(
+        self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+    ) -> Operation[bool]:
+        return _initial_sync_operation(stream_name, progress, expected_batch)
 
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        return check_connection_options(cls, alias, options)
+        return mongo_option_checks(store_setting(alias), cls.__name__, options)
 
 
 # The dead-letter store and lock service of this backend live in their own modules.

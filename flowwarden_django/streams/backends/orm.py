@@ -23,7 +23,6 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.db import connections, router
 
@@ -42,6 +41,7 @@ from ..checkpoint import (
 )
 from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
+from ._extras import check_using
 
 #: Null-safe equality per database vendor: true when both sides are NULL or equal.
 NULL_SAFE_EQUALS = {"postgresql": "IS NOT DISTINCT FROM", "sqlite": "IS", "mysql": "<=>"}
@@ -324,29 +324,12 @@ class OrmCheckpointStore(CheckpointStore):
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        using = options.get("using")
-        if using is None:
-            return []
-        setting = f'{store_setting(alias)}["OPTIONS"]["using"]'
-        if using not in settings.DATABASES:
-            return [
-                checks.Error(
-                    f"{setting} = {using!r} is not a database alias.",
-                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
-                    id="flowwarden_django.E006",
-                )
-            ]
-        vendor = connections[using].vendor
-        if vendor not in NULL_SAFE_EQUALS:
-            return [
-                checks.Error(
-                    f"{setting} = {using!r} is a {vendor} database, which OrmCheckpointStore "
-                    "does not support.",
-                    hint="Use PostgreSQL, SQLite or MySQL/MariaDB, or another checkpoint backend.",
-                    id="flowwarden_django.E007",
-                )
-            ]
-        return []
+        def supports(connection: Any) -> bool:
+            return connection.vendor in NULL_SAFE_EQUALS
+
+        return check_using(
+            store_setting(alias), options, supports, "OrmCheckpointStore", "checkpoint backend"
+        )
 
 
 def _run(connection: Any, sql: str, params: Sequence[Any]) -> int:

@@ -34,15 +34,17 @@ from django.core import checks
 
 from ..checkpoint import (
     Checkpoint,
-    CheckpointStore,
     check_anchor_write,
     check_heartbeat_write,
     check_initial_sync_write,
     check_reset,
     plain_progress,
 )
+from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
-from ._redis_common import LoopClient, RedisConnection, check_connection_options
+from ._calls import Operation, call
+from ._native_checkpoint import NativeCheckpointStore
+from ._redis_common import Pipeline, RedisConnection, ScanKeys, Script, redis_option_checks
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -159,18 +161,12 @@ def _escape_glob(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
-class RedisCheckpointStore(RedisConnection, CheckpointStore):
+class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
     """Stores checkpoints in Redis hashes.
 
     Connect through a django-redis cache alias (``cache="default"``, the default),
     a ``url`` such as ``redis://127.0.0.1:6379/0``, or a ready ``client``.
     """
-
-    #: The async API runs on the default executor, in parallel: this never touches
-    #: the Django database.
-    async_thread_sensitive = False
-
-    supports_listing = True
 
     def __init__(
         self,
@@ -181,21 +177,16 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
     ) -> None:
         RedisConnection.__init__(self, cache=cache, url=url, client=client)
         self.key_prefix = key_prefix
-        self._reset_script: Any = None
-        self._initial_sync_script: Any = None
 
     def key(self, stream_name: str) -> str:
         """The hash key of one stream."""
         return f"{self.key_prefix}checkpoint:{stream_name}"
 
-    # -- the SPI -----------------------------------------------------------------
+    # -- the store operations, each run by the sync and the async API --------------
 
-    def save(self, checkpoint: Checkpoint) -> None:
+    def _save_operation(self, checkpoint: Checkpoint) -> Operation[None]:
         key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping=mapping)
-            pipe.execute()
+        yield Pipeline((call("delete", key), call("hset", key, mapping=mapping)))
 
     @staticmethod
     def _save_mapping(checkpoint: Checkpoint) -> dict[str, str]:
@@ -216,8 +207,9 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             mapping["instanceId"] = ""
         return mapping
 
-    def find(self, stream_name: str) -> Checkpoint | None:
-        return self._to_checkpoint(stream_name, self.client.hgetall(self.key(stream_name)))
+    def _find_operation(self, stream_name: str) -> Operation[Checkpoint | None]:
+        raw = yield call("hgetall", self.key(stream_name))
+        return self._to_checkpoint(stream_name, raw)
 
     def _to_checkpoint(self, stream_name: str, raw: Mapping[bytes, bytes]) -> Checkpoint | None:
         if not raw:
@@ -237,44 +229,26 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
             initial_sync=json.loads(initial_sync) if initial_sync else None,
         )
 
-    def delete(self, stream_name: str) -> None:
-        self.client.delete(self.key(stream_name))
+    def _delete_operation(self, stream_name: str) -> Operation[None]:
+        yield call("delete", self.key(stream_name))
 
-    def list_checkpoints(self) -> list[Checkpoint]:
+    def _list_operation(self) -> Operation[list[Checkpoint]]:
         prefix = self.key("")
-        keys = sorted(self.client.scan_iter(match=_escape_glob(prefix) + "*", count=500))
-        with self.client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
-            records = pipe.execute()
+        keys = sorted((yield ScanKeys(_escape_glob(prefix) + "*")))
+        records = yield Pipeline(tuple(call("hgetall", key) for key in keys), transaction=False)
         found = (
             self._to_checkpoint(key.decode()[len(prefix) :], raw)
             for key, raw in zip(keys, records, strict=True)
         )
         return [cp for cp in found if cp is not None]
 
-    def _hset(self, stream_name: str, fields: dict[str, str]) -> None:
-        self.client.hset(self.key(stream_name), mapping={"_v": "1", **fields})
+    def _seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        return self._anchor_operation(stream_name, SEEN_TOKEN, SEEN_AT, *args)
 
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._save_anchor(stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at)
+    def _processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        return self._anchor_operation(stream_name, PROCESSED_TOKEN, PROCESSED_AT, *args)
 
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._save_anchor(stream_name, PROCESSED_TOKEN, PROCESSED_AT, token, at, heartbeat_at)
-
-    def _save_anchor(
+    def _anchor_operation(
         self,
         stream_name: str,
         token_field: str,
@@ -282,188 +256,38 @@ class RedisCheckpointStore(RedisConnection, CheckpointStore):
         token: Token | None,
         at: datetime | None,
         heartbeat_at: datetime | None,
-    ) -> None:
-        fields, cleared = _anchor_fields(
-            stream_name, token_field, at_field, token, at, heartbeat_at
-        )
-        if not cleared:
-            self._hset(stream_name, fields)
-            return
-        # HSET cannot store "nothing": clear the missing half in the same MULTI.
-        key = self.key(stream_name)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"_v": "1", **{k: v for k, v in fields.items() if v}})
-            pipe.hdel(key, *cleared)
-            pipe.execute()
-
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_heartbeat_write(stream_name, at)
-        self._hset(stream_name, {HEARTBEAT_AT: _encode_time(at)})
-
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
-        if self._reset_script is None:
-            self._reset_script = self.client.register_script(RESET_AFTER_HISTORY_LOST)
-        self._reset_script(keys=[self.key(stream_name)], args=args)
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        args = _initial_sync_args(stream_name, progress, expected_batch)
-        if self._initial_sync_script is None:
-            self._initial_sync_script = self.client.register_script(SAVE_INITIAL_SYNC)
-        return bool(self._initial_sync_script(keys=[self.key(stream_name)], args=args))
-
-    # -- the async API: native, on a redis.asyncio client --------------------------
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave(checkpoint)
-        key, mapping = self.key(checkpoint.stream_name), self._save_mapping(checkpoint)
-        async with loop_client.client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping=mapping)
-            await pipe.execute()
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().afind(stream_name)
-        raw = await loop_client.client.hgetall(self.key(stream_name))
-        return self._to_checkpoint(stream_name, raw)
-
-    async def adelete(self, stream_name: str) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().adelete(stream_name)
-        await loop_client.client.delete(self.key(stream_name))
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().alist_checkpoints()
-        client, prefix = loop_client.client, self.key("")
-        keys = sorted(
-            [key async for key in client.scan_iter(match=_escape_glob(prefix) + "*", count=500)]
-        )
-        async with client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
-            records = await pipe.execute()
-        found = (
-            self._to_checkpoint(key.decode()[len(prefix) :], raw)
-            for key, raw in zip(keys, records, strict=True)
-        )
-        return [cp for cp in found if cp is not None]
-
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_seen(stream_name, token, at, heartbeat_at)
-        await self._asave_anchor(
-            loop_client, stream_name, SEEN_TOKEN, SEEN_AT, token, at, heartbeat_at
-        )
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_processed(stream_name, token, at, heartbeat_at)
-        await self._asave_anchor(
-            loop_client, stream_name, PROCESSED_TOKEN, PROCESSED_AT, token, at, heartbeat_at
-        )
-
-    async def _asave_anchor(
-        self,
-        loop_client: LoopClient,
-        stream_name: str,
-        token_field: str,
-        at_field: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None,
-    ) -> None:
+    ) -> Operation[None]:
         fields, cleared = _anchor_fields(
             stream_name, token_field, at_field, token, at, heartbeat_at
         )
         key = self.key(stream_name)
         mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
         if not cleared:
-            await loop_client.client.hset(key, mapping=mapping)
+            yield call("hset", key, mapping=mapping)
             return
-        async with loop_client.client.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=mapping)
-            pipe.hdel(key, *cleared)
-            await pipe.execute()
+        # HSET cannot store "nothing": clear the missing half in the same MULTI.
+        yield Pipeline((call("hset", key, mapping=mapping), call("hdel", key, *cleared)))
 
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_heartbeat(stream_name, at)
+    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
         check_heartbeat_write(stream_name, at)
-        await loop_client.client.hset(
-            self.key(stream_name), mapping={"_v": "1", HEARTBEAT_AT: _encode_time(at)}
-        )
+        mapping = {"_v": "1", HEARTBEAT_AT: _encode_time(at)}
+        yield call("hset", self.key(stream_name), mapping=mapping)
 
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().areset_after_history_lost(
-                stream_name, fresh_seen_token, expected_dead_processed, at
-            )
-        args = _reset_args(stream_name, fresh_seen_token, expected_dead_processed, at)
-        script = loop_client.script(RESET_AFTER_HISTORY_LOST)
-        await script(keys=[self.key(stream_name)], args=args)
+    def _reset_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        arguments = _reset_args(stream_name, *args)
+        yield Script(RESET_AFTER_HISTORY_LOST, [self.key(stream_name)], arguments)
 
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        loop_client = await self.async_client()
-        if loop_client is None:
-            return await super().asave_initial_sync(
-                stream_name, progress, expected_batch=expected_batch
-            )
+    def _initial_sync_operation(
+        self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
+    ) -> Operation[bool]:
         args = _initial_sync_args(stream_name, progress, expected_batch)
-        script = loop_client.script(SAVE_INITIAL_SYNC)
-        return bool(await script(keys=[self.key(stream_name)], args=args))
+        return bool((yield Script(SAVE_INITIAL_SYNC, [self.key(stream_name)], args)))
 
     # -- configuration checks ----------------------------------------------------
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[checks.CheckMessage]:
-        return check_connection_options(cls, alias, options)
+        return redis_option_checks(store_setting(alias), cls.__name__, options)
 
 
 # The dead-letter store and lock service of this backend live in their own modules.
