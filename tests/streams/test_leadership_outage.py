@@ -146,14 +146,14 @@ def test_a_leader_cut_off_from_the_lock_service_stands_by_and_leads_again(handle
         assert b.start(STREAM) is None  # standby
         wait_until(lambda: a.consumer(STREAM).state.value == "running", "a running")
         oplog.insert({"_id": 1})
-        wait_until(lambda: len(handled) == 1, "event 1 by a")
+        wait_until(lambda: 1 in ids(handled), "event 1 by a")
         cut.down = True
         wait_until(lambda: b.consumer(STREAM) is not None, "b to lead", timeout=10)
         assert not a._threads[STREAM].is_alive()
         assert a.state_of(STREAM) == ("standby", "STANDBY")
         assert "the lock service does not answer" in a.status()[0]["last_error"]
         oplog.insert({"_id": 2})
-        wait_until(lambda: len(handled) == 2, "event 2 by b")
+        wait_until(lambda: 2 in ids(handled), "event 2 by b")
         calls = cut.calls
         wait_until(lambda: cut.calls >= calls + 2, "a to keep retrying")
         cut.down = False
@@ -163,14 +163,22 @@ def test_a_leader_cut_off_from_the_lock_service_stands_by_and_leads_again(handle
         b.stop_all()
         wait_until(lambda: a.state_of(STREAM) == ("running", "LEADER"), "a to lead again")
         oplog.insert({"_id": 3})
-        wait_until(lambda: len(handled) == 3, "event 3 by a")
+        wait_until(lambda: 3 in ids(handled), "event 3 by a")
     finally:
         a.stop_all(timeout=5)
         b.stop_all(timeout=5)
-    assert [event for _, event, _, _ in handled] == [1, 2, 3]
+    # At least once: the new leader may handle again an event whose anchor the cut-off
+    # leader had not written yet (event 1), never one after it.
+    assert sorted(set(ids(handled))) == [1, 2, 3]
+    assert ids(handled).count(2) == ids(handled).count(3) == 1
     runs = sorted(handled, key=lambda run: run[2])
     for before, after in itertools.pairwise(runs):
         assert before[3] <= after[2]  # one handler at a time, across both instances
+
+
+def ids(handled):
+    """The events handled, in order (``_id`` of each handler run)."""
+    return [event for _, event, _, _ in handled]
 
 
 class Silent(CutOff):
