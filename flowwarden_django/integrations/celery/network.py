@@ -9,8 +9,9 @@ or (Redis) for the kernel's retransmission timeout, about 15 minutes. The settin
 * AMQP broker: ``broker_heartbeat`` a third of the bound (py-amqp drops a connection
   that missed two heartbeats);
 * Redis broker: ``broker_transport_options`` with socket and connect timeouts, TCP
-  keepalives and kombu's health checks of its BRPOP and pub/sub connections every third
-  of the bound (kombu drops a BRPOP connection whose answer is overdue by that much);
+  keepalives and kombu's health checks of its BRPOP and pub/sub connections every sixth
+  of the bound (kombu drops a BRPOP connection whose answer is overdue by that much
+  past ``brpop_timeout``, 1 s, at its next check: within a third of the bound);
 * Redis result backend: ``redis_socket_timeout``, ``redis_socket_connect_timeout``,
   ``redis_socket_keepalive`` and ``redis_backend_health_check_interval``.
 
@@ -54,9 +55,9 @@ def scheme_of(url: Any) -> str:
     return urlsplit(text).scheme.lower()
 
 
-def check_interval(bound: float) -> int:
-    """kombu's health-check interval within *bound*: a third of it, at least 1 s."""
-    return max(1, int(bound // 3))
+def check_interval(bound: float, share: int = 3) -> int:
+    """A health-check interval within *bound*: a *share*-th of it, at least 1 s."""
+    return max(1, int(bound // share))
 
 
 def network_settings(conf: Any, bound: float | None = None) -> dict[str, Any]:
@@ -69,7 +70,9 @@ def network_settings(conf: Any, bound: float | None = None) -> dict[str, Any]:
     broker = scheme_of(setting_of(conf, "broker_url"))
     if broker in REDIS_SCHEMES:
         options = redis_options(bound)
-        options["health_check_interval"] = check_interval(bound)
+        # kombu drops a BRPOP connection at the first check after brpop_timeout (1 s)
+        # plus this: a sixth makes 1 + 2 * bound / 6, within the bound from 3 s.
+        options["health_check_interval"] = check_interval(bound, 6)
         wanted["broker_transport_options"] = {key: options[key] for key in REDIS_TRANSPORT_KEYS}
     elif broker in AMQP_SCHEMES:
         wanted["broker_heartbeat"] = KeepaliveTimings.within(bound).idle
