@@ -85,14 +85,13 @@ def check_celery_connections(app_configs: Any = None, **kwargs: Any) -> list[che
         return []  # E010 says so
     if bound <= 0 or not _uses_celery():
         return []
-    from celery import _state
+    from celery import _state, current_app
 
     from ..integrations.celery.network import literal, missing_settings
 
-    apps = [app for app in _state._get_active_apps() if app.set_as_current]
-    if not apps:
+    if not any(app.set_as_current for app in _state._get_active_apps()):
         return []  # W202 says so
-    missing = missing_settings(apps[-1].conf, bound)
+    missing = missing_settings(current_app.conf, bound)
     if not missing:
         return []
     return [

@@ -136,7 +136,13 @@ def test_a_worker_notices_a_silent_broker_partition_within_the_bound(
         producer.close()
         client = redis.Redis(host=server.host, port=server.port, db=14)
         options = transport_options(queue)
-        client.delete(queue, options["unacked_key"], options["unacked_index_key"])
+        client.delete(
+            queue,
+            f"_kombu.binding.{queue}",
+            options["unacked_key"],
+            options["unacked_index_key"],
+            options["unacked_mutex_key"],
+        )
         client.close()
     report(
         f"[faults] Celery worker, Redis broker, DEAD_CONNECTION_TIMEOUT {bound} s: a silent "

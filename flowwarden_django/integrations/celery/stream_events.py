@@ -53,8 +53,9 @@ def run_on_celery(
     """Send *event* to a worker and wait for its answer: ``True`` handled, ``False``
     skipped or parked, ``None`` when a stop came first (the event stays unsettled:
     the next run sends it again). Raises ``RemoteEventError`` when the worker could
-    not settle it or did not answer within ``event_timeout()``. *failing* is called once the worker
-    says an attempt failed (looked at every ``WAIT_TICK`` while the slot waits)."""
+    not settle it or did not answer within :func:`event_timeout`. *failing* is called
+    once the worker says an attempt failed (looked at every ``WAIT_TICK`` while the
+    slot waits)."""
     from celery import current_app
     from celery.exceptions import TimeoutError as ResultTimeout
 
