@@ -9,10 +9,9 @@ time for the messages it holds (``integrations/celery/visibility.py``), with the
 package's 10 s by default (``CELERY_VISIBILITY_TIMEOUT``).
 
 * The worker holding order 1 is SIGKILLed (its whole process group) mid-event, once
-  the other key's events are done: the
-  other worker gets the message back about 10 s later, the waiting slot gets its
-  answer (the same task), and the stream ends with nothing lost and no restart, long
-  before ``STREAM_EVENT_TIMEOUT`` (10 min).
+  the other key's events are done: the other worker gets the message back about 10 s
+  later, the waiting slot gets its answer (the same task), and the stream ends with
+  nothing lost and no restart, long before ``STREAM_EVENT_TIMEOUT`` (10 min).
 * A living worker holds order 1 for 3.3 times a 3 s visibility timeout: it is
   delivered once.
 """
