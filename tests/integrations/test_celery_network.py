@@ -168,7 +168,9 @@ def worker_with(channel: Any) -> Any:
 
 def test_the_renewal_moves_the_held_messages_time_only_if_still_recorded():
     client = FakeClient()
-    renewal = VisibilityRenewal(worker_with(FakeChannel(["t1", "t2"], client)))
+    channel = FakeChannel(["t1", "t2", "t3"], client)
+    channel.qos._dirty = {"t3"}  # acknowledged, not yet flushed
+    renewal = VisibilityRenewal(worker_with(channel))
     assert renewal.renew_once() == 2
     assert client.calls == [("unacked_index", ["t1", "t2"], True)]
     assert renewal.interval() == 3.0
@@ -193,10 +195,12 @@ def project_app():
     """A Celery app loaded as the project's (``set_as_current``), lacking the settings."""
     from celery import _state
 
-    previous = _state.default_app
+    previous, previous_current = _state.default_app, _state._tls.current_app
     app = Celery("fw-project", broker=REDIS, backend=REDIS, set_as_current=True)
     app.set_current()
     yield app
+    # The thread's current app too: later tests publish with current_app.
+    _state._set_current_app(previous_current)
     _state.set_default_app(previous)
     app.close()
     _state._apps.discard(app)

@@ -160,11 +160,13 @@ class VisibilityRenewal:
 
 def _held_tags(channel: Any) -> list[str]:
     """The delivery tags of the messages *channel* took and has not acknowledged (read
-    while the worker's event loop may change them)."""
-    delivered = channel.qos._delivered
+    while the worker's event loop may change them). An acknowledged message stays in
+    ``_delivered`` until the next poll, marked in ``_dirty``: not held."""
+    qos = channel.qos
     for _ in range(5):
         try:
-            return list(delivered)
+            dirty = set(getattr(qos, "_dirty", ()))
+            return [tag for tag in list(qos._delivered) if tag not in dirty]
         except RuntimeError:  # changed during the copy
             continue
     return []
