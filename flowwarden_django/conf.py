@@ -92,6 +92,15 @@ DEFAULTS: dict[str, Any] = {
     # keepalives derive from it, and `check --deploy` (W501) asks for libpq keepalives
     # and tcp_user_timeout within it on DATABASES (common/network.py).
     "DEAD_CONNECTION_TIMEOUT": "30s",
+    # How long a stream with execution="celery" waits for a worker's answer to one event
+    # before it restarts from its anchor and sends the event again (a message the broker
+    # lost).
+    "STREAM_EVENT_TIMEOUT": "10m",
+    # Celery workers on a Redis broker: the transport's visibility_timeout, which each
+    # worker renews for the messages it holds, so a message taken by a worker that died
+    # comes back this long after its last renewal (integrations/celery/visibility.py).
+    # None: kombu's (1 hour), no renewal.
+    "CELERY_VISIBILITY_TIMEOUT": "10s",
 }
 
 

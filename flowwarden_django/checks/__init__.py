@@ -30,9 +30,11 @@ E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_C
 alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
 counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trusts a
 client's own ``X-Forwarded-For``. E014 ``DEAD_CONNECTION_TIMEOUT`` is below 3 s;
+E015 ``CELERY_VISIBILITY_TIMEOUT`` is below 3 s;
 W501 (``check --deploy`` only) a PostgreSQL database's ``OPTIONS`` lack libpq's keepalive
 timings or ``tcp_user_timeout``, so a silent network partition goes unnoticed for
-minutes.
+minutes; W510 (``check --deploy`` only) the Celery app's broker or result backend
+connections lack the heartbeat, timeouts and keepalives that notice one.
 
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
 itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``,

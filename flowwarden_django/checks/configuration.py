@@ -191,6 +191,7 @@ _DURATION_SETTINGS = (
     "WORKFLOW_SWEEP_INTERVAL",
     "WORKFLOW_QUEUE_STALE_AFTER",
     "DEAD_CONNECTION_TIMEOUT",
+    "STREAM_EVENT_TIMEOUT",
 )
 
 #: Keepalive timings are whole seconds: a shorter bound cannot be kept.
@@ -232,6 +233,7 @@ def check_intervals(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                 id="flowwarden_django.E011",
             )
         )
+    errors.extend(_visibility_timeout_errors())
     dead = values["DEAD_CONNECTION_TIMEOUT"]
     if 0 < dead < MIN_DEAD_CONNECTION_TIMEOUT:
         errors.append(
@@ -244,3 +246,41 @@ def check_intervals(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         )
     return errors
+
+
+#: A worker renews its messages' visibility every third of the timeout, at least
+#: every second: a shorter timeout would take a busy worker's messages from it.
+MIN_CELERY_VISIBILITY_TIMEOUT = 3.0
+
+
+def _visibility_timeout_errors() -> list[checks.CheckMessage]:
+    """``CELERY_VISIBILITY_TIMEOUT``: None, or a duration of 3 s or more (E010, E015)."""
+    from ..common.durations import parse_duration
+
+    raw = fw_settings.CELERY_VISIBILITY_TIMEOUT
+    if raw is None:
+        return []
+    try:
+        value = parse_duration(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value <= 0:
+        return [
+            checks.Error(
+                f'{SETTING_NAME}["CELERY_VISIBILITY_TIMEOUT"] = {raw!r} is neither None nor a '
+                "positive duration.",
+                hint='Use None (kombu\'s 1 hour, no renewal) or a duration like "10s".',
+                id="flowwarden_django.E010",
+            )
+        ]
+    if value < MIN_CELERY_VISIBILITY_TIMEOUT:
+        return [
+            checks.Error(
+                f'{SETTING_NAME}["CELERY_VISIBILITY_TIMEOUT"] ({value:g} s) is below '
+                f"{MIN_CELERY_VISIBILITY_TIMEOUT:g} s: a worker renews its messages every "
+                "third of it, and a busy worker would lose them to another one.",
+                hint='The default is "10s"; anything from "3s" up works.',
+                id="flowwarden_django.E015",
+            )
+        ]
+    return []

@@ -178,6 +178,8 @@ BAD_VALUES = {
     "METRICS_TOKEN": 5,
     "APPROVAL_EMAILS": {"BASE_URL": "ftp://nope"},
     "DEAD_CONNECTION_TIMEOUT": "1s",
+    "STREAM_EVENT_TIMEOUT": "0s",
+    "CELERY_VISIBILITY_TIMEOUT": "1s",
 }
 
 

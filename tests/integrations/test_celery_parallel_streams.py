@@ -191,7 +191,7 @@ def test_a_key_whose_event_the_worker_retries_shows_parked(start_worker, current
 
 @pytest.mark.slow
 def test_a_whole_worker_killed_mid_stream_leaves_its_events_to_the_next_one(
-    start_worker, current_producer, monkeypatch
+    start_worker, current_producer, settings
 ):
     """The worker's whole process group is SIGKILLed while events are in flight; a new
     worker gets their unacknowledged messages back after the 3 s visibility timeout,
@@ -199,11 +199,9 @@ def test_a_whole_worker_killed_mid_stream_leaves_its_events_to_the_next_one(
 
     kombu's Redis transport records a message as unacknowledged only after it took it
     off the queue, a round trip later: a worker killed in between loses it. A slot
-    whose event it was gives up after ``EVENT_TIMEOUT`` (600 s; 15 s here) and the
-    stream restarts, sending the event again."""
-    from flowwarden_django.integrations.celery import stream_events
-
-    monkeypatch.setattr(stream_events, "EVENT_TIMEOUT", 15.0)
+    whose event it was gives up after ``STREAM_EVENT_TIMEOUT`` (10 min; 15 s here) and
+    the stream restarts, sending the event again."""
+    settings.FLOWWARDEN = {**getattr(settings, "FLOWWARDEN", {}), "STREAM_EVENT_TIMEOUT": "15s"}
     first = start_worker(PREFORK, visibility_timeout=3.0)
     first.wait_ready()
     store, source = InMemoryCheckpointStore(), FakeChangeSource()

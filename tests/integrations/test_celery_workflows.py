@@ -540,14 +540,14 @@ def test_a_step_killed_mid_way_runs_again_and_the_run_completes(
     * ``redelivery``: the worker's whole process group is killed; a new worker gets
       the unacked message back after the 3 s visibility timeout (the dead runner's
       2 s lease is over by then).
-    * ``sweep``: the same with the default (1 h) visibility timeout: the message stays
-      with the dead worker and ``recover_workflows`` queues the step again once the
-      lease has ended.
+    * ``sweep``: the same with a 1 h visibility timeout (kombu's default): the message
+      stays with the dead worker and ``recover_workflows`` queues the step again once
+      the lease has ended.
     * ``pool-child``: only the prefork child running the step is killed; the worker
       requeues the message (``reject_on_worker_lost``), and the task, finding the
       dead child's claim still live, retries when it ends.
     """
-    visibility = 3.0 if recovery == "redelivery" else None
+    visibility = 3.0 if recovery == "redelivery" else 3600.0
     first = start_worker(PREFORK, lease="2s", visibility_timeout=visibility)
     state = new_state(tmp_path)
     cid = f"kill-{recovery}-{uuid.uuid4().hex[:8]}"

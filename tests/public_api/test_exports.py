@@ -185,6 +185,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
         "StreamsBootstep",
         "WorkflowSweepBootstep",
         "beat_schedule_entry",
+        "configure_network",
         "install",
         "install_from_settings",
         "install_workflow_sweep",

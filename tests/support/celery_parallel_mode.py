@@ -22,3 +22,16 @@ POISON_RETRY_DELAY = "700ms"
 def poison_key(event):
     """The poison stream's key: ``seq % 2``."""
     return event["fullDocument"]["seq"] % 2
+
+
+#: The stream whose order ``HELD_SEQ`` is held by its first attempt for
+#: ``FLOWWARDEN_TEST_HELD_SECONDS`` (the worker's environment): what a worker killed,
+#: or a long event, holds (``tests/integrations/test_celery_redelivery.py``).
+HELD_STREAM = "celery-held-orders"
+HELD_SEQ = 1
+HELD_KEYS = 2
+
+
+def held_key(event):
+    """The held stream's key: ``seq % HELD_KEYS``."""
+    return event["fullDocument"]["seq"] % HELD_KEYS

@@ -8,6 +8,10 @@ tasks, and the Celery execution provider of workflows.
   ``flowwarden_django.tasks``.
 * ``provider``: ``FLOWWARDEN["WORKFLOW_EXECUTION"] = "celery"``, each workflow step
   one short task.
+* ``network``: :func:`configure_network` gives an app the broker heartbeat, timeouts
+  and keepalives that notice a silent partition within ``DEAD_CONNECTION_TIMEOUT``
+  (every worker gets them at start); ``visibility``: a Redis broker's message held by
+  a lost worker comes back within ``CELERY_VISIBILITY_TIMEOUT``.
 
 Enable the streams with one line in the project's Celery app::
 
@@ -48,6 +52,7 @@ _LAZY = {
     "CeleryExecutionProvider": "flowwarden_django.integrations.celery.provider",
     "ScheduleError": "flowwarden_django.integrations.celery.schedules",
     "beat_schedule_entry": "flowwarden_django.integrations.celery.schedules",
+    "configure_network": "flowwarden_django.integrations.celery.network",
     "schedule_workflow": "flowwarden_django.integrations.celery.schedules",
 }
 
@@ -61,6 +66,7 @@ __all__ = [
     "StreamsBootstep",
     "WorkflowSweepBootstep",
     "beat_schedule_entry",
+    "configure_network",
     "install",
     "install_from_settings",
     "install_workflow_sweep",

@@ -144,15 +144,20 @@ def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
     """``FLOWWARDEN["CELERY_RUN_STREAMS"]``: add the streams step to the starting
     worker's app; ``WORKFLOW_EXECUTION = "celery"``: add the workflow sweep's step.
 
+    Every worker also gets the connection settings that notice a silent partition
+    within ``DEAD_CONNECTION_TIMEOUT`` and, on a Redis broker, the short renewed
+    visibility timeout (:func:`configure_worker_connections`).
+
     ``worker_init`` is sent after the worker has imported its task modules (and so
     this one, through ``flowwarden_django.tasks``) and before it reads
-    ``app.steps["worker"]`` to build its blueprint.
+    ``app.steps["worker"]`` to build its blueprint or connects to the broker.
     """
     from ...conf import fw_settings
 
     app = getattr(sender, "app", None)
     if app is None:
         return
+    configure_worker_connections(app)
     if fw_settings.CELERY_RUN_STREAMS:
         install(app)
     execution = str(fw_settings.WORKFLOW_EXECUTION)
@@ -187,3 +192,21 @@ def install_workflow_sweep(app: Celery) -> None:
     """Add :class:`WorkflowSweepBootstep` to *app*'s workers; calling it again changes
     nothing."""
     app.steps["worker"].add(WorkflowSweepBootstep)
+
+
+def configure_worker_connections(app: Celery) -> None:
+    """Give the starting worker's *app* what its configuration leaves unset of the
+    broker's and the result backend's timeouts, keepalives and heartbeat
+    (``network.configure_network``) and, on a Redis broker, of the visibility timeout
+    its :class:`~.visibility.VisibilityBootstep` renews (``visibility``)."""
+    from .network import configure_network
+    from .visibility import VisibilityBootstep, configure_visibility
+
+    try:
+        configure_network(app)
+        renewing = configure_visibility(app)
+    except (TypeError, ValueError) as exc:  # a bad setting: manage.py check says which
+        logger.error("flowwarden: the Celery connection settings were not applied: %s", exc)
+        return
+    if renewing:
+        app.steps["worker"].add(VisibilityBootstep)
