@@ -129,6 +129,16 @@ class _EventTally:
         with self.lock:
             self.received += 1
 
+    def count_received(self, cluster_time: Any) -> None:
+        """``on_event_received``'s work, called by the runtime directly (its fast path)."""
+        with self.lock:
+            self.received += 1
+        metrics = self.metrics
+        if type(cluster_time) in metrics.time_types:  # else a call to find out
+            metrics.last_cluster[self.stream] = cluster_time
+        else:
+            metrics.keep_cluster_time(self.stream, cluster_time)
+
     def processed(self, success: Any, duration: float) -> None:
         if self.histogram is None:
             self._first_processed()
@@ -170,6 +180,8 @@ class _EventTally:
             self.buckets = [0] * len(DURATION_BUCKETS)
             self.duration_sum = 0.0
         if received:
+            if self.received_child is None:
+                self.received_child = self.metrics.events_received.labels(self.stream)
             self.received_child.inc(received)
         if succeeded:
             self.succeeded_child.inc(succeeded)
@@ -279,9 +291,9 @@ class SignalMetrics:
         )
         #: The raw ``clusterTime`` of the last event each stream received in this
         #: process, converted when read (:attr:`last_cluster_time`), not per event.
-        self._last_cluster: dict[str, Any] = {}
+        self.last_cluster: dict[str, Any] = {}
         #: The types of cluster time seen that convert (bson.Timestamp, datetime).
-        self._time_types: set[type] = set()
+        self.time_types: set[type] = set()
         #: The streams whose initial sync runs in this process (``copy_in_progress`` 1).
         self.copying: set[str] = set()
         #: The per-event counts of each stream not yet added to the metrics above.
@@ -292,7 +304,7 @@ class SignalMetrics:
     def last_cluster_time(self) -> dict[str, datetime]:
         """The cluster time of the last event each stream received in this process."""
         times = {}
-        for stream, raw in list(self._last_cluster.items()):
+        for stream, raw in list(self.last_cluster.items()):
             at = _cluster_datetime(raw)
             if at is not None:
                 times[stream] = at
@@ -321,7 +333,7 @@ class SignalMetrics:
 
     def last_cluster_time_of(self, stream: str) -> datetime | None:
         """The cluster time of the last event *stream* received in this process."""
-        return _cluster_datetime(self._last_cluster.get(stream))
+        return _cluster_datetime(self.last_cluster.get(stream))
 
     # -- receivers (sender is the stream name) ----------------------------------------
 
@@ -329,6 +341,7 @@ class SignalMetrics:
     # not a lock per counter and histogram bucket, and no labels() lookup), and keep
     # the cluster time as sent: it is converted when read.
 
+    @metrics.fast_path(lambda self, stream: self.fast_received(stream))
     @metrics.reads("cluster_time")
     def on_event_received(
         self,
@@ -346,10 +359,23 @@ class SignalMetrics:
     ) -> None:
         tally = self._tallies.get(sender) or self._tally(sender)
         tally.received_one()
-        kind = type(cluster_time)
-        if kind in self._time_types or _is_time(cluster_time, self._time_types):
-            self._last_cluster[sender] = cluster_time
+        self.keep_cluster_time(sender, cluster_time)
 
+    def keep_cluster_time(self, stream: str, cluster_time: Any) -> None:
+        """Remember *cluster_time* as the last one of *stream* (when it is a time)."""
+        kind = type(cluster_time)
+        if kind in self.time_types or _is_time(cluster_time, self.time_types):
+            self.last_cluster[stream] = cluster_time
+
+    def fast_received(self, stream: str) -> Any:
+        """What the runtime calls for each event *stream* receives: ``(cluster_time)``."""
+        return self._tally(stream).count_received
+
+    def fast_processed(self, stream: str) -> Any:
+        """What the runtime calls as each event of *stream* ends: ``(success, duration)``."""
+        return self._tally(stream).processed
+
+    @metrics.fast_path(lambda self, stream: self.fast_processed(stream))
     def on_event_processed(
         self,
         sender: str,

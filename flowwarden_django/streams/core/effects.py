@@ -167,7 +167,9 @@ class PauseBeforeRestart(Effect):
     seconds: float
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Made for every event: not frozen, whose __init__ costs twice as much (treat it as
+# immutable all the same).
+@dataclasses.dataclass(slots=True)
 class HandleEvent(Effect):
     """Handle one change event: the handler, its retries, the anchor. True once
     handled, False once skipped or parked, ``None`` when a stop left it unsettled."""
@@ -197,7 +199,9 @@ class Idle(Effect):
 # -- a stream handled in parallel (``window``) ----------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Made for every event: not frozen, whose __init__ costs twice as much (treat it as
+# immutable all the same).
+@dataclasses.dataclass(slots=True)
 class Submit(Effect):
     """Hand one change event to the stream's window (``parallelism`` > 1): it runs
     when its key is free and a slot is. Waits while the window is full; raises the

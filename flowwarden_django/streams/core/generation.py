@@ -19,7 +19,7 @@ from typing import Any
 from django.utils import timezone
 
 from .. import metrics
-from ..context import aware_datetime, new_event_id
+from ..announcer import announcer_for
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
 from .driving import Decision
 from .effects import (
@@ -56,11 +56,14 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
     by_age = bool(spec.checkpoint.save_interval_seconds)  # else no flush is ever due
     beating = bool(heartbeat.interval)
     parallel = spec.windowed
+    announcer = announcer_for(name)
     cause = None  # the lifecycle event an invalidate follows
     cursor, event = opened.cursor, opened.first_event
+    # Effects without per-event arguments, made once: they are values.
+    poll, flush_if_due = PollCursor(cursor), FlushAnchorIfDue()
     while not consumer.stopping:
         if event is None:
-            event = yield PollCursor(cursor)
+            event = yield poll
         if event is None:
             if not cursor.alive:
                 raise ConnectionError("the change stream closed")
@@ -68,9 +71,9 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
                 # Events are still in flight: the heartbeat may not certify the cursor's
                 # position yet, and a burst has not caught up.
                 yield AwaitWindow(WINDOW_IDLE_WAIT)
-                yield FlushAnchorIfDue()
+                yield flush_if_due
                 continue
-            yield FlushAnchorIfDue()
+            yield flush_if_due
             writes = heartbeat.writes
             yield from heartbeat.on_idle(cursor.resume_token)
             consumer.heartbeats += heartbeat.writes - writes
@@ -87,7 +90,7 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
                 yield CancelAnchors()
                 yield from invalidated(spec, event, cause or "drop")
             cause = operation
-        event_id = announce_received(name, event, operation)
+        event_id = announcer.received(event, operation)
         if parallel and operation not in LIFECYCLE_OPERATIONS:
             # The window runs it, counts it and moves the anchor once it settles.
             yield Submit(event, operation, event_id)
@@ -95,11 +98,11 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
                 heartbeat.last_activity = heartbeat.monotonic()
             event = None
             if by_age:
-                yield FlushAnchorIfDue()
+                yield flush_if_due
             continue
         began = time.perf_counter()
         outcome = yield HandleEvent(event, operation, event_id)
-        announce_processed(name, began, outcome)
+        announcer.processed(began, outcome)
         if outcome is None:
             # Unsettled (a stop or a lost lease cut its retries short): nothing after it
             # may be handled in this generation.
@@ -112,15 +115,13 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
             heartbeat.last_activity = heartbeat.monotonic()
         event = None
         if by_age:
-            yield FlushAnchorIfDue()
+            yield flush_if_due
 
 
 def announce_processed(name: str, began: float, outcome: bool | None) -> None:
     """Send ``event_processed`` for an event whose handling began at *began*
     (``time.perf_counter()``) when someone listens."""
-    processed = metrics.listeners(metrics.event_processed, name)
-    if processed:
-        metrics.send_event_processed(name, processed, time.perf_counter() - began, outcome)
+    announcer_for(name).processed(began, outcome)
 
 
 def counted(consumer: Any) -> None:
@@ -132,24 +133,7 @@ def counted(consumer: Any) -> None:
 def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:
     """Send ``event_received`` for *event* when someone listens; the event id it gave
     (``None`` when nobody needed one: the context makes its own when asked)."""
-    received = metrics.listeners(metrics.event_received, name)
-    if not received:
-        return None
-    # What the context's properties would say, without making the context; the id and
-    # the wall time only for receivers that read them (metrics.reads).
-    lean = received.lean if type(received) is metrics.Receivers else False
-    event_id = None if lean else new_event_id()
-    metrics.send_event_received(
-        name,
-        received,
-        event_id,
-        operation,
-        (event.get("ns") or {}).get("coll"),
-        event.get("documentKey"),
-        event.get("clusterTime"),
-        None if lean else aware_datetime(event.get("wallTime")),
-    )
-    return event_id
+    return announcer_for(name).received(event, operation)
 
 
 def invalidated(spec: StreamSpec, event: Mapping[str, Any], cause: str) -> Decision[None]:

@@ -278,7 +278,7 @@ class AsyncStreamConsumer:
         flusher = self._start_flusher(policy)
         window = await self._open_window(policy)
         try:
-            await adrive(consume(self, opened, heartbeat, burst=burst), perform)
+            await adrive(consume(self, opened, heartbeat, burst=burst), perform, polls=True)
         finally:
             if window is not None:
                 await window.close()  # the running events finish first: their anchors count
@@ -364,7 +364,9 @@ class AsyncStreamConsumer:
             case effects.PollCursor(cursor):
                 return await cursor.try_next()
             case effects.HandleEvent(event, operation, event_id):
-                return await self._handle(event, operation, event_id)
+                if tracing.recording():
+                    return await self._handle_traced(event, operation, event_id)
+                return await self._handle_event(event, operation, event_id)
             case effects.Submit(event, operation, event_id):
                 return await self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
             case effects.WindowBusy():
@@ -435,10 +437,17 @@ class AsyncStreamConsumer:
         return ChangeContext(event, stream_name=self.spec.name, event_id=event_id, **self.actions)
 
     async def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
-        """Handle one event (``effects.HandleEvent``), in a ``flowwarden.stream.event``
-        span when OpenTelemetry records."""
-        if not tracing.recording():
-            return await self._handle_event(event, operation, event_id)
+        """Handle one event, in a ``flowwarden.stream.event`` span when OpenTelemetry
+        records (the windows' way in; ``_perform`` makes the same choice inline)."""
+        if tracing.recording():
+            return await self._handle_traced(event, operation, event_id)
+        return await self._handle_event(event, operation, event_id)
+
+    async def _handle_traced(
+        self, event: Mapping[str, Any], operation: str, event_id: str | None
+    ) -> Any:
+        """Handle one event (``effects.HandleEvent``) in a ``flowwarden.stream.event``
+        span (OpenTelemetry records)."""
         with tracing.span("flowwarden.stream.event", event_attributes(self.spec, operation)):
             return await self._handle_event(event, operation, event_id)
 
@@ -451,13 +460,23 @@ class AsyncStreamConsumer:
             ctx = self._context(event, event_id)
             return await self._attempt_loop(plan.handler, ctx, operation in LIFECYCLE_OPERATIONS)
         # A document handler, no filter, no transaction: no context unless it fails.
+        handler = plan.handler
         try:
-            await self._caller.acall_with(plan.handler, event.get("fullDocument"))  # type: ignore[arg-type]
+            if self._caller.awaitable(handler):  # type: ignore[arg-type]
+                await handler(event.get("fullDocument"))  # type: ignore[misc]
+            else:
+                await self._caller.acall_with(handler, event.get("fullDocument"))  # type: ignore[arg-type]
         except Exception as exc:
             ctx = self._context(event, event_id)
-            return await self._attempt_loop(plan.handler, ctx, False, failed=exc)
+            return await self._attempt_loop(handler, ctx, False, failed=exc)
         if self.window is None:  # else the window records it
-            await self.policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
+            policy = self.policy
+            if type(policy) is AsyncAnchorPolicy:
+                # Recorded on the loop; awaited only when a write is due.
+                if policy.record(event["_id"], event_anchor_at(event)):
+                    await policy.write_recorded()
+            else:
+                await policy.on_settled(event["_id"], event_anchor_at(event))  # type: ignore[union-attr]
         return True
 
     async def _try_once(

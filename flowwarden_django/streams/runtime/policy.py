@@ -141,10 +141,19 @@ class AsyncAnchorPolicy(AnchorLedger):
 
     async def on_settled(self, token: Mapping[str, Any], at: At) -> None:
         """Record a settled event; persist when the count is reached."""
-        if self._settled(token, at, False):
-            async with self._lock:
-                if self._pending is not None:
-                    await self._persist()
+        if self.record(token, at):
+            await self.write_recorded()
+
+    def record(self, token: Mapping[str, Any], at: At) -> bool:
+        """``on_settled``'s bookkeeping, on the loop without a coroutine: whether a
+        write is due now (then await :meth:`write_recorded`)."""
+        return self._settled(token, at, False)
+
+    async def write_recorded(self) -> None:
+        """Persist the anchor :meth:`record` said is due (unless a write took it)."""
+        async with self._lock:
+            if self._pending is not None:
+                await self._persist()
 
     async def flush_if_due(self) -> bool:
         """Persist a dirty anchor older than ``save_interval_seconds``; True if written."""

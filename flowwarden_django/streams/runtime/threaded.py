@@ -189,7 +189,7 @@ class StreamConsumer:
         flusher = self._start_flusher()
         window = self._open_window()
         try:
-            drive(consume(self, opened, heartbeat, burst=burst), perform)
+            drive(consume(self, opened, heartbeat, burst=burst), perform, polls=True)
         finally:
             if window is not None:
                 window.close()  # the running events finish first: their anchors count
