@@ -14,9 +14,10 @@ within that bound:
   is unacknowledged);
 * a connect timeout of a third of the bound (PostgreSQL and MongoDB; 90 % of it for
   Redis) ends a new connection's wait for a server it cannot reach;
-* pymongo's clients (:func:`mongo_options`) get a socket timeout (90 % of the bound,
-  and more than a change stream's ``getMore`` may wait), a server-selection timeout of
-  the bound and a heartbeat of a third of it, unless the URL or the options set them.
+* pymongo's clients (:func:`mongo_options`) get a heartbeat, a connect and a
+  server-selection timeout of a third of the bound each and a socket timeout of 90 %
+  of it (more than a change stream's ``getMore`` may wait), unless the URL or the
+  options set them.
 """
 
 from __future__ import annotations
@@ -111,12 +112,17 @@ MONGO_HEARTBEAT_MS = 10_000
 
 def mongo_options(bound: float | None = None, max_await_ms: int = 0) -> dict[str, int]:
     """pymongo client options that notice a silent partition within *bound* seconds
-    (``DEAD_CONNECTION_TIMEOUT`` by default): no request waits longer than 90 % of it
-    for its answer (but a change stream's ``getMore``, which the server holds for
-    *max_await_ms*, gets that and :data:`MONGO_AWAIT_ROOM_MS` more), an operation
-    waits at most the bound for a server to send it to, a new connection a third of
-    it, and the monitor checks the server at least that often (pymongo's own
-    keepalives, 2 minutes idle, do not fit a short bound)."""
+    (``DEAD_CONNECTION_TIMEOUT`` by default).
+
+    The monitor checks the server every third of the bound (at most pymongo's 10 s)
+    and gives up on a check after a third (``connectTimeoutMS``, which is also a new
+    connection's): within two thirds, a silent server is marked unknown and the
+    requests waiting on it are interrupted. An operation then waits a third more for
+    a server to send it to (``serverSelectionTimeoutMS``), and fails: the bound.
+    No request waits longer than 90 % of it for its answer (``socketTimeoutMS``; a
+    change stream's ``getMore``, which the server holds for *max_await_ms*, gets
+    that and :data:`MONGO_AWAIT_ROOM_MS` more). pymongo's own keepalives (2 minutes
+    idle) do not fit a short bound."""
     bound = dead_connection_timeout() if bound is None else bound
     third_ms = max(500, int(bound * 1000 / 3))
     return {
@@ -124,7 +130,7 @@ def mongo_options(bound: float | None = None, max_await_ms: int = 0) -> dict[str
             int(bound * REQUEST_SHARE * 1000), max_await_ms + MONGO_AWAIT_ROOM_MS
         ),
         "connectTimeoutMS": third_ms,
-        "serverSelectionTimeoutMS": int(bound * 1000),
+        "serverSelectionTimeoutMS": third_ms,
         "heartbeatFrequencyMS": min(MONGO_HEARTBEAT_MS, third_ms),
     }
 

@@ -22,12 +22,13 @@ def test_the_options_follow_the_bound():
     assert mongo_options(30) == {
         "socketTimeoutMS": 27000,
         "connectTimeoutMS": 10000,
-        "serverSelectionTimeoutMS": 30000,
+        "serverSelectionTimeoutMS": 10000,
         "heartbeatFrequencyMS": 10000,
     }
     short = mongo_options(3)
     assert short["socketTimeoutMS"] == 2700
     assert short["heartbeatFrequencyMS"] == short["connectTimeoutMS"] == 1000
+    assert short["serverSelectionTimeoutMS"] == 1000
     assert mongo_options(90)["heartbeatFrequencyMS"] == 10000  # pymongo's default at most
 
 
@@ -62,7 +63,7 @@ def test_mongo_clients_get_them_from_the_settings():
         assert url == URL
         assert options == {
             "socketTimeoutMS": 10800,
-            "serverSelectionTimeoutMS": 12000,
+            "serverSelectionTimeoutMS": 4000,
             "heartbeatFrequencyMS": 4000,
             "connectTimeoutMS": 3000,
         }
@@ -70,7 +71,7 @@ def test_mongo_clients_get_them_from_the_settings():
         try:
             client_options = handler["default"].options
             assert client_options.pool_options.socket_timeout == 10.8
-            assert client_options.server_selection_timeout == 12
+            assert client_options.server_selection_timeout == 4
             assert client_options.heartbeat_frequency == 4
         finally:
             handler.reset()
@@ -82,7 +83,7 @@ def test_a_backend_made_from_a_url_gets_them_too():
         assert store.timeout_options() == {
             "socketTimeoutMS": 5400,
             "connectTimeoutMS": 2000,
-            "serverSelectionTimeoutMS": 6000,
+            "serverSelectionTimeoutMS": 2000,
             "heartbeatFrequencyMS": 2000,
             "appname": "x",
         }

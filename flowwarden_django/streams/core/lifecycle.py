@@ -69,7 +69,10 @@ def supervise(consumer: Any, *, burst: bool) -> Decision[None]:
     spec: StreamSpec = consumer.spec
     attempt = 0
     while not consumer.stopping:
-        consumer.state = StreamState.STARTING
+        # A restart's attempt stays ``restarting`` until the stream runs again: an
+        # outage is reported for as long as it lasts, not only between attempts.
+        restarting_now = consumer.restarting_since is not None
+        consumer.state = StreamState.RESTARTING if restarting_now else StreamState.STARTING
         handled_before = consumer.events_handled + consumer.documents_copied
         try:
             yield RunGeneration(burst)

@@ -518,7 +518,10 @@ class StreamConsumer:
         decision = dead_letter(
             self.spec, effect.error, effect.ctx, effect.lifecycle, self, self._dlq_failures
         )
-        if not self.spec.transactional:
+        queue = self.spec.dead_letter_queue
+        if not self.spec.transactional or queue is None or not queue.enabled:
+            # Without a queue the decision writes nothing (it restarts the stream): no
+            # transaction, so a database that went silent is not waited for again.
             return drive(decision, self._perform)
         with transaction.atomic(using=self.spec.transaction_using):
             return drive(decision, self._perform)
