@@ -36,8 +36,14 @@ PARALLELISM = 4
 KEYS = 8
 
 
+_PRINTING = threading.Lock()
+
+
 def _emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}, default=str), flush=True)
+    line = json.dumps({"event": event, "t": time.time(), **fields}, default=str)
+    with _PRINTING:  # one write a line: handler threads print at once
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 class _EmitWarnings(logging.Handler):

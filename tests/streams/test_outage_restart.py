@@ -2,6 +2,8 @@
 
 * A restart's attempts report ``restarting`` (not ``starting``) until the stream runs
   again: the outage shows in the status for as long as it lasts.
+* A generation ending on an outage reports it at once (``failing``), before its
+  cleanup (closing the window, flushing the anchor) waits on the same server.
 * A transactional stream whose event failed for good and that has no dead-letter
   queue restarts without opening another transaction: the decision writes nothing,
   and a database gone silent would make the stream wait a connect timeout more
@@ -9,6 +11,8 @@
   share one transaction."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 from django.db import transaction
@@ -18,6 +22,8 @@ from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.context import ChangeContext
 from flowwarden_django.streams.core import effects
 from flowwarden_django.streams.core.events import UnhandledEventError
+from flowwarden_django.streams.core.lifecycle import failing
+from flowwarden_django.streams.locks import LeaseLostError
 from flowwarden_django.streams.runtime import StreamConsumer, StreamState
 from flowwarden_django.streams.spec import DeadLetterQueueSpec, RestartPolicySpec, StreamSpec
 from flowwarden_django.testkit.fake_source import FakeChangeSource, fake_token
@@ -84,3 +90,16 @@ def test_a_restart_s_attempts_report_restarting_until_the_stream_runs():
     assert states == [StreamState.STARTING, StreamState.RESTARTING, StreamState.RESTARTING]
     assert consumer.restarting_since is None
     assert consumer.state == StreamState.STOPPED
+
+
+def test_a_generation_ending_on_an_outage_reports_it_at_once():
+    consumer = SimpleNamespace(state=StreamState.RUNNING, last_error=None, restarting_since=None)
+    failing(consumer, RuntimeError("a bug in a handler"))
+    failing(consumer, LeaseLostError("another process leads"))
+    assert (consumer.state, consumer.last_error) == (StreamState.RUNNING, None)
+    error = UnhandledEventError("the event failed")
+    error.__cause__ = AutoReconnect("the server went silent")
+    failing(consumer, error)
+    assert consumer.state == StreamState.RESTARTING
+    assert consumer.last_error is error
+    assert consumer.restarting_since is not None

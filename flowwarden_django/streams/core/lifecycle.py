@@ -142,6 +142,18 @@ def restarting(consumer: Any, attempt: int, exc: BaseException) -> float:
     return delay
 
 
+def failing(consumer: Any, exc: BaseException) -> None:
+    """A generation is ending on *exc*, an outage: report it now (``restarting``, its
+    error), before the generation's cleanup, which may wait on the same silent server
+    (closing the window, flushing the anchor); :func:`restarting` follows."""
+    if not is_outage(exc) or isinstance(exc, LeaseLostError):
+        return
+    consumer.last_error = exc
+    if consumer.restarting_since is None:
+        consumer.restarting_since = timezone.now()
+    consumer.state = StreamState.RESTARTING
+
+
 def started(consumer: Any) -> None:
     """A generation opened its change stream: the stream runs (again)."""
     spec = consumer.spec

@@ -37,7 +37,7 @@ from ..core.driving import drive
 from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
 from ..core.generation import consume
 from ..core.heartbeat import Heartbeat
-from ..core.lifecycle import StreamInvalidatedError, StreamState, supervise
+from ..core.lifecycle import StreamInvalidatedError, StreamState, failing, supervise
 from ..core.resume import HistoryLostError, open_arguments, open_stream
 from ..dispatch import HandlerCaller
 from ..dlq import DlqStore
@@ -190,6 +190,9 @@ class StreamConsumer:
         window = self._open_window()
         try:
             drive(consume(self, opened, heartbeat, burst=burst), perform)
+        except Exception as exc:
+            failing(self, exc)
+            raise
         finally:
             if window is not None:
                 window.close()  # the running events finish first: their anchors count
