@@ -241,7 +241,7 @@ def test_a_transactional_stream_cut_off_loses_nothing_and_resumes(
     resumed_after = first["t"] - healed_wall
     report(
         f"[faults] {runner} stream (transactional) cut off from {server} for "
-        f"{healed_at - cut_at:.0f} s, DEAD_CONNECTION_TIMEOUT {bound} s: outage reported "
+        f"{healed_at - cut_at:.1f} s, DEAD_CONNECTION_TIMEOUT {bound} s: outage reported "
         f"{detected['t'] - cut_wall:.1f} s after the cut ({detected['error']}"
         f"{', and in its status row' if published else ''}); first event "
         f"{resumed_after:.1f} s after healing; {len(inserted)} orders, {len(lost)} lost, "
