@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 
 from ...common import tracing
-from ...common.connections import discard_unusable_connections
+from ...common.connections import closed_when_lost, discard_unusable_connections
 from ...common.failure_log import FailureLog
 from ...common.stream_attempts import in_transactional_attempt
 from ...common.tracing import event_attributes
@@ -460,6 +460,7 @@ class StreamConsumer:
                 # The mark inside the transaction: what runs on its commit is not in it.
                 with (
                     transaction.atomic(using=using),
+                    closed_when_lost(using),
                     in_transactional_attempt(self.spec.name, using),
                 ):
                     self._dispatch(handler, ctx)
