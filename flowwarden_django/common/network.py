@@ -12,8 +12,12 @@ within that bound:
 * ``tcp_user_timeout`` (PostgreSQL) and the socket timeout (Redis), 90 % of the
   bound, catch one whose request went unanswered (keepalives do not probe while data
   is unacknowledged);
-* a connect timeout of a third of the bound (PostgreSQL; 90 % of it for Redis) ends a
-  new connection's wait for a server it cannot reach;
+* a connect timeout of a third of the bound (PostgreSQL and MongoDB; 90 % of it for
+  Redis) ends a new connection's wait for a server it cannot reach;
+* pymongo's clients (:func:`mongo_options`) get a heartbeat, a connect and a
+  server-selection timeout of a third of the bound each and a socket timeout of 90 %
+  of it (more than a change stream's ``getMore`` may wait), unless the URL or the
+  options set them.
 * gRPC (Temporal) sends an HTTP/2 ping after half the bound without a frame received,
   and closes the connection when the ping is not answered within the other half; the
   interval is never below 10 s, the least Temporal's server accepts.
@@ -22,8 +26,10 @@ within that bound:
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from ..conf import fw_settings
 from .durations import parse_duration
@@ -130,3 +136,53 @@ def grpc_keepalive(bound: float | None = None) -> GrpcKeepalive:
     """The gRPC keepalive timings for *bound* seconds (``DEAD_CONNECTION_TIMEOUT`` by
     default)."""
     return GrpcKeepalive.within(dead_connection_timeout() if bound is None else bound)
+
+
+#: What a change stream's ``getMore`` may take beyond its ``maxAwaitTimeMS`` before the
+#: socket timeout ends it (the round trip and a busy server).
+MONGO_AWAIT_ROOM_MS = 1000
+#: pymongo's longest heartbeat by default (``heartbeatFrequencyMS``).
+MONGO_HEARTBEAT_MS = 10_000
+
+
+def mongo_options(bound: float | None = None, max_await_ms: int = 0) -> dict[str, int]:
+    """pymongo client options that notice a silent partition within *bound* seconds
+    (``DEAD_CONNECTION_TIMEOUT`` by default).
+
+    The monitor checks the server every third of the bound (at most pymongo's 10 s)
+    and gives up on a check after a third (``connectTimeoutMS``, which is also a new
+    connection's): within two thirds, a silent server is marked unknown and the
+    requests waiting on it are interrupted. An operation then waits a third more for
+    a server to send it to (``serverSelectionTimeoutMS``), and fails: the bound.
+    No request waits longer than 90 % of it for its answer (``socketTimeoutMS``; a
+    change stream's ``getMore``, which the server holds for *max_await_ms*, gets
+    that and :data:`MONGO_AWAIT_ROOM_MS` more). pymongo's own keepalives (2 minutes
+    idle) do not fit a short bound."""
+    bound = dead_connection_timeout() if bound is None else bound
+    third_ms = max(500, int(bound * 1000 / 3))
+    return {
+        "socketTimeoutMS": max(
+            int(bound * REQUEST_SHARE * 1000), max_await_ms + MONGO_AWAIT_ROOM_MS
+        ),
+        "connectTimeoutMS": third_ms,
+        "serverSelectionTimeoutMS": third_ms,
+        "heartbeatFrequencyMS": min(MONGO_HEARTBEAT_MS, third_ms),
+    }
+
+
+def with_mongo_timeouts(
+    url: str, options: Mapping[str, Any], *, bound: float | None = None, max_await_ms: int = 0
+) -> dict[str, Any]:
+    """*options* (``MongoClient`` keyword arguments) with each of :func:`mongo_options`
+    that neither they nor *url*'s query set (pymongo's names are case-insensitive).
+    A client-side operation timeout (``timeoutMS``) owns the socket timeout: then none
+    is added."""
+    given = {name.lower() for name in options}
+    given |= {name.lower() for name, _value in parse_qsl(urlsplit(url).query)}
+    derived = mongo_options(bound, max_await_ms)
+    if "timeoutms" in given:
+        derived.pop("socketTimeoutMS")
+    return {
+        **{name: value for name, value in derived.items() if name.lower() not in given},
+        **options,
+    }

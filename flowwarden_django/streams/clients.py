@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..common.durations import parse_duration
+from ..common.network import with_mongo_timeouts
 from ..conf import fw_settings
 from ..exceptions import MissingExtraError
 from .source import ChangeSource, PymongoChangeSource
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 def client_settings(alias: str) -> tuple[str, dict[str, Any]]:
     """The URL and options of MongoDB client *alias* in ``FLOWWARDEN["MONGO_CLIENTS"]``
-    (sync and async clients are made from the same)."""
+    (sync and async clients are made from the same), with the timeouts of
+    ``DEAD_CONNECTION_TIMEOUT`` the URL and the options do not set (``mongo_options``;
+    the socket timeout leaves a change stream's ``getMore`` its ``STREAM_MAX_AWAIT_MS``)."""
     configured: Mapping[str, Any] = fw_settings.MONGO_CLIENTS or {}
     if alias not in configured:
         raise KeyError(
@@ -30,7 +33,9 @@ def client_settings(alias: str) -> tuple[str, dict[str, Any]]:
             f"(configured: {', '.join(sorted(configured)) or 'none'})"
         )
     config = configured[alias]
-    return config["URL"], dict(config.get("OPTIONS") or {})
+    url, options = config["URL"], dict(config.get("OPTIONS") or {})
+    awaits = max_await_ms(fw_settings.STREAM_MAX_AWAIT_MS)
+    return url, with_mongo_timeouts(url, options, max_await_ms=awaits)
 
 
 class MongoClientHandler:

@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from tests.support.services import free_port
 from tests.support.story_procs import die_with_parent
@@ -163,6 +163,8 @@ class NetworkNamespace:
     cuts: list[float] = field(default_factory=list)
     heals: list[float] = field(default_factory=list)
     closed: bool = False
+    #: The links :meth:`add_link` made (``tests.faults.links.Link``).
+    links: list[Any] = field(default_factory=list)
 
     @classmethod
     def create(cls) -> NetworkNamespace:
@@ -298,11 +300,23 @@ class NetworkNamespace:
         finally:
             self.heal()
 
+    def add_link(self) -> Any:
+        """One more veth pair to the host, with its own ``forward``/``cut``/``heal``
+        (``tests.faults.links.Link``): cut off from one server, reach the others."""
+        from tests.faults.links import Link
+
+        link = Link.create(self)
+        self.links.append(link)
+        return link
+
     def close(self) -> None:
         """Stop the forwarders, delete the namespace and the veth pair. Idempotent."""
         if self.closed:
             return
         self.closed = True
+        for link in self.links:
+            with contextlib.suppress(Exception):
+                link.close()
         for forwarder in self.forwarders:
             with contextlib.suppress(Exception):
                 forwarder.stop()

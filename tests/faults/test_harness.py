@@ -142,3 +142,34 @@ def test_without_root_or_tools_the_reason_says_what_is_missing(monkeypatch):
     monkeypatch.setattr(netns.os, "geteuid", lambda: 0)
     monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "socat" else tool)
     assert "'socat' is not installed (apt-get install socat)" in netns.unavailable_reason()
+
+
+def test_a_second_link_is_cut_on_its_own(namespace, pong_server):
+    """``add_link()``: cut off from one server (over its link) while reaching another
+    (over the namespace's first link); the link goes with the namespace."""
+    link = namespace.add_link()
+    assert link.subnet != namespace.subnet
+    through_link = link.forward(pong_server)
+    through_first = namespace.forward(pong_server)
+    assert through_link.host != through_first.host
+    near = Client(namespace, through_first.host, through_first.port)
+    far = Client(namespace, through_link.host, through_link.port)
+    try:
+        assert near.lines.get(timeout=30) == far.lines.get(timeout=30) == "connected"
+        assert near.ask() == far.ask() == "pong"
+        link.cut()
+        assert far.ask() == "timeout"
+        assert near.ask() == "pong"  # the first link still carries
+        assert _connect_inside(namespace, link.host_address, through_link.port) == "TimeoutError"
+        link.heal()
+        wait_until(lambda: far.ask() == "pong", "the link's connection to answer again")
+        namespace.cut()
+        assert near.ask() == "timeout"
+        assert far.ask() == "pong"  # and the other way round
+        namespace.heal()
+    finally:
+        near.close()
+        far.close()
+    namespace.close()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert link.host_if not in links

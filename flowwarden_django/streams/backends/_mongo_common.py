@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from django.core import checks
 
+from ...common.network import with_mongo_timeouts
 from ..async_source import AsyncMongoClientHandler, new_async_client
 from ._calls import Call, Operation, arun, run
 from ._extras import missing_extra
@@ -107,7 +108,7 @@ class MongoCollection:
         if self._client is None:
             from pymongo import MongoClient
 
-            self._client = MongoClient(self.url, **self.client_options)
+            self._client = MongoClient(self.url, **self.timeout_options())
         return self._collection_on(self._client)
 
     def _collection_on(self, client: Any) -> Any:
@@ -149,8 +150,13 @@ class MongoCollection:
         """
         if self.url is None:
             return None
-        url, options = self.url, self.client_options
+        url, options = self.url, self.timeout_options()
         return lambda: new_async_client(url, options, type(self).__name__)
+
+    def timeout_options(self) -> dict[str, Any]:
+        """``client_options`` with the timeouts of ``DEAD_CONNECTION_TIMEOUT`` that
+        they and the URL do not set (``common.network.mongo_options``)."""
+        return with_mongo_timeouts(self.url or "", self.client_options)
 
     async def async_collection(self) -> Any:
         """The collection on the running loop's async client (made on first use on

@@ -69,7 +69,10 @@ def supervise(consumer: Any, *, burst: bool) -> Decision[None]:
     spec: StreamSpec = consumer.spec
     attempt = 0
     while not consumer.stopping:
-        consumer.state = StreamState.STARTING
+        # A restart's attempt stays ``restarting`` until the stream runs again: an
+        # outage is reported for as long as it lasts, not only between attempts.
+        restarting_now = consumer.restarting_since is not None
+        consumer.state = StreamState.RESTARTING if restarting_now else StreamState.STARTING
         handled_before = consumer.events_handled + consumer.documents_copied
         try:
             yield RunGeneration(burst)
@@ -137,6 +140,18 @@ def restarting(consumer: Any, attempt: int, exc: BaseException) -> float:
     consumer.restarts += 1
     consumer.restart_cause = (attempt, exc)
     return delay
+
+
+def failing(consumer: Any, exc: BaseException) -> None:
+    """A generation is ending on *exc*, an outage: report it now (``restarting``, its
+    error), before the generation's cleanup, which may wait on the same silent server
+    (closing the window, flushing the anchor); :func:`restarting` follows."""
+    if not is_outage(exc) or isinstance(exc, LeaseLostError):
+        return
+    consumer.last_error = exc
+    if consumer.restarting_since is None:
+        consumer.restarting_since = timezone.now()
+    consumer.state = StreamState.RESTARTING
 
 
 def started(consumer: Any) -> None:

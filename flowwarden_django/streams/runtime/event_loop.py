@@ -43,7 +43,7 @@ from ..core.driving import adrive
 from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
 from ..core.generation import consume
 from ..core.heartbeat import Heartbeat
-from ..core.lifecycle import StreamState, supervise
+from ..core.lifecycle import StreamState, failing, supervise
 from ..core.resume import open_arguments, open_stream
 from ..dispatch import AsyncHandlerCaller, is_async
 from ..dlq import DlqStore
@@ -279,6 +279,9 @@ class AsyncStreamConsumer:
         window = await self._open_window(policy)
         try:
             await adrive(consume(self, opened, heartbeat, burst=burst), perform, polls=True)
+        except Exception as exc:
+            failing(self, exc)
+            raise
         finally:
             if window is not None:
                 await window.close()  # the running events finish first: their anchors count

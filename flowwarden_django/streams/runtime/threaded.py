@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 
 from ...common import tracing
-from ...common.connections import discard_unusable_connections
+from ...common.connections import closed_when_lost, discard_unusable_connections
 from ...common.failure_log import FailureLog
 from ...common.stream_attempts import in_transactional_attempt
 from ...common.tracing import event_attributes
@@ -37,7 +37,7 @@ from ..core.driving import drive
 from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
 from ..core.generation import consume
 from ..core.heartbeat import Heartbeat
-from ..core.lifecycle import StreamInvalidatedError, StreamState, supervise
+from ..core.lifecycle import StreamInvalidatedError, StreamState, failing, supervise
 from ..core.resume import HistoryLostError, open_arguments, open_stream
 from ..dispatch import HandlerCaller
 from ..dlq import DlqStore
@@ -190,6 +190,9 @@ class StreamConsumer:
         window = self._open_window()
         try:
             drive(consume(self, opened, heartbeat, burst=burst), perform, polls=True)
+        except Exception as exc:
+            failing(self, exc)
+            raise
         finally:
             if window is not None:
                 window.close()  # the running events finish first: their anchors count
@@ -457,6 +460,7 @@ class StreamConsumer:
                 # The mark inside the transaction: what runs on its commit is not in it.
                 with (
                     transaction.atomic(using=using),
+                    closed_when_lost(using),
                     in_transactional_attempt(self.spec.name, using),
                 ):
                     self._dispatch(handler, ctx)
@@ -518,7 +522,10 @@ class StreamConsumer:
         decision = dead_letter(
             self.spec, effect.error, effect.ctx, effect.lifecycle, self, self._dlq_failures
         )
-        if not self.spec.transactional:
+        queue = self.spec.dead_letter_queue
+        if not self.spec.transactional or queue is None or not queue.enabled:
+            # Without a queue the decision writes nothing (it restarts the stream): no
+            # transaction, so a database that went silent is not waited for again.
             return drive(decision, self._perform)
         with transaction.atomic(using=self.spec.transaction_using):
             return drive(decision, self._perform)

@@ -1,0 +1,163 @@
+"""More links between a test's namespace and the host, one per server, so that a
+process inside can be cut off from one server while it still reaches the others.
+
+::
+
+    with NetworkNamespace.create() as ns:
+        to_mongo = ns.add_link()                   # its own veth pair and /30
+        mongo = to_mongo.forward(27018)            # socat on to_mongo.host_address
+        db = ns.forward(5432)                      # the namespace's first link
+        to_mongo.cut()                             # MongoDB only: PostgreSQL still answers
+        to_mongo.heal()
+
+A :class:`Link` is a veth pair like the namespace's first one: its host end has
+``host_address`` (``.1`` of a free /30 of the lane's block), its namespace end
+``inside_address`` (``.2``), and the namespace end knows the host end's MAC for good,
+so a cut is silent (no "no route to host"). Deleting the namespace deletes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tests.faults import netns
+from tests.faults.netns import Forwarder
+from tests.support.services import free_port
+from tests.support.story_procs import die_with_parent
+
+if TYPE_CHECKING:
+    from tests.faults.netns import NetworkNamespace
+
+
+@dataclass
+class Link:
+    """One more veth pair between a namespace and the host, cut and healed on its own."""
+
+    namespace: str
+    host_if: str
+    inside_if: str
+    subnet: ipaddress.IPv4Network
+    forwarders: list[Forwarder] = field(default_factory=list)
+    #: ``time.monotonic()`` of each :meth:`cut` and :meth:`heal`.
+    cuts: list[float] = field(default_factory=list)
+    heals: list[float] = field(default_factory=list)
+    closed: bool = False
+
+    @classmethod
+    def create(cls, ns: NetworkNamespace) -> Link:
+        """A new pair between *ns* and the host, in a free /30; the link is up."""
+        n = next(netns._counter)
+        pid = int(ns.name.split("-")[2])  # the namespace's creator: remove_stale's key
+        stem = f"f{netns.lane()}-{pid:x}-{n}"
+        if len(stem) > 14:
+            raise RuntimeError(f"interface name {stem!r}h is too long")
+        netns._LOCK_PATH.touch(exist_ok=True)
+        with open(netns._LOCK_PATH) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            link = cls(ns.name, f"{stem}h", f"{stem}n", netns._free_subnet())
+            try:
+                link._build()
+            except BaseException:
+                link.close()
+                raise
+        return link
+
+    def _build(self) -> None:
+        host, inside = self.host_address, self.inside_address
+        netns._ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.inside_if)
+        netns._ip("link", "set", self.inside_if, "netns", self.namespace)
+        netns._ip("addr", "add", f"{host}/30", "dev", self.host_if)
+        netns._ip("link", "set", self.host_if, "up")
+        self._exec_ip("addr", "add", f"{inside}/30", "dev", self.inside_if)
+        self._exec_ip("link", "set", self.inside_if, "up")
+        # As on the first link: a fixed neighbour entry keeps a cut silent.
+        mac = netns.NetworkNamespace._mac(self.host_if)
+        self._exec_ip(
+            "neigh", "replace", host, "lladdr", mac, "dev", self.inside_if, "nud", "permanent"
+        )
+
+    def _exec_ip(self, *args: str) -> None:
+        netns._ip("netns", "exec", self.namespace, "ip", *args)
+
+    @property
+    def host_address(self) -> str:
+        """The host end's address: what a process inside connects to over this link."""
+        return str(self.subnet.network_address + 1)
+
+    @property
+    def inside_address(self) -> str:
+        """The namespace end's address."""
+        return str(self.subnet.network_address + 2)
+
+    def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
+        """A socat from a free port of :attr:`host_address` to *host*:*port* (as
+        ``NetworkNamespace.forward``, over this link)."""
+        listen_port = free_port()
+        keepalive = "keepalive,keepidle=120,keepintvl=10,keepcnt=3"
+        process = subprocess.Popen(
+            [
+                "socat",
+                f"TCP-LISTEN:{listen_port},bind={self.host_address},reuseaddr,fork,{keepalive}",
+                f"TCP:{host}:{port}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+            start_new_session=True,
+        )
+        forwarder = Forwarder((self.host_address, listen_port), (host, port), process)
+        self.forwarders.append(forwarder)
+        deadline = time.monotonic() + 10
+        while not _listens(forwarder):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"socat did not listen on {self.host_address}:{listen_port}")
+            time.sleep(0.02)
+        return forwarder
+
+    def cut(self) -> float:
+        """Set the host end down: nothing crosses this link. The ``monotonic()`` stamp."""
+        netns._ip("link", "set", self.host_if, "down")
+        self.cuts.append(time.monotonic())
+        return self.cuts[-1]
+
+    def heal(self) -> float:
+        """Set the host end up again. The ``monotonic()`` stamp."""
+        netns._ip("link", "set", self.host_if, "up")
+        self.heals.append(time.monotonic())
+        return self.heals[-1]
+
+    @contextlib.contextmanager
+    def partitioned(self) -> Iterator[None]:
+        """Cut inside the block, healed when it ends."""
+        self.cut()
+        try:
+            yield
+        finally:
+            self.heal()
+
+    def close(self) -> None:
+        """Stop the forwarders and delete the pair (the namespace's deletion does too)."""
+        if self.closed:
+            return
+        self.closed = True
+        for forwarder in self.forwarders:
+            with contextlib.suppress(Exception):
+                forwarder.stop()
+        netns._ip("link", "delete", self.host_if, check=False)
+
+
+def _listens(forwarder: Forwarder) -> bool:
+    try:
+        with socket.create_connection(forwarder.listen, timeout=1):
+            return True
+    except OSError:
+        return False
