@@ -82,6 +82,7 @@ INSTANCE_COUNTERS = (
 
 #: The bounds of ``flowwarden_event_duration_seconds`` (prometheus-client's defaults).
 DURATION_BUCKETS = tuple(float(bound) for bound in Histogram.DEFAULT_BUCKETS)
+_BUCKET_COUNT = len(DURATION_BUCKETS)
 
 
 class _EventTally:
@@ -167,6 +168,25 @@ class _EventTally:
             if bucket < len(DURATION_BUCKETS) and duration <= DURATION_BUCKETS[bucket]:
                 self.buckets[bucket] += 1
 
+    def count_processed(self, success: Any, duration: float) -> None:
+        """``processed`` once the histogram has its cells (the runtime's fast path):
+        the labelled children are made when :meth:`fold` first adds to them."""
+        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
+        with self.lock:
+            if success:
+                self.succeeded += 1
+            else:
+                self.failed += 1
+            self.duration_sum += duration
+            if bucket < _BUCKET_COUNT and duration <= DURATION_BUCKETS[bucket]:
+                self.buckets[bucket] += 1
+
+    def fast_processed(self) -> Any:
+        """The callable the runtime calls as each event ends: ``(success, duration)``."""
+        if self.histogram is None:
+            self._first_processed()
+        return self.count_processed if self.cells else self.processed
+
     def _first_processed(self) -> None:
         histogram = self.metrics.event_duration.labels(self.stream)
         self.cells = _has_cells(histogram)
@@ -184,8 +204,12 @@ class _EventTally:
                 self.received_child = self.metrics.events_received.labels(self.stream)
             self.received_child.inc(received)
         if succeeded:
+            if self.succeeded_child is None:
+                self.succeeded_child = self.metrics.events_processed.labels(self.stream, "true")
             self.succeeded_child.inc(succeeded)
         if failed:
+            if self.failed_child is None:
+                self.failed_child = self.metrics.events_processed.labels(self.stream, "false")
             self.failed_child.inc(failed)
         if (succeeded or failed) and self.cells:
             self.histogram._sum.inc(duration_sum)
@@ -373,7 +397,7 @@ class SignalMetrics:
 
     def fast_processed(self, stream: str) -> Any:
         """What the runtime calls as each event of *stream* ends: ``(success, duration)``."""
-        return self._tally(stream).processed
+        return self._tally(stream).fast_processed()
 
     @metrics.fast_path(lambda self, stream: self.fast_processed(stream))
     def on_event_processed(

@@ -19,6 +19,17 @@ from typing import Any
 
 from django.utils import timezone
 
+try:
+    from bson import Timestamp
+except ImportError:  # pymongo is optional: no event then carries one
+
+    class Timestamp:  # type: ignore[no-redef]
+        """Stands in for ``bson.Timestamp`` without pymongo (never instantiated)."""
+
+        def as_datetime(self) -> datetime:
+            raise NotImplementedError
+
+
 from ..context import aware_datetime
 from ..spec import LIFECYCLE_OPERATIONS
 from ..tokens import tokens_equal
@@ -26,7 +37,9 @@ from ..tokens import tokens_equal
 logger = logging.getLogger("flowwarden_django.streams")
 
 #: An anchor's timestamp, or a function that returns it when the anchor is written.
-At = datetime | Callable[[], datetime]
+#: An anchor's timestamp: an aware datetime, a function returning one, or an event's
+#: ``bson.Timestamp`` cluster time (converted when written).
+At = datetime | Callable[[], datetime] | Timestamp
 
 
 def event_anchor_at(event: Mapping[str, Any]) -> At:
@@ -38,9 +51,11 @@ def event_anchor_at(event: Mapping[str, Any]) -> At:
     cluster_time = event.get("clusterTime")
     if cluster_time is None:
         return timezone.now()
+    if type(cluster_time) is Timestamp:
+        return cluster_time  # converted by resolve_at (no bound method made per event)
     as_datetime = getattr(cluster_time, "as_datetime", None)
     if as_datetime is not None:
-        return as_datetime  # a bson.Timestamp: its aware UTC datetime, when called
+        return as_datetime  # a Timestamp-like: its aware UTC datetime, when called
     return functools.partial(_cluster_anchor_at, cluster_time)
 
 
@@ -63,7 +78,9 @@ def refuses_manual_save(stream_name: str, ctx: Any, policy: Any) -> bool:
 
 def resolve_at(at: At) -> datetime:
     """The timestamp *at* stands for."""
-    return at() if callable(at) else at
+    if type(at) is Timestamp:
+        return at.as_datetime()
+    return at() if callable(at) else at  # type: ignore[return-value]
 
 
 class AnchorLedger:

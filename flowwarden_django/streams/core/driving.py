@@ -4,17 +4,18 @@
 awaits it (the asyncio runtime). Both send the result back into the decision, or
 throw the effect's exception into it, until the decision returns.
 
-``PollCursor`` comes once per event and means the same to every driver (the cursor's
-``try_next()``): with ``polls=True`` (the runtimes' consuming loops) the driver polls
-the cursor itself, without a call to *perform*; a test's script sees every effect.
+``PollCursor`` and ``HandleEvent`` come once per event: a runtime's consuming loop
+passes ``fast``, a function for each of those effect types, which the driver calls
+instead of the general *perform* (its dispatch costs more than the call); a test's
+script sees every effect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, TypeVar
 
-from .effects import Effect, PollCursor
+from .effects import Effect
 
 T = TypeVar("T")
 
@@ -22,17 +23,23 @@ T = TypeVar("T")
 Decision = Generator[Effect, Any, T]
 
 
-def drive(decision: Decision[T], perform: Callable[[Effect], Any], *, polls: bool = False) -> T:
-    """Run *decision* to its end, performing each effect with ``perform(effect)``
-    (``PollCursor`` itself with *polls*)."""
+#: Functions of the effects a driver performs most often, by effect type.
+FastPaths = Mapping[type, Callable[[Any], Any]]
+
+_NO_FAST_PATHS: FastPaths = {}
+
+
+def drive(
+    decision: Decision[T], perform: Callable[[Effect], Any], *, fast: FastPaths = _NO_FAST_PATHS
+) -> T:
+    """Run *decision* to its end, performing each effect with ``perform(effect)``, or
+    with ``fast[type(effect)](effect)`` when *fast* has its type."""
     try:
         effect = next(decision)
         while True:
             try:
-                if polls and type(effect) is PollCursor:
-                    result = effect.cursor.try_next()
-                else:
-                    result = perform(effect)
+                direct = fast.get(type(effect))
+                result = perform(effect) if direct is None else direct(effect)
             except Exception as exc:
                 effect = decision.throw(exc)
             else:
@@ -42,17 +49,19 @@ def drive(decision: Decision[T], perform: Callable[[Effect], Any], *, polls: boo
 
 
 async def adrive(
-    decision: Decision[T], perform: Callable[[Effect], Awaitable[Any]], *, polls: bool = False
+    decision: Decision[T],
+    perform: Callable[[Effect], Awaitable[Any]],
+    *,
+    fast: FastPaths = _NO_FAST_PATHS,
 ) -> T:
-    """``drive`` for async drivers: each effect is ``await perform(effect)``."""
+    """``drive`` for async drivers: each effect is ``await perform(effect)`` (or its
+    function in *fast*, awaited)."""
     try:
         effect = next(decision)
         while True:
             try:
-                if polls and type(effect) is PollCursor:
-                    result = await effect.cursor.try_next()
-                else:
-                    result = await perform(effect)
+                direct = fast.get(type(effect))
+                result = await (perform(effect) if direct is None else direct(effect))
             except Exception as exc:
                 effect = decision.throw(exc)
             else:

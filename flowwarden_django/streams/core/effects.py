@@ -39,6 +39,12 @@ class PollCursor(Effect):
     cursor: Any
 
 
+def poll_cursor(effect: PollCursor) -> Any:
+    """Perform ``PollCursor``, as every driver does: the cursor's ``try_next()`` (a
+    coroutine for an async cursor)."""
+    return effect.cursor.try_next()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CloseCursor(Effect):
     """Close the cursor."""

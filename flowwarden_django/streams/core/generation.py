@@ -48,7 +48,8 @@ WINDOW_IDLE_WAIT = 0.05
 
 def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool) -> Decision[None]:
     """Handle the events of *opened* until *consumer* stops (or, with *burst*, until a
-    poll finds nothing). *consumer* counts ``events_handled`` and ``heartbeats``, says
+    poll finds nothing). *consumer* counts ``heartbeats`` and, on ``consumer.counts``
+    (itself, or the object that holds its counters), ``events_handled``; it says
     whether it is ``stopping`` and raises ``LeaseLostError`` from ``check_lease()``."""
     started(consumer)
     spec: StreamSpec = consumer.spec
@@ -57,6 +58,8 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
     beating = bool(heartbeat.interval)
     parallel = spec.windowed
     announcer = announcer_for(name)
+    # Where the consumer keeps its counters: plain attributes to add to once per event.
+    counts = consumer.counts
     cause = None  # the lifecycle event an invalidate follows
     cursor, event = opened.cursor, opened.first_event
     # Effects without per-event arguments, made once: they are values.
@@ -110,7 +113,8 @@ def consume(consumer: Any, opened: Opened, heartbeat: Heartbeat, *, burst: bool)
             if consumer.stopping:
                 break
             raise ConnectionError("an event was left unsettled; resubscribing")
-        counted(consumer)
+        counts.events_handled += 1  # counted(consumer), inlined: once per event
+        counts.last_event_stamp = time.time()
         if beating:  # the idle heartbeat's clock (nothing else reads it)
             heartbeat.last_activity = heartbeat.monotonic()
         event = None

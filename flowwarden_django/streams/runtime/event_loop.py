@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -40,6 +41,7 @@ from ..context import ChangeContext
 from ..core import effects
 from ..core.anchors import event_anchor_at, refuses_manual_save
 from ..core.driving import adrive
+from ..core.effects import poll_cursor
 from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
 from ..core.generation import consume
 from ..core.heartbeat import Heartbeat
@@ -201,6 +203,11 @@ class AsyncStreamConsumer:
     def stopping(self) -> bool:
         return self._stop_requested
 
+    @property
+    def counts(self) -> StreamConsumer:
+        """Where the counters are kept (the thread side), to add to them directly."""
+        return self._thread_side
+
     def _lease_lost(self) -> bool:
         return self.lease_valid is not None and not self.lease_valid()
 
@@ -278,7 +285,9 @@ class AsyncStreamConsumer:
         flusher = self._start_flusher(policy)
         window = await self._open_window(policy)
         try:
-            await adrive(consume(self, opened, heartbeat, burst=burst), perform, polls=True)
+            await adrive(
+                consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths
+            )
         except Exception as exc:
             failing(self, exc)
             raise
@@ -438,6 +447,16 @@ class AsyncStreamConsumer:
 
     def _context(self, event: Mapping[str, Any], event_id: str | None = None) -> ChangeContext:
         return ChangeContext(event, stream_name=self.spec.name, event_id=event_id, **self.actions)
+
+    @functools.cached_property
+    def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
+        """The consuming loop's per-event effects, performed without ``_perform``."""
+        return {effects.PollCursor: poll_cursor, effects.HandleEvent: self._handle_effect}
+
+    def _handle_effect(self, effect: effects.HandleEvent) -> Awaitable[Any]:
+        if tracing.recording():
+            return self._handle_traced(effect.event, effect.operation, effect.event_id)
+        return self._handle_event(effect.event, effect.operation, effect.event_id)
 
     async def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
         """Handle one event, in a ``flowwarden.stream.event`` span when OpenTelemetry

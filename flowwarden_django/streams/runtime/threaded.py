@@ -11,6 +11,7 @@ thread and the database connections' housekeeping.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import threading
@@ -34,6 +35,7 @@ from ..context import ChangeContext
 from ..core import effects
 from ..core.anchors import event_anchor_at, refuses_manual_save
 from ..core.driving import drive
+from ..core.effects import poll_cursor
 from ..core.events import FilterError, attempt_loop, dead_letter, park_on_request
 from ..core.generation import consume
 from ..core.heartbeat import Heartbeat
@@ -152,6 +154,11 @@ class StreamConsumer:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def counts(self) -> StreamConsumer:
+        """Where the counters are kept: this consumer (the core adds to them)."""
+        return self
+
     def check_lease(self) -> None:
         """Raise ``LeaseLostError`` when this process no longer leads the stream."""
         if self.lease_valid is not None and not self.lease_valid():
@@ -189,7 +196,7 @@ class StreamConsumer:
         flusher = self._start_flusher()
         window = self._open_window()
         try:
-            drive(consume(self, opened, heartbeat, burst=burst), perform, polls=True)
+            drive(consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths)
         except Exception as exc:
             failing(self, exc)
             raise
@@ -264,7 +271,9 @@ class StreamConsumer:
             case effects.PollCursor(cursor):
                 return cursor.try_next()
             case effects.HandleEvent(event, operation, event_id):
-                return self._handle(event, operation, event_id)
+                if tracing.recording():
+                    return self._handle(event, operation, event_id)
+                return self._handle_event(event, operation, event_id)
             case effects.Submit(event, operation, event_id):
                 return self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
             case effects.WindowBusy():
@@ -321,6 +330,16 @@ class StreamConsumer:
         raise TypeError(f"not an effect of the consumer core: {effect!r}")
 
     # -- one event --------------------------------------------------------------------
+
+    @functools.cached_property
+    def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
+        """The consuming loop's per-event effects, performed without ``_perform``."""
+        return {effects.PollCursor: poll_cursor, effects.HandleEvent: self._handle_effect}
+
+    def _handle_effect(self, effect: effects.HandleEvent) -> Any:
+        if tracing.recording():
+            return self._handle(effect.event, effect.operation, effect.event_id)
+        return self._handle_event(effect.event, effect.operation, effect.event_id)
 
     def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
         """Handle one event (``effects.HandleEvent``), in a ``flowwarden.stream.event``
