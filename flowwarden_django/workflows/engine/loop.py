@@ -87,7 +87,13 @@ from .calling import StepAttemptFailed, StepTimeoutError, call_step
 from .opening import Opened, seed_snapshot
 from .saving import RunWriter
 from .signals import send_step_attempted
-from .transactional import RolledBack, SaveFailed, attempt_transaction, commit_with
+from .transactional import (
+    RolledBack,
+    SaveFailed,
+    attempt_transaction,
+    commit_with,
+    transaction_alias,
+)
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -410,6 +416,8 @@ class _Execution(RunWriter):
         each attempt's transaction (``engine.transactional``): an error of the save is
         raised as it is, never retried as the step's."""
         attempts = current.max_retries + 1
+        if current.transactional:  # ImproperlyConfigured: no attempt could commit
+            transaction_alias(self, current)
         if self.attempt is None:
             tries: Iterable[int] = range(1, attempts + 1)
             errors: list[AttemptError] = []
@@ -466,7 +474,7 @@ class _Execution(RunWriter):
                 return rolled_back.outcome
             except SaveFailed as failed:  # refused by the fence, say: its writes undone
                 self.attempted(current, attempt, (time.perf_counter() - started) * 1000)
-                raise failed.error from None
+                raise failed.error from failed.error.__cause__
             except Exception as exc:
                 elapsed = (time.perf_counter() - started) * 1000
                 self.attempted(current, attempt, elapsed, type(exc).__name__)
