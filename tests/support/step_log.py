@@ -52,11 +52,16 @@ def wait_for_file(path: str, every: float = 0.05) -> None:
 def write_effect(state: dict[str, Any], ctx: Any, using: str | None = None) -> None:
     """Write the ``Effect`` row of this execution of a transactional step, before it is
     logged: ``stream`` ``"<cid>:<step>:<pid>"``, ``order_id`` the execution's number
-    (as ``record`` will count it), on database *using* (the runs')."""
+    (as ``record`` will count it), on database *using* (the runs'; default: the
+    worker's ``FLOWWARDEN_TEST_WORKFLOW_DB``, else ``default``)."""
+    from django.conf import settings
+
     from tests.testapp.models import Effect
 
+    # A worker's runs are on its FLOWWARDEN_TEST_WORKFLOW_DB.
+    using = using or getattr(settings, "FLOWWARDEN_TEST_WORKFLOW_DB", None) or "default"
     stream = f"{ctx.coordination_id}:{ctx.step_name}:{os.getpid()}"
-    Effect.objects.using(using or "default").create(order_id=count(state, ctx) + 1, stream=stream)
+    Effect.objects.using(using).create(order_id=count(state, ctx) + 1, stream=stream)
 
 
 def assert_committed_once(cid: str, step: str, log: str, using: str, execution: int) -> None:
