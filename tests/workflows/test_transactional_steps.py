@@ -242,3 +242,23 @@ def test_a_transactional_step_needs_the_orm_store_on_the_runs_database() -> None
     with pytest.raises(ImproperlyConfigured, match="on one database"):
         other.run(None)
     assert effects(cid) == []
+
+
+def test_the_system_check_names_a_transactional_step_that_cannot_commit() -> None:
+    from flowwarden_django.checks import check_transactional_steps
+    from flowwarden_django.workflows import workflow_registry
+
+    write = writing("checked", advance)
+    Workflow.define("txn-check-memory", [write], InMemorySnapshotStore(), using=DB)
+    Workflow.define("txn-check-apart", [write], OrmSnapshotStore(using="default"), using=DB)
+    Workflow.define("txn-check-fine", [write], store(), using=DB)
+    try:
+        messages = check_transactional_steps()
+    finally:
+        for name in ("txn-check-memory", "txn-check-apart", "txn-check-fine"):
+            workflow_registry.unregister(name)
+    ours = {m.msg.split("'")[1]: m for m in messages if "'txn-check-" in m.msg}
+    assert sorted(ours) == ["txn-check-apart", "txn-check-memory"]
+    assert {m.id for m in ours.values()} == {"flowwarden_django.E212"}
+    assert "needs the ORM snapshot store" in ours["txn-check-memory"].msg
+    assert "on one database" in ours["txn-check-apart"].msg

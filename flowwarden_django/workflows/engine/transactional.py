@@ -11,7 +11,8 @@ back with it: a runner cut off mid-step whose late commit the fence refuses leav
 effect behind, and a step's effects are committed once.
 
 The constraints: the snapshot store is the ORM store (``OrmSnapshotStore``) on the
-same database as the runs (``ImproperlyConfigured`` when the step runs otherwise);
+same database as the runs (``ImproperlyConfigured`` when the step runs otherwise, and
+``manage.py check`` says so: E212);
 the step writes through that database alias (other databases and outside services
 are not in the transaction); it takes no ``timeout`` (the transaction lives on the
 runner's thread, which a timeout would give up on). The claim keeper renews the lease
@@ -52,24 +53,27 @@ class SaveFailed(Exception):
         self.error = error
 
 
+def store_problem(store: Any, runs_db: str) -> str | None:
+    """Why a transactional step cannot commit with its snapshots in *store*, its runs
+    being on database *runs_db*; ``None`` when it can."""
+    alias_of = getattr(store, "transaction_alias", None)
+    if alias_of is None:
+        return f"needs the ORM snapshot store (OrmSnapshotStore), not {type(store).__name__}"
+    alias = alias_of()
+    if alias != runs_db:
+        return f"needs its snapshots and its runs on one database, not {alias!r} and {runs_db!r}"
+    return None
+
+
 def transaction_alias(writer: RunWriter, current: WorkflowStep) -> str:
     """The database of transactional step *current*'s transaction: the runs' one,
     which must be its ORM snapshot store's; ``ImproperlyConfigured`` otherwise."""
-    alias_of = getattr(writer.store, "transaction_alias", None)
-    if alias_of is None:
+    problem = store_problem(writer.store, writer.runs.db)
+    if problem is not None:
         raise ImproperlyConfigured(
-            f"workflow {writer.name!r}: step {current.name!r} is transactional, which "
-            f"needs the ORM snapshot store (OrmSnapshotStore), not "
-            f"{type(writer.store).__name__}"
+            f"workflow {writer.name!r}: step {current.name!r} is transactional, which {problem}"
         )
-    alias = alias_of()
-    if alias != writer.runs.db:
-        raise ImproperlyConfigured(
-            f"workflow {writer.name!r}: step {current.name!r} is transactional, which "
-            f"needs its snapshots and its runs on one database, not {alias!r} and "
-            f"{writer.runs.db!r}"
-        )
-    return alias
+    return writer.runs.db
 
 
 @contextmanager
