@@ -39,6 +39,7 @@ from flowwarden_django.workflows.backends.memory import InMemorySnapshotStore
 from flowwarden_django.workflows.backends.orm import OrmSnapshotStore
 from flowwarden_django.workflows.definition.metadata import LAST_STEP
 from tests.support.lanes import lane_marks
+from tests.support.polling import wait_until
 from tests.testapp.models import Effect
 
 DB = "postgres"
@@ -262,3 +263,51 @@ def test_the_system_check_names_a_transactional_step_that_cannot_commit() -> Non
     assert {m.id for m in ours.values()} == {"flowwarden_django.E212"}
     assert "needs the ORM snapshot store" in ours["txn-check-memory"].msg
     assert "on one database" in ours["txn-check-apart"].msg
+
+
+def test_a_long_transactional_step_keeps_its_claim(settings: Any) -> None:
+    """The claim keeper renews the lease from its own connection while the step's
+    transaction is open: past its lease (1 s) the run is still held, and another
+    runner is refused."""
+    settings.FLOWWARDEN = {**settings.FLOWWARDEN, "WORKFLOW_RUN_LEASE": "1s"}
+    cid = new_cid()
+    renewed, may_go = threading.Event(), threading.Event()
+    seen: set[Any] = set()
+
+    def claimed_until() -> Any:  # read in the step's transaction: renewals are committed
+        return WorkflowRun.objects.using(DB).values_list("claimed_until", flat=True).get(pk=cid)
+
+    @step("long", transactional=True)
+    def long(state: Any, ctx: StepContext) -> Any:
+        Effect.objects.using(DB).create(order_id=1, stream=f"{cid}:long")
+        started = claimed_until()
+        # Six renewals (every quarter of the lease): well past the lease it started with.
+        wait_until(lambda: seen.add(claimed_until()) or len(seen) > 6, "renewals", timeout=30)
+        assert claimed_until() > started
+        renewed.set()
+        assert may_go.wait(30)
+        return advance(state)
+
+    wf = Workflow("txn-long", cid, [long], store(), using=DB)
+    errors: list[BaseException] = []
+    results: list[Any] = []
+
+    def body() -> None:
+        try:
+            results.append(wf.run("s"))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    try:
+        assert renewed.wait(30)
+        with pytest.raises(ConcurrentRunError):
+            wf.run("s")
+    finally:
+        may_go.set()
+        thread.join(30)
+    assert errors == [] and results == [Completed("s", cid)]
+    assert effects(cid) == [f"{cid}:long"]
