@@ -46,17 +46,26 @@ DB = "postgres"
 
 pytestmark = lane_marks("postgres", databases=[DB])
 
+#: The tests of one runner also run on SQLite (``default``).
+BOTH = pytest.mark.parametrize(
+    "db",
+    [
+        pytest.param("default", marks=pytest.mark.django_db(transaction=True)),
+        pytest.param(DB, marks=lane_marks("postgres", databases=[DB])),
+    ],
+)
+
 
 def new_cid() -> str:
     return f"txn-{uuid.uuid4().hex[:12]}"
 
 
-def store() -> OrmSnapshotStore:
-    return OrmSnapshotStore(using=DB)
+def store(db: str = DB) -> OrmSnapshotStore:
+    return OrmSnapshotStore(using=db)
 
 
-def effects(cid: str) -> list[str]:
-    rows = Effect.objects.using(DB).filter(stream__startswith=f"{cid}:")
+def effects(cid: str, db: str = DB) -> list[str]:
+    rows = Effect.objects.using(db).filter(stream__startswith=f"{cid}:")
     return sorted(rows.values_list("stream", flat=True))
 
 
@@ -183,18 +192,19 @@ def test_a_late_save_before_the_new_runner_saves_is_refused_by_the_fence() -> No
     assert (run.status, run.runner) == ("completed", "")
 
 
-def writing(cid: str, then: Callable[[int], Any], **options: Any) -> Any:
+def writing(cid: str, then: Callable[[int], Any], db: str = DB, **options: Any) -> Any:
     """A transactional step that writes an ``Effect`` row per attempt, then *then*."""
 
     @step("write", transactional=True, retry_delay=0, **options)
     def write(state: Any, ctx: StepContext) -> Any:
-        Effect.objects.using(DB).create(order_id=ctx.attempt, stream=f"{cid}:{ctx.attempt}")
+        Effect.objects.using(db).create(order_id=ctx.attempt, stream=f"{cid}:{ctx.attempt}")
         return then(ctx.attempt)
 
     return write
 
 
-def test_each_attempt_is_a_transaction_of_its_own() -> None:
+@BOTH
+def test_each_attempt_is_a_transaction_of_its_own(db: str) -> None:
     cid = new_cid()
 
     def flaky(attempt: int) -> Any:
@@ -202,29 +212,32 @@ def test_each_attempt_is_a_transaction_of_its_own() -> None:
             raise RuntimeError(f"attempt {attempt}")
         return advance(attempt)
 
-    wf = Workflow("txn-retry", cid, [writing(cid, flaky, max_retries=2)], store(), using=DB)
+    wf = Workflow("txn-retry", cid, [writing(cid, flaky, db, max_retries=2)], store(db), using=db)
     assert wf.run(None) == Completed(3, cid)
-    assert effects(cid) == [f"{cid}:3"]
+    assert effects(cid, db) == [f"{cid}:3"]
 
 
-def test_a_returned_fail_rolls_the_steps_writes_back() -> None:
+@BOTH
+def test_a_returned_fail_rolls_the_steps_writes_back(db: str) -> None:
     cid = new_cid()
-    wf = Workflow("txn-fail", cid, [writing(cid, lambda attempt: fail("no"))], store(), using=DB)
+    failing = writing(cid, lambda attempt: fail("no"), db)
+    wf = Workflow("txn-fail", cid, [failing], store(db), using=db)
     result = wf.run(None)
     assert isinstance(result, Failed) and result.reason == "no"
-    assert effects(cid) == []
-    assert WorkflowRun.objects.using(DB).get(pk=cid).status == "failed"
+    assert effects(cid, db) == []
+    assert WorkflowRun.objects.using(db).get(pk=cid).status == "failed"
 
 
-def test_a_jump_the_step_may_not_make_rolls_its_writes_back() -> None:
+@BOTH
+def test_a_jump_the_step_may_not_make_rolls_its_writes_back(db: str) -> None:
     cid = new_cid()
     then = step("then")(lambda state: advance(state))
     last = step("last")(lambda state: advance(state))
-    jumping = writing(cid, lambda attempt: advance(attempt, to="last"), goes_to=[])
-    wf = Workflow("txn-jump", cid, [jumping, then, last], store(), using=DB)
+    jumping = writing(cid, lambda attempt: advance(attempt, to="last"), db, goes_to=[])
+    wf = Workflow("txn-jump", cid, [jumping, then, last], store(db), using=db)
     result = wf.run(None)
     assert isinstance(result, Failed) and "last" in result.reason
-    assert effects(cid) == []
+    assert effects(cid, db) == []
 
 
 def test_a_transactional_step_takes_no_timeout() -> None:

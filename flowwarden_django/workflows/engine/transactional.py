@@ -17,7 +17,8 @@ the step writes through that database alias (other databases and outside service
 are not in the transaction); it takes no ``timeout`` (the transaction lives on the
 runner's thread, which a timeout would give up on). The claim keeper renews the lease
 from its own thread and connection meanwhile, so a long step keeps its claim; its row
-locks are held until the step's snapshot commits.
+locks are held until the step's snapshot commits (on SQLite, the database's write
+lock: every other writer waits, the keeper too).
 """
 
 from __future__ import annotations
