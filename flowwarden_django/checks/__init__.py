@@ -24,7 +24,9 @@ code does not define; W205 unfinished runs stand
 after a step their defined version lacks; E205 ``WORKFLOW_QUEUES`` is wrong (not a
 dict, an unknown option, a bad limit or rate, no limit); W206 a defined workflow
 declares a queue it does not configure; W207 runs wait for a slot of a queue it no
-longer configures; E211 pending approvals have a decision form that no longer loads.
+longer configures; E211 pending approvals have a decision form that no longer loads;
+E212 a transactional step's snapshots cannot commit with its writes (not the ORM store,
+or not on the runs' database).
 Declared streams:
 E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_CLIENTS``
 alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
@@ -38,8 +40,9 @@ connections lack the heartbeat, timeouts and keepalives that notice one.
 
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
 itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``,
-``approvals``, ``queues``, ``endpoints`` (health details, metrics, the API's password
-throttle) and ``network`` (bounds on silent partitions). Importing this package
+``approvals``, ``transactional`` (transactional steps), ``queues``, ``endpoints``
+(health details, metrics, the API's password throttle) and ``network`` (bounds on
+silent partitions). Importing this package
 registers every one of them.
 """
 
@@ -59,6 +62,7 @@ from .network import check_postgres_keepalives
 from .queues import check_declared_queues, check_runs_on_unknown_queues, check_workflow_queues
 from .stores import check_checkpoint_stores, check_snapshot_encryption
 from .streams import check_bson_available, check_mongo_clients, check_streams
+from .transactional import check_transactional_steps
 from .workflows import (
     check_execution_fallback,
     check_scheduled_starts,
@@ -88,6 +92,7 @@ __all__ = [
     "check_streams",
     "check_temporal",
     "check_time_zone_support",
+    "check_transactional_steps",
     "check_workflow_execution",
     "check_workflow_queues",
 ]

@@ -10,7 +10,11 @@ settings merged into ``FLOWWARDEN``).
 (``tests.support.step_log``). The second, ``slow``, on its first execution waits
 until the file ``state["release"]`` exists (the test creates it once the link is
 healed, so the cut-off runner's commit comes after the healing); executed again (by
-the runner that took the run over), it sleeps ``state["sleep"]`` seconds.
+the runner that took the run over), it sleeps ``state["sleep"]`` seconds. ``slow`` is
+transactional (``@step(transactional=True)``): before anything else, each execution
+writes one ``Effect`` row (``stream``: ``"<cid>:slow:<pid>"``, ``order_id``: the
+execution's number) in the runs' database, committed with the step's snapshot, so the
+cut-off runner's row is rolled back with its refused save (``step_log.write_effect``).
 
 The runner prints JSON lines: ``started``; ``log`` for each warning the package logs
 (``t``: ``time.time()``), which is how the test sees the runner notice the partition;
@@ -35,11 +39,13 @@ STEPS = ("one", "slow", "three", "four")
 def define(store: Any, using: str | None = None) -> Any:
     """Register ``wf-partitioned`` on *store*; its definition."""
     from flowwarden_django.workflows import Workflow, advance, step
-    from tests.support.step_log import record, then
+    from tests.support.step_log import record, then, write_effect
 
     def logged_step(name: str) -> Any:
-        @step(name)
+        @step(name, transactional=name == "slow")
         def run_step(state: dict[str, Any], ctx: Any) -> Any:
+            if name == "slow":  # in the step's transaction, before the test sees it start
+                write_effect(state, ctx, using)
             executions = record(state, ctx)
             if name == "slow" and executions == 1:
                 while not Path(state["release"]).exists():

@@ -23,7 +23,9 @@ worker's step: its late save is refused, by the fence (the task is dropped: "no
 longer holds", or "another runner" for the snapshot's ``seq``) when its database
 connection survived, or on the connection its keepalives declared dead
 (``OperationalError``). Nothing is written twice: one snapshot per ``seq``; ``slow``
-ran twice, every other step once. The cut-off worker then exits on SIGTERM within 10 s.
+ran twice, every other step once; ``slow`` is transactional, and its ``Effect`` row is
+committed once (the cut-off worker's rolled back with its save). The cut-off worker
+then exits on SIGTERM within 10 s.
 
 The 5 s partition runs under a 2 s claim lease and ``WORKFLOW_RECOVER_AFTER``, so that
 it outlasts them; the 60 s one under the defaults (10 s each).
@@ -66,7 +68,7 @@ from tests.support.celery_workflow_settings import transport_options
 from tests.support.lanes import lane_marks
 from tests.support.polling import wait_until
 from tests.support.services import SERVICES
-from tests.support.step_log import assert_chained, executions
+from tests.support.step_log import assert_chained, assert_committed_once, executions
 from tests.support.story_procs import ROOT
 
 DB = "postgres"
@@ -273,6 +275,8 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         inside.kill()
         if host is not None:
             host.kill()
+        # Its connections end: a transaction the cut-off worker left open rolls back.
+        pg_forwarder.stop()
     lease = settings.get("FLOWWARDEN_CELERY_RUN_LEASE", "10s")
     cut = took.cut_at
     report(
@@ -290,3 +294,5 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
     counts = Counter(e["step"] for e in executions(state["log"]))
     assert counts == {"one": 1, "slow": 2, "three": 1, "four": 1}
     assert_chained(definition.workflow(cid), ["one", "slow", "three", "four"])
+    # The transactional slow step's effect: the host's worker's execution's row, once.
+    assert_committed_once(cid, "slow", state["log"], DB, execution=2)

@@ -23,7 +23,8 @@ test releases it, once the run has completed and the partition has lasted its
 length. Its late save is then refused: by the fence (the activity logs "not saved,
 the run was taken over"), or on the connection its keepalives declared dead. Nothing
 is written twice: one snapshot per ``seq``; ``slow`` ran twice, every other step
-once. The cut-off worker then exits on SIGTERM within 10 s.
+once; ``slow`` is transactional, and its ``Effect`` row is committed once (the
+cut-off worker's rolled back with its save). The cut-off worker then exits on SIGTERM within 10 s.
 
 The 5 s partition runs under a 2 s heartbeat timeout and a 2 s claim lease, so that
 it outlasts both; the 60 s one under flowwarden's defaults (10 s and 10 s).
@@ -59,7 +60,7 @@ from tests.support import temporal_workflows as flows
 from tests.support.lanes import lane_marks
 from tests.support.polling import wait_until
 from tests.support.services import SERVICES, temporal_binary
-from tests.support.step_log import assert_chained, executions
+from tests.support.step_log import assert_chained, assert_committed_once, executions
 from tests.support.temporal_procs import DevServer, TemporalWorker, worker_environment
 
 DB = "postgres"
@@ -211,6 +212,8 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
         inside.stop(timeout=0)
         if host is not None:
             host.stop()
+        # Its connections end: a transaction the cut-off worker left open rolls back.
+        pg_forwarder.stop()
     cut = took.cut_at
     report(
         f"[faults] Temporal worker cut off from PostgreSQL and Temporal for "
@@ -227,6 +230,8 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
     counts = Counter(e["step"] for e in executions(state["log"]))
     assert counts == {"one": 1, "slow": 2, "three": 1, "four": 1}
     assert_chained(Workflow.for_coordination(cid, using=DB), ["one", "slow", "three", "four"])
+    # The transactional slow step's effect: the host's worker's execution's row, once.
+    assert_committed_once(cid, "slow", state["log"], DB, execution=2)
 
 
 #: What the cut-off worker logs when it notices the partition: the SDK cancels a step

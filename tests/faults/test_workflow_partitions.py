@@ -14,7 +14,8 @@ by the fence (``ConcurrentRunError``) when its connection survived (the 5 s
 partition), or on the connection its keepalives declared dead during the 60 s one
 (``OperationalError``: the engine does not reconnect to save). Either way nothing is
 written: one snapshot per ``seq``, the slow step ran twice (once per runner), every
-other step once. The cut-off process then exits on SIGTERM.
+other step once, and the slow step, transactional, committed its ``Effect`` row once:
+the cut-off runner's was rolled back with its save. The cut-off process then exits on SIGTERM.
 
 The 5 s partition runs under a 2 s claim lease (and ``WORKFLOW_RECOVER_AFTER``), so
 that it outlasts the lease; the 60 s one under the defaults (10 s).
@@ -43,7 +44,7 @@ from tests.faults.processes import WorkflowProcess, database_env
 from tests.support.lanes import lane_marks
 from tests.support.polling import wait_until
 from tests.support.services import SERVICES
-from tests.support.step_log import assert_chained, executions
+from tests.support.step_log import assert_chained, assert_committed_once, executions
 
 DB = "postgres"
 #: The run completes on the host within this many seconds of the cut (the issue's bound).
@@ -134,6 +135,8 @@ def test_a_runner_cut_off_mid_step_is_taken_over_and_its_late_save_refused(
     finally:
         runner.stop(signal.SIGKILL)
         sweeper.stop()
+        # Its connections end: a transaction the cut-off runner left open rolls back.
+        forwarder.stop()
     noticed = [e for e in runner.events() if e["event"] == "log" and e["t"] >= cut_wall]
     noticed_after = (
         f"{noticed[0]['t'] - cut_wall:.1f} s ({noticed[0]['message'][:120]!r})"
@@ -157,6 +160,8 @@ def test_a_runner_cut_off_mid_step_is_taken_over_and_its_late_save_refused(
     counts = Counter(e["step"] for e in executions(state["log"]))
     assert counts == {"one": 1, "slow": 2, "three": 1, "four": 1}
     assert_chained(definition.workflow(cid), list(partitioned_workflow.STEPS))
+    # The transactional slow step's effect: the sweeper's execution's row, once.
+    assert_committed_once(cid, "slow", state["log"], DB, execution=2)
     assert _run(cid).attempts >= 1
 
 

@@ -67,7 +67,8 @@ MESSAGE_LOOP = "fw-celery-message-loop"
 LOOP_TIMES = 5
 #: ``one``, ``slow``, ``three``, ``four`` (``tests/faults/test_celery_partitions.py``):
 #: ``slow``'s first execution waits until the file ``state["release"]`` exists, any
-#: later one sleeps ``state["sleep"]`` seconds.
+#: later one sleeps ``state["sleep"]`` seconds. ``slow`` is transactional and writes one
+#: ``Effect`` row per execution (``step_log.write_effect``).
 PARTITIONED = "fw-celery-partitioned"
 #: Longer than any test waits: the first run of ``slow`` only ends by being killed.
 SLOW_SECONDS = 300.0
@@ -167,8 +168,10 @@ def slow_every_time(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
-@step("slow")
+@step("slow", transactional=True)
 def slow_until_released(state: dict[str, Any], ctx: Any) -> Any:
+    """Transactional: its ``Effect`` row commits with its snapshot (``write_effect``)."""
+    step_log.write_effect(state, ctx)
     if _record(state, ctx) == 1:
         step_log.wait_for_file(state["release"])
     else:

@@ -31,6 +31,11 @@ def append(state: dict[str, Any], ctx: Any, **extra: Any) -> None:
 def record(state: dict[str, Any], ctx: Any, **extra: Any) -> int:
     """Append this execution to the log; how many times the step has started."""
     append(state, ctx, **extra)
+    return count(state, ctx)
+
+
+def count(state: dict[str, Any], ctx: Any) -> int:
+    """How many times the step of *ctx* has started, as its log says."""
     return sum(
         1
         for e in executions(state["log"])
@@ -42,6 +47,32 @@ def wait_for_file(path: str, every: float = 0.05) -> None:
     """Wait until *path* exists (a test's cue to end a step)."""
     while not os.path.exists(path):
         time.sleep(every)
+
+
+def write_effect(state: dict[str, Any], ctx: Any, using: str | None = None) -> None:
+    """Write the ``Effect`` row of this execution of a transactional step, before it is
+    logged: ``stream`` ``"<cid>:<step>:<pid>"``, ``order_id`` the execution's number
+    (as ``record`` will count it), on database *using* (the runs'; default: the
+    worker's ``FLOWWARDEN_TEST_WORKFLOW_DB``, else ``default``)."""
+    from django.conf import settings
+
+    from tests.testapp.models import Effect
+
+    # A worker's runs are on its FLOWWARDEN_TEST_WORKFLOW_DB.
+    using = using or getattr(settings, "FLOWWARDEN_TEST_WORKFLOW_DB", None) or "default"
+    stream = f"{ctx.coordination_id}:{ctx.step_name}:{os.getpid()}"
+    Effect.objects.using(using).create(order_id=count(state, ctx) + 1, stream=stream)
+
+
+def assert_committed_once(cid: str, step: str, log: str, using: str, execution: int) -> None:
+    """Run *cid*'s step *step* committed exactly one ``Effect`` row (``write_effect``):
+    its execution number *execution*'s, in the process that logged it."""
+    from tests.testapp.models import Effect
+
+    ran = [e for e in executions(log) if (e["cid"], e["step"]) == (cid, step)]
+    rows = Effect.objects.using(using).filter(stream__startswith=f"{cid}:{step}:")
+    committed = sorted(rows.values_list("stream", "order_id"))
+    assert committed == [(f"{cid}:{step}:{ran[execution - 1]['pid']}", execution)], committed
 
 
 def then(state: dict[str, Any], name: str) -> dict[str, Any]:

@@ -124,11 +124,13 @@ def slow(state: dict[str, Any], ctx: Any) -> Any:
     return advance(then(state, "slow"))
 
 
-@step("slow")
+@step("slow", transactional=True)
 def slow_until_released(state: dict[str, Any], ctx: Any) -> Any:
     """On its first execution, waits for ``state["release"]`` even when the SDK
     cancels it (as a step blocked in a call that does not look at cancellation would):
-    it then returns, and its worker tries to save it."""
+    it then returns, and its worker tries to save it. Transactional: its ``Effect``
+    row commits with its snapshot (``step_log.write_effect``)."""
+    step_log.write_effect(state, ctx)
     if _record(state, ctx) == 1:
         while True:
             try:

@@ -286,6 +286,11 @@ class OrmSnapshotStore(RunStatementsMixin, SnapshotRowsMixin, SnapshotStore):
     def _alias(self) -> str:
         return self.using or router.db_for_write(SnapshotRecord)
 
+    def transaction_alias(self) -> str:
+        """The database its rows are written to: a transactional step's writes commit
+        there, in one transaction with the step's snapshot (``engine.transactional``)."""
+        return self._alias()
+
     def _rows(self, alias: str | None = None) -> QuerySet[SnapshotRecord]:
         return SnapshotRecord.objects.using(alias or self._alias())
 

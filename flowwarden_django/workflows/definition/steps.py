@@ -269,6 +269,9 @@ class WorkflowStep:
     any step (see ``definition.graph``). ``kind``: what the step does, for the
     admin's diagram: one of ``STEP_KINDS`` (``"approval"``, ``"sleep"``, ``"spawn"``,
     ``"wait"``), or ``None`` (the default: a plain step; nothing checks it).
+    ``transactional``: the step's writes to the runs' database commit in one
+    transaction with its snapshot, so a save the fence refuses rolls them back (see
+    ``engine.transactional``); it takes no ``timeout``.
     """
 
     name: str = ""
@@ -279,6 +282,7 @@ class WorkflowStep:
     patches: tuple[str, ...] = ()
     goes_to: tuple[str, ...] | None = None
     kind: str | None = None
+    transactional: bool = False
 
     def __init__(
         self,
@@ -291,6 +295,7 @@ class WorkflowStep:
         patches: Sequence[str] | None = None,
         goes_to: Sequence[str] | None = None,
         kind: str | None = None,
+        transactional: bool | None = None,
     ) -> None:
         if name is not None:
             self.name = name
@@ -307,6 +312,8 @@ class WorkflowStep:
             self.short = short
         if kind is not None:
             self.kind = kind
+        if transactional is not None:
+            self.transactional = transactional
         if self.kind is not None and self.kind not in STEP_KINDS:
             raise ValueError(
                 f"kind must be one of {', '.join(STEP_KINDS)} or None, not {self.kind!r}"
@@ -321,6 +328,13 @@ class WorkflowStep:
             raise ValueError(f"timeout must be > 0 seconds or None, not {self.timeout!r}")
         if self.short is not None and not isinstance(self.short, bool):
             raise ValueError(f"short must be True, False or None, not {self.short!r}")
+        if not isinstance(self.transactional, bool):
+            raise ValueError(f"transactional must be True or False, not {self.transactional!r}")
+        if self.transactional and self.timeout is not None:
+            raise ValueError(
+                f"step {self.name!r}: a transactional step takes no timeout (its "
+                "transaction lives on the runner's thread, which a timeout would give up on)"
+            )
 
     def execute(self, state: Any, ctx: StepContext) -> StepOutcome:
         """Do the step's work on *state*; return an outcome."""
@@ -377,6 +391,7 @@ def step(
     patches: Sequence[str] | None = None,
     goes_to: Sequence[str] | None = None,
     kind: str | None = None,
+    transactional: bool = False,
 ) -> Callable[[Callable[..., StepOutcome]], FunctionStep]: ...
 
 
@@ -390,6 +405,7 @@ def step(
     patches: Sequence[str] | None = None,
     goes_to: Sequence[str] | None = None,
     kind: str | None = None,
+    transactional: bool = False,
 ) -> FunctionStep | Callable[[Callable[..., StepOutcome]], FunctionStep]:
     """Make a ``WorkflowStep`` from a function::
 
@@ -404,7 +420,8 @@ def step(
     ``goes_to=["poll", "ship"]`` declares the steps it may jump to besides the next
     one (``advance(state, to="poll")``; see ``definition.graph``). ``kind="approval"``
     (or ``"sleep"``, ``"spawn"``, ``"wait"``) names what the step does for the admin's
-    diagram.
+    diagram. ``transactional=True`` commits the step's database writes with its
+    snapshot, in one transaction of the runs' database (see ``WorkflowStep``).
     """
     if callable(name):
         return FunctionStep(name)
@@ -420,6 +437,7 @@ def step(
             patches=patches,
             goes_to=goes_to,
             kind=kind,
+            transactional=transactional,
         )
 
     return decorate

@@ -23,11 +23,12 @@ effect and its snapshot repeats it on resume. ``ctx.idempotency_key`` helps.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from django.utils import timezone
@@ -86,6 +87,13 @@ from .calling import StepAttemptFailed, StepTimeoutError, call_step
 from .opening import Opened, seed_snapshot
 from .saving import RunWriter
 from .signals import send_step_attempted
+from .transactional import (
+    RolledBack,
+    SaveFailed,
+    attempt_transaction,
+    commit_with,
+    transaction_alias,
+)
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -200,15 +208,26 @@ class _Execution(RunWriter):
                 furthest = furthest_index(wf.steps, head.metadata)
                 book = PatchBook(recorded_patches(head.metadata), wf.steps, index, furthest)
             state = first_state if executed == 0 else head.state
-            outcome = self.execute(
-                current, state, pending_input, decision, book or NO_PATCHES, children, message, head
+            # The last step this execution may run lets go of the run with its snapshot.
+            releases = max_steps is not None and executed + 1 >= max_steps
+            place = _Place(
+                current, index, index == last, head, book, pending_input is not None, releases
             )
-            target = "" if isinstance(outcome, Fail) else jump_of(outcome)
-            if target:
-                problem = jump_problem(wf.name, wf.steps, index, target)
-                if problem:
-                    logger.error("workflow %s (%s): %s", self.name, self.cid, problem)
-                    outcome = Fail(problem)
+            committed: list[WorkflowSnapshot] = []
+            outcome = self.execute(
+                current,
+                state,
+                pending_input,
+                decision,
+                book or NO_PATCHES,
+                children,
+                message,
+                head,
+                commit=functools.partial(self.commit_outcome, place, committed)
+                if current.transactional
+                else None,
+            )
+            outcome, target = self.checked_outcome(place, outcome)
             if isinstance(outcome, Fail):
                 if not self.last_copy_out():
                     # The other copy's attempt decides: this one wrote nothing.
@@ -218,18 +237,12 @@ class _Execution(RunWriter):
                     failed["step_errors"] = None
                 self.finish(status=RunStatus.FAILED, **failed)
                 return Failed(head.state, self.cid, current.name, outcome.reason)
-            # The last step this execution may run lets go of the run with its snapshot.
-            releases = max_steps is not None and executed + 1 >= max_steps
-            head = self.persist(
-                head,
-                current.name,
-                outcome,
-                consumed_input=pending_input is not None,
-                completes=index == last and not target,
-                releases=releases,
-                patches=None if book is None else book.after(current),
-                position=position_metadata(wf.steps, head.metadata, index, target),
-            )
+            if committed:  # saved with the step's writes; told once committed
+                head = committed[0]
+                if isinstance(outcome, Pause):
+                    outcome.on_paused(self.workflow, head)
+            else:
+                head = self.save_outcome(place, outcome, target)
             last_step = current.name
             pending_input = decision = message = None
             children = ()
@@ -247,6 +260,46 @@ class _Execution(RunWriter):
                 return _running(head, self.cid, last_step)
             index = cast(int, step_index(wf.steps, target)) if target else index + 1
             executed += 1
+
+    def checked_outcome(self, place: _Place, outcome: StepOutcome) -> tuple[StepOutcome, str]:
+        """*outcome* of the step at *place*, a ``Fail`` when it jumps where its step
+        may not; the step it jumps to (``""``: the next one)."""
+        target = "" if isinstance(outcome, Fail) else jump_of(outcome)
+        if target:
+            steps = self.workflow.steps
+            problem = jump_problem(self.workflow.name, steps, place.index, target)
+            if problem:
+                logger.error("workflow %s (%s): %s", self.name, self.cid, problem)
+                return Fail(problem), ""
+        return outcome, target
+
+    def save_outcome(
+        self, place: _Place, outcome: StepOutcome, target: str, notify: bool = True
+    ) -> WorkflowSnapshot:
+        """Persist *outcome* of the step at *place* (``persist``)."""
+        current, book, head = place.step, place.book, place.head
+        return self.persist(
+            head,
+            current.name,
+            outcome,
+            consumed_input=place.consumed_input,
+            completes=place.is_last and not target,
+            releases=place.releases,
+            patches=None if book is None else book.after(current),
+            position=position_metadata(self.workflow.steps, head.metadata, place.index, target),
+            fenced=current.transactional,
+            notify=notify,
+        )
+
+    def commit_outcome(
+        self, place: _Place, committed: list[WorkflowSnapshot], outcome: StepOutcome
+    ) -> None:
+        """Save *outcome* of the transactional step at *place* in its attempt's
+        transaction (into *committed*); ``RolledBack`` for a ``Fail``."""
+        outcome, target = self.checked_outcome(place, outcome)
+        if isinstance(outcome, Fail):
+            raise RolledBack(outcome)
+        committed.append(self.save_outcome(place, outcome, target, notify=False))
 
     def decision_asked(
         self, head: WorkflowSnapshot, pending_input: Any
@@ -356,10 +409,15 @@ class _Execution(RunWriter):
         children: tuple[ChildResult, ...] = (),
         message: Message | None = None,
         head: WorkflowSnapshot | None = None,
+        commit: Callable[[StepOutcome], Any] | None = None,
     ) -> StepOutcome:
         """Run one step (from snapshot *head*) with its retries and timeout; a ``Fail``
-        when attempts run out."""
+        when attempts run out. A transactional step's *commit* saves its outcome in
+        each attempt's transaction (``engine.transactional``): an error of the save is
+        raised as it is, never retried as the step's."""
         attempts = current.max_retries + 1
+        if current.transactional:  # ImproperlyConfigured: no attempt could commit
+            transaction_alias(self, current)
         if self.attempt is None:
             tries: Iterable[int] = range(1, attempts + 1)
             errors: list[AttemptError] = []
@@ -388,24 +446,35 @@ class _Execution(RunWriter):
             try:
                 # The attributes are only made when a span is recorded.
                 attributes = functools.partial(self.step_attributes, current, attempt)
-                with tracing.span("flowwarden.workflow.step", attributes):
+                with (
+                    tracing.span("flowwarden.workflow.step", attributes),
+                    attempt_transaction(self, current),
+                ):
                     outcome = call_step(current, state, ctx)
                     if not isinstance(outcome, _OUTCOMES):
                         raise TypeError(
                             f"step {current.name!r} returned {outcome!r}; return advance(), "
                             "hibernate(), sleep(), done() or fail()"
                         )
-                elapsed = (time.perf_counter() - started) * 1000
-                self.timing = StepTiming(
-                    elapsed,
-                    attempt,
-                    tuple(errors),
-                    started_at=started_at,
-                    worker=runner_instance(),
-                    provider=self.workflow.executed_by,
-                )
+                    elapsed = (time.perf_counter() - started) * 1000
+                    self.timing = StepTiming(
+                        elapsed,
+                        attempt,
+                        tuple(errors),
+                        started_at=started_at,
+                        worker=runner_instance(),
+                        provider=self.workflow.executed_by,
+                    )
+                    if commit is not None:
+                        commit_with(commit, outcome)
                 self.attempted(current, attempt, elapsed)
                 return outcome
+            except RolledBack as rolled_back:  # a Fail: its writes undone
+                self.attempted(current, attempt, (time.perf_counter() - started) * 1000)
+                return rolled_back.outcome
+            except SaveFailed as failed:  # refused by the fence, say: its writes undone
+                self.attempted(current, attempt, (time.perf_counter() - started) * 1000)
+                raise failed.error from failed.error.__cause__
             except Exception as exc:
                 elapsed = (time.perf_counter() - started) * 1000
                 self.attempted(current, attempt, elapsed, type(exc).__name__)
@@ -449,6 +518,21 @@ class _Execution(RunWriter):
         send_step_attempted(
             self.workflow.name, self.workflow.version, current.name, attempt, ms / 1000, error
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Place:
+    """Where the step loop is: the step about to run, its index (and whether it is
+    the last), the snapshot it runs from, its patch book, whether it consumes the
+    run's input, and whether the execution lets go of the run with its snapshot."""
+
+    step: WorkflowStep
+    index: int
+    is_last: bool
+    head: WorkflowSnapshot
+    book: PatchBook | None
+    consumed_input: bool
+    releases: bool
 
 
 #: What a step may return.

@@ -188,13 +188,18 @@ class RunWriter:
         releases: bool = False,
         patches: dict[str, bool] | None = None,
         position: dict[str, str] | None = None,
+        fenced: bool = False,
+        notify: bool = True,
     ) -> WorkflowSnapshot:
         """Save the snapshot of step *step_name* (parent: *head*, ``seq``: head's + 1)
         and move the run record to it; *completes*: it was the workflow's last step
         (falling off the end completes the run); *releases*: let go of the run with
         it (the execution's last step: ``max_steps``), in the same statement;
         *patches*: the run's patch answers, recorded with the snapshot; *position*:
-        where the run continues when the step jumped (``graph.position_metadata``).
+        where the run continues when the step jumped (``graph.position_metadata``);
+        *fenced*: never the plain ``INSERT`` below, always the save that moves the run
+        only while this runner holds it (a transactional step's); *notify*: call a
+        pause's ``on_paused`` (else the caller does, once its transaction committed).
 
         A plain step (``advance`` of a step before the last, no input consumed, the
         lease young) saves the snapshot alone, one ``INSERT``: its explicit ``seq``
@@ -206,7 +211,7 @@ class RunWriter:
         name = self.name
         if (
             isinstance(outcome, Advance)
-            and not (completes or consumed_input or releases)
+            and not (completes or consumed_input or releases or fenced)
             and time.monotonic() < self.young_until
         ):
             metadata = {LAST_STEP: step_name, WORKFLOW_NAME: name, WORKFLOW_DONE: "false"}
@@ -266,7 +271,7 @@ class RunWriter:
         if hands_off:  # no longer this execution's to release
             self.released = True
             self.handed = (handed_at, saved)
-        if isinstance(outcome, Pause):
+        if notify and isinstance(outcome, Pause):
             outcome.on_paused(self.workflow, saved)
         return saved
 
