@@ -175,7 +175,7 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
     # The system checks, one module per area, all registered by importing the package.
     assert {path.stem for path in (PACKAGE / "checks").glob("*.py")} == {
         "__init__", "configuration", "stores", "streams", "workflows", "approvals", "queues",
-        "endpoints", "network",
+        "endpoints", "network", "transactional",
     }  # fmt: skip
 
 
@@ -196,7 +196,8 @@ def test_streams_shows_its_architecture() -> None:
     packages = {path.name for path in streams.iterdir() if (path / "__init__.py").is_file()}
     assert packages == {"backends", "core", "initial_sync", "operations", "runtime"}
     assert {path.stem for path in streams.glob("*.py")} == {
-        "__init__", "async_source", "checkpoint", "clients", "context", "dispatch", "dlq",
+        "__init__", "announcer", "async_source", "checkpoint", "clients", "context", "dispatch",
+        "dlq",
         "locks", "metrics", "registry", "remote_events", "source", "spec", "stores", "tokens",
         "validation",
         # 0.1.0's paths of modules that moved below: deprecated, removed in 0.3
@@ -278,6 +279,7 @@ def test_workflows_shows_its_architecture() -> None:
         assert "moved_module" in (workflows / f"{stem}.py").read_text(), stem
     assert {path.stem for path in (workflows / "engine").glob("*.py")} == {
         "__init__", "workflow", "opening", "loop", "saving", "calling", "starting", "signals",
+        "transactional",
     }  # fmt: skip
     too_long = {
         str(path.relative_to(PACKAGE)): length
