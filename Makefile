@@ -20,6 +20,11 @@ TEST_WORKERS ?= 4
 # `make test` runs them after the others, once no other `make test` sharing this lock
 # file (the other CI lane, say) still runs its main part.
 QUIET_LOCK ?= $(or $(FLOWWARDEN_TEST_QUIET_LOCK),/tmp/flowwarden-test-quiet.lock)
+# Markers `make test` leaves out (`make test TEST_SKIP=faults`: .ci/run runs the fault
+# tests beside the lanes, with `make test-faults`).
+TEST_SKIP ?=
+# The fault tests mostly wait for a partition to end: more processes than cores.
+FAULT_WORKERS ?= 4
 
 .PHONY: demo test test-fast test-faults test-deps print-venv lint format docs serve serve-demo bench clean
 
@@ -37,7 +42,8 @@ test: $(VENV)/.test-installed
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m sphinx -W -q -b html -d $(VENV)/docs-doctrees docs $(VENV)/docs-html
 	@status=0; \
-	flock -s $(QUIET_LOCK) $(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=10 -m "not quiet" || status=1; \
+	flock -s $(QUIET_LOCK) $(PY) -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=10 \
+		-m "not quiet$(foreach marker,$(TEST_SKIP), and not $(marker))" || status=1; \
 	echo "== the quiet tests (time-sensitive figures), alone on the machine"; \
 	flock -x $(QUIET_LOCK) $(PY) -m pytest -m quiet || status=1; \
 	exit $$status
@@ -50,7 +56,7 @@ test-fast: $(VENV)/.test-installed
 ## test-faults: the network-fault tests alone (tests/faults: silent partitions of a
 ## namespace of the test's own; they need root, iproute2 and socat, and skip without)
 test-faults: $(VENV)/.test-installed
-	$(PY) -m pytest -n 2 -q -m faults tests/faults
+	$(PY) -m pytest -n $(FAULT_WORKERS) -q --durations=10 -m faults tests/faults
 
 ## test-deps: set up the virtualenv of `make test` without running anything
 test-deps: $(VENV)/.test-installed
