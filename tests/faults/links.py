@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,8 +28,6 @@ from typing import TYPE_CHECKING
 
 from tests.faults import netns
 from tests.faults.netns import Forwarder
-from tests.support.services import free_port
-from tests.support.story_procs import die_with_parent
 
 if TYPE_CHECKING:
     from tests.faults.netns import NetworkNamespace
@@ -100,27 +96,8 @@ class Link:
     def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
         """A socat from a free port of :attr:`host_address` to *host*:*port* (as
         ``NetworkNamespace.forward``, over this link)."""
-        listen_port = free_port()
-        keepalive = "keepalive,keepidle=120,keepintvl=10,keepcnt=3"
-        process = subprocess.Popen(
-            [
-                "socat",
-                f"TCP-LISTEN:{listen_port},bind={self.host_address},reuseaddr,fork,{keepalive}",
-                f"TCP:{host}:{port}",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
-            start_new_session=True,
-        )
-        forwarder = Forwarder((self.host_address, listen_port), (host, port), process)
+        forwarder = netns.start_forwarder(self.host_address, port, host)
         self.forwarders.append(forwarder)
-        deadline = time.monotonic() + 10
-        while not _listens(forwarder):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"socat did not listen on {self.host_address}:{listen_port}")
-            time.sleep(0.02)
         return forwarder
 
     def cut(self) -> float:
@@ -153,11 +130,3 @@ class Link:
             with contextlib.suppress(Exception):
                 forwarder.stop()
         netns._ip("link", "delete", self.host_if, check=False)
-
-
-def _listens(forwarder: Forwarder) -> bool:
-    try:
-        with socket.create_connection(forwarder.listen, timeout=1):
-            return True
-    except OSError:
-        return False

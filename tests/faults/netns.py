@@ -150,6 +150,45 @@ class Forwarder:
         self.process.wait(5)
 
 
+def start_forwarder(bind_address: str, port: int, host: str = "127.0.0.1") -> Forwarder:
+    """A socat listening on a free port of *bind_address*, connecting to *host*:*port*;
+    returned once it listens."""
+    listen_port = free_port()
+    # socat forks a child per connection, in its process group (stop() kills it).
+    # If this process is SIGKILLed, socat dies with it, and the children's
+    # keepalives end them once the namespace is gone: after 2.5 min, longer than
+    # any partition of a test, so the host end stays as silent as a server.
+    keepalive = "keepalive,keepidle=120,keepintvl=10,keepcnt=3"
+    process = subprocess.Popen(
+        [
+            "socat",
+            f"TCP-LISTEN:{listen_port},bind={bind_address},reuseaddr,fork,{keepalive}",
+            f"TCP:{host}:{port}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
+        start_new_session=True,
+    )
+    forwarder = Forwarder((bind_address, listen_port), (host, port), process)
+    deadline = time.monotonic() + 10
+    while not _listens(forwarder):
+        if process.poll() is not None or time.monotonic() > deadline:
+            forwarder.stop()
+            raise RuntimeError(f"socat did not listen on {bind_address}:{listen_port}")
+        time.sleep(0.02)
+    return forwarder
+
+
+def _listens(forwarder: Forwarder) -> bool:
+    try:
+        with socket.create_connection(forwarder.listen, timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 @dataclass
 class NetworkNamespace:
     """A namespace with a veth pair to the host; see the module's docstring."""
@@ -244,40 +283,9 @@ class NetworkNamespace:
 
     def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
         """A socat from a free port of :attr:`host_address` to *host*:*port*."""
-        listen_port = free_port()
-        # socat forks a child per connection, in its process group (stop() kills it).
-        # If this process is SIGKILLed, socat dies with it, and the children's
-        # keepalives end them once the namespace is gone: after 2.5 min, longer than
-        # any partition of a test, so the host end stays as silent as a server.
-        keepalive = "keepalive,keepidle=120,keepintvl=10,keepcnt=3"
-        process = subprocess.Popen(
-            [
-                "socat",
-                f"TCP-LISTEN:{listen_port},bind={self.host_address},reuseaddr,fork,{keepalive}",
-                f"TCP:{host}:{port}",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
-            start_new_session=True,
-        )
-        forwarder = Forwarder((self.host_address, listen_port), (host, port), process)
+        forwarder = start_forwarder(self.host_address, port, host)
         self.forwarders.append(forwarder)
-        deadline = time.monotonic() + 10
-        while not self._listens(forwarder):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"socat did not listen on {self.host_address}:{listen_port}")
-            time.sleep(0.02)
         return forwarder
-
-    @staticmethod
-    def _listens(forwarder: Forwarder) -> bool:
-        try:
-            with socket.create_connection(forwarder.listen, timeout=1):
-                return True
-        except OSError:
-            return False
 
     def cut(self) -> float:
         """Set the host end down: from now on, nothing crosses. The ``monotonic()`` stamp."""
