@@ -6,6 +6,7 @@ only)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from importlib.util import find_spec
 from typing import Any
@@ -14,7 +15,7 @@ from django.conf import settings
 from django.core import checks
 
 from ..common.durations import parse_duration
-from ..common.network import postgres_options
+from ..common.network import SERVER_IDLE_SETTING, postgres_options
 from ..conf import SETTING_NAME, fw_settings
 
 
@@ -22,7 +23,9 @@ from ..conf import SETTING_NAME, fw_settings
 def check_postgres_keepalives(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """``check --deploy``: W501 for a PostgreSQL database whose ``OPTIONS`` leave libpq's
     keepalive timings or ``tcp_user_timeout`` unset (or turn keepalives off): a silent
-    partition then blocks a query for the kernel's retransmission timeout (~15 min)."""
+    partition then blocks a query for the kernel's retransmission timeout (~15 min);
+    or whose ``options`` do not set ``idle_in_transaction_session_timeout``: the
+    server then keeps the locks of a transaction cut off mid-way for as long."""
     if not isinstance(getattr(settings, SETTING_NAME, {}), Mapping):
         return []
     try:
@@ -45,14 +48,10 @@ def postgres_keepalive_warnings(
         if "postg" not in str(entry.get("ENGINE", "")):
             continue
         options = entry.get("OPTIONS") or {}
-        missing = {
-            key: value
-            for key, value in wanted.items()
-            if key not in options or (key == "keepalives" and not options[key])
-        }
+        missing = {key: value for key, value in wanted.items() if _lacks(options, key)}
         if not missing:
             continue
-        literal = ", ".join(f'"{key}": {value}' for key, value in missing.items())
+        literal = ", ".join(f'"{key}": {json.dumps(value)}' for key, value in missing.items())
         messages.append(
             checks.Warning(
                 f'DATABASES["{alias}"]["OPTIONS"] lacks {", ".join(missing)}: on a silent '
@@ -62,11 +61,24 @@ def postgres_keepalive_warnings(
                 f'{bound:g} s ({SETTING_NAME}["DEAD_CONNECTION_TIMEOUT"]).',
                 hint=f'Add to DATABASES["{alias}"]["OPTIONS"]: {{{literal}}} (libpq '
                 "parameters; tcp_user_timeout is in milliseconds and needs PostgreSQL 12+ "
-                "client libraries).",
+                f"client libraries; add {SERVER_IDLE_SETTING} to options you already "
+                "have).",
                 id="flowwarden_django.W501",
             )
         )
     return messages
+
+
+def _lacks(options: Mapping[str, Any], key: str) -> bool:
+    """Whether *options* lack what :func:`postgres_options` sets for *key*: the key, a
+    true ``keepalives``, ``idle_in_transaction_session_timeout`` in ``options``."""
+    if key not in options:
+        return True
+    if key == "keepalives":
+        return not options[key]
+    if key == "options":
+        return SERVER_IDLE_SETTING not in str(options[key])
+    return False
 
 
 @checks.register(deploy=True)

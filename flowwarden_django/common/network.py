@@ -14,6 +14,12 @@ within that bound:
   is unacknowledged);
 * a connect timeout of a third of the bound (PostgreSQL and MongoDB; 90 % of it for
   Redis) ends a new connection's wait for a server it cannot reach;
+* PostgreSQL's ``idle_in_transaction_session_timeout`` (the bound, set for the
+  session through libpq's ``options``) ends, on the server, a transaction whose client
+  went silent in the middle of it: without it the server keeps that session and its
+  row locks (an anchor's row, a settled mark) until its own TCP gives up, minutes
+  later, and the client's next transaction, on a new connection once the link is
+  back, waits for those locks all that time;
 * pymongo's clients (:func:`mongo_options`) get a heartbeat, a connect and a
   server-selection timeout of a third of the bound each and a socket timeout of 90 %
   of it (more than a change stream's ``getMore`` may wait), unless the URL or the
@@ -65,9 +71,15 @@ def dead_connection_timeout() -> float:
     return parse_duration(fw_settings.DEAD_CONNECTION_TIMEOUT)
 
 
-def postgres_options(bound: float | None = None) -> dict[str, int]:
+#: The PostgreSQL setting that ends a session left idle inside a transaction (in
+#: milliseconds): :func:`postgres_options` sets it to the bound through ``options``.
+SERVER_IDLE_SETTING = "idle_in_transaction_session_timeout"
+
+
+def postgres_options(bound: float | None = None) -> dict[str, int | str]:
     """The libpq parameters (a ``DATABASES`` entry's ``OPTIONS``) that notice a silent
-    partition within *bound* seconds (``DEAD_CONNECTION_TIMEOUT`` by default)."""
+    partition within *bound* seconds (``DEAD_CONNECTION_TIMEOUT`` by default), on the
+    client and, for a transaction it left open, on the server."""
     bound = dead_connection_timeout() if bound is None else bound
     timings = KeepaliveTimings.within(bound)
     return {
@@ -77,6 +89,7 @@ def postgres_options(bound: float | None = None) -> dict[str, int]:
         "keepalives_interval": timings.interval,
         "keepalives_count": timings.probes,
         "tcp_user_timeout": int(bound * REQUEST_SHARE * 1000),
+        "options": f"-c {SERVER_IDLE_SETTING}={int(bound * 1000)}",
     }
 
 

@@ -39,15 +39,31 @@ def test_a_postgres_database_without_keepalives_gets_w501_with_what_to_add():
     assert "30 s" in warning.msg
     assert (
         '{"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, '
-        '"keepalives_count": 4, "tcp_user_timeout": 27000}'
+        '"keepalives_count": 4, "tcp_user_timeout": 27000, '
+        '"options": "-c idle_in_transaction_session_timeout=30000"}'
     ) in warning.hint
 
 
 def test_w501_names_only_what_is_missing_and_follows_the_bound():
     given = {"connect_timeout": 4, "keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2}
     (warning,) = w501(given, 12)
-    assert '{"keepalives_count": 4, "tcp_user_timeout": 10800}' in warning.hint
+    assert (
+        '{"keepalives_count": 4, "tcp_user_timeout": 10800, '
+        '"options": "-c idle_in_transaction_session_timeout=12000"}'
+    ) in warning.hint
     assert "keepalives_idle" not in warning.hint
+
+
+def test_w501_asks_for_the_server_side_idle_timeout_in_the_options_given():
+    """A session cut off inside a transaction keeps its locks on the server until
+    ``idle_in_transaction_session_timeout`` ends it: W501 asks for it in ``options``,
+    beside whatever else they set."""
+    mine = {**postgres_options(), "options": "-c search_path=app"}
+    (warning,) = w501(mine)
+    assert "lacks options" in warning.msg
+    assert '"options": "-c idle_in_transaction_session_timeout=30000"' in warning.hint
+    both = "-c search_path=app -c idle_in_transaction_session_timeout=60000"
+    assert w501({**postgres_options(), "options": both}) == []
 
 
 def test_w501_is_quiet_when_the_options_are_there_and_for_other_engines():
