@@ -8,6 +8,9 @@ request in flight goes unanswered until the client's own bound ends it (PostgreS
 ``tcp_user_timeout``; Redis: the socket timeout), both from
 ``DEAD_CONNECTION_TIMEOUT``. The link then heals and the client, connecting again,
 is answered.
+
+A client cut off inside a transaction (``tests.faults.cut_transaction``) leaves the
+server no lock once the link heals: the server ended its session within the bound.
 """
 
 from __future__ import annotations
@@ -74,3 +77,57 @@ def test_a_client_notices_a_silent_partition_within_the_bound(
         "healing"
     )
     assert code is not None, "the client did not exit on SIGTERM"
+
+
+@pytest.mark.slow
+@pytest.mark.lane("postgres")
+def test_a_transaction_cut_off_before_its_commit_holds_no_lock_after_healing(
+    namespace: NetworkNamespace, tmp_path
+):
+    """The server ends a session whose client a partition cut off inside its
+    transaction within the bound (``idle_in_transaction_session_timeout`` in
+    ``postgres_options()``), so its locks are gone when the link heals.
+
+    Without it the server kept that session, and the lock, well after a 55 s
+    partition healed (measured: still held 15 s later): a stream cut off while it
+    wrote its anchor then waited that long for its own dead session's row lock.
+    """
+    import psycopg  # the lane's driver
+
+    server, bound, partition = SERVICES["postgres"], 3, 55.0
+    key = int(time.time_ns() % 2**31)
+    go = tmp_path / "go"
+    forwarder = namespace.forward(server.port, server.host)
+    where = [forwarder.host, str(forwarder.port), "postgres"]
+    client = JsonLinesProcess(
+        ["tests.faults.cut_transaction", *where, str(key), str(go)],
+        {"FW_FAULT_FLOWWARDEN": json.dumps({"DEAD_CONNECTION_TIMEOUT": f"{bound}s"})},
+        tmp_path / "client",
+        wrap=namespace.command,
+    )
+    try:
+        wait_until(lambda: client.event("locked"), "the client's lock", timeout=60)
+        cut_at = namespace.cut()
+        go.touch()  # its COMMIT goes nowhere
+        failed = wait_until(lambda: client.event("error"), "the COMMIT failing", bound + SLACK)
+        time.sleep(max(0.0, cut_at + partition - time.monotonic()))  # the partition itself
+        namespace.heal()
+        began = time.monotonic()
+        with psycopg.connect(
+            host=server.host, port=server.port, dbname="postgres", user="postgres", autocommit=True
+        ) as other:
+            # A hang guard, not the verdict: without the server's timeout it expires.
+            other.execute(f"SET lock_timeout = '{int(SLACK)}s'")
+            other.execute("SELECT pg_advisory_lock(%s)", (key,))
+            other.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        waited = time.monotonic() - began
+    except BaseException:
+        print(client.describe())
+        raise
+    finally:
+        client.stop(signal.SIGTERM, timeout=10)
+    report(
+        f"[faults] postgres transaction cut off before its COMMIT ({failed['error']}), "
+        f"DEAD_CONNECTION_TIMEOUT {bound} s, partition {partition:.0f} s: its lock taken "
+        f"again {waited:.1f} s after healing"
+    )
