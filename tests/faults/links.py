@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Link:
+class Link(netns.HostLink):
     """One more veth pair between a namespace and the host, cut and healed on its own."""
 
     namespace: str
@@ -82,44 +80,6 @@ class Link:
 
     def _exec_ip(self, *args: str) -> None:
         netns._ip("netns", "exec", self.namespace, "ip", *args)
-
-    @property
-    def host_address(self) -> str:
-        """The host end's address: what a process inside connects to over this link."""
-        return str(self.subnet.network_address + 1)
-
-    @property
-    def inside_address(self) -> str:
-        """The namespace end's address."""
-        return str(self.subnet.network_address + 2)
-
-    def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
-        """A socat from a free port of :attr:`host_address` to *host*:*port* (as
-        ``NetworkNamespace.forward``, over this link)."""
-        forwarder = netns.start_forwarder(self.host_address, port, host)
-        self.forwarders.append(forwarder)
-        return forwarder
-
-    def cut(self) -> float:
-        """Set the host end down: nothing crosses this link. The ``monotonic()`` stamp."""
-        netns._ip("link", "set", self.host_if, "down")
-        self.cuts.append(time.monotonic())
-        return self.cuts[-1]
-
-    def heal(self) -> float:
-        """Set the host end up again. The ``monotonic()`` stamp."""
-        netns._ip("link", "set", self.host_if, "up")
-        self.heals.append(time.monotonic())
-        return self.heals[-1]
-
-    @contextlib.contextmanager
-    def partitioned(self) -> Iterator[None]:
-        """Cut inside the block, healed when it ends."""
-        self.cut()
-        try:
-            yield
-        finally:
-            self.heal()
 
     def close(self) -> None:
         """Stop the forwarders and delete the pair (the namespace's deletion does too)."""

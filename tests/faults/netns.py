@@ -189,8 +189,58 @@ def _listens(forwarder: Forwarder) -> bool:
         return False
 
 
+class HostLink:
+    """What a veth pair between a namespace and the host does, for the namespace's own
+    link (:class:`NetworkNamespace`) and each extra one (``tests.faults.links.Link``):
+    its addresses, forwarders on its host end, and cutting and healing it. The class
+    using it has ``host_if``, ``subnet``, ``forwarders``, ``cuts`` and ``heals``."""
+
+    host_if: str
+    subnet: ipaddress.IPv4Network
+    forwarders: list[Forwarder]
+    cuts: list[float]
+    heals: list[float]
+
+    @property
+    def host_address(self) -> str:
+        """The host end's address: what a process inside connects to."""
+        return str(self.subnet.network_address + 1)
+
+    @property
+    def inside_address(self) -> str:
+        """The namespace end's address."""
+        return str(self.subnet.network_address + 2)
+
+    def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
+        """A socat from a free port of :attr:`host_address` to *host*:*port*."""
+        forwarder = start_forwarder(self.host_address, port, host)
+        self.forwarders.append(forwarder)
+        return forwarder
+
+    def cut(self) -> float:
+        """Set the host end down: from now on, nothing crosses. The ``monotonic()`` stamp."""
+        _ip("link", "set", self.host_if, "down")
+        self.cuts.append(time.monotonic())
+        return self.cuts[-1]
+
+    def heal(self) -> float:
+        """Set the host end up again. The ``monotonic()`` stamp."""
+        _ip("link", "set", self.host_if, "up")
+        self.heals.append(time.monotonic())
+        return self.heals[-1]
+
+    @contextlib.contextmanager
+    def partitioned(self) -> Iterator[None]:
+        """Cut inside the block, healed when it ends."""
+        self.cut()
+        try:
+            yield
+        finally:
+            self.heal()
+
+
 @dataclass
-class NetworkNamespace:
+class NetworkNamespace(HostLink):
     """A namespace with a veth pair to the host; see the module's docstring."""
 
     name: str
@@ -263,16 +313,6 @@ class NetworkNamespace:
             raise RuntimeError(f"no MAC address on {interface}: {out}")
         return match.group(1)
 
-    @property
-    def host_address(self) -> str:
-        """The host end's address: what a process inside connects to."""
-        return str(self.subnet.network_address + 1)
-
-    @property
-    def inside_address(self) -> str:
-        """The namespace end's address."""
-        return str(self.subnet.network_address + 2)
-
     def exec_ip(self, *args: str) -> None:
         """``ip netns exec NAME ip ARGS``."""
         _ip("netns", "exec", self.name, "ip", *args)
@@ -280,33 +320,6 @@ class NetworkNamespace:
     def command(self, argv: Sequence[str]) -> list[str]:
         """*argv* run inside the namespace (``ip netns exec`` execs it: same pid)."""
         return ["ip", "netns", "exec", self.name, *argv]
-
-    def forward(self, port: int, host: str = "127.0.0.1") -> Forwarder:
-        """A socat from a free port of :attr:`host_address` to *host*:*port*."""
-        forwarder = start_forwarder(self.host_address, port, host)
-        self.forwarders.append(forwarder)
-        return forwarder
-
-    def cut(self) -> float:
-        """Set the host end down: from now on, nothing crosses. The ``monotonic()`` stamp."""
-        _ip("link", "set", self.host_if, "down")
-        self.cuts.append(time.monotonic())
-        return self.cuts[-1]
-
-    def heal(self) -> float:
-        """Set the host end up again. The ``monotonic()`` stamp."""
-        _ip("link", "set", self.host_if, "up")
-        self.heals.append(time.monotonic())
-        return self.heals[-1]
-
-    @contextlib.contextmanager
-    def partitioned(self) -> Iterator[None]:
-        """Cut inside the block, healed when it ends."""
-        self.cut()
-        try:
-            yield
-        finally:
-            self.heal()
 
     def add_link(self) -> Any:
         """One more veth pair to the host, with its own ``forward``/``cut``/``heal``
