@@ -72,15 +72,9 @@ def _configure() -> None:
     import django
     from django.conf import settings
 
-    database = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": os.environ["FW_WF_DB_NAME"],
-        "HOST": os.environ["FW_WF_DB_HOST"],
-        "PORT": os.environ["FW_WF_DB_PORT"],
-        "USER": os.environ.get("FW_WF_DB_USER", "postgres"),
-        "PASSWORD": os.environ.get("FW_WF_DB_PASSWORD", ""),
-        "OPTIONS": json.loads(os.environ.get("FW_WF_DB_OPTIONS", "{}")),
-    }
+    from tests.support.line_processes import database_from_env
+
+    database = database_from_env()
     settings.configure(
         SECRET_KEY="tests-only-not-secret",
         USE_TZ=True,

@@ -30,6 +30,20 @@ def database_env(settings_dict: dict[str, Any], host: str, port: int) -> dict[st
     }
 
 
+def database_from_env() -> dict[str, Any]:
+    """In the process: the PostgreSQL database :func:`database_env` named, with the
+    libpq parameters of ``FW_WF_DB_OPTIONS`` (JSON) when set."""
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ["FW_WF_DB_NAME"],
+        "HOST": os.environ["FW_WF_DB_HOST"],
+        "PORT": os.environ["FW_WF_DB_PORT"],
+        "USER": os.environ.get("FW_WF_DB_USER", "postgres"),
+        "PASSWORD": os.environ.get("FW_WF_DB_PASSWORD", ""),
+        "OPTIONS": json.loads(os.environ.get("FW_WF_DB_OPTIONS", "{}")),
+    }
+
+
 class JsonLinesProcess:
     """``python -m MODULE ARGS`` (*args* starts with the module); *wrap* turns its argv
     into the command that runs it (``NetworkNamespace.command`` to run it inside)."""
