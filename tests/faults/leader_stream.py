@@ -48,20 +48,10 @@ class _EmitLogs(logging.Handler):
 
 
 def _configure(instance: str) -> None:
-    import django
-    from django.conf import settings
+    from tests.support.line_processes import configure_process
 
-    from tests.support.line_processes import database_from_env
-
-    database = database_from_env()
-    settings.configure(
-        SECRET_KEY="tests-only-not-secret",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        INSTALLED_APPS=["django.contrib.contenttypes", "flowwarden_django", "tests.testapp"],
-        DATABASES={"default": database},
-        FLOWWARDEN={
+    configure_process(
+        {
             "INSTANCE_ID": instance,
             "CHECKPOINT_STORES": {
                 "default": {"BACKEND": "flowwarden_django.streams.backends.orm.OrmCheckpointStore"}
@@ -81,9 +71,8 @@ def _configure(instance: str) -> None:
             "STREAM_MAX_AWAIT_MS": 50,
             "STATUS_INTERVAL": "250ms",
             **json.loads(os.environ.get("FW_LS_FLOWWARDEN", "{}")),
-        },
+        }
     )
-    django.setup()
     handler = _EmitLogs(logging.INFO)
     package = logging.getLogger("flowwarden_django")
     package.addHandler(handler)

@@ -52,20 +52,10 @@ class _EmitWarnings(logging.Handler):
 
 
 def _configure() -> None:
-    import django
-    from django.conf import settings
+    from tests.support.line_processes import configure_process
 
-    from tests.support.line_processes import database_from_env
-
-    database = database_from_env()
-    settings.configure(
-        SECRET_KEY="tests-only-not-secret",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        INSTALLED_APPS=["django.contrib.contenttypes", "flowwarden_django", "tests.testapp"],
-        DATABASES={"default": database},
-        FLOWWARDEN={
+    configure_process(
+        {
             "INSTANCE_ID": f"fault-{os.getpid()}",
             "CHECKPOINT_STORES": {
                 "default": {"BACKEND": "flowwarden_django.streams.backends.orm.OrmCheckpointStore"}
@@ -74,9 +64,8 @@ def _configure() -> None:
             "STREAM_MAX_AWAIT_MS": 200,
             "STATUS_INTERVAL": "500ms",
             **json.loads(os.environ.get("FW_FAULT_FLOWWARDEN", "{}")),
-        },
+        }
     )
-    django.setup()
     logging.getLogger("flowwarden_django").addHandler(_EmitWarnings(logging.WARNING))
 
 

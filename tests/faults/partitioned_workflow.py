@@ -69,25 +69,14 @@ class _EmitWarnings(logging.Handler):
 
 
 def _configure() -> None:
-    import django
-    from django.conf import settings
+    from tests.support.line_processes import configure_process
 
-    from tests.support.line_processes import database_from_env
-
-    database = database_from_env()
-    settings.configure(
-        SECRET_KEY="tests-only-not-secret",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        INSTALLED_APPS=["django.contrib.contenttypes", "flowwarden_django", "tests.testapp"],
-        DATABASES={"default": database},
-        FLOWWARDEN={
+    configure_process(
+        {
             "INSTANCE_ID": f"proc-{os.getpid()}",
             **json.loads(os.environ.get("FW_WF_FLOWWARDEN", "{}")),
-        },
+        }
     )
-    django.setup()
     handler = _EmitWarnings(logging.WARNING)
     logging.getLogger("flowwarden_django").addHandler(handler)
 

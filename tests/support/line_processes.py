@@ -30,6 +30,24 @@ def database_env(settings_dict: dict[str, Any], host: str, port: int) -> dict[st
     }
 
 
+def configure_process(flowwarden: dict[str, Any]) -> None:
+    """In the process: configure Django on :func:`database_from_env` with *flowwarden*
+    as ``FLOWWARDEN``, and set it up."""
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        SECRET_KEY="tests-only-not-secret",
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        INSTALLED_APPS=["django.contrib.contenttypes", "flowwarden_django", "tests.testapp"],
+        DATABASES={"default": database_from_env()},
+        FLOWWARDEN=flowwarden,
+    )
+    django.setup()
+
+
 def database_from_env() -> dict[str, Any]:
     """In the process: the PostgreSQL database :func:`database_env` named, with the
     libpq parameters of ``FW_WF_DB_OPTIONS`` (JSON) when set."""
