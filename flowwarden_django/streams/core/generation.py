@@ -134,12 +134,6 @@ def counted(consumer: Any) -> None:
     consumer.last_event_stamp = time.time()
 
 
-def announce_received(name: str, event: Mapping[str, Any], operation: str) -> str | None:
-    """Send ``event_received`` for *event* when someone listens; the event id it gave
-    (``None`` when nobody needed one: the context makes its own when asked)."""
-    return announcer_for(name).received(event, operation)
-
-
 def invalidated(spec: StreamSpec, event: Mapping[str, Any], cause: str) -> Decision[None]:
     """The change stream was invalidated after *cause* (``drop``, ``rename``...).
 

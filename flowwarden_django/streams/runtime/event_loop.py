@@ -373,12 +373,10 @@ class AsyncStreamConsumer:
         """Do what the core asks (see ``core.effects``), awaiting each call."""
         store, name = self.store, self.spec.name
         match effect:
-            case effects.PollCursor(cursor):
-                return await cursor.try_next()
-            case effects.HandleEvent(event, operation, event_id):
-                if tracing.recording():
-                    return await self._handle_traced(event, operation, event_id)
-                return await self._handle_event(event, operation, event_id)
+            case effects.PollCursor():
+                return await poll_cursor(effect)
+            case effects.HandleEvent():
+                return await self._handle_effect(effect)
             case effects.Submit(event, operation, event_id):
                 return await self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
             case effects.WindowBusy():

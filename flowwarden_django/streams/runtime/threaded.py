@@ -268,12 +268,10 @@ class StreamConsumer:
         """Do what the core asks (see ``core.effects``), with plain calls."""
         store, name = self.store, self.spec.name
         match effect:
-            case effects.PollCursor(cursor):
-                return cursor.try_next()
-            case effects.HandleEvent(event, operation, event_id):
-                if tracing.recording():
-                    return self._handle(event, operation, event_id)
-                return self._handle_event(event, operation, event_id)
+            case effects.PollCursor():
+                return poll_cursor(effect)
+            case effects.HandleEvent():
+                return self._handle_effect(effect)
             case effects.Submit(event, operation, event_id):
                 return self.window.submit(event, operation, event_id)  # type: ignore[union-attr]
             case effects.WindowBusy():
