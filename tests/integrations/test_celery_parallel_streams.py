@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from celery import _state as celery_state
 
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.spec import CheckpointSpec, RestartPolicySpec, StreamSpec
@@ -29,8 +28,7 @@ from flowwarden_django.testkit.fake_source import FakeChangeSource
 from tests.integrations.conftest import DB
 from tests.streams.managers import consumer_class
 from tests.support import celery_parallel_mode as declared
-from tests.support.celery_procs import wait_until
-from tests.support.celery_workflow_settings import transport_options
+from tests.support.celery_procs import default_producer, wait_until
 from tests.support.lanes import lane_marks
 from tests.testapp.models import Effect
 
@@ -45,14 +43,8 @@ pytestmark = [*lane_marks("postgres", databases=["default", DB]), pytest.mark.la
 def current_producer(broker_url: str, queue: str) -> Iterator[Celery]:
     """The app this process sends events with and reads answers from, made the
     default app (what a project's Celery app is in its processes)."""
-    app = Celery("fw-stream-producer", broker=broker_url, backend=broker_url, fixups=[])
-    app.conf.task_default_queue = queue
-    app.conf.broker_transport_options = transport_options(queue)
-    previous = celery_state.default_app
-    app.set_default()
-    yield app
-    celery_state.set_default_app(previous)
-    app.close()
+    with default_producer("fw-stream-producer", broker_url, queue) as app:
+        yield app
 
 
 def stream_spec() -> StreamSpec:

@@ -16,9 +16,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from tests.support.story_procs import ROOT, die_with_parent
 
@@ -136,3 +137,24 @@ def wait_until(
                 f"timed out after {timeout:.0f} s waiting for {what}:\n{worker.log_tail()}"
             )
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def default_producer(name: str, broker_url: str, queue: str) -> Iterator[Any]:
+    """A Celery app this process sends tasks with and reads answers from, made the
+    default app (what a project's Celery app is in its processes) until the block ends."""
+    from celery import Celery
+    from celery import _state as celery_state
+
+    from tests.support.celery_workflow_settings import transport_options
+
+    app = Celery(name, broker=broker_url, backend=broker_url, fixups=[])
+    app.conf.task_default_queue = queue
+    app.conf.broker_transport_options = transport_options(queue)
+    previous = celery_state.default_app
+    app.set_default()
+    try:
+        yield app
+    finally:
+        celery_state.set_default_app(previous)
+        app.close()
