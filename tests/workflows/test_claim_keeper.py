@@ -159,6 +159,29 @@ def test_a_failed_renewal_is_tried_again(definition, keeper, monkeypatch, caplog
     assert sum("renewing run claims" in m for m in messages) == 2  # failing, then recovered
 
 
+def test_a_claim_whose_renewals_fail_is_lapsing_until_one_holds(definition, keeper, monkeypatch):
+    lease = timedelta(seconds=0.8)
+    cid, runner = claimed_run(definition, lease=lease)
+    failing = [True]
+    real = RunRecords.renew
+
+    def away(self: RunRecords, *args: Any) -> bool:
+        if failing[0]:
+            raise ConnectionError("the database went away")
+        return real(self, *args)
+
+    monkeypatch.setattr(RunRecords, "renew", away)
+    claim = HeldClaim(DB, cid, runner, lease)
+    keeper.hold(claim)
+    assert keeper.lapsing() == []  # just held: as good as renewed
+    wait_for(lambda: keeper.lapsing() == [claim])
+    assert keeper.unrenewed_for(DB, cid) >= 0.4
+    assert keeper.unrenewed_for(DB, "another-run") == 0.0
+    failing[0] = False
+    wait_for(lambda: keeper.lapsing() == [])
+    assert keeper.unrenewed_for(DB, cid) < 0.4
+
+
 def test_an_execution_keeps_its_claim_only_outside_a_transaction(definition):
     from django.db import transaction
 

@@ -70,9 +70,16 @@ class HeldClaim:
     #: Called after each renewal that held: what else the step holds on a lease (its
     #: queue slot, ``workflows.queues``) is renewed with the claim.
     also_renew: Callable[[], None] | None = None
+    #: When (``time.monotonic()``) the last renewal that held was sent: set when the
+    #: claim is first held (it was just taken or renewed).
+    renewed_at: float = field(default=0.0)
 
     def __post_init__(self) -> None:
         self.key = self.key or self.runner
+
+    def unrenewed_for(self, now: float | None = None) -> float:
+        """Seconds since the last renewal that held was sent."""
+        return (time.monotonic() if now is None else now) - self.renewed_at
 
     @property
     def interval(self) -> float:
@@ -97,7 +104,8 @@ class ClaimKeeper:
 
     def hold(self, claim: HeldClaim) -> None:
         """Keep *claim* alive from now on, until :meth:`drop`."""
-        claim.due = time.monotonic() + claim.interval
+        claim.renewed_at = time.monotonic()
+        claim.due = claim.renewed_at + claim.interval
         with self._lock:
             if self._pid != os.getpid():  # a forked child: the parent's thread is not here
                 self._claims.clear()
@@ -141,6 +149,31 @@ class ClaimKeeper:
         with self._lock:
             return any(key != claim.key for key in self._copies.get(_run_of(claim), ()))
 
+    def lapsing(self, fraction: float = 0.5) -> list[HeldClaim]:
+        """The claims whose renewals have not held for *fraction* of their lease or
+        more: their database has not answered (a renewal blocked on a silent
+        connection, or failing), and their runs pass to another runner once the whole
+        lease is out. A provider that learns this can hand the step back early."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                claim
+                for claim in self._claims.values()
+                if claim.unrenewed_for(now) >= fraction * claim.lease.total_seconds()
+            ]
+
+    def unrenewed_for(self, using: str, coordination_id: str) -> float:
+        """Seconds since a claim of this process on run *coordination_id* was last
+        renewed (the freshest of its copies'); 0.0 when none is held."""
+        now = time.monotonic()
+        with self._lock:
+            ages = [
+                claim.unrenewed_for(now)
+                for claim in self._claims.values()
+                if claim.using == using and claim.coordination_id == coordination_id
+            ]
+        return min(ages, default=0.0)
+
     def _forget(self, claim: HeldClaim) -> None:
         """Take *claim* out of the index of copies (the lock held)."""
         run = _run_of(claim)
@@ -182,6 +215,7 @@ class ClaimKeeper:
         if not held:  # released or taken over: nothing of ours to keep
             self.drop(claim.key)
             return
+        claim.renewed_at = max(claim.renewed_at, sent)
         claim.due = sent + claim.interval
         if claim.on_renewed is not None:
             claim.on_renewed(sent)
