@@ -4,8 +4,7 @@ The cut-off worker (``celery worker --pool=threads``, ``WORKFLOW_EXECUTION =
 "celery"``: steps as tasks, and the recovery sweep in every worker) runs in a
 namespace of the test's own and reaches both the PostgreSQL test database and its
 Redis broker through forwarders on the host end of the one link: cutting the link
-cuts it off from both, as a worker whose own network fails is (a namespace has one
-link; a fault of the database's path alone is the in-process scenario's). A second
+cuts it off from both, as a worker whose own network fails is. A second
 worker of the same settings runs on the host. Both use the libpq parameters ``check
 --deploy`` asks for (W501), and the Redis transport options ``docs/network_faults.md``
 asks for (``socket_timeout`` and keepalives, ``common.network.redis_options``):
@@ -27,7 +26,15 @@ ran twice, every other step once; ``slow`` is transactional, and its ``Effect`` 
 committed once (the cut-off worker's rolled back with its save). The cut-off worker
 then exits on SIGTERM within 10 s.
 
-The 5 s partition runs under a 2 s claim lease and ``WORKFLOW_RECOVER_AFTER``, so that
+The "postgres-alone" variants cut the worker off from PostgreSQL only: the database
+goes through a link of its own (``tests.faults.links``), the broker through the
+namespace's link, which stays up. The cut-off worker would still take tasks, among
+them the step queued again, and block on the database; instead, once its claim has gone
+unrenewed for half the lease, it stops consuming (``integrations.celery.silence``), and
+a step it had already reserved is handed back to the queue, so the host's worker takes
+the step again. Everything else is as above.
+
+The 5 s partitions run under a 2 s claim lease and ``WORKFLOW_RECOVER_AFTER``, so that
 it outlasts them; the 60 s one under the defaults (10 s each).
 """
 
@@ -83,7 +90,10 @@ NOTICES = (
     "recovery sweep",
     "Connection to broker lost",
     "OperationalError",
+    "database silent",
 )
+#: What the cut-off worker logs when it stops taking tasks (``celery.silence``).
+PAUSED = "stops taking tasks"
 
 pytestmark = [
     *lane_marks("postgres", databases=["default", DB]),
@@ -199,6 +209,7 @@ def _stop(worker: CeleryWorker, timeout: float) -> int | None:
         return None
 
 
+@pytest.mark.parametrize("severed", ["with-broker", "postgres-alone"])
 @pytest.mark.parametrize(
     ("partition", "settings"),
     [
@@ -214,7 +225,15 @@ def _stop(worker: CeleryWorker, timeout: float) -> int | None:
     ],
 )
 def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
-    namespace, definition, producer, broker_url, queue, tmp_path: Path, partition, settings
+    namespace,
+    definition,
+    producer,
+    broker_url,
+    queue,
+    tmp_path: Path,
+    partition,
+    settings,
+    severed,
 ):
     state = {
         "log": str(tmp_path / "steps.log"),
@@ -224,7 +243,10 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
     }
     database = connections[DB].settings_dict
     pg, redis_server = SERVICES["postgres"], SERVICES["redis"]
-    pg_forwarder = namespace.forward(pg.port, pg.host)
+    # "postgres-alone": PostgreSQL through a link of its own, cut alone; the broker
+    # (the namespace's link) stays reachable.
+    link = namespace.add_link() if severed == "postgres-alone" else namespace
+    pg_forwarder = link.forward(pg.port, pg.host)
     broker_forwarder = namespace.forward(redis_server.port, redis_server.host)
     inside_broker = f"redis://{broker_forwarder.host}:{broker_forwarder.port}/14"
     inside_env = _worker_env(
@@ -252,7 +274,7 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         host.wait_ready()
         cut_wall = time.time()
         took = partition_during_takeover(
-            namespace,
+            link,
             lambda: _state_of(cid),
             partition=partition,
             bound=COMPLETION_BOUND,
@@ -279,10 +301,12 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         pg_forwarder.stop()
     lease = settings.get("FLOWWARDEN_CELERY_RUN_LEASE", "10s")
     cut = took.cut_at
+    what = "PostgreSQL alone" if severed == "postgres-alone" else "PostgreSQL and its broker"
     report(
-        f"[faults] Celery worker cut off from PostgreSQL and its broker for "
+        f"[faults] Celery worker cut off from {what} for "
         f"{took.healed_at - cut:.0f} s mid-step (lease {lease}): it noticed "
-        f"{first_notice(inside.log(), cut_wall, NOTICES)} after the cut; the host's worker "
+        f"{first_notice(inside.log(), cut_wall, NOTICES)} after the cut, stopped taking "
+        f"tasks {first_notice(inside.log(), cut_wall, (PAUSED,))} after it; the host's worker "
         f"took the run over {took.taken_over_at - cut:.1f} s after the cut and completed it "
         f"{took.done_at - cut:.1f} s after it; the step released once the run had completed "
         f"and the link healed, its late save was {outcome} {refused_at - released_at:.1f} s "

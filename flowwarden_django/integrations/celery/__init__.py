@@ -11,7 +11,8 @@ tasks, and the Celery execution provider of workflows.
 * ``network``: :func:`configure_network` gives an app the broker heartbeat, timeouts
   and keepalives that notice a silent partition within ``DEAD_CONNECTION_TIMEOUT``
   (every worker gets them at start); ``visibility``: a Redis broker's message held by
-  a lost worker comes back within ``CELERY_VISIBILITY_TIMEOUT``.
+  a lost worker comes back within ``CELERY_VISIBILITY_TIMEOUT``; ``silence``: a worker
+  whose database is silent (its run claims unrenewed) stops taking tasks.
 
 Enable the streams with one line in the project's Celery app::
 

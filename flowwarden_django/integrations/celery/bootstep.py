@@ -142,7 +142,9 @@ def install(app: Celery) -> None:
 @signals.worker_init.connect(weak=False, dispatch_uid="flowwarden_django.celery.run_streams")
 def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
     """``FLOWWARDEN["CELERY_RUN_STREAMS"]``: add the streams step to the starting
-    worker's app; ``WORKFLOW_EXECUTION = "celery"``: add the workflow sweep's step.
+    worker's app; ``WORKFLOW_EXECUTION = "celery"``: add the workflow sweep's step,
+    and the consumer step that stops taking tasks while the worker's database is
+    silent (``silence.SilentDatabaseBootstep``).
 
     Every worker also gets the connection settings that notice a silent partition
     within ``DEAD_CONNECTION_TIMEOUT`` and, on a Redis broker, the short renewed
@@ -162,6 +164,11 @@ def install_from_settings(sender: Any = None, **kwargs: Any) -> None:
         install(app)
     execution = str(fw_settings.WORKFLOW_EXECUTION)
     celery_steps = execution == "celery" or execution.endswith(".CeleryExecutionProvider")
+    if celery_steps:
+        # A worker cut off from its database stops taking steps (``silence``).
+        from .silence import SilentDatabaseBootstep
+
+        app.steps["consumer"].add(SilentDatabaseBootstep)
     if celery_steps and fw_settings.CELERY_RUN_WORKFLOW_SWEEP:
         install_workflow_sweep(app)
 

@@ -79,6 +79,7 @@ from ...workflows.runs.records import (
     new_handoff_token,
     run_lease,
 )
+from .silence import MAX_SILENT_HANDBACKS, silent_database
 
 if TYPE_CHECKING:
     from ...models import WorkflowRun
@@ -392,12 +393,11 @@ def _queue_of(task: Any) -> str:
     return key or task.app.conf.task_default_queue
 
 
-def _hand_back(
-    task: Any, coordination_id: str, error: VersionNotDefinedError, fields: dict[str, Any]
-) -> dict[str, Any]:
-    """Send the task on to the queue of its version (a worker that defines it takes
-    it there) instead of running it here."""
-    queue = version_queue(_queue_of(task), error.workflow_name, error.version)
+def _send_on(task: Any, fields: dict[str, Any], queue: str) -> None:
+    """Publish *task*'s message again on *queue*: the same arguments (*fields*, its
+    ``handbacks`` one more), hard time limit and hand-off, so whoever takes it runs the
+    step as this worker would have. The caller then returns, which acknowledges the
+    message it holds: the copy is published first, so none is lost."""
     options: dict[str, Any] = {
         "retry": True,
         "retry_policy": PUBLISH_RETRY_POLICY,
@@ -411,6 +411,15 @@ def _hand_back(
         options["headers"] = {HANDOFF_HEADER: handoff}
     kwargs = {**fields, "handbacks": fields["handbacks"] + 1}
     task.app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
+
+
+def _hand_back(
+    task: Any, coordination_id: str, error: VersionNotDefinedError, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Send the task on to the queue of its version (a worker that defines it takes
+    it there) instead of running it here."""
+    queue = version_queue(_queue_of(task), error.workflow_name, error.version)
+    _send_on(task, fields, queue)
     logger.info(
         "workflow %s (%s): this worker does not define version %d; step sent on to %s",
         error.workflow_name,
@@ -421,6 +430,28 @@ def _hand_back(
     return {
         "coordination_id": coordination_id,
         "workflow": error.workflow_name,
+        "status": "handed back",
+        "queue": queue,
+    }
+
+
+def _hand_back_silent(
+    task: Any, definition: WorkflowDefinition, using: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """Publish the task again on its own queue instead of running it on a worker whose
+    database *using* is silent (``silence``): another worker takes it."""
+    queue = _queue_of(task)
+    _send_on(task, fields, queue)
+    logger.warning(
+        "workflow %s (%s): database %s silent (run claims not renewed); step handed back to %s",
+        definition.name,
+        fields["coordination_id"],
+        using,
+        queue,
+    )
+    return {
+        "coordination_id": fields["coordination_id"],
+        "workflow": definition.name,
         "status": "handed back",
         "queue": queue,
     }
@@ -495,6 +526,20 @@ def run_step(
     hands_to = new_handoff_token(task_id, str(head))
     held_by = taken_from(handed, hands_to, copy=again)
     wf = _StepWorkflow(definition, coordination_id, head, origin, held_by)
+    using = wf.runs.db
+    if handbacks < MAX_SILENT_HANDBACKS and silent_database(using):
+        # Reserved before this worker's consumer was paused (``silence``): a healthy
+        # worker takes it, and nothing here has touched the database.
+        fields = {
+            "coordination_id": coordination_id,
+            "workflow": definition.name,
+            "version": definition.version,
+            "head": head,
+            "origin": origin,
+            "input": input,
+            "handbacks": handbacks,
+        }
+        return _hand_back_silent(task, definition, using, fields)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
         result, handed_on = wf.run_handing_off(handed, input=input, hand_off_to=hands_to)
