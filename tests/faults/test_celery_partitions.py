@@ -32,7 +32,8 @@ namespace's link, which stays up. The cut-off worker would still take tasks, amo
 them the step queued again, and block on the database; instead, once its claim has gone
 unrenewed for half the lease, it stops consuming (``integrations.celery.silence``), and
 a step it had already reserved is handed back to the queue, so the host's worker takes
-the step again. Everything else is as above.
+the step again. Once its late save is refused (its claim dropped), it takes tasks
+again, then gets the SIGTERM. Everything else is as above.
 
 The 5 s partitions run under a 2 s claim lease and ``WORKFLOW_RECOVER_AFTER``, so that
 it outlasts them; the 60 s one under the defaults (10 s each).
@@ -94,6 +95,8 @@ NOTICES = (
 )
 #: What the cut-off worker logs when it stops taking tasks (``celery.silence``).
 PAUSED = "stops taking tasks"
+#: What it logs when it takes them again.
+RESUMED = "database answers again"
 
 pytestmark = [
     *lane_marks("postgres", databases=["default", DB]),
@@ -283,6 +286,12 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         released_at = time.monotonic()
         refused_at = _when(lambda: _late_save(inside, cid) is not None, "the late save", 60)
         outcome = _late_save(inside, cid)
+        resumed = ""
+        if severed == "postgres-alone":
+            # Its step ended, its claim dropped: it takes tasks again.
+            resumed_at = _when(lambda: RESUMED in inside.log(), "taking tasks again", 30)
+            resumed = f", it took tasks again {resumed_at - refused_at:.1f} s after that"
+            refused_at = resumed_at
         code = _stop(inside, EXIT_BOUND)
         exited_at = time.monotonic()
     except BaseException:
@@ -310,7 +319,7 @@ def test_a_celery_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
         f"took the run over {took.taken_over_at - cut:.1f} s after the cut and completed it "
         f"{took.done_at - cut:.1f} s after it; the step released once the run had completed "
         f"and the link healed, its late save was {outcome} {refused_at - released_at:.1f} s "
-        f"after; SIGTERM exit {exited_at - refused_at:.1f} s after that"
+        f"after{resumed}; SIGTERM exit {exited_at - refused_at:.1f} s after that"
     )
     if partition < 30:  # shorter than the keepalives' bound: the connection survives
         assert outcome == "fenced", inside.log_tail(80)

@@ -246,3 +246,30 @@ def test_a_step_handed_back_often_enough_runs_where_it_is(keeper, silent_flow, a
     )
     assert outcome["status"] != "handed back"
     assert wf.history()[-1].state == "s:a"
+
+
+def test_the_gate_pauses_and_resumes_a_real_kombu_consumer():
+    """On kombu's in-memory transport: no message is delivered while paused, and the
+    one published meanwhile is delivered once the gate resumes."""
+    from kombu import Connection, Exchange, Queue
+
+    silent: set[str] = set()
+    got: list[Any] = []
+    queue = Queue("fw-gate", Exchange("fw-gate"), routing_key="fw-gate")
+    with Connection("memory://") as connection:
+        consumer = connection.Consumer([queue], callbacks=[lambda body, m: got.append(body)])
+        consumer.consume()
+        gate = ConsumerGate(SimpleNamespace(task_consumer=consumer), silent=lambda: set(silent))
+        producer = connection.Producer()
+        silent.add("default")
+        gate.check()
+        assert not consumer.consuming_from("fw-gate")
+        producer.publish("held", exchange=queue.exchange, routing_key="fw-gate", declare=[queue])
+        with pytest.raises(TimeoutError):
+            connection.drain_events(timeout=0.2)
+        assert got == []
+        silent.clear()
+        gate.check()
+        assert consumer.consuming_from("fw-gate")
+        connection.drain_events(timeout=5)
+        assert got == ["held"]

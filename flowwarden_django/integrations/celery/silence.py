@@ -110,7 +110,7 @@ class ConsumerGate:
             "lease); this worker stops taking tasks from %s until it answers",
             ", ".join(sorted(silent)),
             round(LAPSING_FRACTION * 100),
-            ", ".join(queue.name for queue in queues),
+            _names(queues),
         )
 
     def resume(self) -> None:
@@ -122,8 +122,16 @@ class ConsumerGate:
         task_consumer.consume()
         logger.info(
             "flowwarden: database answers again; this worker takes tasks from %s again",
-            ", ".join(queue.name for queue in queues),
+            _names(queues),
         )
+
+
+def _names(queues: list[Any], shown: int = 3) -> str:
+    """The first *shown* of *queues*' names, and how many more (a worker consumes a
+    queue per workflow version besides its own)."""
+    names = [queue.name for queue in queues]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 class SilentDatabaseBootstep(bootsteps.StartStopStep):
