@@ -273,3 +273,27 @@ def test_the_gate_pauses_and_resumes_a_real_kombu_consumer():
         assert consumer.consuming_from("fw-gate")
         connection.drain_events(timeout=5)
         assert got == ["held"]
+
+
+@pytest.mark.parametrize("redelivered", [False, True], ids=["first-delivery", "redelivery"])
+def test_a_handed_back_step_carries_the_hand_off_this_delivery_would_have_run_from(
+    keeper, silent_flow, app, redelivered
+):
+    """A first delivery's copy may run from the hold (its head); a redelivery's copy
+    carries the hold without its head, so it claims the run and reads the head, as the
+    redelivery would have."""
+    from flowwarden_django.workflows.execution.handoff import Handoff
+
+    carried = {"id": "h1", "seq": 2, "state": "[]", "metadata": "{}"}
+    handoff = Handoff("cid", "handoff:abc", 1, time.time(), head=carried)
+    held(keeper, "default", 1.5)
+    task = task_of(
+        app,
+        delivery_info={"routing_key": "steps", "redelivered": redelivered},
+        **{HANDOFF_HEADER: handoff.as_dict()},
+    )
+    outcome = run_step(task, "cid", workflow="fw-silent", version=1, head="h1", origin="next")
+    assert outcome["status"] == "handed back"
+    ((_, options),) = app.sent
+    copy = Handoff.from_dict(options["headers"][HANDOFF_HEADER], "cid")
+    assert copy == (handoff.without_head() if redelivered else handoff)

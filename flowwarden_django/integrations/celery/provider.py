@@ -393,11 +393,16 @@ def _queue_of(task: Any) -> str:
     return key or task.app.conf.task_default_queue
 
 
-def _send_on(task: Any, fields: dict[str, Any], queue: str) -> None:
+#: ``_send_on``'s default: the hand-off header of the task's own message.
+_SAME: Any = object()
+
+
+def _send_on(task: Any, fields: dict[str, Any], queue: str, handoff: Any = _SAME) -> None:
     """Publish *task*'s message again on *queue*: the same arguments (*fields*, its
-    ``handbacks`` one more), hard time limit and hand-off, so whoever takes it runs the
-    step as this worker would have. The caller then returns, which acknowledges the
-    message it holds: the copy is published first, so none is lost."""
+    ``handbacks`` one more), hard time limit and hand-off (or *handoff*, a hand-off's
+    ``as_dict()`` or ``None``), so whoever takes it runs the step as this worker would
+    have. The caller then returns, which acknowledges the message it holds: the copy is
+    published first, so none is lost."""
     options: dict[str, Any] = {
         "retry": True,
         "retry_policy": PUBLISH_RETRY_POLICY,
@@ -406,7 +411,8 @@ def _send_on(task: Any, fields: dict[str, Any], queue: str) -> None:
     hard_limit = (getattr(task.request, "timelimit", None) or (None, None))[0]
     if hard_limit:
         options["time_limit"] = hard_limit
-    handoff = getattr(task.request, HANDOFF_HEADER, None)
+    if handoff is _SAME:
+        handoff = getattr(task.request, HANDOFF_HEADER, None)
     if handoff is not None:
         options["headers"] = {HANDOFF_HEADER: handoff}
     kwargs = {**fields, "handbacks": fields["handbacks"] + 1}
@@ -436,12 +442,18 @@ def _hand_back(
 
 
 def _hand_back_silent(
-    task: Any, definition: WorkflowDefinition, using: str, fields: dict[str, Any]
+    task: Any,
+    definition: WorkflowDefinition,
+    using: str,
+    fields: dict[str, Any],
+    handed: Handoff | None,
 ) -> dict[str, Any]:
     """Publish the task again on its own queue instead of running it on a worker whose
-    database *using* is silent (``silence``): another worker takes it."""
+    database *using* is silent (``silence``): another worker takes it. The copy
+    carries *handed*, the hand-off this delivery would have run from: a redelivery's
+    copy has no head either, so it too claims the run and reads the head."""
     queue = _queue_of(task)
-    _send_on(task, fields, queue)
+    _send_on(task, fields, queue, handoff=None if handed is None else handed.as_dict())
     logger.warning(
         "workflow %s (%s): database %s silent (run claims not renewed); step handed back to %s",
         definition.name,
@@ -539,7 +551,7 @@ def run_step(
             "input": input,
             "handbacks": handbacks,
         }
-        return _hand_back_silent(task, definition, using, fields)
+        return _hand_back_silent(task, definition, using, fields, handed)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
         result, handed_on = wf.run_handing_off(handed, input=input, hand_off_to=hands_to)
