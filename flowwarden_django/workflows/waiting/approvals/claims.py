@@ -31,10 +31,10 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ....common.app_models import models
+from ....common.async_twins import thread_sensitive_twin
 from ....common.user_input import check_comment
 from ...runs.records import RunRecords
 from ...runs.transactions import write_transaction
@@ -273,36 +273,11 @@ def reassign(
     return ClaimResult(approval)
 
 
-async def aclaim(
-    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
-) -> ClaimResult:
+aclaim = thread_sensitive_twin(
+    claim,
     """``claim`` from async code: the same result, errors and audit events
     (``thread_sensitive=True``, see the module). In an async view pass
-    ``await request.auser()``."""
-    return await sync_to_async(claim, thread_sensitive=True)(
-        approval_id, user, comment=comment, using=using
-    )
-
-
-async def arelease(
-    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
-) -> ClaimResult:
-    """``release`` from async code; see ``aclaim``."""
-    return await sync_to_async(release, thread_sensitive=True)(
-        approval_id, user, comment=comment, using=using
-    )
-
-
-async def areassign(
-    approval_id: Any,
-    *,
-    by: Any,
-    to_users: Iterable[str] = (),
-    to_group: str | None = None,
-    comment: str = "",
-    using: str | None = None,
-) -> ClaimResult:
-    """``reassign`` from async code; see ``aclaim``."""
-    return await sync_to_async(reassign, thread_sensitive=True)(
-        approval_id, by=by, to_users=to_users, to_group=to_group, comment=comment, using=using
-    )
+    ``await request.auser()``.""",
+)
+arelease = thread_sensitive_twin(release, """``release`` from async code; see ``aclaim``.""")
+areassign = thread_sensitive_twin(reassign, """``reassign`` from async code; see ``aclaim``.""")
