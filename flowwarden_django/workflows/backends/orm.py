@@ -60,6 +60,7 @@ from ._orm_sql import (
     latest_sql,
     lock_key,
     retryable,
+    snapshot_params,
 )
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -324,17 +325,7 @@ class OrmSnapshotStore(RunStatementsMixin, SnapshotRowsMixin, SnapshotStore):
         vendor = connection.vendor
         if vendor != "postgresql" and vendor != "sqlite":
             return False
-        params = [
-            snapshot.id,
-            columns["parent_id"],
-            snapshot.coordination_id,
-            snapshot.seq,
-            columns["agent_name"],
-            columns["state"],
-            columns["state_type"],
-            columns["metadata"],
-            connection.ops.adapt_datetimefield_value(columns["created_at"]),
-        ]
+        params = snapshot_params(snapshot, columns, connection.ops)
         if vendor == "postgresql" and connection.autocommit:
             try:
                 return execute(connection, insert_new_sql(or_nothing=False), params) == 1
