@@ -94,10 +94,7 @@ class ListingActions(ActionCommand):
             )
             for r in records
         ]
-        header, *lines = format_table(LIST_HEADERS, rows)
-        self.stdout.write(self.style.MIGRATE_HEADING(header))
-        for line in lines:
-            self.stdout.write(line)
+        self.write_table(format_table(LIST_HEADERS, rows))
         if limit and len(records) == limit:
             self.stdout.write(f"(the newest {limit}; --limit 0 shows all)")
 
