@@ -16,7 +16,7 @@ from django.core import checks
 
 from ..storage.retention import PruneRow, plan_prune
 from ..storage.serializers import StateSerializer, resolve_serializer
-from ..storage.snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
+from ..storage.snapshot import CheckpointQuery, Saved, WorkflowSnapshot
 from ..storage.store import SnapshotConflictError, SnapshotStore, snapshot_stores
 from ._common import check_query, check_serializer_option, unreadable
 
@@ -102,10 +102,7 @@ class InMemorySnapshotStore(SnapshotStore):
         return stored
 
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
-        snapshot = self._get(snapshot_id)
-        if snapshot is not None:
-            self._emit(Loaded, snapshot)
-        return snapshot
+        return self._loaded(self._get(snapshot_id))
 
     def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
         entry = self._entries.get(snapshot_id)

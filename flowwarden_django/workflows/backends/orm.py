@@ -40,7 +40,7 @@ from ..runs.transactions import write_transaction
 from ..storage.encryption import AesGcmCipher
 from ..storage.retention import PruneRow, plan_prune
 from ..storage.serializers import StateSerializer, resolve_serializer
-from ..storage.snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot, storable_id
+from ..storage.snapshot import CheckpointQuery, Saved, WorkflowSnapshot, storable_id
 from ..storage.store import SnapshotConflictError, SnapshotStore
 from ._common import check_query
 from ._orm_checks import BOOLEAN_OPTIONS as BOOLEAN_OPTIONS
@@ -154,10 +154,7 @@ class OrmSnapshotStore(RunStatementsMixin, SnapshotRowsMixin, SnapshotStore):
         return stored
 
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
-        snapshot = self._get(snapshot_id)
-        if snapshot is not None:
-            self._emit(Loaded, snapshot)
-        return snapshot
+        return self._loaded(self._get(snapshot_id))
 
     def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
         if not storable_id(snapshot_id):  # no row holds it; PostgreSQL refuses a NUL

@@ -26,6 +26,7 @@ from .snapshot import (
     CheckpointQuery,
     Deleted,
     Forked,
+    Loaded,
     SnapshotEvent,
     WorkflowSnapshot,
 )
@@ -156,6 +157,13 @@ class SnapshotStore(ABC):
         """``load`` without the ``Loaded`` event: ``fork`` emits only ``Saved`` and
         ``Forked``. Backends override it; the default calls ``load``."""
         return self.load(snapshot_id)
+
+    def _loaded(self, snapshot: WorkflowSnapshot | None) -> WorkflowSnapshot | None:
+        """*snapshot*, once ``Loaded`` is emitted for it (when there is one): what a
+        backend's ``load`` returns."""
+        if snapshot is not None:
+            self._emit(Loaded, snapshot)
+        return snapshot
 
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections (called when settings change)."""
