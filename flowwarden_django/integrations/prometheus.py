@@ -156,21 +156,13 @@ class _EventTally:
                 else:
                     self.failed += 1
             return
-        # Histogram.observe()'s rule: the first bound at or above the duration (NaN is
-        # in no bucket, only in the sum).
-        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
-        with self.lock:
-            if success:
-                self.succeeded += 1
-            else:
-                self.failed += 1
-            self.duration_sum += duration
-            if bucket < len(DURATION_BUCKETS) and duration <= DURATION_BUCKETS[bucket]:
-                self.buckets[bucket] += 1
+        self.count_processed(success, duration)
 
     def count_processed(self, success: Any, duration: float) -> None:
         """``processed`` once the histogram has its cells (the runtime's fast path):
         the labelled children are made when :meth:`fold` first adds to them."""
+        # Histogram.observe()'s rule: the first bound at or above the duration (NaN is
+        # in no bucket, only in the sum).
         bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
         with self.lock:
             if success:
