@@ -11,6 +11,7 @@ An approval the user may not see is 404; then the core's verdict: 403
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -134,10 +135,7 @@ class ClaimActions:
     )
     @action(detail=True, methods=["post"])
     def claim(self, request: Request, pk: str) -> Response:
-        approval = self.get_object()  # type: ignore[attr-defined]
-        comment = self._comment(request)
-        result = claim(approval.pk, request.user, comment=comment, using=api_database())
-        return self._answer(request, result)
+        return self._as_user(request, claim)
 
     @extend_schema(
         operation_id="approvals_release",
@@ -152,10 +150,7 @@ class ClaimActions:
     )
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk: str) -> Response:
-        approval = self.get_object()  # type: ignore[attr-defined]
-        comment = self._comment(request)
-        result = release(approval.pk, request.user, comment=comment, using=api_database())
-        return self._answer(request, result)
+        return self._as_user(request, release)
 
     @extend_schema(
         operation_id="approvals_reassign",
@@ -189,12 +184,15 @@ class ClaimActions:
         )
         return self._answer(request, result)
 
-    @staticmethod
-    def _comment(request: Request) -> str:
-        """The body's comment: no body (or an empty one) is none."""
+    def _as_user(self, request: Request, change: Callable[..., ClaimResult]) -> Response:
+        """*change* (``claim``, ``release``) the approval as the request's user, with
+        the body's comment (no body, or an empty one: none)."""
+        approval = self.get_object()  # type: ignore[attr-defined]
         body = ClaimSerializer(data=request.data if request.data else {})
         body.is_valid(raise_exception=True)
-        return str(body.validated_data["comment"])
+        comment = str(body.validated_data["comment"])
+        result = change(approval.pk, request.user, comment=comment, using=api_database())
+        return self._answer(request, result)
 
     def _answer(self, request: Request, result: ClaimResult) -> Response:
         rows = Approval.objects.using(api_database()).prefetch_related("assignments")

@@ -100,27 +100,21 @@ def check_declared_queues(app_configs: Any = None, **kwargs: Any) -> list[checks
     if not isinstance(queues, dict):
         return []  # check_workflow_queues reports it
     warnings: list[checks.CheckMessage] = []
-    for name in workflow_registry.names():
-        for version in workflow_registry.versions(name):
-            try:
-                queue = getattr(workflow_registry.get(name, version), "queue", None)
-            except LookupError:
-                continue
-            if not queue or queue in queues:
-                continue
-            close = difflib.get_close_matches(queue, [str(q) for q in queues], n=1, cutoff=0.6)
-            hint = f'Did you mean "{close[0]}"? ' if close else ""
-            warnings.append(
-                checks.Warning(
-                    f"Workflow {name!r} (version {version}) declares queue {queue!r}, which "
-                    f"{SETTING} does not configure: starting a run of it raises "
-                    "UnknownQueueError.",
-                    hint=hint
-                    + f'Add it to {SETTING} with its limits ({{{queue!r}: {{"concurrency": '
-                    "5}}), or name a configured queue in Workflow.define(..., queue=...).",
-                    id="flowwarden_django.W206",
-                )
+    for (name, version), queue in workflow_registry.declared_queues().items():
+        if queue in queues:
+            continue
+        close = difflib.get_close_matches(queue, [str(q) for q in queues], n=1, cutoff=0.6)
+        hint = f'Did you mean "{close[0]}"? ' if close else ""
+        warnings.append(
+            checks.Warning(
+                f"Workflow {name!r} (version {version}) declares queue {queue!r}, which "
+                f"{SETTING} does not configure: starting a run of it raises "
+                "UnknownQueueError.",
+                hint=hint + f'Add it to {SETTING} with its limits ({{{queue!r}: {{"concurrency": '
+                "5}}), or name a configured queue in Workflow.define(..., queue=...).",
+                id="flowwarden_django.W206",
             )
+        )
     return warnings
 
 

@@ -25,6 +25,8 @@ from importlib.util import find_spec
 from threading import Lock
 from typing import Any
 
+from .json_metadata import json_object
+
 #: The metadata key of a run's seed snapshot that keeps its trace context (a JSON
 #: object of W3C trace-context headers: ``traceparent``, ``tracestate``).
 TRACE_CONTEXT = "workflow.traceContext"
@@ -128,15 +130,7 @@ def seed_metadata(headers: Mapping[str, str]) -> dict[str, str]:
 
 def headers_of(metadata: Mapping[str, str]) -> dict[str, str]:
     """The trace-context headers *metadata* keeps (``{}`` when none or unreadable)."""
-    raw = metadata.get(TRACE_CONTEXT)
-    if not raw:
-        return {}
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        return {}
-    if not isinstance(found, dict):
-        return {}
+    found = json_object(metadata, TRACE_CONTEXT) or {}
     return {str(k): str(v) for k, v in found.items() if k in ("traceparent", "tracestate")}
 
 

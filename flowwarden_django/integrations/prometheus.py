@@ -36,7 +36,7 @@ import bisect
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -156,21 +156,13 @@ class _EventTally:
                 else:
                     self.failed += 1
             return
-        # Histogram.observe()'s rule: the first bound at or above the duration (NaN is
-        # in no bucket, only in the sum).
-        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
-        with self.lock:
-            if success:
-                self.succeeded += 1
-            else:
-                self.failed += 1
-            self.duration_sum += duration
-            if bucket < len(DURATION_BUCKETS) and duration <= DURATION_BUCKETS[bucket]:
-                self.buckets[bucket] += 1
+        self.count_processed(success, duration)
 
     def count_processed(self, success: Any, duration: float) -> None:
         """``processed`` once the histogram has its cells (the runtime's fast path):
         the labelled children are made when :meth:`fold` first adds to them."""
+        # Histogram.observe()'s rule: the first bound at or above the duration (NaN is
+        # in no bucket, only in the sum).
         bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
         with self.lock:
             if success:
@@ -237,6 +229,15 @@ def _has_cells(histogram: Any) -> bool:
         and len(cells) == len(DURATION_BUCKETS)
         and all(hasattr(cell, "inc") for cell in cells)
     )
+
+
+def _count_per_stream(counter: str) -> Callable[..., None]:
+    """The receiver of a signal that adds one to *counter* for the sending stream."""
+
+    def receive(self: SignalMetrics, sender: str, **kwargs: Any) -> None:
+        getattr(self, counter).labels(sender).inc()
+
+    return receive
 
 
 class SignalMetrics:
@@ -412,6 +413,15 @@ class SignalMetrics:
         tally = self._tallies.get(sender) or self._tally(sender)
         tally.processed(success, duration)
 
+    # The signals that count one per stream, each in its counter.
+    on_event_sent_to_dlq = _count_per_stream("sent_to_dlq")
+    on_event_dlq_failed = _count_per_stream("dlq_failures")
+    on_stream_started = _count_per_stream("starts")
+    on_stream_restarted = _count_per_stream("restarts")
+    on_resume_fallback_to_seen = _count_per_stream("fallbacks_to_seen")
+    on_resume_history_lost = _count_per_stream("history_lost")
+    on_heartbeat_failed = _count_per_stream("heartbeat_failures")
+
     def on_event_error(self, sender: str, will_retry: bool = False, **kwargs: Any) -> None:
         self.event_errors.labels(sender, _label(will_retry)).inc()
         if will_retry:
@@ -423,15 +433,6 @@ class SignalMetrics:
     def on_checkpoint_failed(self, sender: str, anchor: str = "", **kwargs: Any) -> None:
         self.checkpoint_failures.labels(sender, anchor).inc()
 
-    def on_event_sent_to_dlq(self, sender: str, **kwargs: Any) -> None:
-        self.sent_to_dlq.labels(sender).inc()
-
-    def on_event_dlq_failed(self, sender: str, **kwargs: Any) -> None:
-        self.dlq_failures.labels(sender).inc()
-
-    def on_stream_started(self, sender: str, **kwargs: Any) -> None:
-        self.starts.labels(sender).inc()
-
     def on_stream_stopped(self, sender: str, reason: str = "", **kwargs: Any) -> None:
         self.stops.labels(sender, str(reason)).inc()
         # A copy cut short by the stop (or the crash) is no longer in progress here;
@@ -440,20 +441,8 @@ class SignalMetrics:
             self.copying.discard(sender)
             self.copy_in_progress.labels(sender).set(0)
 
-    def on_stream_restarted(self, sender: str, **kwargs: Any) -> None:
-        self.restarts.labels(sender).inc()
-
     def on_stream_invalidated(self, sender: str, cause: str = "", **kwargs: Any) -> None:
         self.invalidations.labels(sender, str(cause)).inc()
-
-    def on_resume_fallback_to_seen(self, sender: str, **kwargs: Any) -> None:
-        self.fallbacks_to_seen.labels(sender).inc()
-
-    def on_resume_history_lost(self, sender: str, **kwargs: Any) -> None:
-        self.history_lost.labels(sender).inc()
-
-    def on_heartbeat_failed(self, sender: str, **kwargs: Any) -> None:
-        self.heartbeat_failures.labels(sender).inc()
 
     def on_initial_sync_started(self, sender: str, **kwargs: Any) -> None:
         self.copying.add(sender)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -48,6 +49,14 @@ class ActionCommand(BaseCommand):
     def database_subject_of(self, options: dict[str, Any]) -> str:
         """What a database error is about (override to name a store)."""
         return self.database_subject
+
+    def write_table(self, lines: Sequence[str]) -> None:
+        """Write a formatted table (``format_table``, ``fit_table``): its header
+        styled as a heading, then its rows."""
+        header, *rows = lines
+        self.stdout.write(self.style.MIGRATE_HEADING(header))
+        for row in rows:
+            self.stdout.write(row)
 
 
 def os_user() -> str:

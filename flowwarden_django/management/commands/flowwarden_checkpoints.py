@@ -140,10 +140,7 @@ class Command(ActionCommand):
             )
             for cp in checkpoints
         ]
-        header, *lines = format_table(LIST_HEADERS, rows)
-        self.stdout.write(self.style.MIGRATE_HEADING(header))
-        for line in lines:
-            self.stdout.write(line)
+        self.write_table(format_table(LIST_HEADERS, rows))
 
     def handle_show(self, *, store: str, name: str, json: bool, **options: Any) -> None:
         checkpoint = self._find(store, name)

@@ -29,6 +29,7 @@ from .run_timeline import (
     child_json,
     child_lines,
     child_runs,
+    run_json,
     timeline_bars,
     timeline_heading,
     timeline_json,
@@ -71,7 +72,7 @@ class ListingActions(ActionCommand):
         if json:
             self.stdout.write(
                 dump_json(
-                    [{**_run_json(r), "snapshots": counts.get(r.coordination_id)} for r in records]
+                    [{**run_json(r), "snapshots": counts.get(r.coordination_id)} for r in records]
                 )
             )
             return
@@ -94,10 +95,7 @@ class ListingActions(ActionCommand):
             )
             for r in records
         ]
-        header, *lines = format_table(LIST_HEADERS, rows)
-        self.stdout.write(self.style.MIGRATE_HEADING(header))
-        for line in lines:
-            self.stdout.write(line)
+        self.write_table(format_table(LIST_HEADERS, rows))
         if limit and len(records) == limit:
             self.stdout.write(f"(the newest {limit}; --limit 0 shows all)")
 
@@ -158,7 +156,7 @@ class ListingActions(ActionCommand):
             self.stdout.write(
                 dump_json(
                     {
-                        "run": None if record is None else _run_json(record),
+                        "run": None if record is None else run_json(record),
                         "snapshots": [
                             _snapshot_json(s, depth, fork, with_state=state)
                             for depth, fork, s in sorted(tree, key=lambda item: seq(item[2]))
@@ -333,25 +331,6 @@ def _mailbox_fields(record: WorkflowRun, now: Any) -> list[tuple[str, str]]:
     if events:
         fields.append(("Events", f"{events}: `{COMMAND} events {record.pk}`"))
     return fields
-
-
-def _run_json(record: WorkflowRun) -> dict[str, Any]:
-    return {
-        "coordination_id": record.coordination_id,
-        "workflow_name": record.workflow_name,
-        "status": record.status,
-        "last_step": record.last_step,
-        "head_snapshot_id": record.head_snapshot_id,
-        "idempotency_key": record.idempotency_key,
-        "failure_reason": record.failure_reason,
-        "resume_input": record.resume_input,
-        "waiting_topic": record.waiting_topic or None,
-        "runner": record.runner,
-        "claimed_until": iso(record.claimed_until),
-        "attempts": record.attempts,
-        "created_at": iso(record.created_at),
-        "updated_at": iso(record.updated_at),
-    }
 
 
 def _snapshot_json(

@@ -130,10 +130,7 @@ class MessageActions(ActionCommand):
             return
         now = timezone.now()
         table = [(e.key, timestamp_text(e.updated_at, now), state_text(e.value)) for e in events]
-        header, *lines = format_table(EVENT_HEADERS, table)
-        self.stdout.write(self.style.MIGRATE_HEADING(header))
-        for line in lines:
-            self.stdout.write(line)
+        self.write_table(format_table(EVENT_HEADERS, table))
 
 
 def _refused(exc: UserJSONError) -> str:

@@ -64,10 +64,7 @@ class QueueActions(ActionCommand):
         for queue in found:
             rows.append(_queue_row(queue, now))
             rows.extend(_partition_row(queue, part, now) for part in queue.partitions)
-        header, *lines = format_table(QUEUE_HEADERS, rows)
-        self.stdout.write(self.style.MIGRATE_HEADING(header))
-        for line in lines:
-            self.stdout.write(line)
+        self.write_table(format_table(QUEUE_HEADERS, rows))
         for queue in found:
             if not queue.configured:
                 self.stdout.write(

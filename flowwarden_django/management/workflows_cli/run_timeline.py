@@ -51,14 +51,33 @@ def child_lines(children: list[WorkflowRun], total: int, now: datetime) -> list[
     return lines
 
 
-def child_json(child: WorkflowRun) -> dict[str, Any]:
+def run_json(record: WorkflowRun) -> dict[str, Any]:
+    """What ``show --json`` and ``list --json`` say of a run."""
     return {
-        "coordination_id": child.coordination_id,
-        "workflow_name": child.workflow_name,
-        "status": child.status,
-        "created_at": iso(child.created_at),
-        "updated_at": iso(child.updated_at),
+        "coordination_id": record.coordination_id,
+        "workflow_name": record.workflow_name,
+        "status": record.status,
+        "last_step": record.last_step,
+        "head_snapshot_id": record.head_snapshot_id,
+        "idempotency_key": record.idempotency_key,
+        "failure_reason": record.failure_reason,
+        "resume_input": record.resume_input,
+        "waiting_topic": record.waiting_topic or None,
+        "runner": record.runner,
+        "claimed_until": iso(record.claimed_until),
+        "attempts": record.attempts,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(record.updated_at),
     }
+
+
+#: What ``show --json`` says of a child run: these fields of its ``run_json``.
+CHILD_FIELDS = ("coordination_id", "workflow_name", "status", "created_at", "updated_at")
+
+
+def child_json(child: WorkflowRun) -> dict[str, Any]:
+    run = run_json(child)
+    return {name: run[name] for name in CHILD_FIELDS}
 
 
 def timeline_bars(timeline: Timeline) -> list[Bar]:

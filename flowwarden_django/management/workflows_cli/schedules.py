@@ -42,12 +42,9 @@ class ScheduleActions(ActionCommand):
             return
         if schedules:
             now = timezone.now()
-            header, *lines = fit_table(
-                SCHEDULE_HEADERS, [_row(s, now) for s in schedules], shrink=_SHRINKING
+            self.write_table(
+                fit_table(SCHEDULE_HEADERS, [_row(s, now) for s in schedules], shrink=_SHRINKING)
             )
-            self.stdout.write(self.style.MIGRATE_HEADING(header))
-            for line in lines:
-                self.stdout.write(line)
         else:
             self.stdout.write("No scheduled starts.")
         for note in notes:

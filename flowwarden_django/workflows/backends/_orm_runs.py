@@ -24,6 +24,7 @@ from ._orm_sql import (
     execute,
     fetch_one,
     open_run_sql,
+    snapshot_params,
 )
 
 #: This thread's last ``save_advancing_run``: (store, snapshot, its columns), which
@@ -92,15 +93,7 @@ class RunStatementsMixin:
             ops.adapt_datetimefield_value(now),
             snapshot.coordination_id,
             runner,
-            snapshot.id,
-            columns["parent_id"],
-            snapshot.coordination_id,
-            snapshot.seq,
-            columns["agent_name"],
-            columns["state"],
-            columns["state_type"],
-            columns["metadata"],
-            ops.adapt_datetimefield_value(columns["created_at"]),
+            *snapshot_params(snapshot, columns, ops),
         ]
         try:
             inserted = execute(connection, sql, params)
@@ -145,15 +138,7 @@ class RunStatementsMixin:
         claim_sql, claim_params = claim
         params = [
             *claim_params,
-            seed.id,
-            columns["parent_id"],
-            seed.coordination_id,
-            seed.seq,
-            columns["agent_name"],
-            columns["state"],
-            columns["state_type"],
-            columns["metadata"],
-            connection.ops.adapt_datetimefield_value(columns["created_at"]),
+            *snapshot_params(seed, columns, connection.ops),
             seed.coordination_id,
         ]
         try:

@@ -59,6 +59,23 @@ SNAPSHOT_COLUMNS = (
 )
 
 
+def snapshot_params(snapshot: Any, columns: dict[str, Any], ops: Any) -> list[Any]:
+    """The values of *snapshot*'s row in ``SNAPSHOT_COLUMNS``' order, for raw SQL:
+    its keys, and its *columns* as the store writes them (``_columns``); *ops*: the
+    connection's ``ops``."""
+    return [
+        snapshot.id,
+        columns["parent_id"],
+        snapshot.coordination_id,
+        snapshot.seq,
+        columns["agent_name"],
+        columns["state"],
+        columns["state_type"],
+        columns["metadata"],
+        ops.adapt_datetimefield_value(columns["created_at"]),
+    ]
+
+
 class SnapshotRow(NamedTuple):
     """A snapshot row read with raw SQL (``SNAPSHOT_COLUMNS``), for ``_decode``."""
 

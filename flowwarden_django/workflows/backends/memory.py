@@ -10,15 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.core import checks
-from django.utils import timezone
 
-from ..storage.retention import PruneRow, check_prune_arguments, plan_prune
+from ..storage.retention import PruneRow, plan_prune
 from ..storage.serializers import StateSerializer, resolve_serializer
-from ..storage.snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot
+from ..storage.snapshot import CheckpointQuery, Saved, WorkflowSnapshot
 from ..storage.store import SnapshotConflictError, SnapshotStore, snapshot_stores
 from ._common import check_query, check_serializer_option, unreadable
 
@@ -104,10 +102,7 @@ class InMemorySnapshotStore(SnapshotStore):
         return stored
 
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
-        snapshot = self._get(snapshot_id)
-        if snapshot is not None:
-            self._emit(Loaded, snapshot)
-        return snapshot
+        return self._loaded(self._get(snapshot_id))
 
     def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
         entry = self._entries.get(snapshot_id)
@@ -156,19 +151,11 @@ class InMemorySnapshotStore(SnapshotStore):
         self._emit_deleted(r for r in removed if r is not None)
         return len(removed)
 
-    def prune(
-        self,
-        keep_last: int | None = None,
-        older_than: timedelta | None = None,
-        coordination_id: str | None = None,
-        *,
-        protected_ids: Iterable[str] = (),
+    def _prune(
+        self, keep_last: int | None, cutoff: Any, coordination_id: str | None, protected: set[str]
     ) -> int:
-        check_prune_arguments(keep_last, older_than)
-        protected = set(protected_ids)
         if self.protect is not None:
             protected.update(self.protect())
-        cutoff = timezone.now() - older_than if older_than is not None else None
         removed: list[tuple[str, str]] = []
         with self._lock:
             scope = [coordination_id] if coordination_id is not None else list(self._seqs)

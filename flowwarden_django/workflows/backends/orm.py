@@ -28,21 +28,19 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from django.core import checks
 from django.db import IntegrityError, OperationalError, connections, router
 from django.db.models import Count, Min, QuerySet
-from django.utils import timezone
 
 from ...models import SnapshotRecord, WorkflowRun
 from ..runs.transactions import write_transaction
 from ..storage.encryption import AesGcmCipher
-from ..storage.retention import PruneRow, check_prune_arguments, plan_prune
+from ..storage.retention import PruneRow, plan_prune
 from ..storage.serializers import StateSerializer, resolve_serializer
-from ..storage.snapshot import CheckpointQuery, Loaded, Saved, WorkflowSnapshot, storable_id
+from ..storage.snapshot import CheckpointQuery, Saved, WorkflowSnapshot, storable_id
 from ..storage.store import SnapshotConflictError, SnapshotStore
 from ._common import check_query
 from ._orm_checks import BOOLEAN_OPTIONS as BOOLEAN_OPTIONS
@@ -62,6 +60,7 @@ from ._orm_sql import (
     latest_sql,
     lock_key,
     retryable,
+    snapshot_params,
 )
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -155,10 +154,7 @@ class OrmSnapshotStore(RunStatementsMixin, SnapshotRowsMixin, SnapshotStore):
         return stored
 
     def load(self, snapshot_id: str) -> WorkflowSnapshot | None:
-        snapshot = self._get(snapshot_id)
-        if snapshot is not None:
-            self._emit(Loaded, snapshot)
-        return snapshot
+        return self._loaded(self._get(snapshot_id))
 
     def _get(self, snapshot_id: str) -> WorkflowSnapshot | None:
         if not storable_id(snapshot_id):  # no row holds it; PostgreSQL refuses a NUL
@@ -232,19 +228,11 @@ class OrmSnapshotStore(RunStatementsMixin, SnapshotRowsMixin, SnapshotStore):
         self._emit_deleted((snapshot_id, coordination_id) for snapshot_id in ids)
         return len(ids)
 
-    def prune(
-        self,
-        keep_last: int | None = None,
-        older_than: timedelta | None = None,
-        coordination_id: str | None = None,
-        *,
-        protected_ids: Iterable[str] = (),
+    def _prune(
+        self, keep_last: int | None, cutoff: Any, coordination_id: str | None, protected: set[str]
     ) -> int:
-        check_prune_arguments(keep_last, older_than)
         alias = self._alias()
         rows = self._rows(alias)
-        cutoff = timezone.now() - older_than if older_than is not None else None
-        protected = set(protected_ids)
         waiting = WorkflowRun.objects.using(alias).filter(status=WorkflowRun.Status.WAITING)
         protected.update(
             waiting.exclude(head_snapshot_id=None).values_list("head_snapshot_id", flat=True)
@@ -334,17 +322,7 @@ class OrmSnapshotStore(RunStatementsMixin, SnapshotRowsMixin, SnapshotStore):
         vendor = connection.vendor
         if vendor != "postgresql" and vendor != "sqlite":
             return False
-        params = [
-            snapshot.id,
-            columns["parent_id"],
-            snapshot.coordination_id,
-            snapshot.seq,
-            columns["agent_name"],
-            columns["state"],
-            columns["state_type"],
-            columns["metadata"],
-            connection.ops.adapt_datetimefield_value(columns["created_at"]),
-        ]
+        params = snapshot_params(snapshot, columns, connection.ops)
         if vendor == "postgresql" and connection.autocommit:
             try:
                 return execute(connection, insert_new_sql(or_nothing=False), params) == 1

@@ -64,12 +64,21 @@ def check_goes_to(value: Any) -> tuple[str, ...] | None:
     declared); ``ValueError`` otherwise."""
     if value is None:
         return None
+    return non_blank_strings(
+        value, "goes_to is a list of step names", "goes_to names steps by non-blank strings"
+    )
+
+
+def non_blank_strings(value: Any, listing: str, item: str) -> tuple[str, ...]:
+    """*value*, an iterable of non-blank strings (not a string itself), as a tuple;
+    ``ValueError`` otherwise, saying *listing* (what it should be) or *item* (what each
+    should be)."""
     if isinstance(value, str):
-        raise ValueError(f"goes_to is a list of step names, not the string {value!r}")
+        raise ValueError(f"{listing}, not the string {value!r}")
     names = tuple(value)
     for name in names:
         if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"goes_to names steps by non-blank strings, not {name!r}")
+            raise ValueError(f"{item}, not {name!r}")
     return names
 
 

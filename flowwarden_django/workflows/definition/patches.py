@@ -25,6 +25,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...common.json_metadata import json_object
+from .graph import non_blank_strings
+
 if TYPE_CHECKING:
     from .steps import WorkflowStep
 
@@ -38,14 +41,8 @@ class UndeclaredPatchError(ValueError):
 
 def recorded_patches(metadata: Mapping[str, str]) -> dict[str, bool]:
     """The answers a snapshot's metadata records (``{}`` when none)."""
-    raw = metadata.get(PATCHES_METADATA)
-    if not raw:
-        return {}
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        return {}
-    return {str(k): bool(v) for k, v in found.items()} if isinstance(found, dict) else {}
+    found = json_object(metadata, PATCHES_METADATA) or {}
+    return {str(k): bool(v) for k, v in found.items()}
 
 
 class PatchBook:
@@ -108,10 +105,6 @@ def patches_metadata(answers: dict[str, bool]) -> dict[str, str]:
 
 def check_patches(value: Any) -> tuple[str, ...]:
     """A step's ``patches`` as a tuple of non-blank strings; ``ValueError`` otherwise."""
-    if isinstance(value, str):
-        raise ValueError(f"patches is a list of patch ids, not the string {value!r}")
-    ids = tuple(value)
-    for patch_id in ids:
-        if not isinstance(patch_id, str) or not patch_id.strip():
-            raise ValueError(f"a patch id is a non-blank string, not {patch_id!r}")
-    return ids
+    return non_blank_strings(
+        value, "patches is a list of patch ids", "a patch id is a non-blank string"
+    )

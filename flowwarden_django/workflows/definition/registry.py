@@ -161,6 +161,17 @@ class WorkflowRegistry:
         with self._lock:
             return sorted(self._definitions)
 
+    def declared_queues(self) -> dict[tuple[str, int], str]:
+        """The queue each version defined here declares (``define(queue=...)``), by
+        ``(name, version)``; versions without one are left out."""
+        with self._lock:
+            return {
+                (name, version): queue
+                for name, versions in sorted(self._definitions.items())
+                for version, definition in sorted(versions.items())
+                if (queue := getattr(definition, "queue", None))
+            }
+
     def __contains__(self, name: object) -> bool:
         with self._lock:
             return name in self._definitions

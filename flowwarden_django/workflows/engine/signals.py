@@ -14,6 +14,8 @@ import logging
 
 from django.dispatch import Signal
 
+from ...common.robust_signals import send_logged
+
 logger = logging.getLogger("flowwarden_django.workflows")
 
 step_attempted = Signal()
@@ -25,7 +27,10 @@ def send_step_attempted(
     """Send ``step_attempted`` (nothing to do, and nothing built, without receivers)."""
     if not step_attempted.receivers:
         return
-    results = step_attempted.send_robust(
+    send_logged(
+        step_attempted,
+        logger,
+        "step_attempted receiver %r failed",
         sender=workflow,
         workflow=workflow,
         version=version,
@@ -34,10 +39,3 @@ def send_step_attempted(
         duration=duration,
         error=error,
     )
-    for receiver, result in results:
-        if isinstance(result, Exception):
-            logger.warning(
-                "step_attempted receiver %r failed",
-                receiver,
-                exc_info=(type(result), result, result.__traceback__),
-            )

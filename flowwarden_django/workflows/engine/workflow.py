@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
+from ...common.async_twins import thread_sensitive_method_twin
 from ...common.user_input import check_resume_input
 from ..definition.checks import check_name, check_steps, check_version
 from ..definition.graph import WorkflowGraph, continue_index, graph_of
@@ -201,7 +202,8 @@ class Workflow(RunMessaging):
             check_resume_input(input)
         return resolve_provider().run(self, None, input)
 
-    async def arun(self, initial_state: Any = None) -> WorkflowResult:
+    arun = thread_sensitive_method_twin(
+        run,
         """``run()`` from async code: same result, errors and snapshot signals.
 
         Runs ``run()`` through ``sync_to_async(thread_sensitive=True)``: the claim, the
@@ -211,16 +213,17 @@ class Workflow(RunMessaging):
         too, so a long step holds that thread (and every other thread-sensitive call
         of the process) until it returns; under ASGI run long steps on the Celery or
         Temporal provider, where this returns ``Running`` once the work is queued.
-        """
-        return await sync_to_async(self.run, thread_sensitive=True)(initial_state)
+        """,
+    )
 
-    async def aresume(self, input: Any = None) -> WorkflowResult:
+    aresume = thread_sensitive_method_twin(
+        resume,
         """``resume(input)`` from async code: same result, errors and snapshot signals.
 
         ``thread_sensitive=True``, as ``arun``: it claims the run, stores *input* and
         (in-process) runs the steps in the thread-sensitive executor.
-        """
-        return await sync_to_async(self.resume, thread_sensitive=True)(input)
+        """,
+    )
 
     def cancel(self, reason: str = "", *, by: str = "") -> CancelOutcome:
         """Cancel this run: it never runs another step (see ``workflows.cancellation``);
@@ -229,9 +232,7 @@ class Workflow(RunMessaging):
         cancelled. ``UnknownRunError`` when there is no run."""
         return cancel_run(self, reason, by=by)
 
-    async def acancel(self, reason: str = "", *, by: str = "") -> CancelOutcome:
-        """``cancel()`` from async code."""
-        return await sync_to_async(self.cancel, thread_sensitive=True)(reason, by=by)
+    acancel = thread_sensitive_method_twin(cancel, """``cancel()`` from async code.""")
 
     def run_local(
         self,
@@ -475,7 +476,8 @@ class Workflow(RunMessaging):
             )
         return fork_snapshot(self.store, snapshot_id, new_state, using=self.runs.db)
 
-    async def afork(self, snapshot_id: str, new_state: Any) -> WorkflowSnapshot:
+    afork = thread_sensitive_method_twin(
+        fork,
         """``fork(snapshot_id, new_state)`` from async code: same snapshot, errors
         (``UnknownSnapshotError``, ...) and ``snapshot_forked`` signal.
 
@@ -483,8 +485,8 @@ class Workflow(RunMessaging):
         the run and cancels a pending approval through the ORM, and tells the provider
         on commit (``transaction.on_commit``): on the thread-sensitive executor's
         connection, inside the surrounding sync code's transaction if there is one.
-        """
-        return await sync_to_async(self.fork, thread_sensitive=True)(snapshot_id, new_state)
+        """,
+    )
 
     def delete_all_snapshots(self) -> int:
         """Delete every snapshot of the coordination (the next run starts over)."""
@@ -681,20 +683,7 @@ class WorkflowDefinition:
             placed=placed,
         )
 
-    async def astart(
-        self,
-        initial_state: Any = None,
-        *,
-        idempotency_key: str | None = None,
-        coordination_id: str | None = None,
-        **placing: Any,
-    ) -> StartedRun:
-        """``start()`` from async code; ``thread_sensitive=True`` (see
-        ``Workflow.astart``)."""
-        start = sync_to_async(self.start, thread_sensitive=True)
-        return await start(
-            initial_state,
-            idempotency_key=idempotency_key,
-            coordination_id=coordination_id,
-            **placing,
-        )
+    astart = thread_sensitive_method_twin(
+        start,
+        """``start()`` from async code; ``thread_sensitive=True`` (see ``Workflow.astart``).""",
+    )

@@ -44,7 +44,7 @@ from ..definition.metadata import (
     WAKE_AT,
     WORKFLOW_DONE,
 )
-from ..execution.step_timings import parse_errors, step_timing_of
+from ..execution.step_timings import AttemptError, parse_errors, step_timing_of
 from ..storage.snapshot import CheckpointQuery, WorkflowSnapshot
 from ..storage.store import SnapshotStore
 
@@ -291,25 +291,8 @@ def _attempts(snapshot: WorkflowSnapshot) -> list[Bar]:
     timing = step_timing_of(snapshot.metadata)
     if timing is None:  # a step saved before timings: one bar at its snapshot's time
         return [Bar("attempt", step, _step_outcome(snapshot), snapshot.created_at, None)]
-    bars = []
-    for error in timing.errors:
-        start = _parse(error.started_at)
-        end = None
-        if start is not None and error.duration_ms is not None:
-            end = start + timedelta(milliseconds=error.duration_ms)
-        bars.append(
-            Bar(
-                "attempt",
-                step,
-                "failed",
-                start,
-                end,
-                attempt=error.attempt,
-                provider=timing.provider,  # a step's attempts run under one provider
-                worker=error.worker,
-                error=error.error,
-            )
-        )
+    # A step's attempts run under one provider.
+    bars = [_failed_attempt(error, step, timing.provider) for error in timing.errors]
     duration = timedelta(milliseconds=timing.duration_ms or 0)
     start = _parse(timing.started_at) or snapshot.created_at - duration
     bars.append(
@@ -325,6 +308,25 @@ def _attempts(snapshot: WorkflowSnapshot) -> list[Bar]:
         )
     )
     return bars
+
+
+def _failed_attempt(error: AttemptError, step: str, provider: str = "") -> Bar:
+    """The bar of failed attempt *error* of *step*."""
+    start = _parse(error.started_at)
+    end = None
+    if start is not None and error.duration_ms is not None:
+        end = start + timedelta(milliseconds=error.duration_ms)
+    return Bar(
+        "attempt",
+        step,
+        "failed",
+        start,
+        end,
+        attempt=error.attempt,
+        provider=provider,
+        worker=error.worker,
+        error=error.error,
+    )
 
 
 def _step_outcome(snapshot: WorkflowSnapshot) -> str:
@@ -394,24 +396,7 @@ def _unsaved_end(run: WorkflowRun, head: WorkflowSnapshot | None) -> list[Bar]:
     """The attempts no snapshot records: those of the step the run failed at (its
     failure reason names the error class), and the failed attempts a provider that
     retries itself keeps on the run record (``step_errors``)."""
-    bars = []
-    for error in parse_errors(run.step_errors):
-        start = _parse(error.started_at)
-        end = None
-        if start is not None and error.duration_ms is not None:
-            end = start + timedelta(milliseconds=error.duration_ms)
-        bars.append(
-            Bar(
-                "attempt",
-                gettext("next step"),
-                "failed",
-                start,
-                end,
-                attempt=error.attempt,
-                worker=error.worker,
-                error=error.error,
-            )
-        )
+    bars = [_failed_attempt(error, gettext("next step")) for error in parse_errors(run.step_errors)]
     if run.status == Status.FAILED:
         found = _ERROR_CLASS.search(run.failure_reason or "")
         at = run.updated_at

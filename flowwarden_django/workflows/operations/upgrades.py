@@ -54,6 +54,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ...common.app_models import models
+from ...common.json_metadata import json_object
 from ..definition.metadata import (
     FURTHEST_STEP,
     LAST_STEP,
@@ -423,14 +424,7 @@ def _interrupted_upgrade(head: WorkflowSnapshot, run: Any, upgrade: WorkflowUpgr
 
 def upgrade_of(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
     """The ``workflow.upgrade`` record of an upgrade snapshot (``None`` for others)."""
-    raw = snapshot.metadata.get(UPGRADE_METADATA)
-    if not raw:
-        return None
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
+    return json_object(snapshot.metadata, UPGRADE_METADATA)
 
 
 def _outcome_of(run: Any, upgrade: WorkflowUpgrade, **fields: Any) -> Callable[..., UpgradeOutcome]:

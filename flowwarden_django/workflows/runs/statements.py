@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -80,6 +80,11 @@ class RunStatements(RunRows):
     """``RunRecords``' statements on PostgreSQL (``None`` elsewhere), as SQL and
     parameters, and the ``WorkflowRun`` a claim's row is."""
 
+    def _postgresql(self) -> Any:
+        """The connection of the runs' database when it is PostgreSQL, else ``None``."""
+        connection = connections[self.db]
+        return connection if connection.vendor == "postgresql" else None
+
     def claim_statement(
         self,
         coordination_id: str,
@@ -94,24 +99,19 @@ class RunStatements(RunRows):
         ``created`` (whether this statement inserted it), or no row when refused;
         ``claimed`` makes the row a ``WorkflowRun``, ``refused`` raises the reason.
         A store on the same database may run it as part of a larger statement."""
-        connection = connections[self.db]
-        if connection.vendor != "postgresql":
+        connection = self._postgresql()
+        if connection is None:
             return None
-        now = timezone.now()
         json_field = models.WorkflowRun._meta.get_field("resume_input")
-        params = [
-            coordination_id,
-            workflow_name,
-            workflow_version,
-            json_field.get_db_prep_save(resume_input, connection),
-            runner,
-            lease.total_seconds(),
-            now,
-            now,
+        stored_input = json_field.get_db_prep_save(resume_input, connection)
+        params = _new_claimed(
+            coordination_id, workflow_name, workflow_version, stored_input, runner, lease, None
+        )
+        return claim_or_create_sql(resume_input is not None), [
+            *params,
             workflow_name,
             workflow_version,
         ]
-        return claim_or_create_sql(resume_input is not None), params
 
     def create_claimed_statement(
         self,
@@ -128,20 +128,12 @@ class RunStatements(RunRows):
         coordination exists (claim it with ``claim_statement`` then). Cheaper to plan
         and run than the claim's ``ON CONFLICT DO UPDATE``, and it returns only what
         the database decided, not the row the caller already knows."""
-        connection = connections[self.db]
-        if connection.vendor != "postgresql":
+        if self._postgresql() is None:
             return None
         now = timezone.now()
-        params = [
-            coordination_id,
-            workflow_name,
-            workflow_version,
-            None,  # resume_input
-            runner,
-            lease.total_seconds(),
-            now,
-            now,
-        ]
+        params = _new_claimed(
+            coordination_id, workflow_name, workflow_version, None, runner, lease, now
+        )
         values = {
             **NEW_RUN_VALUES,
             "coordination_id": coordination_id,
@@ -169,8 +161,7 @@ class RunStatements(RunRows):
         exists (nothing written). A store on the same database runs it with the
         insert of *head* (``OrmSnapshotStore.open_run``). *placed*: its queue fields
         (``queues.placing``), written by the same statement."""
-        connection = connections[self.db]
-        if connection.vendor != "postgresql":
+        if self._postgresql() is None:
             return None
         now = timezone.now()
         params = [
@@ -199,8 +190,8 @@ class RunStatements(RunRows):
         (``None`` elsewhere): one ``UPDATE ... RETURNING`` the claimed row (the
         model's columns in order; ``claimed`` makes it a ``WorkflowRun``), no row when
         refused. A store on the same database may run it inside a larger statement."""
-        connection = connections[self.db]
-        if connection.vendor != "postgresql":
+        connection = self._postgresql()
+        if connection is None:
             return None
         json_field = models.WorkflowRun._meta.get_field("resume_input")
         with_input = resume_input is not None
@@ -241,3 +232,28 @@ class RunStatements(RunRows):
             return
         check_run_of(current, workflow_name, workflow_version)
         raise ConcurrentRunError(coordination_id, current.runner, current.claimed_until)
+
+
+def _new_claimed(
+    coordination_id: str,
+    workflow_name: str,
+    workflow_version: int,
+    resume_input: Any,
+    runner: str,
+    lease: timedelta,
+    now: datetime | None,
+) -> list[Any]:
+    """The parameters of a new run held by *runner* for *lease* from *now* (``None``:
+    this instant; its ``created_at`` and ``updated_at``, the last two), as
+    ``claim_or_create_sql`` and ``insert_new_sql(claimed=True)`` take them first."""
+    now = now or timezone.now()
+    return [
+        coordination_id,
+        workflow_name,
+        workflow_version,
+        resume_input,
+        runner,
+        lease.total_seconds(),
+        now,
+        now,
+    ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
+from ...common.robust_signals import send_logged
 from .snapshot import Deleted, Forked, Loaded, Saved, SnapshotEvent
 
 logger = logging.getLogger("flowwarden_django.workflows")
@@ -39,11 +40,6 @@ def send(store: Any, event: SnapshotEvent) -> None:
     signal = _BY_KIND[type(event)]
     if not signal.receivers:
         return
-    for receiver, result in signal.send_robust(sender=store, event=event):
-        if isinstance(result, Exception):
-            logger.warning(
-                "snapshot signal receiver %r failed on %r",
-                receiver,
-                event,
-                exc_info=(type(result), result, result.__traceback__),
-            )
+    send_logged(
+        signal, logger, "snapshot signal receiver %r failed on %r", event, sender=store, event=event
+    )

@@ -21,10 +21,12 @@ from django.utils import timezone
 
 from ...common.backend_aliases import BackendAliases
 from . import signals
+from .retention import check_prune_arguments
 from .snapshot import (
     CheckpointQuery,
     Deleted,
     Forked,
+    Loaded,
     SnapshotEvent,
     WorkflowSnapshot,
 )
@@ -128,7 +130,18 @@ class SnapshotStore(ABC):
         than that age; a snapshot either rule keeps stays. Never removed: each
         coordination's newest snapshot, the ancestors of a kept fork, the head of a
         run waiting for approval, and *protected_ids*. Emits ``Deleted`` per snapshot.
+        Backends implement ``_prune``.
         """
+        check_prune_arguments(keep_last, older_than)
+        cutoff = timezone.now() - older_than if older_than is not None else None
+        return self._prune(keep_last, cutoff, coordination_id, set(protected_ids))
+
+    def _prune(
+        self, keep_last: int | None, cutoff: Any, coordination_id: str | None, protected: set[str]
+    ) -> int:
+        """``prune`` with its arguments checked: *cutoff* the time before which a
+        snapshot is old (``None``: no age rule), *protected* the caller's ids (the
+        backend adds the heads of waiting runs, and what else it protects)."""
         raise NotImplementedError(f"{type(self).__name__} does not support prune")
 
     def fork(self, source_id: str, new_state: Any) -> WorkflowSnapshot:
@@ -144,6 +157,13 @@ class SnapshotStore(ABC):
         """``load`` without the ``Loaded`` event: ``fork`` emits only ``Saved`` and
         ``Forked``. Backends override it; the default calls ``load``."""
         return self.load(snapshot_id)
+
+    def _loaded(self, snapshot: WorkflowSnapshot | None) -> WorkflowSnapshot | None:
+        """*snapshot*, once ``Loaded`` is emitted for it (when there is one): what a
+        backend's ``load`` returns."""
+        if snapshot is not None:
+            self._emit(Loaded, snapshot)
+        return snapshot
 
     def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
         """Release connections (called when settings change)."""

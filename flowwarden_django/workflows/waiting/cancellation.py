@@ -33,6 +33,7 @@ from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from ...common.app_models import models
+from ...common.json_metadata import json_object
 from ..definition.metadata import CANCELLED, LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from ..runs.records import RunStatus, UnknownRunError
 from ..runs.transactions import write_transaction
@@ -79,14 +80,10 @@ class CancelOutcome:
 
 def cancellation_of(snapshot: WorkflowSnapshot) -> dict[str, Any]:
     """The ``{"reason", "by"}`` a cancel's snapshot records (``{}`` for any other)."""
-    raw = snapshot.metadata.get(CANCELLED)
-    if raw is None:
+    if snapshot.metadata.get(CANCELLED) is None:
         return {}
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        return {"reason": ""}
-    return found if isinstance(found, dict) else {"reason": ""}
+    found = json_object(snapshot.metadata, CANCELLED)
+    return {"reason": ""} if found is None else found
 
 
 def cancel_run(workflow: Any, reason: str = "", *, by: str = "") -> CancelOutcome:

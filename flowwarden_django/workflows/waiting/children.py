@@ -41,6 +41,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ...common.app_models import models
+from ...common.json_metadata import json_object
 from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from ..definition.steps import Pause
 from ..runs.records import RunConflictError, RunRecords, RunStatus
@@ -125,14 +126,7 @@ def spawn(state: Any, children: Iterable[tuple[Any, Any]], *, then: str | None =
 
 def spawned(snapshot: WorkflowSnapshot) -> dict[str, Any] | None:
     """What the spawning *snapshot* recorded (``{"workflows", "then"}``), else ``None``."""
-    raw = snapshot.metadata.get(CHILDREN)
-    if raw is None:
-        return None
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
+    return json_object(snapshot.metadata, CHILDREN)
 
 
 def child_id(parent: str, key: str, index: int) -> str:

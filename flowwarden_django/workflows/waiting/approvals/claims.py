@@ -27,14 +27,16 @@ transaction on the one connection of the thread-sensitive executor).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ....common.app_models import models
+from ....common.async_twins import thread_sensitive_twin
 from ....common.user_input import check_comment
 from ...runs.records import RunRecords
 from ...runs.transactions import write_transaction
@@ -96,6 +98,56 @@ def claimed_elsewhere(approval: Approval, actor: str) -> ApprovalConflictError |
     )
 
 
+@dataclasses.dataclass
+class _Change:
+    """A change of a pending approval, its row locked: who makes it, when, and where."""
+
+    approval: Approval
+    actor: str
+    comment: str
+    now: Any
+    db: str
+
+    def record(self, action: str, **fields: Any) -> None:
+        """Audit the change as *action* (with the change's actor, time and comment)."""
+        record_event(
+            self.approval,
+            action,
+            using=self.db,
+            actor=self.actor,
+            at=self.now,
+            comment=self.comment,
+            **fields,
+        )
+
+
+@contextlib.contextmanager
+def _pending_change(
+    approval_id: Any,
+    user: Any,
+    comment: str,
+    using: str | None,
+    verb: str,
+    may: Callable[[Approval], bool],
+) -> Iterator[_Change]:
+    """Lock pending approval *approval_id* in a transaction for a change by *user*:
+    ``ApprovalPermissionError`` unless *may* (the approval) says they may *verb* it,
+    then ``_check_pending``'s errors (``UserJSONError`` first, for a bad comment)."""
+    comment = check_comment(comment)
+    db = RunRecords(using).db
+    actor = _actor(user)
+    with write_transaction(db):
+        approval = load_locked(approval_id, db)
+        key = str(approval.pk)
+        if not may(approval):
+            raise ApprovalPermissionError(
+                f"{actor or 'anonymous'} may not {verb} approval {key}", approval_id=key
+            )
+        now = timezone.now()
+        _check_pending(approval, now)
+        yield _Change(approval, actor, comment, now, db)
+
+
 def claim(
     approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
 ) -> ClaimResult:
@@ -105,33 +157,17 @@ def claim(
     (claimed by someone else, ``approval_claimed``; decided or cancelled) or
     ``ApprovalExpiredError`` (and ``UserJSONError`` for a bad comment). Claiming it
     again is a no-op."""
-    comment = check_comment(comment)
-    db = RunRecords(using).db
-    actor = _actor(user)
-    with write_transaction(db):
-        approval = load_locked(approval_id, db)
-        key = str(approval.pk)
-        if not can_decide(user, approval):
-            raise ApprovalPermissionError(
-                f"{actor or 'anonymous'} may not claim approval {key}", approval_id=key
-            )
-        now = timezone.now()
-        _check_pending(approval, now)
+    may = functools.partial(can_decide, user)
+    with _pending_change(approval_id, user, comment, using, "claim", may) as change:
+        approval, actor = change.approval, change.actor
         conflict = claimed_elsewhere(approval, actor)
         if conflict is not None:
             raise conflict
         if approval.claimed_by == actor:
             return ClaimResult(approval, changed=False)
-        approval.claimed_by, approval.claimed_at = actor, now
-        approval.save(using=db, update_fields=["claimed_by", "claimed_at"])
-        record_event(
-            approval,
-            models.ApprovalEvent.Action.CLAIMED,
-            using=db,
-            actor=actor,
-            at=now,
-            comment=comment,
-        )
+        approval.claimed_by, approval.claimed_at = actor, change.now
+        approval.save(using=change.db, update_fields=["claimed_by", "claimed_at"])
+        change.record(models.ApprovalEvent.Action.CLAIMED)
     return ClaimResult(approval)
 
 
@@ -145,20 +181,15 @@ def release(
     reassign right, ``approval_claimed``; decided or cancelled) or
     ``ApprovalExpiredError``. Releasing an unclaimed approval is a no-op. *comment*
     as for ``claim``."""
-    comment = check_comment(comment)
-    db = RunRecords(using).db
     actor = _actor(user)
-    with write_transaction(db):
-        approval = load_locked(approval_id, db)
-        key = str(approval.pk)
-        reassigner = user is not None and user.is_active and user.has_perm(REASSIGN)
+    reassigner = user is not None and user.is_active and user.has_perm(REASSIGN)
+
+    def may(approval: Approval) -> bool:
         own = bool(approval.claimed_by) and approval.claimed_by == actor
-        if not (own or reassigner or can_decide(user, approval)):
-            raise ApprovalPermissionError(
-                f"{actor or 'anonymous'} may not release approval {key}", approval_id=key
-            )
-        now = timezone.now()
-        _check_pending(approval, now)
+        return own or reassigner or can_decide(user, approval)
+
+    with _pending_change(approval_id, user, comment, using, "release", may) as change:
+        approval = change.approval
         if not approval.claimed_by:
             return ClaimResult(approval, changed=False)
         conflict = None if reassigner else claimed_elsewhere(approval, actor)
@@ -166,17 +197,11 @@ def release(
             raise conflict
         holder = approval.claimed_by
         approval.claimed_by, approval.claimed_at = "", None
-        approval.save(using=db, update_fields=["claimed_by", "claimed_at"])
-        detail = "" if holder == actor else f"the claim of {holder} released"
-        record_event(
-            approval,
+        approval.save(using=change.db, update_fields=["claimed_by", "claimed_at"])
+        change.record(
             models.ApprovalEvent.Action.RELEASED,
-            using=db,
-            actor=actor,
-            at=now,
-            comment=comment,
             payload={"claimed_by": holder},
-            detail=detail,
+            detail="" if holder == actor else f"the claim of {holder} released",
         )
     return ClaimResult(approval)
 
@@ -220,18 +245,11 @@ def reassign(
     ``UnknownApprovalError``, ``ApprovalPermissionError``, ``ApprovalConflictError``
     (decided or cancelled) or ``ApprovalExpiredError``."""
     names, group = check_reassign_target(to_users, to_group)
-    comment = check_comment(comment)
-    db = RunRecords(using).db
-    actor = _actor(by)
-    with write_transaction(db):
-        approval = load_locked(approval_id, db)
-        key = str(approval.pk)
-        if by is None or not by.is_active or not by.has_perm(REASSIGN):
-            raise ApprovalPermissionError(
-                f"{actor or 'anonymous'} may not reassign approval {key}", approval_id=key
-            )
-        now = timezone.now()
-        _check_pending(approval, now)
+    reassigner = by is not None and by.is_active and by.has_perm(REASSIGN)
+    with _pending_change(
+        approval_id, by, comment, using, "reassign", lambda _: reassigner
+    ) as change:
+        approval, db = change.approval, change.db
         before = {
             "assignees": approval.assignees,
             "group": approval.group,
@@ -247,13 +265,8 @@ def reassign(
         approval.save(using=db, update_fields=["group", "claimed_by", "claimed_at"])
         # The prefetched assignees (if any) are stale now.
         getattr(approval, "_prefetched_objects_cache", {}).pop("assignments", None)
-        record_event(
-            approval,
+        change.record(
             models.ApprovalEvent.Action.REASSIGNED,
-            using=db,
-            actor=actor,
-            at=now,
-            comment=comment,
             payload={"from": before, "to": {"assignees": names, "group": group}},
         )
         # The n-th reassign is notification n (the row is locked: the count holds).
@@ -273,36 +286,11 @@ def reassign(
     return ClaimResult(approval)
 
 
-async def aclaim(
-    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
-) -> ClaimResult:
+aclaim = thread_sensitive_twin(
+    claim,
     """``claim`` from async code: the same result, errors and audit events
     (``thread_sensitive=True``, see the module). In an async view pass
-    ``await request.auser()``."""
-    return await sync_to_async(claim, thread_sensitive=True)(
-        approval_id, user, comment=comment, using=using
-    )
-
-
-async def arelease(
-    approval_id: Any, user: Any, *, comment: str = "", using: str | None = None
-) -> ClaimResult:
-    """``release`` from async code; see ``aclaim``."""
-    return await sync_to_async(release, thread_sensitive=True)(
-        approval_id, user, comment=comment, using=using
-    )
-
-
-async def areassign(
-    approval_id: Any,
-    *,
-    by: Any,
-    to_users: Iterable[str] = (),
-    to_group: str | None = None,
-    comment: str = "",
-    using: str | None = None,
-) -> ClaimResult:
-    """``reassign`` from async code; see ``aclaim``."""
-    return await sync_to_async(reassign, thread_sensitive=True)(
-        approval_id, by=by, to_users=to_users, to_group=to_group, comment=comment, using=using
-    )
+    ``await request.auser()``.""",
+)
+arelease = thread_sensitive_twin(release, """``release`` from async code; see ``aclaim``.""")
+areassign = thread_sensitive_twin(reassign, """``reassign`` from async code; see ``aclaim``.""")

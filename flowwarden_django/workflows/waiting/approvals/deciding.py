@@ -24,11 +24,11 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ....common import tracing
 from ....common.app_models import models
+from ....common.async_twins import thread_sensitive_twin
 from ....common.formatting import truncate
 from ....common.user_input import check_comment, check_resume_input
 from ...definition.decisions import ApprovalDecision
@@ -99,44 +99,6 @@ def reject(
     return decide(approval_id, "rejected", user, comment=comment, payload=payload, **options)
 
 
-async def aapprove(
-    approval_id: Any, user: Any, *, comment: str = "", payload: Any = None, **options: Any
-) -> DecisionResult:
-    """``approve`` from async code: the same result, errors and audit events
-    (``thread_sensitive=True``, see the module). In an async view pass
-    ``await request.auser()``."""
-    return await adecide(approval_id, "approved", user, comment=comment, payload=payload, **options)
-
-
-async def areject(
-    approval_id: Any, user: Any, *, comment: str = "", payload: Any = None, **options: Any
-) -> DecisionResult:
-    """``reject`` from async code; see ``aapprove``."""
-    return await adecide(approval_id, "rejected", user, comment=comment, payload=payload, **options)
-
-
-async def adecide(
-    approval_id: Any,
-    decision: str,
-    user: Any,
-    *,
-    comment: str = "",
-    payload: Any = None,
-    using: str | None = None,
-    check_permission: bool = True,
-) -> DecisionResult:
-    """``decide`` from async code (``thread_sensitive=True``, see the module)."""
-    return await sync_to_async(decide, thread_sensitive=True)(
-        approval_id,
-        decision,
-        user,
-        comment=comment,
-        payload=payload,
-        using=using,
-        check_permission=check_permission,
-    )
-
-
 def decide(
     approval_id: Any,
     decision: str,
@@ -162,30 +124,33 @@ def decide(
     """
     attributes = {"flowwarden.approval": str(approval_id), "flowwarden.decision": decision}
     with tracing.span("flowwarden.approval.decide", attributes) as current:
-        result = _decide(
-            approval_id,
-            decision,
-            user,
-            comment=comment,
-            payload=payload,
-            using=using,
-            check_permission=check_permission,
-        )
+        result = _decide(approval_id, decision, user, comment, payload, using, check_permission)
         if current is not None:
             current.set_attribute("flowwarden.coordination_id", result.approval.coordination_id)
             current.set_attribute("flowwarden.workflow", result.approval.workflow_name)
         return result
 
 
+adecide = thread_sensitive_twin(
+    decide, """``decide`` from async code (``thread_sensitive=True``, see the module)."""
+)
+aapprove = thread_sensitive_twin(
+    approve,
+    """``approve`` from async code: the same result, errors and audit events
+    (``thread_sensitive=True``, see the module). In an async view pass
+    ``await request.auser()``.""",
+)
+areject = thread_sensitive_twin(reject, """``reject`` from async code; see ``aapprove``.""")
+
+
 def _decide(
     approval_id: Any,
     decision: str,
     user: Any,
-    *,
-    comment: str = "",
-    payload: Any = None,
-    using: str | None = None,
-    check_permission: bool = True,
+    comment: str,
+    payload: Any,
+    using: str | None,
+    check_permission: bool,
 ) -> DecisionResult:
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}, not {decision!r}")

@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ....common.app_models import models
+from ....common.robust_signals import send_logged
 from .emails import emails_enabled, send_emails
 from .signals import BY_EVENT
 
@@ -117,7 +118,11 @@ def _signal(row: ApprovalNotification) -> None:
     signal = BY_EVENT.get(row.event)
     if signal is None or not signal.receivers:
         return
-    results = signal.send_robust(
+    send_logged(
+        signal,
+        logger,
+        "approval signal receiver %r failed on %s",
+        row,
         sender=type(row.approval),
         approval=row.approval,
         event=row.event,
@@ -125,14 +130,6 @@ def _signal(row: ApprovalNotification) -> None:
         recipients=row.recipients,
         notification=row,
     )
-    for receiver, result in results:
-        if isinstance(result, Exception):
-            logger.warning(
-                "approval signal receiver %r failed on %s",
-                receiver,
-                row,
-                exc_info=(type(result), result, result.__traceback__),
-            )
 
 
 def deliver_pending(*, using: str, limit: int = 500) -> list[int]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -27,6 +29,9 @@ from .notifications import deliver_pending
 from .reminders import remind_and_escalate_due
 from .request import request_approval, request_from_snapshot
 from .transitions import cancel_locked, expire_locked, run_waits_for
+
+if TYPE_CHECKING:
+    from ....models import Approval
 
 logger = logging.getLogger("flowwarden_django.workflows")
 
@@ -100,25 +105,14 @@ def expire_due_approvals(
     )
     if coordination_id is not None:
         due = due.filter(coordination_id=coordination_id)
-    expired = []
-    for pk in due.order_by("expires_at").values_list("pk", flat=True)[:limit]:
-        try:
-            with write_transaction(db):
-                approval = (
-                    models.Approval.objects.using(db).select_for_update().filter(pk=pk).first()
-                )
-                if approval is None or approval.status != models.Approval.Status.PENDING:
-                    continue
-                if approval.expires_at is None or approval.expires_at > now:
-                    continue
-                if not expire_locked(approval, now, db):
-                    continue  # its run is being run right now: the next sweep
-        except Exception:  # one bad row must not stop the sweep
-            logger.exception("approval %s could not be expired", pk)
-            continue
-        expired.append(str(pk))
-        logger.info("approval %s of run %s expired", pk, approval.coordination_id)
-    return expired
+
+    def expire(approval: Approval) -> bool:
+        if approval.expires_at is None or approval.expires_at > now:
+            return False
+        return expire_locked(approval, now, db)  # False: its run is being run: the next sweep
+
+    pks = due.order_by("expires_at").values_list("pk", flat=True)[:limit]
+    return _settle_each(db, pks, expire, "expired", "approval %s of run %s expired")
 
 
 def cancel_stale_approvals(
@@ -137,8 +131,27 @@ def cancel_stale_approvals(
     stale = stale.filter(~Exists(waiting_here)).order_by("requested_at")
     if coordination_id is not None:
         stale = stale.filter(coordination_id=coordination_id)
-    cancelled = []
-    for pk in stale.values_list("pk", flat=True)[:limit]:
+
+    def cancel(approval: Approval) -> bool:
+        if run_waits_for(approval, db) is not False:
+            return False
+        reason = "the run was not waiting for it any more"
+        cancel_locked(approval, timezone.now(), db, reason)
+        return True
+
+    pks = stale.values_list("pk", flat=True)[:limit]
+    return _settle_each(db, pks, cancel, "cancelled", "approval %s cancelled: run %s moved on")
+
+
+def _settle_each(
+    db: str, pks: Iterable[Any], settle: Callable[[Approval], bool], what: str, done: str
+) -> list[str]:
+    """Call *settle* on each approval of *pks* still pending, its row locked, each in
+    its own transaction; the ids of those it settled (returned True for). One bad row
+    does not stop the others: its error is logged (the approval could not be *what*);
+    *done* logs each settled one (``pk``, its coordination)."""
+    settled = []
+    for pk in pks:
         try:
             with write_transaction(db):
                 approval = (
@@ -146,16 +159,14 @@ def cancel_stale_approvals(
                 )
                 if approval is None or approval.status != models.Approval.Status.PENDING:
                     continue
-                if run_waits_for(approval, db) is not False:
+                if not settle(approval):
                     continue
-                reason = "the run was not waiting for it any more"
-                cancel_locked(approval, timezone.now(), db, reason)
-        except Exception:
-            logger.exception("approval %s could not be cancelled", pk)
+        except Exception:  # one bad row must not stop the sweep
+            logger.exception("approval %s could not be %s", pk, what)
             continue
-        cancelled.append(str(pk))
-        logger.info("approval %s cancelled: run %s moved on", pk, approval.coordination_id)
-    return cancelled
+        settled.append(str(pk))
+        logger.info(done, pk, approval.coordination_id)
+    return settled
 
 
 def restore_missing_approvals(*, using: str | None = None, limit: int = 500) -> list[str]:

@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
-
+from ....common.async_twins import thread_sensitive_method_twin
 from ...definition.messages import Message
 from .events import aget_event, get_event
 from .sending import send_message
@@ -51,17 +50,11 @@ class RunMessaging:
         )
         return sent.message
 
-    async def asend(
-        self,
-        topic: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None = None,
-        sender: str = "",
-    ) -> Message:
+    asend = thread_sensitive_method_twin(
+        send,
         """``send()`` from async code (``thread_sensitive=True``, as ``aapprove``: the
-        insert joins the connection's transaction, the wake waits for its commit)."""
-        send = sync_to_async(self.send, thread_sensitive=True)
-        return await send(topic, payload, idempotency_key, sender)
+        insert joins the connection's transaction, the wake waits for its commit).""",
+    )
 
     def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
         """The value this run last published under *key* (``ctx.set_event``), waiting

@@ -22,9 +22,9 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from ....common.async_twins import thread_sensitive_twin
 from ....common.stream_attempts import current_stream_attempt
 from ....common.user_input import check_message_payload
 from ...definition.messages import Message
@@ -111,27 +111,12 @@ def send_message(
     return SentMessage(Message.from_row(row), created)
 
 
-async def asend_message(
-    coordination_id: str,
-    topic: str,
-    payload: dict[str, Any],
-    *,
-    idempotency_key: str | None = None,
-    sender: str = "",
-    using: str | None = None,
-) -> SentMessage:
+asend_message = thread_sensitive_twin(
+    send_message,
     """``send_message`` from async code: through ``sync_to_async(thread_sensitive=True)``,
     as ``aapprove`` (the insert joins the thread-sensitive connection's transaction,
-    and the wake waits for its commit; in-process, the woken run's steps run there)."""
-    send = sync_to_async(send_message, thread_sensitive=True)
-    return await send(
-        coordination_id,
-        topic,
-        payload,
-        idempotency_key=idempotency_key,
-        sender=sender,
-        using=using,
-    )
+    and the wake waits for its commit; in-process, the woken run's steps run there).""",
+)
 
 
 #: ``(stream, database)`` pairs ``_warn_if_apart_from_stream`` has warned about.

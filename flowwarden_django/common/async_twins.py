@@ -1,0 +1,55 @@
+"""Async twins of sync calls: the same call, run through
+``sync_to_async(thread_sensitive=True)``.
+
+A twin made here has its sync call's signature (``inspect.signature`` and the docs
+follow ``__wrapped__``), its own name (the sync one with an ``a`` in front) and its
+own docstring, so the parameters are written once, on the sync call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+
+
+def _named(twin: Callable[..., Any], func: Callable[..., Any], doc: str) -> None:
+    twin.__name__ = f"a{func.__name__}"
+    owner = func.__qualname__.rpartition(".")[0]
+    twin.__qualname__ = f"{owner}.{twin.__name__}" if owner else twin.__name__
+    twin.__doc__ = doc
+
+
+def thread_sensitive_twin(func: Callable[P, R], doc: str) -> Callable[P, Coroutine[Any, Any, R]]:
+    """The async function ``a<name>`` that runs *func* (a module's function) with the
+    same arguments in Django's thread-sensitive executor; *doc* is its docstring."""
+
+    @functools.wraps(func)
+    async def twin(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await sync_to_async(func, thread_sensitive=True)(*args, **kwargs)
+
+    _named(twin, func, doc)
+    return twin
+
+
+def thread_sensitive_method_twin(
+    method: Callable[Concatenate[S, P], R], doc: str
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+    """The async method ``a<name>`` that runs the instance's *method* (looked up by
+    name, so a subclass's override is the one run) with the same arguments in
+    Django's thread-sensitive executor; *doc* is its docstring."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        bound = getattr(self, name)
+        return await sync_to_async(bound, thread_sensitive=True)(*args, **kwargs)
+
+    _named(twin, method, doc)
+    return twin
