@@ -16,36 +16,30 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from .outages import is_outage, short_message
 
 
+@dataclass(eq=False)
 class FailureLog:
     """The log of one repeating operation, ``what`` (for example ``"stream 'orders':
     saving the processed anchor"``). Thread-safe. Call ``failed(exc)`` after each
     failed attempt and ``succeeded()`` after each successful one."""
 
-    def __init__(
-        self,
-        logger: logging.Logger,
-        what: str,
-        *,
-        summary_seconds: float = 10.0,
-        level: int = logging.WARNING,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.logger = logger
-        self.what = what
-        self.summary_seconds = summary_seconds
-        self.level = level
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: Failed attempts since the failure started (0: not failing).
-        self.attempts = 0
-        self._since = 0.0
-        self._last_summary = 0.0
-        self._summarised = 0
-        self._error_class: type[BaseException] | None = None
+    logger: logging.Logger
+    what: str
+    _: KW_ONLY
+    summary_seconds: float = 10.0
+    level: int = logging.WARNING
+    clock: Callable[[], float] = time.monotonic
+    #: Failed attempts since the failure started (0: not failing).
+    attempts: int = field(default=0, init=False)
+    _since: float = field(default=0.0, init=False, repr=False)
+    _last_summary: float = field(default=0.0, init=False, repr=False)
+    _summarised: int = field(default=0, init=False, repr=False)
+    _error_class: type[BaseException] | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def failing(self) -> bool:
@@ -56,7 +50,7 @@ class FailureLog:
         """Record a failed attempt; log it when it starts or changes, else now and
         then a summary."""
         with self._lock:
-            now = self._clock()
+            now = self.clock()
             self.attempts += 1
             if self.attempts == 1 or type(exc) is not self._error_class:
                 first = self.attempts == 1
@@ -104,7 +98,7 @@ class FailureLog:
                 "%s works again after %d failed attempts in %.1f s",
                 self.what,
                 self.attempts,
-                self._clock() - self._since,
+                self.clock() - self._since,
             )
             self.attempts = 0
             self._error_class = None

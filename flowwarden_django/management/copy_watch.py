@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -36,30 +37,22 @@ class _CommandWriter:
         self.command.stdout.flush()
 
 
+@dataclass(eq=False)
 class CopyWatch:
     """Follows one stream's copy until it is done (see the module docstring)."""
 
-    def __init__(
-        self,
-        command: BaseCommand,
-        name: str,
-        store: CheckpointStore,
-        *,
-        after_batch: int,
-        poll: float = 0.5,
-        status_every: float = 5.0,
-        status_of: Callable[[str], StreamStatus | None] | None = None,
-    ) -> None:
-        self.command = command
-        self.name = name
-        self.store = store
-        #: The request's batch number: a ``done`` record above it is this copy's end.
-        self.after_batch = after_batch
-        self.poll = poll
-        self.status_every = status_every
-        self.status_of = status_of or _status_of
-        self._bar: Any = None
-        self._last_line = 0.0
+    command: BaseCommand
+    name: str
+    store: CheckpointStore
+    _: KW_ONLY
+    #: The request's batch number: a ``done`` record above it is this copy's end.
+    after_batch: int
+    poll: float = 0.5
+    status_every: float = 5.0
+    #: What reads the stream's status (default: ``stream_status`` of this process).
+    status_of: Callable[[str], StreamStatus | None] | None = None
+    _bar: Any = field(default=None, init=False, repr=False)
+    _last_line: float = field(default=0.0, init=False, repr=False)
 
     def follow(self) -> CopyProgress:
         """Draw the progress until the copy is done; return its final progress."""
@@ -87,7 +80,7 @@ class CopyWatch:
         return copy_progress(record), int(record["batch"])
 
     def _check_running(self) -> None:
-        status = self.status_of(self.name)
+        status = (self.status_of or _status_of)(self.name)
         if status is None:
             return
         if status.state == CRASHED:
