@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TypeVar
 
 from asgiref.sync import sync_to_async
 
+from ._twins import thread_twin
 from .tokens import Token, check_token, tokens_equal
 
 T = TypeVar("T")
@@ -403,73 +404,15 @@ class CheckpointStore(ABC):
         call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
         return await call(*args, **kwargs)
 
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        """Async :meth:`save`."""
-        await self._run_sync(self.save, checkpoint)
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        """Async :meth:`find`."""
-        return await self._run_sync(self.find, stream_name)
-
-    async def adelete(self, stream_name: str) -> None:
-        """Async :meth:`delete`."""
-        await self._run_sync(self.delete, stream_name)
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        """Async :meth:`list_checkpoints`."""
-        return await self._run_sync(self.list_checkpoints)
-
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        """Async :meth:`save_seen`."""
-        await self._run_sync(self.save_seen, stream_name, token, at, heartbeat_at)
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        """Async :meth:`save_processed`."""
-        await self._run_sync(self.save_processed, stream_name, token, at, heartbeat_at)
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        """Async :meth:`save_heartbeat`."""
-        await self._run_sync(self.save_heartbeat, stream_name, at)
-
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        """Async :meth:`reset_after_history_lost`."""
-        await self._run_sync(
-            self.reset_after_history_lost,
-            stream_name,
-            fresh_seen_token,
-            expected_dead_processed,
-            at,
-        )
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        """Async :meth:`save_initial_sync`."""
-        return await self._run_sync(
-            self.save_initial_sync, stream_name, progress, expected_batch=expected_batch
-        )
+    asave = thread_twin(save)
+    afind = thread_twin(find)
+    adelete = thread_twin(delete)
+    alist_checkpoints = thread_twin(list_checkpoints)
+    asave_seen = thread_twin(save_seen)
+    asave_processed = thread_twin(save_processed)
+    asave_heartbeat = thread_twin(save_heartbeat)
+    areset_after_history_lost = thread_twin(reset_after_history_lost)
+    asave_initial_sync = thread_twin(save_initial_sync)
 
     def _read_modify_write(
         self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any] | None]

@@ -47,6 +47,8 @@ from typing import Any, ClassVar, TypeVar
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from ._twins import thread_twin
+
 T = TypeVar("T")
 
 _unavailable = threading.local()
@@ -173,25 +175,11 @@ class LockService(ABC):
         call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
         return await call(*args, **kwargs)
 
-    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        """Async :meth:`try_acquire`."""
-        return await self._run_sync(self.try_acquire, name, owner, ttl)
-
-    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        """Async :meth:`renew`."""
-        return await self._run_sync(self.renew, lease, ttl)
-
-    async def arelease(self, lease: Lease) -> bool:
-        """Async :meth:`release`."""
-        return await self._run_sync(self.release, lease)
-
-    async def aowner_of(self, name: str) -> Lease | None:
-        """Async :meth:`owner_of`."""
-        return await self._run_sync(self.owner_of, name)
-
-    async def ais_current(self, lease: Lease) -> bool:
-        """Async :meth:`is_current`."""
-        return await self._run_sync(self.is_current, lease)
+    atry_acquire = thread_twin(try_acquire)
+    arenew = thread_twin(renew)
+    arelease = thread_twin(release)
+    aowner_of = thread_twin(owner_of)
+    ais_current = thread_twin(is_current)
 
     def aguard(self, lease: Lease) -> AbstractAsyncContextManager[None]:
         """Run the ``async with`` block only while *lease* is current, else raise

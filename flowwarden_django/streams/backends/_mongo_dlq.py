@@ -27,7 +27,7 @@ from typing import Any
 from django.core import checks
 
 from ..checkpoint import as_utc
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import normalize_token
 from ._calls import Operation, call
@@ -170,7 +170,7 @@ def _expired(now: datetime) -> dict[str, Any]:
 # -- the operations, each run by the sync and the async API (see ``_calls``) ---------
 
 
-def _save(entry: DeadLetter) -> Operation[None]:
+def _save(entry: DeadLetter, policy: DlqPolicy) -> Operation[None]:
     yield call("replace_one", *_replacement(entry), upsert=True)
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from django.core import checks
 
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
+from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
 from ._calls import Operation, call
@@ -293,7 +293,7 @@ class RedisDlqStore(NativeDlqStore):
 
     # -- the store operations, each run by the sync and the async API --------------
 
-    def _save_operation(self, entry: DeadLetter) -> Operation[None]:
+    def _save_operation(self, entry: DeadLetter, policy: DlqPolicy) -> Operation[None]:
         keys, args = self._save_call(entry)
         yield Script(SAVE, keys, args)
 
