@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, TypeVar
+
+from asgiref.sync import sync_to_async
+
+T = TypeVar("T")
 
 
 def _named(function: Any, method: Callable[..., Any], name: str, doc: str | None) -> Any:
@@ -83,3 +87,17 @@ def native_pair(method: Callable[..., Any], operation: str) -> tuple[Any, Any]:
         return self._run(getattr(self, operation)(*arguments(self, args, kwargs)))
 
     return _named(sync, method, method.__name__, None), _NativeAsync(method, operation)
+
+
+class RunsSync:
+    """What the thread twins run on: a store SPI's ``_run_sync``."""
+
+    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
+    #: database, ``False`` for those that never touch it.
+    async_thread_sensitive: ClassVar[bool] = True
+
+    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``method(*args, **kwargs)`` off the event loop, on the executor that
+        :attr:`async_thread_sensitive` names."""
+        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
+        return await call(*args, **kwargs)

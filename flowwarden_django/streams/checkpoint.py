@@ -21,14 +21,10 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from asgiref.sync import sync_to_async
-
-from ._twins import thread_twin
+from ._twins import RunsSync, thread_twin
 from .tokens import Token, check_token, tokens_equal
-
-T = TypeVar("T")
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -255,7 +251,7 @@ class Checkpoint:
         return dataclasses.replace(self, **changes)
 
 
-class CheckpointStore(ABC):
+class CheckpointStore(RunsSync, ABC):
     """Persists checkpoints, keyed by stream name.
 
     Only :meth:`save`, :meth:`find` and :meth:`delete` are abstract. The partial
@@ -282,9 +278,6 @@ class CheckpointStore(ABC):
 
     #: Whether :meth:`list_checkpoints` is implemented.
     supports_listing: ClassVar[bool] = False
-    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
-    #: database, ``False`` for those that never touch it.
-    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def save(self, checkpoint: Checkpoint) -> None:
@@ -393,16 +386,10 @@ class CheckpointStore(ABC):
 
         return self._read_modify_write(stream_name, changes)
 
-    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
+    def close(self) -> None:
         """Release connections the store opened itself (none by default)."""
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
-
-    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``method(*args, **kwargs)`` off the event loop, on the executor that
-        :attr:`async_thread_sensitive` names."""
-        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
-        return await call(*args, **kwargs)
 
     asave = thread_twin(save)
     afind = thread_twin(find)

@@ -20,15 +20,11 @@ import dataclasses
 import traceback
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from asgiref.sync import sync_to_async
-
-from ._twins import thread_twin
-
-T = TypeVar("T")
+from ._twins import RunsSync, thread_twin
 
 PENDING = "PENDING"
 REPLAYING = "REPLAYING"
@@ -133,7 +129,7 @@ class DeadLetter:
         return dataclasses.replace(self, **changes)
 
 
-class DlqStore(ABC):
+class DlqStore(RunsSync, ABC):
     """Where dead letters are kept. Backends: ORM (default), Redis, MongoDB, memory.
 
     ``save`` is the hot path (the stream's thread calls it); everything else is
@@ -155,9 +151,6 @@ class DlqStore(ABC):
 
     supports_replay: ClassVar[bool] = True
     supports_count: ClassVar[bool] = True
-    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
-    #: database, ``False`` for those that never touch it.
-    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
@@ -219,19 +212,13 @@ class DlqStore(ABC):
         """
         return 0
 
-    def delete(self, entry_id: str) -> None:  # noqa: B027  (optional hook)
+    def delete(self, entry_id: str) -> None:
         """Remove one entry (no error when missing)."""
 
-    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
+    def close(self) -> None:
         """Release connections (called when settings change)."""
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
-
-    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``method(*args, **kwargs)`` off the event loop, on the executor that
-        :attr:`async_thread_sensitive` names."""
-        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
-        return await call(*args, **kwargs)
 
     asave = thread_twin(save)
     afind_by_id = thread_twin(find_by_id)
