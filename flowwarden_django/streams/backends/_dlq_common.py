@@ -10,9 +10,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..checkpoint import as_utc, check_stream_name
-from ..dlq import SETTLED_STATUSES, STATUSES, DeadLetter, ErrorInfo
+from ..dlq import (
+    PENDING,
+    REPLAYED,
+    REPLAYING,
+    SETTLED_STATUSES,
+    STATUSES,
+    DeadLetter,
+    DlqStore,
+    ErrorInfo,
+)
 from ..tokens import check_token, normalize_token
 
 #: Column lengths of the ``DeadLetter`` model, enforced on every backend alike.
@@ -142,3 +152,47 @@ def normalized(entry: DeadLetter) -> DeadLetter:
         resolved_at=as_utc(entry.resolved_at),
         metadata=copy.deepcopy(dict(entry.metadata)),
     )
+
+
+class CompareAndSetDlqStore(DlqStore):
+    """A dead-letter store whose status changes are one compare-and-set each.
+
+    ``transition`` and ``record_replay_failure`` validate their arguments and decide
+    the changes here, once; the store supplies :meth:`_compare_and_set`, which applies
+    them to the entry only while its status is one of those allowed.
+    """
+
+    def transition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+        changes: dict[str, Any] = {"status": to_status}
+        if settles(to_status):
+            changes.update(resolved_at=at, resolved_by=by, note=note)
+        replayed = at if to_status == REPLAYED else None
+        return self._compare_and_set(entry_id, allowed, changes, replayed)
+
+    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+        check_error(error)
+        check_aware(at, "at")
+        changes = {"status": PENDING, "error": error}
+        return self._compare_and_set(entry_id, (REPLAYING,), changes, at)
+
+    def _compare_and_set(
+        self,
+        entry_id: str,
+        allowed: tuple[str, ...],
+        changes: dict[str, Any],
+        replayed: datetime | None,
+    ) -> bool:
+        """Apply *changes* (``DeadLetter`` fields) to the entry if its status is in
+        *allowed*; with *replayed*, also count a replay (``replay_count`` + 1,
+        ``last_replayed_at`` = *replayed*). False when missing or in another status."""
+        raise NotImplementedError

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
-from ._dlq_common import (
-    check_aware,
-    check_entry,
-    check_error,
-    check_limit,
-    check_transition,
-    normalized,
-    settles,
-)
+from ..dlq import PENDING, DeadLetter, DlqPolicy
+from ._dlq_common import CompareAndSetDlqStore, check_aware, check_entry, check_limit, normalized
 
 
-class InMemoryDlqStore(DlqStore):
+class InMemoryDlqStore(CompareAndSetDlqStore):
     """Keeps dead letters in a dict guarded by one lock.
 
     Every operation, and each compare-and-set transition, runs under that lock.
@@ -69,44 +61,24 @@ class InMemoryDlqStore(DlqStore):
                 if entry.stream_name == stream_name and entry.status == PENDING
             )
 
-    def transition(
+    def _compare_and_set(
         self,
         entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
+        allowed: tuple[str, ...],
+        changes: dict[str, Any],
+        replayed: datetime | None,
     ) -> bool:
-        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-        changes: dict[str, object] = {"status": to_status}
-        if settles(to_status):
-            changes.update(resolved_at=at, resolved_by=by, note=note)
         with self._lock:
             current = self._entries.get(entry_id)
             if current is None or current.status not in allowed:
                 return False
-            if to_status == REPLAYED:
-                changes.update(replay_count=current.replay_count + 1, last_replayed_at=at)
+            if replayed is not None:
+                changes = {
+                    **changes,
+                    "replay_count": current.replay_count + 1,
+                    "last_replayed_at": replayed,
+                }
             self._entries[entry_id] = normalized(current.replace(**changes))
-            return True
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        check_error(error)
-        check_aware(at, "at")
-        with self._lock:
-            current = self._entries.get(entry_id)
-            if current is None or current.status != REPLAYING:
-                return False
-            self._entries[entry_id] = normalized(
-                current.replace(
-                    status=PENDING,
-                    error=error,
-                    replay_count=current.replay_count + 1,
-                    last_replayed_at=at,
-                )
-            )
             return True
 
     def purge_expired(self, now: datetime) -> int:

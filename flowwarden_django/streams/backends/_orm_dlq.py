@@ -12,7 +12,7 @@ BSON documents are stored as their BSON bytes, so they come back with their type
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,17 +22,10 @@ from django.db.models import F
 
 from ...models import DeadLetter as DeadLetterRow
 from ..checkpoint import as_utc
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..dlq import PENDING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
-from ._dlq_common import (
-    check_aware,
-    check_entry,
-    check_error,
-    check_limit,
-    check_transition,
-    settles,
-)
+from ._dlq_common import CompareAndSetDlqStore, check_aware, check_entry, check_limit
 from ._extras import check_using
 
 #: Every column but the primary key: what a second save of one id overwrites.
@@ -91,7 +84,7 @@ def _entry(row: DeadLetterRow) -> DeadLetter:
     )
 
 
-class OrmDlqStore(DlqStore):
+class OrmDlqStore(CompareAndSetDlqStore):
     """Stores dead letters in the ``DeadLetter`` table of a Django database.
 
     ``using`` pins a database alias; by default the router's ``db_for_write``
@@ -142,40 +135,22 @@ class OrmDlqStore(DlqStore):
     def count(self, stream_name: str) -> int:
         return self._rows().filter(stream_name=stream_name, status=PENDING).count()
 
-    def transition(
+    def _compare_and_set(
         self,
         entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
+        allowed: tuple[str, ...],
+        changes: dict[str, Any],
+        replayed: datetime | None,
     ) -> bool:
-        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-        changes: dict[str, Any] = {"status": to_status}
-        if settles(to_status):
-            changes.update(resolved_at=at, resolved_by=by, note=note)
-        if to_status == REPLAYED:
-            changes.update(replay_count=F("replay_count") + 1, last_replayed_at=at)
-        matched = self._rows().filter(pk=entry_id, status__in=allowed).update(**changes)
-        return matched == 1
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        check_error(error)
-        check_aware(at, "at")
-        matched = (
-            self._rows()
-            .filter(pk=entry_id, status=REPLAYING)
-            .update(
-                status=PENDING,
-                error_type=error.type,
-                error_message=error.message,
-                stack_trace=error.stack_trace,
-                replay_count=F("replay_count") + 1,
-                last_replayed_at=at,
+        columns = dict(changes)
+        error = columns.pop("error", None)
+        if error is not None:
+            columns.update(
+                error_type=error.type, error_message=error.message, stack_trace=error.stack_trace
             )
-        )
+        if replayed is not None:
+            columns.update(replay_count=F("replay_count") + 1, last_replayed_at=replayed)
+        matched = self._rows().filter(pk=entry_id, status__in=allowed).update(**columns)
         return matched == 1
 
     def purge_expired(self, now: datetime) -> int:
