@@ -305,7 +305,7 @@ class CheckpointStore(RunsSync, ABC):
         """Set the seen pair (and the heartbeat, when given, in the same write)."""
         check_anchor_write(stream_name, token, at, heartbeat_at)
         changes = _with_heartbeat({"last_seen_token": token, "last_seen_at": at}, heartbeat_at)
-        self._read_modify_write(stream_name, lambda current: changes)
+        self._write_fields(stream_name, changes)
 
     def save_processed(
         self,
@@ -317,13 +317,12 @@ class CheckpointStore(RunsSync, ABC):
         """Set the processed pair (and the heartbeat, when given, in the same write)."""
         check_anchor_write(stream_name, token, at, heartbeat_at)
         changes = {"last_processed_token": token, "last_processed_at": at}
-        changes = _with_heartbeat(changes, heartbeat_at)
-        self._read_modify_write(stream_name, lambda current: changes)
+        self._write_fields(stream_name, _with_heartbeat(changes, heartbeat_at))
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
         """Set only the heartbeat: the position was re-certified unchanged."""
         check_heartbeat_write(stream_name, at)
-        self._read_modify_write(stream_name, lambda current: {"last_heartbeat_at": at})
+        self._write_fields(stream_name, {"last_heartbeat_at": at})
 
     def reset_after_history_lost(
         self,
@@ -344,18 +343,10 @@ class CheckpointStore(RunsSync, ABC):
         """
         check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
         stamp = at if fresh_seen_token is not None else None
-
-        def changes(current: Checkpoint) -> dict[str, Any]:
-            result: dict[str, Any] = {
-                "last_seen_token": fresh_seen_token,
-                "last_seen_at": stamp,
-                "last_heartbeat_at": stamp,
-            }
-            if tokens_equal(current.last_processed_token, expected_dead_processed):
-                result.update(last_processed_token=None, last_processed_at=None)
-            return result
-
-        self._read_modify_write(stream_name, changes)
+        fields = {"last_seen_token": fresh_seen_token, "last_seen_at": stamp}
+        self._reset_fields(
+            stream_name, {**fields, "last_heartbeat_at": stamp}, expected_dead_processed
+        )
 
     def save_initial_sync(
         self,
@@ -377,14 +368,7 @@ class CheckpointStore(RunsSync, ABC):
         production backend evaluates it in the write itself.
         """
         check_initial_sync_write(stream_name, progress, expected_batch)
-        stored = plain_progress(progress)
-
-        def changes(current: Checkpoint) -> dict[str, Any] | None:
-            if progress_batch(current.initial_sync) != expected_batch:
-                return None
-            return {"initial_sync": stored}
-
-        return self._read_modify_write(stream_name, changes)
+        return self._write_initial_sync(stream_name, plain_progress(progress), expected_batch)
 
     def close(self) -> None:
         """Release connections the store opened itself (none by default)."""
@@ -400,6 +384,38 @@ class CheckpointStore(RunsSync, ABC):
     asave_heartbeat = thread_twin(save_heartbeat)
     areset_after_history_lost = thread_twin(reset_after_history_lost)
     asave_initial_sync = thread_twin(save_initial_sync)
+
+    # -- the writes of the partial operations, validated already ----------------------
+
+    def _write_fields(self, stream_name: str, fields: dict[str, Any]) -> None:
+        """Set *fields* of the record (created when missing), and nothing else."""
+        self._read_modify_write(stream_name, lambda current: fields)
+
+    def _reset_fields(
+        self, stream_name: str, fields: dict[str, Any], expected_dead_processed: Token | None
+    ) -> None:
+        """Set *fields*, and remove the processed pair while its token still equals
+        *expected_dead_processed*, in one write (the guard of
+        :meth:`reset_after_history_lost`)."""
+
+        def changes(current: Checkpoint) -> dict[str, Any]:
+            if tokens_equal(current.last_processed_token, expected_dead_processed):
+                return {**fields, "last_processed_token": None, "last_processed_at": None}
+            return fields
+
+        self._read_modify_write(stream_name, changes)
+
+    def _write_initial_sync(
+        self, stream_name: str, stored: dict[str, Any] | None, expected_batch: int | None
+    ) -> bool:
+        """Set the (plain) progress *stored* if the stored batch is *expected_batch*."""
+
+        def changes(current: Checkpoint) -> dict[str, Any] | None:
+            if progress_batch(current.initial_sync) != expected_batch:
+                return None
+            return {"initial_sync": stored}
+
+        return self._read_modify_write(stream_name, changes)
 
     def _read_modify_write(
         self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any] | None]
