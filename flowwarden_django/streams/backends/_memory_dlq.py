@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
-from typing import Any
 
 from ..dlq import PENDING, DeadLetter, DlqPolicy
-from ._dlq_common import CompareAndSetDlqStore, check_aware, check_entry, check_limit, normalized
+from ._dlq_common import (
+    CompareAndSetDlqStore,
+    StatusChange,
+    check_aware,
+    check_entry,
+    check_limit,
+    normalized,
+)
 
 
 class InMemoryDlqStore(CompareAndSetDlqStore):
@@ -61,24 +67,16 @@ class InMemoryDlqStore(CompareAndSetDlqStore):
                 if entry.stream_name == stream_name and entry.status == PENDING
             )
 
-    def _compare_and_set(
-        self,
-        entry_id: str,
-        allowed: tuple[str, ...],
-        changes: dict[str, Any],
-        replayed: datetime | None,
-    ) -> bool:
+    def _compare_and_set(self, change: StatusChange) -> bool:
         with self._lock:
-            current = self._entries.get(entry_id)
-            if current is None or current.status not in allowed:
+            current = self._entries.get(change.entry_id)
+            if current is None or current.status not in change.allowed:
                 return False
-            if replayed is not None:
-                changes = {
-                    **changes,
-                    "replay_count": current.replay_count + 1,
-                    "last_replayed_at": replayed,
-                }
-            self._entries[entry_id] = normalized(current.replace(**changes))
+            updated = current.replace(status=change.status, **change.changes)
+            if change.replayed is not None:
+                count = current.replay_count + 1
+                updated = updated.replace(replay_count=count, last_replayed_at=change.replayed)
+            self._entries[change.entry_id] = normalized(updated)
             return True
 
     def purge_expired(self, now: datetime) -> int:

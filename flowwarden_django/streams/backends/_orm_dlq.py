@@ -25,7 +25,7 @@ from ..checkpoint import as_utc
 from ..dlq import PENDING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
-from ._dlq_common import CompareAndSetDlqStore, check_aware, check_entry, check_limit
+from ._dlq_common import CompareAndSetDlqStore, StatusChange, check_aware, check_entry, check_limit
 from ._extras import check_using
 
 #: Every column but the primary key: what a second save of one id overwrites.
@@ -135,23 +135,17 @@ class OrmDlqStore(CompareAndSetDlqStore):
     def count(self, stream_name: str) -> int:
         return self._rows().filter(stream_name=stream_name, status=PENDING).count()
 
-    def _compare_and_set(
-        self,
-        entry_id: str,
-        allowed: tuple[str, ...],
-        changes: dict[str, Any],
-        replayed: datetime | None,
-    ) -> bool:
-        columns = dict(changes)
+    def _compare_and_set(self, change: StatusChange) -> bool:
+        columns = {"status": change.status, **change.changes}
         error = columns.pop("error", None)
         if error is not None:
             columns.update(
                 error_type=error.type, error_message=error.message, stack_trace=error.stack_trace
             )
-        if replayed is not None:
-            columns.update(replay_count=F("replay_count") + 1, last_replayed_at=replayed)
-        matched = self._rows().filter(pk=entry_id, status__in=allowed).update(**columns)
-        return matched == 1
+        if change.replayed is not None:
+            columns.update(replay_count=F("replay_count") + 1, last_replayed_at=change.replayed)
+        rows = self._rows().filter(pk=change.entry_id, status__in=change.allowed)
+        return rows.update(**columns) == 1
 
     def purge_expired(self, now: datetime) -> int:
         check_aware(now, "now")
