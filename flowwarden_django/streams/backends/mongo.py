@@ -235,6 +235,8 @@ class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
     fall back to the default: the sync operation on the default executor.
     """
 
+    default_collection = DEFAULT_COLLECTION
+
     def __init__(
         self,
         url: str | None = None,
