@@ -8,6 +8,11 @@ from ...streams.checkpoint import Checkpoint, CheckpointStore
 from .values import now_ms, token
 
 
+def _pair(found: Checkpoint, anchor: str) -> tuple[object, object]:
+    """The (token, at) pair of *anchor* (``seen`` or ``processed``) in *found*."""
+    return getattr(found, f"last_{anchor}_token"), getattr(found, f"last_{anchor}_at")
+
+
 class PartialWriteContract:
     """The partial writes (``save_seen``, ``save_processed``, ``save_heartbeat``): each
     touches its own fields only, and creates the record when it is missing.
@@ -63,31 +68,27 @@ class PartialWriteContract:
         store.save(Checkpoint(name, None, token("s"), now, token("p"), now, now, {}))
         assert store.find(name).last_heartbeat_at == now
 
-    def test_save_seen_with_heartbeat_writes_both(self, store: CheckpointStore, name: str) -> None:
+    def _writes_anchor_and_heartbeat(self, store: CheckpointStore, name: str, anchor: str) -> None:
+        """``save_<anchor>`` with a heartbeat sets both, and leaves the other anchor."""
+        other = "processed" if anchor == "seen" else "seen"
         now = now_ms()
-        store.save(Checkpoint(name, None, None, None, token("p"), now))
-        store.save_seen(
-            name, token("seen"), now + timedelta(seconds=10), now + timedelta(seconds=11)
+        store.save(
+            Checkpoint(name, **{f"last_{other}_token": token(other[0]), f"last_{other}_at": now})
         )
+        write = getattr(store, f"save_{anchor}")
+        write(name, token(anchor), now + timedelta(seconds=10), now + timedelta(seconds=11))
         found = store.find(name)
-        assert found.last_seen_token == token("seen")
-        assert found.last_seen_at == now + timedelta(seconds=10)
+        assert _pair(found, anchor) == (token(anchor), now + timedelta(seconds=10))
         assert found.last_heartbeat_at == now + timedelta(seconds=11)
-        assert (found.last_processed_token, found.last_processed_at) == (token("p"), now)
+        assert _pair(found, other) == (token(other[0]), now)
+
+    def test_save_seen_with_heartbeat_writes_both(self, store: CheckpointStore, name: str) -> None:
+        self._writes_anchor_and_heartbeat(store, name, "seen")
 
     def test_save_processed_with_heartbeat_writes_both(
         self, store: CheckpointStore, name: str
     ) -> None:
-        now = now_ms()
-        store.save(Checkpoint(name, None, token("s"), now))
-        store.save_processed(
-            name, token("p"), now + timedelta(seconds=10), now + timedelta(seconds=11)
-        )
-        found = store.find(name)
-        assert found.last_processed_token == token("p")
-        assert found.last_processed_at == now + timedelta(seconds=10)
-        assert found.last_heartbeat_at == now + timedelta(seconds=11)
-        assert (found.last_seen_token, found.last_seen_at) == (token("s"), now)
+        self._writes_anchor_and_heartbeat(store, name, "processed")
 
     def test_save_processed_with_heartbeat_creates_record_if_missing(
         self, store: CheckpointStore, name: str
