@@ -208,10 +208,31 @@ def progress_batch(progress: Mapping[str, Any] | None) -> int | None:
     return None if progress is None else progress["batch"]
 
 
-def _with_heartbeat(changes: dict[str, Any], heartbeat_at: datetime | None) -> dict[str, Any]:
+#: The ``Checkpoint`` fields of each anchor: its token and its time.
+SEEN_PAIR = ("last_seen_token", "last_seen_at")
+PROCESSED_PAIR = ("last_processed_token", "last_processed_at")
+
+
+def anchor_fields(
+    pair: tuple[str, str],
+    stream_name: str,
+    token: Token | None,
+    at: datetime | None,
+    heartbeat_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The checked ``Checkpoint`` fields a write of the anchor *pair* sets: the pair,
+    and the heartbeat when given (``save_seen`` and ``save_processed`` on every store)."""
+    check_anchor_write(stream_name, token, at, heartbeat_at)
+    fields = {pair[0]: token, pair[1]: at}
     if heartbeat_at is not None:
-        changes["last_heartbeat_at"] = heartbeat_at
-    return changes
+        fields["last_heartbeat_at"] = heartbeat_at
+    return fields
+
+
+def heartbeat_fields(stream_name: str, at: datetime) -> dict[str, Any]:
+    """The checked field ``save_heartbeat`` sets."""
+    check_heartbeat_write(stream_name, at)
+    return {"last_heartbeat_at": at}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -303,9 +324,9 @@ class CheckpointStore(RunsSync, ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the seen pair (and the heartbeat, when given, in the same write)."""
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        changes = _with_heartbeat({"last_seen_token": token, "last_seen_at": at}, heartbeat_at)
-        self._write_fields(stream_name, changes)
+        self._write_fields(
+            stream_name, anchor_fields(SEEN_PAIR, stream_name, token, at, heartbeat_at)
+        )
 
     def save_processed(
         self,
@@ -315,14 +336,12 @@ class CheckpointStore(RunsSync, ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the processed pair (and the heartbeat, when given, in the same write)."""
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        changes = {"last_processed_token": token, "last_processed_at": at}
-        self._write_fields(stream_name, _with_heartbeat(changes, heartbeat_at))
+        fields = anchor_fields(PROCESSED_PAIR, stream_name, token, at, heartbeat_at)
+        self._write_fields(stream_name, fields)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
         """Set only the heartbeat: the position was re-certified unchanged."""
-        check_heartbeat_write(stream_name, at)
-        self._write_fields(stream_name, {"last_heartbeat_at": at})
+        self._write_fields(stream_name, heartbeat_fields(stream_name, at))
 
     def reset_after_history_lost(
         self,
