@@ -51,7 +51,7 @@ from ._dlq_common import (
     status_change,
 )
 from ._native_dlq import NativeDlqStore
-from ._redis_common import LoopClient, Pipeline, RedisConnection, Script, redis_option_checks
+from ._redis_common import Pipeline, PrefixedRedisConnection, Script, redis_option_checks
 from ._redis_dlq_scripts import CHANGE_STATUS, COUNT_PENDING, DELETE, DROP_STALE, PURGE, SAVE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -170,7 +170,7 @@ def _sort_batch(
             break
 
 
-class RedisDlqStore(NativeDlqStore):
+class RedisDlqStore(PrefixedRedisConnection, NativeDlqStore):
     """Stores dead letters in Redis hashes that expire natively (see the module docs).
 
     Connect like ``RedisCheckpointStore``: a django-redis cache alias
@@ -178,38 +178,6 @@ class RedisDlqStore(NativeDlqStore):
     ``redis://127.0.0.1:6379/0``, or a ready ``client``. Timestamps keep
     millisecond precision. Entry ids must not contain ``":"`` (index keys do).
     """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        cache: str | None = None,
-        key_prefix: str = "fw:",
-        client: Any = None,
-    ) -> None:
-        self._connection = RedisConnection(cache=cache, url=url, client=client)
-        self._run, self._arun = self._connection._run, self._connection._arun
-        self.key_prefix = key_prefix
-
-    @property
-    def url(self) -> str | None:
-        """The Redis URL given, if any."""
-        return self._connection.url
-
-    @property
-    def cache(self) -> str | None:
-        """The django-redis cache alias used, if any."""
-        return self._connection.cache
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client, connected on first use."""
-        return self._connection.client
-
-    async def async_client(self) -> LoopClient | None:
-        """The ``redis.asyncio`` client of the running event loop, or ``None`` (then
-        the ``a…`` operations run the sync ones in a thread): see
-        :meth:`RedisConnection.async_client`."""
-        return await self._connection.async_client()
 
     # -- keys --------------------------------------------------------------------
 
@@ -334,9 +302,6 @@ class RedisDlqStore(NativeDlqStore):
         if ":" in entry_id:
             return
         yield Script(DELETE, [self.key(entry_id)], [self.key_prefix, entry_id])
-
-    def close(self) -> None:
-        self._connection.close()
 
     # -- configuration checks ----------------------------------------------------
 
