@@ -25,7 +25,14 @@ from ..checkpoint import as_utc
 from ..dlq import PENDING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
-from ._dlq_common import CompareAndSetDlqStore, StatusChange, check_aware, check_entry, check_limit
+from ._dlq_common import (
+    BSON_FIELDS,
+    CompareAndSetDlqStore,
+    StatusChange,
+    check_aware,
+    check_entry,
+    check_limit,
+)
 from ._extras import check_using
 
 #: Every column but the primary key: what a second save of one id overwrites.
@@ -34,54 +41,48 @@ _UPDATE_FIELDS = [
 ]
 
 
+#: The fields a row keeps as they are, and the timestamps (read back in UTC); the BSON
+#: documents (``BSON_FIELDS``) are kept as their bytes, the error in three columns.
+_PLAIN = (
+    "id",
+    "stream_name",
+    "operation_type",
+    "attempts",
+    "status",
+    "replay_count",
+    "resolved_by",
+    "note",
+)
+_TIMES = (
+    "first_attempt_at",
+    "last_attempt_at",
+    "created_at",
+    "expires_at",
+    "last_replayed_at",
+    "resolved_at",
+)
+
+
 def _row(entry: DeadLetter) -> DeadLetterRow:
+    values = {name: getattr(entry, name) for name in (*_PLAIN, *_TIMES)}
+    documents = {name: encode_token(getattr(entry, name)) for name in BSON_FIELDS}
+    error = entry.error
     return DeadLetterRow(
-        id=entry.id,
-        stream_name=entry.stream_name,
-        operation_type=entry.operation_type,
-        document_key=encode_token(entry.document_key),
-        full_document=encode_token(entry.full_document),
-        resume_token=encode_token(entry.resume_token),
-        error_type=entry.error.type,
-        error_message=entry.error.message,
-        stack_trace=entry.error.stack_trace,
-        attempts=entry.attempts,
-        status=entry.status,
-        first_attempt_at=entry.first_attempt_at,
-        last_attempt_at=entry.last_attempt_at,
-        created_at=entry.created_at,
-        expires_at=entry.expires_at,
+        **values,
+        **documents,
+        error_type=error.type,
+        error_message=error.message,
+        stack_trace=error.stack_trace,
         metadata=dict(entry.metadata),
-        replay_count=entry.replay_count,
-        last_replayed_at=entry.last_replayed_at,
-        resolved_at=entry.resolved_at,
-        resolved_by=entry.resolved_by,
-        note=entry.note,
     )
 
 
 def _entry(row: DeadLetterRow) -> DeadLetter:
-    return DeadLetter(
-        id=row.id,
-        stream_name=row.stream_name,
-        operation_type=row.operation_type,
-        document_key=decode_token(row.document_key),
-        full_document=decode_token(row.full_document),
-        resume_token=decode_token(row.resume_token),
-        error=ErrorInfo(row.error_type, row.error_message, row.stack_trace),
-        attempts=row.attempts,
-        status=row.status,
-        first_attempt_at=as_utc(row.first_attempt_at),
-        last_attempt_at=as_utc(row.last_attempt_at),
-        created_at=as_utc(row.created_at),
-        expires_at=as_utc(row.expires_at),
-        metadata=row.metadata or {},
-        replay_count=row.replay_count,
-        last_replayed_at=as_utc(row.last_replayed_at),
-        resolved_at=as_utc(row.resolved_at),
-        resolved_by=row.resolved_by,
-        note=row.note,
-    )
+    values = {name: getattr(row, name) for name in _PLAIN}
+    times = {name: as_utc(getattr(row, name)) for name in _TIMES}
+    documents = {name: decode_token(getattr(row, name)) for name in BSON_FIELDS}
+    error = ErrorInfo(row.error_type, row.error_message, row.stack_trace)
+    return DeadLetter(**values, **times, **documents, error=error, metadata=row.metadata or {})
 
 
 class OrmDlqStore(CompareAndSetDlqStore):
