@@ -45,7 +45,10 @@ def thread_twin(method: Callable[..., Any]) -> Any:
 def _positional(signature: inspect.Signature) -> Callable[..., tuple[Any, ...]]:
     """What turns a call's arguments into all its parameters, in order, positionally
     (defaults applied): how a store operation takes them."""
-    count = len(signature.parameters) - 1
+    kinds = [parameter.kind for parameter in signature.parameters.values()]
+    # A call that passes every parameter positionally is taken as it is, unless some
+    # are keyword-only: then it must be bound, to refuse it as the method would.
+    count = -1 if inspect.Parameter.KEYWORD_ONLY in kinds else len(kinds) - 1
 
     def arguments(store: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         if not kwargs and len(args) == count:
