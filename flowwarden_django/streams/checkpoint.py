@@ -21,13 +21,10 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from asgiref.sync import sync_to_async
-
+from ._twins import RunsSync, thread_twin
 from .tokens import Token, check_token, tokens_equal
-
-T = TypeVar("T")
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -211,10 +208,31 @@ def progress_batch(progress: Mapping[str, Any] | None) -> int | None:
     return None if progress is None else progress["batch"]
 
 
-def _with_heartbeat(changes: dict[str, Any], heartbeat_at: datetime | None) -> dict[str, Any]:
+#: The ``Checkpoint`` fields of each anchor: its token and its time.
+SEEN_PAIR = ("last_seen_token", "last_seen_at")
+PROCESSED_PAIR = ("last_processed_token", "last_processed_at")
+
+
+def anchor_fields(
+    pair: tuple[str, str],
+    stream_name: str,
+    token: Token | None,
+    at: datetime | None,
+    heartbeat_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The checked ``Checkpoint`` fields a write of the anchor *pair* sets: the pair,
+    and the heartbeat when given (``save_seen`` and ``save_processed`` on every store)."""
+    check_anchor_write(stream_name, token, at, heartbeat_at)
+    fields = {pair[0]: token, pair[1]: at}
     if heartbeat_at is not None:
-        changes["last_heartbeat_at"] = heartbeat_at
-    return changes
+        fields["last_heartbeat_at"] = heartbeat_at
+    return fields
+
+
+def heartbeat_fields(stream_name: str, at: datetime) -> dict[str, Any]:
+    """The checked field ``save_heartbeat`` sets."""
+    check_heartbeat_write(stream_name, at)
+    return {"last_heartbeat_at": at}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -254,7 +272,7 @@ class Checkpoint:
         return dataclasses.replace(self, **changes)
 
 
-class CheckpointStore(ABC):
+class CheckpointStore(RunsSync, ABC):
     """Persists checkpoints, keyed by stream name.
 
     Only :meth:`save`, :meth:`find` and :meth:`delete` are abstract. The partial
@@ -281,9 +299,6 @@ class CheckpointStore(ABC):
 
     #: Whether :meth:`list_checkpoints` is implemented.
     supports_listing: ClassVar[bool] = False
-    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
-    #: database, ``False`` for those that never touch it.
-    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def save(self, checkpoint: Checkpoint) -> None:
@@ -309,9 +324,9 @@ class CheckpointStore(ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the seen pair (and the heartbeat, when given, in the same write)."""
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        changes = _with_heartbeat({"last_seen_token": token, "last_seen_at": at}, heartbeat_at)
-        self._read_modify_write(stream_name, lambda current: changes)
+        self._write_fields(
+            stream_name, anchor_fields(SEEN_PAIR, stream_name, token, at, heartbeat_at)
+        )
 
     def save_processed(
         self,
@@ -321,15 +336,12 @@ class CheckpointStore(ABC):
         heartbeat_at: datetime | None = None,
     ) -> None:
         """Set the processed pair (and the heartbeat, when given, in the same write)."""
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        changes = {"last_processed_token": token, "last_processed_at": at}
-        changes = _with_heartbeat(changes, heartbeat_at)
-        self._read_modify_write(stream_name, lambda current: changes)
+        fields = anchor_fields(PROCESSED_PAIR, stream_name, token, at, heartbeat_at)
+        self._write_fields(stream_name, fields)
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
         """Set only the heartbeat: the position was re-certified unchanged."""
-        check_heartbeat_write(stream_name, at)
-        self._read_modify_write(stream_name, lambda current: {"last_heartbeat_at": at})
+        self._write_fields(stream_name, heartbeat_fields(stream_name, at))
 
     def reset_after_history_lost(
         self,
@@ -350,18 +362,10 @@ class CheckpointStore(ABC):
         """
         check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
         stamp = at if fresh_seen_token is not None else None
-
-        def changes(current: Checkpoint) -> dict[str, Any]:
-            result: dict[str, Any] = {
-                "last_seen_token": fresh_seen_token,
-                "last_seen_at": stamp,
-                "last_heartbeat_at": stamp,
-            }
-            if tokens_equal(current.last_processed_token, expected_dead_processed):
-                result.update(last_processed_token=None, last_processed_at=None)
-            return result
-
-        self._read_modify_write(stream_name, changes)
+        fields = {"last_seen_token": fresh_seen_token, "last_seen_at": stamp}
+        self._reset_fields(
+            stream_name, {**fields, "last_heartbeat_at": stamp}, expected_dead_processed
+        )
 
     def save_initial_sync(
         self,
@@ -383,7 +387,47 @@ class CheckpointStore(ABC):
         production backend evaluates it in the write itself.
         """
         check_initial_sync_write(stream_name, progress, expected_batch)
-        stored = plain_progress(progress)
+        return self._write_initial_sync(stream_name, plain_progress(progress), expected_batch)
+
+    def close(self) -> None:
+        """Release connections the store opened itself (none by default)."""
+
+    # -- the async API: the sync operations run through ``sync_to_async`` ------------
+
+    asave = thread_twin(save)
+    afind = thread_twin(find)
+    adelete = thread_twin(delete)
+    alist_checkpoints = thread_twin(list_checkpoints)
+    asave_seen = thread_twin(save_seen)
+    asave_processed = thread_twin(save_processed)
+    asave_heartbeat = thread_twin(save_heartbeat)
+    areset_after_history_lost = thread_twin(reset_after_history_lost)
+    asave_initial_sync = thread_twin(save_initial_sync)
+
+    # -- the writes of the partial operations, validated already ----------------------
+
+    def _write_fields(self, stream_name: str, fields: dict[str, Any]) -> None:
+        """Set *fields* of the record (created when missing), and nothing else."""
+        self._read_modify_write(stream_name, lambda current: fields)
+
+    def _reset_fields(
+        self, stream_name: str, fields: dict[str, Any], expected_dead_processed: Token | None
+    ) -> None:
+        """Set *fields*, and remove the processed pair while its token still equals
+        *expected_dead_processed*, in one write (the guard of
+        :meth:`reset_after_history_lost`)."""
+
+        def changes(current: Checkpoint) -> dict[str, Any]:
+            if tokens_equal(current.last_processed_token, expected_dead_processed):
+                return {**fields, "last_processed_token": None, "last_processed_at": None}
+            return fields
+
+        self._read_modify_write(stream_name, changes)
+
+    def _write_initial_sync(
+        self, stream_name: str, stored: dict[str, Any] | None, expected_batch: int | None
+    ) -> bool:
+        """Set the (plain) progress *stored* if the stored batch is *expected_batch*."""
 
         def changes(current: Checkpoint) -> dict[str, Any] | None:
             if progress_batch(current.initial_sync) != expected_batch:
@@ -391,85 +435,6 @@ class CheckpointStore(ABC):
             return {"initial_sync": stored}
 
         return self._read_modify_write(stream_name, changes)
-
-    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
-        """Release connections the store opened itself (none by default)."""
-
-    # -- the async API: the sync operations run through ``sync_to_async`` ------------
-
-    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``method(*args, **kwargs)`` off the event loop, on the executor that
-        :attr:`async_thread_sensitive` names."""
-        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
-        return await call(*args, **kwargs)
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        """Async :meth:`save`."""
-        await self._run_sync(self.save, checkpoint)
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        """Async :meth:`find`."""
-        return await self._run_sync(self.find, stream_name)
-
-    async def adelete(self, stream_name: str) -> None:
-        """Async :meth:`delete`."""
-        await self._run_sync(self.delete, stream_name)
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        """Async :meth:`list_checkpoints`."""
-        return await self._run_sync(self.list_checkpoints)
-
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        """Async :meth:`save_seen`."""
-        await self._run_sync(self.save_seen, stream_name, token, at, heartbeat_at)
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        """Async :meth:`save_processed`."""
-        await self._run_sync(self.save_processed, stream_name, token, at, heartbeat_at)
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        """Async :meth:`save_heartbeat`."""
-        await self._run_sync(self.save_heartbeat, stream_name, at)
-
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        """Async :meth:`reset_after_history_lost`."""
-        await self._run_sync(
-            self.reset_after_history_lost,
-            stream_name,
-            fresh_seen_token,
-            expected_dead_processed,
-            at,
-        )
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        """Async :meth:`save_initial_sync`."""
-        return await self._run_sync(
-            self.save_initial_sync, stream_name, progress, expected_batch=expected_batch
-        )
 
     def _read_modify_write(
         self, stream_name: str, changes: Callable[[Checkpoint], dict[str, Any] | None]

@@ -20,13 +20,11 @@ import dataclasses
 import traceback
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from asgiref.sync import sync_to_async
-
-T = TypeVar("T")
+from ._twins import RunsSync, thread_twin
 
 PENDING = "PENDING"
 REPLAYING = "REPLAYING"
@@ -131,7 +129,7 @@ class DeadLetter:
         return dataclasses.replace(self, **changes)
 
 
-class DlqStore(ABC):
+class DlqStore(RunsSync, ABC):
     """Where dead letters are kept. Backends: ORM (default), Redis, MongoDB, memory.
 
     ``save`` is the hot path (the stream's thread calls it); everything else is
@@ -153,9 +151,6 @@ class DlqStore(ABC):
 
     supports_replay: ClassVar[bool] = True
     supports_count: ClassVar[bool] = True
-    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
-    #: database, ``False`` for those that never touch it.
-    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
@@ -217,72 +212,22 @@ class DlqStore(ABC):
         """
         return 0
 
-    def delete(self, entry_id: str) -> None:  # noqa: B027  (optional hook)
+    def delete(self, entry_id: str) -> None:
         """Remove one entry (no error when missing)."""
 
-    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
+    def close(self) -> None:
         """Release connections (called when settings change)."""
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
 
-    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``method(*args, **kwargs)`` off the event loop, on the executor that
-        :attr:`async_thread_sensitive` names."""
-        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
-        return await call(*args, **kwargs)
-
-    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        """Async :meth:`save`."""
-        await self._run_sync(self.save, entry, policy)
-
-    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
-        """Async :meth:`find_by_id`."""
-        return await self._run_sync(self.find_by_id, entry_id)
-
-    async def afind_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        """Async :meth:`find_by_stream`."""
-        return await self._run_sync(self.find_by_stream, stream_name, status=status, limit=limit)
-
-    async def acount(self, stream_name: str) -> int:
-        """Async :meth:`count`."""
-        return await self._run_sync(self.count, stream_name)
-
-    async def atransition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        """Async :meth:`transition`."""
-        return await self._run_sync(
-            self.transition,
-            entry_id,
-            to_status,
-            from_statuses=from_statuses,
-            at=at,
-            by=by,
-            note=note,
-        )
-
-    async def arecord_replay_failure(
-        self, entry_id: str, error: ErrorInfo, *, at: datetime
-    ) -> bool:
-        """Async :meth:`record_replay_failure`."""
-        return await self._run_sync(self.record_replay_failure, entry_id, error, at=at)
-
-    async def apurge_expired(self, now: datetime) -> int:
-        """Async :meth:`purge_expired`."""
-        return await self._run_sync(self.purge_expired, now)
-
-    async def adelete(self, entry_id: str) -> None:
-        """Async :meth:`delete`."""
-        await self._run_sync(self.delete, entry_id)
+    asave = thread_twin(save)
+    afind_by_id = thread_twin(find_by_id)
+    afind_by_stream = thread_twin(find_by_stream)
+    acount = thread_twin(count)
+    atransition = thread_twin(transition)
+    arecord_replay_failure = thread_twin(record_replay_failure)
+    apurge_expired = thread_twin(purge_expired)
+    adelete = thread_twin(delete)
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:

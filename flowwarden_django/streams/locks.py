@@ -39,15 +39,14 @@ import contextlib
 import dataclasses
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-T = TypeVar("T")
+from ._twins import RunsSync, thread_twin
 
 _unavailable = threading.local()
 
@@ -93,7 +92,7 @@ def ttl_delta(ttl: timedelta | float) -> timedelta:
     return delta
 
 
-class LockService(ABC):
+class LockService(RunsSync, ABC):
     """Time-limited, fenced, exclusive leases by name.
 
     * ``try_acquire(name, owner, ttl)``: the lease when *name* is free, expired or
@@ -121,10 +120,6 @@ class LockService(ABC):
     awaits: to fence ORM writes made from async code, run the guarded write in one
     sync function (``with service.guard(lease): ...``) through ``sync_to_async``.
     """
-
-    #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for services on the Django
-    #: database, ``False`` for those that never touch it.
-    async_thread_sensitive: ClassVar[bool] = True
 
     @abstractmethod
     def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
@@ -162,36 +157,16 @@ class LockService(ABC):
             )
         yield
 
-    def close(self) -> None:  # noqa: B027  (optional hook, not abstract)
+    def close(self) -> None:
         """Release connections (called when settings change)."""
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
 
-    async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``method(*args, **kwargs)`` off the event loop, on the executor that
-        :attr:`async_thread_sensitive` names."""
-        call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
-        return await call(*args, **kwargs)
-
-    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        """Async :meth:`try_acquire`."""
-        return await self._run_sync(self.try_acquire, name, owner, ttl)
-
-    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        """Async :meth:`renew`."""
-        return await self._run_sync(self.renew, lease, ttl)
-
-    async def arelease(self, lease: Lease) -> bool:
-        """Async :meth:`release`."""
-        return await self._run_sync(self.release, lease)
-
-    async def aowner_of(self, name: str) -> Lease | None:
-        """Async :meth:`owner_of`."""
-        return await self._run_sync(self.owner_of, name)
-
-    async def ais_current(self, lease: Lease) -> bool:
-        """Async :meth:`is_current`."""
-        return await self._run_sync(self.is_current, lease)
+    atry_acquire = thread_twin(try_acquire)
+    arenew = thread_twin(renew)
+    arelease = thread_twin(release)
+    aowner_of = thread_twin(owner_of)
+    ais_current = thread_twin(is_current)
 
     def aguard(self, lease: Lease) -> AbstractAsyncContextManager[None]:
         """Run the ``async with`` block only while *lease* is current, else raise

@@ -170,6 +170,16 @@ def change_stream(
     return decorate
 
 
+def _setting(attr: str, value: Any) -> Callable[[C], C]:
+    """A class decorator that stores *value* on the class as *attr*."""
+
+    def decorate(cls: C) -> C:
+        setattr(cls, attr, value)
+        return cls
+
+    return decorate
+
+
 def checkpoint(
     save_every_n: int = 1,
     save_interval_seconds: float = 5,
@@ -187,12 +197,7 @@ def checkpoint(
         on_history_lost=on_history_lost,
         copy_batch_size=copy_batch_size,
     )
-
-    def decorate(cls: C) -> C:
-        setattr(cls, _CHECKPOINT_ATTR, spec)
-        return cls
-
-    return decorate
+    return _setting(_CHECKPOINT_ATTR, spec)
 
 
 def restart_policy(
@@ -204,12 +209,7 @@ def restart_policy(
 ) -> Callable[[C], C]:
     """Set the backoff of the managed restart after a cursor dies (see ``RestartPolicySpec``)."""
     spec = RestartPolicySpec(max_attempts, initial_delay, max_delay, multiplier, jitter)
-
-    def decorate(cls: C) -> C:
-        setattr(cls, _RESTART_ATTR, spec)
-        return cls
-
-    return decorate
+    return _setting(_RESTART_ATTR, spec)
 
 
 def retry_policy(
@@ -231,12 +231,7 @@ def retry_policy(
         no_retry_on=tuple(no_retry_on),
         jitter=jitter,
     )
-
-    def decorate(cls: C) -> C:
-        setattr(cls, _RETRY_ATTR, spec)
-        return cls
-
-    return decorate
+    return _setting(_RETRY_ATTR, spec)
 
 
 def dead_letter_queue(
@@ -254,12 +249,7 @@ def dead_letter_queue(
         include_stack_trace=include_stack_trace,
         store=store,
     )
-
-    def decorate(cls: C) -> C:
-        setattr(cls, _DLQ_ATTR, spec)
-        return cls
-
-    return decorate
+    return _setting(_DLQ_ATTR, spec)
 
 
 def on_error(*types: type[BaseException]) -> Callable[[F], F]:

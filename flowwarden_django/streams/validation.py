@@ -144,15 +144,19 @@ def _validate_handlers(out: _Collector, spec: StreamSpec) -> None:
         )
 
 
-def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
-    policy = spec.checkpoint
-    every_n = policy.save_every_n
-    if not isinstance(every_n, int) or isinstance(every_n, bool) or every_n < 1:
+def _check_at_least_one(out: _Collector, attribute: str, value: object) -> None:
+    """E108 unless the checkpoint's *attribute* is a whole number of at least 1."""
+    if not _whole(value) or value < 1:
         out.error(
             "E108",
-            "checkpoint.save_every_n",
-            f"must be a whole number of at least 1, got {policy.save_every_n!r}",
+            f"checkpoint.{attribute}",
+            f"must be a whole number of at least 1, got {value!r}",
         )
+
+
+def _validate_checkpoint(out: _Collector, spec: StreamSpec) -> None:
+    policy = spec.checkpoint
+    _check_at_least_one(out, "save_every_n", policy.save_every_n)
     for attribute in ("save_interval_seconds", "idle_heartbeat_interval_seconds"):
         value = getattr(policy, attribute)
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
@@ -274,13 +278,7 @@ def _validate_initial_sync(out: _Collector, spec: StreamSpec) -> None:
     """``COPY_EXISTING`` and ``RESYNC``: a batch size, a snapshot handler, a pipeline
     that translates to the copy's filter."""
     policy = spec.checkpoint
-    size = policy.copy_batch_size
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        out.error(
-            "E108",
-            "checkpoint.copy_batch_size",
-            f"must be a whole number of at least 1, got {size!r}",
-        )
+    _check_at_least_one(out, "copy_batch_size", policy.copy_batch_size)
     if not policy.copies:
         return
     why = (

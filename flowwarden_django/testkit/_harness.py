@@ -9,6 +9,7 @@ end. Each async twin runs the same tests against a stand-in that drives the stor
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
@@ -86,3 +87,15 @@ class StoreContract(ThreadedContract):
         operations = self.async_operations
         yield async_driven(store, operations) if operations else store
         self.teardown_store(store)
+
+
+class AsyncStoreContract(StoreContract):
+    """What the ``Async…Contract`` twins share: the ``store`` fixture again (so it comes
+    before a sync test class put behind the twin), and a check that every operation of
+    :attr:`async_operations` has a coroutine function for its ``a…`` variant."""
+
+    store = StoreContract.store
+
+    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
+        for operation in self.async_operations:
+            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation

@@ -260,36 +260,24 @@ def check_projection(projection: Any) -> None:
         _projection_tree(projection)
 
 
-def _include(doc: Mapping[str, Any], tree: Mapping[str, Any]) -> dict[str, Any]:
+def _projected(doc: Mapping[str, Any], tree: Mapping[str, Any], inclusion: bool) -> dict[str, Any]:
+    """*doc* through the projection *tree*: with *inclusion* the paths it names stay
+    and nothing else; without, they go and everything else stays."""
     kept: dict[str, Any] = {}
     for key, value in doc.items():
         branch = tree.get(key)
-        if branch is None:
-            continue
-        if branch is True:
-            kept[key] = value
+        if branch is True or branch is None:
+            if (branch is True) == inclusion:
+                kept[key] = value
         elif isinstance(value, Mapping):
-            kept[key] = _include(value, branch)
-        elif isinstance(value, list):
-            kept[key] = [_include(item, branch) for item in value if isinstance(item, Mapping)]
-    return kept
-
-
-def _exclude(doc: Mapping[str, Any], tree: Mapping[str, Any]) -> dict[str, Any]:
-    kept: dict[str, Any] = {}
-    for key, value in doc.items():
-        branch = tree.get(key)
-        if branch is True:
-            continue
-        if branch is None:
-            kept[key] = value
-        elif isinstance(value, Mapping):
-            kept[key] = _exclude(value, branch)
+            kept[key] = _projected(value, branch, inclusion)
         elif isinstance(value, list):
             kept[key] = [
-                _exclude(item, branch) if isinstance(item, Mapping) else item for item in value
+                _projected(item, branch, inclusion) if isinstance(item, Mapping) else item
+                for item in value
+                if isinstance(item, Mapping) or not inclusion
             ]
-        else:
+        elif not inclusion:
             kept[key] = value
     return kept
 
@@ -305,4 +293,4 @@ def project(doc: dict[str, Any], projection: Any) -> dict[str, Any]:
     if not projection:
         return doc
     tree, inclusion = _projection_tree(projection)
-    return _include(doc, tree) if inclusion else _exclude(doc, tree)
+    return _projected(doc, tree, inclusion)

@@ -14,7 +14,6 @@ module composes them with the hooks and fixtures into the public classes.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from typing import Any
 
@@ -29,7 +28,7 @@ from ._checkpoint_contract.partial_writes import PartialWriteContract
 from ._checkpoint_contract.races import RaceContract
 from ._checkpoint_contract.records import RecordContract
 from ._checkpoint_contract.values import now_ms, sync_progress, token
-from ._harness import StoreContract
+from ._harness import AsyncStoreContract, StoreContract
 
 __all__ = [
     "CHECKPOINT_OPERATIONS",
@@ -88,7 +87,7 @@ CHECKPOINT_OPERATIONS = (
 )
 
 
-class AsyncCheckpointStoreContract(CheckpointStoreContract):
+class AsyncCheckpointStoreContract(AsyncStoreContract, CheckpointStoreContract):
     """The same contract through the async API (``asave``, ``afind``…).
 
     Every test of :class:`CheckpointStoreContract` runs against a stand-in whose
@@ -107,12 +106,6 @@ class AsyncCheckpointStoreContract(CheckpointStoreContract):
     #: times the cost of a sync call: fewer writes race in the race test.
     race_writes = 300
     async_operations = CHECKPOINT_OPERATIONS
-    #: The fixture again, so it comes before a sync test class put behind this one.
-    store = StoreContract.store
-
-    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
-        for operation in CHECKPOINT_OPERATIONS:
-            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation
 
     def test_gathered_async_writes_all_land(self, store: Any, name: str) -> None:
         real: CheckpointStore = store.driven

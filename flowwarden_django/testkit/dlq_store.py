@@ -14,7 +14,6 @@ False`` skips the backlog tests. Skipped, not failed, so every combination is va
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import uuid
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from ..streams.dlq import (
     ErrorInfo,
 )
 from ._checkpoint_contract.values import now_ms, same_bson, token
-from ._harness import StoreContract
+from ._harness import AsyncStoreContract, StoreContract
 
 #: The reference's ``DEFAULT_POLICY``.
 DEFAULT_POLICY = DlqPolicy(30, True, True)
@@ -603,7 +602,7 @@ DLQ_OPERATIONS = (
 )
 
 
-class AsyncDlqStoreContract(DlqStoreContract):
+class AsyncDlqStoreContract(AsyncStoreContract, DlqStoreContract):
     """The same contract through the async API (``asave``, ``afind_by_id``…).
 
     Every test of :class:`DlqStoreContract` runs against a stand-in whose sync
@@ -615,12 +614,6 @@ class AsyncDlqStoreContract(DlqStoreContract):
     """
 
     async_operations = DLQ_OPERATIONS
-    #: The fixture again, so it comes before a sync test class put behind this one.
-    store = StoreContract.store
-
-    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
-        for operation in DLQ_OPERATIONS:
-            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation
 
     def test_gathered_async_saves_and_claims(self, store: Any, name: str) -> None:
         real: DlqStore = store.driven

@@ -17,7 +17,6 @@ composes them with the hooks, fixtures and helpers into the public classes.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -29,7 +28,7 @@ from asgiref.sync import async_to_sync
 from ..workflows.storage.snapshot import SnapshotEvent, WorkflowSnapshot
 from ..workflows.storage.store import SnapshotStore
 from ._async_driven import async_driven
-from ._harness import StoreContract
+from ._harness import AsyncStoreContract, StoreContract
 from ._snapshot_contract.encryption import EncryptionContract
 from ._snapshot_contract.events import DeleteAndEventContract
 from ._snapshot_contract.listing import ListingContract
@@ -146,7 +145,7 @@ SNAPSHOT_OPERATIONS = (
 )
 
 
-class AsyncSnapshotStoreContract(SnapshotStoreContract):
+class AsyncSnapshotStoreContract(AsyncStoreContract, SnapshotStoreContract):
     """The same contract through the async API (``asave``, ``aload``, ``alatest``…).
 
     Every test of :class:`SnapshotStoreContract` runs against a stand-in whose sync
@@ -162,16 +161,10 @@ class AsyncSnapshotStoreContract(SnapshotStoreContract):
     """
 
     async_operations = SNAPSHOT_OPERATIONS
-    #: The fixture again, so it comes before a sync test class put behind this one.
-    store = StoreContract.store
 
     def make_encrypting_store(self, keys: list[str] | None, **options: Any) -> SnapshotStore | None:
         store = super().make_encrypting_store(keys, **options)
         return None if store is None else async_driven(store, SNAPSHOT_OPERATIONS)
-
-    def test_async_variants_are_coroutine_functions(self, store: Any) -> None:
-        for operation in SNAPSHOT_OPERATIONS:
-            assert inspect.iscoroutinefunction(getattr(store.driven, f"a{operation}")), operation
 
     def test_gathered_async_saves_get_distinct_seqs(self, store: Any, cid: str) -> None:
         real: SnapshotStore = store.driven

@@ -273,7 +273,7 @@ class TestRedisDlqStoreNativeAsync:
             return threading.get_ident()
 
         assert asyncio.run(scenario()) == threading.get_ident()
-        assert store._connection._client is None  # the sync client was never opened
+        assert store._client is None  # the sync client was never opened
         # The same keys and indexes as the sync path: the sync client reads them back.
         assert [e.id for e in store.find_by_stream("s")] == ["e4", "e3", "e2", "e1"]
         assert store.count("s") == 2
@@ -304,17 +304,17 @@ class TestRedisDlqStoreNativeAsync:
 
         seen = []
         assert asyncio.run(scenario("one", seen)) == 1
-        assert not store._connection._async_clients  # closed when the loop ended
+        assert not store._async_clients  # closed when the loop ended
         assert asyncio.run(scenario("two", seen)) == 2
         assert seen[0] is not seen[1]
-        assert not store._connection._async_clients
+        assert not store._async_clients
 
     def test_close_drops_the_async_clients(self, store, no_thread_path):
         async def scenario():
             assert await store.afind_by_id("a") is None
-            assert store._connection._async_clients
+            assert store._async_clients
             store.close()
-            assert not store._connection._async_clients
+            assert not store._async_clients
             assert await store.afind_by_id("a") is None  # a fresh client
 
         asyncio.run(scenario())

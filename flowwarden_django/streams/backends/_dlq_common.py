@@ -8,11 +8,22 @@ the same message whichever store is configured, and nothing half-valid is stored
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..checkpoint import as_utc, check_stream_name
-from ..dlq import SETTLED_STATUSES, STATUSES, DeadLetter, ErrorInfo
+from ..dlq import (
+    PENDING,
+    REPLAYED,
+    REPLAYING,
+    SETTLED_STATUSES,
+    STATUSES,
+    DeadLetter,
+    DlqStore,
+    ErrorInfo,
+)
 from ..tokens import check_token, normalize_token
 
 #: Column lengths of the ``DeadLetter`` model, enforced on every backend alike.
@@ -142,3 +153,85 @@ def normalized(entry: DeadLetter) -> DeadLetter:
         resolved_at=as_utc(entry.resolved_at),
         metadata=copy.deepcopy(dict(entry.metadata)),
     )
+
+
+_DOCUMENT_NAMES = {"resolved_at": "resolvedAt", "resolved_by": "resolvedBy", "note": "note"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StatusChange:
+    """One compare-and-set of an entry's status, validated and decided for every store.
+
+    While the entry's status is one of ``allowed``: set ``status`` and the
+    ``DeadLetter`` fields in ``changes``; with ``replayed``, also count a replay
+    (``replay_count`` + 1, ``last_replayed_at`` = ``replayed``).
+    """
+
+    entry_id: str
+    allowed: tuple[str, ...]
+    status: str
+    changes: Mapping[str, Any]
+    replayed: datetime | None
+
+    def document_fields(
+        self, time: Callable[[datetime], Any], error: Callable[[ErrorInfo], Any]
+    ) -> dict[str, Any]:
+        """The fields set besides ``status`` and ``replayCount``, as the Redis and
+        MongoDB stores name them, each time through *time* and the error through *error*."""
+        fields: dict[str, Any] = {}
+        for name, value in self.changes.items():
+            if name == "error":
+                fields["error"] = error(value)
+            else:
+                fields[_DOCUMENT_NAMES[name]] = time(value) if name == "resolved_at" else value
+        if self.replayed is not None:
+            fields["lastReplayedAt"] = time(self.replayed)
+        return fields
+
+
+def status_change(
+    entry_id: str, to_status: str, from_statuses: Sequence[str], at: datetime, by: str, note: str
+) -> StatusChange:
+    """``transition(entry_id, to_status, from_statuses, at, by, note)``, checked:
+    settling statuses record who and when, ``REPLAYED`` counts the replay."""
+    allowed = check_transition(entry_id, to_status, from_statuses, at, by)
+    changes = {"resolved_at": at, "resolved_by": by, "note": note} if settles(to_status) else {}
+    replayed = at if to_status == REPLAYED else None
+    return StatusChange(entry_id, allowed, to_status, changes, replayed)
+
+
+def replay_failure(entry_id: str, error: ErrorInfo, at: datetime) -> StatusChange:
+    """``record_replay_failure(entry_id, error, at=at)``, checked: back to ``PENDING``
+    from ``REPLAYING`` with *error*, the replay counted."""
+    check_error(error)
+    check_aware(at, "at")
+    return StatusChange(entry_id, (REPLAYING,), PENDING, {"error": error}, at)
+
+
+class CompareAndSetDlqStore(DlqStore):
+    """A dead-letter store whose status changes are one compare-and-set each.
+
+    ``transition`` and ``record_replay_failure`` are decided by :func:`status_change`
+    and :func:`replay_failure`; the store supplies :meth:`_compare_and_set`, which
+    applies a :class:`StatusChange`.
+    """
+
+    def transition(
+        self,
+        entry_id: str,
+        to_status: str,
+        *,
+        from_statuses: Sequence[str] = (PENDING,),
+        at: datetime,
+        by: str = "",
+        note: str = "",
+    ) -> bool:
+        change = status_change(entry_id, to_status, from_statuses, at, by, note)
+        return self._compare_and_set(change)
+
+    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
+        return self._compare_and_set(replay_failure(entry_id, error, at))
+
+    def _compare_and_set(self, change: StatusChange) -> bool:
+        """Apply *change*; False when the entry is missing or in another status."""
+        raise NotImplementedError

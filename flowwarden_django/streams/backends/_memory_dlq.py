@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from datetime import datetime
 
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..dlq import PENDING, DeadLetter, DlqPolicy
 from ._dlq_common import (
+    CompareAndSetDlqStore,
+    StatusChange,
     check_aware,
     check_entry,
-    check_error,
     check_limit,
-    check_transition,
     normalized,
-    settles,
 )
 
 
-class InMemoryDlqStore(DlqStore):
+class InMemoryDlqStore(CompareAndSetDlqStore):
     """Keeps dead letters in a dict guarded by one lock.
 
     Every operation, and each compare-and-set transition, runs under that lock.
@@ -69,44 +67,16 @@ class InMemoryDlqStore(DlqStore):
                 if entry.stream_name == stream_name and entry.status == PENDING
             )
 
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-        changes: dict[str, object] = {"status": to_status}
-        if settles(to_status):
-            changes.update(resolved_at=at, resolved_by=by, note=note)
+    def _compare_and_set(self, change: StatusChange) -> bool:
         with self._lock:
-            current = self._entries.get(entry_id)
-            if current is None or current.status not in allowed:
+            current = self._entries.get(change.entry_id)
+            if current is None or current.status not in change.allowed:
                 return False
-            if to_status == REPLAYED:
-                changes.update(replay_count=current.replay_count + 1, last_replayed_at=at)
-            self._entries[entry_id] = normalized(current.replace(**changes))
-            return True
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        check_error(error)
-        check_aware(at, "at")
-        with self._lock:
-            current = self._entries.get(entry_id)
-            if current is None or current.status != REPLAYING:
-                return False
-            self._entries[entry_id] = normalized(
-                current.replace(
-                    status=PENDING,
-                    error=error,
-                    replay_count=current.replay_count + 1,
-                    last_replayed_at=at,
-                )
-            )
+            updated = current.replace(status=change.status, **change.changes)
+            if change.replayed is not None:
+                count = current.replay_count + 1
+                updated = updated.replace(replay_count=count, last_replayed_at=change.replayed)
+            self._entries[change.entry_id] = normalized(updated)
             return True
 
     def purge_expired(self, now: datetime) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from django.core import checks
 
@@ -64,12 +64,15 @@ class MongoCollection:
     default (the sync operation on the default executor).
     """
 
+    #: The collection used when none is named.
+    default_collection: ClassVar[str]
+
     def __init__(
         self,
-        url: str | None,
-        client: Any,
-        database: str | None,
-        collection: str,
+        url: str | None = None,
+        client: Any = None,
+        database: str | None = None,
+        collection: str | None = None,
         write_concern: str | int = "majority",
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -77,7 +80,7 @@ class MongoCollection:
             raise TypeError("give exactly one of url and client")
         self.url = url
         self.database_name = database
-        self.collection_name = collection
+        self.collection_name = self.default_collection if collection is None else collection
         self.write_concern = write_concern
         self.client_options = dict(client_options or {})
         self._client = client

@@ -20,24 +20,24 @@ by the helpers below) on pymongo's ``AsyncMongoClient``, one per running event l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.core import checks
 
 from ..checkpoint import as_utc
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
+from ..dlq import PENDING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import normalize_token
 from ._calls import Operation, call
 from ._dlq_common import (
+    StatusChange,
     check_aware,
     check_entry,
-    check_error,
     check_limit,
-    check_transition,
-    settles,
+    replay_failure,
+    status_change,
 )
 from ._extras import ms_precision
 from ._mongo_common import FindAll, MongoCollection, mongo_option_checks
@@ -131,34 +131,14 @@ def _pending(stream_name: str) -> dict[str, Any]:
     return {"streamName": stream_name, "status": PENDING}
 
 
-def _transition(
-    entry_id: str,
-    to_status: str,
-    from_statuses: Sequence[str],
-    at: datetime,
-    by: str,
-    note: str,
-) -> Write:
-    """The compare-and-set of ``transition``: the expected statuses are in the filter."""
-    allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-    update: dict[str, Any] = {"$set": {"status": to_status}}
-    if settles(to_status):
-        update["$set"].update(resolvedAt=ms_precision(at), resolvedBy=by, note=note)
-    if to_status == REPLAYED:
-        update["$set"]["lastReplayedAt"] = ms_precision(at)
-        update["$inc"] = {"replayCount": 1}
-    return {"_id": entry_id, "status": {"$in": list(allowed)}}, update
-
-
-def _replay_failure(entry_id: str, error: ErrorInfo, at: datetime) -> Write:
-    """``record_replay_failure``: back to pending, from replaying only."""
-    check_error(error)
-    check_aware(at, "at")
-    update = {
-        "$set": {"status": PENDING, "error": _error(error), "lastReplayedAt": ms_precision(at)},
-        "$inc": {"replayCount": 1},
+def _status_write(change: StatusChange) -> Write:
+    """The compare-and-set of a status change: the expected statuses are in the filter."""
+    update: dict[str, Any] = {
+        "$set": {"status": change.status, **change.document_fields(ms_precision, _error)}
     }
-    return {"_id": entry_id, "status": REPLAYING}, update
+    if change.replayed is not None:
+        update["$inc"] = {"replayCount": 1}
+    return {"_id": change.entry_id, "status": {"$in": list(change.allowed)}}, update
 
 
 def _expired(now: datetime) -> dict[str, Any]:
@@ -170,7 +150,7 @@ def _expired(now: datetime) -> dict[str, Any]:
 # -- the operations, each run by the sync and the async API (see ``_calls``) ---------
 
 
-def _save(entry: DeadLetter) -> Operation[None]:
+def _save(entry: DeadLetter, policy: DlqPolicy) -> Operation[None]:
     yield call("replace_one", *_replacement(entry), upsert=True)
 
 
@@ -221,18 +201,7 @@ class MongoDlqStore(MongoCollection, NativeDlqStore):
     (the sync operation on the default executor).
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        client: Any = None,
-        database: str | None = None,
-        collection: str = DEFAULT_COLLECTION,
-        write_concern: str | int = "majority",
-        client_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        MongoCollection.__init__(
-            self, url, client, database, collection, write_concern, client_options
-        )
+    default_collection = DEFAULT_COLLECTION
 
     def prepare(self, collection: Any) -> None:
         """Create the indexes when the collection is first opened."""
@@ -265,12 +234,12 @@ class MongoDlqStore(MongoCollection, NativeDlqStore):
     _delete_operation = staticmethod(_delete)
 
     def _transition_operation(self, *args: Any) -> Operation[bool]:
-        return _matched(_transition, *args)
+        return _matched(_status_write, status_change(*args))
 
     def _replay_failure_operation(
         self, entry_id: str, error: ErrorInfo, at: datetime
     ) -> Operation[bool]:
-        return _matched(_replay_failure, entry_id, error, at)
+        return _matched(_status_write, replay_failure(entry_id, error, at))
 
     # -- configuration checks ----------------------------------------------------
 

@@ -144,18 +144,7 @@ class MongoLockService(MongoCollection, NativeLockService):
     (the sync operation on the default executor).
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        client: Any = None,
-        database: str | None = None,
-        collection: str = DEFAULT_COLLECTION,
-        write_concern: str | int = "majority",
-        client_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        MongoCollection.__init__(
-            self, url, client, database, collection, write_concern, client_options
-        )
+    default_collection = DEFAULT_COLLECTION
 
     # -- the store operations, each run by the sync and the async API --------------
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from .._twins import native_pair
 from ..checkpoint import Checkpoint, CheckpointStore
-from ..tokens import Token
 from ._calls import NativeOperations, Operation
 
 
@@ -34,116 +34,25 @@ class NativeCheckpointStore(NativeOperations, CheckpointStore):
 
     supports_listing = True
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        self._run(self._save_operation(checkpoint))
-
-    async def asave(self, checkpoint: Checkpoint) -> None:
-        await self._arun(self._save_operation(checkpoint), super().asave, checkpoint)
-
-    def find(self, stream_name: str) -> Checkpoint | None:
-        return self._run(self._find_operation(stream_name))
-
-    async def afind(self, stream_name: str) -> Checkpoint | None:
-        return await self._arun(self._find_operation(stream_name), super().afind, stream_name)
-
-    def delete(self, stream_name: str) -> None:
-        self._run(self._delete_operation(stream_name))
-
-    async def adelete(self, stream_name: str) -> None:
-        await self._arun(self._delete_operation(stream_name), super().adelete, stream_name)
-
-    def list_checkpoints(self) -> list[Checkpoint]:
-        return self._run(self._list_operation())
-
-    async def alist_checkpoints(self) -> list[Checkpoint]:
-        return await self._arun(self._list_operation(), super().alist_checkpoints)
-
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._run(self._seen_operation(stream_name, token, at, heartbeat_at))
-
-    async def asave_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        args = (stream_name, token, at, heartbeat_at)
-        await self._arun(self._seen_operation(*args), super().asave_seen, *args)
-
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._run(self._processed_operation(stream_name, token, at, heartbeat_at))
-
-    async def asave_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        args = (stream_name, token, at, heartbeat_at)
-        await self._arun(self._processed_operation(*args), super().asave_processed, *args)
-
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        self._run(self._heartbeat_operation(stream_name, at))
-
-    async def asave_heartbeat(self, stream_name: str, at: datetime) -> None:
-        operation = self._heartbeat_operation(stream_name, at)
-        await self._arun(operation, super().asave_heartbeat, stream_name, at)
-
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        args = (stream_name, fresh_seen_token, expected_dead_processed, at)
-        self._run(self._reset_operation(*args))
-
-    async def areset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
-    ) -> None:
-        args = (stream_name, fresh_seen_token, expected_dead_processed, at)
-        await self._arun(self._reset_operation(*args), super().areset_after_history_lost, *args)
-
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        return self._run(self._initial_sync_operation(stream_name, progress, expected_batch))
-
-    async def asave_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
-    ) -> bool:
-        operation = self._initial_sync_operation(stream_name, progress, expected_batch)
-        default = super().asave_initial_sync
-        return await self._arun(
-            operation, default, stream_name, progress, expected_batch=expected_batch
-        )
+    save, asave = native_pair(CheckpointStore.save, "_save_operation")
+    find, afind = native_pair(CheckpointStore.find, "_find_operation")
+    delete, adelete = native_pair(CheckpointStore.delete, "_delete_operation")
+    list_checkpoints, alist_checkpoints = native_pair(
+        CheckpointStore.list_checkpoints, "_list_operation"
+    )
+    save_seen, asave_seen = native_pair(CheckpointStore.save_seen, "_seen_operation")
+    save_processed, asave_processed = native_pair(
+        CheckpointStore.save_processed, "_processed_operation"
+    )
+    save_heartbeat, asave_heartbeat = native_pair(
+        CheckpointStore.save_heartbeat, "_heartbeat_operation"
+    )
+    reset_after_history_lost, areset_after_history_lost = native_pair(
+        CheckpointStore.reset_after_history_lost, "_reset_operation"
+    )
+    save_initial_sync, asave_initial_sync = native_pair(
+        CheckpointStore.save_initial_sync, "_initial_sync_operation"
+    )
 
     # -- what a backend supplies -------------------------------------------------------
 

@@ -8,11 +8,11 @@ the two runners, ``_run`` and ``_arun``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..dlq import PENDING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from .._twins import native_pair
+from ..dlq import DeadLetter, DlqPolicy, DlqStore, ErrorInfo
 from ._calls import NativeOperations, Operation
 
 
@@ -27,88 +27,23 @@ class NativeDlqStore(NativeOperations, DlqStore):
     #: stores never touch the Django database.
     async_thread_sensitive = False
 
-    def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        self._run(self._save_operation(entry))
-
-    async def asave(self, entry: DeadLetter, policy: DlqPolicy) -> None:
-        await self._arun(self._save_operation(entry), super().asave, entry, policy)
-
-    def find_by_id(self, entry_id: str) -> DeadLetter | None:
-        return self._run(self._find_by_id_operation(entry_id))
-
-    async def afind_by_id(self, entry_id: str) -> DeadLetter | None:
-        operation = self._find_by_id_operation(entry_id)
-        return await self._arun(operation, super().afind_by_id, entry_id)
-
-    def find_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        return self._run(self._find_by_stream_operation(stream_name, status, limit))
-
-    async def afind_by_stream(
-        self, stream_name: str, *, status: str | None = None, limit: int | None = None
-    ) -> list[DeadLetter]:
-        operation = self._find_by_stream_operation(stream_name, status, limit)
-        default = super().afind_by_stream
-        return await self._arun(operation, default, stream_name, status=status, limit=limit)
-
-    def count(self, stream_name: str) -> int:
-        return self._run(self._count_operation(stream_name))
-
-    async def acount(self, stream_name: str) -> int:
-        return await self._arun(self._count_operation(stream_name), super().acount, stream_name)
-
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        args = (entry_id, to_status, from_statuses, at, by, note)
-        return self._run(self._transition_operation(*args))
-
-    async def atransition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        operation = self._transition_operation(entry_id, to_status, from_statuses, at, by, note)
-        keywords = {"from_statuses": from_statuses, "at": at, "by": by, "note": note}
-        return await self._arun(operation, super().atransition, entry_id, to_status, **keywords)
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        return self._run(self._replay_failure_operation(entry_id, error, at))
-
-    async def arecord_replay_failure(
-        self, entry_id: str, error: ErrorInfo, *, at: datetime
-    ) -> bool:
-        operation = self._replay_failure_operation(entry_id, error, at)
-        return await self._arun(operation, super().arecord_replay_failure, entry_id, error, at=at)
-
-    def purge_expired(self, now: datetime) -> int:
-        return self._run(self._purge_operation(now))
-
-    async def apurge_expired(self, now: datetime) -> int:
-        return await self._arun(self._purge_operation(now), super().apurge_expired, now)
-
-    def delete(self, entry_id: str) -> None:
-        self._run(self._delete_operation(entry_id))
-
-    async def adelete(self, entry_id: str) -> None:
-        await self._arun(self._delete_operation(entry_id), super().adelete, entry_id)
+    save, asave = native_pair(DlqStore.save, "_save_operation")
+    find_by_id, afind_by_id = native_pair(DlqStore.find_by_id, "_find_by_id_operation")
+    find_by_stream, afind_by_stream = native_pair(
+        DlqStore.find_by_stream, "_find_by_stream_operation"
+    )
+    count, acount = native_pair(DlqStore.count, "_count_operation")
+    transition, atransition = native_pair(DlqStore.transition, "_transition_operation")
+    record_replay_failure, arecord_replay_failure = native_pair(
+        DlqStore.record_replay_failure, "_replay_failure_operation"
+    )
+    purge_expired, apurge_expired = native_pair(DlqStore.purge_expired, "_purge_operation")
+    delete, adelete = native_pair(DlqStore.delete, "_delete_operation")
 
     # -- what a backend supplies -------------------------------------------------------
 
-    def _save_operation(self, entry: DeadLetter) -> Operation[None]:
+    def _save_operation(self, entry: DeadLetter, policy: DlqPolicy) -> Operation[None]:
+        """``save(entry, policy)``: the caller applied *policy* already."""
         raise NotImplementedError
 
     def _find_by_id_operation(self, entry_id: str) -> Operation[DeadLetter | None]:

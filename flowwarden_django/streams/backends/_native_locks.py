@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from .._twins import native_pair
 from ..locks import Lease, LockService
 from ._calls import NativeOperations, Operation
 
@@ -25,36 +26,11 @@ class NativeLockService(NativeOperations, LockService):
     #: services never touch the Django database.
     async_thread_sensitive = False
 
-    def try_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        return self._run(self._acquire_operation(name, owner, ttl))
-
-    async def atry_acquire(self, name: str, owner: str, ttl: timedelta | float) -> Lease | None:
-        operation = self._acquire_operation(name, owner, ttl)
-        return await self._arun(operation, super().atry_acquire, name, owner, ttl)
-
-    def renew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        return self._run(self._renew_operation(lease, ttl))
-
-    async def arenew(self, lease: Lease, ttl: timedelta | float) -> Lease | None:
-        return await self._arun(self._renew_operation(lease, ttl), super().arenew, lease, ttl)
-
-    def release(self, lease: Lease) -> bool:
-        return self._run(self._release_operation(lease))
-
-    async def arelease(self, lease: Lease) -> bool:
-        return await self._arun(self._release_operation(lease), super().arelease, lease)
-
-    def owner_of(self, name: str) -> Lease | None:
-        return self._run(self._owner_of_operation(name))
-
-    async def aowner_of(self, name: str) -> Lease | None:
-        return await self._arun(self._owner_of_operation(name), super().aowner_of, name)
-
-    def is_current(self, lease: Lease) -> bool:
-        return self._run(self._is_current_operation(lease))
-
-    async def ais_current(self, lease: Lease) -> bool:
-        return await self._arun(self._is_current_operation(lease), super().ais_current, lease)
+    try_acquire, atry_acquire = native_pair(LockService.try_acquire, "_acquire_operation")
+    renew, arenew = native_pair(LockService.renew, "_renew_operation")
+    release, arelease = native_pair(LockService.release, "_release_operation")
+    owner_of, aowner_of = native_pair(LockService.owner_of, "_owner_of_operation")
+    is_current, ais_current = native_pair(LockService.is_current, "_is_current_operation")
 
     # -- what a backend supplies -------------------------------------------------------
 

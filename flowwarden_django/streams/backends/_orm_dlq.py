@@ -12,7 +12,7 @@ BSON documents are stored as their BSON bytes, so they come back with their type
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,16 +22,16 @@ from django.db.models import F
 
 from ...models import DeadLetter as DeadLetterRow
 from ..checkpoint import as_utc
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, DlqPolicy, DlqStore, ErrorInfo
+from ..dlq import PENDING, DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
 from ._dlq_common import (
+    BSON_FIELDS,
+    CompareAndSetDlqStore,
+    StatusChange,
     check_aware,
     check_entry,
-    check_error,
     check_limit,
-    check_transition,
-    settles,
 )
 from ._extras import check_using
 
@@ -41,57 +41,51 @@ _UPDATE_FIELDS = [
 ]
 
 
+#: The fields a row keeps as they are, and the timestamps (read back in UTC); the BSON
+#: documents (``BSON_FIELDS``) are kept as their bytes, the error in three columns.
+_PLAIN = (
+    "id",
+    "stream_name",
+    "operation_type",
+    "attempts",
+    "status",
+    "replay_count",
+    "resolved_by",
+    "note",
+)
+_TIMES = (
+    "first_attempt_at",
+    "last_attempt_at",
+    "created_at",
+    "expires_at",
+    "last_replayed_at",
+    "resolved_at",
+)
+
+
 def _row(entry: DeadLetter) -> DeadLetterRow:
+    values = {name: getattr(entry, name) for name in (*_PLAIN, *_TIMES)}
+    documents = {name: encode_token(getattr(entry, name)) for name in BSON_FIELDS}
+    error = entry.error
     return DeadLetterRow(
-        id=entry.id,
-        stream_name=entry.stream_name,
-        operation_type=entry.operation_type,
-        document_key=encode_token(entry.document_key),
-        full_document=encode_token(entry.full_document),
-        resume_token=encode_token(entry.resume_token),
-        error_type=entry.error.type,
-        error_message=entry.error.message,
-        stack_trace=entry.error.stack_trace,
-        attempts=entry.attempts,
-        status=entry.status,
-        first_attempt_at=entry.first_attempt_at,
-        last_attempt_at=entry.last_attempt_at,
-        created_at=entry.created_at,
-        expires_at=entry.expires_at,
+        **values,
+        **documents,
+        error_type=error.type,
+        error_message=error.message,
+        stack_trace=error.stack_trace,
         metadata=dict(entry.metadata),
-        replay_count=entry.replay_count,
-        last_replayed_at=entry.last_replayed_at,
-        resolved_at=entry.resolved_at,
-        resolved_by=entry.resolved_by,
-        note=entry.note,
     )
 
 
 def _entry(row: DeadLetterRow) -> DeadLetter:
-    return DeadLetter(
-        id=row.id,
-        stream_name=row.stream_name,
-        operation_type=row.operation_type,
-        document_key=decode_token(row.document_key),
-        full_document=decode_token(row.full_document),
-        resume_token=decode_token(row.resume_token),
-        error=ErrorInfo(row.error_type, row.error_message, row.stack_trace),
-        attempts=row.attempts,
-        status=row.status,
-        first_attempt_at=as_utc(row.first_attempt_at),
-        last_attempt_at=as_utc(row.last_attempt_at),
-        created_at=as_utc(row.created_at),
-        expires_at=as_utc(row.expires_at),
-        metadata=row.metadata or {},
-        replay_count=row.replay_count,
-        last_replayed_at=as_utc(row.last_replayed_at),
-        resolved_at=as_utc(row.resolved_at),
-        resolved_by=row.resolved_by,
-        note=row.note,
-    )
+    values = {name: getattr(row, name) for name in _PLAIN}
+    times = {name: as_utc(getattr(row, name)) for name in _TIMES}
+    documents = {name: decode_token(getattr(row, name)) for name in BSON_FIELDS}
+    error = ErrorInfo(row.error_type, row.error_message, row.stack_trace)
+    return DeadLetter(**values, **times, **documents, error=error, metadata=row.metadata or {})
 
 
-class OrmDlqStore(DlqStore):
+class OrmDlqStore(CompareAndSetDlqStore):
     """Stores dead letters in the ``DeadLetter`` table of a Django database.
 
     ``using`` pins a database alias; by default the router's ``db_for_write``
@@ -142,41 +136,17 @@ class OrmDlqStore(DlqStore):
     def count(self, stream_name: str) -> int:
         return self._rows().filter(stream_name=stream_name, status=PENDING).count()
 
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-        changes: dict[str, Any] = {"status": to_status}
-        if settles(to_status):
-            changes.update(resolved_at=at, resolved_by=by, note=note)
-        if to_status == REPLAYED:
-            changes.update(replay_count=F("replay_count") + 1, last_replayed_at=at)
-        matched = self._rows().filter(pk=entry_id, status__in=allowed).update(**changes)
-        return matched == 1
-
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        check_error(error)
-        check_aware(at, "at")
-        matched = (
-            self._rows()
-            .filter(pk=entry_id, status=REPLAYING)
-            .update(
-                status=PENDING,
-                error_type=error.type,
-                error_message=error.message,
-                stack_trace=error.stack_trace,
-                replay_count=F("replay_count") + 1,
-                last_replayed_at=at,
+    def _compare_and_set(self, change: StatusChange) -> bool:
+        columns = {"status": change.status, **change.changes}
+        error = columns.pop("error", None)
+        if error is not None:
+            columns.update(
+                error_type=error.type, error_message=error.message, stack_trace=error.stack_trace
             )
-        )
-        return matched == 1
+        if change.replayed is not None:
+            columns.update(replay_count=F("replay_count") + 1, last_replayed_at=change.replayed)
+        rows = self._rows().filter(pk=change.entry_id, status__in=change.allowed)
+        return rows.update(**columns) == 1
 
     def purge_expired(self, now: datetime) -> int:
         check_aware(now, "now")

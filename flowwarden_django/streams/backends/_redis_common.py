@@ -353,3 +353,18 @@ def redis_option_checks(
             )
         ]
     return []
+
+
+class PrefixedRedisConnection(RedisConnection):
+    """A :class:`RedisConnection` whose keys all start with ``key_prefix``: the
+    constructor of the Redis lock service and dead-letter store."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        cache: str | None = None,
+        key_prefix: str = "fw:",
+        client: Any = None,
+    ) -> None:
+        RedisConnection.__init__(self, cache=cache, url=url, client=client)
+        self.key_prefix = key_prefix

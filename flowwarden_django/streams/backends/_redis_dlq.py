@@ -38,20 +38,20 @@ from typing import Any
 
 from django.core import checks
 
-from ..dlq import PENDING, REPLAYED, REPLAYING, DeadLetter, ErrorInfo
+from ..dlq import DeadLetter, DlqPolicy, ErrorInfo
 from ..stores import dlq_stores
 from ..tokens import decode_token, encode_token
 from ._calls import Operation, call
 from ._dlq_common import (
+    StatusChange,
     check_aware,
     check_entry,
-    check_error,
     check_limit,
-    check_transition,
-    settles,
+    replay_failure,
+    status_change,
 )
 from ._native_dlq import NativeDlqStore
-from ._redis_common import LoopClient, Pipeline, RedisConnection, Script, redis_option_checks
+from ._redis_common import Pipeline, PrefixedRedisConnection, Script, redis_option_checks
 from ._redis_dlq_scripts import CHANGE_STATUS, COUNT_PENDING, DELETE, DROP_STALE, PURGE, SAVE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -170,33 +170,7 @@ def _sort_batch(
             break
 
 
-def _transition_fields(
-    entry_id: str,
-    to_status: str,
-    from_statuses: Sequence[str],
-    at: datetime,
-    by: str,
-    note: str,
-) -> tuple[Sequence[str], dict[str, str]]:
-    """The checked statuses a ``transition`` may start from, and the fields it sets."""
-    allowed = check_transition(entry_id, to_status, from_statuses, at, by)
-    fields: dict[str, str] = {}
-    stamp = str(epoch_ms(at))
-    if settles(to_status):
-        fields.update(resolvedAt=stamp, resolvedBy=by, note=note)
-    if to_status == REPLAYED:
-        fields["lastReplayedAt"] = stamp
-    return allowed, fields
-
-
-def _replay_failure_fields(error: ErrorInfo, at: datetime) -> dict[str, str]:
-    """The fields ``record_replay_failure`` sets, after its checks."""
-    check_error(error)
-    check_aware(at, "at")
-    return {"error": _error_json(error), "lastReplayedAt": str(epoch_ms(at))}
-
-
-class RedisDlqStore(NativeDlqStore):
+class RedisDlqStore(PrefixedRedisConnection, NativeDlqStore):
     """Stores dead letters in Redis hashes that expire natively (see the module docs).
 
     Connect like ``RedisCheckpointStore``: a django-redis cache alias
@@ -204,38 +178,6 @@ class RedisDlqStore(NativeDlqStore):
     ``redis://127.0.0.1:6379/0``, or a ready ``client``. Timestamps keep
     millisecond precision. Entry ids must not contain ``":"`` (index keys do).
     """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        cache: str | None = None,
-        key_prefix: str = "fw:",
-        client: Any = None,
-    ) -> None:
-        self._connection = RedisConnection(cache=cache, url=url, client=client)
-        self._run, self._arun = self._connection._run, self._connection._arun
-        self.key_prefix = key_prefix
-
-    @property
-    def url(self) -> str | None:
-        """The Redis URL given, if any."""
-        return self._connection.url
-
-    @property
-    def cache(self) -> str | None:
-        """The django-redis cache alias used, if any."""
-        return self._connection.cache
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client, connected on first use."""
-        return self._connection.client
-
-    async def async_client(self) -> LoopClient | None:
-        """The ``redis.asyncio`` client of the running event loop, or ``None`` (then
-        the ``a…`` operations run the sync ones in a thread): see
-        :meth:`RedisConnection.async_client`."""
-        return await self._connection.async_client()
 
     # -- keys --------------------------------------------------------------------
 
@@ -293,7 +235,7 @@ class RedisDlqStore(NativeDlqStore):
 
     # -- the store operations, each run by the sync and the async API --------------
 
-    def _save_operation(self, entry: DeadLetter) -> Operation[None]:
+    def _save_operation(self, entry: DeadLetter, policy: DlqPolicy) -> Operation[None]:
         keys, args = self._save_call(entry)
         yield Script(SAVE, keys, args)
 
@@ -326,42 +268,25 @@ class RedisDlqStore(NativeDlqStore):
     def _count_operation(self, stream_name: str) -> Operation[int]:
         return int((yield Script(COUNT_PENDING, [self.pending_key(stream_name)])))
 
-    def _transition_operation(self, entry_id: str, to_status: str, *args: Any) -> Operation[bool]:
-        allowed, fields = _transition_fields(entry_id, to_status, *args)
-        count_replay = to_status == REPLAYED
-        return (
-            yield from self._change_status(
-                entry_id, to_status, allowed, fields, count_replay=count_replay
-            )
-        )
+    def _transition_operation(self, *args: Any) -> Operation[bool]:
+        return (yield from self._change_status(status_change(*args)))
 
     def _replay_failure_operation(
         self, entry_id: str, error: ErrorInfo, at: datetime
     ) -> Operation[bool]:
-        fields = _replay_failure_fields(error, at)
-        return (
-            yield from self._change_status(
-                entry_id, PENDING, (REPLAYING,), fields, count_replay=True
-            )
-        )
+        return (yield from self._change_status(replay_failure(entry_id, error, at)))
 
-    def _change_status(
-        self,
-        entry_id: str,
-        to_status: str,
-        allowed: Sequence[str],
-        fields: Mapping[str, str],
-        *,
-        count_replay: bool,
-    ) -> Operation[bool]:
-        """:data:`CHANGE_STATUS` on the entry (never found when *entry_id* cannot name
+    def _change_status(self, change: StatusChange) -> Operation[bool]:
+        """:data:`CHANGE_STATUS` on the entry (never found when its id cannot name
         one): whether it changed."""
-        if ":" in entry_id:
+        if ":" in change.entry_id:
             return False
+        fields = change.document_fields(lambda at: str(epoch_ms(at)), _error_json)
         pairs = [item for pair in fields.items() for item in pair]
-        flag = "1" if count_replay else "0"
-        args = [self.key_prefix, entry_id, to_status, flag, len(allowed), *allowed, *pairs]
-        return (yield Script(CHANGE_STATUS, [self.key(entry_id)], args)) == 1
+        flag = "0" if change.replayed is None else "1"
+        allowed = change.allowed
+        args = [self.key_prefix, change.entry_id, change.status, flag, len(allowed), *allowed]
+        return (yield Script(CHANGE_STATUS, [self.key(change.entry_id)], [*args, *pairs])) == 1
 
     def _purge_operation(self, now: datetime) -> Operation[int]:
         check_aware(now, "now")
@@ -377,9 +302,6 @@ class RedisDlqStore(NativeDlqStore):
         if ":" in entry_id:
             return
         yield Script(DELETE, [self.key(entry_id)], [self.key_prefix, entry_id])
-
-    def close(self) -> None:
-        self._connection.close()
 
     # -- configuration checks ----------------------------------------------------
 

@@ -41,7 +41,7 @@ from ..stores import lock_services
 from ._calls import Operation, call
 from ._lock_common import check_owner, warn_unavailable
 from ._native_locks import NativeLockService
-from ._redis_common import RedisConnection, Script, redis_option_checks
+from ._redis_common import PrefixedRedisConnection, Script, redis_option_checks
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -139,7 +139,7 @@ def _same_tenure(lease: Lease, current: Lease | None) -> bool:
     return current is not None and current.owner == lease.owner and current.token == lease.token
 
 
-class RedisLockService(RedisConnection, NativeLockService):
+class RedisLockService(PrefixedRedisConnection, NativeLockService):
     """Leases in Redis hashes, with a fencing counter per name.
 
     Connect as ``RedisCheckpointStore`` does: a django-redis cache alias
@@ -147,16 +147,6 @@ class RedisLockService(RedisConnection, NativeLockService):
     ``redis://127.0.0.1:6379/0``, or a ready redis-py ``client``.
     Times are kept in whole milliseconds.
     """
-
-    def __init__(
-        self,
-        url: str | None = None,
-        cache: str | None = None,
-        key_prefix: str = "fw:",
-        client: Any = None,
-    ) -> None:
-        RedisConnection.__init__(self, cache=cache, url=url, client=client)
-        self.key_prefix = key_prefix
 
     def key(self, name: str) -> str:
         """The hash key of one lease."""

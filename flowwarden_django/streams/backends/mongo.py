@@ -33,12 +33,14 @@ from typing import Any
 from django.core import checks
 
 from ..checkpoint import (
+    PROCESSED_PAIR,
+    SEEN_PAIR,
     Checkpoint,
+    anchor_fields,
     as_utc,
-    check_anchor_write,
-    check_heartbeat_write,
     check_initial_sync_write,
     check_reset,
+    heartbeat_fields,
     plain_progress,
 )
 from ..stores import store_setting
@@ -85,6 +87,13 @@ def _processed_equals(expected: Token | None) -> dict[str, Any]:
 
 # -- the filters and update documents, shared by the sync and async operations -------
 
+#: The document field of each ``Checkpoint`` time a partial write sets.
+_TIME_FIELDS = {
+    "last_seen_at": SEEN_AT,
+    "last_processed_at": PROCESSED_AT,
+    "last_heartbeat_at": HEARTBEAT_AT,
+}
+
 Write = tuple[dict[str, Any], dict[str, Any]]  # (filter, update or replacement document)
 
 
@@ -116,36 +125,19 @@ def _replacement(checkpoint: Checkpoint) -> Write:
     return {"_id": checkpoint.stream_name}, document
 
 
-def _partial(stream_name: str, fields: dict[str, Any], heartbeat_at: datetime | None) -> Write:
-    """A partial write of *fields* (and the heartbeat), for ``update_one(upsert=True)``."""
-    if heartbeat_at is not None:
-        fields[HEARTBEAT_AT] = ms_precision(heartbeat_at)
-    return {"_id": stream_name}, _set_or_unset(fields)
-
-
-def _seen(
-    stream_name: str, token: Token | None, at: datetime | None, heartbeat_at: datetime | None
-) -> Write:
-    check_anchor_write(stream_name, token, at, heartbeat_at)
-    fields = {SEEN_TOKEN: normalize_token(token), SEEN_AT: ms_precision(at)}
-    return _partial(stream_name, fields, heartbeat_at)
-
-
-def _processed(
-    stream_name: str, token: Token | None, at: datetime | None, heartbeat_at: datetime | None
-) -> Write:
-    check_anchor_write(stream_name, token, at, heartbeat_at)
-    fields = {
-        PROCESSED_TOKEN: normalize_token(token),
-        PROCESSED_KEY: _key(token),
-        PROCESSED_AT: ms_precision(at),
-    }
-    return _partial(stream_name, fields, heartbeat_at)
-
-
-def _heartbeat(stream_name: str, at: datetime) -> Write:
-    check_heartbeat_write(stream_name, at)
-    return _partial(stream_name, {}, at)
+def _partial(stream_name: str, fields: Mapping[str, Any]) -> Write:
+    """A partial write of these checked ``Checkpoint`` fields, for
+    ``update_one(upsert=True)``: the processed token goes with its key."""
+    document: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name == "last_seen_token":
+            document[SEEN_TOKEN] = normalize_token(value)
+        elif name == "last_processed_token":
+            document[PROCESSED_TOKEN] = normalize_token(value)
+            document[PROCESSED_KEY] = _key(value)
+        else:
+            document[_TIME_FIELDS[name]] = ms_precision(value)
+    return {"_id": stream_name}, _set_or_unset(document)
 
 
 def _reset(
@@ -235,6 +227,8 @@ class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
     fall back to the default: the sync operation on the default executor.
     """
 
+    default_collection = DEFAULT_COLLECTION
+
     def __init__(
         self,
         url: str | None = None,
@@ -277,14 +271,14 @@ class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
         documents = yield FindAll({"filter": {}}, ("_id", 1))
         return [self._to_checkpoint(doc) for doc in documents]
 
-    def _seen_operation(self, *args: Any) -> Operation[None]:
-        return _upsert(_seen, *args)
+    def _seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        return _upsert(_partial, stream_name, anchor_fields(SEEN_PAIR, stream_name, *args))
 
-    def _processed_operation(self, *args: Any) -> Operation[None]:
-        return _upsert(_processed, *args)
+    def _processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+        return _upsert(_partial, stream_name, anchor_fields(PROCESSED_PAIR, stream_name, *args))
 
     def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
-        return _upsert(_heartbeat, stream_name, at)
+        return _upsert(_partial, stream_name, heartbeat_fields(stream_name, at))
 
     def _reset_operation(self, *args: Any) -> Operation[None]:
         return _reset_operation(*args)

@@ -19,7 +19,6 @@ to transactions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -32,10 +31,6 @@ from ..checkpoint import (
     Checkpoint,
     CheckpointStore,
     as_utc,
-    check_anchor_write,
-    check_heartbeat_write,
-    check_initial_sync_write,
-    check_reset,
     plain_progress,
     progress_batch,
 )
@@ -53,6 +48,7 @@ _HEARTBEAT = ("last_heartbeat_at",)
 _INITIAL_SYNC = ("initial_sync", "initial_sync_batch")
 _ALL = ("instance_id", *_SEEN, *_PROCESSED, *_HEARTBEAT, "metadata", *_INITIAL_SYNC)
 _JSON_COLUMNS = frozenset({"metadata", "initial_sync"})
+_TOKEN_COLUMNS = frozenset({"last_seen_token", "last_processed_token"})
 
 
 @lru_cache(maxsize=64)
@@ -234,75 +230,32 @@ class OrmCheckpointStore(CheckpointStore):
         rows = StreamCheckpoint.objects.using(self._write_alias()).order_by("stream_name")
         return [self._to_checkpoint(row) for row in rows]
 
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        self._save_anchor(stream_name, _SEEN, token, at, heartbeat_at)
+    # -- the partial writes: each one upsert of its own columns ----------------------
 
-    def save_processed(
+    def _write_fields(
         self,
         stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
+        fields: dict[str, Any],
+        guard: tuple[Token | None] | None = None,
     ) -> None:
-        self._save_anchor(stream_name, _PROCESSED, token, at, heartbeat_at)
-
-    def _save_anchor(
-        self,
-        stream_name: str,
-        pair: tuple[str, str],
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None,
-    ) -> None:
-        check_anchor_write(stream_name, token, at, heartbeat_at)
-        values: dict[str, Any] = {pair[0]: encode_token(token), pair[1]: at}
-        update = pair
-        if heartbeat_at is not None:
-            values["last_heartbeat_at"] = heartbeat_at
-            update = (*pair, *_HEARTBEAT)
+        values = {
+            column: encode_token(value) if column in _TOKEN_COLUMNS else value
+            for column, value in fields.items()
+        }
         # Only read when the row is created: the column is NOT NULL.
         values["metadata"] = {}
-        self._execute(stream_name, values, update)
+        self._execute(stream_name, values, tuple(fields), guard)
 
-    def save_heartbeat(self, stream_name: str, at: datetime) -> None:
-        check_heartbeat_write(stream_name, at)
-        self._execute(stream_name, {"last_heartbeat_at": at, "metadata": {}}, _HEARTBEAT)
-
-    def reset_after_history_lost(
-        self,
-        stream_name: str,
-        fresh_seen_token: Token | None,
-        expected_dead_processed: Token | None,
-        at: datetime,
+    def _reset_fields(
+        self, stream_name: str, fields: dict[str, Any], expected_dead_processed: Token | None
     ) -> None:
-        check_reset(stream_name, fresh_seen_token, expected_dead_processed, at)
-        fresh = encode_token(fresh_seen_token)
-        stamp = at if fresh is not None else None
-        values = {
-            "last_seen_token": fresh,
-            "last_seen_at": stamp,
-            "last_heartbeat_at": stamp,
-            "metadata": {},
-        }
-        self._execute(stream_name, values, (*_SEEN, *_HEARTBEAT), guard=(expected_dead_processed,))
+        self._write_fields(stream_name, fields, guard=(expected_dead_processed,))
 
-    def save_initial_sync(
-        self,
-        stream_name: str,
-        progress: Mapping[str, Any] | None,
-        *,
-        expected_batch: int | None,
+    def _write_initial_sync(
+        self, stream_name: str, stored: dict[str, Any] | None, expected_batch: int | None
     ) -> bool:
-        check_initial_sync_write(stream_name, progress, expected_batch)
         connection = self._connection()
         if_none, if_batch, insert = _initial_sync_sql(connection.vendor)
-        stored = plain_progress(progress)
         values = [_adapt(connection.ops, "initial_sync", stored), progress_batch(stored)]
         if expected_batch is None:
             update, update_params = if_none, [*values, stream_name]

@@ -33,11 +33,13 @@ from typing import Any
 from django.core import checks
 
 from ..checkpoint import (
+    PROCESSED_PAIR,
+    SEEN_PAIR,
     Checkpoint,
-    check_anchor_write,
-    check_heartbeat_write,
+    anchor_fields,
     check_initial_sync_write,
     check_reset,
+    heartbeat_fields,
     plain_progress,
 )
 from ..stores import store_setting
@@ -115,20 +117,23 @@ def _decode_time(value: bytes | None) -> datetime | None:
     return None if not value else _EPOCH + int(value) * _MS
 
 
-def _anchor_fields(
-    stream_name: str,
-    token_field: str,
-    at_field: str,
-    token: Token | None,
-    at: datetime | None,
-    heartbeat_at: datetime | None,
-) -> tuple[dict[str, str], list[str]]:
-    """The fields an anchor write sets, and those it clears (stored as "nothing")."""
-    check_anchor_write(stream_name, token, at, heartbeat_at)
-    fields = {token_field: _encode_token(token), at_field: _encode_time(at)}
-    if heartbeat_at is not None:
-        fields[HEARTBEAT_AT] = _encode_time(heartbeat_at)
-    return fields, [name for name, value in fields.items() if not value]
+#: The hash field of each ``Checkpoint`` field a partial write sets.
+_HASH_FIELDS = {
+    "last_seen_token": SEEN_TOKEN,
+    "last_seen_at": SEEN_AT,
+    "last_processed_token": PROCESSED_TOKEN,
+    "last_processed_at": PROCESSED_AT,
+    "last_heartbeat_at": HEARTBEAT_AT,
+}
+
+
+def _hash_fields(fields: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """The hash fields a partial write sets, and those it clears (stored as "nothing")."""
+    encoded = {
+        _HASH_FIELDS[name]: _encode_token(value) if name.endswith("_token") else _encode_time(value)
+        for name, value in fields.items()
+    }
+    return encoded, [name for name, value in encoded.items() if not value]
 
 
 def _reset_args(
@@ -243,35 +248,25 @@ class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
         return [cp for cp in found if cp is not None]
 
     def _seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
-        return self._anchor_operation(stream_name, SEEN_TOKEN, SEEN_AT, *args)
+        return self._fields_operation(stream_name, anchor_fields(SEEN_PAIR, stream_name, *args))
 
     def _processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
-        return self._anchor_operation(stream_name, PROCESSED_TOKEN, PROCESSED_AT, *args)
+        fields = anchor_fields(PROCESSED_PAIR, stream_name, *args)
+        return self._fields_operation(stream_name, fields)
 
-    def _anchor_operation(
-        self,
-        stream_name: str,
-        token_field: str,
-        at_field: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None,
-    ) -> Operation[None]:
-        fields, cleared = _anchor_fields(
-            stream_name, token_field, at_field, token, at, heartbeat_at
-        )
+    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
+        return self._fields_operation(stream_name, heartbeat_fields(stream_name, at))
+
+    def _fields_operation(self, stream_name: str, fields: Mapping[str, Any]) -> Operation[None]:
+        """One partial write of these checked ``Checkpoint`` fields."""
+        encoded, cleared = _hash_fields(fields)
         key = self.key(stream_name)
-        mapping = {"_v": "1", **{k: v for k, v in fields.items() if v}}
+        mapping = {"_v": "1", **{k: v for k, v in encoded.items() if v}}
         if not cleared:
             yield call("hset", key, mapping=mapping)
             return
         # HSET cannot store "nothing": clear the missing half in the same MULTI.
         yield Pipeline((call("hset", key, mapping=mapping), call("hdel", key, *cleared)))
-
-    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
-        check_heartbeat_write(stream_name, at)
-        mapping = {"_v": "1", HEARTBEAT_AT: _encode_time(at)}
-        yield call("hset", self.key(stream_name), mapping=mapping)
 
     def _reset_operation(self, stream_name: str, *args: Any) -> Operation[None]:
         arguments = _reset_args(stream_name, *args)

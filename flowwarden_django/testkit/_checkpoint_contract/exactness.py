@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from ...streams.checkpoint import Checkpoint, CheckpointStore
-from .values import now_ms, same_bson, token
+from .values import now_ms, same_bson, token, write_every_anchor
 
 
 class ExactnessContract:
@@ -26,12 +26,7 @@ class ExactnessContract:
         now = now_ms()
         metadata = {"env": "test", "nested": {"n": 3, "tags": ["a", "b"]}}
         store.save(Checkpoint(name, "pod-a", None, None, None, None, None, metadata))
-        store.save_seen(name, token("s1"), now)
-        store.save_seen(name, token("s2"), now, now)
-        store.save_processed(name, token("p1"), now)
-        store.save_processed(name, token("p2"), now, now)
-        store.save_heartbeat(name, now)
-        store.reset_after_history_lost(name, token("fresh"), token("other"), now)
+        write_every_anchor(store, name, now)
         store.reset_after_history_lost(name, None, token("p2"), now)
         found = store.find(name)
         assert found.instance_id == "pod-a"

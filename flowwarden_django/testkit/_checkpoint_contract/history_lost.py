@@ -16,19 +16,19 @@ class HistoryLostContract:
     the ``store`` and ``name`` fixtures.
     """
 
-    def _dead_state(self, store: CheckpointStore, name: str, now: datetime) -> None:
-        store.save(
-            Checkpoint(
-                name,
-                "pod-a",
-                token("deadSeen"),
-                now,
-                token("deadProcessed"),
-                now,
-                now,
-                {"env": "test"},
-            )
-        )
+    def _dead_state(
+        self, store: CheckpointStore, name: str, now: datetime, processed: str = "deadProcessed"
+    ) -> None:
+        metadata = {"env": "test"}
+        seen, processed_token = token("deadSeen"), token(processed)
+        store.save(Checkpoint(name, "pod-a", seen, now, processed_token, now, now, metadata))
+
+    def _assert_fresh(self, found: Checkpoint, recovery: datetime) -> None:
+        """The fresh seen pair and heartbeat are in; the owner and metadata are kept."""
+        assert (found.last_seen_token, found.last_seen_at) == (token("fresh"), recovery)
+        assert found.last_heartbeat_at == recovery
+        assert found.instance_id == "pod-a"
+        assert found.metadata == {"env": "test"}
 
     def test_reset_installs_fresh_seen_and_clears_processed(
         self, store: CheckpointStore, name: str
@@ -38,39 +38,22 @@ class HistoryLostContract:
         self._dead_state(store, name, now)
         store.reset_after_history_lost(name, token("fresh"), token("deadProcessed"), recovery)
         found = store.find(name)
-        assert (found.last_seen_token, found.last_seen_at) == (token("fresh"), recovery)
-        assert found.last_heartbeat_at == recovery
+        self._assert_fresh(found, recovery)
         assert (found.last_processed_token, found.last_processed_at) == (None, None)
-        assert found.instance_id == "pod-a"
-        assert found.metadata == {"env": "test"}
 
     def test_reset_keeps_a_processed_anchor_replaced_concurrently(
         self, store: CheckpointStore, name: str
     ) -> None:
         now = now_ms()
         recovery = now + timedelta(seconds=60)
-        store.save(
-            Checkpoint(
-                name,
-                "pod-a",
-                token("deadSeen"),
-                now,
-                token("freshProcessed"),
-                now,
-                now,
-                {"env": "test"},
-            )
-        )
+        self._dead_state(store, name, now, processed="freshProcessed")
         store.reset_after_history_lost(name, token("fresh"), token("deadProcessed"), recovery)
         found = store.find(name)
         assert (found.last_processed_token, found.last_processed_at) == (
             token("freshProcessed"),
             now,
         )
-        assert (found.last_seen_token, found.last_seen_at) == (token("fresh"), recovery)
-        assert found.last_heartbeat_at == recovery
-        assert found.instance_id == "pod-a"
-        assert found.metadata == {"env": "test"}
+        self._assert_fresh(found, recovery)
 
     def test_reset_without_fresh_token_clears_both_pairs_and_heartbeat(
         self, store: CheckpointStore, name: str

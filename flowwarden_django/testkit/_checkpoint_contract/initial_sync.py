@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ...streams.checkpoint import Checkpoint, CheckpointStore
-from .values import now_ms, same_json, sync_progress, token
+from .values import now_ms, same_json, sync_progress, token, write_every_anchor
 
 
 class InitialSyncContract:
@@ -121,12 +121,7 @@ class InitialSyncContract:
         now = now_ms()
         progress = sync_progress(6)
         store.save_initial_sync(name, progress, expected_batch=None)
-        store.save_seen(name, token("s1"), now)
-        store.save_seen(name, token("s2"), now, now)
-        store.save_processed(name, token("p1"), now)
-        store.save_processed(name, token("p2"), now, now)
-        store.save_heartbeat(name, now)
-        store.reset_after_history_lost(name, token("fresh"), token("other"), now)
+        write_every_anchor(store, name, now)
         store.reset_after_history_lost(name, token("fresh"), token("p2"), now)
         store.reset_after_history_lost(name, None, None, now)
         assert store.find(name).initial_sync == progress

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ...streams.checkpoint import CheckpointStore
+
 
 def now_ms() -> datetime:
     """The current UTC time truncated to milliseconds, the precision every store keeps."""
@@ -16,6 +18,17 @@ def now_ms() -> datetime:
 def token(label: str) -> dict[str, str]:
     """A resume token shaped like the server's."""
     return {"_data": label}
+
+
+def write_every_anchor(store: CheckpointStore, name: str, now: datetime) -> None:
+    """Each anchor write, with and without a heartbeat, at *now*, then a heartbeat and
+    a reset whose guard misses (it expects a processed token that is not there)."""
+    store.save_seen(name, token("s1"), now)
+    store.save_seen(name, token("s2"), now, now)
+    store.save_processed(name, token("p1"), now)
+    store.save_processed(name, token("p2"), now, now)
+    store.save_heartbeat(name, now)
+    store.reset_after_history_lost(name, token("fresh"), token("other"), now)
 
 
 def sync_progress(batch: int, **changes: Any) -> dict[str, Any]:

@@ -66,46 +66,17 @@ class ListingContract:
         self, store: SnapshotStore, cid: str
     ) -> None:
         agent = f"agent-{cid}"
-        first = store.save(
-            WorkflowSnapshot(uuid.uuid4().hex, f"{cid}-b", 1, agent_name=agent, created_at=BASE)
-        )
-        second = store.save(
-            WorkflowSnapshot(
-                uuid.uuid4().hex,
-                f"{cid}-a",
-                2,
-                agent_name=agent,
-                created_at=BASE + timedelta(seconds=1),
+
+        def save(coordination: str, number: int, seconds: int) -> WorkflowSnapshot:
+            at = BASE + timedelta(seconds=seconds)
+            where = f"{cid}-{coordination}"
+            return store.save(
+                WorkflowSnapshot(uuid.uuid4().hex, where, number, agent_name=agent, created_at=at)
             )
-        )
+
+        first, second = save("b", 1, 0), save("a", 2, 1)
         # Same created_at: coordination id, then seq, break the tie.
-        tie_a1 = store.save(
-            WorkflowSnapshot(
-                uuid.uuid4().hex,
-                f"{cid}-a",
-                3,
-                agent_name=agent,
-                created_at=BASE + timedelta(seconds=2),
-            )
-        )
-        tie_a2 = store.save(
-            WorkflowSnapshot(
-                uuid.uuid4().hex,
-                f"{cid}-a",
-                4,
-                agent_name=agent,
-                created_at=BASE + timedelta(seconds=2),
-            )
-        )
-        tie_b = store.save(
-            WorkflowSnapshot(
-                uuid.uuid4().hex,
-                f"{cid}-b",
-                5,
-                agent_name=agent,
-                created_at=BASE + timedelta(seconds=2),
-            )
-        )
+        tie_a1, tie_a2, tie_b = save("a", 3, 2), save("a", 4, 2), save("b", 5, 2)
         expected = [first.id, second.id, tie_a1.id, tie_a2.id, tie_b.id]
         assert self.ids(store.list(CheckpointQuery(agent_name=agent))) == expected
         newest = store.list(CheckpointQuery(agent_name=agent, newest_first=True, limit=3))
