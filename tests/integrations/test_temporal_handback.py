@@ -242,3 +242,38 @@ async def settle() -> None:
     """Let every callback and task that is ready run (the release's wake-up)."""
     for _ in range(10):
         await asyncio.sleep(0)
+
+
+def test_the_sdks_cancellation_of_a_handed_back_attempt_does_not_interrupt_the_step(
+    monkeypatch: pytest.MonkeyPatch, client: Client
+) -> None:
+    keeper(monkeypatch, Claim("default", "run-1", silent=6.0))
+    env = environment()
+    outcome: list[str] = []
+
+    def step() -> None:
+        assert watch_once() is True
+        try:
+            # The SDK cancels the attempt once the server says it is gone.
+            env.cancel()
+            wait_until(lambda: activity_cancelled(), "the cancellation", timeout=10)
+            for _ in range(1000):  # the thread runs on, bytecode after bytecode
+                pass
+        except BaseException as exc:
+            outcome.append(f"interrupted: {exc!r}")
+            raise
+        outcome.append("ran on")
+
+    # In a thread of its own: the shield stays up after the activity (until its
+    # thread is gone), as in a worker.
+    thread = threading.Thread(target=env.run, args=(step,))
+    thread.start()
+    thread.join(30)
+    assert outcome == ["ran on"]
+    handback._SHIELDS.clear()
+
+
+def activity_cancelled() -> bool:
+    from temporalio import activity
+
+    return activity.is_cancelled()

@@ -15,7 +15,12 @@ then, and runs the step once it is free (``ConcurrentRunError`` in ``_run_step``
 
 The step's own thread runs on: its late save is refused by the fence (its claim was
 taken over) or on its dead connection, and the SDK's report of the attempt is
-refused by the server (the attempt was failed already). When the database was only
+refused by the server (the attempt was failed already). The SDK learns that the
+attempt is gone when it next sends a heartbeat (one it had held back, throttled)
+and then cancels the attempt, raising ``CancelledError`` in the step's thread; a
+step handed back is shielded from that (:func:`shield_step`): interrupted after
+its database came back, a step would record a failed attempt, and one without a
+retry left would fail its run. When the database was only
 slow (its renewals hold again before the lease is out), the retry meets the live
 claim and waits for it; the first attempt's save hands the run to the step's
 hand-off token, and the retry takes it from there and runs the next step: no step
@@ -46,6 +51,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections import deque
 from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
@@ -157,6 +163,7 @@ class LapseWatch:
             type=CLAIM_LAPSED,
             next_retry_delay=timedelta(seconds=delay),
         )
+        shield_step()
         sent = completer.fail(self.info.task_token, error)
         logger.warning(
             "workflow run %s: its claim has not been renewed for %.1f s (the database does "
@@ -169,6 +176,21 @@ class LapseWatch:
             else "stops heartbeating (no client to hand it back through)",
         )
         return True
+
+
+#: The cancellation shields of the attempts handed back. Each stays up after its
+#: activity has returned (the SDK then forgets the attempt's thread): lowered while
+#: the activity runs, it would raise the cancellation it held in the step's thread.
+_SHIELDS: deque[Any] = deque(maxlen=256)
+
+
+def shield_step() -> None:
+    """Keep the SDK's cancellation of the current attempt out of the step's thread for
+    the rest of the attempt (called from the heartbeat thread, which shares the
+    activity's context: the shield is the attempt's, not a thread's)."""
+    shield = activity.shield_thread_cancel_exception()
+    shield.__enter__()
+    _SHIELDS.append(shield)
 
 
 def last_attempt(info: activity.Info) -> bool:
