@@ -26,7 +26,6 @@ from flowwarden_django.integrations.temporal import activities, handback
 from flowwarden_django.integrations.temporal.handback import (
     CLAIM_LAPSED,
     MARGIN,
-    REOFFER_DELAY,
     LapseWatch,
     StepSlots,
     refuse_while_silent,
@@ -195,15 +194,25 @@ def test_a_worker_whose_database_is_silent_hands_a_first_attempt_to_another_work
     assert raised.value.non_retryable
 
 
-def test_a_retry_refused_by_a_silent_worker_comes_back_soon_as_the_same_activity(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_retry_on_a_silent_worker_is_not_refused_but_handed_back_by_its_watch(
+    monkeypatch: pytest.MonkeyPatch, client: Client
 ) -> None:
-    keeper(monkeypatch, Claim("default", "run-1", silent=6.0))
-    with pytest.raises(ApplicationError) as raised:
-        environment(attempt=2).run(refuse_while_silent, "default", "run-1")
-    assert raised.value.type == CLAIM_LAPSED
-    assert not raised.value.non_retryable
-    assert raised.value.next_retry_delay == timedelta(seconds=REOFFER_DELAY)
+    # Its own run's earlier attempt is stuck here, its claim lapsed past the lease.
+    keeper(monkeypatch, Claim("default", "run-1", silent=12.0))
+    env = environment(attempt=2)
+    env.run(refuse_while_silent, "default", "run-1")  # it may take the run over...
+    assert env.run(watch_once) is True  # ...but with the database silent, back it goes
+    wait_until(lambda: client.failed, "the attempt failed through the client", timeout=10)
+    assert client.failed[0][1].next_retry_delay == timedelta(seconds=MARGIN)
+
+
+def test_a_step_without_a_claim_is_handed_back_when_another_claim_in_its_database_lapses(
+    monkeypatch: pytest.MonkeyPatch, client: Client
+) -> None:
+    keeper(monkeypatch, Claim("default", "another-run", silent=7.0))
+    assert environment(attempt=3).run(watch_once) is True
+    wait_until(lambda: client.failed, "the attempt failed through the client", timeout=10)
+    assert client.failed[0][1].next_retry_delay == timedelta(seconds=MARGIN)
 
 
 def test_a_worker_refuses_nothing_while_its_database_answers_or_on_a_last_attempt(
@@ -270,6 +279,7 @@ def test_the_sdks_cancellation_of_a_handed_back_attempt_does_not_interrupt_the_s
     thread.start()
     thread.join(30)
     assert outcome == ["ran on"]
+    wait_until(lambda: client.failed, "the attempt failed through the client", timeout=10)
     handback._SHIELDS.clear()
 
 

@@ -30,10 +30,14 @@ While its database is silent, the worker also refuses the steps Temporal offers 
 (:func:`refuse_while_silent`; it still polls, the server being reachable): each would
 wait for a connection that cannot come. A first attempt is handed back as a worker
 that lacks the run's version hands a step back (``VERSION_HANDBACK``: the workflow
-offers it again at once, as a fresh activity); a later one, a retry that may still
-meet the first attempt's claim, fails retryably and comes back after
-:data:`REOFFER_DELAY`. The database counts as silent while a claim of this process
-on it lapses (no renewal held for half its lease). Meanwhile the worker reserves no
+offers it again at once, as a fresh activity). A retry is not refused at its start:
+it may come just after the link healed, when a new connection works at once while
+the old claim's renewal still waits for its retransmission, and taking the run over
+then is what lets it go on; once its heartbeat thread sees the database still
+silent (a claim of this process in it lapsing, its run's or another's), it hands
+the retry back like any step, :data:`MARGIN` after the lapsing claim's lease (or at
+once). The database counts as silent while a claim of this process on it lapses
+(no renewal held for half its lease). Meanwhile the worker reserves no
 slot for a step (:class:`StepSlots`), so it stops polling for steps once the polls
 it had pending are answered, and takes none eagerly: the steps go to the workers
 that can run them.
@@ -71,8 +75,6 @@ CLAIM_LAPSED = "ClaimLapsed"
 LAPSE_FRACTION = 0.5
 #: Seconds after the claim's lease runs out at which Temporal retries a handed-back step.
 MARGIN = 0.5
-#: Seconds before a retry refused by a worker whose database is silent is offered again.
-REOFFER_DELAY = 0.2
 #: Seconds between two looks of a waiting slot reservation at the database's silence.
 RECHECK_EVERY = 0.25
 #: Seconds the server may take to answer the hand-back (it is reachable, or it is moot).
@@ -144,6 +146,9 @@ class LapseWatch:
 
     def __call__(self) -> bool:
         silent = claim_keeper.unrenewed_for(self.using, self.coordination_id)
+        held = silent > 0.0
+        if not held:  # no claim of its own (yet): is the database silent for others?
+            silent = silent_for(self.using)
         if silent < LAPSE_FRACTION * self.lease:
             return False
         if last_attempt(self.info):
@@ -156,7 +161,7 @@ class LapseWatch:
                     silent,
                 )
             return False
-        delay = max(self.lease - silent, 0.0) + MARGIN
+        delay = (max(self.lease - silent, 0.0) if held else 0.0) + MARGIN
         error = ApplicationError(
             f"the run's claim has not been renewed for {silent:.1f} s (the database does "
             "not answer): the step is handed back",
@@ -208,33 +213,22 @@ def silent_for(using: str) -> float:
 
 
 def refuse_while_silent(using: str, coordination_id: str) -> None:
-    """Refuse the current step's attempt (``ApplicationError``) while this worker's
-    database *using* is silent, unless it is the activity's last (see the module)."""
+    """Refuse the current step's first attempt (``ApplicationError``) while this
+    worker's database *using* is silent (see the module)."""
     silent = silent_for(using)
     info = activity.info()
-    if not silent or last_attempt(info):
+    if not silent or info.attempt != 1 or last_attempt(info):
         return
-    first = info.attempt == 1
     logger.warning(
-        "workflow run %s: step attempt %d refused: this worker's database has not "
-        "answered for %.1f s; %s",
+        "workflow run %s: step refused: this worker's database has not answered for "
+        "%.1f s; handed back to another worker",
         coordination_id,
-        info.attempt,
         silent,
-        "handed back to another worker" if first else f"retried in {REOFFER_DELAY} s",
     )
-    message = f"this worker's database has not answered for {silent:.1f} s"
-    if first:
-        raise ApplicationError(
-            message,
-            type=VERSION_HANDBACK,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        )
     raise ApplicationError(
-        message,
-        type=CLAIM_LAPSED,
-        next_retry_delay=timedelta(seconds=REOFFER_DELAY),
+        f"this worker's database has not answered for {silent:.1f} s",
+        type=VERSION_HANDBACK,
+        non_retryable=True,
         category=ApplicationErrorCategory.BENIGN,
     )
 
