@@ -1,33 +1,40 @@
-"""A Temporal worker cut off from PostgreSQL (and from Temporal) in the middle of a
-step (issue 51).
+"""A Temporal worker cut off from PostgreSQL (and from Temporal, or not) in the middle
+of a step (issue 51).
 
 The cut-off worker (``flowwarden_temporal_worker``) runs in a namespace of the test's
 own and reaches both the PostgreSQL test database and the Temporal dev server (on the
-host's loopback) through forwarders on the host end of the one link, so cutting the
-link cuts it off from both, as a worker whose own network fails is. A second worker
-runs on the host, on the same task queue. Both use the libpq parameters ``check
---deploy`` asks for (W501) and, as every client the package opens, gRPC keepalives
-within ``DEAD_CONNECTION_TIMEOUT``. The server runs with a keepalive of its own
-(``SERVER_KEEPALIVE``): without it, the server keeps the cut-off worker's pending
-polls for their whole minute and hands them tasks that vanish with them, each lost
-for its timeout (10 s for a workflow task), and the run misses the 20 s bound.
+host's loopback) through forwarders on the host end of a link. With the server: one
+link carries both, so cutting it cuts the worker off from both, as a worker whose own
+network fails is. Alone: PostgreSQL goes through a link of its own
+(``namespace.add_link()``), and only that one is cut; the server stays reachable. A
+second worker runs on the host, on the same task queue. Both use the libpq
+parameters ``check --deploy`` asks for (W501) and, as every client the package opens,
+gRPC keepalives within ``DEAD_CONNECTION_TIMEOUT``. The server runs with a keepalive
+of its own (``SERVER_KEEPALIVE``): without it, the server keeps the cut-off worker's
+pending polls for their whole minute and hands them tasks that vanish with them, each
+lost for its timeout (10 s for a workflow task), and the run misses the 20 s bound.
 
 While the cut-off worker's ``slow`` step runs (``fw-temporal-partitioned``), the link
-is cut. Its heartbeats stop reaching the server: after the heartbeat timeout Temporal
-retries the step's activity on the host's worker, which meets the cut-off worker's
-claim until its lease runs out (nobody renews it) and then runs the step, and the
-rest of the run (the healed worker may run later steps too). The SDK cancels the
-cut-off worker's attempt once its heartbeats fail; the step ignores that, as a step
-blocked in a call that does not look at cancellation would, and ends only when the
-test releases it, once the run has completed and the partition has lasted its
-length. Its late save is then refused: by the fence (the activity logs "not saved,
-the run was taken over"), or on the connection its keepalives declared dead. Nothing
-is written twice: one snapshot per ``seq``; ``slow`` ran twice, every other step
-once; ``slow`` is transactional, and its ``Effect`` row is committed once (the
-cut-off worker's rolled back with its save). The cut-off worker then exits on SIGTERM within 10 s.
+is cut. Its step's claim is no longer renewed: once half the lease has passed without
+a renewal, the step's heartbeat thread hands the attempt back to Temporal
+(``integrations.temporal.handback``), to be retried just after the claim's lease
+runs out; with the server cut off too, that fails, and its heartbeats no longer
+reach the server: after the heartbeat timeout Temporal retries the activity. The
+retry runs on the host's worker (the cut-off one refuses steps while its database is
+silent), which meets the cut-off worker's claim until its lease runs out (nobody
+renews it) and then runs the step, and the rest of the run (the healed worker may
+run later steps too). The SDK may cancel the cut-off worker's attempt (its heartbeats
+fail, or find the attempt gone); the step ignores that, as a step blocked in a call
+that does not look at cancellation would, and ends only when the test releases it,
+once the run has completed and the partition has lasted its length. Its late save is
+then refused: by the fence (the activity logs "not saved, the run was taken over"),
+or on the connection its keepalives declared dead. Nothing is written twice: one
+snapshot per ``seq``; ``slow`` ran twice, every other step once; ``slow`` is
+transactional, and its ``Effect`` row is committed once (the cut-off worker's rolled
+back with its save). The cut-off worker then exits on SIGTERM within 10 s.
 
-The 5 s partition runs under a 2 s heartbeat timeout and a 2 s claim lease, so that
-it outlasts both; the 60 s one under flowwarden's defaults (10 s and 10 s).
+The 5 s partitions run under a 2 s heartbeat timeout and a 2 s claim lease, so that
+they outlast both; the 60 s ones under flowwarden's defaults (10 s and 10 s).
 """
 
 from __future__ import annotations
@@ -124,22 +131,24 @@ def _late_save(worker: TemporalWorker) -> str | None:
             return "fenced"
         if "Completing activity as failed" in line and "'attempt': 1," in line:
             trace = itertools.takewhile(lambda text: stamp_of(text) is None, lines[index + 1 :])
-            error = [text for text in trace if text and not text.startswith(" ")][-1:]
+            error = [text for text in trace if text and not text[0].isspace()][-1:]
             if error and "OperationalError" in error[0]:
                 return "refused on a dead connection"
             return f"failed ({error[0][:160] if error else line[:160]})"
     return None
 
 
+SHORT = ({"FLOWWARDEN_TEMPORAL_RUN_LEASE": "2s"}, {"HEARTBEAT_TIMEOUT": "2s"})
+DEFAULTS = ({"FLOWWARDEN_TEMPORAL_DEFAULTS": "1"}, {})
+
+
 @pytest.mark.parametrize(
-    ("partition", "env", "temporal"),
+    ("partition", "env", "temporal", "alone"),
     [
-        pytest.param(
-            5.0, {"FLOWWARDEN_TEMPORAL_RUN_LEASE": "2s"}, {"HEARTBEAT_TIMEOUT": "2s"}, id="5s"
-        ),
-        pytest.param(
-            60.0, {"FLOWWARDEN_TEMPORAL_DEFAULTS": "1"}, {}, id="60s", marks=pytest.mark.slow
-        ),
+        pytest.param(5.0, *SHORT, False, id="5s"),
+        pytest.param(60.0, *DEFAULTS, False, id="60s", marks=pytest.mark.slow),
+        pytest.param(5.0, *SHORT, True, id="5s-postgres-alone"),
+        pytest.param(60.0, *DEFAULTS, True, id="60s-postgres-alone", marks=pytest.mark.slow),
     ],
 )
 def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refused(
@@ -150,6 +159,7 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
     partition: float,
     env: dict[str, str],
     temporal: dict[str, str],
+    alone: bool,
 ):
     queue = f"fw-partition-{uuid.uuid4().hex[:8]}"
     state = {
@@ -160,7 +170,9 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
     }
     database = connections[DB].settings_dict
     pg = SERVICES["postgres"]
-    pg_forwarder = namespace.forward(pg.port, pg.host)
+    # Alone: PostgreSQL through a link of its own, cut; Temporal through the first one.
+    cut_off = namespace.add_link() if alone else namespace
+    pg_forwarder = cut_off.forward(pg.port, pg.host)
     temporal_forwarder = namespace.forward(server.port)
     common = {**env, "FLOWWARDEN_TEMPORAL_DB_OPTIONS": json.dumps(postgres_options())}
     inside_env = {
@@ -192,7 +204,7 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
         host = TemporalWorker(host_env, tmp_path / "host.log", name="the host's worker")
         cut_wall = time.time()
         took = partition_during_takeover(
-            namespace,
+            cut_off,
             lambda: _state_of(cid),
             partition=partition,
             bound=COMPLETION_BOUND,
@@ -216,7 +228,7 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
         pg_forwarder.stop()
     cut = took.cut_at
     report(
-        f"[faults] Temporal worker cut off from PostgreSQL and Temporal for "
+        f"[faults] Temporal worker cut off from {CUT_OFF_FROM[alone]} for "
         f"{took.healed_at - cut:.0f} s mid-step ({_settings_of(env)}): it noticed "
         f"{first_notice(inside.log(), cut_wall, NOTICES)} after the cut; the host's worker took "
         f"the run over {took.taken_over_at - cut:.1f} s after the cut and completed it "
@@ -234,10 +246,20 @@ def test_a_temporal_worker_cut_off_mid_step_is_replaced_and_its_late_save_refuse
     assert_committed_once(cid, "slow", state["log"], DB, execution=2)
 
 
-#: What the cut-off worker logs when it notices the partition: the SDK cancels a step
-#: whose heartbeats fail (the test's step says so), the gRPC keepalive closes the
-#: connection, a claim renewal times out.
-NOTICES = ("cancelled by the SDK", "KeepAliveTimedOut", "renewing run claims failed")
+#: What the cut-off worker logs when it notices the partition: it hands the step back
+#: (its claim lapsed), the SDK cancels a step whose heartbeats fail (the test's step
+#: says so), the gRPC keepalive closes the connection, a claim renewal times out.
+NOTICES = (
+    "handed back to Temporal",
+    "cancelled by the SDK",
+    "KeepAliveTimedOut",
+    "renewing run claims failed",
+)
+#: What the worker is cut off from, in the report: alone, or not.
+CUT_OFF_FROM = {
+    False: "PostgreSQL and Temporal",
+    True: "PostgreSQL alone (Temporal reachable)",
+}
 
 
 def _settings_of(env: dict[str, str]) -> str:

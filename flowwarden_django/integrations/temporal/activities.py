@@ -8,6 +8,7 @@ import contextvars
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -44,6 +45,7 @@ from ...workflows.runs.records import (
 from ...workflows.waiting.approvals.reminders import next_due_at, remind_and_escalate_due
 from ...workflows.waiting.approvals.sweep import expire_due_approvals
 from .config import TemporalConfig
+from .handback import LapseWatch, refuse_while_silent
 from .messages import (
     EXPIRE_ACTIVITY,
     INPUT_REFUSED,
@@ -63,6 +65,8 @@ logger = logging.getLogger("flowwarden_django.temporal")
 #: Paused statuses whose ``wake_at`` the workflow waits for on a durable timer: a
 #: sleep, and a wait for a message with a timeout (``expire_approval`` wakes them).
 TIMED = (RunStatus.SLEEPING, RunStatus.WAITING_MESSAGE)
+#: Seconds between two looks of a step's heartbeat thread at its run's claim.
+WATCH_EVERY = 0.25
 
 
 class StaleStep(Exception):
@@ -186,10 +190,14 @@ def report(
 
 class _Heartbeats:
     """Heartbeats the current activity every *interval* seconds while the step runs,
-    so that Temporal notices a dead worker within the heartbeat timeout."""
+    so that Temporal notices a dead worker within the heartbeat timeout; and, every
+    tick of at most ``WATCH_EVERY`` seconds, asks *watch* (``handback.LapseWatch``)
+    whether the attempt was handed back (its run's claim lapsed while the server is
+    still reachable): then it stops heartbeating."""
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, watch: Callable[[], bool] | None = None) -> None:
         self.interval = interval
+        self.watch = watch
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the activity's context, for heartbeat()
         self._thread = threading.Thread(
@@ -197,8 +205,14 @@ class _Heartbeats:
         )
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            activity.heartbeat()
+        tick = self.interval if self.watch is None else min(self.interval, WATCH_EVERY)
+        due = time.monotonic() + self.interval
+        while not self._stop.wait(tick):
+            if self.watch is not None and self.watch():
+                return
+            if time.monotonic() >= due:
+                due = time.monotonic() + self.interval
+                activity.heartbeat()
 
     def __enter__(self) -> _Heartbeats:
         self._thread.start()
@@ -239,7 +253,9 @@ def _definition(request: StepRequest, *, strict: bool = True) -> RegisteredWorkf
 
 @activity.defn(name=STEP_ACTIVITY)
 def run_step(request: StepRequest) -> RunReport:
-    """Execute one step of the run (one attempt of it: Temporal schedules the retries)."""
+    """Execute one step of the run (one attempt of it: Temporal schedules the retries).
+    A worker whose database is silent refuses it; while it runs, its heartbeat thread
+    hands the attempt back to Temporal once the run's claim lapses (``handback``)."""
     close_old_connections()
     try:
         if request.input is not None:
@@ -287,8 +303,15 @@ def _handed(request: StepRequest) -> Handoff | None:
 
 
 def _run_step(request: StepRequest) -> RunReport:
-    definition = _definition(request)
     cid = request.coordination_id
+    try:  # before _definition, which may read the run: not from a silent database
+        db = RunRecords(workflow_registry.get(request.workflow).using).db
+    except LookupError:
+        db = None
+    if db is not None:
+        refuse_while_silent(db, cid)
+    definition = _definition(request)
+    db = RunRecords(definition.using).db
     handed = _handed(request)
     info = activity.info()
     # The token this step hands the run on to: the same for every copy and attempt of
@@ -305,7 +328,8 @@ def _run_step(request: StepRequest) -> RunReport:
             result, handoff = step()
         else:
             heartbeat = (info.heartbeat_timeout or timedelta(seconds=10)).total_seconds() / 3
-            with _Heartbeats(max(heartbeat, 0.2)):
+            watch = LapseWatch(db, cid, run_lease())
+            with _Heartbeats(max(heartbeat, 0.2), watch):
                 result, handoff = step()
     except (StaleStep, RunVersionError) as exc:
         # RunVersionError: upgraded since this step was scheduled; the report carries

@@ -18,12 +18,16 @@ from ...workflows.operations.recovery import position_of, recover_in_every_datab
 from .activities import ACTIVITIES
 from .config import TemporalConfig
 from .connection import open_client
+from .handback import StepSlots, completer
 from .messages import WAKE_SIGNAL, WORKFLOW_TYPE, Wake
 from .provider import next_policy, run_start, signal_with_start
 from .shutdown import StepExecutor, shut_down
 from .workflow import RunWorkflow, ScheduledStartWorkflow
 
 logger = logging.getLogger("flowwarden_django.temporal")
+
+#: Workflow task slots (the SDK's default when only the activity slots are set).
+WORKFLOW_TASK_SLOTS = 100
 
 
 async def connect(
@@ -65,18 +69,24 @@ def build_worker(
 ) -> Any:
     """The SDK worker: the run workflow (sandboxed; the app's modules pass through)
     and the activities on *steps*, a pool of *concurrency* threads."""
-    from temporalio.worker import Worker
+    from temporalio.worker import FixedSizeSlotSupplier, Worker, WorkerTuner
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     restrictions = SandboxRestrictions.default.with_passthrough_modules("flowwarden_django")
+    tuner = WorkerTuner.create_composite(
+        workflow_supplier=FixedSizeSlotSupplier(WORKFLOW_TASK_SLOTS),
+        # No step is taken while this worker's database is silent (``handback``).
+        activity_supplier=StepSlots(concurrency),
+        local_activity_supplier=FixedSizeSlotSupplier(concurrency),
+        nexus_supplier=FixedSizeSlotSupplier(WORKFLOW_TASK_SLOTS),
+    )
     return Worker(
         client,
         task_queue=config.task_queue,
         workflows=[RunWorkflow, ScheduledStartWorkflow],
         activities=list(ACTIVITIES),
         activity_executor=steps or StepExecutor(concurrency),
-        max_concurrent_activities=concurrency,
-        max_concurrent_local_activities=concurrency,
+        tuner=tuner,
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
         graceful_shutdown_timeout=timedelta(seconds=30),
         # A killed worker's cached runs move to another worker after this (the SDK's
@@ -214,16 +224,21 @@ async def serve(
         config.task_queue,
         concurrency,
     )
-    running = asyncio.create_task(worker.run())
-    sweeper = asyncio.create_task(sweep_forever())
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    sweeper.cancel()
-    stopping.cancel()
-    sweep_pool.shutdown(wait=False, cancel_futures=True)
-    if running.done():
-        running.result()  # the SDK gave up (it raises why); a supervisor restarts the worker
-        return
-    logger.info("flowwarden Temporal worker: stopping (steps in flight finish first)")
-    await shut_down(worker, steps)
-    logger.info("flowwarden Temporal worker: stopped")
+    # A step whose run's claim lapses fails its own attempt through this client.
+    completer.install(client, loop)
+    try:
+        running = asyncio.create_task(worker.run())
+        sweeper = asyncio.create_task(sweep_forever())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        sweeper.cancel()
+        stopping.cancel()
+        sweep_pool.shutdown(wait=False, cancel_futures=True)
+        if running.done():
+            running.result()  # the SDK gave up (it raises why); a supervisor restarts it
+            return
+        logger.info("flowwarden Temporal worker: stopping (steps in flight finish first)")
+        await shut_down(worker, steps)
+        logger.info("flowwarden Temporal worker: stopped")
+    finally:
+        completer.uninstall()
