@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -52,7 +51,9 @@ from ..dlq import DlqStore
 from ..locks import LeaseLostError
 from ..source import ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
+from . import eager
 from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry, reader_inline
+from .buffered import buffered_poll
 from .parallel import HandOff, WindowedAnchors
 from .policy import (
     AsyncAnchorPolicy,
@@ -285,9 +286,8 @@ class AsyncStreamConsumer:
         flusher = self._start_flusher(policy)
         window = await self._open_window(policy)
         try:
-            await adrive(
-                consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths
-            )
+            fast = self._fast_paths(opened.cursor)
+            await adrive(consume(self, opened, heartbeat, burst=burst), perform, fast=fast)
         except Exception as exc:
             failing(self, exc)
             raise
@@ -446,15 +446,63 @@ class AsyncStreamConsumer:
     def _context(self, event: Mapping[str, Any], event_id: str | None = None) -> ChangeContext:
         return ChangeContext(event, stream_name=self.spec.name, event_id=event_id, **self.actions)
 
-    @functools.cached_property
-    def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
-        """The consuming loop's per-event effects, performed without ``_perform``."""
-        return {effects.PollCursor: poll_cursor, effects.HandleEvent: self._handle_effect}
+    def _fast_paths(self, cursor: Any) -> dict[type, Callable[[Any], Any]]:
+        """The consuming loop's per-event effects on *cursor*, performed without
+        ``_perform``: an event pymongo already holds is taken without a coroutine."""
+        return {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: self._handle_effect}
 
-    def _handle_effect(self, effect: effects.HandleEvent) -> Awaitable[Any]:
+    def _handle_effect(self, effect: effects.HandleEvent) -> Any:
+        """Perform ``HandleEvent``: its result when an ``async def`` document handler
+        finished at once and no anchor write is due, else a coroutine to await."""
         if tracing.recording():
             return self._handle_traced(effect.event, effect.operation, effect.event_id)
-        return self._handle_event(effect.event, effect.operation, effect.event_id)
+        event, operation = effect.event, effect.operation
+        plan = self._thread_side._plans.get(operation)
+        policy = self.policy
+        if (
+            plan is None
+            or not plan.plain
+            or self.window is not None
+            or type(policy) is not AsyncAnchorPolicy
+            or not self._caller.awaitable(plan.handler)  # type: ignore[arg-type]
+        ):
+            return self._handle_event(event, operation, effect.event_id)
+        # _handle_event's plain path with an async def handler, started here (no
+        # coroutine of ours unless it suspends, fails or a write is due).
+        handler = plan.handler
+        try:
+            started = eager.start(handler(event.get("fullDocument")))  # type: ignore[misc]
+        except Exception as exc:
+            ctx = self._context(event, effect.event_id)
+            return self._attempt_loop(handler, ctx, False, failed=exc)
+        if started is not eager.FINISHED:
+            return self._finish_handler(started, handler, policy, event, effect.event_id)
+        if policy.record(event["_id"], event_anchor_at(event)):
+            return self._write_recorded(policy)
+        return True
+
+    async def _finish_handler(
+        self,
+        started: Any,
+        handler: Callable[..., Any],
+        policy: AsyncAnchorPolicy,
+        event: Mapping[str, Any],
+        event_id: str | None,
+    ) -> Any:
+        """The rest of ``_handle_effect``'s event once its handler suspended."""
+        try:
+            await started
+        except Exception as exc:
+            ctx = self._context(event, event_id)
+            return await self._attempt_loop(handler, ctx, False, failed=exc)
+        if policy.record(event["_id"], event_anchor_at(event)):
+            await policy.write_recorded()
+        return True
+
+    @staticmethod
+    async def _write_recorded(policy: AsyncAnchorPolicy) -> bool:
+        await policy.write_recorded()
+        return True
 
     async def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
         """Handle one event, in a ``flowwarden.stream.event`` span when OpenTelemetry
