@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext, async_to_sync, sync_to_async
 from django.db import close_old_connections, connections
 
 from ...common import tracing
@@ -73,6 +73,13 @@ def _on_loop_thread() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _made_a_thread(context: ThreadSensitiveContext) -> bool:
+    """Whether sync code ran in *context* (on a thread asgiref made for it); True when
+    this asgiref does not say."""
+    made = getattr(SyncToAsync, "context_to_thread_executor", None)
+    return True if made is None else context in made
 
 
 def _shared(name: str) -> property:
@@ -249,13 +256,15 @@ class AsyncStreamConsumer:
             self._stop.set()
         # Its own thread-sensitive context: this stream's sync code (handlers, the
         # ORM) runs on a thread of its own, not on one thread shared by every stream.
-        async with ThreadSensitiveContext():
+        async with ThreadSensitiveContext() as context:
             try:
                 await adrive(supervise(self, burst=burst), self._perform)
             finally:
                 await metrics.drain()  # signals for async receivers, sent as tasks
-                # The thread goes with the context: close its database connections.
-                await sync_to_async(connections.close_all, thread_sensitive=True)()
+                # The thread goes with the context: close its database connections
+                # (making it only to close nothing would cost two thread starts).
+                if self.uses_thread or _made_a_thread(context):
+                    await sync_to_async(connections.close_all, thread_sensitive=True)()
 
     async def _on_stream_thread(self, function: Callable[[], Any]) -> None:
         """Run *function* on the stream's thread, when it has one."""
