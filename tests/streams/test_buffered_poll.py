@@ -1,5 +1,5 @@
 """The asyncio consumer's reading without a coroutine per buffered event
-(``runtime.buffered``) and its handlers started at once (``runtime.eager``).
+(``runtime.buffered``).
 
 ``buffered_poll`` takes an event pymongo's ``AsyncChangeStream`` already holds with
 ``try_next()``'s bookkeeping: each step must leave the same event and the same
@@ -23,7 +23,7 @@ from pymongo.asynchronous.change_stream import AsyncCollectionChangeStream
 
 from flowwarden_django.streams.backends.memory import InMemoryCheckpointStore
 from flowwarden_django.streams.core.effects import PollCursor, poll_cursor
-from flowwarden_django.streams.runtime import buffered, eager
+from flowwarden_django.streams.runtime import buffered
 from flowwarden_django.streams.spec import RetryPolicySpec
 from tests.streams.test_async_runtime import _scripted_rs, burst, scripted, spec  # noqa: F401
 
@@ -182,7 +182,7 @@ def test_the_consumer_reads_the_same_through_both_paths(scripted, monkeypatch, f
     assert bool(taken) is fast
 
 
-# -- handlers started at once ------------------------------------------------------------- #
+# -- the plain path of an async def handler ---------------------------------------------------- #
 
 
 def test_a_handler_that_suspends_fails_or_finishes_at_once_is_handled_alike(scripted):  # noqa: F811
@@ -214,44 +214,3 @@ def test_a_handler_that_suspends_fails_or_finishes_at_once_is_handled_alike(scri
     assert consumer.events_handled == 40
     last = scripted.events(DB, COLL)[-1]["_id"]
     assert store.find(stream.name).last_processed_token == last
-
-
-def test_started_passes_a_cancellation_to_the_handler():
-    cancelled: list[bool] = []
-
-    async def handler() -> None:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.append(True)
-            raise
-
-    async def main() -> None:
-        async def consumer_step() -> Any:
-            started = eager.start(handler())
-            assert isinstance(started, eager.Started)
-            return await started
-
-        task = asyncio.ensure_future(consumer_step())
-        await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
-    assert cancelled == [True]
-
-
-def test_start_finishes_a_handler_that_never_suspends_and_returns_its_result():
-    async def quick() -> int:
-        return 1
-
-    async def slow() -> int:
-        await asyncio.sleep(0)
-        return 2
-
-    async def main() -> Any:
-        assert eager.start(quick()) is eager.FINISHED
-        return await eager.start(slow())
-
-    assert asyncio.run(main()) == 2

@@ -8,8 +8,8 @@ throw the effect's exception into it, until the decision returns.
 passes ``fast``, a function for each of those effect types, which the driver calls
 instead of the general *perform* (its dispatch costs more than the call); a test's
 script sees every effect. For ``adrive`` a fast function returns either an awaitable
-to await or, when it could do the work without suspending (an event already
-buffered, a handler that finished at once), the result itself: no coroutine is made.
+to await or, when it could do the work without suspending (an event pymongo
+already fetched), the result itself: no coroutine is made.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -51,7 +51,6 @@ from ..dlq import DlqStore
 from ..locks import LeaseLostError
 from ..source import ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
-from . import eager
 from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry, reader_inline
 from .buffered import buffered_poll
 from .parallel import HandOff, WindowedAnchors
@@ -221,7 +220,7 @@ class AsyncStreamConsumer:
 
     def check_lease(self) -> None:
         """Raise ``LeaseLostError`` when this process no longer leads the stream."""
-        if self._lease_lost():
+        if self.lease_valid is not None and not self.lease_valid():  # _lease_lost(), inlined
             raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
 
     async def _sleep(self, seconds: float) -> bool:
@@ -460,58 +459,12 @@ class AsyncStreamConsumer:
         ``_perform``: an event pymongo already holds is taken without a coroutine."""
         return {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: self._handle_effect}
 
-    def _handle_effect(self, effect: effects.HandleEvent) -> Any:
-        """Perform ``HandleEvent``: its result when an ``async def`` document handler
-        finished at once and no anchor write is due, else a coroutine to await."""
+    def _handle_effect(self, effect: effects.HandleEvent) -> Awaitable[Any]:
+        # No eager start of an async def handler (coro.send(None) and its StopIteration
+        # cost more than the coroutine that awaits it: issue 52's profile).
         if tracing.recording():
             return self._handle_traced(effect.event, effect.operation, effect.event_id)
-        event, operation = effect.event, effect.operation
-        plan = self._thread_side._plans.get(operation)
-        policy = self.policy
-        if (
-            plan is None
-            or not plan.plain
-            or self.window is not None
-            or type(policy) is not AsyncAnchorPolicy
-            or not self._caller.awaitable(plan.handler)  # type: ignore[arg-type]
-        ):
-            return self._handle_event(event, operation, effect.event_id)
-        # _handle_event's plain path with an async def handler, started here (no
-        # coroutine of ours unless it suspends, fails or a write is due).
-        handler = plan.handler
-        try:
-            started = eager.start(handler(event.get("fullDocument")))  # type: ignore[misc]
-        except Exception as exc:
-            ctx = self._context(event, effect.event_id)
-            return self._attempt_loop(handler, ctx, False, failed=exc)
-        if started is not eager.FINISHED:
-            return self._finish_handler(started, handler, policy, event, effect.event_id)
-        if policy.record(event["_id"], event_anchor_at(event)):
-            return self._write_recorded(policy)
-        return True
-
-    async def _finish_handler(
-        self,
-        started: Any,
-        handler: Callable[..., Any],
-        policy: AsyncAnchorPolicy,
-        event: Mapping[str, Any],
-        event_id: str | None,
-    ) -> Any:
-        """The rest of ``_handle_effect``'s event once its handler suspended."""
-        try:
-            await started
-        except Exception as exc:
-            ctx = self._context(event, event_id)
-            return await self._attempt_loop(handler, ctx, False, failed=exc)
-        if policy.record(event["_id"], event_anchor_at(event)):
-            await policy.write_recorded()
-        return True
-
-    @staticmethod
-    async def _write_recorded(policy: AsyncAnchorPolicy) -> bool:
-        await policy.write_recorded()
-        return True
+        return self._handle_event(effect.event, effect.operation, effect.event_id)
 
     async def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
         """Handle one event, in a ``flowwarden.stream.event`` span when OpenTelemetry
@@ -539,7 +492,7 @@ class AsyncStreamConsumer:
         # A document handler, no filter, no transaction: no context unless it fails.
         handler = plan.handler
         try:
-            if self._caller.awaitable(handler):  # type: ignore[arg-type]
+            if plan.awaitable:
                 await handler(event.get("fullDocument"))  # type: ignore[misc]
             else:
                 await self._caller.acall_with(handler, event.get("fullDocument"))  # type: ignore[arg-type]
