@@ -40,7 +40,10 @@ the server and resets the checkpoints (set-up), reads its resident set size (the
   ``/proc/self/status``, else ``ru_maxrss``), and **peak - baseline**: what consuming
   added to the set-up's footprint (thread stacks, cursors, batches in flight);
 * the scripted server's CPU per event (all its threads, from Linux's
-  ``/proc/<pid>/task/*/schedstat``), for reference.
+  ``/proc/<pid>/task/*/schedstat``), for reference;
+* asyncio only: the share of the wall time the loop's thread waited for a core while
+  it could run (its run-queue delay, ``/proc/thread-self/schedstat``): what a busy
+  machine costs the one loop.
 
 The child checks that every stream handled exactly ``--events`` events (its handler's
 own count and the consumer's), that no stream restarted or failed, and that each
@@ -68,13 +71,15 @@ includes it, so both are printed.
 
 What the server does to the figures
 -----------------------------------
-mockupdb answers every request under one server-wide lock, so the server serves one
-``getMore`` at a time whichever way the client is concurrent, and an idle ``getMore``
-holds that lock while it waits for events: each stream's last (empty) poll blocks the
-server for ``--idle-wait`` seconds (5 ms here, 20 ms by default in the testkit), in
-both modes alike. When the server's CPU per event approaches the wall time per event,
-the server sets the pace and events/s says little about either client: read CPU/event
-and the memory figures then. The last line says which is the case.
+The scripted server answers each connection on a thread of its own, outside
+mockupdb's server-wide lock, so an idle ``getMore`` (each stream's last, empty poll
+waits ``--idle-wait`` seconds: 5 ms here, 20 ms by default in the testkit) holds up
+no other stream; its threads share one interpreter, though. When the server's CPU per
+event approaches the wall time per event, the server sets the pace and events/s says
+little about either client: read CPU/event and the memory figures then. The last line
+says which is the case. On a busy machine events/s favours threads: the asyncio
+process is one thread waiting for a core where the threaded one has 50; compare
+CPU/event then, and the load averages printed first and last.
 
 ``--store orm`` keeps the checkpoints in PostgreSQL through the ORM
 (``OrmCheckpointStore``) instead of in memory: threads then hold one database
@@ -219,6 +224,16 @@ def stop_server(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
+def thread_wait_seconds() -> float | None:
+    """How long the calling thread has waited for a core while runnable (its run-queue
+    delay, ``/proc/thread-self/schedstat``, Linux), else None."""
+    try:
+        with open("/proc/thread-self/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def process_cpu_seconds(pid: int) -> float | None:
     """CPU time used so far by every live thread of process *pid* (Linux), else None."""
     total, seen = 0, False
@@ -340,6 +355,7 @@ class Phase:
     def __enter__(self) -> Phase:
         self.baseline_rss = current_rss_mib()
         self.server_before = process_cpu_seconds(self.server_pid)
+        self.wait_before = thread_wait_seconds()
         self.cpu_before = cpu_seconds()
         self.began = time.perf_counter()
         return self
@@ -347,6 +363,10 @@ class Phase:
     def __exit__(self, *exc_info: object) -> None:
         self.seconds = time.perf_counter() - self.began
         self.cpu = cpu_seconds() - self.cpu_before
+        waited = thread_wait_seconds()
+        self.waited = (
+            None if waited is None or self.wait_before is None else waited - self.wait_before
+        )
         after = process_cpu_seconds(self.server_pid)
         self.server_cpu = (
             None if after is None or self.server_before is None else after - self.server_before
@@ -511,6 +531,10 @@ def child(args: argparse.Namespace) -> int:
         "peak_rss": phase.peak_rss,
         "delta_rss": phase.peak_rss - phase.baseline_rss,
         "server_us": None if phase.server_cpu is None else phase.server_cpu * 1e6 / total,
+        # asyncio: the loop's thread (the threads' main thread only joins them).
+        "loop_wait": phase.waited / phase.seconds
+        if args.child == "asyncio" and phase.waited is not None
+        else None,
         "receivers": receivers_connected(),
     }
     print("RESULT " + json.dumps(result), flush=True)
@@ -595,6 +619,12 @@ def summary(runs: dict[str, list[dict[str, Any]]], handler_note: str) -> list[st
         lines.append(
             f"scripted server ({mode}): {server:.1f} us CPU/event, {share:.0%} of the "
             f"{wall_us:.1f} us wall time per event: {verdict}"
+        )
+    loop_wait = median(runs["asyncio"], "loop_wait")
+    if loop_wait is not None:
+        lines.append(
+            f"asyncio: the loop's thread waited for a core {loop_wait:.0%} of the wall time "
+            "(run-queue delay; a busy machine slows the one loop more than 50 threads)"
         )
     return lines
 

@@ -355,3 +355,39 @@ def test_sync_orm_handlers_and_the_orm_store_on_postgres(scripted):
     assert list(rows.values_list("order_id", flat=True)) == ids(5)
     last = scripted.events("app", "orders")[-1]["_id"]
     assert store.find("orders").last_processed_token == last
+
+
+def test_a_stream_without_sync_code_makes_no_thread_to_close_its_connections(scripted, monkeypatch):
+    from flowwarden_django.streams.runtime import event_loop
+
+    closed: list[str] = []
+    monkeypatch.setattr(event_loop.connections, "close_all", lambda: closed.append("closed"))
+    seen: list[int] = []
+
+    async def on_insert(doc):
+        seen.append(doc["_id"])
+
+    burst(spec({"insert": on_insert}), InMemoryCheckpointStore())
+    assert closed == []
+
+    def on_insert_sync(doc):
+        seen.append(doc["_id"])
+
+    burst(spec({"insert": on_insert_sync}), InMemoryCheckpointStore())
+    assert closed == ["closed"]
+
+
+def test_sync_code_outside_the_handlers_still_gets_its_connections_closed():
+    from asgiref.sync import ThreadSensitiveContext, sync_to_async
+
+    from flowwarden_django.streams.runtime.event_loop import _made_a_thread
+
+    async def main() -> list[bool]:
+        made = []
+        async with ThreadSensitiveContext() as context:
+            made.append(_made_a_thread(context))
+            await sync_to_async(lambda: None, thread_sensitive=True)()  # an on_error, say
+            made.append(_made_a_thread(context))
+        return made
+
+    assert asyncio.run(main()) == [False, True]

@@ -161,3 +161,38 @@ def test_async_thread_sensitive_follows_the_store_unless_fenced():
     # A fence may be the ORM lease guard: it runs on the caller's Django connection.
     fenced = ObservedCheckpointStore(memory, STREAM, fence=lambda: nullcontext())
     assert fenced.async_thread_sensitive is True
+
+
+def test_an_in_memory_store_is_called_on_the_loop_and_still_reported(signals, monkeypatch):
+    import asyncio
+
+    from flowwarden_django.streams.checkpoint import CheckpointStore
+
+    async def no_hop(*args, **kwargs):
+        raise AssertionError("an in-memory write hopped to a thread")
+
+    monkeypatch.setattr(CheckpointStore, "_run_sync", no_hop)
+    store = InMemoryCheckpointStore()
+    observed = ObservedCheckpointStore(store, STREAM)
+    assert observed.inline
+    token = {"_data": "8201"}
+
+    async def main():
+        await observed.asave_processed(STREAM, token, now_ms())
+        found = await observed.afind(STREAM)
+        listed = await observed.alist_checkpoints()
+        await observed.adelete(STREAM)
+        return found, listed, await observed.afind(STREAM)
+
+    found, listed, gone = asyncio.run(main())
+    assert found.last_processed_token == token and [c.stream_name for c in listed] == [STREAM]
+    assert gone is None
+    assert signals == [("saved", STREAM, "processed", token)]
+
+
+def test_a_fenced_in_memory_store_writes_on_the_stream_s_thread():
+    @contextmanager
+    def fence():
+        yield
+
+    assert not ObservedCheckpointStore(InMemoryCheckpointStore(), STREAM, fence).inline

@@ -7,12 +7,15 @@ throw the effect's exception into it, until the decision returns.
 ``PollCursor`` and ``HandleEvent`` come once per event: a runtime's consuming loop
 passes ``fast``, a function for each of those effect types, which the driver calls
 instead of the general *perform* (its dispatch costs more than the call); a test's
-script sees every effect.
+script sees every effect. For ``adrive`` a fast function returns either an awaitable
+to await or, when it could do the work without suspending (an event pymongo
+already fetched), the result itself: no coroutine is made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Mapping
+from types import CoroutineType
 from typing import Any, TypeVar
 
 from .effects import Effect
@@ -54,14 +57,19 @@ async def adrive(
     *,
     fast: FastPaths = _NO_FAST_PATHS,
 ) -> T:
-    """``drive`` for async drivers: each effect is ``await perform(effect)`` (or its
-    function in *fast*, awaited)."""
+    """``drive`` for async drivers: each effect is ``await perform(effect)``, or its
+    function in *fast*, whose result is awaited when it is awaitable."""
     try:
         effect = next(decision)
         while True:
             try:
                 direct = fast.get(type(effect))
-                result = await (perform(effect) if direct is None else direct(effect))
+                if direct is None:
+                    result = await perform(effect)
+                else:
+                    result = direct(effect)
+                    if type(result) is CoroutineType or hasattr(result, "__await__"):
+                        result = await result
             except Exception as exc:
                 effect = decision.throw(exc)
             else:

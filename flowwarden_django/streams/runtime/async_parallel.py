@@ -92,6 +92,11 @@ class AsyncWindow(WindowDriver):
     async def submit(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> None:
         """Admit *event*, waiting while the window is full (a stop leaves it out)."""
         key = event_key(self.key, event)
+        if self._tasks and self.quick and not self._alone():
+            # Tasks started before the handlers were known to be quick: let them finish
+            # (nothing else may suspend the reader: its writes and its buffered events
+            # do not), or each would hand the next event of its key to a task again.
+            await asyncio.sleep(0)
         if self._alone() and not self._to_anchor and not self._feeding:
             await self._run_alone(key, event, operation, event_id)
             return

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext, async_to_sync, sync_to_async
 from django.db import close_old_connections, connections
 
 from ...common import tracing
@@ -53,6 +52,7 @@ from ..locks import LeaseLostError
 from ..source import ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, StreamSpec
 from .async_parallel import AsyncWindow, AsyncWindowedAnchors, current_entry, reader_inline
+from .buffered import buffered_poll
 from .parallel import HandOff, WindowedAnchors
 from .policy import (
     AsyncAnchorPolicy,
@@ -72,6 +72,13 @@ def _on_loop_thread() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _made_a_thread(context: ThreadSensitiveContext) -> bool:
+    """Whether sync code ran in *context* (on a thread asgiref made for it); True when
+    this asgiref does not say."""
+    made = getattr(SyncToAsync, "context_to_thread_executor", None)
+    return True if made is None else context in made
 
 
 def _shared(name: str) -> property:
@@ -213,7 +220,7 @@ class AsyncStreamConsumer:
 
     def check_lease(self) -> None:
         """Raise ``LeaseLostError`` when this process no longer leads the stream."""
-        if self._lease_lost():
+        if self.lease_valid is not None and not self.lease_valid():  # _lease_lost(), inlined
             raise LeaseLostError(f"stream {self.spec.name!r}: the lease was lost")
 
     async def _sleep(self, seconds: float) -> bool:
@@ -248,13 +255,15 @@ class AsyncStreamConsumer:
             self._stop.set()
         # Its own thread-sensitive context: this stream's sync code (handlers, the
         # ORM) runs on a thread of its own, not on one thread shared by every stream.
-        async with ThreadSensitiveContext():
+        async with ThreadSensitiveContext() as context:
             try:
                 await adrive(supervise(self, burst=burst), self._perform)
             finally:
                 await metrics.drain()  # signals for async receivers, sent as tasks
-                # The thread goes with the context: close its database connections.
-                await sync_to_async(connections.close_all, thread_sensitive=True)()
+                # The thread goes with the context: close its database connections
+                # (making it only to close nothing would cost two thread starts).
+                if self.uses_thread or _made_a_thread(context):
+                    await sync_to_async(connections.close_all, thread_sensitive=True)()
 
     async def _on_stream_thread(self, function: Callable[[], Any]) -> None:
         """Run *function* on the stream's thread, when it has one."""
@@ -285,9 +294,8 @@ class AsyncStreamConsumer:
         flusher = self._start_flusher(policy)
         window = await self._open_window(policy)
         try:
-            await adrive(
-                consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths
-            )
+            fast = self._fast_paths(opened.cursor)
+            await adrive(consume(self, opened, heartbeat, burst=burst), perform, fast=fast)
         except Exception as exc:
             failing(self, exc)
             raise
@@ -446,12 +454,14 @@ class AsyncStreamConsumer:
     def _context(self, event: Mapping[str, Any], event_id: str | None = None) -> ChangeContext:
         return ChangeContext(event, stream_name=self.spec.name, event_id=event_id, **self.actions)
 
-    @functools.cached_property
-    def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
-        """The consuming loop's per-event effects, performed without ``_perform``."""
-        return {effects.PollCursor: poll_cursor, effects.HandleEvent: self._handle_effect}
+    def _fast_paths(self, cursor: Any) -> dict[type, Callable[[Any], Any]]:
+        """The consuming loop's per-event effects on *cursor*, performed without
+        ``_perform``: an event pymongo already holds is taken without a coroutine."""
+        return {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: self._handle_effect}
 
     def _handle_effect(self, effect: effects.HandleEvent) -> Awaitable[Any]:
+        # No eager start of an async def handler (coro.send(None) and its StopIteration
+        # cost more than the coroutine that awaits it: issue 52's profile).
         if tracing.recording():
             return self._handle_traced(effect.event, effect.operation, effect.event_id)
         return self._handle_event(effect.event, effect.operation, effect.event_id)
@@ -482,7 +492,7 @@ class AsyncStreamConsumer:
         # A document handler, no filter, no transaction: no context unless it fails.
         handler = plan.handler
         try:
-            if self._caller.awaitable(handler):  # type: ignore[arg-type]
+            if plan.awaitable:
                 await handler(event.get("fullDocument"))  # type: ignore[misc]
             else:
                 await self._caller.acall_with(handler, event.get("fullDocument"))  # type: ignore[arg-type]

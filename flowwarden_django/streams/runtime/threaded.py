@@ -41,7 +41,7 @@ from ..core.generation import consume
 from ..core.heartbeat import Heartbeat
 from ..core.lifecycle import StreamInvalidatedError, StreamState, failing, supervise
 from ..core.resume import HistoryLostError, open_arguments, open_stream
-from ..dispatch import HandlerCaller
+from ..dispatch import HandlerCaller, is_async
 from ..dlq import DlqStore
 from ..locks import LeaseLostError
 from ..source import ChangeCursor, ChangeSource
@@ -562,14 +562,16 @@ class StreamConsumer:
 class _Plan:
     """How a generation handles the events of one operation type: the handler, whether
     they take the path without a context first (``direct``: a change event, no filter,
-    no transaction) and whether the handler takes the document alone (``plain``)."""
+    no transaction), whether the handler takes the document alone (``plain``) and
+    whether it is an ``async def`` (``awaitable``, for the asyncio runtime)."""
 
-    __slots__ = ("direct", "handler", "plain")
+    __slots__ = ("awaitable", "direct", "handler", "plain")
 
     def __init__(self, handler: Callable[..., Any] | None, direct: bool, plain: bool) -> None:
         self.handler = handler
         self.direct = direct
         self.plain = plain
+        self.awaitable = handler is not None and is_async(handler)
 
 
 class _HandlerFailed(Exception):
