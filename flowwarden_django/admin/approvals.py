@@ -15,14 +15,13 @@ confirmation page) and ``approval_decisions`` (the two decisions and ``decide_al
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -48,6 +47,7 @@ from .approval_decisions import Outcome as Outcome
 from .approval_decisions import decide_all as decide_all
 from .approval_decisions import refusal_text as refusal_text
 from .base import (
+    ChangeContextMixin,
     GuardedLookupsMixin,
     IndexedValuesFieldListFilter,
     LargeTableAdminMixin,
@@ -70,6 +70,7 @@ class ApprovalAdmin(
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
     ObjectOperationsMixin,
+    ChangeContextMixin,
     admin.ModelAdmin,
 ):
     """Approvals: list and inspect what paused runs wait for, with the audit trail,
@@ -231,14 +232,9 @@ class ApprovalAdmin(
 
     # -- the approval's page ---------------------------------------------------------
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        approval = self.get_object(request, unquote(object_id))
+    def change_page_context(
+        self, request: HttpRequest, approval: Approval | None
+    ) -> dict[str, Any]:
         context: dict[str, Any] = {"approval_decisions": [], "approval_events": []}
         if approval is not None:
             if approval.status == PENDING and can_decide(request.user, approval):
@@ -254,6 +250,5 @@ class ApprovalAdmin(
                 for event in events.order_by("at", "id")
             ]
             context["run_url"] = self._run_url(approval.coordination_id)
-        return super().change_view(
-            request, object_id, form_url, {**context, **(extra_context or {})}
-        )
+        # The claims' context (ApprovalClaimsMixin) wins: it may take the decisions away.
+        return {**context, **super().change_page_context(request, approval)}

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin import AllValuesFieldListFilter, helpers
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.core.paginator import Page, Paginator
@@ -410,6 +410,30 @@ def status_badge(
         icon_url(icons.get(status, UNKNOWN_ICON)),
         capfirst(str(labels.get(status, status))),
     )
+
+
+class ChangeContextMixin:
+    """A change page with more context: ``change_view`` looks the object up (``None``
+    when it is missing or hidden) and hands :meth:`change_page_context`'s dict to
+    Django's change view, under whatever ``extra_context`` the caller gave.
+
+    Mixins that add context override :meth:`change_page_context` and merge in
+    ``super()``'s (what they put last wins)."""
+
+    def change_page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        """The context the change page of *obj* (or of nothing found) adds."""
+        return {}
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: Mapping[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        context = {**self.change_page_context(request, obj), **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, context)  # type: ignore[misc]
 
 
 class ObjectOperationsMixin:

@@ -42,6 +42,7 @@ from ..streams.operations.status import status_error
 from ..streams.stores import dlq_stores
 from ..streams.tokens import decode_token
 from .base import (
+    ChangeContextMixin,
     GuardedLookupsMixin,
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
@@ -308,7 +309,11 @@ def _perform_one(
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(
-    GuardedLookupsMixin, ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin
+    GuardedLookupsMixin,
+    ReadOnlyAdminMixin,
+    ObjectOperationsMixin,
+    ChangeContextMixin,
+    admin.ModelAdmin,
 ):
     """The dead-letter console: list, filter and inspect parked events, and replay,
     acknowledge or discard them.
@@ -442,14 +447,7 @@ class DeadLetterAdmin(
         }
         return super().changelist_view(request, context)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        entry = self.get_object(request, unquote(object_id))
+    def change_page_context(self, request: HttpRequest, entry: DeadLetter | None) -> dict[str, Any]:
         tools = []
         if entry is not None and dlq_admin_stores().alias:
             tools = [
@@ -457,8 +455,7 @@ class DeadLetterAdmin(
                 for operation in OPERATIONS
                 if self._allowed(request, operation) and entry.status in operation.applies_to
             ]
-        context = {"dlq_operations": tools, **(extra_context or {})}
-        return super().change_view(request, object_id, form_url, context)
+        return {"dlq_operations": tools}
 
     # -- changelist columns ------------------------------------------------------------
 

@@ -19,12 +19,11 @@ shared with the approvals' pages).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import quote, unquote
-from django.http import HttpRequest, HttpResponse
+from django.contrib.admin.utils import quote
+from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -34,7 +33,12 @@ from ..models import Approval, WorkflowRun
 from ..streams.operations.status import instance_key
 from ..workflows.definition.registry import workflow_registry
 from ..workflows.operations.timeline import Timeline, load_timeline
-from .base import GuardedLookupsMixin, LargeTableAdminMixin, ReadOnlyAdminMixin
+from .base import (
+    ChangeContextMixin,
+    GuardedLookupsMixin,
+    LargeTableAdminMixin,
+    ReadOnlyAdminMixin,
+)
 from .details import HealthDetailsMixin, error_text
 from .run_actions import RunActionsMixin
 from .run_columns import RunColumnsMixin, approval_url
@@ -64,6 +68,7 @@ class WorkflowRunAdmin(
     LargeTableAdminMixin,
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
+    ChangeContextMixin,
     admin.ModelAdmin,
 ):
     """Workflow runs: list, filter and inspect them, browse each run's snapshot tree,
@@ -260,14 +265,7 @@ class WorkflowRunAdmin(
 
     # -- the run's page --------------------------------------------------------------
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        run = self.get_object(request, unquote(object_id))
+    def change_page_context(self, request: HttpRequest, run: WorkflowRun | None) -> dict[str, Any]:
         tools: list[tuple[str, str, str]] = []
         if run is not None and self.has_snapshot_permission(request):
             tools.append(("tree", self.tree_url(run.pk), gettext("Snapshot tree")))
@@ -287,8 +285,7 @@ class WorkflowRunAdmin(
                 context["run_timeline"], context["run_timeline_error"] = self.timeline_of(
                     request, run
                 )
-        context.update(extra_context or {})
-        return super().change_view(request, object_id, form_url, context)
+        return context
 
 
 def _no_link(field: str) -> str:
