@@ -30,8 +30,9 @@ from ..streams.operations.display import copied_text, last_id_text
 from ..streams.operations.display import short_token as shorten_token
 from ..streams.operations.status import instance_key
 from ..streams.stores import checkpoint_stores
-from ..streams.tokens import decode_token, token_to_json
+from ..streams.tokens import token_to_json
 from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, short_id, timestamp
+from .bson_values import bson_html
 from .details import HealthDetailsMixin
 from .stores import sort_store_aliases
 
@@ -69,36 +70,22 @@ def admin_stores() -> AdminStores:
     return AdminStores(using, tuple(HiddenStore(alias, what) for alias, what in hidden))
 
 
-def _decode(data: bytes | memoryview | None) -> tuple[dict[str, Any] | None, str | None]:
-    """Return ``(token, None)``, or ``(None, why)`` when the bytes are not a BSON document."""
-    if not data:
-        return None, None
-    try:
-        return decode_token(data), None
-    except Exception as exc:  # corrupt bytes, or pymongo missing: show it, don't crash
-        return None, gettext("undecodable (%(size)d bytes): %(error)s") % {
-            "size": len(data),
-            "error": exc,
-        }
-
-
 def short_token(data: bytes | memoryview | None) -> SafeString | str:
     """The token's ``_data`` (else its JSON) cut short, with the full relaxed EJSON as a title."""
-    token, error = _decode(data)
-    if error:
-        return error
-    if token is None:
-        return NONE_TEXT
-    return format_html('<code title="{}">{}</code>', token_to_json(token), shorten_token(token))
+    return bson_html(
+        data,
+        lambda token: format_html(
+            '<code title="{}">{}</code>', token_to_json(token), shorten_token(token)
+        ),
+    )
 
 
 def full_token(data: bytes | memoryview | None) -> SafeString | str:
     """The whole token as indented relaxed Extended JSON in a ``<pre>`` block."""
-    token, error = _decode(data)
-    if error:
-        return error
-    if token is None:
-        return NONE_TEXT
+    return bson_html(data, _pretty_token)
+
+
+def _pretty_token(token: dict[str, Any]) -> SafeString:
     # Relaxed EJSON is plain JSON, so reloading it only adds indentation (order is kept).
     pretty = json.dumps(json.loads(token_to_json(token)), indent=2, ensure_ascii=False)
     return format_html('<pre class="flowwarden-token">{}</pre>', pretty)

@@ -40,7 +40,6 @@ from ..streams.operations.replay import (
 )
 from ..streams.operations.status import status_error
 from ..streams.stores import dlq_stores
-from ..streams.tokens import decode_token
 from .base import (
     ChangeContextMixin,
     GuardedLookupsMixin,
@@ -51,6 +50,7 @@ from .base import (
     status_badge,
     timestamp,
 )
+from .bson_values import bson_html
 from .details import error_text
 from .stores import sort_store_aliases
 
@@ -113,19 +113,6 @@ def dlq_admin_stores() -> DlqAdminStores:
 # -- rendering BSON values ---------------------------------------------------------------
 
 
-def _decode(data: bytes | memoryview | None) -> tuple[dict[str, Any] | None, str | None]:
-    """Return ``(document, None)``, or ``(None, why)`` when the bytes are not BSON."""
-    if not data:
-        return None, None
-    try:
-        return decode_token(data), None
-    except Exception as exc:  # corrupt bytes, or pymongo missing: show it, don't crash
-        return None, gettext("undecodable (%(size)d bytes): %(error)s") % {
-            "size": len(data),
-            "error": exc,
-        }
-
-
 def _relaxed_json(document: Mapping[str, Any], indent: int | None = None) -> str:
     from bson import json_util  # present: the document was just decoded with it
 
@@ -134,21 +121,20 @@ def _relaxed_json(document: Mapping[str, Any], indent: int | None = None) -> str
 
 def pretty_bson(data: bytes | memoryview | None) -> SafeString | str:
     """A stored BSON document as indented relaxed Extended JSON in a ``<pre>`` block."""
-    document, error = _decode(data)
-    if error:
-        return error
-    if document is None:
-        return NONE_TEXT
-    return format_html('<pre class="flowwarden-bson">{}</pre>', _relaxed_json(document, indent=2))
+    return bson_html(
+        data,
+        lambda document: format_html(
+            '<pre class="flowwarden-bson">{}</pre>', _relaxed_json(document, indent=2)
+        ),
+    )
 
 
 def short_document_key(data: bytes | memoryview | None) -> SafeString | str:
     """The key's ``_id`` (an ObjectId as its hex) cut short, with the full key as a title."""
-    document, error = _decode(data)
-    if error:
-        return error
-    if document is None:
-        return NONE_TEXT
+    return bson_html(data, _short_key)
+
+
+def _short_key(document: dict[str, Any]) -> SafeString:
     full = _relaxed_json(document)
     value: Any = json.loads(full)
     if list(value) == ["_id"]:
