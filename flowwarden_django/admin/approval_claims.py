@@ -36,7 +36,7 @@ from ..workflows.waiting.approvals import (
 from ..workflows.waiting.approvals.claims import MAX_REASSIGN_USERS, NAME_CHARS, REASSIGN
 from .approval_columns import short_prompt
 from .approval_decisions import PENDING, refusal_text
-from .base import age
+from .base import age, page_context
 
 TEMPLATES = "admin/flowwarden_django/approval"
 
@@ -269,18 +269,16 @@ class ApprovalClaimsMixin:
                 text = gettext("Reassigned “%(prompt)s”.") % {"prompt": short_prompt(approval)}
                 self.message_user(request, text, messages.SUCCESS)  # type: ignore[attr-defined]
                 return HttpResponseRedirect(change_url)
-        context = {
-            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
-            "title": gettext("Reassign"),
-            "subtitle": None,
-            "opts": self.opts,  # type: ignore[attr-defined]
-            "approval": approval,
-            "prompt": short_prompt(approval),
-            "form": form,
-            "change_url": change_url,
-            "media": self.media + form.media,  # type: ignore[attr-defined]
-        }
-        request.current_app = self.admin_site.name  # type: ignore[attr-defined]
+        context = page_context(
+            self,
+            request,
+            gettext("Reassign"),
+            approval=approval,
+            prompt=short_prompt(approval),
+            form=form,
+            change_url=change_url,
+            media=self.media + form.media,  # type: ignore[attr-defined]
+        )
         return TemplateResponse(request, f"{TEMPLATES}/reassign.html", context)
 
 

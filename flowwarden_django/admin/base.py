@@ -412,6 +412,24 @@ def status_badge(
     )
 
 
+def page_context(
+    model_admin: Any, request: HttpRequest, title: Any, **context: Any
+) -> dict[str, Any]:
+    """The context of a page *model_admin* draws itself (one that extends
+    ``object_page.html``): the site's (``each_context``), *title* with no subtitle,
+    the model's ``opts`` and the admin's ``media``, then *context*. Marks *request*
+    as the site's (``current_app``) for the URLs the template reverses."""
+    request.current_app = model_admin.admin_site.name
+    return {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "subtitle": None,
+        "opts": model_admin.opts,
+        "media": model_admin.media,
+        **context,
+    }
+
+
 class ChangeContextMixin:
     """A change page with more context: ``change_view`` looks the object up (``None``
     when it is missing or hidden) and hands :meth:`change_page_context`'s dict to

@@ -46,6 +46,7 @@ from .base import (
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    page_context,
     short_id,
     status_badge,
     timestamp,
@@ -601,22 +602,19 @@ class DeadLetterAdmin(
             }
             for row in entries
         ]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": operation.title,
-            "subtitle": None,
-            "opts": self.opts,
-            "operation": operation,
-            "rows": rows,
-            "pending_count": sum(1 for row in rows if row["pending"]),
-            "entry": entry,
-            "action_name": action,
-            "cancel_url": cancel_url,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "store_missing": dlq_admin_stores().alias is None,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
+        context = page_context(
+            self,
+            request,
+            operation.title,
+            operation=operation,
+            rows=rows,
+            pending_count=sum(1 for row in rows if row["pending"]),
+            entry=entry,
+            action_name=action,
+            cancel_url=cancel_url,
+            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            store_missing=dlq_admin_stores().alias is None,
+        )
         app_label, model_name = self.opts.app_label, self.opts.model_name
         templates = [
             f"admin/{app_label}/{model_name}/operation_confirmation.html",
