@@ -189,28 +189,26 @@ class ApprovalActionsMixin:
         state_text, state_error = ("", "")
         if approval is not None:
             state_text, state_error = self._paused_state(approval, partial(error_text, request))
-        context = page_context(
-            self,
-            request,
-            decision.title,
-            question=decision.question_one if approval is not None else decision.question,
-            decision=decision,
-            rows=rows,
-            decidable_count=0 if typed_error else sum(1 for r in rows if not r["skipped"]),
-            typed_form=typed_form,
-            typed_error=typed_error,
-            approval=approval,
-            action_name=action,
-            cancel_url=cancel_url,
-            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
-            comment=comment,
-            payload_text=payload_text,
-            payload_error=payload_error,
-            comment_error=comment_error,
-            state_text=state_text,
-            state_error=state_error,
-        )
-        return TemplateResponse(request, f"{TEMPLATES}/decision_confirmation.html", context)
+        context = {
+            "question": decision.question_one if approval is not None else decision.question,
+            "decision": decision,
+            "rows": rows,
+            "decidable_count": 0 if typed_error else sum(1 for r in rows if not r["skipped"]),
+            "typed_form": typed_form,
+            "typed_error": typed_error,
+            "approval": approval,
+            "action_name": action,
+            "cancel_url": cancel_url,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "comment": comment,
+            "payload_text": payload_text,
+            "payload_error": payload_error,
+            "comment_error": comment_error,
+            "state_text": state_text,
+            "state_error": state_error,
+        }
+        page = page_context(self, request, decision.title, **context)
+        return TemplateResponse(request, f"{TEMPLATES}/decision_confirmation.html", page)
 
     def _decide_and_report(
         self,

@@ -53,6 +53,7 @@ from .base import (
     LargeTableAdminMixin,
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
+    fieldset_fields,
 )
 from .details import HealthDetailsMixin, describe_error
 from .run_stores import run_store
@@ -141,31 +142,7 @@ class ApprovalAdmin(
         ),
         (_("Paused state"), {"fields": ["paused_state"]}),
     ]
-    readonly_fields = [
-        "prompt_text",
-        "status_icon",
-        "workflow_name",
-        "coordination",
-        "run_status",
-        "step_name",
-        "snapshot",
-        "assignees_text",
-        "group",
-        "permission",
-        "claimed_by",
-        "claimed_at",
-        "requested_at_text",
-        "expires_at_text",
-        "on_expiry",
-        "escalation_text",
-        "reminders_text",
-        "decided_by",
-        "decided_at_text",
-        "comment",
-        "payload_json",
-        "paused_state",
-        "paused_state_redacted",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "paused_state_redacted"]
 
     object_operations = DECISIONS
     #: Without the details (``HEALTH_DETAILS``) a store's error names its class only.

@@ -412,6 +412,11 @@ def status_badge(
     )
 
 
+def fieldset_fields(fieldsets: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[str]:
+    """Every field *fieldsets* names, in order: a read-only page's ``readonly_fields``."""
+    return [name for _, options in fieldsets for name in options["fields"]]
+
+
 def page_context(
     model_admin: Any, request: HttpRequest, title: Any, **context: Any
 ) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from ..streams.operations.display import short_token as shorten_token
 from ..streams.operations.status import instance_key
 from ..streams.stores import checkpoint_stores
 from ..streams.tokens import token_to_json
-from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, short_id, timestamp
+from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, fieldset_fields, short_id, timestamp
 from .bson_values import bson_html
 from .details import HealthDetailsMixin
 from .stores import sort_store_aliases
@@ -167,18 +167,7 @@ class StreamCheckpointAdmin(
         (_("Metadata"), {"fields": ["metadata_json"]}),
     ]
     detail_fields = {"instance": "instance_key_text", "instance_id": "instance_key_text"}
-    readonly_fields = [
-        "stream_name",
-        "instance_id",
-        "instance_key_text",
-        "processed_token_full",
-        "processed_at",
-        "seen_token_full",
-        "seen_at",
-        "heartbeat_at",
-        "initial_sync_progress",
-        "metadata_json",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "instance_key_text"]
 
     # -- data ----------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from .base import (
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    fieldset_fields,
     page_context,
     short_id,
     status_badge,
@@ -364,29 +365,7 @@ class DeadLetterAdmin(
             },
         ),
     ]
-    readonly_fields = [
-        "id",
-        "stream_name",
-        "operation_type",
-        "status_icon",
-        "attempts",
-        "created_at_text",
-        "first_attempt_at_text",
-        "last_attempt_at_text",
-        "expires_at_text",
-        "document_key_json",
-        "full_document_json",
-        "resume_token_json",
-        "error_type",
-        "error_message",
-        "stack_trace_text",
-        "metadata_json",
-        "replay_count",
-        "last_replayed_at_text",
-        "resolved_at_text",
-        "resolved_by",
-        "note",
-    ]
+    readonly_fields = fieldset_fields(fieldsets)
 
     object_operations = OPERATIONS
 

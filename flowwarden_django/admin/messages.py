@@ -29,6 +29,7 @@ from .base import (
     LargeTableAdminMixin,
     ReadOnlyAdminMixin,
     age,
+    fieldset_fields,
     reverse_for_key,
     short_id,
     status_badge,
@@ -159,18 +160,7 @@ class WorkflowMessageAdmin(
         (_("Delivery"), {"fields": ["delivery", "delivered_to_text", "delivered_at_text"]}),
         (_("Payload"), {"fields": ["payload_json"]}),
     ]
-    readonly_fields = [
-        "run_page_link",
-        "topic",
-        "sender_full",
-        "sent_at_text",
-        "idempotency_key_text",
-        "delivery",
-        "delivered_to_text",
-        "delivered_to_id",
-        "delivered_at_text",
-        "payload_json",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "delivered_to_id"]
 
     @admin.display(description=_("topic"), ordering="topic")
     def topic_text(self, obj: WorkflowMessage) -> SafeString:

@@ -38,6 +38,7 @@ from .base import (
     GuardedLookupsMixin,
     LargeTableAdminMixin,
     ReadOnlyAdminMixin,
+    fieldset_fields,
 )
 from .details import HealthDetailsMixin, error_text
 from .run_actions import RunActionsMixin
@@ -138,32 +139,7 @@ class WorkflowRunAdmin(
     ]
     #: The runner token names its process's instance (``<hostname>:<pid>``).
     detail_fields = {"runner_text": "runner_key_text"}
-    readonly_fields = [
-        "coordination_id",
-        "workflow_name",
-        "workflow_version",
-        "status_icon",
-        "wake_at_text",
-        "last_step_text",
-        "head_snapshot",
-        "head_snapshot_id",
-        "idempotency_key",
-        "failure_reason_text",
-        "approvals_list",
-        "parent_run",
-        "child_runs",
-        "runner_text",
-        "runner_key_text",
-        "claimed_until_text",
-        "attempts",
-        "resume_input_json",
-        "created_at_text",
-        "updated_at_text",
-        "queue_text",
-        "queue_partition_text",
-        "queue_priority_text",
-        "queued_at_text",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "head_snapshot_id", "runner_key_text"]
 
     def has_snapshot_permission(self, request: HttpRequest) -> bool:
         """May the user read snapshots (``view_snapshotrecord``), as in the API?"""
