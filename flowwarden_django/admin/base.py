@@ -5,14 +5,14 @@ replay...) on one object."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache, cached_property, lru_cache, partial
 from typing import Any
 from urllib.parse import quote as url_quote
 
 from django.conf import settings
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import AllValuesFieldListFilter, helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote, unquote
@@ -410,6 +410,23 @@ def status_badge(
         icon_url(icons.get(status, UNKNOWN_ICON)),
         capfirst(str(labels.get(status, status))),
     )
+
+
+def field_display(
+    render: Callable[[Any], SafeString | str],
+    field: str,
+    description: Any,
+    *,
+    ordering: str | None = None,
+) -> Callable[[Any, Any], SafeString | str]:
+    """A model admin's column or detail field: *render* (``age``, ``timestamp``) of the
+    object's *field*, under *description*, sorted by *ordering* when given."""
+
+    def show(model_admin: Any, obj: Any) -> SafeString | str:
+        return render(getattr(obj, field))
+
+    show.__name__ = show.__qualname__ = f"{field}_{render.__name__}"
+    return admin.display(description=description, ordering=ordering)(show)
 
 
 def fieldset_fields(fieldsets: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[str]:

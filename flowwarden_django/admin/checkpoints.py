@@ -31,7 +31,15 @@ from ..streams.operations.display import short_token as shorten_token
 from ..streams.operations.status import instance_key
 from ..streams.stores import checkpoint_stores
 from ..streams.tokens import token_to_json
-from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, fieldset_fields, short_id, timestamp
+from .base import (
+    GuardedLookupsMixin,
+    ReadOnlyAdminMixin,
+    age,
+    field_display,
+    fieldset_fields,
+    short_id,
+    timestamp,
+)
 from .bson_values import bson_html
 from .details import HealthDetailsMixin
 from .stores import sort_store_aliases
@@ -207,21 +215,19 @@ class StreamCheckpointAdmin(
     def processed_token(self, obj: StreamCheckpoint) -> SafeString | str:
         return short_token(obj.last_processed_token)
 
-    @admin.display(description=_("processed age"), ordering="last_processed_at")
-    def processed_age(self, obj: StreamCheckpoint) -> SafeString | str:
-        return age(obj.last_processed_at)
+    processed_age = field_display(
+        age, "last_processed_at", _("processed age"), ordering="last_processed_at"
+    )
 
     @admin.display(description=_("last seen token"))
     def seen_token(self, obj: StreamCheckpoint) -> SafeString | str:
         return short_token(obj.last_seen_token)
 
-    @admin.display(description=_("seen age"), ordering="last_seen_at")
-    def seen_age(self, obj: StreamCheckpoint) -> SafeString | str:
-        return age(obj.last_seen_at)
+    seen_age = field_display(age, "last_seen_at", _("seen age"), ordering="last_seen_at")
 
-    @admin.display(description=_("heartbeat age"), ordering="last_heartbeat_at")
-    def heartbeat_age(self, obj: StreamCheckpoint) -> SafeString | str:
-        return age(obj.last_heartbeat_at)
+    heartbeat_age = field_display(
+        age, "last_heartbeat_at", _("heartbeat age"), ordering="last_heartbeat_at"
+    )
 
     # -- detail fields ---------------------------------------------------------------
 
@@ -229,21 +235,15 @@ class StreamCheckpointAdmin(
     def processed_token_full(self, obj: StreamCheckpoint) -> SafeString | str:
         return full_token(obj.last_processed_token)
 
-    @admin.display(description=_("last processed at"))
-    def processed_at(self, obj: StreamCheckpoint) -> SafeString | str:
-        return timestamp(obj.last_processed_at)
+    processed_at = field_display(timestamp, "last_processed_at", _("last processed at"))
 
     @admin.display(description=_("last seen token"))
     def seen_token_full(self, obj: StreamCheckpoint) -> SafeString | str:
         return full_token(obj.last_seen_token)
 
-    @admin.display(description=_("last seen at"))
-    def seen_at(self, obj: StreamCheckpoint) -> SafeString | str:
-        return timestamp(obj.last_seen_at)
+    seen_at = field_display(timestamp, "last_seen_at", _("last seen at"))
 
-    @admin.display(description=_("last heartbeat at"))
-    def heartbeat_at(self, obj: StreamCheckpoint) -> SafeString | str:
-        return timestamp(obj.last_heartbeat_at)
+    heartbeat_at = field_display(timestamp, "last_heartbeat_at", _("last heartbeat at"))
 
     @admin.display(description=_("progress"))
     def initial_sync_progress(self, obj: StreamCheckpoint) -> SafeString | str:

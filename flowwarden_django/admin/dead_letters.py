@@ -46,6 +46,7 @@ from .base import (
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    field_display,
     fieldset_fields,
     page_context,
     short_id,
@@ -425,9 +426,7 @@ class DeadLetterAdmin(
 
     # -- changelist columns ------------------------------------------------------------
 
-    @admin.display(description=_("created"), ordering="created_at")
-    def created(self, obj: DeadLetter) -> SafeString | str:
-        return age(obj.created_at)
+    created = field_display(age, "created_at", _("created"), ordering="created_at")
 
     @admin.display(description=_("document key"))
     def document_key_short(self, obj: DeadLetter) -> SafeString | str:
@@ -442,21 +441,13 @@ class DeadLetterAdmin(
         )
 
     # Dates as every page of the package writes them (``timestamp``), not Django's default.
-    @admin.display(description=_("created at"))
-    def created_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.created_at)
+    created_at_text = field_display(timestamp, "created_at", _("created at"))
 
-    @admin.display(description=_("first attempt at"))
-    def first_attempt_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.first_attempt_at)
+    first_attempt_at_text = field_display(timestamp, "first_attempt_at", _("first attempt at"))
 
-    @admin.display(description=_("last attempt at"))
-    def last_attempt_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.last_attempt_at)
+    last_attempt_at_text = field_display(timestamp, "last_attempt_at", _("last attempt at"))
 
-    @admin.display(description=_("expires at"))
-    def expires_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.expires_at)
+    expires_at_text = field_display(timestamp, "expires_at", _("expires at"))
 
     @admin.display(description=_("stream / operation"), ordering="stream_name")
     def stream_and_operation(self, obj: DeadLetter) -> SafeString:
@@ -505,13 +496,9 @@ class DeadLetterAdmin(
         text = json.dumps(obj.metadata or {}, indent=2, sort_keys=True, default=str)
         return format_html("<pre>{}</pre>", text)
 
-    @admin.display(description=_("last replayed at"))
-    def last_replayed_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.last_replayed_at)
+    last_replayed_at_text = field_display(timestamp, "last_replayed_at", _("last replayed at"))
 
-    @admin.display(description=_("resolved at"))
-    def resolved_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.resolved_at)
+    resolved_at_text = field_display(timestamp, "resolved_at", _("resolved at"))
 
     # -- actions: a confirmation page, then the operation -------------------------------
 
