@@ -14,7 +14,8 @@
   timeline (built by ``timeline``).
 
 ``base`` holds what they share (read-only and guarded-lookup mixins, badges, pages
-that run one operation on one object) and ``stores`` which configured store a page
+that run one operation on one object, the context of a page an admin draws itself),
+``bson_values`` how stored BSON is shown, and ``stores`` which configured store a page
 shows. Django's admin autodiscovery imports this package, which imports each page
 module; each registers its ``ModelAdmin`` with ``@admin.register``.
 """

@@ -26,6 +26,7 @@ from ..workflows.waiting.approvals import ApprovalPermissionError, can_decide, c
 from ..workflows.waiting.approvals.forms import ApprovalFormUnavailableError, json_safe, page_form
 from .approval_columns import approval_status_badge, short_prompt
 from .approval_decisions import APPROVE, PENDING, REJECT, Decision, decide_all
+from .base import page_context
 from .details import error_text
 
 TEMPLATES = "admin/flowwarden_django/approval"
@@ -189,11 +190,7 @@ class ApprovalActionsMixin:
         if approval is not None:
             state_text, state_error = self._paused_state(approval, partial(error_text, request))
         context = {
-            **self.admin_site.each_context(request),
-            "title": decision.title,
-            "subtitle": None,
             "question": decision.question_one if approval is not None else decision.question,
-            "opts": self.opts,
             "decision": decision,
             "rows": rows,
             "decidable_count": 0 if typed_error else sum(1 for r in rows if not r["skipped"]),
@@ -209,10 +206,9 @@ class ApprovalActionsMixin:
             "comment_error": comment_error,
             "state_text": state_text,
             "state_error": state_error,
-            "media": self.media,
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, f"{TEMPLATES}/decision_confirmation.html", context)
+        page = page_context(self, request, decision.title, **context)
+        return TemplateResponse(request, f"{TEMPLATES}/decision_confirmation.html", page)
 
     def _decide_and_report(
         self,

@@ -4,7 +4,7 @@ changelist actions, a "claimed" list filter, and the reassign page, each through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -36,7 +36,7 @@ from ..workflows.waiting.approvals import (
 from ..workflows.waiting.approvals.claims import MAX_REASSIGN_USERS, NAME_CHARS, REASSIGN
 from .approval_columns import short_prompt
 from .approval_decisions import PENDING, refusal_text
-from .base import age
+from .base import age, page_context
 
 TEMPLATES = "admin/flowwarden_django/approval"
 
@@ -176,23 +176,17 @@ class ApprovalClaimsMixin:
         ]
         return urls + super().get_urls()  # type: ignore[misc]
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        approval = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
-        context: dict[str, Any] = {"approval_claim": None}  # wins over extra_context
+    def change_page_context(
+        self, request: HttpRequest, approval: Approval | None
+    ) -> dict[str, Any]:
+        context: dict[str, Any] = {"approval_claim": None}
         if approval is not None:
             context["approval_claim"] = self._claim_buttons(request, approval)
             # While someone else holds it the decision buttons would only be refused.
             holder = approval.claimed_by
             if holder and holder != request.user.get_username():
                 context["approval_decisions"] = []
-        merged = {**(extra_context or {}), **context}
-        return super().change_view(request, object_id, form_url, merged)  # type: ignore[misc]
+        return {**super().change_page_context(request, approval), **context}  # type: ignore[misc]
 
     def _claim_buttons(self, request: HttpRequest, approval: Approval) -> dict[str, Any]:
         user = request.user
@@ -275,18 +269,16 @@ class ApprovalClaimsMixin:
                 text = gettext("Reassigned “%(prompt)s”.") % {"prompt": short_prompt(approval)}
                 self.message_user(request, text, messages.SUCCESS)  # type: ignore[attr-defined]
                 return HttpResponseRedirect(change_url)
-        context = {
-            **self.admin_site.each_context(request),  # type: ignore[attr-defined]
-            "title": gettext("Reassign"),
-            "subtitle": None,
-            "opts": self.opts,  # type: ignore[attr-defined]
-            "approval": approval,
-            "prompt": short_prompt(approval),
-            "form": form,
-            "change_url": change_url,
-            "media": self.media + form.media,  # type: ignore[attr-defined]
-        }
-        request.current_app = self.admin_site.name  # type: ignore[attr-defined]
+        context = page_context(
+            self,
+            request,
+            gettext("Reassign"),
+            approval=approval,
+            prompt=short_prompt(approval),
+            form=form,
+            change_url=change_url,
+            media=self.media + form.media,  # type: ignore[attr-defined]
+        )
         return TemplateResponse(request, f"{TEMPLATES}/reassign.html", context)
 
 

@@ -15,7 +15,7 @@ from ..common.formatting import NONE_TEXT, truncate
 from ..models import Approval
 from ..workflows.waiting.approvals.due import due_times
 from .approval_decisions import current_run_status
-from .base import age, reverse_for_key, status_badge, timestamp
+from .base import age, field_display, reverse_for_key, status_badge, timestamp
 from .run_texts import pretty_json, run_status_badge
 
 #: The admin icon shown next to each approval status.
@@ -154,9 +154,7 @@ class ApprovalColumnsMixin:
     def assignees_text(self, obj: Approval) -> str:
         return ", ".join(obj.assignees) or NONE_TEXT
 
-    @admin.display(description=_("requested at"))
-    def requested_at_text(self, obj: Approval) -> SafeString | str:
-        return timestamp(obj.requested_at)
+    requested_at_text = field_display(timestamp, "requested_at", _("requested at"))
 
     @admin.display(description=_("expires at"))
     def expires_at_text(self, obj: Approval) -> SafeString | str:
@@ -207,9 +205,7 @@ class ApprovalColumnsMixin:
             text = format_html("{}; {} {}", text, gettext("next"), age(obj.next_reminder_at))
         return text
 
-    @admin.display(description=_("decided at"))
-    def decided_at_text(self, obj: Approval) -> SafeString | str:
-        return timestamp(obj.decided_at)
+    decided_at_text = field_display(timestamp, "decided_at", _("decided at"))
 
     @admin.display(description=_("decision payload"))
     def payload_json(self, obj: Approval) -> SafeString | str:

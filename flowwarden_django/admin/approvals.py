@@ -15,14 +15,13 @@ confirmation page) and ``approval_decisions`` (the two decisions and ``decide_al
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -48,11 +47,13 @@ from .approval_decisions import Outcome as Outcome
 from .approval_decisions import decide_all as decide_all
 from .approval_decisions import refusal_text as refusal_text
 from .base import (
+    ChangeContextMixin,
     GuardedLookupsMixin,
     IndexedValuesFieldListFilter,
     LargeTableAdminMixin,
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
+    fieldset_fields,
 )
 from .details import HealthDetailsMixin, describe_error
 from .run_stores import run_store
@@ -70,6 +71,7 @@ class ApprovalAdmin(
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
     ObjectOperationsMixin,
+    ChangeContextMixin,
     admin.ModelAdmin,
 ):
     """Approvals: list and inspect what paused runs wait for, with the audit trail,
@@ -140,31 +142,7 @@ class ApprovalAdmin(
         ),
         (_("Paused state"), {"fields": ["paused_state"]}),
     ]
-    readonly_fields = [
-        "prompt_text",
-        "status_icon",
-        "workflow_name",
-        "coordination",
-        "run_status",
-        "step_name",
-        "snapshot",
-        "assignees_text",
-        "group",
-        "permission",
-        "claimed_by",
-        "claimed_at",
-        "requested_at_text",
-        "expires_at_text",
-        "on_expiry",
-        "escalation_text",
-        "reminders_text",
-        "decided_by",
-        "decided_at_text",
-        "comment",
-        "payload_json",
-        "paused_state",
-        "paused_state_redacted",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "paused_state_redacted"]
 
     object_operations = DECISIONS
     #: Without the details (``HEALTH_DETAILS``) a store's error names its class only.
@@ -231,14 +209,9 @@ class ApprovalAdmin(
 
     # -- the approval's page ---------------------------------------------------------
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        approval = self.get_object(request, unquote(object_id))
+    def change_page_context(
+        self, request: HttpRequest, approval: Approval | None
+    ) -> dict[str, Any]:
         context: dict[str, Any] = {"approval_decisions": [], "approval_events": []}
         if approval is not None:
             if approval.status == PENDING and can_decide(request.user, approval):
@@ -254,6 +227,5 @@ class ApprovalAdmin(
                 for event in events.order_by("at", "id")
             ]
             context["run_url"] = self._run_url(approval.coordination_id)
-        return super().change_view(
-            request, object_id, form_url, {**context, **(extra_context or {})}
-        )
+        # The claims' context (ApprovalClaimsMixin) wins: it may take the decisions away.
+        return {**context, **super().change_page_context(request, approval)}

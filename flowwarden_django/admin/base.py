@@ -5,17 +5,17 @@ replay...) on one object."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache, cached_property, lru_cache, partial
 from typing import Any
 from urllib.parse import quote as url_quote
 
 from django.conf import settings
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import AllValuesFieldListFilter, helpers
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.core.paginator import Page, Paginator
@@ -410,6 +410,70 @@ def status_badge(
         icon_url(icons.get(status, UNKNOWN_ICON)),
         capfirst(str(labels.get(status, status))),
     )
+
+
+def field_display(
+    render: Callable[[Any], SafeString | str],
+    field: str,
+    description: Any,
+    *,
+    ordering: str | None = None,
+) -> Callable[[Any, Any], SafeString | str]:
+    """A model admin's column or detail field: *render* (``age``, ``timestamp``) of the
+    object's *field*, under *description*, sorted by *ordering* when given."""
+
+    def show(model_admin: Any, obj: Any) -> SafeString | str:
+        return render(getattr(obj, field))
+
+    show.__name__ = show.__qualname__ = f"{field}_{render.__name__}"
+    return admin.display(description=description, ordering=ordering)(show)
+
+
+def fieldset_fields(fieldsets: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[str]:
+    """Every field *fieldsets* names, in order: a read-only page's ``readonly_fields``."""
+    return [name for _, options in fieldsets for name in options["fields"]]
+
+
+def page_context(
+    model_admin: Any, request: HttpRequest, title: Any, **context: Any
+) -> dict[str, Any]:
+    """The context of a page *model_admin* draws itself (one that extends
+    ``object_page.html``): the site's (``each_context``), *title* with no subtitle,
+    the model's ``opts`` and the admin's ``media``, then *context*. Marks *request*
+    as the site's (``current_app``) for the URLs the template reverses."""
+    request.current_app = model_admin.admin_site.name
+    return {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "subtitle": None,
+        "opts": model_admin.opts,
+        "media": model_admin.media,
+        **context,
+    }
+
+
+class ChangeContextMixin:
+    """A change page with more context: ``change_view`` looks the object up (``None``
+    when it is missing or hidden) and hands :meth:`change_page_context`'s dict to
+    Django's change view, under whatever ``extra_context`` the caller gave.
+
+    Mixins that add context override :meth:`change_page_context` and merge in
+    ``super()``'s (what they put last wins)."""
+
+    def change_page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        """The context the change page of *obj* (or of nothing found) adds."""
+        return {}
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: Mapping[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, unquote(object_id))  # type: ignore[attr-defined]
+        context = {**self.change_page_context(request, obj), **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, context)  # type: ignore[misc]
 
 
 class ObjectOperationsMixin:

@@ -30,8 +30,17 @@ from ..streams.operations.display import copied_text, last_id_text
 from ..streams.operations.display import short_token as shorten_token
 from ..streams.operations.status import instance_key
 from ..streams.stores import checkpoint_stores
-from ..streams.tokens import decode_token, token_to_json
-from .base import GuardedLookupsMixin, ReadOnlyAdminMixin, age, short_id, timestamp
+from ..streams.tokens import token_to_json
+from .base import (
+    GuardedLookupsMixin,
+    ReadOnlyAdminMixin,
+    age,
+    field_display,
+    fieldset_fields,
+    short_id,
+    timestamp,
+)
+from .bson_values import bson_html
 from .details import HealthDetailsMixin
 from .stores import sort_store_aliases
 
@@ -69,36 +78,22 @@ def admin_stores() -> AdminStores:
     return AdminStores(using, tuple(HiddenStore(alias, what) for alias, what in hidden))
 
 
-def _decode(data: bytes | memoryview | None) -> tuple[dict[str, Any] | None, str | None]:
-    """Return ``(token, None)``, or ``(None, why)`` when the bytes are not a BSON document."""
-    if not data:
-        return None, None
-    try:
-        return decode_token(data), None
-    except Exception as exc:  # corrupt bytes, or pymongo missing: show it, don't crash
-        return None, gettext("undecodable (%(size)d bytes): %(error)s") % {
-            "size": len(data),
-            "error": exc,
-        }
-
-
 def short_token(data: bytes | memoryview | None) -> SafeString | str:
     """The token's ``_data`` (else its JSON) cut short, with the full relaxed EJSON as a title."""
-    token, error = _decode(data)
-    if error:
-        return error
-    if token is None:
-        return NONE_TEXT
-    return format_html('<code title="{}">{}</code>', token_to_json(token), shorten_token(token))
+    return bson_html(
+        data,
+        lambda token: format_html(
+            '<code title="{}">{}</code>', token_to_json(token), shorten_token(token)
+        ),
+    )
 
 
 def full_token(data: bytes | memoryview | None) -> SafeString | str:
     """The whole token as indented relaxed Extended JSON in a ``<pre>`` block."""
-    token, error = _decode(data)
-    if error:
-        return error
-    if token is None:
-        return NONE_TEXT
+    return bson_html(data, _pretty_token)
+
+
+def _pretty_token(token: dict[str, Any]) -> SafeString:
     # Relaxed EJSON is plain JSON, so reloading it only adds indentation (order is kept).
     pretty = json.dumps(json.loads(token_to_json(token)), indent=2, ensure_ascii=False)
     return format_html('<pre class="flowwarden-token">{}</pre>', pretty)
@@ -180,18 +175,7 @@ class StreamCheckpointAdmin(
         (_("Metadata"), {"fields": ["metadata_json"]}),
     ]
     detail_fields = {"instance": "instance_key_text", "instance_id": "instance_key_text"}
-    readonly_fields = [
-        "stream_name",
-        "instance_id",
-        "instance_key_text",
-        "processed_token_full",
-        "processed_at",
-        "seen_token_full",
-        "seen_at",
-        "heartbeat_at",
-        "initial_sync_progress",
-        "metadata_json",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "instance_key_text"]
 
     # -- data ----------------------------------------------------------------------
 
@@ -231,21 +215,19 @@ class StreamCheckpointAdmin(
     def processed_token(self, obj: StreamCheckpoint) -> SafeString | str:
         return short_token(obj.last_processed_token)
 
-    @admin.display(description=_("processed age"), ordering="last_processed_at")
-    def processed_age(self, obj: StreamCheckpoint) -> SafeString | str:
-        return age(obj.last_processed_at)
+    processed_age = field_display(
+        age, "last_processed_at", _("processed age"), ordering="last_processed_at"
+    )
 
     @admin.display(description=_("last seen token"))
     def seen_token(self, obj: StreamCheckpoint) -> SafeString | str:
         return short_token(obj.last_seen_token)
 
-    @admin.display(description=_("seen age"), ordering="last_seen_at")
-    def seen_age(self, obj: StreamCheckpoint) -> SafeString | str:
-        return age(obj.last_seen_at)
+    seen_age = field_display(age, "last_seen_at", _("seen age"), ordering="last_seen_at")
 
-    @admin.display(description=_("heartbeat age"), ordering="last_heartbeat_at")
-    def heartbeat_age(self, obj: StreamCheckpoint) -> SafeString | str:
-        return age(obj.last_heartbeat_at)
+    heartbeat_age = field_display(
+        age, "last_heartbeat_at", _("heartbeat age"), ordering="last_heartbeat_at"
+    )
 
     # -- detail fields ---------------------------------------------------------------
 
@@ -253,21 +235,15 @@ class StreamCheckpointAdmin(
     def processed_token_full(self, obj: StreamCheckpoint) -> SafeString | str:
         return full_token(obj.last_processed_token)
 
-    @admin.display(description=_("last processed at"))
-    def processed_at(self, obj: StreamCheckpoint) -> SafeString | str:
-        return timestamp(obj.last_processed_at)
+    processed_at = field_display(timestamp, "last_processed_at", _("last processed at"))
 
     @admin.display(description=_("last seen token"))
     def seen_token_full(self, obj: StreamCheckpoint) -> SafeString | str:
         return full_token(obj.last_seen_token)
 
-    @admin.display(description=_("last seen at"))
-    def seen_at(self, obj: StreamCheckpoint) -> SafeString | str:
-        return timestamp(obj.last_seen_at)
+    seen_at = field_display(timestamp, "last_seen_at", _("last seen at"))
 
-    @admin.display(description=_("last heartbeat at"))
-    def heartbeat_at(self, obj: StreamCheckpoint) -> SafeString | str:
-        return timestamp(obj.last_heartbeat_at)
+    heartbeat_at = field_display(timestamp, "last_heartbeat_at", _("last heartbeat at"))
 
     @admin.display(description=_("progress"))
     def initial_sync_progress(self, obj: StreamCheckpoint) -> SafeString | str:

@@ -40,16 +40,20 @@ from ..streams.operations.replay import (
 )
 from ..streams.operations.status import status_error
 from ..streams.stores import dlq_stores
-from ..streams.tokens import decode_token
 from .base import (
+    ChangeContextMixin,
     GuardedLookupsMixin,
     ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    field_display,
+    fieldset_fields,
+    page_context,
     short_id,
     status_badge,
     timestamp,
 )
+from .bson_values import bson_html
 from .details import error_text
 from .stores import sort_store_aliases
 
@@ -112,19 +116,6 @@ def dlq_admin_stores() -> DlqAdminStores:
 # -- rendering BSON values ---------------------------------------------------------------
 
 
-def _decode(data: bytes | memoryview | None) -> tuple[dict[str, Any] | None, str | None]:
-    """Return ``(document, None)``, or ``(None, why)`` when the bytes are not BSON."""
-    if not data:
-        return None, None
-    try:
-        return decode_token(data), None
-    except Exception as exc:  # corrupt bytes, or pymongo missing: show it, don't crash
-        return None, gettext("undecodable (%(size)d bytes): %(error)s") % {
-            "size": len(data),
-            "error": exc,
-        }
-
-
 def _relaxed_json(document: Mapping[str, Any], indent: int | None = None) -> str:
     from bson import json_util  # present: the document was just decoded with it
 
@@ -133,21 +124,20 @@ def _relaxed_json(document: Mapping[str, Any], indent: int | None = None) -> str
 
 def pretty_bson(data: bytes | memoryview | None) -> SafeString | str:
     """A stored BSON document as indented relaxed Extended JSON in a ``<pre>`` block."""
-    document, error = _decode(data)
-    if error:
-        return error
-    if document is None:
-        return NONE_TEXT
-    return format_html('<pre class="flowwarden-bson">{}</pre>', _relaxed_json(document, indent=2))
+    return bson_html(
+        data,
+        lambda document: format_html(
+            '<pre class="flowwarden-bson">{}</pre>', _relaxed_json(document, indent=2)
+        ),
+    )
 
 
 def short_document_key(data: bytes | memoryview | None) -> SafeString | str:
     """The key's ``_id`` (an ObjectId as its hex) cut short, with the full key as a title."""
-    document, error = _decode(data)
-    if error:
-        return error
-    if document is None:
-        return NONE_TEXT
+    return bson_html(data, _short_key)
+
+
+def _short_key(document: dict[str, Any]) -> SafeString:
     full = _relaxed_json(document)
     value: Any = json.loads(full)
     if list(value) == ["_id"]:
@@ -308,7 +298,11 @@ def _perform_one(
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(
-    GuardedLookupsMixin, ReadOnlyAdminMixin, ObjectOperationsMixin, admin.ModelAdmin
+    GuardedLookupsMixin,
+    ReadOnlyAdminMixin,
+    ObjectOperationsMixin,
+    ChangeContextMixin,
+    admin.ModelAdmin,
 ):
     """The dead-letter console: list, filter and inspect parked events, and replay,
     acknowledge or discard them.
@@ -372,29 +366,7 @@ class DeadLetterAdmin(
             },
         ),
     ]
-    readonly_fields = [
-        "id",
-        "stream_name",
-        "operation_type",
-        "status_icon",
-        "attempts",
-        "created_at_text",
-        "first_attempt_at_text",
-        "last_attempt_at_text",
-        "expires_at_text",
-        "document_key_json",
-        "full_document_json",
-        "resume_token_json",
-        "error_type",
-        "error_message",
-        "stack_trace_text",
-        "metadata_json",
-        "replay_count",
-        "last_replayed_at_text",
-        "resolved_at_text",
-        "resolved_by",
-        "note",
-    ]
+    readonly_fields = fieldset_fields(fieldsets)
 
     object_operations = OPERATIONS
 
@@ -442,14 +414,7 @@ class DeadLetterAdmin(
         }
         return super().changelist_view(request, context)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        entry = self.get_object(request, unquote(object_id))
+    def change_page_context(self, request: HttpRequest, entry: DeadLetter | None) -> dict[str, Any]:
         tools = []
         if entry is not None and dlq_admin_stores().alias:
             tools = [
@@ -457,14 +422,11 @@ class DeadLetterAdmin(
                 for operation in OPERATIONS
                 if self._allowed(request, operation) and entry.status in operation.applies_to
             ]
-        context = {"dlq_operations": tools, **(extra_context or {})}
-        return super().change_view(request, object_id, form_url, context)
+        return {"dlq_operations": tools}
 
     # -- changelist columns ------------------------------------------------------------
 
-    @admin.display(description=_("created"), ordering="created_at")
-    def created(self, obj: DeadLetter) -> SafeString | str:
-        return age(obj.created_at)
+    created = field_display(age, "created_at", _("created"), ordering="created_at")
 
     @admin.display(description=_("document key"))
     def document_key_short(self, obj: DeadLetter) -> SafeString | str:
@@ -479,21 +441,13 @@ class DeadLetterAdmin(
         )
 
     # Dates as every page of the package writes them (``timestamp``), not Django's default.
-    @admin.display(description=_("created at"))
-    def created_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.created_at)
+    created_at_text = field_display(timestamp, "created_at", _("created at"))
 
-    @admin.display(description=_("first attempt at"))
-    def first_attempt_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.first_attempt_at)
+    first_attempt_at_text = field_display(timestamp, "first_attempt_at", _("first attempt at"))
 
-    @admin.display(description=_("last attempt at"))
-    def last_attempt_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.last_attempt_at)
+    last_attempt_at_text = field_display(timestamp, "last_attempt_at", _("last attempt at"))
 
-    @admin.display(description=_("expires at"))
-    def expires_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.expires_at)
+    expires_at_text = field_display(timestamp, "expires_at", _("expires at"))
 
     @admin.display(description=_("stream / operation"), ordering="stream_name")
     def stream_and_operation(self, obj: DeadLetter) -> SafeString:
@@ -542,13 +496,9 @@ class DeadLetterAdmin(
         text = json.dumps(obj.metadata or {}, indent=2, sort_keys=True, default=str)
         return format_html("<pre>{}</pre>", text)
 
-    @admin.display(description=_("last replayed at"))
-    def last_replayed_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.last_replayed_at)
+    last_replayed_at_text = field_display(timestamp, "last_replayed_at", _("last replayed at"))
 
-    @admin.display(description=_("resolved at"))
-    def resolved_at_text(self, obj: DeadLetter) -> SafeString | str:
-        return timestamp(obj.resolved_at)
+    resolved_at_text = field_display(timestamp, "resolved_at", _("resolved at"))
 
     # -- actions: a confirmation page, then the operation -------------------------------
 
@@ -618,22 +568,19 @@ class DeadLetterAdmin(
             }
             for row in entries
         ]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": operation.title,
-            "subtitle": None,
-            "opts": self.opts,
-            "operation": operation,
-            "rows": rows,
-            "pending_count": sum(1 for row in rows if row["pending"]),
-            "entry": entry,
-            "action_name": action,
-            "cancel_url": cancel_url,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "store_missing": dlq_admin_stores().alias is None,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
+        context = page_context(
+            self,
+            request,
+            operation.title,
+            operation=operation,
+            rows=rows,
+            pending_count=sum(1 for row in rows if row["pending"]),
+            entry=entry,
+            action_name=action,
+            cancel_url=cancel_url,
+            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            store_missing=dlq_admin_stores().alias is None,
+        )
         app_label, model_name = self.opts.app_label, self.opts.model_name
         templates = [
             f"admin/{app_label}/{model_name}/operation_confirmation.html",

@@ -29,6 +29,8 @@ from .base import (
     LargeTableAdminMixin,
     ReadOnlyAdminMixin,
     age,
+    field_display,
+    fieldset_fields,
     reverse_for_key,
     short_id,
     status_badge,
@@ -159,18 +161,7 @@ class WorkflowMessageAdmin(
         (_("Delivery"), {"fields": ["delivery", "delivered_to_text", "delivered_at_text"]}),
         (_("Payload"), {"fields": ["payload_json"]}),
     ]
-    readonly_fields = [
-        "run_page_link",
-        "topic",
-        "sender_full",
-        "sent_at_text",
-        "idempotency_key_text",
-        "delivery",
-        "delivered_to_text",
-        "delivered_to_id",
-        "delivered_at_text",
-        "payload_json",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "delivered_to_id"]
 
     @admin.display(description=_("topic"), ordering="topic")
     def topic_text(self, obj: WorkflowMessage) -> SafeString:
@@ -184,17 +175,13 @@ class WorkflowMessageAdmin(
     def sender_text(self, obj: WorkflowMessage) -> SafeString | str:
         return short_id(obj.sender, RUN_WIDTH) if obj.sender else NONE_TEXT
 
-    @admin.display(description=_("sent"), ordering="id")
-    def sent(self, obj: WorkflowMessage) -> SafeString | str:
-        return age(obj.sent_at)
+    sent = field_display(age, "sent_at", _("sent"), ordering="id")
 
     @admin.display(description=_("sender"))
     def sender_full(self, obj: WorkflowMessage) -> str:
         return obj.sender or NONE_TEXT
 
-    @admin.display(description=_("sent at"))
-    def sent_at_text(self, obj: WorkflowMessage) -> SafeString | str:
-        return timestamp(obj.sent_at)
+    sent_at_text = field_display(timestamp, "sent_at", _("sent at"))
 
     @admin.display(description=_("idempotency key"))
     def idempotency_key_text(self, obj: WorkflowMessage) -> SafeString | str:
@@ -221,9 +208,7 @@ class WorkflowMessageAdmin(
         """The snapshot's id without the link, for who may not open snapshot pages."""
         return format_html("<code>{}</code>", obj.delivered_to) if obj.delivered_to else NONE_TEXT
 
-    @admin.display(description=_("delivered at"))
-    def delivered_at_text(self, obj: WorkflowMessage) -> SafeString | str:
-        return timestamp(obj.delivered_at)
+    delivered_at_text = field_display(timestamp, "delivered_at", _("delivered at"))
 
     @admin.display(description=_("payload"))
     def payload_json(self, obj: WorkflowMessage) -> SafeString:
@@ -271,13 +256,9 @@ class WorkflowEventAdmin(
             '<code class="flowwarden-value" title="{}">{}</code>', text, truncate(text, VALUE_WIDTH)
         )
 
-    @admin.display(description=_("updated"), ordering="updated_at")
-    def updated(self, obj: WorkflowEvent) -> SafeString | str:
-        return age(obj.updated_at)
+    updated = field_display(age, "updated_at", _("updated"), ordering="updated_at")
 
-    @admin.display(description=_("updated at"))
-    def updated_at_text(self, obj: WorkflowEvent) -> SafeString | str:
-        return timestamp(obj.updated_at)
+    updated_at_text = field_display(timestamp, "updated_at", _("updated at"))
 
     @admin.display(description=_("value"))
     def value_json(self, obj: WorkflowEvent) -> SafeString:

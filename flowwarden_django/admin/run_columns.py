@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
 from ..models import Approval, WorkflowRun
-from .base import age, reverse_for_key, short_id, timestamp
+from .base import age, field_display, reverse_for_key, short_id, timestamp
 from .details import redacted_runner
 from .run_queues import waiting_slot_note
 from .run_texts import pretty_json, run_status_badge, wakes_text
@@ -80,9 +80,7 @@ class RunColumnsMixin:
             truncate(prompt, PROMPT_WIDTH),
         )
 
-    @admin.display(description=_("updated"), ordering="updated_at")
-    def updated(self, obj: WorkflowRun) -> SafeString | str:
-        return age(obj.updated_at)
+    updated = field_display(age, "updated_at", _("updated"), ordering="updated_at")
 
     # -- detail fields ---------------------------------------------------------------
 
@@ -187,21 +185,15 @@ class RunColumnsMixin:
         runner = redacted_runner(obj.runner)
         return format_html("<code>{}</code>", runner) if runner else NONE_TEXT
 
-    @admin.display(description=_("claimed until"))
-    def claimed_until_text(self, obj: WorkflowRun) -> SafeString | str:
-        return timestamp(obj.claimed_until)
+    claimed_until_text = field_display(timestamp, "claimed_until", _("claimed until"))
 
     @admin.display(description=_("resume input"))
     def resume_input_json(self, obj: WorkflowRun) -> SafeString | str:
         return NONE_TEXT if obj.resume_input is None else pretty_json(obj.resume_input)
 
-    @admin.display(description=_("created at"))
-    def created_at_text(self, obj: WorkflowRun) -> SafeString | str:
-        return timestamp(obj.created_at)
+    created_at_text = field_display(timestamp, "created_at", _("created at"))
 
-    @admin.display(description=_("updated at"))
-    def updated_at_text(self, obj: WorkflowRun) -> SafeString | str:
-        return timestamp(obj.updated_at)
+    updated_at_text = field_display(timestamp, "updated_at", _("updated at"))
 
 
 def approval_url(site_name: str, pk: Any) -> str:

@@ -22,6 +22,7 @@ from ..workflows.definition.metadata import LAST_STEP
 from ..workflows.execution.step_timings import step_timing_of
 from ..workflows.storage.snapshot import WorkflowSnapshot
 from ..workflows.waiting.cancellation import cancellation_of
+from .base import page_context
 from .details import error_text
 from .run_stores import RunStore
 from .run_texts import tree_step_text
@@ -63,17 +64,14 @@ class SnapshotPagesMixin:
         return run, None
 
     def _context(self, request: HttpRequest, run: WorkflowRun, title: str) -> dict[str, Any]:
-        request.current_app = self.admin_site.name
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "subtitle": None,
-            "opts": self.opts,
-            "run": run,
-            "run_url": self._url("change", run.pk),
-            "tree_url": self.tree_url(run.pk),
-            "media": self.media,
-        }
+        return page_context(
+            self,
+            request,
+            title,
+            run=run,
+            run_url=self._url("change", run.pk),
+            tree_url=self.tree_url(run.pk),
+        )
 
     def _load_snapshot(
         self, request: HttpRequest, run: WorkflowRun, snapshot_id: str

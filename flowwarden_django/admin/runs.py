@@ -19,12 +19,11 @@ shared with the approvals' pages).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import quote, unquote
-from django.http import HttpRequest, HttpResponse
+from django.contrib.admin.utils import quote
+from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -34,7 +33,13 @@ from ..models import Approval, WorkflowRun
 from ..streams.operations.status import instance_key
 from ..workflows.definition.registry import workflow_registry
 from ..workflows.operations.timeline import Timeline, load_timeline
-from .base import GuardedLookupsMixin, LargeTableAdminMixin, ReadOnlyAdminMixin
+from .base import (
+    ChangeContextMixin,
+    GuardedLookupsMixin,
+    LargeTableAdminMixin,
+    ReadOnlyAdminMixin,
+    fieldset_fields,
+)
 from .details import HealthDetailsMixin, error_text
 from .run_actions import RunActionsMixin
 from .run_columns import RunColumnsMixin, approval_url
@@ -64,6 +69,7 @@ class WorkflowRunAdmin(
     LargeTableAdminMixin,
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
+    ChangeContextMixin,
     admin.ModelAdmin,
 ):
     """Workflow runs: list, filter and inspect them, browse each run's snapshot tree,
@@ -133,32 +139,7 @@ class WorkflowRunAdmin(
     ]
     #: The runner token names its process's instance (``<hostname>:<pid>``).
     detail_fields = {"runner_text": "runner_key_text"}
-    readonly_fields = [
-        "coordination_id",
-        "workflow_name",
-        "workflow_version",
-        "status_icon",
-        "wake_at_text",
-        "last_step_text",
-        "head_snapshot",
-        "head_snapshot_id",
-        "idempotency_key",
-        "failure_reason_text",
-        "approvals_list",
-        "parent_run",
-        "child_runs",
-        "runner_text",
-        "runner_key_text",
-        "claimed_until_text",
-        "attempts",
-        "resume_input_json",
-        "created_at_text",
-        "updated_at_text",
-        "queue_text",
-        "queue_partition_text",
-        "queue_priority_text",
-        "queued_at_text",
-    ]
+    readonly_fields = [*fieldset_fields(fieldsets), "head_snapshot_id", "runner_key_text"]
 
     def has_snapshot_permission(self, request: HttpRequest) -> bool:
         """May the user read snapshots (``view_snapshotrecord``), as in the API?"""
@@ -260,14 +241,7 @@ class WorkflowRunAdmin(
 
     # -- the run's page --------------------------------------------------------------
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
-        run = self.get_object(request, unquote(object_id))
+    def change_page_context(self, request: HttpRequest, run: WorkflowRun | None) -> dict[str, Any]:
         tools: list[tuple[str, str, str]] = []
         if run is not None and self.has_snapshot_permission(request):
             tools.append(("tree", self.tree_url(run.pk), gettext("Snapshot tree")))
@@ -287,8 +261,7 @@ class WorkflowRunAdmin(
                 context["run_timeline"], context["run_timeline_error"] = self.timeline_of(
                     request, run
                 )
-        context.update(extra_context or {})
-        return super().change_view(request, object_id, form_url, context)
+        return context
 
 
 def _no_link(field: str) -> str:

@@ -24,7 +24,7 @@ from django.utils.translation import gettext
 from ..models import DefinedWorkflow, WorkflowRun
 from ..workflows.definition.metadata import NEXT_STEP
 from ..workflows.definition.registry import workflow_registry
-from .base import ReadOnlyAdminMixin, possible_value
+from .base import ReadOnlyAdminMixin, page_context, possible_value
 from .diagram import build_diagram, defined_workflows
 from .run_stores import run_store
 
@@ -74,15 +74,7 @@ class DefinedWorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def _context(self, request: HttpRequest, title: str) -> dict[str, Any]:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        request.current_app = self.admin_site.name
-        return {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "subtitle": None,
-            "opts": self.opts,
-            "runs_opts": WorkflowRun._meta,
-            "media": self.media,
-        }
+        return page_context(self, request, title, runs_opts=WorkflowRun._meta)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: Mapping[str, Any] | None = None
