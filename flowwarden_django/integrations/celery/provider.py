@@ -163,15 +163,32 @@ def send_step(
     if handoff is not None:
         # A header, not an argument: a worker of an earlier release ignores it.
         options["headers"] = {HANDOFF_HEADER: handoff}
-    kwargs = {
+    kwargs = _step_fields(coordination_id, definition.name, definition.version, head, origin, input)
+    app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
+
+
+def _step_fields(
+    coordination_id: str,
+    workflow: str,
+    version: int,
+    head: str | None,
+    origin: str,
+    input: Any,
+    handbacks: int | None = None,
+) -> dict[str, Any]:
+    """The step task's keyword arguments (``handbacks`` only when given: a first
+    publication leaves it to the task's default)."""
+    fields = {
         "coordination_id": coordination_id,
-        "workflow": definition.name,
-        "version": definition.version,
+        "workflow": workflow,
+        "version": version,
         "head": head,
         "origin": origin,
         "input": input,
     }
-    app.send_task(STEP_TASK, kwargs=kwargs, kwargsrepr=_kwargs_repr(kwargs), **options)
+    if handbacks is not None:
+        fields["handbacks"] = handbacks
+    return fields
 
 
 def _kwargs_repr(kwargs: dict[str, Any]) -> str:
@@ -521,15 +538,9 @@ def run_step(
         logger.info("workflow %s (%s): step task dropped: %s", workflow, coordination_id, exc)
         return {"coordination_id": coordination_id, "status": "dropped", "reason": str(exc)}
     except VersionNotDefinedError as exc:
-        fields = {
-            "coordination_id": coordination_id,
-            "workflow": exc.workflow_name,
-            "version": exc.version,
-            "head": head,
-            "origin": origin,
-            "input": input,
-            "handbacks": handbacks,
-        }
+        fields = _step_fields(
+            coordination_id, exc.workflow_name, exc.version, head, origin, input, handbacks
+        )
         return _hand_back(task, coordination_id, exc, fields)
     handed, again = _handed(task, coordination_id, head)
     # The token this step hands the run on to: the same for a redelivery or a retry of
@@ -542,15 +553,9 @@ def run_step(
     if handbacks < MAX_SILENT_HANDBACKS and silent_database(using):
         # Reserved before this worker's consumer was paused (``silence``): a healthy
         # worker takes it, and nothing here has touched the database.
-        fields = {
-            "coordination_id": coordination_id,
-            "workflow": definition.name,
-            "version": definition.version,
-            "head": head,
-            "origin": origin,
-            "input": input,
-            "handbacks": handbacks,
-        }
+        fields = _step_fields(
+            coordination_id, definition.name, definition.version, head, origin, input, handbacks
+        )
         return _hand_back_silent(task, definition, using, fields, handed)
     outcome = {"coordination_id": coordination_id, "workflow": definition.name}
     try:
