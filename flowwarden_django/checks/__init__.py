@@ -32,7 +32,8 @@ E101-E113, E115-E123 and W101-W107 (``streams/validation.py``); E114 a ``MONGO_C
 alias without a MongoDB URL. W401 (``check --deploy`` only) the API's password throttle
 counts per IP but ``REST_FRAMEWORK["NUM_PROXIES"]`` is unset, so that count trusts a
 client's own ``X-Forwarded-For``. E014 ``DEAD_CONNECTION_TIMEOUT`` is below 3 s;
-E015 ``CELERY_VISIBILITY_TIMEOUT`` is below 3 s;
+E015 ``CELERY_VISIBILITY_TIMEOUT`` is below 3 s; E016 a database applied some, not
+all, of the migrations a squashed migration replaces;
 W501 (``check --deploy`` only) a PostgreSQL database's ``OPTIONS`` lack libpq's keepalive
 timings or ``tcp_user_timeout``, so a silent network partition goes unnoticed for
 minutes; W510 (``check --deploy`` only) the Celery app's broker or result backend
@@ -41,8 +42,8 @@ connections lack the heartbeat, timeouts and keepalives that notice one.
 The checks live in one module per area: ``configuration`` (the ``FLOWWARDEN`` setting
 itself), ``stores`` (the backends of each alias), ``streams``, ``workflows``,
 ``approvals``, ``transactional`` (transactional steps), ``queues``, ``endpoints``
-(health details, metrics, the API's password throttle) and ``network`` (bounds on
-silent partitions). Importing this package
+(health details, metrics, the API's password throttle), ``network`` (bounds on
+silent partitions) and ``migrations`` (the squashed migrations). Importing this package
 registers every one of them.
 """
 
@@ -58,6 +59,7 @@ from .endpoints import (
     check_password_throttle_proxies,
     check_public_health_details,
 )
+from .migrations import check_squashed_migrations
 from .network import check_postgres_keepalives
 from .queues import check_declared_queues, check_runs_on_unknown_queues, check_workflow_queues
 from .stores import check_checkpoint_stores, check_snapshot_encryption
@@ -88,6 +90,7 @@ __all__ = [
     "check_setting_keys",
     "check_settings",
     "check_snapshot_encryption",
+    "check_squashed_migrations",
     "check_stranded_runs",
     "check_streams",
     "check_temporal",

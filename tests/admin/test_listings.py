@@ -270,7 +270,7 @@ def test_the_admin_searches_are_read_through_trigram_indexes_on_postgresql(
     lane: str, on_lane: None
 ) -> None:
     """The admin's "contains" searches of approvals and runs (``icontains`` on each
-    search field) match the expressions of migration 0009's trigram indexes, so a
+    search field) match the expressions of migration 0017's trigram indexes, so a
     search of a large table reads an index instead of every row."""
     from django.contrib import admin
     from django.test import RequestFactory

@@ -175,7 +175,7 @@ def test_the_package_root_holds_only_the_app_plumbing() -> None:
     # The system checks, one module per area, all registered by importing the package.
     assert {path.stem for path in (PACKAGE / "checks").glob("*.py")} == {
         "__init__", "configuration", "stores", "streams", "workflows", "approvals", "queues",
-        "endpoints", "network", "transactional",
+        "endpoints", "network", "transactional", "migrations",
     }  # fmt: skip
 
 

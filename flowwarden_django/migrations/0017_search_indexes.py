@@ -1,6 +1,8 @@
 # The admin's searches on PostgreSQL (issue 29, part 5): "contains" searches of the
 # approvals (prompt, coordination id) and of the runs (coordination id, idempotency
 # key) through trigram indexes, instead of reading the whole table for every search.
+# Was migration 0009, which this one replaces; it stands alone, after the squashed
+# ones, because it cannot run in a transaction.
 #
 # Django's admin searches with ``icontains``: on PostgreSQL,
 # ``UPPER("column"::text) LIKE UPPER('%term%')``; each index is on that very
@@ -34,8 +36,8 @@ def _has_trigrams(cursor):
         logger.warning(
             "flowwarden_django: the pg_trgm extension could not be created (%s); the admin's "
             "searches of approvals and runs are not indexed. Run CREATE EXTENSION pg_trgm "
-            "as a superuser, then `manage.py migrate flowwarden_django 0008` and "
-            "`manage.py migrate flowwarden_django`.",
+            "as a superuser, then `manage.py migrate flowwarden_django "
+            "0005_squashed_0016_defined_workflows` and `manage.py migrate flowwarden_django`.",
             exc,
         )
         return False
@@ -67,8 +69,12 @@ class Migration(migrations.Migration):
 
     atomic = False
 
+    replaces = [
+        ('flowwarden_django', '0009_search_indexes'),
+    ]
+
     dependencies = [
-        ('flowwarden_django', '0008_listing_indexes'),
+        ('flowwarden_django', '0005_squashed_0016_defined_workflows'),
     ]
 
     operations = [
