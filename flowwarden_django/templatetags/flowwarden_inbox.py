@@ -4,6 +4,8 @@ title; ``—`` for none::
 
     {% load flowwarden_inbox %}
     {{ approval.expires_at|moment }}
+
+and ``{% column_heads %}`` of ``flowwarden_admin``, for the inbox's tables.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..common.formatting import NONE_TEXT, relative_time
+from .flowwarden_admin import column_heads
 
 register = template.Library()
+register.simple_tag(column_heads)
 
 
 @register.filter
