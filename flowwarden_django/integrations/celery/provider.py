@@ -79,6 +79,7 @@ from ...workflows.runs.records import (
     new_handoff_token,
     run_lease,
 )
+from ..remote_steps import RemoteStepWorkflow
 from .silence import MAX_SILENT_HANDBACKS, silent_database
 
 if TYPE_CHECKING:
@@ -323,9 +324,10 @@ class CeleryExecutionProvider(RemoteExecutionProvider):
 # -- the step task's body ----------------------------------------------------------------
 
 
-class _StepWorkflow(Workflow):
+class _StepWorkflow(RemoteStepWorkflow):
     """The workflow a step task runs: its claim also checks that the task is still
-    wanted, so the check and the step cannot be separated by another runner."""
+    wanted (at snapshot *head*), so the check and the step cannot be separated by
+    another runner."""
 
     executed_by = "celery"
 
@@ -337,17 +339,8 @@ class _StepWorkflow(Workflow):
         origin: str,
         held_by: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(
-            definition.name,
-            coordination_id,
-            definition.steps,
-            definition.store,
-            using=definition.using,
-            version=definition.version,
-        )
+        super().__init__(definition, coordination_id, origin, held_by)
         self.expected_head = head
-        self.origin = origin
-        self.held_by = held_by
 
     def _claim_terms(self) -> ClaimTerms:
         # The claim is taken only while the task is current (the head it continues

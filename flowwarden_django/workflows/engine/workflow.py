@@ -56,6 +56,7 @@ from ..runs.records import (
     HANDOFF_PREFIX,
     ClaimTerms,
     ConcurrentRunError,
+    RunClaim,
     RunRecords,
     RunStatus,
     UnknownRunError,
@@ -370,7 +371,8 @@ class Workflow(RunMessaging):
         lease = run_lease()
         token = new_runner_token()
         try:
-            take(self, runs, token, lease, None)
+            claim = RunClaim(self._coordination_id, self._name, token, lease, None, self._version)
+            take(self, runs, claim)
         except ConcurrentRunError as exc:
             # Running from step to step (``handoff``): seeded long ago, and held
             # between steps for the whole run; its head is read without a claim.
