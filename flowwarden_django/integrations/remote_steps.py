@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from ..workflows.definition.registry import RegisteredWorkflow
 from ..workflows.engine.workflow import Workflow
+from ..workflows.runs.records import ClaimTerms
 
 
 class RemoteStepWorkflow(Workflow):
     """The workflow a remote step runner runs: one version of a registered
     workflow (*definition*) for one coordination, asked for by *origin* (``run``, a
     wake, the next step...), which may take the run from the hand-off tokens
-    *held_by*. Subclasses name the terms of its claim (``_claim_terms``) and why a
-    refused claim means the step is no longer wanted (``_stale``)."""
+    *held_by*. Subclasses say why a refused claim means the step is no longer
+    wanted (``_stale``), and may claim on stricter terms (``_claim_terms``)."""
 
     def __init__(
         self,
@@ -32,3 +33,9 @@ class RemoteStepWorkflow(Workflow):
         )
         self.origin = origin
         self.held_by = held_by
+
+    def _claim_terms(self) -> ClaimTerms:
+        # A paused or finished run is claimed only for run() / resume() (a "run"
+        # wake); the input is stored with the claim, in one statement with (ORM
+        # store) the head's read. A run handed on is taken from its hand-off tokens.
+        return ClaimTerms(running_only=self.origin != "run", held_by=self.held_by)

@@ -79,12 +79,6 @@ class _ActivityWorkflow(RemoteStepWorkflow):
 
     executed_by = "temporal"
 
-    def _claim_terms(self) -> ClaimTerms:
-        # A paused or finished run is claimed only by a "run" wake; the input is
-        # stored with the claim, in one statement with (ORM store) the head's read.
-        # A run handed on is taken from its hand-off tokens (``_run_step``).
-        return ClaimTerms(running_only=self.origin != "run", held_by=self.held_by)
-
     def _stale(self, current: Any, terms: ClaimTerms) -> None:
         if terms.running_only and current.status != RunStatus.RUNNING:
             raise StaleStep(f"the run is {current.status}")
