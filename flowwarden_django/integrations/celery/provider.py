@@ -73,7 +73,6 @@ from ...workflows.runs.records import (
     ConcurrentRunError,
     LeaseLostError,
     RunRecords,
-    RunStatus,
     RunVersionError,
     UnknownRunError,
     new_handoff_token,
@@ -330,6 +329,7 @@ class _StepWorkflow(RemoteStepWorkflow):
     another runner."""
 
     executed_by = "celery"
+    stale_error = StaleStepError
 
     def __init__(
         self,
@@ -358,17 +358,12 @@ class _StepWorkflow(RemoteStepWorkflow):
         )
 
     def _stale(self, current: WorkflowRun, terms: ClaimTerms) -> None:
-        reason = _stale_reason(current, self.expected_head, self.origin)
-        if reason:
-            raise StaleStepError(reason)
-
-
-def _stale_reason(record: WorkflowRun, head: str | None, origin: str) -> str:
-    if record.head_snapshot_id != head:
-        return f"the run moved on from snapshot {head} to {record.head_snapshot_id}"
-    if origin != Origin.RUN and record.status != RunStatus.RUNNING:
-        return f"the run is {record.status}; only run() or resume() continues it"
-    return ""
+        head = self.expected_head
+        if current.head_snapshot_id != head:
+            raise StaleStepError(
+                f"the run moved on from snapshot {head} to {current.head_snapshot_id}"
+            )
+        super()._stale(current, terms)
 
 
 def _definition(

@@ -32,7 +32,6 @@ from ...workflows.execution.handoff import Handoff, taken_from
 from ...workflows.operations.recovery import position_of, wake_due_run
 from ...workflows.operations.schedule_ticks import interval_tick, late, start_for_tick
 from ...workflows.runs.records import (
-    ClaimTerms,
     ConcurrentRunError,
     LeaseLostError,
     RunRecords,
@@ -78,10 +77,7 @@ class _ActivityWorkflow(RemoteStepWorkflow):
     """The workflow a step activity runs: its claim also checks that the step is wanted."""
 
     executed_by = "temporal"
-
-    def _stale(self, current: Any, terms: ClaimTerms) -> None:
-        if terms.running_only and current.status != RunStatus.RUNNING:
-            raise StaleStep(f"the run is {current.status}")
+    stale_error = StaleStep
 
     def run(self, initial_state: Any = None) -> WorkflowResult:
         """The run was woken while this activity ran its step: a wait for a message
