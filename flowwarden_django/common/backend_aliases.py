@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -15,6 +16,7 @@ from ..exceptions import InvalidCheckpointStoreError
 B = TypeVar("B")
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class BackendAliases(Generic[B]):
     """Process-wide registry of one kind of configured backend, one instance per alias.
 
@@ -22,19 +24,12 @@ class BackendAliases(Generic[B]):
     class every ``BACKEND`` must subclass, ``kind`` how messages name it.
     """
 
-    def __init__(
-        self,
-        key: str,
-        base: type[B],
-        kind: str,
-        error: type[Exception] = InvalidCheckpointStoreError,
-    ) -> None:
-        self.key = key
-        self.base = base
-        self.kind = kind
-        self.error = error
-        self._backends: dict[str, B] = {}
-        self._lock = threading.Lock()
+    key: str
+    base: type[B]
+    kind: str
+    error: type[Exception] = InvalidCheckpointStoreError
+    _backends: dict[str, B] = dataclasses.field(default_factory=dict, init=False)
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
 
     @property
     def setting(self) -> str:

@@ -34,6 +34,7 @@ from flowwarden_django.workflows.definition.results import Running
 from flowwarden_django.workflows.runs.records import (
     ClaimTerms,
     LeaseLostError,
+    RunClaim,
     RunConflictError,
     RunRecords,
     UnknownRunError,
@@ -140,7 +141,9 @@ def test_a_new_run_s_opening_returns_only_what_the_database_sets(alias: str) -> 
     stored, column by column."""
     cid = new_cid()
     runs = RunRecords(alias)
-    new = runs.create_claimed_statement(cid, "path", new_runner_token(), timedelta(seconds=30))
+    new = runs.create_claimed_statement(
+        RunClaim(cid, "path", new_runner_token(), timedelta(seconds=30))
+    )
     assert new is not None
     sql, params = new.statement
     assert sql.endswith('RETURNING "claimed_until", TRUE AS "created"')
@@ -225,7 +228,7 @@ def test_the_claim_creates_or_takes_a_run(alias: str) -> None:
     first, second = new_runner_token(), new_runner_token()
     lease = timedelta(minutes=5)
 
-    run = runs.claim_or_create(cid, "w", first, lease, resume_input={"go": 1})
+    run = runs.claim_or_create(RunClaim(cid, "w", first, lease, resume_input={"go": 1}))
     assert (run.runner, run.status, run.attempts, run.resume_input) == (
         first,
         RunStatus.RUNNING,
@@ -235,17 +238,17 @@ def test_the_claim_creates_or_takes_a_run(alias: str) -> None:
     assert run.claimed_until > timezone.now() + timedelta(minutes=4)
     assert runs.get(cid).resume_input == {"go": 1}
     with pytest.raises(ConcurrentRunError, match="is being run by"):
-        runs.claim_or_create(cid, "w", second, lease)
+        runs.claim_or_create(RunClaim(cid, "w", second, lease))
     with pytest.raises(RunConflictError, match="is a run of workflow 'w', not 'other'"):
-        runs.claim_or_create(cid, "other", second, lease)
+        runs.claim_or_create(RunClaim(cid, "other", second, lease))
 
     runs.release(cid, first)
-    run = runs.claim_or_create(cid, "w", second, lease)  # a resume: not a retry
+    run = runs.claim_or_create(RunClaim(cid, "w", second, lease))  # a resume: not a retry
     assert (run.runner, run.attempts, run.resume_input) == (second, 0, {"go": 1})
     WorkflowRun.objects.using(alias).filter(pk=cid).update(
         claimed_until=timezone.now() - timedelta(seconds=1)
     )
-    run = runs.claim_or_create(cid, "w", first, lease, resume_input=["again"])
+    run = runs.claim_or_create(RunClaim(cid, "w", first, lease, resume_input=["again"]))
     assert (run.runner, run.attempts, run.resume_input) == (first, 1, ["again"])  # taken over
     stored = runs.get(cid)
     assert (stored.runner, stored.attempts, stored.resume_input) == (first, 1, ["again"])
@@ -475,7 +478,7 @@ def test_a_provider_claim_commits_without_waiting_for_the_wal_flush_only_for_its
         cursor.execute("SET synchronous_commit = off")
     runs = RunRecords(alias)
     claim = runs.claim_statement_for(
-        cid, "path", "r", timedelta(seconds=30), ClaimTerms(), resume_input={"go": True}
+        RunClaim(cid, "path", "r", timedelta(seconds=30), resume_input={"go": True}), ClaimTerms()
     )
     assert claim is not None and "synchronous_commit" not in claim[0]
 

@@ -73,12 +73,12 @@ from ...workflows.runs.records import (
     ConcurrentRunError,
     LeaseLostError,
     RunRecords,
-    RunStatus,
     RunVersionError,
     UnknownRunError,
     new_handoff_token,
     run_lease,
 )
+from ..remote_steps import RemoteStepWorkflow
 from .silence import MAX_SILENT_HANDBACKS, silent_database
 
 if TYPE_CHECKING:
@@ -323,11 +323,13 @@ class CeleryExecutionProvider(RemoteExecutionProvider):
 # -- the step task's body ----------------------------------------------------------------
 
 
-class _StepWorkflow(Workflow):
+class _StepWorkflow(RemoteStepWorkflow):
     """The workflow a step task runs: its claim also checks that the task is still
-    wanted, so the check and the step cannot be separated by another runner."""
+    wanted (at snapshot *head*), so the check and the step cannot be separated by
+    another runner."""
 
     executed_by = "celery"
+    stale_error = StaleStepError
 
     def __init__(
         self,
@@ -337,17 +339,8 @@ class _StepWorkflow(Workflow):
         origin: str,
         held_by: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(
-            definition.name,
-            coordination_id,
-            definition.steps,
-            definition.store,
-            using=definition.using,
-            version=definition.version,
-        )
+        super().__init__(definition, coordination_id, origin, held_by)
         self.expected_head = head
-        self.origin = origin
-        self.held_by = held_by
 
     def _claim_terms(self) -> ClaimTerms:
         # The claim is taken only while the task is current (the head it continues
@@ -365,17 +358,12 @@ class _StepWorkflow(Workflow):
         )
 
     def _stale(self, current: WorkflowRun, terms: ClaimTerms) -> None:
-        reason = _stale_reason(current, self.expected_head, self.origin)
-        if reason:
-            raise StaleStepError(reason)
-
-
-def _stale_reason(record: WorkflowRun, head: str | None, origin: str) -> str:
-    if record.head_snapshot_id != head:
-        return f"the run moved on from snapshot {head} to {record.head_snapshot_id}"
-    if origin != Origin.RUN and record.status != RunStatus.RUNNING:
-        return f"the run is {record.status}; only run() or resume() continues it"
-    return ""
+        head = self.expected_head
+        if current.head_snapshot_id != head:
+            raise StaleStepError(
+                f"the run moved on from snapshot {head} to {current.head_snapshot_id}"
+            )
+        super()._stale(current, terms)
 
 
 def _definition(

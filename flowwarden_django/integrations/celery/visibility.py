@@ -31,12 +31,12 @@ long tasks would be restored while they run.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 from celery import bootsteps
 
+from ...common.daemon_threads import DaemonThread
 from ...common.durations import parse_duration
 from ...common.failure_log import FailureLog
 from ...conf import fw_settings
@@ -84,28 +84,19 @@ def renew_interval(timeout: float) -> float:
     return max(0.5, timeout / RENEWALS_PER_TIMEOUT)
 
 
-class VisibilityRenewal:
+class VisibilityRenewal(DaemonThread):
     """Renews, every third of the visibility timeout, the ``unacked_index`` time of the
     messages the worker *worker* (a ``WorkController``) holds on a Redis broker, on a
     daemon thread from :meth:`start` until :meth:`stop`."""
 
+    stop_timeout = 5.0
+
     def __init__(self, worker: Any) -> None:
         self.worker = worker
         self.renewed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._work, name="fw-visibility-renewal", daemon=True
-        )
+        super().__init__("fw-visibility-renewal")
         self._clients: dict[int, Any] = {}
         self.failure_log = FailureLog(logger, "Celery: renewing the held messages' visibility")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float | None = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def channel(self) -> Any:
         """The Redis channel the worker takes its tasks on, or ``None`` (not connected

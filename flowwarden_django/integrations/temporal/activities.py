@@ -28,12 +28,10 @@ from ...workflows.definition.registry import (
 from ...workflows.definition.results import Running, WaitingForSlot, WorkflowResult
 from ...workflows.definition.steps import step_after
 from ...workflows.engine.calling import StepAttemptFailed
-from ...workflows.engine.workflow import Workflow
 from ...workflows.execution.handoff import Handoff, taken_from
 from ...workflows.operations.recovery import position_of, wake_due_run
 from ...workflows.operations.schedule_ticks import interval_tick, late, start_for_tick
 from ...workflows.runs.records import (
-    ClaimTerms,
     ConcurrentRunError,
     LeaseLostError,
     RunRecords,
@@ -44,6 +42,7 @@ from ...workflows.runs.records import (
 )
 from ...workflows.waiting.approvals.reminders import next_due_at, remind_and_escalate_due
 from ...workflows.waiting.approvals.sweep import expire_due_approvals
+from ..remote_steps import RemoteStepWorkflow
 from .config import TemporalConfig
 from .handback import LapseWatch, refuse_while_silent
 from .messages import (
@@ -74,38 +73,11 @@ class StaleStep(Exception):
     or finished run is continued only by a wake."""
 
 
-class _ActivityWorkflow(Workflow):
+class _ActivityWorkflow(RemoteStepWorkflow):
     """The workflow a step activity runs: its claim also checks that the step is wanted."""
 
     executed_by = "temporal"
-
-    def __init__(
-        self,
-        definition: RegisteredWorkflow,
-        coordination_id: str,
-        origin: str,
-        held_by: tuple[str, ...] = (),
-    ):
-        super().__init__(
-            definition.name,
-            coordination_id,
-            definition.steps,
-            definition.store,
-            using=definition.using,
-            version=definition.version,
-        )
-        self.origin = origin
-        self.held_by = held_by
-
-    def _claim_terms(self) -> ClaimTerms:
-        # A paused or finished run is claimed only by a "run" wake; the input is
-        # stored with the claim, in one statement with (ORM store) the head's read.
-        # A run handed on is taken from its hand-off tokens (``_run_step``).
-        return ClaimTerms(running_only=self.origin != "run", held_by=self.held_by)
-
-    def _stale(self, current: Any, terms: ClaimTerms) -> None:
-        if terms.running_only and current.status != RunStatus.RUNNING:
-            raise StaleStep(f"the run is {current.status}")
+    stale_error = StaleStep
 
     def run(self, initial_state: Any = None) -> WorkflowResult:
         """The run was woken while this activity ran its step: a wait for a message

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -58,6 +59,8 @@ PAUSED = (
     "waiting_message",
     "waiting_slot",
 )
+T = TypeVar("T")
+
 #: Activities that only read or expire (not steps): short, retried until they work.
 QUICK = timedelta(seconds=60)
 #: Seconds added to a step's own ``timeout`` for its activity's start-to-close timeout:
@@ -281,13 +284,7 @@ class RunWorkflow:
         request = StepRequest(
             start.coordination_id, start.workflow, "refresh", None, start.using, self._version
         )
-        return await workflow.execute_activity(
-            activity,
-            request,
-            result_type=RunReport,
-            start_to_close_timeout=QUICK,
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
-        )
+        return await _execute_quick(activity, request, RunReport)
 
 
 @workflow.defn(name=SCHEDULED_START_TYPE)
@@ -301,10 +298,16 @@ class ScheduledStartWorkflow:
         scheduled = workflow.info().typed_search_attributes.get(key)
         if scheduled is not None:
             start = dataclasses.replace(start, scheduled_at=scheduled.isoformat())
-        return await workflow.execute_activity(
-            SCHEDULED_START_ACTIVITY,
-            start,
-            result_type=str,
-            start_to_close_timeout=QUICK,
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
-        )
+        return await _execute_quick(SCHEDULED_START_ACTIVITY, start, str)
+
+
+async def _execute_quick(activity: str, argument: Any, result_type: type[T]) -> T:
+    """Run a short activity (``QUICK``: a read, an expiry, a scheduled start), retried
+    until it works."""
+    return await workflow.execute_activity(
+        activity,
+        argument,
+        result_type=result_type,
+        start_to_close_timeout=QUICK,
+        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+    )

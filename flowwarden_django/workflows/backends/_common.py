@@ -47,15 +47,12 @@ def unreadable(snapshot: WorkflowSnapshot | Any, exc: Exception) -> UnreadableSn
         type(exc).__name__,
         exc,
     )
-    return UnreadableSnapshot(
-        id=snapshot.id,
-        coordination_id=snapshot.coordination_id,
-        parent_id=snapshot.parent_id,
-        agent_name=snapshot.agent_name,
-        seq=snapshot.seq,
-        created_at=snapshot.created_at,
-        error=f"{type(exc).__name__}: {exc}"[:200],
-    )
+    place = {name: getattr(snapshot, name) for name in _PLACE_FIELDS}
+    return UnreadableSnapshot(**place, error=f"{type(exc).__name__}: {exc}"[:200])
+
+
+#: What an ``UnreadableSnapshot`` keeps of its row: its place in the chain.
+_PLACE_FIELDS = ("id", "coordination_id", "parent_id", "agent_name", "seq", "created_at")
 
 
 _dump_metadata = json_text_encoder(sort_keys=True)

@@ -209,6 +209,18 @@ def hibernate(state: Any, *, to: str | None = None) -> Hibernate:
     return Hibernate(state, to=check_jump_target(to))
 
 
+def deadline_after(duration: float | timedelta, what: str) -> datetime:
+    """Now + *duration* (seconds or a ``timedelta``): when a sleep for it, or a wait
+    with it as its timeout, ends. ``TypeError`` / ``ValueError`` (naming the
+    parameter *what*) unless it is a finite duration >= 0."""
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{what} must be seconds or a timedelta, not {duration!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be a finite duration >= 0, not {duration!r}")
+    return timezone.now() + timedelta(seconds=seconds)
+
+
 def sleep(
     state: Any,
     for_: float | timedelta | None = None,
@@ -223,12 +235,7 @@ def sleep(
     if (for_ is None) == (until is None):
         raise ValueError("sleep() takes exactly one of for_= and until=")
     if until is None:
-        seconds = for_.total_seconds() if isinstance(for_, timedelta) else for_
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise TypeError(f"for_ must be seconds or a timedelta, not {for_!r}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"for_ must be a finite duration >= 0, not {for_!r}")
-        until = timezone.now() + timedelta(seconds=seconds)
+        until = deadline_after(for_, "for_")  # type: ignore[arg-type]
     elif not isinstance(until, datetime) or timezone.is_naive(until):
         raise ValueError(f"until must be an aware datetime, not {until!r}")
     return Sleep(state, wake_at=until, to=check_jump_target(to))

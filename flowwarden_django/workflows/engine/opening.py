@@ -13,7 +13,7 @@ from ...common import tracing
 from ...common.app_models import models
 from ..definition.metadata import LAST_STEP, WORKFLOW_DONE, WORKFLOW_NAME
 from ..execution.handoff import Handoff
-from ..runs.records import ClaimTerms, ConcurrentRunError, RunRecords, RunStatus
+from ..runs.records import ClaimTerms, ConcurrentRunError, RunClaim, RunRecords, RunStatus
 from ..storage.snapshot import WorkflowSnapshot, new_snapshot_id
 from ..storage.store import SnapshotConflictError, SnapshotStore
 
@@ -159,42 +159,38 @@ def open_run(
     (``OrmSnapshotStore.open_run``), or the latest snapshot of a run claimed on
     terms (``OrmSnapshotStore.claim_run``)."""
     store = workflow.store
-    cid = workflow.coordination_id
+    claim = RunClaim(workflow.coordination_id, workflow.name, token, lease, input, workflow.version)
     terms = workflow._claim_terms()
     try:
         if terms is None:
-            opened = _open_or_seed(workflow, runs, store, token, lease, input, initial_state)
+            opened = _open_or_seed(workflow, runs, store, claim, initial_state)
         else:
-            opened = _open_on_terms(workflow, runs, store, token, lease, input, terms)
+            opened = _open_on_terms(workflow, runs, store, claim, terms)
     except DatabaseError:
         from ..execution.releases import release_after_failed_claim
 
-        release_after_failed_claim(runs, cid, token)
+        release_after_failed_claim(runs, claim.coordination_id, token)
         raise
     if opened is not None:
         return opened
-    return Opened(take(workflow, runs, token, lease, input))
+    return Opened(take(workflow, runs, claim))
 
 
 def _open_or_seed(
     workflow: Workflow,
     runs: RunRecords,
     store: SnapshotStore,
-    token: str,
-    lease: Any,
-    input: Any,
+    claim: RunClaim,
     initial_state: Any,
 ) -> Opened | None:
     opener = getattr(store, "open_run", None)
     if opener is None:
         return None
-    cid, name = workflow.coordination_id, workflow.name
-    version = workflow.version
     seed = None
     # Most likely a new run: creating it is cheaper than the claim's upsert.
     new = (
-        runs.create_claimed_statement(cid, name, token, lease, version)
-        if initial_state is not None and input is None
+        runs.create_claimed_statement(claim)
+        if initial_state is not None and claim.resume_input is None
         else None
     )
     if new is not None:
@@ -206,35 +202,25 @@ def _open_or_seed(
         if row is not None:
             return Opened.of(new.record(row), seeded)
         # The run exists (nothing was written): claim it.
-    claim = runs.claim_statement(cid, name, token, lease, input, version)
-    if claim is None:
+    statement = runs.claim_statement(claim)
+    if statement is None:
         return None
-    opened = opener(seed or seed_snapshot(workflow, initial_state), claim, run_using=runs.db)
+    opened = opener(seed or seed_snapshot(workflow, initial_state), statement, run_using=runs.db)
     if opened is None:
         return None
     row, seeded = opened
     if row is None:
-        runs.refused(cid, name, version)  # raises, unless the run was deleted meanwhile
+        # Raises, unless the run was deleted meanwhile.
+        runs.refused(claim.coordination_id, claim.workflow_name, claim.workflow_version)
         return None
     return Opened.of(runs.claimed(row), seeded)
 
 
 def _open_on_terms(
-    workflow: Workflow,
-    runs: RunRecords,
-    store: SnapshotStore,
-    token: str,
-    lease: Any,
-    input: Any,
-    terms: ClaimTerms,
+    workflow: Workflow, runs: RunRecords, store: SnapshotStore, claim: RunClaim, terms: ClaimTerms
 ) -> Opened | None:
     claimer = getattr(store, "claim_run", None)
-    cid, name = workflow.coordination_id, workflow.name
-    statement = (
-        None
-        if claimer is None
-        else runs.claim_statement_for(cid, name, token, lease, terms, input, workflow.version)
-    )
+    statement = None if claimer is None else runs.claim_statement_for(claim, terms)
     if statement is None:
         return None
     found = claimer(statement, run_using=runs.db)
@@ -246,38 +232,32 @@ def _open_on_terms(
     return Opened(runs.claimed(row), latest, head_known=True)
 
 
-def take(workflow: Workflow, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
+def take(workflow: Workflow, runs: RunRecords, claim: RunClaim) -> WorkflowRun:
     """``_claim``, and when a database error breaks it off, let go of the claim it
     may have taken already (the ``UPDATE`` committed, then reading the row back
-    failed): nobody else knows *token*, so the run would wait for the whole lease."""
+    failed): nobody else knows the claim's runner token, so the run would wait for
+    the whole lease."""
     try:
-        return _claim(workflow, runs, token, lease, input)
+        return _claim(workflow, runs, claim)
     except DatabaseError:
         from ..execution.releases import release_after_failed_claim
 
-        release_after_failed_claim(runs, workflow.coordination_id, token)
+        release_after_failed_claim(runs, claim.coordination_id, claim.runner)
         raise
 
 
-def _claim(workflow: Workflow, runs: RunRecords, token: str, lease: Any, input: Any) -> WorkflowRun:
+def _claim(workflow: Workflow, runs: RunRecords, claim: RunClaim) -> WorkflowRun:
     terms = workflow._claim_terms()
     if terms is None:
-        return runs.claim_or_create(
-            workflow.coordination_id,
-            workflow.name,
-            token,
-            lease,
-            resume_input=input,
-            workflow_version=workflow.version,
-        )
+        return runs.claim_or_create(claim)
     try:
         return runs.claim(
-            workflow.coordination_id,
-            token,
-            lease,
-            resume_input=input,
-            workflow_name=workflow.name,
-            workflow_version=workflow.version,
+            claim.coordination_id,
+            claim.runner,
+            claim.lease,
+            resume_input=claim.resume_input,
+            workflow_name=claim.workflow_name,
+            workflow_version=claim.workflow_version,
             where=terms.as_q(),
             held_by=terms.held_by,
         )

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, cast
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
-from ...common.async_twins import thread_sensitive_method_twin
+from ...common.async_twins import method_twin
 from ...common.user_input import check_resume_input
 from ..definition.checks import check_name, check_steps, check_version
 from ..definition.graph import WorkflowGraph, continue_index, graph_of
@@ -56,6 +56,7 @@ from ..runs.records import (
     HANDOFF_PREFIX,
     ClaimTerms,
     ConcurrentRunError,
+    RunClaim,
     RunRecords,
     RunStatus,
     UnknownRunError,
@@ -202,7 +203,7 @@ class Workflow(RunMessaging):
             check_resume_input(input)
         return resolve_provider().run(self, None, input)
 
-    arun = thread_sensitive_method_twin(
+    arun = method_twin(
         run,
         """``run()`` from async code: same result, errors and snapshot signals.
 
@@ -216,7 +217,7 @@ class Workflow(RunMessaging):
         """,
     )
 
-    aresume = thread_sensitive_method_twin(
+    aresume = method_twin(
         resume,
         """``resume(input)`` from async code: same result, errors and snapshot signals.
 
@@ -232,7 +233,7 @@ class Workflow(RunMessaging):
         cancelled. ``UnknownRunError`` when there is no run."""
         return cancel_run(self, reason, by=by)
 
-    acancel = thread_sensitive_method_twin(cancel, """``cancel()`` from async code.""")
+    acancel = method_twin(cancel, """``cancel()`` from async code.""")
 
     def run_local(
         self,
@@ -370,7 +371,8 @@ class Workflow(RunMessaging):
         lease = run_lease()
         token = new_runner_token()
         try:
-            take(self, runs, token, lease, None)
+            claim = RunClaim(self._coordination_id, self._name, token, lease, None, self._version)
+            take(self, runs, claim)
         except ConcurrentRunError as exc:
             # Running from step to step (``handoff``): seeded long ago, and held
             # between steps for the whole run; its head is read without a claim.
@@ -476,7 +478,7 @@ class Workflow(RunMessaging):
             )
         return fork_snapshot(self.store, snapshot_id, new_state, using=self.runs.db)
 
-    afork = thread_sensitive_method_twin(
+    afork = method_twin(
         fork,
         """``fork(snapshot_id, new_state)`` from async code: same snapshot, errors
         (``UnknownSnapshotError``, ...) and ``snapshot_forked`` signal.
@@ -683,7 +685,7 @@ class WorkflowDefinition:
             placed=placed,
         )
 
-    astart = thread_sensitive_method_twin(
+    astart = method_twin(
         start,
         """``start()`` from async code; ``thread_sensitive=True`` (see ``Workflow.astart``).""",
     )

@@ -82,6 +82,7 @@ def whole_event(event: JournalEvent) -> Mapping[str, Any]:
     return dataclasses.asdict(event)
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class CheckpointingJournal:
     """Decorates a journal (optional) and records events as snapshot chains in *store*.
 
@@ -90,21 +91,14 @@ class CheckpointingJournal:
     coordination's newest snapshot (from the store after a restart).
     """
 
-    def __init__(
-        self,
-        store: SnapshotStore,
-        *,
-        delegate: Journal | None = None,
-        snapshot_filter: EventFilter = on_every_event,
-        extractor: StateExtractor = event_data,
-    ) -> None:
-        self.store = store
-        self.delegate = delegate
-        self.snapshot_filter = snapshot_filter
-        self.extractor = extractor
-        self._heads: dict[str, str] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+    store: SnapshotStore
+    _: dataclasses.KW_ONLY
+    delegate: Journal | None = None
+    snapshot_filter: EventFilter = on_every_event
+    extractor: StateExtractor = event_data
+    _heads: dict[str, str] = dataclasses.field(default_factory=dict, init=False)
+    _locks: dict[str, threading.Lock] = dataclasses.field(default_factory=dict, init=False)
+    _locks_guard: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
 
     def record(self, event: JournalEvent) -> WorkflowSnapshot | None:
         """Pass *event* to the delegate, then record it if the filter takes it; the

@@ -9,10 +9,10 @@ tried again at the next tick.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from ...common.connections import discard_unusable_connections
+from ...common.daemon_threads import DaemonThread
 from ...common.durations import parse_duration
 from ...common.failure_log import FailureLog
 from ...conf import fw_settings
@@ -25,24 +25,15 @@ def sweep_interval() -> float:
     return parse_duration(fw_settings.WORKFLOW_SWEEP_INTERVAL)
 
 
-class SweepThread:
+class SweepThread(DaemonThread):
     """Calls *sweep* (which returns the coordination ids it continued) every
     *interval* seconds on a daemon thread, from :meth:`start` until :meth:`stop`."""
 
     def __init__(self, sweep: Callable[[], list[str]], interval: float | None = None) -> None:
         self.sweep = sweep
         self.interval = sweep_interval() if interval is None else interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="fw-workflow-sweep", daemon=True)
+        super().__init__("fw-workflow-sweep")
         self.failure_log = FailureLog(logger, "workflows: the recovery sweep")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float | None = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def run_once(self) -> list[str]:
         """One sweep; never raises (a failure is logged and retried next tick)."""

@@ -192,9 +192,8 @@ class StepGate:
         if config.concurrency and self.slot is None:
             slot = None
             if given is not None:
-                slot = slots.claim(
-                    using, given, self.cid, slots.RUNNING, self.lease, must_be_free=False
-                )
+                hold = slots.Hold(self.cid, slots.RUNNING, self.lease)
+                slot = slots.claim(using, given, hold, must_be_free=False)
             if slot is None:
                 slot = slots.take(using, conc, self.cid, slots.RUNNING, self.lease)
             if slot is None:
@@ -209,15 +208,8 @@ class StepGate:
                 early = 0.0 if begins is None else (begins - timezone.now()).total_seconds()
                 if 0 < early <= PAY_AHEAD:
                     time.sleep(early)
-                spent = slots.claim(
-                    using,
-                    paid,
-                    self.cid,
-                    slots.USED,
-                    rate_hold(config),
-                    must_be_free=False,
-                    no_sooner=True,
-                )
+                hold = slots.Hold(self.cid, slots.USED, rate_hold(config))
+                spent = slots.claim(using, paid, hold, must_be_free=False, no_sooner=True)
             if spent is None:
                 spent = slots.take(using, rate, self.cid, slots.USED, rate_hold(config))
             if spent is None:

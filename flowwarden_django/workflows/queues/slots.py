@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
@@ -141,28 +141,33 @@ def take(
     looks_free = [row for row in rows if row.held_until is None or row.held_until <= soon]
     random.shuffle(looks_free)
     candidates = sorted(looks_free, key=lambda row: not row.free_at(now))
+    hold = Hold(holder, prefix, hold_for, ahead)
     for row in candidates[:tries]:
-        taken = claim(using, row, holder, prefix, hold_for, must_be_free=True, ahead=ahead)
+        taken = claim(using, row, hold, must_be_free=True)
         if taken is not None:
             return taken
     return None
 
 
+class Hold(NamedTuple):
+    """How ``claim`` holds a slot: for *holder*, under a new *prefix* token, for
+    *hold_for* seconds; *ahead* (seconds): a slot that frees within that time is free
+    enough, held for *hold_for* from when it frees."""
+
+    holder: str
+    prefix: str
+    hold_for: float
+    ahead: float = 0.0
+
+
 def claim(
-    using: str,
-    row: SlotRow,
-    holder: str,
-    prefix: str,
-    hold_for: float,
-    *,
-    must_be_free: bool,
-    no_sooner: bool = False,
-    ahead: float = 0.0,
+    using: str, row: SlotRow, hold: Hold, *, must_be_free: bool, no_sooner: bool = False
 ) -> SlotRow | None:
-    """Set *row* to *holder* under a new *prefix* token, held *hold_for* seconds (or
+    """Set *row* to *hold*'s holder under a new token, held *hold_for* seconds (or
     until it was held, if later, when *no_sooner*), if its token is still the one read
-    (and it is free, when *must_be_free*: free within *ahead* seconds, then held for
-    *hold_for* from when it frees)."""
+    (and it is free, when *must_be_free*: free within the hold's *ahead* seconds, then
+    held for *hold_for* from when it frees)."""
+    holder, prefix, hold_for, ahead = hold
     token = new_token(prefix)
     rows = _slots(using).filter(pk=row.pk, token=row.token)
     if must_be_free:

@@ -55,6 +55,7 @@ from .leases import unclaimed as unclaimed
 from .pauses import RunPauses
 from .statements import ClaimTerms as ClaimTerms
 from .statements import NewRunClaim as NewRunClaim
+from .statements import RunClaim as RunClaim
 from .statements import RunStatements
 from .status import RunStatus as RunStatus
 
@@ -180,19 +181,11 @@ class RunRecords(RunStatements, RunPauses):
         assert run is not None
         return run
 
-    def claim_or_create(
-        self,
-        coordination_id: str,
-        workflow_name: str,
-        runner: str,
-        lease: timedelta,
-        *,
-        resume_input: Any = None,
-        workflow_version: int = 1,
-    ) -> WorkflowRun:
-        """Take the run for *runner* until now + *lease* as ``claim`` does, creating it
-        (status ``running``, claimed by *runner*) when there is none; *resume_input*,
-        when not ``None``, is stored with the claim. Returns the run as claimed.
+    def claim_or_create(self, claim: RunClaim) -> WorkflowRun:
+        """Take the run for the *claim*'s runner until now + its lease as ``claim``
+        does, creating it (status ``running``, claimed by that runner) when there is
+        none; its resume input, when not ``None``, is stored with the claim. Returns
+        the run as claimed.
 
         PostgreSQL: one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``
         (``claim_statement``); of racing runners exactly one inserts or takes the run.
@@ -202,51 +195,39 @@ class RunRecords(RunStatements, RunPauses):
         ``RunConflictError`` when the run belongs to another workflow
         (``RunVersionError``: to another version of it).
         """
-        args = (coordination_id, workflow_name, runner, lease, resume_input, workflow_version)
-        statement = self.claim_statement(*args)
+        statement = self.claim_statement(claim)
         if statement is None:
-            return self._claim_or_create(*args)
+            return self._claim_or_create(claim)
         with connections[self.db].cursor() as cursor:
             cursor.execute(*statement)
             row = cursor.fetchone()
         if row is None:
-            self.refused(coordination_id, workflow_name, workflow_version)
-            return self._claim_or_create(*args)  # deleted between the two statements
+            self.refused(claim.coordination_id, claim.workflow_name, claim.workflow_version)
+            return self._claim_or_create(claim)  # deleted between the two statements
         return self.claimed(row)
 
-    def _claim_or_create(
-        self,
-        coordination_id: str,
-        workflow_name: str,
-        runner: str,
-        lease: timedelta,
-        resume_input: Any,
-        workflow_version: int,
-    ) -> WorkflowRun:
-        claim = partial(
+    def _claim_or_create(self, claim: RunClaim) -> WorkflowRun:
+        cid, name, runner, lease, resume_input, version = claim
+        take = partial(
             self.claim,
-            coordination_id,
+            cid,
             runner,
             lease,
             resume_input=resume_input,
-            workflow_name=workflow_name,
-            workflow_version=workflow_version,
+            workflow_name=name,
+            workflow_version=version,
         )
         try:
-            return claim()
+            return take()
         except UnknownRunError:
             pass
         record, created = self.create(
-            coordination_id,
-            workflow_name,
-            runner=runner,
-            lease=lease,
-            workflow_version=workflow_version,
+            cid, name, runner=runner, lease=lease, workflow_version=version
         )
         if not created:  # another runner created it at the same moment
-            return claim()
+            return take()
         if resume_input is not None:
-            self.update(coordination_id, runner, lease, resume_input=resume_input)
+            self.update(cid, runner, lease, resume_input=resume_input)
             record.resume_input = resume_input
         return record
 

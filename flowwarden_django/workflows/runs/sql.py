@@ -5,7 +5,7 @@ on terms, and the insert of a new run (claimed, or unclaimed at its head)."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...common.app_models import models
 from .status import RunStatus
@@ -163,18 +163,23 @@ def insert_new_sql(claimed: bool) -> str:
     )
 
 
+class ClaimShape(NamedTuple):
+    """What ``claim_sql`` builds a claim's SQL for (hashable: one text per shape)."""
+
+    with_input: bool
+    check_head: bool
+    head_is_null: bool
+    running_only: bool
+    lazy_commit: bool = False
+    #: How many hand-off tokens the run may also be held under.
+    held_by: int = 0
+
+
 @lru_cache(maxsize=64)
-def claim_sql(
-    with_input: bool,
-    check_head: bool,
-    head_is_null: bool,
-    running_only: bool,
-    lazy_commit: bool = False,
-    held_by: int = 0,
-) -> str:
+def claim_sql(shape: ClaimShape) -> str:
     """PostgreSQL: ``claim`` of an existing run on terms, returning the claimed row.
 
-    *lazy_commit* commits the claim asynchronously (``synchronous_commit`` off for
+    *shape*'s *lazy_commit* commits the claim asynchronously (``synchronous_commit`` off for
     its own transaction only, set by the statement itself: one round trip). That
     saves the WAL flush, most of a claim's cost (about 0.8 ms of 1 ms here), and
     risks nothing a step relies on: WAL is flushed in order, so the step's snapshot,
@@ -185,6 +190,7 @@ def claim_sql(
 
     *held_by*: the run may also be held under that many hand-off tokens (parameters
     before the others, and again after the version: ``claim_statement_for``)."""
+    with_input, check_head, head_is_null, running_only, lazy_commit, held_by = shape
     fields = run_fields()
     column = {field.name: f'"{field.column}"' for field in fields}
     runner, until, status = column["runner"], column["claimed_until"], column["status"]

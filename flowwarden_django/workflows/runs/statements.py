@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connections
 from django.db.models import Q
@@ -21,6 +21,7 @@ from .rows import RunRows
 from .sql import (
     CREATED_QUEUE_FIELDS,
     NEW_RUN_VALUES,
+    ClaimShape,
     claim_or_create_sql,
     claim_sql,
     converted_fields,
@@ -58,6 +59,19 @@ class ClaimTerms:
         return where or None
 
 
+class RunClaim(NamedTuple):
+    """One claim of run *coordination_id* of *workflow_name* (version
+    *workflow_version*): *runner* takes it for *lease*, and stores *resume_input*
+    with the claim when it is not ``None``."""
+
+    coordination_id: str
+    workflow_name: str
+    runner: str
+    lease: timedelta
+    resume_input: Any = None
+    workflow_version: int = 1
+
+
 @dataclasses.dataclass(frozen=True)
 class NewRunClaim:
     """What ``RunRecords.create_claimed_statement`` returns: the *statement* (SQL and
@@ -85,61 +99,43 @@ class RunStatements(RunRows):
         connection = connections[self.db]
         return connection if connection.vendor == "postgresql" else None
 
-    def claim_statement(
-        self,
-        coordination_id: str,
-        workflow_name: str,
-        runner: str,
-        lease: timedelta,
-        resume_input: Any = None,
-        workflow_version: int = 1,
-    ) -> tuple[str, list[Any]] | None:
-        """``claim_or_create``'s statement and parameters on PostgreSQL (``None``
-        elsewhere): it returns the claimed row, its columns in the model's order then
-        ``created`` (whether this statement inserted it), or no row when refused;
-        ``claimed`` makes the row a ``WorkflowRun``, ``refused`` raises the reason.
-        A store on the same database may run it as part of a larger statement."""
+    def claim_statement(self, claim: RunClaim) -> tuple[str, list[Any]] | None:
+        """``claim_or_create``'s statement and parameters for *claim* on PostgreSQL
+        (``None`` elsewhere): it returns the claimed row, its columns in the model's
+        order then ``created`` (whether this statement inserted it), or no row when
+        refused; ``claimed`` makes the row a ``WorkflowRun``, ``refused`` raises the
+        reason. A store on the same database may run it as part of a larger statement."""
         connection = self._postgresql()
         if connection is None:
             return None
         json_field = models.WorkflowRun._meta.get_field("resume_input")
-        stored_input = json_field.get_db_prep_save(resume_input, connection)
-        params = _new_claimed(
-            coordination_id, workflow_name, workflow_version, stored_input, runner, lease, None
-        )
-        return claim_or_create_sql(resume_input is not None), [
+        stored_input = json_field.get_db_prep_save(claim.resume_input, connection)
+        params = _new_claimed(claim, stored_input, None)
+        return claim_or_create_sql(claim.resume_input is not None), [
             *params,
-            workflow_name,
-            workflow_version,
+            claim.workflow_name,
+            claim.workflow_version,
         ]
 
-    def create_claimed_statement(
-        self,
-        coordination_id: str,
-        workflow_name: str,
-        runner: str,
-        lease: timedelta,
-        workflow_version: int = 1,
-    ) -> NewRunClaim | None:
+    def create_claimed_statement(self, claim: RunClaim) -> NewRunClaim | None:
         """``claim_statement`` for a run that should not exist yet (a ``run()`` with an
-        initial state), on PostgreSQL (``None`` elsewhere): its statement inserts the
-        run claimed and returns ``claimed_until`` and ``created`` (``record`` makes
-        the ``WorkflowRun`` of that row), or no row, writing nothing, when the
-        coordination exists (claim it with ``claim_statement`` then). Cheaper to plan
-        and run than the claim's ``ON CONFLICT DO UPDATE``, and it returns only what
-        the database decided, not the row the caller already knows."""
+        initial state; *claim* without input), on PostgreSQL (``None`` elsewhere): its
+        statement inserts the run claimed and returns ``claimed_until`` and
+        ``created`` (``record`` makes the ``WorkflowRun`` of that row), or no row,
+        writing nothing, when the coordination exists (claim it with
+        ``claim_statement`` then). Cheaper to plan and run than the claim's ``ON
+        CONFLICT DO UPDATE``, and it returns only what the database decided, not the
+        row the caller already knows."""
         if self._postgresql() is None:
             return None
         now = timezone.now()
-        params = _new_claimed(
-            coordination_id, workflow_name, workflow_version, None, runner, lease, now
-        )
+        params = _new_claimed(claim, None, now)
         values = {
             **NEW_RUN_VALUES,
-            "coordination_id": coordination_id,
-            "workflow_name": workflow_name,
-            "workflow_version": workflow_version,
-            "runner": runner,
+            "coordination_id": claim.coordination_id,
+            "workflow_name": claim.workflow_name,
+            "workflow_version": claim.workflow_version,
+            "runner": claim.runner,
             "created_at": now,
             "updated_at": now,
         }
@@ -177,30 +173,23 @@ class RunStatements(RunRows):
         return insert_new_sql(claimed=False), params
 
     def claim_statement_for(
-        self,
-        coordination_id: str,
-        workflow_name: str,
-        runner: str,
-        lease: timedelta,
-        terms: ClaimTerms,
-        resume_input: Any = None,
-        workflow_version: int = 1,
+        self, claim: RunClaim, terms: ClaimTerms
     ) -> tuple[str, list[Any]] | None:
-        """``claim``'s statement and parameters for a run on *terms*, on PostgreSQL
-        (``None`` elsewhere): one ``UPDATE ... RETURNING`` the claimed row (the
-        model's columns in order; ``claimed`` makes it a ``WorkflowRun``), no row when
-        refused. A store on the same database may run it inside a larger statement."""
+        """``claim``'s statement and parameters for *claim* of a run on *terms*, on
+        PostgreSQL (``None`` elsewhere): one ``UPDATE ... RETURNING`` the claimed row
+        (the model's columns in order; ``claimed`` makes it a ``WorkflowRun``), no row
+        when refused. A store on the same database may run it inside a larger
+        statement."""
         connection = self._postgresql()
         if connection is None:
             return None
         json_field = models.WorkflowRun._meta.get_field("resume_input")
-        with_input = resume_input is not None
-        held = len(terms.held_by)
+        with_input = claim.resume_input is not None
         params: list[Any] = list(terms.held_by)
-        params += [runner, lease.total_seconds(), timezone.now()]
+        params += [claim.runner, claim.lease.total_seconds(), timezone.now()]
         if with_input:
-            params.append(json_field.get_db_prep_save(resume_input, connection))
-        params += [coordination_id, workflow_name, workflow_version]
+            params.append(json_field.get_db_prep_save(claim.resume_input, connection))
+        params += [claim.coordination_id, claim.workflow_name, claim.workflow_version]
         params += terms.held_by
         head_is_null = terms.check_head and terms.head is None
         if terms.check_head and not head_is_null:
@@ -208,8 +197,10 @@ class RunStatements(RunRows):
         # A claim without input is committed without waiting for the WAL flush (see
         # ``claim_sql``), unless the caller's transaction would inherit that.
         lazy = not with_input and not connection.in_atomic_block
-        sql = claim_sql(with_input, terms.check_head, head_is_null, terms.running_only, lazy, held)
-        return sql, params
+        shape = ClaimShape(
+            with_input, terms.check_head, head_is_null, terms.running_only, lazy, len(terms.held_by)
+        )
+        return claim_sql(shape), params
 
     def claimed(self, row: Sequence[Any]) -> WorkflowRun:
         """The ``WorkflowRun`` of a row ``claim_statement`` returned."""
@@ -234,26 +225,19 @@ class RunStatements(RunRows):
         raise ConcurrentRunError(coordination_id, current.runner, current.claimed_until)
 
 
-def _new_claimed(
-    coordination_id: str,
-    workflow_name: str,
-    workflow_version: int,
-    resume_input: Any,
-    runner: str,
-    lease: timedelta,
-    now: datetime | None,
-) -> list[Any]:
-    """The parameters of a new run held by *runner* for *lease* from *now* (``None``:
-    this instant; its ``created_at`` and ``updated_at``, the last two), as
-    ``claim_or_create_sql`` and ``insert_new_sql(claimed=True)`` take them first."""
+def _new_claimed(claim: RunClaim, stored_input: Any, now: datetime | None) -> list[Any]:
+    """The parameters of *claim*'s new run (its input as *stored_input*) held from
+    *now* (``None``: this instant; its ``created_at`` and ``updated_at``, the last
+    two), as ``claim_or_create_sql`` and ``insert_new_sql(claimed=True)`` take them
+    first."""
     now = now or timezone.now()
     return [
-        coordination_id,
-        workflow_name,
-        workflow_version,
-        resume_input,
-        runner,
-        lease.total_seconds(),
+        claim.coordination_id,
+        claim.workflow_name,
+        claim.workflow_version,
+        stored_input,
+        claim.runner,
+        claim.lease.total_seconds(),
         now,
         now,
     ]

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from ...common.async_twins import method_twin
 from ...common.backend_aliases import BackendAliases
 from . import signals
 from .retention import check_prune_arguments
@@ -181,46 +182,14 @@ class SnapshotStore(ABC):
         call = sync_to_async(method, thread_sensitive=self.async_thread_sensitive)
         return await call(*args, **kwargs)
 
-    async def asave(self, snapshot: WorkflowSnapshot) -> WorkflowSnapshot:
-        """Async ``save``."""
-        return await self._run_sync(self.save, snapshot)
-
-    async def aload(self, snapshot_id: str) -> WorkflowSnapshot | None:
-        """Async ``load``."""
-        return await self._run_sync(self.load, snapshot_id)
-
-    async def alist(self, query: CheckpointQuery | None = None) -> list[WorkflowSnapshot]:
-        """Async ``list``."""
-        return await self._run_sync(self.list, query)
-
-    async def alatest(self, coordination_id: str) -> WorkflowSnapshot | None:
-        """Async ``latest``."""
-        return await self._run_sync(self.latest, coordination_id)
-
-    async def afork(self, source_id: str, new_state: Any) -> WorkflowSnapshot:
-        """Async ``fork``."""
-        return await self._run_sync(self.fork, source_id, new_state)
-
-    async def adelete(self, snapshot_id: str) -> bool:
-        """Async ``delete``."""
-        return await self._run_sync(self.delete, snapshot_id)
-
-    async def adelete_coordination(self, coordination_id: str) -> int:
-        """Async ``delete_coordination``."""
-        return await self._run_sync(self.delete_coordination, coordination_id)
-
-    async def aprune(
-        self,
-        keep_last: int | None = None,
-        older_than: timedelta | None = None,
-        coordination_id: str | None = None,
-        *,
-        protected_ids: Iterable[str] = (),
-    ) -> int:
-        """Async ``prune``."""
-        return await self._run_sync(
-            self.prune, keep_last, older_than, coordination_id, protected_ids=protected_ids
-        )
+    asave = method_twin(save, "Async ``save``.", own_executor=True)
+    aload = method_twin(load, "Async ``load``.", own_executor=True)
+    alist = method_twin(list, "Async ``list``.", own_executor=True)
+    alatest = method_twin(latest, "Async ``latest``.", own_executor=True)
+    afork = method_twin(fork, "Async ``fork``.", own_executor=True)
+    adelete = method_twin(delete, "Async ``delete``.", own_executor=True)
+    adelete_coordination = method_twin(delete_coordination, "Async ``delete_coordination``.")
+    aprune = method_twin(prune, "Async ``prune``.", own_executor=True)
 
     # -- listeners and events ----------------------------------------------------------
 

@@ -90,7 +90,7 @@ def test_a_taker_with_a_stale_read_takes_a_free_slot_others_did_not(queued: Any)
         rows, _ = slots.read(DB, "carrier", "", limits)
         # Others took the three lowest slots since this taker read them all free.
         for row in sorted(rows, key=lambda row: row.number)[:3]:
-            assert slots.claim(DB, row, "other", slots.RUNNING, 60, must_be_free=True)
+            assert slots.claim(DB, row, slots.Hold("other", slots.RUNNING, 60), must_be_free=True)
         taken = slots.take(DB, rows, "mine", slots.RUNNING, 60)
     assert taken is not None and taken.number >= 3
     held = WorkflowQueueSlot.objects.using(DB).filter(queue="carrier", holder="mine")
@@ -108,7 +108,9 @@ def test_the_one_statement_take_leaves_free_slots_to_waiting_runs_but_takes_its_
         )
         assert slots.take_first(DB, "carrier", "", 50, "late", 60) is None
         rows, _ = slots.read(DB, "carrier", "", {slots.CONCURRENCY: 50})
-        given = slots.claim(DB, rows[7], "dispatched", slots.DISPATCHED, 60, must_be_free=True)
+        given = slots.claim(
+            DB, rows[7], slots.Hold("dispatched", slots.DISPATCHED, 60), must_be_free=True
+        )
         assert given is not None
         taken = slots.take_first(DB, "carrier", "", 50, "dispatched", 60)
         assert taken is not None and taken.pk == given.pk

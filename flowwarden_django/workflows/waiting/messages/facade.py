@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ....common.async_twins import thread_sensitive_method_twin
+from ....common.async_twins import method_twin
 from ...definition.messages import Message
 from .events import aget_event, get_event
 from .sending import send_message
@@ -50,7 +50,7 @@ class RunMessaging:
         )
         return sent.message
 
-    asend = thread_sensitive_method_twin(
+    asend = method_twin(
         send,
         """``send()`` from async code (``thread_sensitive=True``, as ``aapprove``: the
         insert joins the connection's transaction, the wake waits for its commit).""",

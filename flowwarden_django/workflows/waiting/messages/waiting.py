@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -40,7 +39,7 @@ from ...definition.graph import check_jump_target
 from ...definition.messages import Message
 from ...definition.metadata import LAST_STEP
 from ...definition.results import WaitingForMessage
-from ...definition.steps import Pause
+from ...definition.steps import Pause, deadline_after
 from ...runs.records import RunRecords, RunStatus, unclaimed
 from .mailbox import bound_to, check_name, deliver_oldest
 from .waking import wake_after_send, wake_if_mail
@@ -115,14 +114,7 @@ def wait_for(
     (``definition.graph``). See the module for the guarantees."""
     topic = check_name(topic, "the topic")
     target = check_jump_target(to)
-    deadline = None
-    if timeout is not None:
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise TypeError(f"timeout must be seconds or a timedelta, not {timeout!r}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"timeout must be a finite duration >= 0, not {timeout!r}")
-        deadline = timezone.now() + timedelta(seconds=seconds)
+    deadline = None if timeout is None else deadline_after(timeout, "timeout")
     return WaitForMessage(state, topic=topic, deadline=deadline, to=target)
 
 
