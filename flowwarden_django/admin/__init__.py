@@ -13,8 +13,9 @@
   status) and each version's diagram (built by ``diagram``); a run's page draws its
   timeline (built by ``timeline``).
 
-``base`` holds what they share (read-only and guarded-lookup mixins, badges, pages
-that run one operation on one object, the context of a page an admin draws itself),
+``base`` holds what they share (read-only and guarded-lookup mixins, badges and
+other column helpers, operations on one object or the selected rows, confirmed on a
+page first, the context of a page an admin draws itself),
 ``bson_values`` how stored BSON is shown, and ``stores`` which configured store a page
 shows. Django's admin autodiscovery imports this package, which imports each page
 module; each registers its ``ModelAdmin`` with ``@admin.register``.

@@ -9,11 +9,9 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib import messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.text import capfirst
@@ -23,10 +21,15 @@ from django.utils.translation import gettext_lazy as _
 from ..common.user_input import UserJSONError, check_comment, parse_decision_payload
 from ..models import Approval, WorkflowRun
 from ..workflows.waiting.approvals import ApprovalPermissionError, can_decide, check_may_decide
-from ..workflows.waiting.approvals.forms import ApprovalFormUnavailableError, json_safe, page_form
+from ..workflows.waiting.approvals.forms import (
+    ApprovalFormUnavailableError,
+    json_safe,
+    page_form,
+    page_form_or_error,
+)
 from .approval_columns import approval_status_badge, short_prompt
 from .approval_decisions import APPROVE, PENDING, REJECT, Decision, decide_all
-from .base import page_context
+from .base import confirmed_action
 from .details import error_text
 
 TEMPLATES = "admin/flowwarden_django/approval"
@@ -39,39 +42,27 @@ def _status_label(status: str) -> str:
 
 
 class ApprovalActionsMixin:
-    """Approve / Reject: as actions on the selected approvals, and as one approval's
-    operation (``object_operations``), each with its confirmation page."""
+    """Approve / Reject: as actions on the selected approvals (with
+    :class:`~.base.ConfirmedOperationsMixin`), and as one approval's operation
+    (``object_operations``), each with its confirmation page."""
 
-    @admin.action(permissions=["decide"], description=_("Approve selected %(verbose_name_plural)s"))
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Approval]) -> Any:
-        return self._run_action(request, APPROVE, queryset)
+    approve_selected = confirmed_action(
+        APPROVE, permission="decide", description=_("Approve selected %(verbose_name_plural)s")
+    )
+    reject_selected = confirmed_action(
+        REJECT, permission="decide", description=_("Reject selected %(verbose_name_plural)s")
+    )
 
-    @admin.action(permissions=["decide"], description=_("Reject selected %(verbose_name_plural)s"))
-    def reject_selected(self, request: HttpRequest, queryset: QuerySet[Approval]) -> Any:
-        return self._run_action(request, REJECT, queryset)
-
-    def _run_action(
-        self, request: HttpRequest, decision: Decision, queryset: QuerySet[Approval]
-    ) -> TemplateResponse | None:
-        approvals = list(queryset)
-        if request.POST.get("post") != "yes":
-            action = f"{decision.name}_selected"
-            return self._confirmation(
-                request, decision, approvals, request.get_full_path(), action=action
-            )
+    def _act_on_selected(
+        self, request: HttpRequest, decision: Decision, approvals: Sequence[Approval]
+    ) -> HttpResponse | None:
         comment = request.POST.get("comment", "").strip()
         try:
             check_comment(comment)
         except UserJSONError as exc:
-            action = f"{decision.name}_selected"
+            error = capfirst(str(exc))
             return self._confirmation(
-                request,
-                decision,
-                approvals,
-                request.get_full_path(),
-                action=action,
-                comment=comment,
-                comment_error=capfirst(str(exc)),
+                request, decision, approvals, comment=comment, comment_error=error
             )
         # A typed approval is never decided in bulk, approved or rejected: it is
         # decided on its own page, where its form is shown.
@@ -107,7 +98,7 @@ class ApprovalActionsMixin:
                 values = {"status": approval.get_status_display()}
                 self.message_user(request, text % values, messages.WARNING)
                 return HttpResponseRedirect(change_url)
-            return self._confirmation(request, decision, [approval], change_url, approval=approval)
+            return self._confirmation(request, decision, [approval], approval=approval)
         comment = request.POST.get("comment", "").strip()
         payload_text = request.POST.get("payload", "").strip()
         form = partial(
@@ -115,7 +106,6 @@ class ApprovalActionsMixin:
             request,
             decision,
             [approval],
-            change_url,
             approval=approval,
             comment=comment,
             payload_text=payload_text,
@@ -145,10 +135,8 @@ class ApprovalActionsMixin:
         request: HttpRequest,
         decision: Decision,
         approvals: Sequence[Approval],
-        cancel_url: str,
-        *,
-        action: str | None = None,
         approval: Approval | None = None,
+        *,
         comment: str = "",
         payload_text: str = "",
         payload_error: str | None = None,
@@ -156,14 +144,8 @@ class ApprovalActionsMixin:
         typed_form: Any = None,
     ) -> TemplateResponse:
         typed_error = ""
-        if approval is not None and approval.form and decision is APPROVE and typed_form is None:
-            try:
-                typed_form = page_form(approval)
-            except ApprovalFormUnavailableError as exc:
-                typed_error = gettext(
-                    "This approval's decision form cannot be loaded (%(error)s): it can be "
-                    "rejected, but not approved until the form is restored."
-                ) % {"error": exc}
+        if approval is not None and decision is APPROVE and typed_form is None:
+            typed_form, typed_error = page_form_or_error(approval)
         rows = []
         for row in approvals:
             allowed = can_decide(request.user, row)
@@ -197,9 +179,6 @@ class ApprovalActionsMixin:
             "typed_form": typed_form,
             "typed_error": typed_error,
             "approval": approval,
-            "action_name": action,
-            "cancel_url": cancel_url,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "comment": comment,
             "payload_text": payload_text,
             "payload_error": payload_error,
@@ -207,7 +186,7 @@ class ApprovalActionsMixin:
             "state_text": state_text,
             "state_error": state_error,
         }
-        page = page_context(self, request, decision.title, **context)
+        page = self.confirmation_context(request, decision, approval, **context)  # type: ignore[attr-defined]
         return TemplateResponse(request, f"{TEMPLATES}/decision_confirmation.html", page)
 
     def _decide_and_report(

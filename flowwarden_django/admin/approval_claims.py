@@ -16,7 +16,6 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -159,22 +158,13 @@ class ApprovalClaimsMixin:
 
     # -- an approval's page ----------------------------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name  # type: ignore[attr-defined]
-        site = self.admin_site  # type: ignore[attr-defined]
-        urls = [
-            path(
-                f"<path:object_id>/{name}/",
-                site.admin_view(view),
-                name="{}_{}_{}".format(*info, name),
-            )
-            for name, view in [
-                ("claim", self.claim_view),
-                ("release", self.release_view),
-                ("reassign", self.reassign_view),
-            ]
+    def object_views(self) -> list[tuple[str, Callable[..., HttpResponse]]]:
+        return [
+            ("claim", self.claim_view),
+            ("release", self.release_view),
+            ("reassign", self.reassign_view),
+            *super().object_views(),  # type: ignore[misc]
         ]
-        return urls + super().get_urls()  # type: ignore[misc]
 
     def change_page_context(
         self, request: HttpRequest, approval: Approval | None
@@ -194,13 +184,13 @@ class ApprovalClaimsMixin:
         holder = approval.claimed_by
         mine = bool(holder) and holder == user.get_username()
         return {
-            "claim_url": self.object_url(approval, _Op("claim"))  # type: ignore[attr-defined]
+            "claim_url": self.object_url(approval, "claim")  # type: ignore[attr-defined]
             if pending and not holder and can_decide(user, approval)
             else "",
-            "release_url": self.object_url(approval, _Op("release"))  # type: ignore[attr-defined]
+            "release_url": self.object_url(approval, "release")  # type: ignore[attr-defined]
             if pending and holder and (mine or user.has_perm(REASSIGN))
             else "",
-            "reassign_url": self.object_url(approval, _Op("reassign"))  # type: ignore[attr-defined]
+            "reassign_url": self.object_url(approval, "reassign")  # type: ignore[attr-defined]
             if pending and user.has_perm(REASSIGN)
             else "",
             "claimed_by": holder,
@@ -280,13 +270,6 @@ class ApprovalClaimsMixin:
             media=self.media + form.media,  # type: ignore[attr-defined]
         )
         return TemplateResponse(request, f"{TEMPLATES}/reassign.html", context)
-
-
-class _Op:
-    """A name, for ``object_url``."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
 
 
 def _why(error: ApprovalError, approval: Approval) -> str:

@@ -15,7 +15,15 @@ from ..common.formatting import NONE_TEXT, truncate
 from ..models import Approval
 from ..workflows.waiting.approvals.due import due_times
 from .approval_decisions import current_run_status
-from .base import age, field_display, reverse_for_key, status_badge, timestamp
+from .base import (
+    age,
+    field_display,
+    html_or_none,
+    run_url,
+    status_badge,
+    timestamp,
+    with_note,
+)
 from .run_texts import pretty_json, run_status_badge
 
 #: The admin icon shown next to each approval status.
@@ -50,11 +58,7 @@ class ApprovalColumnsMixin:
     the paused state) and the links to the run and its snapshot."""
 
     def _run_url(self, coordination_id: str) -> str:
-        return reverse_for_key(
-            "admin:flowwarden_django_workflowrun_change",
-            coordination_id,
-            current_app=self.admin_site.name,
-        )
+        return run_url(self.admin_site.name, coordination_id)
 
     def _snapshot_url(self, approval: Approval) -> str:
         return reverse(
@@ -100,7 +104,7 @@ class ApprovalColumnsMixin:
         if len(lines) == 1:
             return lines[0]
         rest = format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines[1:]))
-        return format_html('{}<br><span class="flowwarden-quiet">{}</span>', lines[0], rest)
+        return with_note(lines[0], rest, below=True)
 
     @admin.display(description=_("status"), ordering="status")
     def status_and_decision(self, obj: Approval) -> SafeString:
@@ -109,9 +113,7 @@ class ApprovalColumnsMixin:
             return approval_status_badge(obj.status)
         return format_html("{}<br>{}", approval_status_badge(obj.status), self.decided(obj))
 
-    @admin.display(description=_("status"), ordering="status")
-    def status_icon(self, obj: Approval) -> SafeString:
-        return approval_status_badge(obj.status)
+    status_icon = field_display(approval_status_badge, "status", _("status"), ordering="status")
 
     @admin.display(description=_("who may decide"))
     def deciders(self, obj: Approval) -> SafeString | str:
@@ -128,16 +130,13 @@ class ApprovalColumnsMixin:
     def decided(self, obj: Approval) -> SafeString | str:
         if obj.decided_at is None:
             return NONE_TEXT
-        who = obj.decided_by or gettext("system")
-        return format_html('{} <span class="flowwarden-quiet">{}</span>', who, age(obj.decided_at))
+        return with_note(obj.decided_by or gettext("system"), age(obj.decided_at))
 
     # -- detail fields ---------------------------------------------------------------
 
-    @admin.display(description=_("prompt"))
-    def prompt_text(self, obj: Approval) -> SafeString | str:
-        if not obj.prompt:
-            return NONE_TEXT
-        return format_html('<p class="flowwarden-prompt">{}</p>', obj.prompt)
+    prompt_text = field_display(
+        html_or_none('<p class="flowwarden-prompt">{}</p>'), "prompt", _("prompt")
+    )
 
     @admin.display(description=_("run status"))
     def run_status(self, obj: Approval) -> SafeString | str:
@@ -159,12 +158,7 @@ class ApprovalColumnsMixin:
     @admin.display(description=_("expires at"))
     def expires_at_text(self, obj: Approval) -> SafeString | str:
         if obj.expires_at is not None and obj.status != Approval.Status.PENDING:
-            return format_html(
-                '{} <span class="flowwarden-quiet">({})</span>',
-                timestamp(obj.expires_at),
-                gettext("no longer applies: the approval is %(status)s")
-                % {"status": obj.get_status_display()},
-            )
+            return _lapsed(timestamp(obj.expires_at), obj)
         return timestamp(obj.expires_at)
 
     @admin.display(description=_("escalation"))
@@ -179,12 +173,7 @@ class ApprovalColumnsMixin:
         else:
             text = format_html("{} {} {}", gettext("escalates at"), timestamp(obj.escalate_at), to)
             if obj.status != Approval.Status.PENDING:
-                text = format_html(
-                    '{} <span class="flowwarden-quiet">({})</span>',
-                    text,
-                    gettext("no longer applies: the approval is %(status)s")
-                    % {"status": obj.get_status_display()},
-                )
+                text = _lapsed(text, obj)
         if due_times(obj).overdue:
             text = format_html(
                 '{} <strong class="flowwarden-overdue">{}</strong>', text, gettext("overdue")
@@ -210,3 +199,9 @@ class ApprovalColumnsMixin:
     @admin.display(description=_("decision payload"))
     def payload_json(self, obj: Approval) -> SafeString | str:
         return NONE_TEXT if obj.payload is None else pretty_json(obj.payload)
+
+
+def _lapsed(text: SafeString | str, approval: Approval) -> SafeString:
+    """*text* (a time it has) noted as no longer applying to the decided *approval*."""
+    note = gettext("no longer applies: the approval is %(status)s")
+    return with_note(text, format_html("({})", note % {"status": approval.get_status_display()}))

@@ -48,10 +48,10 @@ from .approval_decisions import decide_all as decide_all
 from .approval_decisions import refusal_text as refusal_text
 from .base import (
     ChangeContextMixin,
+    ConfirmedOperationsMixin,
     GuardedLookupsMixin,
     IndexedValuesFieldListFilter,
     LargeTableAdminMixin,
-    ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     fieldset_fields,
 )
@@ -70,7 +70,7 @@ class ApprovalAdmin(
     LargeTableAdminMixin,
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
-    ObjectOperationsMixin,
+    ConfirmedOperationsMixin,
     ChangeContextMixin,
     admin.ModelAdmin,
 ):

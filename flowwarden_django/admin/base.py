@@ -1,6 +1,7 @@
 """Pieces the flowwarden admin pages share: read-only model admins, guards against
-hostile ids and filters, status badges, and pages that run one operation (approve,
-replay...) on one object."""
+hostile ids and filters, status badges and the other pieces of columns and fields,
+and operations (approve, replay...) on one object or on the selected rows, each
+confirmed on a page first."""
 
 from __future__ import annotations
 
@@ -429,9 +430,52 @@ def field_display(
     return admin.display(description=description, ordering=ordering)(show)
 
 
+def html_or_none(template: str) -> Callable[[Any], SafeString | str]:
+    """A *render* for :func:`field_display`: a value in *template* (``format_html``,
+    for example ``"<code>{}</code>"``), ``"—"`` for an empty one."""
+
+    def html(value: Any) -> SafeString | str:
+        return format_html(template, value) if value else NONE_TEXT
+
+    return html
+
+
+#: :func:`html_or_none` of ``<code>``: an id, a key, a name as written.
+code_or_none = html_or_none("<code>{}</code>")
+
+
+def with_note(value: Any, note: Any, *, below: bool = False) -> SafeString:
+    """*value* (a list's cell, a field) followed by *note* in the quiet style of a
+    detail: on the same line, or *below* it."""
+    if below:
+        return format_html('{}<br><span class="flowwarden-quiet">{}</span>', value, note)
+    return format_html('{} <span class="flowwarden-quiet">{}</span>', value, note)
+
+
+def run_url(site_name: str, coordination_id: Any) -> str:
+    """The admin page of the run *coordination_id* on the admin site *site_name*."""
+    return reverse_for_key(
+        "admin:flowwarden_django_workflowrun_change", coordination_id, current_app=site_name
+    )
+
+
 def fieldset_fields(fieldsets: Sequence[tuple[Any, Mapping[str, Any]]]) -> list[str]:
     """Every field *fieldsets* names, in order: a read-only page's ``readonly_fields``."""
     return [name for _, options in fieldsets for name in options["fields"]]
+
+
+def fields_in_place(names: Sequence[Any], replace: Mapping[str, str]) -> list[Any]:
+    """*names* (columns, fields) with each one *replace* maps (a field some users may
+    not see) replaced by the one shown in its place."""
+    return [replace.get(name, name) if isinstance(name, str) else name for name in names]
+
+
+def fieldsets_in_place(fieldsets: Sequence[Any], replace: Mapping[str, str]) -> list[Any]:
+    """*fieldsets* with their fields :func:`fields_in_place`."""
+    return [
+        (name, {**options, "fields": fields_in_place(options["fields"], replace)})
+        for name, options in fieldsets
+    ]
 
 
 def page_context(
@@ -480,31 +524,95 @@ class ObjectOperationsMixin:
     """Per-object operation pages: ``<object_id>/<operation.name>/`` for each of
     ``object_operations`` (anything with a ``name``), served by the admin's
     ``operation_view(request, object_id, *, operation)`` and named
-    ``<app>_<model>_<operation.name>``."""
+    ``<app>_<model>_<operation.name>``, and the other pages of
+    :meth:`object_views`."""
 
     object_operations: Sequence[Any] = ()
+
+    def object_views(self) -> list[tuple[str, Callable[..., HttpResponse]]]:
+        """``(name, view)`` of each page of one object the admin adds at
+        ``<object_id>/<name>/``: the operations' pages; a mixin adds its own."""
+        return [
+            (operation.name, partial(self.operation_view, operation=operation))  # type: ignore[attr-defined]
+            for operation in self.object_operations
+        ]
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name  # type: ignore[attr-defined]
         site = self.admin_site  # type: ignore[attr-defined]
         urls = [
             path(
-                f"<path:object_id>/{operation.name}/",
-                site.admin_view(partial(self.operation_view, operation=operation)),  # type: ignore[attr-defined]
-                name="{}_{}_{}".format(*info, operation.name),
+                f"<path:object_id>/{name}/",
+                site.admin_view(view),
+                name="{}_{}_{}".format(*info, name),
             )
-            for operation in self.object_operations
+            for name, view in self.object_views()
         ]
         return urls + super().get_urls()  # type: ignore[misc]
 
     def object_url(self, obj: Any, operation: Any = None) -> str:
-        """The URL of *obj*'s change page, or of its *operation* page."""
+        """The URL of *obj*'s change page, or of its *operation* page (an operation,
+        or the name of one of :meth:`object_views`)."""
         opts = self.opts  # type: ignore[attr-defined]
-        page = "change" if operation is None else operation.name
+        page = "change" if operation is None else getattr(operation, "name", operation)
         return reverse(
             f"admin:{opts.app_label}_{opts.model_name}_{page}",
             args=[quote(obj.pk)],
             current_app=self.admin_site.name,  # type: ignore[attr-defined]
+        )
+
+
+def confirmed_action(operation: Any, *, permission: str, description: Any) -> Callable[..., Any]:
+    """The changelist action ``<operation.name>_selected`` of a
+    :class:`ConfirmedOperationsMixin` admin, for users with *permission* (the admin's
+    ``has_<permission>_permission``), listed as *description*."""
+
+    def action(model_admin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        return model_admin.run_confirmed_action(request, operation, queryset)
+
+    action.__name__ = action.__qualname__ = f"{operation.name}_selected"
+    return admin.action(permissions=[permission], description=description)(action)
+
+
+class ConfirmedOperationsMixin(ObjectOperationsMixin):
+    """Operations (``name``, ``title``) asked first, like Django's "Delete selected":
+    on the rows selected in the list (actions made by :func:`confirmed_action`) or on
+    one object (its operation pages).
+
+    The admin draws the question, ``_confirmation(request, operation, objects, **extra)``
+    (*extra*: the one object, for its page, and the admin's own), with
+    :meth:`confirmation_context`; its form posts ``post=yes``. An action then calls
+    ``_act_on_selected(request, operation, objects)``: ``None`` goes back to the list."""
+
+    def run_confirmed_action(
+        self, request: HttpRequest, operation: Any, queryset: QuerySet[Any]
+    ) -> HttpResponse | None:
+        """The confirmation page of *operation* on the selected rows, or, when it was
+        confirmed, what ``_act_on_selected`` makes of it."""
+        objects = list(queryset)
+        if request.POST.get("post") != "yes":
+            return self._confirmation(request, operation, objects)  # type: ignore[attr-defined]
+        return self._act_on_selected(request, operation, objects)  # type: ignore[attr-defined]
+
+    def confirmation_context(
+        self, request: HttpRequest, operation: Any, obj: Any = None, /, **context: Any
+    ) -> dict[str, Any]:
+        """The context of the page asking to confirm *operation* (titled
+        ``operation.title``), then *context*: on the selected rows (the form posts the
+        action ``<name>_selected`` again; "No" goes back to the list), or on *obj*
+        alone (from its page, which "No" goes back to)."""
+        if obj is None:
+            action, cancel_url = f"{operation.name}_selected", request.get_full_path()
+        else:
+            action, cancel_url = None, self.object_url(obj)
+        return page_context(
+            self,
+            request,
+            operation.title,
+            action_name=action,
+            cancel_url=cancel_url,
+            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+            **context,
         )
 
 

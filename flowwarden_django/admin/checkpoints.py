@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
@@ -26,7 +25,7 @@ from django.utils.translation import gettext_lazy as _
 from ..common.formatting import NONE_TEXT
 from ..models import StreamCheckpoint
 from ..streams.backends.orm import OrmCheckpointStore
-from ..streams.operations.display import copied_text, last_id_text
+from ..streams.operations.display import copied_text, last_id_text, progress_time_text
 from ..streams.operations.display import short_token as shorten_token
 from ..streams.operations.status import instance_key
 from ..streams.stores import checkpoint_stores
@@ -127,13 +126,7 @@ def initial_sync_table(progress: Mapping[str, Any] | None) -> SafeString | str:
 
 def _moment(value: Any) -> SafeString | str:
     """A progress record's ISO 8601 time with its age (as it is when unparsable)."""
-    if not value:
-        return NONE_TEXT
-    try:
-        at = datetime.fromisoformat(str(value))
-    except ValueError:
-        return str(value)
-    return timestamp(at) if at.tzinfo is not None else at.isoformat()
+    return progress_time_text(value, timestamp)
 
 
 def _last_id(stored: Any) -> SafeString | str:

@@ -33,8 +33,8 @@ from ..common.formatting import NONE_TEXT, relative_time, truncate
 from ..models import StreamControl, StreamWorker
 from ..streams.initial_sync.progress import CopyProgress
 from ..streams.initial_sync.resync import ResyncError, request_resync
+from ..streams.operations.display import state_notes
 from ..streams.operations.status import (
-    PAUSED,
     StreamStatus,
     status_error,
     status_interval,
@@ -342,19 +342,7 @@ class StreamConsoleAdmin(GuardedLookupsMixin, ReadOnlyAdminMixin, admin.ModelAdm
 
 
 def _notes(status: StreamStatus) -> tuple[str, ...]:
-    notes = []
-    if not status.enabled:
-        notes.append(gettext("disabled"))
-    elif not status.auto_start:
-        notes.append(gettext("no auto-start"))
-    if status.paused and status.state != PAUSED:
-        notes.append(gettext("pause requested"))
-    if status.restart_note():
-        notes.append(status.restart_note())
-    if status.stopped_note():
-        notes.append(status.stopped_note())
-    if status.window_note():
-        notes.append(status.window_note())
+    notes = state_notes(status, gettext)
     if status.stale_instances:
         # Each id shortened and unbroken, as in the instances' column, whole in its title.
         instances = format_html_join(

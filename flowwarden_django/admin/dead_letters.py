@@ -16,7 +16,6 @@ from functools import partial
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
@@ -42,16 +41,18 @@ from ..streams.operations.status import status_error
 from ..streams.stores import dlq_stores
 from .base import (
     ChangeContextMixin,
+    ConfirmedOperationsMixin,
     GuardedLookupsMixin,
-    ObjectOperationsMixin,
     ReadOnlyAdminMixin,
     age,
+    confirmed_action,
     field_display,
     fieldset_fields,
-    page_context,
+    html_or_none,
     short_id,
     status_badge,
     timestamp,
+    with_note,
 )
 from .bson_values import bson_html
 from .details import error_text
@@ -300,7 +301,7 @@ def _perform_one(
 class DeadLetterAdmin(
     GuardedLookupsMixin,
     ReadOnlyAdminMixin,
-    ObjectOperationsMixin,
+    ConfirmedOperationsMixin,
     ChangeContextMixin,
     admin.ModelAdmin,
 ):
@@ -428,9 +429,7 @@ class DeadLetterAdmin(
 
     created = field_display(age, "created_at", _("created"), ordering="created_at")
 
-    @admin.display(description=_("document key"))
-    def document_key_short(self, obj: DeadLetter) -> SafeString | str:
-        return short_document_key(obj.document_key)
+    document_key_short = field_display(short_document_key, "document_key", _("document key"))
 
     @admin.display(description=_("error type"), ordering="error_type")
     def error_kind(self, obj: DeadLetter) -> SafeString:
@@ -451,45 +450,32 @@ class DeadLetterAdmin(
 
     @admin.display(description=_("stream / operation"), ordering="stream_name")
     def stream_and_operation(self, obj: DeadLetter) -> SafeString:
-        return format_html(
-            '{}<br><span class="flowwarden-quiet">{}</span>',
-            short_id(obj.stream_name, 14),
-            obj.operation_type,
-        )
+        return with_note(short_id(obj.stream_name, 14), obj.operation_type, below=True)
 
-    @admin.display(description=_("status"), ordering="status")
-    def status_icon(self, obj: DeadLetter) -> SafeString:
-        return dlq_status_badge(obj.status)
+    status_icon = field_display(dlq_status_badge, "status", _("status"), ordering="status")
 
     @admin.display(description=_("status, attempts, replays"), ordering="status")
     def status_and_counts(self, obj: DeadLetter) -> SafeString:
-        return format_html(
-            '{}<br><span class="flowwarden-quiet">{}</span>',
-            dlq_status_badge(obj.status),
+        counts = (
             ngettext("%(n)d attempt", "%(n)d attempts", obj.attempts) % {"n": obj.attempts}
             + ", "
-            + ngettext("%(n)d replay", "%(n)d replays", obj.replay_count) % {"n": obj.replay_count},
+            + ngettext("%(n)d replay", "%(n)d replays", obj.replay_count) % {"n": obj.replay_count}
         )
+        return with_note(dlq_status_badge(obj.status), counts, below=True)
 
     # -- detail fields ---------------------------------------------------------------
 
-    @admin.display(description=_("document key"))
-    def document_key_json(self, obj: DeadLetter) -> SafeString | str:
-        return pretty_bson(obj.document_key)
+    document_key_json = field_display(pretty_bson, "document_key", _("document key"))
 
-    @admin.display(description=_("full document"))
-    def full_document_json(self, obj: DeadLetter) -> SafeString | str:
-        return pretty_bson(obj.full_document)
+    full_document_json = field_display(pretty_bson, "full_document", _("full document"))
 
-    @admin.display(description=_("resume token"))
-    def resume_token_json(self, obj: DeadLetter) -> SafeString | str:
-        return pretty_bson(obj.resume_token)
+    resume_token_json = field_display(pretty_bson, "resume_token", _("resume token"))
 
-    @admin.display(description=_("stack trace"))
-    def stack_trace_text(self, obj: DeadLetter) -> SafeString | str:
-        if not obj.stack_trace:
-            return NONE_TEXT
-        return format_html('<pre class="flowwarden-stack-trace">{}</pre>', obj.stack_trace)
+    stack_trace_text = field_display(
+        html_or_none('<pre class="flowwarden-stack-trace">{}</pre>'),
+        "stack_trace",
+        _("stack trace"),
+    )
 
     @admin.display(description=_("metadata"))
     def metadata_json(self, obj: DeadLetter) -> SafeString:
@@ -502,32 +488,22 @@ class DeadLetterAdmin(
 
     # -- actions: a confirmation page, then the operation -------------------------------
 
-    @admin.action(permissions=["replay"], description=_("Replay selected %(verbose_name_plural)s"))
-    def replay_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> Any:
-        return self._run_action(request, REPLAY, queryset)
-
-    @admin.action(
-        permissions=["resolve"], description=_("Acknowledge selected %(verbose_name_plural)s")
+    replay_selected = confirmed_action(
+        REPLAY, permission="replay", description=_("Replay selected %(verbose_name_plural)s")
     )
-    def acknowledge_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> Any:
-        return self._run_action(request, ACKNOWLEDGE, queryset)
-
-    @admin.action(
-        permissions=["resolve"], description=_("Discard selected %(verbose_name_plural)s")
+    acknowledge_selected = confirmed_action(
+        ACKNOWLEDGE,
+        permission="resolve",
+        description=_("Acknowledge selected %(verbose_name_plural)s"),
     )
-    def discard_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> Any:
-        return self._run_action(request, DISCARD, queryset)
+    discard_selected = confirmed_action(
+        DISCARD, permission="resolve", description=_("Discard selected %(verbose_name_plural)s")
+    )
 
-    def _run_action(
-        self, request: HttpRequest, operation: Operation, queryset: QuerySet[DeadLetter]
-    ) -> TemplateResponse | None:
-        entries = list(queryset)
-        if request.POST.get("post") != "yes":
-            action = f"{operation.name}_selected"
-            cancel = request.get_full_path()
-            return self._confirmation(request, operation, entries, cancel, action=action)
-        self._perform_and_report(request, operation, entries)
-        return None  # back to the changelist
+    def _act_on_selected(
+        self, request: HttpRequest, operation: Operation, entries: Sequence[DeadLetter]
+    ) -> None:
+        self._perform_and_report(request, operation, entries)  # then back to the changelist
 
     # -- the same operations from an entry's page ---------------------------------------
 
@@ -543,7 +519,7 @@ class DeadLetterAdmin(
         if request.method == "POST" and request.POST.get("post") == "yes":
             self._perform_and_report(request, operation, [entry])
             return HttpResponseRedirect(self.object_url(entry))
-        return self._confirmation(request, operation, [entry], self.object_url(entry), entry=entry)
+        return self._confirmation(request, operation, [entry], entry=entry)
 
     # -- shared steps ------------------------------------------------------------------
 
@@ -552,9 +528,6 @@ class DeadLetterAdmin(
         request: HttpRequest,
         operation: Operation,
         entries: Sequence[DeadLetter],
-        cancel_url: str,
-        *,
-        action: str | None = None,
         entry: DeadLetter | None = None,
     ) -> TemplateResponse:
         rows = [
@@ -568,17 +541,14 @@ class DeadLetterAdmin(
             }
             for row in entries
         ]
-        context = page_context(
-            self,
+        context = self.confirmation_context(
             request,
-            operation.title,
+            operation,
+            entry,
             operation=operation,
             rows=rows,
             pending_count=sum(1 for row in rows if row["pending"]),
             entry=entry,
-            action_name=action,
-            cancel_url=cancel_url,
-            action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
             store_missing=dlq_admin_stores().alias is None,
         )
         app_label, model_name = self.opts.app_label, self.opts.model_name

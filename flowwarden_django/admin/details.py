@@ -20,6 +20,7 @@ from ..models import StreamWorker
 from ..streams.operations.status import instance_key, status_error
 from ..views import may_see_details
 from ..workflows.runs.records import HANDOFF_PREFIX
+from .base import fields_in_place, fieldsets_in_place
 
 
 def redacted_runner(runner: str) -> str:
@@ -45,23 +46,20 @@ class HealthDetailsMixin:
         """Whether *request*'s user is shown no instance id and no error text."""
         return bool(self.detail_fields) and not may_see_details(request)
 
-    def _in_place(self, request: HttpRequest, names: Sequence[Any]) -> list[Any]:
-        if not self.redacting(request):
-            return list(names)
-        return [self.detail_fields.get(n, n) if isinstance(n, str) else n for n in names]
+    def _shown_instead(self, request: HttpRequest) -> Mapping[str, str]:
+        return self.detail_fields if self.redacting(request) else {}
 
     def get_list_display(self, request: HttpRequest) -> Sequence[Any]:
-        return self._in_place(request, super().get_list_display(request))  # type: ignore[misc]
+        names = super().get_list_display(request)  # type: ignore[misc]
+        return fields_in_place(names, self._shown_instead(request))
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[Any]:
-        return self._in_place(request, super().get_fields(request, obj))  # type: ignore[misc]
+        names = super().get_fields(request, obj)  # type: ignore[misc]
+        return fields_in_place(names, self._shown_instead(request))
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
-        return [
-            (name, {**options, "fields": self._in_place(request, options["fields"])})
-            for name, options in fieldsets
-        ]
+        return fieldsets_in_place(fieldsets, self._shown_instead(request))
 
 
 def redact_worker(worker: StreamWorker) -> StreamWorker:

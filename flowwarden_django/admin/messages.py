@@ -29,9 +29,11 @@ from .base import (
     LargeTableAdminMixin,
     ReadOnlyAdminMixin,
     age,
+    code_or_none,
     field_display,
     fieldset_fields,
-    reverse_for_key,
+    fieldsets_in_place,
+    run_url,
     short_id,
     status_badge,
     timestamp,
@@ -96,21 +98,13 @@ class RunDataAdminMixin:
 
     @admin.display(description=_("run"), ordering="coordination_id")
     def run_link(self, obj: Any) -> SafeString:
-        url = reverse_for_key(
-            "admin:flowwarden_django_workflowrun_change",
-            obj.coordination_id,
-            current_app=self.admin_site.name,  # type: ignore[attr-defined]
-        )
+        url = run_url(self.admin_site.name, obj.coordination_id)  # type: ignore[attr-defined]
         return format_html('<a href="{}">{}</a>', url, short_id(obj.coordination_id, RUN_WIDTH))
 
     @admin.display(description=_("run"))
     def run_page_link(self, obj: Any) -> SafeString:
         """The run's whole coordination id, linked to its page (the object's page)."""
-        url = reverse_for_key(
-            "admin:flowwarden_django_workflowrun_change",
-            obj.coordination_id,
-            current_app=self.admin_site.name,  # type: ignore[attr-defined]
-        )
+        url = run_url(self.admin_site.name, obj.coordination_id)  # type: ignore[attr-defined]
         return format_html('<a href="{}">{}</a>', url, obj.coordination_id)
 
 
@@ -183,13 +177,7 @@ class WorkflowMessageAdmin(
 
     sent_at_text = field_display(timestamp, "sent_at", _("sent at"))
 
-    @admin.display(description=_("idempotency key"))
-    def idempotency_key_text(self, obj: WorkflowMessage) -> SafeString | str:
-        return (
-            format_html("<code>{}</code>", obj.idempotency_key)
-            if obj.idempotency_key
-            else NONE_TEXT
-        )
+    idempotency_key_text = field_display(code_or_none, "idempotency_key", _("idempotency key"))
 
     @admin.display(description=_("delivered to snapshot"))
     def delivered_to_text(self, obj: WorkflowMessage) -> SafeString | str:
@@ -203,10 +191,8 @@ class WorkflowMessageAdmin(
         )
         return format_html('<a href="{}"><code>{}</code></a>', url, obj.delivered_to)
 
-    @admin.display(description=_("delivered to snapshot"))
-    def delivered_to_id(self, obj: WorkflowMessage) -> SafeString | str:
-        """The snapshot's id without the link, for who may not open snapshot pages."""
-        return format_html("<code>{}</code>", obj.delivered_to) if obj.delivered_to else NONE_TEXT
+    #: The snapshot's id without the link, for who may not open snapshot pages.
+    delivered_to_id = field_display(code_or_none, "delivered_to", _("delivered to snapshot"))
 
     delivered_at_text = field_display(timestamp, "delivered_at", _("delivered at"))
 
@@ -219,10 +205,7 @@ class WorkflowMessageAdmin(
         if request.user.has_perm(VIEW_SNAPSHOTS_PERMISSION):
             return fieldsets
         # No link to the snapshot page the user may not open (as on the run's page).
-        return [
-            (name, {**options, "fields": [_no_link(f) for f in options["fields"]]})
-            for name, options in fieldsets
-        ]
+        return fieldsets_in_place(fieldsets, {"delivered_to_text": "delivered_to_id"})
 
 
 @admin.register(WorkflowEvent)
@@ -263,7 +246,3 @@ class WorkflowEventAdmin(
     @admin.display(description=_("value"))
     def value_json(self, obj: WorkflowEvent) -> SafeString:
         return pretty_json(obj.value)
-
-
-def _no_link(field: str) -> str:
-    return "delivered_to_id" if field == "delivered_to_text" else field

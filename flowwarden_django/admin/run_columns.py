@@ -13,7 +13,17 @@ from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
 from ..models import Approval, WorkflowRun
-from .base import age, field_display, reverse_for_key, short_id, timestamp
+from .base import (
+    age,
+    code_or_none,
+    field_display,
+    html_or_none,
+    reverse_for_key,
+    run_url,
+    short_id,
+    timestamp,
+    with_note,
+)
 from .details import redacted_runner
 from .run_queues import waiting_slot_note
 from .run_texts import pretty_json, run_status_badge, wakes_text
@@ -57,15 +67,9 @@ class RunColumnsMixin:
         the run's page, which shows them whole)."""
         if not obj.idempotency_key:
             return short_id(obj.coordination_id, 12)
-        return format_html(
-            '{}<br><span class="flowwarden-quiet">{}</span>',
-            short_id(obj.coordination_id, 12),
-            self.run_key(obj),
-        )
+        return with_note(short_id(obj.coordination_id, 12), self.run_key(obj), below=True)
 
-    @admin.display(description=_("last step"), ordering="last_step")
-    def last_step_text(self, obj: WorkflowRun) -> SafeString | str:
-        return format_html("<code>{}</code>", obj.last_step) if obj.last_step else NONE_TEXT
+    last_step_text = field_display(code_or_none, "last_step", _("last step"), ordering="last_step")
 
     @admin.display(description=_("pending approval"))
     def pending_approval(self, obj: WorkflowRun) -> SafeString | str:
@@ -103,19 +107,13 @@ class RunColumnsMixin:
             gettext("Snapshot tree"),
         )
 
-    @admin.display(description=_("failure reason"))
-    def failure_reason_text(self, obj: WorkflowRun) -> SafeString | str:
-        if not obj.failure_reason:
-            return NONE_TEXT
-        return format_html('<pre class="flowwarden-json">{}</pre>', obj.failure_reason)
+    failure_reason_text = field_display(
+        html_or_none('<pre class="flowwarden-json">{}</pre>'), "failure_reason", _("failure reason")
+    )
 
     @admin.display(description=_("workflow"), ordering="workflow_name")
     def workflow_and_version(self, obj: WorkflowRun) -> SafeString:
-        return format_html(
-            '{} <span class="flowwarden-quiet">v{}</span>',
-            short_id(obj.workflow_name, 20),
-            obj.workflow_version,
-        )
+        return with_note(short_id(obj.workflow_name, 20), f"v{obj.workflow_version}")
 
     @admin.display(description=_("approvals"))
     def approvals_list(self, obj: WorkflowRun) -> SafeString | str:
@@ -143,11 +141,7 @@ class RunColumnsMixin:
     def parent_run(self, obj: WorkflowRun) -> SafeString | str:
         if not obj.parent_coordination_id:
             return NONE_TEXT
-        url = reverse_for_key(
-            "admin:flowwarden_django_workflowrun_change",
-            obj.parent_coordination_id,
-            current_app=self.admin_site.name,
-        )
+        url = run_url(self.admin_site.name, obj.parent_coordination_id)
         return format_html('<a href="{}">{}</a>', url, obj.parent_coordination_id)
 
     @admin.display(description=_("child runs"))
@@ -161,11 +155,7 @@ class RunColumnsMixin:
             '<li><a href="{}">{}</a> {} {}</li>',
             (
                 (
-                    reverse_for_key(
-                        "admin:flowwarden_django_workflowrun_change",
-                        child.pk,
-                        current_app=self.admin_site.name,
-                    ),
+                    run_url(self.admin_site.name, child.pk),
                     child.pk,
                     child.workflow_name,
                     run_status_badge(child.status),
@@ -175,15 +165,12 @@ class RunColumnsMixin:
         )
         return format_html('<ul class="flowwarden-children">{}</ul>', items)
 
-    @admin.display(description=_("runner"))
-    def runner_text(self, obj: WorkflowRun) -> SafeString | str:
-        return format_html("<code>{}</code>", obj.runner) if obj.runner else NONE_TEXT
+    runner_text = field_display(code_or_none, "runner", _("runner"))
 
     @admin.display(description=_("runner"))
     def runner_key_text(self, obj: WorkflowRun) -> SafeString | str:
         """The runner with its instance as its key, for users who may not see its id."""
-        runner = redacted_runner(obj.runner)
-        return format_html("<code>{}</code>", runner) if runner else NONE_TEXT
+        return code_or_none(redacted_runner(obj.runner))
 
     claimed_until_text = field_display(timestamp, "claimed_until", _("claimed until"))
 

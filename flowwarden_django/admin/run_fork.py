@@ -53,7 +53,7 @@ class ForkPageMixin:
         except UserJSONError as exc:
             return render(text, error=capfirst(str(exc)))
         if request.POST.get("post") != "yes":
-            return render(text, state=state, confirm=True)
+            return render(text, question=_question(snapshot, state))
         try:
             child = fork_snapshot(run, found, snapshot.id, state)
         except (ValueError, TypeError) as exc:  # the state typed was refused: say why
@@ -89,11 +89,12 @@ class ForkPageMixin:
         snapshot: WorkflowSnapshot,
         text: str,
         *,
-        state: Any = None,
-        confirm: bool = False,
         error: str | None = None,
+        question: dict[str, Any] | None = None,
     ) -> TemplateResponse:
-        if confirm:
+        """The fork page: the state's *text* to edit and what is wrong with it, or,
+        given the *question* (:func:`_question`), the page asking to confirm."""
+        if question is not None:
             title = gettext("Fork snapshot #%(seq)s of run %(run)s?")
         else:
             title = gettext("Fork snapshot #%(seq)s of run %(run)s")
@@ -105,13 +106,18 @@ class ForkPageMixin:
             snapshot_url=self.snapshot_url(run.pk, snapshot.id),
             state_text=text,
             error=error,
-            confirm=confirm,
+            confirm=question is not None,
+            **(question or {}),
         )
-        if confirm:
-            pretty = state_json(state)
-            context.update(
-                pretty_state=pretty,
-                compact_state=json.dumps(state, ensure_ascii=False, separators=(",", ":")),
-                diff=state_diff(state_json(snapshot.state), pretty),
-            )
         return TemplateResponse(request, f"{TEMPLATES}/fork.html", context)
+
+
+def _question(snapshot: WorkflowSnapshot, state: Any) -> dict[str, Any]:
+    """What the page asking to confirm a fork shows of the checked *state*: it
+    indented and compact, and how it differs from *snapshot*'s."""
+    pretty = state_json(state)
+    return {
+        "pretty_state": pretty,
+        "compact_state": json.dumps(state, ensure_ascii=False, separators=(",", ":")),
+        "diff": state_diff(state_json(snapshot.state), pretty),
+    }

@@ -24,7 +24,7 @@ from ..common.formatting import NONE_TEXT
 from ..models import WorkflowQueueSlot, WorkflowRun
 from ..workflows import workflow_registry
 from ..workflows.queues.settings import queue_configs
-from .base import short_id, timestamp
+from .base import code_or_none, field_display, short_id, timestamp
 
 #: Characters of a queue name in the list (the whole one is its tooltip).
 QUEUE_WIDTH = 20
@@ -107,13 +107,7 @@ class RunQueueFieldsMixin:
             return format_html("<code>{}</code>", queue)
         return format_html("<code>{}</code> ({})", queue, "; ".join(notes))
 
-    @admin.display(description=_("queue partition"))
-    def queue_partition_text(self, obj: WorkflowRun) -> SafeString | str:
-        return (
-            format_html("<code>{}</code>", obj.queue_partition)
-            if obj.queue_partition
-            else NONE_TEXT
-        )
+    queue_partition_text = field_display(code_or_none, "queue_partition", _("queue partition"))
 
     @admin.display(description=_("priority"))
     def queue_priority_text(self, obj: WorkflowRun) -> str:

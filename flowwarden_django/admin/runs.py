@@ -39,6 +39,7 @@ from .base import (
     LargeTableAdminMixin,
     ReadOnlyAdminMixin,
     fieldset_fields,
+    fieldsets_in_place,
 )
 from .details import HealthDetailsMixin, error_text
 from .run_actions import RunActionsMixin
@@ -152,10 +153,7 @@ class WorkflowRunAdmin(
         if self.has_snapshot_permission(request):
             return fieldsets
         # The head's id without the links to the snapshot pages the user may not open.
-        return [
-            (name, {**options, "fields": [_no_link(f) for f in options["fields"]]})
-            for name, options in fieldsets
-        ]
+        return fieldsets_in_place(fieldsets, {"head_snapshot": "head_snapshot_id"})
 
     # -- data ------------------------------------------------------------------------
 
@@ -262,7 +260,3 @@ class WorkflowRunAdmin(
                     request, run
                 )
         return context
-
-
-def _no_link(field: str) -> str:
-    return "head_snapshot_id" if field == "head_snapshot" else field

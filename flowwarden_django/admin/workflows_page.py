@@ -68,7 +68,9 @@ class DefinedWorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             ),
             path("", view(self.changelist_view), name="{}_{}_changelist".format(*info)),
             # A run's id here (the app index's links, a guessed URL): its workflow's diagram.
-            path("<path:object_id>/", view(self.change_view), name="{}_{}_change".format(*info)),
+            path(
+                "<path:object_id>/", view(self.run_diagram_view), name="{}_{}_change".format(*info)
+            ),
         ]
 
     def _context(self, request: HttpRequest, title: str) -> dict[str, Any]:
@@ -101,13 +103,10 @@ class DefinedWorkflowAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         context.update(rows=rows, **(extra_context or {}))
         return TemplateResponse(request, f"{TEMPLATES}/change_list.html", context)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: Mapping[str, Any] | None = None,
-    ) -> HttpResponse:
+    def run_diagram_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The "change" page of a workflow (a run: the proxy's rows are runs): a
+        redirect to the diagram of the run's workflow version, marking the run; to the
+        list when no such run is defined here."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         run = None

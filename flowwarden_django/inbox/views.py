@@ -38,6 +38,7 @@ from ..workflows.waiting.approvals.forms import (
     add_form_errors,
     json_safe,
     page_form,
+    page_form_or_error,
 )
 from .bulk import MAX_BULK_IDS, bulk_choices, filter_query
 from .claims import CLAIM_CHOICES, claim_context, filter_by_claim
@@ -223,14 +224,8 @@ class ApprovalPage(InboxPage):
         state, unreadable = _state_of(approval)
         pending = approval.status == Approval.Status.PENDING
         typed_error = ""
-        if typed is None and pending and approval.form:
-            try:
-                typed = page_form(approval)
-            except ApprovalFormUnavailableError as exc:
-                typed_error = _(
-                    "This approval's decision form cannot be loaded (%(error)s): it can be "
-                    "rejected, but not approved until the form is restored."
-                ) % {"error": exc}
+        if typed is None and pending:
+            typed, typed_error = page_form_or_error(approval)
         context = {
             **page_context(request, approval.prompt or _("Approval")),
             "approval": approval,

@@ -23,7 +23,13 @@ from ...common.formatting import (
 )
 from ...exceptions import InvalidCheckpointStoreError
 from ...streams import Checkpoint, CheckpointStore, checkpoint_stores
-from ...streams.operations.display import checkpoint_to_json, copied_text, last_id_text, short_token
+from ...streams.operations.display import (
+    checkpoint_to_json,
+    copied_text,
+    last_id_text,
+    progress_time_text,
+    short_token,
+)
 from ...streams.tokens import Token, token_from_json, token_to_json
 from ..base import ActionCommand, confirmed
 
@@ -280,13 +286,7 @@ def _initial_sync_fields(
 
 def _moment_text(value: Any, now: datetime) -> str:
     """An ISO 8601 time from the progress record with its age (as it is if unparsable)."""
-    if not value:
-        return NONE_TEXT
-    try:
-        at = datetime.fromisoformat(str(value))
-    except ValueError:
-        return str(value)
-    return timestamp_text(at, now) if at.tzinfo is not None else at.isoformat()
+    return progress_time_text(value, lambda at: timestamp_text(at, now))
 
 
 def _at_text(checkpoint: Checkpoint) -> str:

@@ -37,6 +37,7 @@ from ...common.formatting import NONE_TEXT, age_text, dump_json, format_table
 from ...common.outages import error_summary
 from ...streams.clients import client_hosts, probe
 from ...streams.initial_sync.resync import ResyncError, request_resync
+from ...streams.operations.display import state_notes
 from ...streams.operations.status import PAUSED, StreamStatus, health_report, stream_status
 from ...streams.registry import DuplicateStreamError, stream_registry
 from ...streams.runtime.async_manager import AsyncStreamManager, new_stream_manager
@@ -371,19 +372,7 @@ class Command(BaseCommand):
 
 def _status_row(status: StreamStatus, spec: StreamSpec, now: datetime) -> tuple[str, ...]:
     """One line of ``status``: the cross-process state, ages and backlog of a stream."""
-    notes = []
-    if not spec.enabled:
-        notes.append("disabled")
-    elif not spec.auto_start:
-        notes.append("no auto-start")
-    if status.paused and status.state != "paused":
-        notes.append("pause requested")
-    if status.restart_note():
-        notes.append(status.restart_note())
-    if status.stopped_note():
-        notes.append(status.stopped_note())
-    if status.window_note():
-        notes.append(status.window_note())
+    notes = state_notes(status)
     if status.stale_instances:
         count = len(status.stale_instances)
         notes.append(f"{count} instance{'s' if count > 1 else ''} silent (no recent report)")

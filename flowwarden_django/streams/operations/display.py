@@ -1,17 +1,22 @@
 """How tokens and checkpoints are shown to people: short and compact token forms for
-tables, checkpoints as JSON values, and an initial sync's counts and last ``_id`` (the
-admin and the management commands)."""
+tables, checkpoints as JSON values, an initial sync's counts, times and last ``_id``,
+and the notes on a stream's state (the admin and the management commands)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
+
+from django.utils.translation import gettext_noop
 
 from ...common.formatting import NONE_TEXT, truncate
 from ..checkpoint import Checkpoint, plain_progress
 from ..tokens import Token, token_to_json
+from .status import PAUSED, StreamStatus
+
+_Shown = TypeVar("_Shown")
 
 #: Default width of :func:`short_token`.
 SHORT_TOKEN_WIDTH = 20
@@ -76,6 +81,20 @@ def copied_text(progress: Mapping[str, Any]) -> str:
     return text
 
 
+def progress_time_text(value: Any, show: Callable[[datetime], _Shown]) -> _Shown | str:
+    """A time of an initial sync's progress record (``started_at``, ``updated_at``,
+    ``finished_at``: ISO 8601 text) as *show* shows it (the time with its age);
+    ``"—"`` when there is none, the text as it is when it does not parse, and the
+    ISO text of a time without a time zone."""
+    if not value:
+        return NONE_TEXT
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return show(at) if at.tzinfo is not None else at.isoformat()
+
+
 def last_id_text(stored: Any) -> str:
     """An initial sync's last copied ``_id`` as relaxed Extended JSON (``300``,
     ``{"$oid": "65a1…"}``); the stored text as it is when it is not
@@ -91,3 +110,19 @@ def last_id_text(stored: Any) -> str:
     except Exception:  # no pymongo, or an unexpected form: show what is stored
         return str(stored)
     return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
+
+
+def state_notes(status: StreamStatus, translate: Callable[[str], str] = str) -> list[str]:
+    """What the Streams console and ``flowwarden_streams status`` note about the state
+    of a stream: disabled or without auto-start, or a pause requested that is not done
+    yet (these words through *translate*: the console passes ``gettext``), then
+    :meth:`~.status.StreamStatus.restart_note`, ``stopped_note`` and ``window_note``."""
+    notes = []
+    if not status.enabled:
+        notes.append(translate(gettext_noop("disabled")))
+    elif not status.auto_start:
+        notes.append(translate(gettext_noop("no auto-start")))
+    if status.paused and status.state != PAUSED:
+        notes.append(translate(gettext_noop("pause requested")))
+    found = (status.restart_note(), status.stopped_note(), status.window_note())
+    return notes + [note for note in found if note]

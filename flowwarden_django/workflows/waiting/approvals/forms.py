@@ -26,6 +26,7 @@ from django.db.models import Model
 from django.forms.models import ModelChoiceIteratorValue
 from django.utils.duration import duration_iso_string
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
 from ....common.user_input import MAX_PAYLOAD_BYTES, check_user_json
 from .errors import ApprovalError
@@ -200,6 +201,19 @@ def page_form(approval: Any, data: Any = None, *, prefix: str = "form") -> forms
     if not approval.form:
         return None
     return build_form(approval.form, data=data, initial=approval.form_initial, prefix=prefix)
+
+
+def page_form_or_error(approval: Any) -> tuple[forms.BaseForm | None, str]:
+    """*approval*'s unbound :func:`page_form` and ``""``, or, when the form cannot be
+    loaded, ``None`` and why, as the page says it: the approval can be rejected, not
+    approved."""
+    try:
+        return page_form(approval), ""
+    except ApprovalFormUnavailableError as exc:
+        return None, gettext(
+            "This approval's decision form cannot be loaded (%(error)s): it can be "
+            "rejected, but not approved until the form is restored."
+        ) % {"error": exc}
 
 
 def add_form_errors(form: forms.BaseForm, error: ApprovalFormError) -> None:
