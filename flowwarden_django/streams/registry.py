@@ -141,26 +141,8 @@ def change_stream(
     ``execution="celery"`` sends each event to a Celery worker (the task
     ``flowwarden_django.handle_stream_event``) with the same order and anchor.
     """
-    options = {
-        "name": name,
-        "collection": collection,
-        "database": database,
-        "full_document": full_document,
-        "full_document_before_change": full_document_before_change,
-        "deployment_mode": deployment_mode,
-        "enabled": enabled,
-        "auto_start": auto_start,
-        "client": client,
-        "lock_service": lock_service,
-        "transactional": transactional,
-        "transaction_using": transaction_using,
-        "checkpoint_store": checkpoint_store,
-        "description": description,
-        "parallelism": parallelism,
-        "key": key,
-        "window": window,
-        "execution": execution,
-    }
+    options = dict(locals())  # the arguments, which are ``StreamSpec`` fields
+    del options["registry"]
 
     def decorate(cls: C) -> C:
         setattr(cls, _STREAM_ATTR, options)
@@ -180,6 +162,10 @@ def _setting(attr: str, value: Any) -> Callable[[C], C]:
     return decorate
 
 
+# The parameters of the decorators below are the fields of their specs, so each
+# builds its spec from ``locals()`` (read before any other local is bound).
+
+
 def checkpoint(
     save_every_n: int = 1,
     save_interval_seconds: float = 5,
@@ -189,15 +175,7 @@ def checkpoint(
     copy_batch_size: int = 1000,
 ) -> Callable[[C], C]:
     """Set how a ``@change_stream`` class keeps its checkpoint (see ``CheckpointSpec``)."""
-    spec = CheckpointSpec(
-        save_every_n=save_every_n,
-        save_interval_seconds=save_interval_seconds,
-        idle_heartbeat_interval_seconds=idle_heartbeat_interval_seconds,
-        start_position=start_position,
-        on_history_lost=on_history_lost,
-        copy_batch_size=copy_batch_size,
-    )
-    return _setting(_CHECKPOINT_ATTR, spec)
+    return _setting(_CHECKPOINT_ATTR, CheckpointSpec(**locals()))
 
 
 def restart_policy(
@@ -208,8 +186,7 @@ def restart_policy(
     jitter: bool = False,
 ) -> Callable[[C], C]:
     """Set the backoff of the managed restart after a cursor dies (see ``RestartPolicySpec``)."""
-    spec = RestartPolicySpec(max_attempts, initial_delay, max_delay, multiplier, jitter)
-    return _setting(_RESTART_ATTR, spec)
+    return _setting(_RESTART_ATTR, RestartPolicySpec(**locals()))
 
 
 def retry_policy(
@@ -222,16 +199,8 @@ def retry_policy(
     jitter: bool = True,
 ) -> Callable[[C], C]:
     """Retry a failed handler on the stream's thread (see ``RetryPolicySpec``)."""
-    spec = RetryPolicySpec(
-        max_attempts=max_attempts,
-        initial_delay=initial_delay,
-        max_delay=max_delay,
-        multiplier=multiplier,
-        retry_on=tuple(retry_on),
-        no_retry_on=tuple(no_retry_on),
-        jitter=jitter,
-    )
-    return _setting(_RETRY_ATTR, spec)
+    options = locals() | {"retry_on": tuple(retry_on), "no_retry_on": tuple(no_retry_on)}
+    return _setting(_RETRY_ATTR, RetryPolicySpec(**options))
 
 
 def dead_letter_queue(
@@ -242,14 +211,7 @@ def dead_letter_queue(
     store: str = "default",
 ) -> Callable[[C], C]:
     """Park events that failed for good in a dead-letter store (see ``DeadLetterQueueSpec``)."""
-    spec = DeadLetterQueueSpec(
-        enabled=enabled,
-        retention_days=retention_days,
-        include_original_document=include_original_document,
-        include_stack_trace=include_stack_trace,
-        store=store,
-    )
-    return _setting(_DLQ_ATTR, spec)
+    return _setting(_DLQ_ATTR, DeadLetterQueueSpec(**locals()))
 
 
 def on_error(*types: type[BaseException]) -> Callable[[F], F]:
