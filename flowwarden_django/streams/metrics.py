@@ -304,6 +304,16 @@ async def drain() -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
+def _send_async(signal: Signal, sender: str, **kwargs: Any) -> None:
+    """A receiver that stands for the ``async`` ones: :func:`send` them the signal."""
+    send(signal, sender, _ASYNC, **kwargs)
+
+
+#: What the spelt-out senders below call in place of the receivers when an ``async``
+#: one listens (:func:`send` never raises).
+_ASYNC_SENDERS = (_send_async,)
+
+
 def send_event_received(
     stream: str,
     receivers: Sequence[Any],
@@ -317,18 +327,7 @@ def send_event_received(
     """:func:`send` of ``event_received`` with its arguments spelt out: it goes out per
     event, and packing them into a dict (twice) cost more than most receivers do."""
     if receivers is _ASYNC:
-        send(
-            event_received,
-            stream,
-            receivers,
-            event_id=event_id,
-            operation_type=operation_type,
-            collection=collection,
-            document_key=document_key,
-            cluster_time=cluster_time,
-            wall_time=wall_time,
-        )
-        return
+        receivers = _ASYNC_SENDERS
     for receiver in receivers:
         try:
             receiver(
@@ -350,8 +349,7 @@ def send_event_processed(
 ) -> None:
     """:func:`send` of ``event_processed``, spelt out (see :func:`send_event_received`)."""
     if receivers is _ASYNC:
-        send(event_processed, stream, receivers, duration=duration, success=success)
-        return
+        receivers = _ASYNC_SENDERS
     for receiver in receivers:
         try:
             receiver(signal=event_processed, sender=stream, duration=duration, success=success)

@@ -9,9 +9,10 @@ may sit above or below ``@change_stream``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from .spec import (
     DEFAULT_NO_RETRY_ON,
@@ -25,6 +26,7 @@ from .spec import (
 )
 
 C = TypeVar("C", bound=type)
+P = ParamSpec("P")
 
 _STREAM_ATTR = "_flowwarden_stream"
 _CHECKPOINT_ATTR = "_flowwarden_checkpoint"
@@ -141,26 +143,8 @@ def change_stream(
     ``execution="celery"`` sends each event to a Celery worker (the task
     ``flowwarden_django.handle_stream_event``) with the same order and anchor.
     """
-    options = {
-        "name": name,
-        "collection": collection,
-        "database": database,
-        "full_document": full_document,
-        "full_document_before_change": full_document_before_change,
-        "deployment_mode": deployment_mode,
-        "enabled": enabled,
-        "auto_start": auto_start,
-        "client": client,
-        "lock_service": lock_service,
-        "transactional": transactional,
-        "transaction_using": transaction_using,
-        "checkpoint_store": checkpoint_store,
-        "description": description,
-        "parallelism": parallelism,
-        "key": key,
-        "window": window,
-        "execution": execution,
-    }
+    options = dict(locals())  # the arguments, which are ``StreamSpec`` fields
+    del options["registry"]
 
     def decorate(cls: C) -> C:
         setattr(cls, _STREAM_ATTR, options)
@@ -180,36 +164,41 @@ def _setting(attr: str, value: Any) -> Callable[[C], C]:
     return decorate
 
 
-def checkpoint(
-    save_every_n: int = 1,
-    save_interval_seconds: float = 5,
-    idle_heartbeat_interval_seconds: float = 300,
-    start_position: str = "RESUME",
-    on_history_lost: str = "FAIL",
-    copy_batch_size: int = 1000,
-) -> Callable[[C], C]:
-    """Set how a ``@change_stream`` class keeps its checkpoint (see ``CheckpointSpec``)."""
-    spec = CheckpointSpec(
-        save_every_n=save_every_n,
-        save_interval_seconds=save_interval_seconds,
-        idle_heartbeat_interval_seconds=idle_heartbeat_interval_seconds,
-        start_position=start_position,
-        on_history_lost=on_history_lost,
-        copy_batch_size=copy_batch_size,
+def _declaring(
+    spec_class: Callable[P, Any], attr: str, name: str, doc: str
+) -> Callable[P, Callable[[C], C]]:
+    """A decorator factory that takes *spec_class*'s arguments (its signature, defaults
+    included) and stores the spec on the class as *attr*."""
+
+    def declare(*args: P.args, **kwargs: P.kwargs) -> Callable[[C], C]:
+        return _setting(attr, spec_class(*args, **kwargs))
+
+    declare.__name__ = declare.__qualname__ = name
+    declare.__doc__ = doc
+    declare.__signature__ = inspect.signature(spec_class).replace(  # type: ignore[attr-defined]
+        return_annotation="Callable[[C], C]"
     )
-    return _setting(_CHECKPOINT_ATTR, spec)
+    return declare
 
 
-def restart_policy(
-    max_attempts: int = 0,
-    initial_delay: str | float = "1s",
-    max_delay: str | float = "60s",
-    multiplier: float = 2.0,
-    jitter: bool = False,
-) -> Callable[[C], C]:
-    """Set the backoff of the managed restart after a cursor dies (see ``RestartPolicySpec``)."""
-    spec = RestartPolicySpec(max_attempts, initial_delay, max_delay, multiplier, jitter)
-    return _setting(_RESTART_ATTR, spec)
+checkpoint = _declaring(
+    CheckpointSpec,
+    _CHECKPOINT_ATTR,
+    "checkpoint",
+    "Set how a ``@change_stream`` class keeps its checkpoint (see ``CheckpointSpec``).",
+)
+restart_policy = _declaring(
+    RestartPolicySpec,
+    _RESTART_ATTR,
+    "restart_policy",
+    "Set the backoff of the managed restart after a cursor dies (see ``RestartPolicySpec``).",
+)
+dead_letter_queue = _declaring(
+    DeadLetterQueueSpec,
+    _DLQ_ATTR,
+    "dead_letter_queue",
+    "Park events that failed for good in a dead-letter store (see ``DeadLetterQueueSpec``).",
+)
 
 
 def retry_policy(
@@ -222,34 +211,8 @@ def retry_policy(
     jitter: bool = True,
 ) -> Callable[[C], C]:
     """Retry a failed handler on the stream's thread (see ``RetryPolicySpec``)."""
-    spec = RetryPolicySpec(
-        max_attempts=max_attempts,
-        initial_delay=initial_delay,
-        max_delay=max_delay,
-        multiplier=multiplier,
-        retry_on=tuple(retry_on),
-        no_retry_on=tuple(no_retry_on),
-        jitter=jitter,
-    )
-    return _setting(_RETRY_ATTR, spec)
-
-
-def dead_letter_queue(
-    enabled: bool = True,
-    retention_days: int = 30,
-    include_original_document: bool = True,
-    include_stack_trace: bool = True,
-    store: str = "default",
-) -> Callable[[C], C]:
-    """Park events that failed for good in a dead-letter store (see ``DeadLetterQueueSpec``)."""
-    spec = DeadLetterQueueSpec(
-        enabled=enabled,
-        retention_days=retention_days,
-        include_original_document=include_original_document,
-        include_stack_trace=include_stack_trace,
-        store=store,
-    )
-    return _setting(_DLQ_ATTR, spec)
+    retry_on, no_retry_on = tuple(retry_on), tuple(no_retry_on)
+    return _setting(_RETRY_ATTR, RetryPolicySpec(**locals()))
 
 
 def on_error(*types: type[BaseException]) -> Callable[[F], F]:

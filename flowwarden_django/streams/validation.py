@@ -67,6 +67,35 @@ def _choice(out: _Collector, attribute: str, value: Any, allowed: Iterable[str])
         out.error("E101", attribute, f"{value!r} is not one of {', '.join(allowed)}")
 
 
+#: Why a stream option names an alias of a ``FLOWWARDEN`` setting, and what an entry
+#: looks like, for the hint (settings not listed: no example that fits every case).
+_ALIAS_SETTINGS: dict[str, tuple[str, str]] = {
+    "LOCK_SERVICES": (
+        ", which SINGLE_LEADER needs for its lease",
+        '{"BACKEND": "flowwarden_django.streams.backends.orm.OrmLockService"}',
+    ),
+    "MONGO_CLIENTS": ("", '{"URL": "mongodb://host:27017/?replicaSet=rs0"}'),
+}
+_MISSING: Any = object()
+
+
+def _configured(out: _Collector, code: str, attribute: str, alias: str, setting: str) -> Any:
+    """The entry of *alias* in ``FLOWWARDEN[setting]``; error *code* and ``_MISSING``
+    when there is none."""
+    entries: Mapping[str, Any] = getattr(fw_settings, setting) or {}
+    if alias in entries:
+        return entries[alias]
+    why, example = _ALIAS_SETTINGS.get(setting, ("", ""))
+    out.error(
+        code,
+        attribute,
+        f"{alias!r} is not in FLOWWARDEN[{setting!r}]{why} "
+        f"(configured: {', '.join(sorted(entries)) or 'none'})",
+        f'Add FLOWWARDEN["{setting}"]["{alias}"] = {example}.' if example else "",
+    )
+    return _MISSING
+
+
 def validate_spec(spec: StreamSpec) -> list[Problem]:
     """Every problem of one stream (duplicates are checked by :func:`validate_all`)."""
     out = _Collector(spec)
@@ -87,16 +116,7 @@ def validate_spec(spec: StreamSpec) -> list[Problem]:
     )
     _choice(out, "deployment_mode", spec.deployment_mode, DEPLOYMENT_MODES)
     if spec.deployment_mode == "SINGLE_LEADER":
-        services: Mapping[str, Any] = fw_settings.LOCK_SERVICES or {}
-        if spec.lock_service not in services:
-            out.error(
-                "E104",
-                "lock_service",
-                f"{spec.lock_service!r} is not in FLOWWARDEN['LOCK_SERVICES'], which "
-                "SINGLE_LEADER needs for its lease",
-                f'Add FLOWWARDEN["LOCK_SERVICES"]["{spec.lock_service}"] = {{"BACKEND": '
-                '"flowwarden_django.streams.backends.orm.OrmLockService"}.',
-            )
+        _configured(out, "E104", "lock_service", spec.lock_service, "LOCK_SERVICES")
     _validate_parallelism(out, spec)
     _validate_retry_policy(out, spec)
     _validate_dead_letter_queue(out, spec)
@@ -390,14 +410,8 @@ def _validate_dead_letter_queue(out: _Collector, spec: StreamSpec) -> None:
             f"must be a whole number of days, 0 or more (0 = forever), got "
             f"{queue.retention_days!r}",
         )
-    stores: Mapping[str, Any] = fw_settings.DLQ_STORES or {}
-    if queue.enabled and queue.store not in stores:
-        out.error(
-            "E116",
-            "dead_letter_queue.store",
-            f"{queue.store!r} is not in FLOWWARDEN['DLQ_STORES'] "
-            f"(configured: {', '.join(sorted(stores)) or 'none'})",
-        )
+    if queue.enabled:
+        _configured(out, "E116", "dead_letter_queue.store", queue.store, "DLQ_STORES")
 
 
 def _validate_error_handlers(out: _Collector, spec: StreamSpec) -> None:
@@ -438,26 +452,10 @@ def _validate_error_handlers(out: _Collector, spec: StreamSpec) -> None:
 
 
 def _validate_connections(out: _Collector, spec: StreamSpec) -> None:
-    clients: Mapping[str, Any] = fw_settings.MONGO_CLIENTS or {}
-    if spec.client not in clients:
-        out.error(
-            "E110",
-            "client",
-            f"{spec.client!r} is not in FLOWWARDEN['MONGO_CLIENTS'] "
-            f"(configured: {', '.join(sorted(clients)) or 'none'})",
-            f'Add FLOWWARDEN["MONGO_CLIENTS"]["{spec.client}"] = '
-            '{"URL": "mongodb://host:27017/?replicaSet=rs0"}.',
-        )
-    stores: Mapping[str, Any] = fw_settings.CHECKPOINT_STORES or {}
-    if spec.checkpoint_store not in stores:
-        out.error(
-            "E111",
-            "checkpoint_store",
-            f"{spec.checkpoint_store!r} is not in FLOWWARDEN['CHECKPOINT_STORES']",
-        )
-        return
-    if spec.transactional:
-        _validate_transactional(out, spec, stores[spec.checkpoint_store])
+    _configured(out, "E110", "client", spec.client, "MONGO_CLIENTS")
+    store = _configured(out, "E111", "checkpoint_store", spec.checkpoint_store, "CHECKPOINT_STORES")
+    if store is not _MISSING and spec.transactional:
+        _validate_transactional(out, spec, store)
 
 
 def _validate_transactional(out: _Collector, spec: StreamSpec, store_config: Any) -> None:

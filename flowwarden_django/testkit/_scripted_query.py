@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 from functools import total_ordering
 from operator import itemgetter
 from typing import Any
@@ -228,6 +228,7 @@ class CollectionSnapshot:
     rows: list[tuple[int, dict[str, Any]]]
 
 
+@dataclass(eq=False, repr=False)
 class DocumentCursor:
     """A find cursor over one collection: a position in its sort order (see the module).
 
@@ -237,30 +238,24 @@ class DocumentCursor:
     costs one sort.
     """
 
-    def __init__(
-        self,
-        db: str,
-        coll: str,
-        matches: Predicate,
-        ordering: Ordering,
-        projection: Any = None,
-        skip: int = 0,
-        limit: int = 0,
-    ) -> None:
-        self.db = db
-        self.coll = coll
-        self.matches = matches
-        self.ordering = ordering
-        self.projection = projection
+    db: str
+    coll: str
+    matches: Predicate
+    ordering: Ordering
+    projection: Any = None
+    skip: InitVar[int] = 0
+    limit: InitVar[int] = 0
+    _skip: int = field(init=False)
+    _left: int | None = field(init=False)
+    _after: Any = field(default=_START, init=False)
+    # (stamp, sort keys, documents), replaced as one so a reader never mixes two reads.
+    _rows: tuple[tuple[int, int] | None, list[Any], list[dict[str, Any]]] = field(
+        default=(None, [], []), init=False
+    )
+
+    def __post_init__(self, skip: int, limit: int) -> None:
         self._skip = skip
-        self._left: int | None = limit or None
-        self._after: Any = _START
-        # (stamp, sort keys, documents), replaced as one so a reader never mixes two reads.
-        self._rows: tuple[tuple[int, int] | None, list[Any], list[dict[str, Any]]] = (
-            None,
-            [],
-            [],
-        )
+        self._left = limit or None
 
     def snapshot(self, log: EventLog) -> CollectionSnapshot | None:
         """What :meth:`refresh` needs to read the collection without the server's lock;

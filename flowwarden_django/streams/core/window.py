@@ -85,35 +85,26 @@ class WindowStats:
     parked_keys: tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(slots=True, eq=False, repr=False)
 class WindowEntry:
     """One event in the window: where it is in the stream (``seq``), its key, and
     whether it waits, runs or has settled."""
-
-    __slots__ = ("began", "event", "event_id", "failing", "key", "operation", "seq", "state")
 
     WAITING = "waiting"
     READY = "ready"
     RUNNING = "running"
     SETTLED = "settled"
 
-    def __init__(
-        self,
-        seq: int,
-        key: Hashable,
-        event: Mapping[str, Any],
-        operation: str,
-        event_id: str | None,
-    ) -> None:
-        self.seq = seq
-        self.key = key
-        self.event = event
-        self.operation = operation
-        self.event_id = event_id
-        self.state = self.WAITING
-        #: ``time.perf_counter()`` when its handling began (the drivers set it).
-        self.began = 0.0
-        #: Whether an attempt has failed (its key is parked behind it while it retries).
-        self.failing = False
+    seq: int
+    key: Hashable
+    event: Mapping[str, Any]
+    operation: str
+    event_id: str | None
+    state: str = dataclasses.field(default=WAITING, init=False)
+    #: ``time.perf_counter()`` when its handling began (the drivers set it).
+    began: float = dataclasses.field(default=0.0, init=False)
+    #: Whether an attempt has failed (its key is parked behind it while it retries).
+    failing: bool = dataclasses.field(default=False, init=False)
 
     def __repr__(self) -> str:
         return f"<WindowEntry #{self.seq} key={self.key!r} {self.state}>"

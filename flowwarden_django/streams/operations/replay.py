@@ -222,8 +222,7 @@ def discard_dead_letter(
     entry_id: str, *, store: str = "default", by: str = "", note: str = ""
 ) -> bool:
     """Mark a pending (or stuck replaying) entry as not worth handling; False otherwise.
-    ``UserJSONError`` (a ``ValueError``) for a *note* over ``MAX_NOTE_CHARS`` or with
-    a NUL; nothing changes then."""
+    Its *note* is checked as :func:`acknowledge_dead_letter` checks it."""
     return _resolve(entry_id, DISCARDED, store, by, note)
 
 

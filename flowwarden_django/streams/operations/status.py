@@ -364,6 +364,10 @@ def stream_status(
     ]
 
 
+#: The ``StreamStatus`` fields that are the stream's own settings (``StreamSpec``).
+_SPEC_FIELDS = ("deployment_mode", "parallelism", "windowed", "enabled", "auto_start")
+
+
 def _one_stream(
     spec: StreamSpec,
     rows: list[Any],
@@ -383,11 +387,7 @@ def _one_stream(
     return StreamStatus(
         name=spec.name,
         state=state,
-        deployment_mode=spec.deployment_mode,
-        parallelism=spec.parallelism,
-        windowed=spec.windowed,
-        enabled=spec.enabled,
-        auto_start=spec.auto_start,
+        **{field: getattr(spec, field) for field in _SPEC_FIELDS},
         paused=paused,
         # An operator's pause is not an outage: a liveness probe must not restart
         # processes because someone stopped a stream on purpose.

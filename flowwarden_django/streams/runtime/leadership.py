@@ -24,6 +24,7 @@ when it would have anyway, and stands by.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import threading
@@ -48,40 +49,32 @@ CALL_WAIT_MAX_SECONDS = 5.0
 _PENDING: Any = object()
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class Leadership:
     """The lease on one stream for one owner; ``role`` is ``LEADER`` or ``STANDBY``."""
 
-    def __init__(
-        self,
-        stream_name: str,
-        service: LockService,
-        owner: str,
-        *,
-        ttl: float,
-        renew_interval: float,
-        poll_interval: float,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.stream_name = stream_name
-        self.service = service
-        self.owner = owner
-        self.ttl = ttl
-        self.renew_interval = renew_interval
-        self.poll_interval = poll_interval
-        self._monotonic = monotonic
-        self.lease: Lease | None = None
-        self._valid_until = float("-inf")
-        self.next_attempt = float("-inf")
-        self.failures = 0
-        #: The lock service's last error while it fails (``None`` once it answers).
-        self.outage: BaseException | None = None
-        #: Consecutive failed calls (the backoff's exponent).
-        self.outage_attempts = 0
-        self.failure_log = FailureLog(logger, f"stream {stream_name!r}: the lease service")
-        self._calls = LeaseCalls(stream_name)
-        #: The call in progress: (kind, its future, when it was sent).
-        self._pending: tuple[str, Any, float] | None = None
-        self._outcome_lock = threading.Lock()
+    stream_name: str
+    service: LockService
+    owner: str
+    ttl: float = dataclasses.field(kw_only=True)
+    renew_interval: float = dataclasses.field(kw_only=True)
+    poll_interval: float = dataclasses.field(kw_only=True)
+    monotonic: Callable[[], float] = dataclasses.field(default=time.monotonic, kw_only=True)
+    lease: Lease | None = dataclasses.field(default=None, init=False)
+    _valid_until: float = dataclasses.field(default=float("-inf"), init=False)
+    next_attempt: float = dataclasses.field(default=float("-inf"), init=False)
+    failures: int = dataclasses.field(default=0, init=False)
+    #: The lock service's last error while it fails (``None`` once it answers).
+    outage: BaseException | None = dataclasses.field(default=None, init=False)
+    #: Consecutive failed calls (the backoff's exponent).
+    outage_attempts: int = dataclasses.field(default=0, init=False)
+    #: The call in progress: (kind, its future, when it was sent).
+    _pending: tuple[str, Any, float] | None = dataclasses.field(default=None, init=False)
+    _outcome_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self.failure_log = FailureLog(logger, f"stream {self.stream_name!r}: the lease service")
+        self._calls = LeaseCalls(self.stream_name)
 
     @property
     def call_timeout(self) -> float:
@@ -99,12 +92,12 @@ class Leadership:
 
     def is_valid(self) -> bool:
         """Whether this process may act as the leader right now."""
-        return self.lease is not None and self._monotonic() < self._valid_until
+        return self.lease is not None and self.monotonic() < self._valid_until
 
     def due(self) -> bool:
         """Whether the next acquire (standby) or renew (leader) attempt is due, or the
         answer of a pending one is to be looked at."""
-        return self._pending is not None or self._monotonic() >= self.next_attempt
+        return self._pending is not None or self.monotonic() >= self.next_attempt
 
     def try_lead(self) -> bool:
         """Try to take the lease; True when this process now leads (False while the
@@ -118,9 +111,9 @@ class Leadership:
         if lease is None:
             self.next_attempt = sent + self._wait_before_retry()
             return False
-        if self._monotonic() >= sent + self.ttl - self.margin:
+        if self.monotonic() >= sent + self.ttl - self.margin:
             # Answered too late to be trusted: it expires on its own; ask again.
-            self.next_attempt = self._monotonic()
+            self.next_attempt = self.monotonic()
             return False
         self._hold(lease, sent)
         logger.info(
@@ -170,7 +163,7 @@ class Leadership:
         was_leading = self.lease is not None
         self.lease = None
         self._valid_until = float("-inf")
-        self.next_attempt = self._monotonic() + self._wait_before_retry()
+        self.next_attempt = self.monotonic() + self._wait_before_retry()
         if was_leading:
             self._announce("STANDBY")
 
@@ -244,7 +237,7 @@ class Leadership:
     def _outcome_locked(self, kind: str, method: Callable[..., Lease | None], *args: Any) -> Any:
         wait = 0.0
         if self._pending is None:
-            sent = self._monotonic()
+            sent = self.monotonic()
             future = self._calls.submit(self._call, method, *args)
             self._pending = (kind, future, sent)
             wait = self.call_timeout

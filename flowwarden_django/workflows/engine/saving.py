@@ -17,6 +17,7 @@ saves its snapshot and updates the run in one transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from typing import TYPE_CHECKING, Any, cast
@@ -44,39 +45,33 @@ if TYPE_CHECKING:
 _EXECUTION_NUMBERS = itertools.count(1)
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class RunWriter:
     """The run-record and snapshot writes of one claimed ``run_local`` call."""
 
-    def __init__(
-        self,
-        workflow: Workflow,
-        runs: RunRecords,
-        token: str,
-        lease: Any,
-        record: WorkflowRun,
-        attempt: int | None = None,
-    ) -> None:
-        self.workflow = workflow
-        #: The one attempt to run of each step (its provider retries), else all of them.
-        self.attempt = attempt
-        self.runs = runs
-        self.token = token
-        self.lease = lease
-        self.record = record
-        self.cid = workflow.coordination_id
-        self.name = workflow.name
+    workflow: Workflow
+    runs: RunRecords
+    token: str
+    lease: Any
+    record: WorkflowRun
+    #: The one attempt to run of each step (its provider retries), else all of them.
+    attempt: int | None = None
+
+    def __post_init__(self) -> None:
+        self.cid = self.workflow.coordination_id
+        self.name = self.workflow.name
         #: Whether the run record was already released (finished) by this execution.
         self.released = False
         #: The store, resolved once (an alias is not looked up again for every step).
-        self.store = workflow.store
+        self.store = self.workflow.store
         #: The head and last step not yet written to the run record (see ``persist``).
         self.unsynced: dict[str, Any] = {}
         #: How the step just executed ran (``execute``), recorded with its snapshot.
         self.timing: StepTiming | None = None
-        self.lease_seconds = lease.total_seconds()
+        self.lease_seconds = self.lease.total_seconds()
         #: Whether a step declares patches (``ctx.patched``): only then, or when the
         #: run recorded answers, does a step get a ``PatchBook``.
-        self.patching = any(s.patches for s in workflow.steps)
+        self.patching = any(s.patches for s in self.workflow.steps)
         #: Until when (``time.monotonic()``) the lease is young: a third of it after it
         #: was last taken or renewed. Plain steps before then leave the run record alone.
         self.young_until = time.monotonic() + self.lease_seconds / 3
@@ -89,12 +84,12 @@ class RunWriter:
         #: The claim the keeper renews, under a key of this execution's own: two
         #: copies of one handed step run under one token (``claim_keeper``).
         self.claim = HeldClaim(
-            runs.db,
+            self.runs.db,
             self.cid,
-            token,
-            lease,
+            self.token,
+            self.lease,
             on_renewed=self.renewed,
-            key=f"{token}#{next(_EXECUTION_NUMBERS)}",
+            key=f"{self.token}#{next(_EXECUTION_NUMBERS)}",
         )
 
     def handoff(self) -> Handoff | None:
