@@ -102,6 +102,15 @@ class ErrorSerializer(serializers.Serializer):
 
 # -- runs ------------------------------------------------------------------------------
 
+
+def _nullable_text(help_text: Any, source: str | None = None) -> serializers.CharField:
+    """A read-only text field that may be null, read from *source* (default: the
+    field's own name)."""
+    return serializers.CharField(
+        source=source, read_only=True, allow_null=True, help_text=help_text
+    )
+
+
 #: The statuses whose ``wake_at`` means something: a sleep's end, a wait's timeout.
 WAKING_STATUSES = (WorkflowRun.Status.SLEEPING, WorkflowRun.Status.WAITING_MESSAGE)
 
@@ -115,11 +124,8 @@ class RunSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text=_("The version of the workflow's definition the run is on."),
     )
-    parent = serializers.CharField(
-        source="parent_coordination_id",
-        read_only=True,
-        allow_null=True,
-        help_text=_("The run that started this one (spawn), or null."),
+    parent = _nullable_text(
+        _("The run that started this one (spawn), or null."), source="parent_coordination_id"
     )
     wake_at = serializers.SerializerMethodField(
         help_text=_(
@@ -308,11 +314,8 @@ class ApprovalSerializer(serializers.ModelSerializer):
     workflow = serializers.CharField(source="workflow_name", read_only=True)
     step = serializers.CharField(source="step_name", read_only=True)
     assignees = serializers.ListField(child=serializers.CharField(), read_only=True)
-    decided_by = serializers.CharField(
-        source="decider",
-        read_only=True,
-        allow_null=True,
-        help_text=_("Username of the decider (null until decided, and for an expiry)."),
+    decided_by = _nullable_text(
+        _("Username of the decider (null until decided, and for an expiry)."), source="decider"
     )
     claimed_by = serializers.SerializerMethodField(
         help_text=_(
@@ -571,10 +574,8 @@ class MailboxMessageSerializer(MessageSerializer):
     """A message in a run's mailbox, with its delivery: the waiting snapshot it was
     handed to and when (null while it waits for a ``wait_for`` of its topic)."""
 
-    delivered_to = serializers.CharField(
-        read_only=True,
-        allow_null=True,
-        help_text=_("The id of the waiting snapshot it was delivered to; null: pending."),
+    delivered_to = _nullable_text(
+        _("The id of the waiting snapshot it was delivered to; null: pending.")
     )
     delivered_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
