@@ -103,6 +103,17 @@ class ErrorSerializer(serializers.Serializer):
 # -- runs ------------------------------------------------------------------------------
 
 
+class ReadOnlyModelSerializer(serializers.ModelSerializer):
+    """A model serializer whose every field (``Meta.fields``) is read-only: a row as
+    the API shows it."""
+
+    def get_extra_kwargs(self) -> dict[str, Any]:
+        extra = super().get_extra_kwargs()
+        for name in self.Meta.fields:
+            extra[name] = {**extra.get(name, {}), "read_only": True}
+        return extra
+
+
 def _nullable_text(help_text: Any, source: str | None = None) -> serializers.CharField:
     """A read-only text field that may be null, read from *source* (default: the
     field's own name)."""
@@ -115,7 +126,7 @@ def _nullable_text(help_text: Any, source: str | None = None) -> serializers.Cha
 WAKING_STATUSES = (WorkflowRun.Status.SLEEPING, WorkflowRun.Status.WAITING_MESSAGE)
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(ReadOnlyModelSerializer):
     """A workflow run in a list."""
 
     workflow = serializers.CharField(source="workflow_name", read_only=True)
@@ -156,7 +167,6 @@ class RunSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
         ]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_wake_at(self, run: WorkflowRun) -> str | None:
@@ -193,7 +203,6 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "pending_approvals"]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
     def get_pending_approvals(self, run: WorkflowRun) -> list[str]:
@@ -299,16 +308,15 @@ def snapshot_data(snapshot: WorkflowSnapshot, detail: bool = False) -> dict[str,
 # -- approvals -------------------------------------------------------------------------
 
 
-class ApprovalEventSerializer(serializers.ModelSerializer):
+class ApprovalEventSerializer(ReadOnlyModelSerializer):
     """One entry of an approval's audit trail."""
 
     class Meta:
         model = ApprovalEvent
         fields = ["action", "actor", "at", "comment", "payload", "detail"]
-        read_only_fields = fields
 
 
-class ApprovalSerializer(serializers.ModelSerializer):
+class ApprovalSerializer(ReadOnlyModelSerializer):
     """An approval in a list."""
 
     workflow = serializers.CharField(source="workflow_name", read_only=True)
@@ -357,7 +365,6 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "reminders_sent",
             "overdue",
         ]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_claimed_by(self, approval: Approval) -> str | None:
@@ -391,7 +398,6 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
 
     class Meta(ApprovalSerializer.Meta):
         fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "warnings"]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_warnings(self, approval: Approval) -> list[str]:
@@ -429,7 +435,6 @@ class ApprovalDetailSerializer(ApprovalDecidedSerializer):
 
     class Meta(ApprovalDecidedSerializer.Meta):
         fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "form", "events"]
-        read_only_fields = fields
 
     @form_field_schema
     def get_form(self, approval: Approval) -> dict[str, Any] | None:
@@ -550,7 +555,7 @@ def sender_of(user: Any) -> str:
     return f"{USER_SENDER}{user.get_username()}"[:MAX_NAME_CHARS]
 
 
-class MessageSerializer(serializers.ModelSerializer):
+class MessageSerializer(ReadOnlyModelSerializer):
     """A message sent to a run, as stored (a repeated idempotency key returns the first
     one's: the same body)."""
 
@@ -567,7 +572,6 @@ class MessageSerializer(serializers.ModelSerializer):
             "sent_at",
             "idempotency_key",
         ]
-        read_only_fields = fields
 
 
 class MailboxMessageSerializer(MessageSerializer):
@@ -581,10 +585,9 @@ class MailboxMessageSerializer(MessageSerializer):
 
     class Meta(MessageSerializer.Meta):
         fields = [*MessageSerializer.Meta.fields, "delivered_to", "delivered_at"]
-        read_only_fields = fields
 
 
-class RunEventSerializer(serializers.ModelSerializer):
+class RunEventSerializer(ReadOnlyModelSerializer):
     """A value the run published (``ctx.set_event``): the latest one per key."""
 
     value = serializers.JSONField(read_only=True, allow_null=True)
@@ -592,7 +595,6 @@ class RunEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = WorkflowEvent
         fields = ["key", "value", "updated_at"]
-        read_only_fields = fields
 
 
 # -- errors ----------------------------------------------------------------------------
