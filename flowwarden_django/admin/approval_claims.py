@@ -10,7 +10,6 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -22,7 +21,12 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..common.formatting import NONE_TEXT, truncate
-from ..common.user_input import MAX_COMMENT_CHARS, UserJSONError, check_comment
+from ..common.user_input import (
+    MAX_COMMENT_CHARS,
+    UserJSONError,
+    check_comment,
+    unknown_usernames,
+)
 from ..models import Approval
 from ..workflows.waiting.approvals import (
     ApprovalError,
@@ -86,10 +90,7 @@ class ReassignForm(forms.Form):
         names = sorted({n.strip() for n in self.cleaned_data["to_users"].split(",")} - {""})
         if len(names) > MAX_REASSIGN_USERS:
             raise forms.ValidationError(gettext("At most %d users.") % MAX_REASSIGN_USERS)
-        users = get_user_model()
-        key = users.USERNAME_FIELD
-        known = set(users.objects.filter(**{f"{key}__in": names}).values_list(key, flat=True))
-        unknown = [name for name in names if name not in known]
+        unknown = unknown_usernames(names)
         if unknown:
             raise forms.ValidationError(
                 gettext("No such user: %(names)s.") % {"names": ", ".join(unknown[:5])}

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -23,7 +22,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..common.user_input import MAX_COMMENT_CHARS, UserJSONError, check_comment
+from ..common.user_input import (
+    MAX_COMMENT_CHARS,
+    UserJSONError,
+    check_comment,
+    unknown_usernames,
+)
 from ..models import Approval
 from ..workflows.waiting.approvals import ApprovalPermissionError, claim, reassign, release
 from ..workflows.waiting.approvals.claims import (
@@ -78,10 +82,7 @@ class ReassignSerializer(serializers.Serializer):
 
     def validate_to_users(self, value: list[str]) -> list[str]:
         names = sorted(set(value) - {""})
-        users = get_user_model()
-        key = users.USERNAME_FIELD
-        known = set(users.objects.filter(**{f"{key}__in": names}).values_list(key, flat=True))
-        unknown = [name for name in names if name not in known]
+        unknown = unknown_usernames(names)
         if unknown:
             raise serializers.ValidationError(
                 _("No such user: %(names)s.") % {"names": ", ".join(unknown[:5])},
@@ -122,35 +123,44 @@ def _responses(forbidden: str) -> dict[int, Any]:
     }
 
 
+def _claim_action(
+    change: Callable[..., ClaimResult], *, summary: str, description: str, forbidden: str
+) -> Any:
+    """The ``POST .../<name>/`` action that applies *change* (``claim``, ``release``)
+    to the approval as the request's user (``ClaimActions._as_user``)."""
+
+    def change_approval(self: ClaimActions, request: Request, pk: str) -> Response:
+        return self._as_user(request, change)
+
+    change_approval.__name__ = change_approval.__qualname__ = change.__name__
+    schema = extend_schema(
+        operation_id=f"approvals_{change.__name__}",
+        summary=summary,
+        description=description,
+        request=ClaimSerializer,
+        responses=_responses(forbidden),
+    )
+    return schema(action(detail=True, methods=["post"])(change_approval))
+
+
 class ClaimActions:
     """``claim``, ``release`` and ``reassign`` of ``ApprovalViewSet``."""
 
-    @extend_schema(
-        operation_id="approvals_claim",
+    claim = _claim_action(
+        claim,
         summary="Claim the approval: only you decide it until it is released",
         description="For a user who may decide it. Claiming it again is a no-op (200). "
         "Audited (`claimed`).",
-        request=ClaimSerializer,
-        responses=_responses("approval_forbidden: you may not decide it (or no CSRF token)."),
+        forbidden="approval_forbidden: you may not decide it (or no CSRF token).",
     )
-    @action(detail=True, methods=["post"])
-    def claim(self, request: Request, pk: str) -> Response:
-        return self._as_user(request, claim)
-
-    @extend_schema(
-        operation_id="approvals_release",
+    release = _claim_action(
+        release,
         summary="Release the claim on the approval",
         description="By its claimant, or a holder of `reassign_approval` (anyone's "
         "claim; 409 `approval_claimed` for anyone else). Releasing an unclaimed "
         "approval is a no-op (200). Audited (`released`).",
-        request=ClaimSerializer,
-        responses=_responses(
-            "approval_forbidden: you may neither decide nor reassign it (or no CSRF token)."
-        ),
+        forbidden="approval_forbidden: you may neither decide nor reassign it (or no CSRF token).",
     )
-    @action(detail=True, methods=["post"])
-    def release(self, request: Request, pk: str) -> Response:
-        return self._as_user(request, release)
 
     @extend_schema(
         operation_id="approvals_reassign",

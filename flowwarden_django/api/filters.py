@@ -118,23 +118,22 @@ class StoreParameter(serializers.Serializer):
         return snapshot_stores[self.validated_data["store"]]
 
 
+def _optional_text(help_text: Any) -> serializers.CharField:
+    """An optional text parameter, taken as given (blank allowed, not trimmed)."""
+    return serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=255,
+        help_text=help_text,
+    )
+
+
 class SnapshotFilter(StoreParameter):
     """``?coordination=&agent=&since=&until=&order=newest|oldest&store=``."""
 
-    coordination = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        trim_whitespace=False,
-        max_length=255,
-        help_text=_("Only this coordination (run)."),
-    )
-    agent = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        trim_whitespace=False,
-        max_length=255,
-        help_text=_("Only snapshots of this agent (workflow)."),
-    )
+    coordination = _optional_text(_("Only this coordination (run)."))
+    agent = _optional_text(_("Only snapshots of this agent (workflow)."))
     since = serializers.DateTimeField(
         required=False, help_text=_("Created at or after this moment (ISO 8601).")
     )

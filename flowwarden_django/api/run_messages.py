@@ -23,7 +23,6 @@ from typing import Any
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, status
-from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -44,6 +43,7 @@ from .views import (
     SEGMENT,
     ApiViewSet,
     error_response,
+    list_schema,
 )
 
 logger = logging.getLogger("flowwarden_django.api")
@@ -63,6 +63,14 @@ class RunScopedViewSet(ApiViewSet):
 
     lookup_value_regex = SEGMENT
     not_found_code = "run_not_found"
+    #: The order of the run's rows (of ``queryset``'s model).
+    row_order = "id"
+
+    def get_queryset(self) -> Any:
+        rows = self.queryset.model.objects.using(api_database())
+        return rows.filter(coordination_id=self.kwargs.get("coordination_id")).order_by(
+            self.row_order
+        )
 
     def get_run(self) -> WorkflowRun:
         """The run of the URL: 404 unless it exists and is visible; then the object
@@ -83,7 +91,9 @@ class RunScopedViewSet(ApiViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
+    list=list_schema(
+        MailboxMessageSerializer,
+        errors=RUN_LIST_ERRORS,
         operation_id="runs_messages_list",
         summary="The run's messages, oldest first",
         description="Its mailbox: every message sent to the run, in the order sent, with "
@@ -91,7 +101,6 @@ class RunScopedViewSet(ApiViewSet):
         "pending). `?topic=`, `?delivered=true|false`. 404 when the run does not exist or "
         "is not visible to you.",
         parameters=[RUN_ID],
-        responses={200: MailboxMessageSerializer(many=True), **RUN_LIST_ERRORS},
     ),
     create=extend_schema(
         operation_id="runs_messages_create",
@@ -119,21 +128,13 @@ class RunScopedViewSet(ApiViewSet):
 class RunMessageViewSet(mixins.ListModelMixin, RunScopedViewSet):
     """The messages of one visible run (``WorkflowMessage``), and sending one."""
 
+    queryset = WorkflowMessage.objects.none()  # for the schema; see get_queryset
+    serializer_class = MailboxMessageSerializer
+    action_serializers = {"create": SendMessageSerializer}
+    action_permissions = {"create": CanSendMessages}
+
     filter_backends = [DjangoFilterBackend]
     filterset_class = MessageFilter
-    queryset = WorkflowMessage.objects.none()  # for the schema; see get_queryset
-
-    def get_serializer_class(self) -> Any:
-        return SendMessageSerializer if self.action == "create" else MailboxMessageSerializer
-
-    def get_permissions(self) -> list[BasePermission]:
-        if self.action == "create":
-            return [IsAuthenticated(), CanSendMessages()]
-        return super().get_permissions()
-
-    def get_queryset(self) -> Any:
-        rows = WorkflowMessage.objects.using(api_database())
-        return rows.filter(coordination_id=self.kwargs.get("coordination_id")).order_by("id")
 
     def list(self, request: Request, coordination_id: str) -> Response:
         self.get_run()
@@ -167,14 +168,15 @@ class RunMessageViewSet(mixins.ListModelMixin, RunScopedViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
+    list=list_schema(
+        RunEventSerializer,
+        errors=RUN_LIST_ERRORS,
         operation_id="runs_events_list",
         summary="The values the run published, by key",
         description="What its steps set with `ctx.set_event(key, value)`: the latest value "
         "of each key (as `Workflow.get_event` reads it). 404 when the run does not exist "
         "or is not visible to you.",
         parameters=[RUN_ID],
-        responses={200: RunEventSerializer(many=True), **RUN_LIST_ERRORS},
     ),
 )
 class RunEventViewSet(mixins.ListModelMixin, RunScopedViewSet):
@@ -182,10 +184,7 @@ class RunEventViewSet(mixins.ListModelMixin, RunScopedViewSet):
 
     serializer_class = RunEventSerializer
     queryset = WorkflowEvent.objects.none()  # for the schema; see get_queryset
-
-    def get_queryset(self) -> Any:
-        rows = WorkflowEvent.objects.using(api_database())
-        return rows.filter(coordination_id=self.kwargs.get("coordination_id")).order_by("key")
+    row_order = "key"
 
     def list(self, request: Request, coordination_id: str) -> Response:
         self.get_run()

@@ -102,11 +102,31 @@ class ErrorSerializer(serializers.Serializer):
 
 # -- runs ------------------------------------------------------------------------------
 
+
+class ReadOnlyModelSerializer(serializers.ModelSerializer):
+    """A model serializer whose every field (``Meta.fields``) is read-only: a row as
+    the API shows it."""
+
+    def get_extra_kwargs(self) -> dict[str, Any]:
+        extra = super().get_extra_kwargs()
+        for name in self.Meta.fields:
+            extra[name] = {**extra.get(name, {}), "read_only": True}
+        return extra
+
+
+def _nullable_text(help_text: Any, source: str | None = None) -> serializers.CharField:
+    """A read-only text field that may be null, read from *source* (default: the
+    field's own name)."""
+    return serializers.CharField(
+        source=source, read_only=True, allow_null=True, help_text=help_text
+    )
+
+
 #: The statuses whose ``wake_at`` means something: a sleep's end, a wait's timeout.
 WAKING_STATUSES = (WorkflowRun.Status.SLEEPING, WorkflowRun.Status.WAITING_MESSAGE)
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(ReadOnlyModelSerializer):
     """A workflow run in a list."""
 
     workflow = serializers.CharField(source="workflow_name", read_only=True)
@@ -115,11 +135,8 @@ class RunSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text=_("The version of the workflow's definition the run is on."),
     )
-    parent = serializers.CharField(
-        source="parent_coordination_id",
-        read_only=True,
-        allow_null=True,
-        help_text=_("The run that started this one (spawn), or null."),
+    parent = _nullable_text(
+        _("The run that started this one (spawn), or null."), source="parent_coordination_id"
     )
     wake_at = serializers.SerializerMethodField(
         help_text=_(
@@ -150,7 +167,6 @@ class RunSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
         ]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_wake_at(self, run: WorkflowRun) -> str | None:
@@ -187,7 +203,6 @@ class RunDetailSerializer(RunSerializer):
 
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "pending_approvals"]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.ListField(child=serializers.UUIDField()))
     def get_pending_approvals(self, run: WorkflowRun) -> list[str]:
@@ -293,26 +308,22 @@ def snapshot_data(snapshot: WorkflowSnapshot, detail: bool = False) -> dict[str,
 # -- approvals -------------------------------------------------------------------------
 
 
-class ApprovalEventSerializer(serializers.ModelSerializer):
+class ApprovalEventSerializer(ReadOnlyModelSerializer):
     """One entry of an approval's audit trail."""
 
     class Meta:
         model = ApprovalEvent
         fields = ["action", "actor", "at", "comment", "payload", "detail"]
-        read_only_fields = fields
 
 
-class ApprovalSerializer(serializers.ModelSerializer):
+class ApprovalSerializer(ReadOnlyModelSerializer):
     """An approval in a list."""
 
     workflow = serializers.CharField(source="workflow_name", read_only=True)
     step = serializers.CharField(source="step_name", read_only=True)
     assignees = serializers.ListField(child=serializers.CharField(), read_only=True)
-    decided_by = serializers.CharField(
-        source="decider",
-        read_only=True,
-        allow_null=True,
-        help_text=_("Username of the decider (null until decided, and for an expiry)."),
+    decided_by = _nullable_text(
+        _("Username of the decider (null until decided, and for an expiry)."), source="decider"
     )
     claimed_by = serializers.SerializerMethodField(
         help_text=_(
@@ -354,7 +365,6 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "reminders_sent",
             "overdue",
         ]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_claimed_by(self, approval: Approval) -> str | None:
@@ -388,7 +398,6 @@ class ApprovalDecidedSerializer(ApprovalSerializer):
 
     class Meta(ApprovalSerializer.Meta):
         fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "warnings"]
-        read_only_fields = fields
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_warnings(self, approval: Approval) -> list[str]:
@@ -426,7 +435,6 @@ class ApprovalDetailSerializer(ApprovalDecidedSerializer):
 
     class Meta(ApprovalDecidedSerializer.Meta):
         fields = [*ApprovalSerializer.Meta.fields, "state", "can_decide", "form", "events"]
-        read_only_fields = fields
 
     @form_field_schema
     def get_form(self, approval: Approval) -> dict[str, Any] | None:
@@ -547,7 +555,7 @@ def sender_of(user: Any) -> str:
     return f"{USER_SENDER}{user.get_username()}"[:MAX_NAME_CHARS]
 
 
-class MessageSerializer(serializers.ModelSerializer):
+class MessageSerializer(ReadOnlyModelSerializer):
     """A message sent to a run, as stored (a repeated idempotency key returns the first
     one's: the same body)."""
 
@@ -564,26 +572,22 @@ class MessageSerializer(serializers.ModelSerializer):
             "sent_at",
             "idempotency_key",
         ]
-        read_only_fields = fields
 
 
 class MailboxMessageSerializer(MessageSerializer):
     """A message in a run's mailbox, with its delivery: the waiting snapshot it was
     handed to and when (null while it waits for a ``wait_for`` of its topic)."""
 
-    delivered_to = serializers.CharField(
-        read_only=True,
-        allow_null=True,
-        help_text=_("The id of the waiting snapshot it was delivered to; null: pending."),
+    delivered_to = _nullable_text(
+        _("The id of the waiting snapshot it was delivered to; null: pending.")
     )
     delivered_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
     class Meta(MessageSerializer.Meta):
         fields = [*MessageSerializer.Meta.fields, "delivered_to", "delivered_at"]
-        read_only_fields = fields
 
 
-class RunEventSerializer(serializers.ModelSerializer):
+class RunEventSerializer(ReadOnlyModelSerializer):
     """A value the run published (``ctx.set_event``): the latest one per key."""
 
     value = serializers.JSONField(read_only=True, allow_null=True)
@@ -591,7 +595,6 @@ class RunEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = WorkflowEvent
         fields = ["key", "value", "updated_at"]
-        read_only_fields = fields
 
 
 # -- errors ----------------------------------------------------------------------------

@@ -108,6 +108,12 @@ LIST_ERRORS = {400: BAD_REQUEST, **READ_ERRORS, 404: error_response("No such pag
 DETAIL_ERRORS = {**READ_ERRORS, 404: NOT_FOUND}
 
 
+def list_schema(serializer: Any, errors: dict[int, Any] = LIST_ERRORS, **schema: Any) -> Any:
+    """The schema of a list action: a page of *serializer*'s rows, or one of *errors*;
+    *schema*: the other ``extend_schema`` arguments."""
+    return extend_schema(responses={200: serializer(many=True), **errors}, **schema)
+
+
 class ApiAuthentication:
     """Mixin: the API's authentication (``api.authentication``: the schemes
     ``FLOWWARDEN["API_AUTHENTICATION"]`` names, read per request), permission and
@@ -136,6 +142,19 @@ class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
     pagination_class = PagePagination
     #: The ``code`` of this viewset's 404.
     not_found_code = "not_found"
+    #: The serializer class of each action that does not use ``serializer_class``.
+    action_serializers: dict[str, Any] = {}
+    #: The permission each such action needs besides being authenticated.
+    action_permissions: dict[str, type[BasePermission]] = {}
+
+    def get_serializer_class(self) -> Any:
+        return self.action_serializers.get(self.action) or super().get_serializer_class()
+
+    def get_permissions(self) -> list[BasePermission]:
+        needed = self.action_permissions.get(self.action)
+        if needed is not None:
+            return [IsAuthenticated(), needed()]
+        return super().get_permissions()
 
     def get_object(self) -> Any:
         # PostgreSQL refuses NUL in a query parameter (an error, not "no rows").
@@ -151,12 +170,12 @@ class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
 
 
 @extend_schema_view(
-    list=extend_schema(
+    list=list_schema(
+        RunSerializer,
         operation_id="runs_list",
         summary="Workflow runs, most recently updated first",
         description="The runs you may see: all with `view_workflowrun`, else those of "
         "coordinations with an approval visible to you.",
-        responses={200: RunSerializer(many=True), **LIST_ERRORS},
     ),
     retrieve=extend_schema(
         operation_id="runs_retrieve",
@@ -184,25 +203,19 @@ class ApiViewSet(ApiAuthentication, viewsets.GenericViewSet):
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     """Workflow runs (``WorkflowRun``) visible to the user."""
 
+    queryset = WorkflowRun.objects.none()  # for the schema; see get_queryset
+    serializer_class = RunSerializer
+    action_serializers = {"cancel": CancelSerializer, "retrieve": RunDetailSerializer}
+    action_permissions = {"cancel": CanCancelRuns}
+
     lookup_field = "coordination_id"
     lookup_value_regex = SEGMENT
     filter_backends = [DjangoFilterBackend]
     filterset_class = RunFilter
     not_found_code = "run_not_found"
-    queryset = WorkflowRun.objects.none()  # for the schema; see get_queryset
 
     def get_queryset(self) -> Any:
         return readable_runs(self.request.user).order_by("-updated_at", "coordination_id")
-
-    def get_serializer_class(self) -> Any:
-        if self.action == "cancel":
-            return CancelSerializer
-        return RunDetailSerializer if self.action == "retrieve" else RunSerializer
-
-    def get_permissions(self) -> list[BasePermission]:
-        if self.action == "cancel":
-            return [IsAuthenticated(), CanCancelRuns()]
-        return super().get_permissions()
 
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, coordination_id: str) -> Response:
@@ -226,47 +239,51 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
 SNAPSHOT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="A snapshot id.")
 
 
+def _snapshot_schema(status: int, errors: dict[int, Any], **schema: Any) -> Any:
+    """The schema of an action on one snapshot (``?store=``) that answers *status* with
+    its detail, or one of *errors* besides a bad request and the detail errors."""
+    return extend_schema(
+        parameters=[SNAPSHOT_ID, StoreParameter],
+        responses={status: SnapshotDetailSerializer, 400: BAD_REQUEST, **DETAIL_ERRORS, **errors},
+        **schema,
+    )
+
+
 @extend_schema_view(
-    list=extend_schema(
+    list=list_schema(
+        SnapshotSerializer,
         operation_id="snapshots_list",
         summary="Snapshots, newest first (keyset paging)",
         description="Rows without their state, of the runs visible to you. Follow `next` "
         "to page. A row the store cannot read (a wrong key, tampered data) is listed with "
         "an `error`.",
         parameters=[SnapshotFilter],
-        responses={200: SnapshotSerializer(many=True), **LIST_ERRORS},
     ),
-    retrieve=extend_schema(
+    retrieve=_snapshot_schema(
+        200,
+        {409: error_response("snapshot_unreadable: a wrong key or tampered data.")},
         operation_id="snapshots_retrieve",
         summary="One snapshot, with its state and metadata",
         description="404 when the snapshot does not exist or is not visible to you; "
         "409 `snapshot_unreadable` when the store cannot read it.",
-        parameters=[SNAPSHOT_ID, StoreParameter],
-        responses={
-            200: SnapshotDetailSerializer,
-            400: BAD_REQUEST,
-            **DETAIL_ERRORS,
-            409: error_response("snapshot_unreadable: a wrong key or tampered data."),
-        },
     ),
-    fork=extend_schema(
+    fork=_snapshot_schema(
+        201,
+        {403: error_response("fork_forbidden: you may not fork (or no CSRF token).")},
         operation_id="snapshots_fork",
         summary="Branch the run off this snapshot with a new state",
         description="Needs `fork_workflowrun` (403 without it). The new snapshot becomes "
         "the run's latest: the next run continues from it.",
-        parameters=[SNAPSHOT_ID, StoreParameter],
         request=ForkSerializer,
-        responses={
-            201: SnapshotDetailSerializer,
-            400: BAD_REQUEST,
-            **DETAIL_ERRORS,
-            403: error_response("fork_forbidden: you may not fork (or no CSRF token)."),
-        },
     ),
 )
 class SnapshotViewSet(ApiViewSet):
     """Workflow snapshots of a ``SnapshotStore`` (``?store=<alias>``, default
     ``default``), read through the store's SPI."""
+
+    serializer_class = SnapshotDetailSerializer
+    action_serializers = {"list": SnapshotSerializer, "fork": ForkSerializer}
+    action_permissions = {"fork": CanForkRuns}
 
     lookup_field = "id"
     lookup_value_regex = SEGMENT
@@ -277,16 +294,6 @@ class SnapshotViewSet(ApiViewSet):
         # Snapshots are read from the store (`list`, `get_snapshot`), never from a
         # queryset; DRF's browsable API asks for one all the same (its filter form).
         return SnapshotRecord.objects.none()
-
-    def get_serializer_class(self) -> Any:
-        if self.action == "list":
-            return SnapshotSerializer
-        return ForkSerializer if self.action == "fork" else SnapshotDetailSerializer
-
-    def get_permissions(self) -> list[BasePermission]:
-        if self.action == "fork":
-            return [IsAuthenticated(), CanForkRuns()]
-        return super().get_permissions()
 
     def list(self, request: Request) -> Response:
         params = SnapshotFilter(data=request.query_params)
@@ -418,11 +425,19 @@ def non_atomic_everywhere(view: Callable[..., Any]) -> Callable[..., Any]:
 class ApprovalViewSet(ClaimActions, mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     """Approvals visible to the user, their decisions, claims and reassignments."""
 
+    queryset = Approval.objects.none()  # for the schema; see get_queryset
+    serializer_class = ApprovalSerializer
+    action_serializers = {
+        "retrieve": ApprovalDetailSerializer,
+        "approve": DecisionSerializer,
+        "reject": DecisionSerializer,
+        "reassign": ReassignSerializer,
+    }
+
     lookup_value_regex = SEGMENT
     filter_backends = [DjangoFilterBackend]
     filterset_class = ApprovalFilter
     not_found_code = "approval_not_found"
-    queryset = Approval.objects.none()  # for the schema; see get_queryset
 
     def get_queryset(self) -> Any:
         user = self.request.user
@@ -434,15 +449,6 @@ class ApprovalViewSet(ClaimActions, mixins.ListModelMixin, mixins.RetrieveModelM
         if self.action == "retrieve":
             rows = rows.prefetch_related("events")
         return rows.order_by("-requested_at", "id")
-
-    def get_serializer_class(self) -> Any:
-        if self.action == "retrieve":
-            return ApprovalDetailSerializer
-        if self.action in ("approve", "reject"):
-            return DecisionSerializer
-        if self.action == "reassign":
-            return ReassignSerializer
-        return ApprovalSerializer
 
     @action(detail=False)
     def mine(self, request: Request) -> Response:

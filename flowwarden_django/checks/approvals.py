@@ -6,6 +6,8 @@ from typing import Any
 
 from django.core import checks
 
+from .workflows import readable_runs_database
+
 #: The most unloadable form paths reported (one message each).
 MAX_REPORTED_FORMS = 20
 
@@ -19,12 +21,10 @@ def check_approval_forms(app_configs: Any = None, **kwargs: Any) -> list[checks.
     from django.db import DatabaseError
 
     from ..models import Approval
-    from ..workflows.runs.records import RunRecords
     from ..workflows.waiting.approvals.forms import ApprovalFormUnavailableError, load_form
 
-    databases = kwargs.get("databases")
-    db = RunRecords().db
-    if databases is not None and db not in databases:
+    db = readable_runs_database(kwargs.get("databases"))
+    if db is None:
         return []
     try:
         paths = list(

@@ -13,6 +13,7 @@ from django.core import checks
 from django.db.models import Count
 
 from ..conf import SETTING_NAME
+from .workflows import readable_runs_database
 
 SETTING = f'{SETTING_NAME}["WORKFLOW_QUEUES"]'
 QUEUES_HINT = (
@@ -129,15 +130,13 @@ def check_runs_on_unknown_queues(
     from django.db import DatabaseError
 
     from ..common.app_models import models
-    from ..workflows.runs.records import RunRecords
     from ..workflows.runs.status import RunStatus
 
     queues = _configured_queues()
     if not isinstance(queues, dict):
         return []
-    databases = kwargs.get("databases")
-    runs_db = RunRecords().db
-    if databases is not None and runs_db not in databases:
+    runs_db = readable_runs_database(kwargs.get("databases"))
+    if runs_db is None:
         return []
     try:
         waiting = list(

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from importlib.util import find_spec
 from typing import Any
 
@@ -114,6 +114,16 @@ def check_temporal(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return messages
 
 
+def readable_runs_database(databases: Collection[str] | None) -> str | None:
+    """The runs' database, or ``None`` when checks may not read it: ``manage.py check``
+    passes ``databases=None`` (every check runs); a caller that names the databases
+    checks may use (the test runner, ``run_checks(databases=[])``) is obeyed."""
+    from ..workflows.runs.records import RunRecords
+
+    runs_db = RunRecords().db
+    return runs_db if databases is None or runs_db in databases else None
+
+
 @checks.register()
 def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W204 for each workflow version that unfinished runs are on and this code does
@@ -125,14 +135,8 @@ def check_stranded_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.C
     from django.db import DatabaseError
 
     from ..workflows.operations.versions import versions_in_use
-    from ..workflows.runs.records import RunRecords
 
-    databases = kwargs.get("databases")
-    runs_db = RunRecords().db
-    # ``manage.py check`` passes None (every check runs); a caller that names the
-    # databases checks may use (the test runner, ``run_checks(databases=[])``) is
-    # obeyed.
-    if databases is not None and runs_db not in databases:
+    if readable_runs_database(kwargs.get("databases")) is None:
         return []
     try:
         in_use = versions_in_use()

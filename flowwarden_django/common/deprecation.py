@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 #: The release that drops the old paths kept here.
@@ -75,15 +75,18 @@ def moved_module(
     return __getattr__
 
 
-def lazy_exports(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
-    """A package ``__getattr__`` that imports each of its public *homes* on first use, so
-    importing the package stays cheap (no database, driver or runtime module loaded)."""
+def lazy_exports(package: str, homes: Mapping[str, Iterable[str]]) -> Callable[[str], Any]:
+    """A package ``__getattr__`` that imports each of its public names on first use, so
+    importing the package stays cheap (no database, driver or runtime module loaded).
+    *homes* maps each module (absolute, or relative to *package*: ``".provider"``) to
+    the names it provides."""
+    home_of = {name: module for module, names in homes.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         try:
-            home = homes[name]
+            home = home_of[name]
         except KeyError:
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        return getattr(importlib.import_module(home), name)
+        return getattr(importlib.import_module(home, package), name)
 
     return __getattr__

@@ -156,6 +156,16 @@ def check_message_payload(value: Any, *, what: str = "the message payload") -> d
     return check_user_json(value, what=what, max_bytes=MAX_PAYLOAD_BYTES)
 
 
+def unknown_usernames(names: list[str]) -> list[str]:
+    """The *names* (usernames, in their order) that no user has: one query."""
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model()
+    key = users.USERNAME_FIELD
+    known = set(users.objects.filter(**{f"{key}__in": names}).values_list(key, flat=True))
+    return [name for name in names if name not in known]
+
+
 def _check_text(text: str, what: str) -> None:
     if "\x00" in text:
         raise UserJSONError(f"{what} holds a NUL character", "json_bad_text")

@@ -247,6 +247,9 @@ class SignalMetrics:
         def counter(name: str, doc: str, *labels: str) -> Counter:
             return Counter(name, doc, ["stream", *labels], registry=None)
 
+        def gauge(name: str, doc: str, label: str) -> Gauge:
+            return Gauge(name, doc, [label], registry=None)
+
         self.events_received = counter("flowwarden_events_received", "Events received.")
         self.events_processed = counter(
             "flowwarden_events_processed",
@@ -292,27 +295,24 @@ class SignalMetrics:
         self.heartbeat_failures = counter(
             "flowwarden_heartbeat_failures", "Failed idle heartbeat probes or writes."
         )
-        self.oplog_window = Gauge(
+        self.oplog_window = gauge(
             "flowwarden_oplog_window_hours",
             "Hours between the first and last oplog entries, by client alias.",
-            ["client"],
-            registry=None,
+            "client",
         )
         self.documents_copied = counter(
             "flowwarden_initial_sync_documents_copied",
             "Documents copied by initial syncs, counted as each batch commits.",
         )
-        self.copy_duration = Gauge(
+        self.copy_duration = gauge(
             "flowwarden_initial_sync_duration_seconds",
             "How long the last finished initial sync took (restarts included).",
-            ["stream"],
-            registry=None,
+            "stream",
         )
-        self.copy_in_progress = Gauge(
+        self.copy_in_progress = gauge(
             "flowwarden_initial_sync_in_progress",
             "1 while this process copies the stream's collection (an initial sync).",
-            ["stream"],
-            registry=None,
+            "stream",
         )
         #: The raw ``clusterTime`` of the last event each stream received in this
         #: process, converted when read (:attr:`last_cluster_time`), not per event.

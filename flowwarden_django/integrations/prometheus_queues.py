@@ -10,9 +10,9 @@ bound. Nothing is read while ``FLOWWARDEN["WORKFLOW_QUEUES"]`` is empty.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -20,6 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from ..conf import fw_settings
 
 logger = logging.getLogger("flowwarden_django.prometheus")
+
+T = TypeVar("T")
 
 #: Gauge name -> help; each has the label ``queue``.
 QUEUE_GAUGES = {
@@ -49,6 +51,19 @@ def queue_families() -> dict[str, Any]:
     return families
 
 
+def read_or_down(families: dict[str, Any], up: str, what: str, read: Callable[[], T]) -> T | None:
+    """*read()*, with the family *up* set to 1; when it raises, *up* is set to 0, a
+    warning names *what* and ``None`` is returned (then only *up* is collected)."""
+    try:
+        found = read()
+    except Exception:
+        logger.warning("cannot read %s for Prometheus", what, exc_info=True)
+        families[up].add_metric([], 0)
+        return None
+    families[up].add_metric([], 1)
+    return found
+
+
 def collect_queues(now: datetime | None = None) -> Iterator[Metric]:
     """The queue gauges as of *now* (nothing when no queue is configured)."""
     from ..workflows.queues.stats import queue_stats
@@ -57,14 +72,10 @@ def collect_queues(now: datetime | None = None) -> Iterator[Metric]:
         return
     now = now or timezone.now()
     families = queue_families()
-    try:
-        found = queue_stats()
-    except Exception:
-        logger.warning("cannot read the workflow queues for Prometheus", exc_info=True)
-        families[UP].add_metric([], 0)
+    found = read_or_down(families, UP, "the workflow queues", queue_stats)
+    if found is None:
         yield families[UP]
         return
-    families[UP].add_metric([], 1)
     for queue in found:
         name = [queue.name]
         families["flowwarden_queue_slots_in_use"].add_metric(name, queue.slots_in_use)

@@ -17,7 +17,6 @@ Labels are workflow and step names and fixed values: no run id becomes a label.
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -30,8 +29,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from ..workflows.engine.signals import step_attempted
 from ..workflows.runs.status import RunStatus
-
-logger = logging.getLogger("flowwarden_django.prometheus")
+from .prometheus_queues import read_or_down
 
 #: The statuses counted: every status but the final ones.
 COUNTED = (RunStatus.RUNNING, *RunStatus.PAUSED, RunStatus.FAILED, RunStatus.NEEDS_UPGRADE)
@@ -60,9 +58,33 @@ def run_families() -> dict[str, Any]:
     }
 
 
+def _count_runs(
+    databases: list[str],
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], datetime]]:
+    """The unfinished runs of *databases* by (workflow, status), and when the oldest
+    paused run of each waiting status last changed."""
+    from ..common.app_models import models
+
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    oldest: dict[tuple[str, str], datetime] = {}
+    for db in databases:
+        rows = (
+            models.WorkflowRun.objects.using(db)
+            .filter(status__in=COUNTED)
+            .order_by()
+            .values_list("workflow_name", "status")
+            .annotate(runs=Count("pk"), since=Min("updated_at"))
+        )
+        for workflow, status, runs, since in rows:
+            key = (workflow, status)
+            counts[key] += runs
+            if status in WAITING and since is not None:
+                oldest[key] = min(since, oldest.get(key, since))
+    return counts, oldest
+
+
 def collect_runs(now: datetime | None = None) -> Iterator[Metric]:
     """The run gauges as of *now* (nothing while no workflow is defined)."""
-    from ..common.app_models import models
     from ..workflows.definition.databases import workflow_databases
 
     databases = list(workflow_databases())
@@ -70,28 +92,11 @@ def collect_runs(now: datetime | None = None) -> Iterator[Metric]:
         return
     now = now or timezone.now()
     families = run_families()
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    oldest: dict[tuple[str, str], datetime] = {}
-    try:
-        for db in databases:
-            rows = (
-                models.WorkflowRun.objects.using(db)
-                .filter(status__in=COUNTED)
-                .order_by()
-                .values_list("workflow_name", "status")
-                .annotate(runs=Count("pk"), since=Min("updated_at"))
-            )
-            for workflow, status, runs, since in rows:
-                key = (workflow, status)
-                counts[key] += runs
-                if status in WAITING and since is not None:
-                    oldest[key] = min(since, oldest.get(key, since))
-    except Exception:
-        logger.warning("cannot read the workflow runs for Prometheus", exc_info=True)
-        families[UP].add_metric([], 0)
+    found = read_or_down(families, UP, "the workflow runs", lambda: _count_runs(databases))
+    if found is None:
         yield families[UP]
         return
-    families[UP].add_metric([], 1)
+    counts, oldest = found
     for (workflow, status), runs in sorted(counts.items()):
         families[RUNS].add_metric([workflow, status], runs)
     for (workflow, status), since in sorted(oldest.items()):

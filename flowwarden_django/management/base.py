@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -57,6 +57,13 @@ class ActionCommand(BaseCommand):
         self.stdout.write(self.style.MIGRATE_HEADING(header))
         for row in rows:
             self.stdout.write(row)
+
+
+def add_options(parser: Any, options: Mapping[str, Mapping[str, Any]]) -> None:
+    """Add *options* to *parser*, in their order: each flag with its ``add_argument``
+    keywords."""
+    for flag, keywords in options.items():
+        parser.add_argument(flag, **keywords)
 
 
 def os_user() -> str:

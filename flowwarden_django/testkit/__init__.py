@@ -22,7 +22,7 @@
   driver talks to (needs ``mockupdb``).
 """
 
-from typing import Any
+from ..common.deprecation import lazy_exports
 
 __all__ = ["CheckpointStoreContract"]
 __all__ += ["LockServiceContract"]
@@ -37,43 +37,15 @@ __all__ += [
 
 __all__ += ["AsyncFakeChangeSource", "FakeChangeSource", "FakeOplog", "ScriptedReplicaSet"]
 
-#: Helpers imported on demand, and their modules (the scripted replica set needs mockupdb).
-_HELPERS = {
-    "AsyncFakeChangeSource": "fake_source",
-    "FakeChangeSource": "fake_source",
-    "FakeOplog": "fake_source",
-    "ScriptedReplicaSet": "scripted_mongo",
+#: The modules of the helpers imported on demand (the contracts need pytest, the
+#: scripted replica set needs mockupdb), and their names.
+_LAZY = {
+    ".checkpoint_store": ("CheckpointStoreContract", "AsyncCheckpointStoreContract"),
+    ".lock_service": ("LockServiceContract", "AsyncLockServiceContract"),
+    ".dlq_store": ("DlqStoreContract", "AsyncDlqStoreContract"),
+    ".snapshot_store": ("SnapshotStoreContract", "AsyncSnapshotStoreContract"),
+    ".fake_source": ("AsyncFakeChangeSource", "FakeChangeSource", "FakeOplog"),
+    ".scripted_mongo": ("ScriptedReplicaSet",),
 }
 
-_ASYNC_CONTRACTS = {
-    "AsyncCheckpointStoreContract": "checkpoint_store",
-    "AsyncDlqStoreContract": "dlq_store",
-    "AsyncLockServiceContract": "lock_service",
-    "AsyncSnapshotStoreContract": "snapshot_store",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # Imported on demand: the contract needs pytest, the other helpers do not.
-    if name == "CheckpointStoreContract":
-        from .checkpoint_store import CheckpointStoreContract
-
-        return CheckpointStoreContract
-    if name == "LockServiceContract":
-        from .lock_service import LockServiceContract
-
-        return LockServiceContract
-    if name == "DlqStoreContract":
-        from .dlq_store import DlqStoreContract
-
-        return DlqStoreContract
-    if name == "SnapshotStoreContract":
-        from .snapshot_store import SnapshotStoreContract
-
-        return SnapshotStoreContract
-    if name in _ASYNC_CONTRACTS or name in _HELPERS:
-        from importlib import import_module
-
-        module = _ASYNC_CONTRACTS.get(name) or _HELPERS[name]
-        return getattr(import_module(f".{module}", __name__), name)
-    raise AttributeError(name)
+__getattr__ = lazy_exports(__name__, _LAZY)

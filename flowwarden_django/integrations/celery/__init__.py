@@ -50,11 +50,9 @@ from .bootstep import (
 
 #: Public names imported on first use (they import Django models).
 _LAZY = {
-    "CeleryExecutionProvider": "flowwarden_django.integrations.celery.provider",
-    "ScheduleError": "flowwarden_django.integrations.celery.schedules",
-    "beat_schedule_entry": "flowwarden_django.integrations.celery.schedules",
-    "configure_network": "flowwarden_django.integrations.celery.network",
-    "schedule_workflow": "flowwarden_django.integrations.celery.schedules",
+    ".provider": ("CeleryExecutionProvider",),
+    ".schedules": ("ScheduleError", "beat_schedule_entry", "schedule_workflow"),
+    ".network": ("configure_network",),
 }
 
 

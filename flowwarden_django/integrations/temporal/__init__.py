@@ -21,10 +21,8 @@ from ...common.deprecation import lazy_exports
 
 #: Public names, each imported on first use (so the sandbox imports nothing here).
 _LAZY = {
-    "TemporalExecutionProvider": "flowwarden_django.integrations.temporal.provider",
-    "TemporalUnavailableError": "flowwarden_django.integrations.temporal.provider",
-    "delete_schedule": "flowwarden_django.integrations.temporal.schedules",
-    "schedule_workflow": "flowwarden_django.integrations.temporal.schedules",
+    ".provider": ("TemporalExecutionProvider", "TemporalUnavailableError"),
+    ".schedules": ("delete_schedule", "schedule_workflow"),
 }
 
 __all__ = [

@@ -20,9 +20,25 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ..base import positive_int
+from ..base import add_options, positive_int
 
 DEFAULT_PORT = 27018
+
+#: The command's options: each flag with its ``add_argument`` keywords.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--port": {
+        "type": positive_int,
+        "default": DEFAULT_PORT,
+        "help": f"The port to listen on, on 127.0.0.1 (default {DEFAULT_PORT}).",
+    },
+    "--seed": {
+        "metavar": "FILE",
+        "help": "Documents stored before any stream starts (no change events): a JSON "
+        "array or one JSON document per line, in MongoDB Extended JSON.",
+    },
+    "--db": {"default": "app", "help": "The database of --seed (default app)."},
+    "--coll": {"default": "orders", "help": "The collection of --seed (default orders)."},
+}
 
 
 class Command(BaseCommand):
@@ -35,22 +51,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument(
-            "--port",
-            type=positive_int,
-            default=DEFAULT_PORT,
-            help=f"The port to listen on, on 127.0.0.1 (default {DEFAULT_PORT}).",
-        )
-        parser.add_argument(
-            "--seed",
-            metavar="FILE",
-            help="Documents stored before any stream starts (no change events): a JSON "
-            "array or one JSON document per line, in MongoDB Extended JSON.",
-        )
-        parser.add_argument("--db", default="app", help="The database of --seed (default app).")
-        parser.add_argument(
-            "--coll", default="orders", help="The collection of --seed (default orders)."
-        )
+        add_options(parser, OPTIONS)
 
     def handle(self, *args: Any, port: int, seed: str | None, db: str, coll: str, **options: Any):
         if find_spec("mockupdb") is None or find_spec("pymongo") is None:

@@ -15,7 +15,25 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...common.durations import parse_duration
 from ...conf import fw_settings
-from ..base import positive_int, positive_seconds
+from ..base import add_options, positive_int, positive_seconds
+
+#: The command's options: each flag with its ``add_argument`` keywords.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--concurrency": {
+        "type": positive_int,
+        "default": 10,
+        "help": "Steps run at once, each on its own thread (default 10).",
+    },
+    "--task-queue": {
+        "help": 'The task queue to poll (default: FLOWWARDEN["TEMPORAL"]["TASK_QUEUE"]).',
+    },
+    "--recover-every": {
+        "type": positive_seconds,
+        "help": "Seconds between recovery sweeps, which wake running runs nothing "
+        'advances (default: FLOWWARDEN["WORKFLOW_SWEEP_INTERVAL"], 2s).',
+    },
+    "--no-recovery": {"action": "store_true", "help": "Run no recovery sweep in this worker."},
+}
 
 
 class Command(BaseCommand):
@@ -26,25 +44,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument(
-            "--concurrency",
-            type=positive_int,
-            default=10,
-            help="Steps run at once, each on its own thread (default 10).",
-        )
-        parser.add_argument(
-            "--task-queue",
-            help='The task queue to poll (default: FLOWWARDEN["TEMPORAL"]["TASK_QUEUE"]).',
-        )
-        parser.add_argument(
-            "--recover-every",
-            type=positive_seconds,
-            help="Seconds between recovery sweeps, which wake running runs nothing "
-            'advances (default: FLOWWARDEN["WORKFLOW_SWEEP_INTERVAL"], 2s).',
-        )
-        parser.add_argument(
-            "--no-recovery", action="store_true", help="Run no recovery sweep in this worker."
-        )
+        add_options(parser, OPTIONS)
 
     def run_from_argv(self, argv: list[str]) -> None:
         """As a process (``manage.py flowwarden_temporal_worker``, never

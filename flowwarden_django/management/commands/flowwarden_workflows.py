@@ -64,12 +64,11 @@ class Command(
             metavar="N",
             help="Show at most N runs (default 50; 0 = all).",
         )
-        listing.add_argument("--json", action="store_true", help="Print a JSON list.")
 
         show = actions.add_parser(
             "show", help="Show a run, its snapshot tree, its child runs and its timeline."
         )
-        show.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
+        _coordination(show)
         show.add_argument("--json", action="store_true", help="Print a JSON object.")
         show.add_argument("--state", action="store_true", help="Show each snapshot's state.")
 
@@ -77,7 +76,7 @@ class Command(
             "resume",
             help="Continue a paused (hibernated, waiting) or failed run in this process.",
         )
-        resume.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
+        _coordination(resume)
         resume.add_argument(
             "--input",
             metavar="JSON",
@@ -101,7 +100,7 @@ class Command(
             help="Send a run a message: a wait_for(state, TOPIC) of the run takes it (at "
             "once if the run waits for it). Once per --idempotency-key.",
         )
-        send.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
+        _coordination(send)
         send.add_argument("topic", metavar="TOPIC", help="The message's topic.")
         send.add_argument(
             "--payload",
@@ -123,8 +122,7 @@ class Command(
         events = actions.add_parser(
             "events", help="The values a run published (ctx.set_event), by key."
         )
-        events.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
-        events.add_argument("--json", action="store_true", help="Print a JSON list.")
+        _coordination(events)
 
         fork = actions.add_parser(
             "fork",
@@ -153,9 +151,7 @@ class Command(
             help="Delete only snapshots older than AGE: a number with s, m, h, d or w (30d).",
         )
         prune.add_argument("--coordination", metavar="C", help="Only this coordination.")
-        prune.add_argument(
-            "--dry-run", action="store_true", help="Show what would be deleted; delete nothing."
-        )
+        _dry_run(prune, "Show what would be deleted; delete nothing.")
 
         recover = actions.add_parser(
             "recover",
@@ -178,9 +174,7 @@ class Command(
             "FLOWWARDEN['WORKFLOW_SWEEP_INTERVAL'], 2s) until Ctrl-C or SIGTERM: "
             "the sweep of in-process runs, under your process manager.",
         )
-        recover.add_argument(
-            "--dry-run", action="store_true", help="List the stalled runs; change nothing."
-        )
+        _dry_run(recover, "List the stalled runs; change nothing.")
 
         upgrade = actions.add_parser(
             "upgrade",
@@ -192,20 +186,16 @@ class Command(
             "--run", action="append", metavar="COORDINATION", help="Only this run (repeatable)."
         )
         upgrade.add_argument("--limit", type=positive_int, metavar="N", help="At most N runs.")
-        upgrade.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="Show each run's new version, position and whether its state converts; "
-            "change nothing.",
+        _dry_run(
+            upgrade,
+            "Show each run's new version, position and whether its state converts; change nothing.",
         )
-        upgrade.add_argument("--json", action="store_true", help="Print a JSON list.")
 
         versions = actions.add_parser(
             "versions",
             help="The workflow versions the unfinished runs are on, and whether this "
             "process defines them.",
         )
-        versions.add_argument("--json", action="store_true", help="Print a JSON list.")
 
         queues = actions.add_parser(
             "queues",
@@ -213,20 +203,12 @@ class Command(
             "the slots in use, the steps waiting for one, the oldest wait and the "
             "starts within the rate's period.",
         )
-        queues.add_argument("--json", action="store_true", help="Print a JSON list.")
 
         schedules = actions.add_parser(
             "schedules",
             help="The scheduled starts of workflows: Celery's beat_schedule entries, "
             "django-celery-beat's periodic tasks and (when the runs execute on Temporal) "
             "the Temporal Schedules, with their last and next start where known.",
-        )
-        schedules.add_argument("--json", action="store_true", help="Print a JSON object.")
-        schedules.add_argument(
-            "--database",
-            metavar="ALIAS",
-            help="The database of django-celery-beat's periodic tasks (default: the "
-            "router's choice).",
         )
 
         reencrypt = actions.add_parser(
@@ -235,6 +217,15 @@ class Command(
             "enc:v2); the ORM store refuses enc:v1 values until then.",
         )
 
+        reports = (listing, events, upgrade, versions, queues)
+        for sub, shape in (*((sub, "list") for sub in reports), (schedules, "object")):
+            sub.add_argument("--json", action="store_true", help=f"Print a JSON {shape}.")
+        schedules.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="The database of django-celery-beat's periodic tasks (default: the "
+            "router's choice).",
+        )
         runs_subs = (listing, show, resume, cancel, send, events, recover, upgrade, versions)
         for sub in (*runs_subs, queues):
             sub.add_argument(
@@ -265,3 +256,13 @@ class Command(
                 dest="interactive",
                 help="Do not ask for confirmation (same as --yes).",
             )
+
+
+def _coordination(parser: CommandParser) -> None:
+    """The positional ``COORDINATION`` of an action on one run."""
+    parser.add_argument("coordination", metavar="COORDINATION", help="The coordination id.")
+
+
+def _dry_run(parser: CommandParser, what: str) -> None:
+    """``--dry-run``: *what* the action shows instead of changing anything."""
+    parser.add_argument("--dry-run", action="store_true", help=what)
