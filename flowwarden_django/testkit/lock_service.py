@@ -17,7 +17,6 @@ import dataclasses
 import inspect
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -28,13 +27,13 @@ from django.utils import timezone
 
 from ..streams.locks import Lease, LeaseLostError, LockService
 from ._async_driven import async_driven
-from ._harness import ThreadedContract
+from ._harness import ThreadedContract, UniqueNameContract
 
 A = "host-a:app:8080"
 B = "host-b:app:8080"
 
 
-class LockServiceContract(ThreadedContract):
+class LockServiceContract(UniqueNameContract, ThreadedContract):
     """Behaviour every ``LockService`` must have. Subclass it and implement
     :meth:`make_service`; override :meth:`teardown_service` to wipe the backend.
 
@@ -65,9 +64,7 @@ class LockServiceContract(ThreadedContract):
         yield service
         self.teardown_service(service)
 
-    @pytest.fixture
-    def name(self) -> str:
-        return f"lease-{uuid.uuid4().hex[:12]}"
+    name_prefix = "lease-"
 
     def acquire(self, service: LockService, name: str, owner: str = A, ttl=None) -> Lease:
         """``try_acquire`` that must succeed."""
