@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import inspect
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
 
 from ._async_driven import async_driven
+
+
+class UniqueNameContract:
+    """The ``name`` fixture: a name of each test's own (its ids, streams or leases), so
+    tests can share one backend without cleaning it between them."""
+
+    #: What the ``name`` fixture's names start with.
+    name_prefix: ClassVar[str] = "contract-"
+
+    @pytest.fixture
+    def name(self) -> str:
+        """:attr:`name_prefix` and twelve random hex digits."""
+        return f"{self.name_prefix}{uuid.uuid4().hex[:12]}"
 
 
 class ThreadedContract:

@@ -14,10 +14,8 @@ module composes them with the hooks and fixtures into the public classes.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
-import pytest
 from asgiref.sync import async_to_sync
 
 from ..streams.checkpoint import Checkpoint, CheckpointStore
@@ -28,7 +26,7 @@ from ._checkpoint_contract.partial_writes import PartialWriteContract
 from ._checkpoint_contract.races import RaceContract
 from ._checkpoint_contract.records import RecordContract
 from ._checkpoint_contract.values import now_ms, sync_progress, token
-from ._harness import AsyncStoreContract, StoreContract
+from ._harness import AsyncStoreContract, StoreContract, UniqueNameContract
 
 __all__ = [
     "CHECKPOINT_OPERATIONS",
@@ -49,6 +47,7 @@ class CheckpointStoreContract(
     HistoryLostContract,
     PartialWriteContract,
     RecordContract,
+    UniqueNameContract,
     StoreContract,
 ):
     """Behaviour every ``CheckpointStore`` must have. Subclass it and implement
@@ -67,10 +66,6 @@ class CheckpointStoreContract(
     initial_sync_race_rounds: int = 50
     #: Threads competing for each batch in the initial-sync race.
     initial_sync_writers: int = 4
-
-    @pytest.fixture
-    def name(self) -> str:
-        return f"contract-{uuid.uuid4().hex[:12]}"
 
 
 #: The operations :class:`AsyncCheckpointStoreContract` drives through their ``a…`` twins.

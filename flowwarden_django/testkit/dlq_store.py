@@ -35,7 +35,7 @@ from ..streams.dlq import (
     ErrorInfo,
 )
 from ._checkpoint_contract.values import now_ms, same_bson, token
-from ._harness import AsyncStoreContract, StoreContract
+from ._harness import AsyncStoreContract, StoreContract, UniqueNameContract
 
 #: The reference's ``DEFAULT_POLICY``.
 DEFAULT_POLICY = DlqPolicy(30, True, True)
@@ -77,7 +77,7 @@ def full_event(entry_id: str, stream: str, now: datetime) -> DeadLetter:
     )
 
 
-class DlqStoreContract(StoreContract):
+class DlqStoreContract(UniqueNameContract, StoreContract):
     """Behaviour every ``DlqStore`` must have. Subclass it and implement
     :meth:`make_store`; override :meth:`clean_state` if the store needs wiping.
 
@@ -98,10 +98,7 @@ class DlqStoreContract(StoreContract):
 
     # -- fixtures and helpers ------------------------------------------------------
 
-    @pytest.fixture
-    def name(self) -> str:
-        """A prefix for this test's ids and stream names."""
-        return f"c{uuid.uuid4().hex[:12]}"
+    name_prefix = "c"
 
     @staticmethod
     def require_replay(store: DlqStore) -> None:

@@ -17,7 +17,6 @@ import dataclasses
 import inspect
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -28,13 +27,13 @@ from django.utils import timezone
 
 from ..streams.locks import Lease, LeaseLostError, LockService
 from ._async_driven import async_driven
-from ._harness import ThreadedContract
+from ._harness import ThreadedContract, UniqueNameContract
 
 A = "host-a:app:8080"
 B = "host-b:app:8080"
 
 
-class LockServiceContract(ThreadedContract):
+class LockServiceContract(UniqueNameContract, ThreadedContract):
     """Behaviour every ``LockService`` must have. Subclass it and implement
     :meth:`make_service`; override :meth:`teardown_service` to wipe the backend.
 
@@ -65,9 +64,7 @@ class LockServiceContract(ThreadedContract):
         yield service
         self.teardown_service(service)
 
-    @pytest.fixture
-    def name(self) -> str:
-        return f"lease-{uuid.uuid4().hex[:12]}"
+    name_prefix = "lease-"
 
     def acquire(self, service: LockService, name: str, owner: str = A, ttl=None) -> Lease:
         """``try_acquire`` that must succeed."""
@@ -96,6 +93,12 @@ class LockServiceContract(ThreadedContract):
     def wait_until_expired(self, lease: Lease) -> None:
         """Sleep until *lease* has expired, by this process's clock."""
         time.sleep(max(lease.remaining().total_seconds(), 0) + 0.05)
+
+    def expired_lease(self, service: LockService, name: str, owner: str = A) -> Lease:
+        """A ``short_ttl`` lease on *name* for *owner*, returned once it has expired."""
+        lease = self.acquire(service, name, owner, self.short_ttl)
+        self.wait_until_expired(lease)
+        return lease
 
     # -- the reference's 13 ------------------------------------------------------
 
@@ -192,8 +195,7 @@ class LockServiceContract(ThreadedContract):
     def test_expired_lease_can_be_taken_by_another_owner(
         self, service: LockService, name: str
     ) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         new = service.try_acquire(name, B, self.ttl)
         assert new is not None
         assert new.owner == B
@@ -204,29 +206,25 @@ class LockServiceContract(ThreadedContract):
     def test_expired_lease_taken_back_by_its_owner_is_a_new_tenure(
         self, service: LockService, name: str
     ) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         new = self.acquire(service, name, A)
         assert new.token > old.token
         assert not service.is_current(old)
         assert service.is_current(new)
 
     def test_renew_after_a_takeover_fails(self, service: LockService, name: str) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         new = self.acquire(service, name, B)
         assert service.renew(old, self.ttl) is None
         assert service.owner_of(name) == new
 
     def test_renew_of_an_expired_lease_fails(self, service: LockService, name: str) -> None:
-        lease = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(lease)
+        lease = self.expired_lease(service, name)
         assert service.renew(lease, self.ttl) is None
         assert service.owner_of(name) is None
 
     def test_owner_of_is_none_after_expiry(self, service: LockService, name: str) -> None:
-        lease = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(lease)
+        lease = self.expired_lease(service, name)
         assert service.owner_of(name) is None
         assert not service.is_current(lease)
 
@@ -240,8 +238,7 @@ class LockServiceContract(ThreadedContract):
     def test_old_owners_release_after_a_takeover_is_a_no_op(
         self, service: LockService, name: str
     ) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         new = self.acquire(service, name, B)
         assert service.release(old) is False
         assert service.owner_of(name) == new
@@ -250,8 +247,7 @@ class LockServiceContract(ThreadedContract):
     def test_stale_lease_of_the_same_owner_cannot_release_or_renew(
         self, service: LockService, name: str
     ) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         new = self.acquire(service, name, A)
         assert service.renew(old, self.ttl) is None
         assert service.release(old) is False
@@ -307,8 +303,7 @@ class LockServiceContract(ThreadedContract):
     def test_is_current_and_guard_fail_after_a_takeover(
         self, service: LockService, name: str
     ) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         new = self.acquire(service, name, B)
         assert not service.is_current(old)
         assert service.is_current(new)
@@ -399,8 +394,7 @@ class LockServiceContract(ThreadedContract):
     def test_racing_for_an_expired_lease_has_one_winner(
         self, service: LockService, name: str
     ) -> None:
-        old = self.acquire(service, name, A, self.short_ttl)
-        self.wait_until_expired(old)
+        old = self.expired_lease(service, name)
         self._race_once(service, name, previous_token=old.token)
 
     def _race_once(self, service: LockService, name: str, previous_token: int) -> None:

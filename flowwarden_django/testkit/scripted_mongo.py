@@ -418,30 +418,31 @@ class ScriptedReplicaSet(CommandHandlersMixin):
                 if name is None or recorded.name.lower() == name.lower()
             ]
 
+    def _copy_of(self, attribute: str) -> list[Any]:
+        """A list of what the collection *attribute* holds, taken under the server's lock."""
+        with self._cond:
+            return list(getattr(self, attribute))
+
     @property
     def recorded(self) -> list[RecordedCommand]:
         """Every command received, in order (at most ``max_recorded``)."""
-        with self._cond:
-            return list(self._recorded)
+        return self._copy_of("_recorded")
 
     @property
     def killed_cursors(self) -> list[int]:
         """Every cursor id the driver sent in ``killCursors``, in order."""
-        with self._cond:
-            return list(self._killed)
+        return self._copy_of("_killed")
 
     @property
     def open_cursors(self) -> list[int]:
         """Ids of the cursors the server still holds (change streams, finds, aggregates)."""
-        with self._cond:
-            return list(self._cursors)
+        return self._copy_of("_cursors")
 
     @property
     def internal_errors(self) -> list[str]:
         """Tracebacks of handler bugs, the newest :data:`MAX_INTERNAL_ERRORS` (each was
         logged once and answered with a short InternalError, code 1, naming no file)."""
-        with self._cond:
-            return list(self._internal_errors)
+        return self._copy_of("_internal_errors")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from ...streams.checkpoint import Checkpoint, CheckpointStore
 from .values import now_ms, token
 
@@ -26,9 +28,20 @@ class PartialWriteContract:
     the ``store`` and ``name`` fixtures.
     """
 
-    def _writes_only_its_anchor(self, store: CheckpointStore, name: str, anchor: str) -> None:
+    @pytest.fixture(params=["seen", "processed"])
+    def anchor(self, request: pytest.FixtureRequest) -> str:
+        """The anchor a test writes: it runs once for ``seen``, once for ``processed``."""
+        return request.param
+
+    @pytest.fixture
+    def other(self, anchor: str) -> str:
+        """The anchor the test does not write."""
+        return _other(anchor)
+
+    def test_save_anchor_does_not_overwrite_the_other(
+        self, store: CheckpointStore, name: str, anchor: str, other: str
+    ) -> None:
         """``save_<anchor>`` sets its pair and leaves the other anchor as it was."""
-        other = _other(anchor)
         now = now_ms()
         store.save(Checkpoint(name, None, token("seen1"), now, token("processed1"), now))
         getattr(store, f"save_{anchor}")(name, token(f"{anchor}2"), now + timedelta(seconds=10))
@@ -36,36 +49,21 @@ class PartialWriteContract:
         assert _pair(found, anchor) == (token(f"{anchor}2"), now + timedelta(seconds=10))
         assert _pair(found, other) == (token(f"{other}1"), now)
 
-    def _creates_the_record(self, store: CheckpointStore, name: str, anchor: str) -> None:
+    def test_save_anchor_creates_record_if_missing(
+        self, store: CheckpointStore, name: str, anchor: str, other: str
+    ) -> None:
         """``save_<anchor>`` on a missing record creates it, with only that pair."""
         now = now_ms()
         getattr(store, f"save_{anchor}")(name, token(anchor), now)
         found = store.find(name)
         assert found is not None
         assert _pair(found, anchor) == (token(anchor), now)
-        assert _pair(found, _other(anchor)) == (None, None)
+        assert _pair(found, other) == (None, None)
 
-    def test_save_seen_does_not_overwrite_processed(
-        self, store: CheckpointStore, name: str
+    def test_save_anchor_with_heartbeat_writes_both(
+        self, store: CheckpointStore, name: str, anchor: str, other: str
     ) -> None:
-        self._writes_only_its_anchor(store, name, "seen")
-
-    def test_save_processed_does_not_overwrite_seen(
-        self, store: CheckpointStore, name: str
-    ) -> None:
-        self._writes_only_its_anchor(store, name, "processed")
-
-    def test_save_seen_creates_record_if_missing(self, store: CheckpointStore, name: str) -> None:
-        self._creates_the_record(store, name, "seen")
-
-    def test_save_processed_creates_record_if_missing(
-        self, store: CheckpointStore, name: str
-    ) -> None:
-        self._creates_the_record(store, name, "processed")
-
-    def _writes_anchor_and_heartbeat(self, store: CheckpointStore, name: str, anchor: str) -> None:
         """``save_<anchor>`` with a heartbeat sets both, and leaves the other anchor."""
-        other = _other(anchor)
         now = now_ms()
         store.save(
             Checkpoint(name, **{f"last_{other}_token": token(other[0]), f"last_{other}_at": now})
@@ -76,14 +74,6 @@ class PartialWriteContract:
         assert _pair(found, anchor) == (token(anchor), now + timedelta(seconds=10))
         assert found.last_heartbeat_at == now + timedelta(seconds=11)
         assert _pair(found, other) == (token(other[0]), now)
-
-    def test_save_seen_with_heartbeat_writes_both(self, store: CheckpointStore, name: str) -> None:
-        self._writes_anchor_and_heartbeat(store, name, "seen")
-
-    def test_save_processed_with_heartbeat_writes_both(
-        self, store: CheckpointStore, name: str
-    ) -> None:
-        self._writes_anchor_and_heartbeat(store, name, "processed")
 
     def test_save_processed_with_heartbeat_creates_record_if_missing(
         self, store: CheckpointStore, name: str
