@@ -4,9 +4,8 @@ run in a worker, as a ``RemoteStepWorkflow``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..workflows.definition.registry import RegisteredWorkflow
 from ..workflows.engine.workflow import Workflow
 from ..workflows.runs.records import ClaimTerms, RunStatus
 
@@ -26,20 +25,11 @@ class RemoteStepWorkflow(Workflow):
     stale_error: ClassVar[type[Exception]]
 
     def __init__(
-        self,
-        definition: RegisteredWorkflow,
-        coordination_id: str,
-        origin: str,
-        held_by: tuple[str, ...] = (),
+        self, *args: Any, origin: str, held_by: tuple[str, ...] = (), **options: Any
     ) -> None:
-        super().__init__(
-            definition.name,
-            coordination_id,
-            definition.steps,
-            definition.store,
-            using=definition.using,
-            version=definition.version,
-        )
+        # Made by ``WorkflowDefinition.workflow(cid, kind=..., origin=...)``: the
+        # definition's name, steps, store, database, version and queue.
+        super().__init__(*args, **options)
         self.origin = origin
         self.held_by = held_by
 

@@ -331,15 +331,8 @@ class _StepWorkflow(RemoteStepWorkflow):
     executed_by = "celery"
     stale_error = StaleStepError
 
-    def __init__(
-        self,
-        definition: WorkflowDefinition,
-        coordination_id: str,
-        head: str | None,
-        origin: str,
-        held_by: tuple[str, ...] = (),
-    ) -> None:
-        super().__init__(definition, coordination_id, origin, held_by)
+    def __init__(self, *args: Any, head: str | None, **options: Any) -> None:
+        super().__init__(*args, **options)
         self.expected_head = head
 
     def _claim_terms(self) -> ClaimTerms:
@@ -536,7 +529,9 @@ def run_step(
     task_id = getattr(task.request, "id", None) or coordination_id
     hands_to = new_handoff_token(task_id, str(head))
     held_by = taken_from(handed, hands_to, copy=again)
-    wf = _StepWorkflow(definition, coordination_id, head, origin, held_by)
+    wf = definition.workflow(
+        coordination_id, kind=_StepWorkflow, head=head, origin=origin, held_by=held_by
+    )
     using = wf.runs.db
     if handbacks < MAX_SILENT_HANDBACKS and silent_database(using):
         # Reserved before this worker's consumer was paused (``silence``): a healthy

@@ -291,7 +291,7 @@ def _run_step(request: StepRequest) -> RunReport:
     # it at once (the copy died after its save) instead of waiting out its lease.
     hands_to = new_handoff_token(info.workflow_id, info.workflow_run_id, info.activity_id)
     held_by = taken_from(handed, hands_to, copy=info.attempt > 1)
-    wf = _ActivityWorkflow(definition, cid, request.origin, held_by)
+    wf = definition.workflow(cid, kind=_ActivityWorkflow, origin=request.origin, held_by=held_by)
     step = partial(
         wf.run_handing_off, handed, input=request.input, attempt=info.attempt, hand_off_to=hands_to
     )

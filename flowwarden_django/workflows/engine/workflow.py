@@ -635,9 +635,13 @@ class WorkflowDefinition:
         """Where each step may go (``Workflow.graph``)."""
         return graph_of(self.steps)
 
-    def workflow(self, coordination_id: str) -> Workflow:
-        """The ``Workflow`` of one coordination (on this version)."""
-        return Workflow(
+    def workflow(
+        self, coordination_id: str, kind: type[Workflow] | None = None, **extra: Any
+    ) -> Workflow:
+        """The ``Workflow`` of one coordination (on this version); *kind*, a subclass
+        of ``Workflow``, with its own keyword arguments *extra*, makes the runner of a
+        provider's step (which then also obeys this definition's queue)."""
+        return (kind or Workflow)(
             self.name,
             coordination_id,
             self.steps,
@@ -645,6 +649,7 @@ class WorkflowDefinition:
             using=self.using,
             version=self.version,
             queue=self.queue,
+            **extra,
         )
 
     def start(
