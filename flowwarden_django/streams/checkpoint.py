@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from ._twins import RunsSync, thread_twin
+from ._twins import RunsSync
 from .tokens import Token, check_token, tokens_equal
 
 
@@ -394,15 +394,17 @@ class CheckpointStore(RunsSync, ABC):
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
 
-    asave = thread_twin(save)
-    afind = thread_twin(find)
-    adelete = thread_twin(delete)
-    alist_checkpoints = thread_twin(list_checkpoints)
-    asave_seen = thread_twin(save_seen)
-    asave_processed = thread_twin(save_processed)
-    asave_heartbeat = thread_twin(save_heartbeat)
-    areset_after_history_lost = thread_twin(reset_after_history_lost)
-    asave_initial_sync = thread_twin(save_initial_sync)
+    _thread_twinned = (
+        "save",
+        "find",
+        "delete",
+        "list_checkpoints",
+        "save_seen",
+        "save_processed",
+        "save_heartbeat",
+        "reset_after_history_lost",
+        "save_initial_sync",
+    )
 
     # -- the writes of the partial operations, validated already ----------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .._twins import positional_method
 from ..checkpoint import as_utc, check_stream_name
 from ..dlq import (
     PENDING,
@@ -208,30 +209,29 @@ def replay_failure(entry_id: str, error: ErrorInfo, at: datetime) -> StatusChang
     return StatusChange(entry_id, (REPLAYING,), PENDING, {"error": error}, at)
 
 
-class CompareAndSetDlqStore(DlqStore):
-    """A dead-letter store whose status changes are one compare-and-set each.
-
+class StatusChanges:
+    """The status changes of a dead-letter store, each one compare-and-set:
     ``transition`` and ``record_replay_failure`` are decided by :func:`status_change`
-    and :func:`replay_failure`; the store supplies :meth:`_compare_and_set`, which
-    applies a :class:`StatusChange`.
-    """
+    and :func:`replay_failure` (their ``_…_operation``, which take the public
+    method's parameters positionally); the store supplies :meth:`_change_status`,
+    which applies a :class:`StatusChange` (or gives the store operation that does)."""
 
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        change = status_change(entry_id, to_status, from_statuses, at, by, note)
-        return self._compare_and_set(change)
+    def _transition_operation(self, *args: Any) -> Any:
+        return self._change_status(status_change(*args))
 
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        return self._compare_and_set(replay_failure(entry_id, error, at))
+    def _record_replay_failure_operation(self, *args: Any) -> Any:
+        return self._change_status(replay_failure(*args))
 
-    def _compare_and_set(self, change: StatusChange) -> bool:
+    def _change_status(self, change: StatusChange) -> Any:
         """Apply *change*; False when the entry is missing or in another status."""
         raise NotImplementedError
+
+
+class CompareAndSetDlqStore(StatusChanges, DlqStore):
+    """A dead-letter store whose status changes are one compare-and-set each (see
+    :class:`StatusChanges`), made in the calling thread."""
+
+    transition = positional_method(DlqStore.transition, "_transition_operation")
+    record_replay_failure = positional_method(
+        DlqStore.record_replay_failure, "_record_replay_failure_operation"
+    )

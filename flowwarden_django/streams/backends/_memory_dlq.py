@@ -67,7 +67,7 @@ class InMemoryDlqStore(CompareAndSetDlqStore):
                 if entry.stream_name == stream_name and entry.status == PENDING
             )
 
-    def _compare_and_set(self, change: StatusChange) -> bool:
+    def _change_status(self, change: StatusChange) -> bool:
         with self._lock:
             current = self._entries.get(change.entry_id)
             if current is None or current.status not in change.allowed:

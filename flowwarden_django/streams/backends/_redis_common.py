@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.core import checks
 
 from ...common.network import redis_options
-from ._calls import Call, Operation, arun, run
+from ._calls import Call
 from ._extras import missing_extra
-
-T = TypeVar("T")
-
 
 # -- the requests of a store operation (see ``_calls``) besides a plain ``Call`` ------
 
@@ -148,26 +146,14 @@ class RedisConnection:
                     script = self._sync_scripts[source] = client.register_script(source)
         return script
 
-    def _run(self, operation: Operation[T]) -> T:
-        """Run a store operation (see ``_calls``) on :attr:`client`."""
-        return run(operation, lambda request: perform(self, request))
+    def _perform(self, request: Request) -> Any:
+        """Make one request of a store operation (see ``_calls``) on :attr:`client`."""
+        return perform(self, request)
 
-    async def _arun(
-        self,
-        operation: Operation[T],
-        default: Callable[..., Awaitable[T]],
-        /,
-        *args: Any,
-        **kwargs: Any,
-    ) -> T:
-        """Run a store operation on :meth:`async_client`; without one, close it and
-        await ``default(*args, **kwargs)`` (the bound ``super()`` method: the
-        thread-based default)."""
+    async def _async_performer(self) -> Callable[[Request], Awaitable[Any]] | None:
+        """What makes a request on :meth:`async_client`, or ``None`` without one."""
         loop_client = await self.async_client()
-        if loop_client is None:
-            operation.close()
-            return await default(*args, **kwargs)
-        return await arun(operation, lambda request: aperform(loop_client, request))
+        return None if loop_client is None else functools.partial(aperform, loop_client)
 
     # -- the native async API ------------------------------------------------------
 
