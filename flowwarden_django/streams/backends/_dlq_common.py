@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .._twins import positional_method
-from ..checkpoint import as_utc, check_stream_name
+from ..checkpoint import check_stream_name, stored_copy
 from ..dlq import (
     PENDING,
     REPLAYED,
@@ -25,7 +25,7 @@ from ..dlq import (
     DlqStore,
     ErrorInfo,
 )
-from ..tokens import check_token, normalize_token
+from ..tokens import check_token
 
 #: Column lengths of the ``DeadLetter`` model, enforced on every backend alike.
 MAX_ID_LENGTH = 64
@@ -85,6 +85,11 @@ def _count(value: object, argument: str) -> None:
         raise ValueError(f"{argument} must be an integer >= 0, not {value!r}")
 
 
+#: The ``DeadLetter`` fields holding a time: always, and maybe.
+_REQUIRED_TIMES = ("created_at", "first_attempt_at", "last_attempt_at")
+_OPTIONAL_TIMES = ("expires_at", "last_replayed_at", "resolved_at")
+
+
 def check_entry(entry: object) -> None:
     """Validate a ``DeadLetter`` before it is written; raise ``TypeError``/``ValueError``."""
     if not isinstance(entry, DeadLetter):
@@ -98,9 +103,9 @@ def check_entry(entry: object) -> None:
     check_status(entry.status)
     for name in BSON_FIELDS:
         check_token(getattr(entry, name), name)
-    for name in ("created_at", "first_attempt_at", "last_attempt_at"):
+    for name in _REQUIRED_TIMES:
         check_aware(getattr(entry, name), name)
-    for name in ("expires_at", "last_replayed_at", "resolved_at"):
+    for name in _OPTIONAL_TIMES:
         check_aware(getattr(entry, name), name, required=False)
     if not isinstance(entry.metadata, Mapping):
         raise TypeError(f"metadata must be a mapping, not {type(entry.metadata).__name__}")
@@ -142,18 +147,8 @@ def settles(to_status: str) -> bool:
 def normalized(entry: DeadLetter) -> DeadLetter:
     """A copy as the other backends return it: BSON documents after a BSON round trip,
     timestamps in UTC, and a metadata dict of its own."""
-    return entry.replace(
-        document_key=normalize_token(entry.document_key),
-        full_document=normalize_token(entry.full_document),
-        resume_token=normalize_token(entry.resume_token),
-        created_at=as_utc(entry.created_at),
-        first_attempt_at=as_utc(entry.first_attempt_at),
-        last_attempt_at=as_utc(entry.last_attempt_at),
-        expires_at=as_utc(entry.expires_at),
-        last_replayed_at=as_utc(entry.last_replayed_at),
-        resolved_at=as_utc(entry.resolved_at),
-        metadata=copy.deepcopy(dict(entry.metadata)),
-    )
+    times = (*_REQUIRED_TIMES, *_OPTIONAL_TIMES)
+    return stored_copy(entry, BSON_FIELDS, times, metadata=copy.deepcopy(dict(entry.metadata)))
 
 
 _DOCUMENT_NAMES = {"resolved_at": "resolvedAt", "resolved_by": "resolvedBy", "note": "note"}

@@ -6,19 +6,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint import Checkpoint, CheckpointStore, as_utc, plain_progress
-from ..tokens import normalize_token
+from ..checkpoint import (
+    CHECKPOINT_TIMES,
+    CHECKPOINT_TOKENS,
+    Checkpoint,
+    CheckpointStore,
+    plain_progress,
+    stored_copy,
+)
 
 
 def _stored(checkpoint: Checkpoint) -> Checkpoint:
     """A copy as the other backends return it: tokens after a BSON round trip,
     timestamps in UTC, and a metadata dict and initial-sync progress of its own."""
-    return checkpoint.replace(
-        last_seen_token=normalize_token(checkpoint.last_seen_token),
-        last_seen_at=as_utc(checkpoint.last_seen_at),
-        last_processed_token=normalize_token(checkpoint.last_processed_token),
-        last_processed_at=as_utc(checkpoint.last_processed_at),
-        last_heartbeat_at=as_utc(checkpoint.last_heartbeat_at),
+    return stored_copy(
+        checkpoint,
+        CHECKPOINT_TOKENS,
+        CHECKPOINT_TIMES,
         metadata=dict(checkpoint.metadata),
         initial_sync=plain_progress(checkpoint.initial_sync),
     )
