@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from ..checkpoint import (
     plain_progress,
     stored_copy,
 )
+from ._memory_common import LockedRecords
 
 
 def _stored(checkpoint: Checkpoint) -> Checkpoint:
@@ -28,7 +28,7 @@ def _stored(checkpoint: Checkpoint) -> Checkpoint:
     )
 
 
-class InMemoryCheckpointStore(CheckpointStore):
+class InMemoryCheckpointStore(LockedRecords, CheckpointStore):
     """Keeps checkpoints in a dict guarded by one lock.
 
     The SPI's partial operations, ``save_initial_sync``'s condition included, run
@@ -46,19 +46,13 @@ class InMemoryCheckpointStore(CheckpointStore):
 
     supports_listing = True
 
-    def __init__(self) -> None:
-        self._records: dict[str, Checkpoint] = {}
-        self._lock = threading.Lock()
+    _copy = staticmethod(_stored)
 
     def save(self, checkpoint: Checkpoint) -> None:
-        stored = _stored(checkpoint)
-        with self._lock:
-            self._records[checkpoint.stream_name] = stored
+        self._put(checkpoint.stream_name, checkpoint)
 
     def find(self, stream_name: str) -> Checkpoint | None:
-        with self._lock:
-            found = self._records.get(stream_name)
-        return None if found is None else _stored(found)
+        return self._get(stream_name)
 
     def delete(self, stream_name: str) -> None:
         with self._lock:
