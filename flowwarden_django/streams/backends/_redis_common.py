@@ -16,6 +16,7 @@ from django.conf import settings
 from django.core import checks
 
 from ...common.network import redis_options
+from ..async_source import close_at_loop_end
 from ._calls import Call
 from ._extras import missing_extra
 
@@ -178,25 +179,17 @@ class RedisConnection:
         # The closer refers to the entry, not the other way round: dropping the dict's
         # pair (``close``) finalizes the closer at once, which closes the client on its
         # loop.
-        closer = self._close_at_loop_end(loop, entry)
+        closer = close_at_loop_end(
+            self._async_lock,
+            self._async_clients,
+            loop,
+            entry,
+            lambda: entry.client.aclose(close_connection_pool=True),
+        )
         with self._async_lock:
             self._async_clients[loop] = (entry, closer)
         await closer.__anext__()
         return entry
-
-    async def _close_at_loop_end(
-        self, loop: asyncio.AbstractEventLoop, entry: LoopClient
-    ) -> AsyncIterator[None]:
-        """Closes *entry* when the loop finalizes its async generators, or when this
-        generator is dropped (by :meth:`close`) while the loop still runs."""
-        try:
-            yield
-        finally:
-            with self._async_lock:
-                held = self._async_clients.get(loop)
-                if held is not None and held[0] is entry:
-                    del self._async_clients[loop]
-            await entry.client.aclose(close_connection_pool=True)
 
     def _async_client_factory(self) -> Callable[[], Any] | None:
         if self._async_factory is False:
