@@ -115,9 +115,8 @@ class AsyncMongoClientHandler:
     def _closer(self, loop: asyncio.AbstractEventLoop, clients: dict[str, Any]) -> Any:
         """Closes *clients* when *loop* finalizes its async generators, or when this
         generator is dropped (:meth:`reset`) while the loop still runs."""
-        return close_at_loop_end(
-            self._lock, self._loops, loop, clients, lambda: _close_all(clients)
-        )
+        close = functools.partial(_close_all, clients)  # bound now: it may run at exit
+        return close_at_loop_end(self._lock, self._loops, loop, clients, close)
 
     async def aclose(self) -> None:
         """Close the running loop's clients (the next use there makes new ones)."""
