@@ -60,44 +60,55 @@ def _positional(signature: inspect.Signature) -> Callable[..., tuple[Any, ...]]:
     return arguments
 
 
-class _NativeAsync:
-    """The async half of :func:`native_pair`; it becomes a plain coroutine function
-    once it knows its class (for the fallback: ``super()`` of that class)."""
-
-    def __init__(self, method: Callable[..., Any], operation: str) -> None:
-        self.method = method
-        self.operation = operation
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        operation, arguments = self.operation, _positional(inspect.signature(self.method))
-
-        async def twin(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-            running = getattr(self, operation)(*arguments(self, args, kwargs))
-            default = getattr(super(owner, self), name)
-            return await self._arun(running, default, *args, **kwargs)
-
-        _named(twin, self.method, name, None)
-        twin.__qualname__ = f"{owner.__qualname__}.{name}"
-        setattr(owner, name, twin)
-
-
-def native_pair(method: Callable[..., Any], operation: str) -> tuple[Any, Any]:
-    """The sync and async public methods of the SPI *method*, both running
-    ``self.<operation>(...)`` (which takes every parameter of *method*, in order)."""
+def positional_method(method: Callable[..., Any], operation: str) -> Any:
+    """The SPI *method* (its name and signature) running ``self.<operation>(...)``,
+    which takes every parameter of *method*, in order."""
     arguments = _positional(inspect.signature(method))
+
+    def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, operation)(*arguments(self, args, kwargs))
+
+    return _named(call, method, method.__name__, None)
+
+
+def native_pair(owner: type, name: str, operation: str) -> None:
+    """Set ``owner.<name>`` and ``owner.a<name>``, both running ``self.<operation>(...)``
+    (which takes every parameter of the SPI method *name*, in order): the sync one
+    with ``self._run``, the async one with ``self._arun``, whose fallback is the
+    ``a<name>`` of the next class in *owner*'s MRO."""
+    method = getattr(owner, name)
+    arguments = _positional(inspect.signature(method))
+    twin_name = f"a{name}"
 
     def sync(self: Any, /, *args: Any, **kwargs: Any) -> Any:
         return self._run(getattr(self, operation)(*arguments(self, args, kwargs)))
 
-    return _named(sync, method, method.__name__, None), _NativeAsync(method, operation)
+    async def twin(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        running = getattr(self, operation)(*arguments(self, args, kwargs))
+        default = getattr(super(owner, self), twin_name)
+        return await self._arun(running, default, *args, **kwargs)
+
+    for function, function_name in ((sync, name), (twin, twin_name)):
+        _named(function, method, function_name, None)
+        function.__qualname__ = f"{owner.__qualname__}.{function_name}"
+        setattr(owner, function_name, function)
 
 
 class RunsSync:
-    """What the thread twins run on: a store SPI's ``_run_sync``."""
+    """What the thread twins run on: a store SPI's ``_run_sync``.
+
+    A class naming sync operations in its ``_thread_twinned`` gets the ``a…`` twin of
+    each (:func:`thread_twin`), as if it had declared them itself.
+    """
 
     #: ``thread_sensitive`` of the ``a…`` defaults: ``True`` for stores on the Django
     #: database, ``False`` for those that never touch it.
     async_thread_sensitive: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.__dict__.get("_thread_twinned", ()):
+            setattr(cls, f"a{name}", thread_twin(cls.__dict__[name]))
 
     async def _run_sync(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``method(*args, **kwargs)`` off the event loop, on the executor that

@@ -18,7 +18,7 @@ import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from ..exceptions import MissingExtraError
@@ -56,6 +56,22 @@ class AsyncChangeSource(Protocol):
     async def initial_position(self) -> Mapping[str, Any]: ...
 
     async def oldest_oplog_time(self) -> Any: ...
+
+
+async def close_at_loop_end(
+    lock: Any, held_by_loop: Any, loop: Any, entry: Any, close: Callable[[], Awaitable[Any]]
+) -> AsyncIterator[None]:
+    """An async generator that, when *loop* finalizes its async generators or when it
+    is dropped while the loop still runs, forgets ``held_by_loop[loop]`` (under *lock*)
+    if that still holds *entry* first, then awaits ``close()``."""
+    try:
+        yield
+    finally:
+        with lock:
+            held = held_by_loop.get(loop)
+            if held is not None and held[0] is entry:
+                del held_by_loop[loop]
+        await close()
 
 
 class AsyncMongoClientHandler:
@@ -96,19 +112,11 @@ class AsyncMongoClientHandler:
         url, options = client_settings(alias)
         return new_async_client(url, options, "Change streams")
 
-    async def _closer(
-        self, loop: asyncio.AbstractEventLoop, clients: dict[str, Any]
-    ) -> AsyncIterator[None]:
+    def _closer(self, loop: asyncio.AbstractEventLoop, clients: dict[str, Any]) -> Any:
         """Closes *clients* when *loop* finalizes its async generators, or when this
         generator is dropped (:meth:`reset`) while the loop still runs."""
-        try:
-            yield
-        finally:
-            with self._lock:
-                held = self._loops.get(loop)
-                if held is not None and held[0] is clients:
-                    del self._loops[loop]
-            await _close_all(clients)
+        close = functools.partial(_close_all, clients)  # bound now: it may run at exit
+        return close_at_loop_end(self._lock, self._loops, loop, clients, close)
 
     async def aclose(self) -> None:
         """Close the running loop's clients (the next use there makes new ones)."""

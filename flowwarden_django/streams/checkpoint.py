@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from ._twins import RunsSync, thread_twin
-from .tokens import Token, check_token, tokens_equal
+from ._twins import RunsSync
+from .tokens import Token, check_token, normalize_token, tokens_equal
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -32,6 +32,18 @@ def as_utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def stored_copy(
+    record: Any, tokens: tuple[str, ...], times: tuple[str, ...], **changes: Any
+) -> Any:
+    """A copy of *record* (a ``Checkpoint`` or a ``DeadLetter``) as the stores return
+    it: its fields *tokens* after a BSON round trip, its *times* in UTC, and *changes*."""
+    return record.replace(
+        **{name: normalize_token(getattr(record, name)) for name in tokens},
+        **{name: as_utc(getattr(record, name)) for name in times},
+        **changes,
+    )
 
 
 def _check_aware(value: datetime | None, argument: str) -> None:
@@ -208,6 +220,10 @@ def progress_batch(progress: Mapping[str, Any] | None) -> int | None:
     return None if progress is None else progress["batch"]
 
 
+#: The ``Checkpoint`` fields holding a token, and those holding a time.
+CHECKPOINT_TOKENS = ("last_seen_token", "last_processed_token")
+CHECKPOINT_TIMES = ("last_seen_at", "last_processed_at", "last_heartbeat_at")
+
 #: The ``Checkpoint`` fields of each anchor: its token and its time.
 SEEN_PAIR = ("last_seen_token", "last_seen_at")
 PROCESSED_PAIR = ("last_processed_token", "last_processed_at")
@@ -235,6 +251,23 @@ def heartbeat_fields(stream_name: str, at: datetime) -> dict[str, Any]:
     return {"last_heartbeat_at": at}
 
 
+def _anchor_write(pair: tuple[str, str], name: str, doc: str) -> Callable[..., None]:
+    """``CheckpointStore.<name>``: the write of the anchor *pair* (``save_seen``,
+    ``save_processed``), through ``_write_fields``."""
+
+    def write(
+        self: CheckpointStore,
+        stream_name: str,
+        token: Token | None,
+        at: datetime | None,
+        heartbeat_at: datetime | None = None,
+    ) -> None:
+        self._write_fields(stream_name, anchor_fields(pair, stream_name, token, at, heartbeat_at))
+
+    write.__name__, write.__qualname__, write.__doc__ = name, f"CheckpointStore.{name}", doc
+    return write
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Checkpoint:
     """One stream's persisted position: both anchors, the heartbeat, owner and metadata.
@@ -259,7 +292,7 @@ class Checkpoint:
         check_stream_name(self.stream_name)
         check_token(self.last_seen_token, "last_seen_token")
         check_token(self.last_processed_token, "last_processed_token")
-        for name in ("last_seen_at", "last_processed_at", "last_heartbeat_at"):
+        for name in CHECKPOINT_TIMES:
             _check_aware(getattr(self, name), name)
         if self.metadata is None:
             object.__setattr__(self, "metadata", {})
@@ -316,28 +349,16 @@ class CheckpointStore(RunsSync, ABC):
         """Return every checkpoint, ordered by stream name (operators' view)."""
         raise NotImplementedError(f"{type(self).__name__} cannot list its checkpoints")
 
-    def save_seen(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        """Set the seen pair (and the heartbeat, when given, in the same write)."""
-        self._write_fields(
-            stream_name, anchor_fields(SEEN_PAIR, stream_name, token, at, heartbeat_at)
-        )
-
-    def save_processed(
-        self,
-        stream_name: str,
-        token: Token | None,
-        at: datetime | None,
-        heartbeat_at: datetime | None = None,
-    ) -> None:
-        """Set the processed pair (and the heartbeat, when given, in the same write)."""
-        fields = anchor_fields(PROCESSED_PAIR, stream_name, token, at, heartbeat_at)
-        self._write_fields(stream_name, fields)
+    save_seen = _anchor_write(
+        SEEN_PAIR,
+        "save_seen",
+        "Set the seen pair (and the heartbeat, when given, in the same write).",
+    )
+    save_processed = _anchor_write(
+        PROCESSED_PAIR,
+        "save_processed",
+        "Set the processed pair (and the heartbeat, when given, in the same write).",
+    )
 
     def save_heartbeat(self, stream_name: str, at: datetime) -> None:
         """Set only the heartbeat: the position was re-certified unchanged."""
@@ -394,15 +415,17 @@ class CheckpointStore(RunsSync, ABC):
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
 
-    asave = thread_twin(save)
-    afind = thread_twin(find)
-    adelete = thread_twin(delete)
-    alist_checkpoints = thread_twin(list_checkpoints)
-    asave_seen = thread_twin(save_seen)
-    asave_processed = thread_twin(save_processed)
-    asave_heartbeat = thread_twin(save_heartbeat)
-    areset_after_history_lost = thread_twin(reset_after_history_lost)
-    asave_initial_sync = thread_twin(save_initial_sync)
+    _thread_twinned = (
+        "save",
+        "find",
+        "delete",
+        "list_checkpoints",
+        "save_seen",
+        "save_processed",
+        "save_heartbeat",
+        "reset_after_history_lost",
+        "save_initial_sync",
+    )
 
     # -- the writes of the partial operations, validated already ----------------------
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from ._twins import RunsSync, thread_twin
+from ._twins import RunsSync
 
 PENDING = "PENDING"
 REPLAYING = "REPLAYING"
@@ -220,14 +220,16 @@ class DlqStore(RunsSync, ABC):
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
 
-    asave = thread_twin(save)
-    afind_by_id = thread_twin(find_by_id)
-    afind_by_stream = thread_twin(find_by_stream)
-    acount = thread_twin(count)
-    atransition = thread_twin(transition)
-    arecord_replay_failure = thread_twin(record_replay_failure)
-    apurge_expired = thread_twin(purge_expired)
-    adelete = thread_twin(delete)
+    _thread_twinned = (
+        "save",
+        "find_by_id",
+        "find_by_stream",
+        "count",
+        "transition",
+        "record_replay_failure",
+        "purge_expired",
+        "delete",
+    )
 
     @classmethod
     def check_options(cls, alias: str, options: Mapping[str, Any]) -> list[Any]:

@@ -46,7 +46,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ._twins import RunsSync, thread_twin
+from ._twins import RunsSync
 
 _unavailable = threading.local()
 
@@ -162,11 +162,7 @@ class LockService(RunsSync, ABC):
 
     # -- the async API: the sync operations run through ``sync_to_async`` ------------
 
-    atry_acquire = thread_twin(try_acquire)
-    arenew = thread_twin(renew)
-    arelease = thread_twin(release)
-    aowner_of = thread_twin(owner_of)
-    ais_current = thread_twin(is_current)
+    _thread_twinned = ("try_acquire", "renew", "release", "owner_of", "is_current")
 
     def aguard(self, lease: Lease) -> AbstractAsyncContextManager[None]:
         """Run the ``async with`` block only while *lease* is current, else raise

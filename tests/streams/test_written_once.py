@@ -60,7 +60,7 @@ def test_the_backend_writes_neither_twin(backend: type, native: type, spi: type)
 
 @pytest.mark.parametrize(("backend", "native", "spi"), BACKENDS, ids=lambda c: c.__name__)
 def test_the_backend_supplies_every_operation(backend: type, native: type, spi: type) -> None:
-    operations = [name for name in vars(native) if name.endswith("_operation")]
+    operations = [f"_{name}_operation" for name in spi._thread_twinned]
     assert operations
     for name in operations:
-        assert getattr(backend, name) is not getattr(native, name), f"{backend.__name__}.{name}"
+        assert callable(getattr(backend, name, None)), f"{backend.__name__}.{name}"

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
+from .._twins import native_pair
 from ..core.driving import adrive, drive
 
 T = TypeVar("T")
@@ -49,14 +50,37 @@ def call(method: str, *args: Any, **kwargs: Any) -> Call:
 class NativeOperations:
     """What a store with native sync and async clients runs its operations with.
 
-    ``_run`` runs an operation on the sync client; ``_arun`` on the running loop's
-    async client, or, when the backend has none, closes the operation and awaits
-    ``default(*args, **kwargs)`` (the bound ``super()`` method: the thread-based
-    default). The backend's connection class implements both.
+    The native base of an SPI (``NativeOperations`` among its direct bases) gets both
+    public methods of each of the SPI's operations (its ``_thread_twinned``) from
+    :func:`~.._twins.native_pair`: ``<name>`` and ``a<name>`` run the store operation
+    ``_<name>_operation``. ``_run`` runs an operation on the sync client, making each
+    request with ``_perform``; ``_arun`` on the running loop's async client, with what
+    ``_async_performer`` gives, or, when the backend has none (``None``), closes the
+    operation and awaits ``default(*args, **kwargs)`` (the bound ``super()`` method:
+    the thread-based default). The backend's connection class supplies the two makers.
     """
 
-    def _run(self, operation: Operation[T]) -> T:
+    #: The async API runs natively, or on the default executor, in parallel: these
+    #: stores never touch the Django database.
+    async_thread_sensitive = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if NativeOperations in cls.__bases__:
+            for name in getattr(cls, "_thread_twinned", ()):
+                native_pair(cls, name, f"_{name}_operation")
+
+    def _perform(self, request: Any) -> Any:
+        """Make one request of an operation on the sync client."""
         raise NotImplementedError
+
+    async def _async_performer(self) -> Callable[[Any], Awaitable[Any]] | None:
+        """What makes a request on the running loop's async client, or ``None``."""
+        raise NotImplementedError
+
+    def _run(self, operation: Operation[T]) -> T:
+        """Run a store operation on the sync client."""
+        return run(operation, self._perform)
 
     async def _arun(
         self,
@@ -66,7 +90,13 @@ class NativeOperations:
         *args: Any,
         **kwargs: Any,
     ) -> T:
-        raise NotImplementedError
+        """Run a store operation on the async client; without one, close it and await
+        ``default(*args, **kwargs)``."""
+        perform = await self._async_performer()
+        if perform is None:
+            operation.close()
+            return await default(*args, **kwargs)
+        return await arun(operation, perform)
 
 
 def run(operation: Operation[T], perform: Callable[[Any], Any]) -> T:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..checkpoint import as_utc, check_stream_name
+from .._twins import positional_method
+from ..checkpoint import check_stream_name, stored_copy
 from ..dlq import (
     PENDING,
     REPLAYED,
@@ -24,7 +25,7 @@ from ..dlq import (
     DlqStore,
     ErrorInfo,
 )
-from ..tokens import check_token, normalize_token
+from ..tokens import check_token
 
 #: Column lengths of the ``DeadLetter`` model, enforced on every backend alike.
 MAX_ID_LENGTH = 64
@@ -84,6 +85,11 @@ def _count(value: object, argument: str) -> None:
         raise ValueError(f"{argument} must be an integer >= 0, not {value!r}")
 
 
+#: The ``DeadLetter`` fields holding a time: always, and maybe.
+_REQUIRED_TIMES = ("created_at", "first_attempt_at", "last_attempt_at")
+_OPTIONAL_TIMES = ("expires_at", "last_replayed_at", "resolved_at")
+
+
 def check_entry(entry: object) -> None:
     """Validate a ``DeadLetter`` before it is written; raise ``TypeError``/``ValueError``."""
     if not isinstance(entry, DeadLetter):
@@ -97,9 +103,9 @@ def check_entry(entry: object) -> None:
     check_status(entry.status)
     for name in BSON_FIELDS:
         check_token(getattr(entry, name), name)
-    for name in ("created_at", "first_attempt_at", "last_attempt_at"):
+    for name in _REQUIRED_TIMES:
         check_aware(getattr(entry, name), name)
-    for name in ("expires_at", "last_replayed_at", "resolved_at"):
+    for name in _OPTIONAL_TIMES:
         check_aware(getattr(entry, name), name, required=False)
     if not isinstance(entry.metadata, Mapping):
         raise TypeError(f"metadata must be a mapping, not {type(entry.metadata).__name__}")
@@ -141,18 +147,8 @@ def settles(to_status: str) -> bool:
 def normalized(entry: DeadLetter) -> DeadLetter:
     """A copy as the other backends return it: BSON documents after a BSON round trip,
     timestamps in UTC, and a metadata dict of its own."""
-    return entry.replace(
-        document_key=normalize_token(entry.document_key),
-        full_document=normalize_token(entry.full_document),
-        resume_token=normalize_token(entry.resume_token),
-        created_at=as_utc(entry.created_at),
-        first_attempt_at=as_utc(entry.first_attempt_at),
-        last_attempt_at=as_utc(entry.last_attempt_at),
-        expires_at=as_utc(entry.expires_at),
-        last_replayed_at=as_utc(entry.last_replayed_at),
-        resolved_at=as_utc(entry.resolved_at),
-        metadata=copy.deepcopy(dict(entry.metadata)),
-    )
+    times = (*_REQUIRED_TIMES, *_OPTIONAL_TIMES)
+    return stored_copy(entry, BSON_FIELDS, times, metadata=copy.deepcopy(dict(entry.metadata)))
 
 
 _DOCUMENT_NAMES = {"resolved_at": "resolvedAt", "resolved_by": "resolvedBy", "note": "note"}
@@ -208,30 +204,29 @@ def replay_failure(entry_id: str, error: ErrorInfo, at: datetime) -> StatusChang
     return StatusChange(entry_id, (REPLAYING,), PENDING, {"error": error}, at)
 
 
-class CompareAndSetDlqStore(DlqStore):
-    """A dead-letter store whose status changes are one compare-and-set each.
-
+class StatusChanges:
+    """The status changes of a dead-letter store, each one compare-and-set:
     ``transition`` and ``record_replay_failure`` are decided by :func:`status_change`
-    and :func:`replay_failure`; the store supplies :meth:`_compare_and_set`, which
-    applies a :class:`StatusChange`.
-    """
+    and :func:`replay_failure` (their ``_…_operation``, which take the public
+    method's parameters positionally); the store supplies :meth:`_change_status`,
+    which applies a :class:`StatusChange` (or gives the store operation that does)."""
 
-    def transition(
-        self,
-        entry_id: str,
-        to_status: str,
-        *,
-        from_statuses: Sequence[str] = (PENDING,),
-        at: datetime,
-        by: str = "",
-        note: str = "",
-    ) -> bool:
-        change = status_change(entry_id, to_status, from_statuses, at, by, note)
-        return self._compare_and_set(change)
+    def _transition_operation(self, *args: Any) -> Any:
+        return self._change_status(status_change(*args))
 
-    def record_replay_failure(self, entry_id: str, error: ErrorInfo, *, at: datetime) -> bool:
-        return self._compare_and_set(replay_failure(entry_id, error, at))
+    def _record_replay_failure_operation(self, *args: Any) -> Any:
+        return self._change_status(replay_failure(*args))
 
-    def _compare_and_set(self, change: StatusChange) -> bool:
+    def _change_status(self, change: StatusChange) -> Any:
         """Apply *change*; False when the entry is missing or in another status."""
         raise NotImplementedError
+
+
+class CompareAndSetDlqStore(StatusChanges, DlqStore):
+    """A dead-letter store whose status changes are one compare-and-set each (see
+    :class:`StatusChanges`), made in the calling thread."""
+
+    transition = positional_method(DlqStore.transition, "_transition_operation")
+    record_replay_failure = positional_method(
+        DlqStore.record_replay_failure, "_record_replay_failure_operation"
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 
 from ..dlq import PENDING, DeadLetter, DlqPolicy
@@ -14,9 +13,10 @@ from ._dlq_common import (
     check_limit,
     normalized,
 )
+from ._memory_common import LockedRecords
 
 
-class InMemoryDlqStore(CompareAndSetDlqStore):
+class InMemoryDlqStore(LockedRecords, CompareAndSetDlqStore):
     """Keeps dead letters in a dict guarded by one lock.
 
     Every operation, and each compare-and-set transition, runs under that lock.
@@ -29,20 +29,14 @@ class InMemoryDlqStore(CompareAndSetDlqStore):
     #: the Django database.
     async_thread_sensitive = False
 
-    def __init__(self) -> None:
-        self._entries: dict[str, DeadLetter] = {}
-        self._lock = threading.Lock()
+    _copy = staticmethod(normalized)
 
     def save(self, entry: DeadLetter, policy: DlqPolicy) -> None:
         check_entry(entry)
-        stored = normalized(entry)
-        with self._lock:
-            self._entries[entry.id] = stored
+        self._put(entry.id, entry)
 
     def find_by_id(self, entry_id: str) -> DeadLetter | None:
-        with self._lock:
-            found = self._entries.get(entry_id)
-        return None if found is None else normalized(found)
+        return self._get(entry_id)
 
     def find_by_stream(
         self, stream_name: str, *, status: str | None = None, limit: int | None = None
@@ -51,7 +45,7 @@ class InMemoryDlqStore(CompareAndSetDlqStore):
         with self._lock:
             found = [
                 entry
-                for entry in self._entries.values()
+                for entry in self._records.values()
                 if entry.stream_name == stream_name and (status is None or entry.status == status)
             ]
         # Newest first; equal timestamps by id, as the ORM store orders them.
@@ -63,20 +57,20 @@ class InMemoryDlqStore(CompareAndSetDlqStore):
         with self._lock:
             return sum(
                 1
-                for entry in self._entries.values()
+                for entry in self._records.values()
                 if entry.stream_name == stream_name and entry.status == PENDING
             )
 
-    def _compare_and_set(self, change: StatusChange) -> bool:
+    def _change_status(self, change: StatusChange) -> bool:
         with self._lock:
-            current = self._entries.get(change.entry_id)
+            current = self._records.get(change.entry_id)
             if current is None or current.status not in change.allowed:
                 return False
             updated = current.replace(status=change.status, **change.changes)
             if change.replayed is not None:
                 count = current.replay_count + 1
                 updated = updated.replace(replay_count=count, last_replayed_at=change.replayed)
-            self._entries[change.entry_id] = normalized(updated)
+            self._records[change.entry_id] = normalized(updated)
             return True
 
     def purge_expired(self, now: datetime) -> int:
@@ -84,18 +78,18 @@ class InMemoryDlqStore(CompareAndSetDlqStore):
         with self._lock:
             expired = [
                 entry_id
-                for entry_id, entry in self._entries.items()
+                for entry_id, entry in self._records.items()
                 if entry.expires_at is not None and entry.expires_at < now
             ]
             for entry_id in expired:
-                del self._entries[entry_id]
+                del self._records[entry_id]
         return len(expired)
 
     def delete(self, entry_id: str) -> None:
         with self._lock:
-            self._entries.pop(entry_id, None)
+            self._records.pop(entry_id, None)
 
     def clear(self) -> None:
         """Remove every entry."""
         with self._lock:
-            self._entries.clear()
+            self._records.clear()

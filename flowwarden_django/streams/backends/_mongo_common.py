@@ -5,18 +5,17 @@ async API."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from django.core import checks
 
 from ...common.network import with_mongo_timeouts
 from ..async_source import AsyncMongoClientHandler, new_async_client
-from ._calls import Call, Operation, arun, run
+from ._calls import Call
 from ._extras import missing_extra
-
-T = TypeVar("T")
 
 #: The database used when neither ``database`` nor the URL names one.
 DEFAULT_DATABASE = "flowwarden"
@@ -174,26 +173,14 @@ class MongoCollection:
             self._async_prepared = True
         return collection
 
-    def _run(self, operation: Operation[T]) -> T:
-        """Run a store operation (see ``_calls``) on :attr:`collection`."""
-        return run(operation, lambda request: perform(self.collection, request))
+    def _perform(self, request: Call | FindAll) -> Any:
+        """Make one request of a store operation (see ``_calls``) on :attr:`collection`."""
+        return perform(self.collection, request)
 
-    async def _arun(
-        self,
-        operation: Operation[T],
-        default: Callable[..., Awaitable[T]],
-        /,
-        *args: Any,
-        **kwargs: Any,
-    ) -> T:
-        """Run a store operation on :meth:`async_collection`; without one, close it
-        and await ``default(*args, **kwargs)`` (the bound ``super()`` method: the
-        thread-based default)."""
+    async def _async_performer(self) -> Callable[[Call | FindAll], Awaitable[Any]] | None:
+        """What makes a request on :meth:`async_collection`, or ``None`` without one."""
         collection = await self.async_collection()
-        if collection is None:
-            operation.close()
-            return await default(*args, **kwargs)
-        return await arun(operation, lambda request: aperform(collection, request))
+        return None if collection is None else functools.partial(aperform, collection)
 
     async def aclose(self) -> None:
         """Close the running loop's async client (a client of another loop closes

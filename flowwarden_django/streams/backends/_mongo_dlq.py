@@ -36,8 +36,6 @@ from ._dlq_common import (
     check_aware,
     check_entry,
     check_limit,
-    replay_failure,
-    status_change,
 )
 from ._extras import ms_precision
 from ._mongo_common import FindAll, MongoCollection, mongo_option_checks
@@ -230,16 +228,11 @@ class MongoDlqStore(MongoCollection, NativeDlqStore):
     _find_by_id_operation = staticmethod(_find_by_id)
     _find_by_stream_operation = staticmethod(_find_by_stream)
     _count_operation = staticmethod(_count)
-    _purge_operation = staticmethod(_purge_expired)
+    _purge_expired_operation = staticmethod(_purge_expired)
     _delete_operation = staticmethod(_delete)
 
-    def _transition_operation(self, *args: Any) -> Operation[bool]:
-        return _matched(_status_write, status_change(*args))
-
-    def _replay_failure_operation(
-        self, entry_id: str, error: ErrorInfo, at: datetime
-    ) -> Operation[bool]:
-        return _matched(_status_write, replay_failure(entry_id, error, at))
+    def _change_status(self, change: StatusChange) -> Operation[bool]:
+        return _matched(_status_write, change)
 
     # -- configuration checks ----------------------------------------------------
 

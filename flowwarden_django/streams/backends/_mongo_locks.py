@@ -148,7 +148,7 @@ class MongoLockService(MongoCollection, NativeLockService):
 
     # -- the store operations, each run by the sync and the async API --------------
 
-    def _acquire_operation(
+    def _try_acquire_operation(
         self, name: str, owner: str, ttl: timedelta | float
     ) -> Operation[Lease | None]:
         takeable, update, options = _acquire(name, owner, ttl)

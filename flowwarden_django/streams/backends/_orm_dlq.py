@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core import checks
-from django.db import connections, router
+from django.db import connections
 from django.db.models import F
 
 from ...models import DeadLetter as DeadLetterRow
@@ -34,6 +34,7 @@ from ._dlq_common import (
     check_limit,
 )
 from ._extras import check_using
+from ._orm_common import OnDatabase
 
 #: Every column but the primary key: what a second save of one id overwrites.
 _UPDATE_FIELDS = [
@@ -85,7 +86,7 @@ def _entry(row: DeadLetterRow) -> DeadLetter:
     return DeadLetter(**values, **times, **documents, error=error, metadata=row.metadata or {})
 
 
-class OrmDlqStore(CompareAndSetDlqStore):
+class OrmDlqStore(OnDatabase, CompareAndSetDlqStore):
     """Stores dead letters in the ``DeadLetter`` table of a Django database.
 
     ``using`` pins a database alias; by default the router's ``db_for_write``
@@ -95,11 +96,7 @@ class OrmDlqStore(CompareAndSetDlqStore):
     ``flowwarden`` purge operation) deletes rows past their ``expires_at``.
     """
 
-    def __init__(self, using: str | None = None) -> None:
-        self.using = using
-
-    def _alias(self) -> str:
-        return self.using or router.db_for_write(DeadLetterRow)
+    _model = DeadLetterRow
 
     def _rows(self) -> Any:
         return DeadLetterRow.objects.using(self._alias())
@@ -136,7 +133,7 @@ class OrmDlqStore(CompareAndSetDlqStore):
     def count(self, stream_name: str) -> int:
         return self._rows().filter(stream_name=stream_name, status=PENDING).count()
 
-    def _compare_and_set(self, change: StatusChange) -> bool:
+    def _change_status(self, change: StatusChange) -> bool:
         columns = {"status": change.status, **change.changes}
         error = columns.pop("error", None)
         if error is not None:

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.core import checks
-from django.db import Error, connections, router, transaction
+from django.db import Error, transaction
 from django.utils import timezone
 
 from ...common.sql import KEPT_CURSOR, QUOTES, kept_cursor
@@ -38,6 +38,7 @@ from ..locks import Lease, LeaseLostError, LockService, ttl_delta
 from ..stores import lock_services
 from ._extras import check_using
 from ._lock_common import check_owner, warn_unavailable
+from ._orm_common import OnDatabase
 
 _COLUMNS = ("name", "owner", "token", "acquired_at", "expires_at")
 
@@ -120,7 +121,7 @@ def _locking_read_sql(vendor: str) -> str:
     )
 
 
-class OrmLockService(LockService):
+class OrmLockService(OnDatabase, LockService):
     """Leases in the ``StreamLease`` table of a Django database.
 
     ``using`` pins a database alias; by default the router's ``db_for_write``
@@ -131,19 +132,10 @@ class OrmLockService(LockService):
     takeover waits until the guarded writes have committed (see there).
     """
 
-    def __init__(self, using: str | None = None) -> None:
-        self.using = using
+    _model = StreamLease
+    _vendors = QUOTES
 
     # -- helpers -----------------------------------------------------------------
-
-    def _alias(self) -> str:
-        return self.using or router.db_for_write(StreamLease)
-
-    def _connection(self) -> Any:
-        connection = connections[self._alias()]
-        if connection.vendor not in QUOTES:
-            raise NotImplementedError(f"OrmLockService does not support {connection.vendor}")
-        return connection
 
     @staticmethod
     def _returning(connection: Any) -> bool:

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.core import checks
 
 from ...common.network import redis_options
-from ._calls import Call, Operation, arun, run
+from ..async_source import close_at_loop_end
+from ._calls import Call
 from ._extras import missing_extra
-
-T = TypeVar("T")
-
 
 # -- the requests of a store operation (see ``_calls``) besides a plain ``Call`` ------
 
@@ -148,26 +147,14 @@ class RedisConnection:
                     script = self._sync_scripts[source] = client.register_script(source)
         return script
 
-    def _run(self, operation: Operation[T]) -> T:
-        """Run a store operation (see ``_calls``) on :attr:`client`."""
-        return run(operation, lambda request: perform(self, request))
+    def _perform(self, request: Request) -> Any:
+        """Make one request of a store operation (see ``_calls``) on :attr:`client`."""
+        return perform(self, request)
 
-    async def _arun(
-        self,
-        operation: Operation[T],
-        default: Callable[..., Awaitable[T]],
-        /,
-        *args: Any,
-        **kwargs: Any,
-    ) -> T:
-        """Run a store operation on :meth:`async_client`; without one, close it and
-        await ``default(*args, **kwargs)`` (the bound ``super()`` method: the
-        thread-based default)."""
+    async def _async_performer(self) -> Callable[[Request], Awaitable[Any]] | None:
+        """What makes a request on :meth:`async_client`, or ``None`` without one."""
         loop_client = await self.async_client()
-        if loop_client is None:
-            operation.close()
-            return await default(*args, **kwargs)
-        return await arun(operation, lambda request: aperform(loop_client, request))
+        return None if loop_client is None else functools.partial(aperform, loop_client)
 
     # -- the native async API ------------------------------------------------------
 
@@ -192,25 +179,17 @@ class RedisConnection:
         # The closer refers to the entry, not the other way round: dropping the dict's
         # pair (``close``) finalizes the closer at once, which closes the client on its
         # loop.
-        closer = self._close_at_loop_end(loop, entry)
+        closer = close_at_loop_end(
+            self._async_lock,
+            self._async_clients,
+            loop,
+            entry,
+            lambda: entry.client.aclose(close_connection_pool=True),
+        )
         with self._async_lock:
             self._async_clients[loop] = (entry, closer)
         await closer.__anext__()
         return entry
-
-    async def _close_at_loop_end(
-        self, loop: asyncio.AbstractEventLoop, entry: LoopClient
-    ) -> AsyncIterator[None]:
-        """Closes *entry* when the loop finalizes its async generators, or when this
-        generator is dropped (by :meth:`close`) while the loop still runs."""
-        try:
-            yield
-        finally:
-            with self._async_lock:
-                held = self._async_clients.get(loop)
-                if held is not None and held[0] is entry:
-                    del self._async_clients[loop]
-            await entry.client.aclose(close_connection_pool=True)
 
     def _async_client_factory(self) -> Callable[[], Any] | None:
         if self._async_factory is False:

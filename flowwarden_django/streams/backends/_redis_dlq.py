@@ -47,8 +47,6 @@ from ._dlq_common import (
     check_aware,
     check_entry,
     check_limit,
-    replay_failure,
-    status_change,
 )
 from ._native_dlq import NativeDlqStore
 from ._redis_common import Pipeline, PrefixedRedisConnection, Script, redis_option_checks
@@ -268,14 +266,6 @@ class RedisDlqStore(PrefixedRedisConnection, NativeDlqStore):
     def _count_operation(self, stream_name: str) -> Operation[int]:
         return int((yield Script(COUNT_PENDING, [self.pending_key(stream_name)])))
 
-    def _transition_operation(self, *args: Any) -> Operation[bool]:
-        return (yield from self._change_status(status_change(*args)))
-
-    def _replay_failure_operation(
-        self, entry_id: str, error: ErrorInfo, at: datetime
-    ) -> Operation[bool]:
-        return (yield from self._change_status(replay_failure(entry_id, error, at)))
-
     def _change_status(self, change: StatusChange) -> Operation[bool]:
         """:data:`CHANGE_STATUS` on the entry (never found when its id cannot name
         one): whether it changed."""
@@ -288,7 +278,7 @@ class RedisDlqStore(PrefixedRedisConnection, NativeDlqStore):
         args = [self.key_prefix, change.entry_id, change.status, flag, len(allowed), *allowed]
         return (yield Script(CHANGE_STATUS, [self.key(change.entry_id)], [*args, *pairs])) == 1
 
-    def _purge_operation(self, now: datetime) -> Operation[int]:
+    def _purge_expired_operation(self, now: datetime) -> Operation[int]:
         check_aware(now, "now")
         keys, args = self._purge_call(now)
         purged = 0

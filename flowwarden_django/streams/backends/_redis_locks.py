@@ -184,7 +184,7 @@ class RedisLockService(PrefixedRedisConnection, NativeLockService):
 
     # -- the store operations, each run by the sync and the async API --------------
 
-    def _acquire_operation(
+    def _try_acquire_operation(
         self, name: str, owner: str, ttl: timedelta | float
     ) -> Operation[Lease | None]:
         from redis.exceptions import RedisError

@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint import Checkpoint, CheckpointStore, as_utc, plain_progress
-from ..tokens import normalize_token
+from ..checkpoint import (
+    CHECKPOINT_TIMES,
+    CHECKPOINT_TOKENS,
+    Checkpoint,
+    CheckpointStore,
+    plain_progress,
+    stored_copy,
+)
+from ._memory_common import LockedRecords
 
 
 def _stored(checkpoint: Checkpoint) -> Checkpoint:
     """A copy as the other backends return it: tokens after a BSON round trip,
     timestamps in UTC, and a metadata dict and initial-sync progress of its own."""
-    return checkpoint.replace(
-        last_seen_token=normalize_token(checkpoint.last_seen_token),
-        last_seen_at=as_utc(checkpoint.last_seen_at),
-        last_processed_token=normalize_token(checkpoint.last_processed_token),
-        last_processed_at=as_utc(checkpoint.last_processed_at),
-        last_heartbeat_at=as_utc(checkpoint.last_heartbeat_at),
+    return stored_copy(
+        checkpoint,
+        CHECKPOINT_TOKENS,
+        CHECKPOINT_TIMES,
         metadata=dict(checkpoint.metadata),
         initial_sync=plain_progress(checkpoint.initial_sync),
     )
 
 
-class InMemoryCheckpointStore(CheckpointStore):
+class InMemoryCheckpointStore(LockedRecords, CheckpointStore):
     """Keeps checkpoints in a dict guarded by one lock.
 
     The SPI's partial operations, ``save_initial_sync``'s condition included, run
@@ -42,19 +46,13 @@ class InMemoryCheckpointStore(CheckpointStore):
 
     supports_listing = True
 
-    def __init__(self) -> None:
-        self._records: dict[str, Checkpoint] = {}
-        self._lock = threading.Lock()
+    _copy = staticmethod(_stored)
 
     def save(self, checkpoint: Checkpoint) -> None:
-        stored = _stored(checkpoint)
-        with self._lock:
-            self._records[checkpoint.stream_name] = stored
+        self._put(checkpoint.stream_name, checkpoint)
 
     def find(self, stream_name: str) -> Checkpoint | None:
-        with self._lock:
-            found = self._records.get(stream_name)
-        return None if found is None else _stored(found)
+        return self._get(stream_name)
 
     def delete(self, stream_name: str) -> None:
         with self._lock:

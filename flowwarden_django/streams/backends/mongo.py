@@ -267,26 +267,21 @@ class MongoCheckpointStore(MongoCollection, NativeCheckpointStore):
     def _delete_operation(self, stream_name: str) -> Operation[None]:
         yield call("delete_one", {"_id": stream_name})
 
-    def _list_operation(self) -> Operation[list[Checkpoint]]:
+    def _list_checkpoints_operation(self) -> Operation[list[Checkpoint]]:
         documents = yield FindAll({"filter": {}}, ("_id", 1))
         return [self._to_checkpoint(doc) for doc in documents]
 
-    def _seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+    def _save_seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
         return _upsert(_partial, stream_name, anchor_fields(SEEN_PAIR, stream_name, *args))
 
-    def _processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+    def _save_processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
         return _upsert(_partial, stream_name, anchor_fields(PROCESSED_PAIR, stream_name, *args))
 
-    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
+    def _save_heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
         return _upsert(_partial, stream_name, heartbeat_fields(stream_name, at))
 
-    def _reset_operation(self, *args: Any) -> Operation[None]:
-        return _reset_operation(*args)
-
-    def _initial_sync_operation(
-        self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
-    ) -> Operation[bool]:
-        return _initial_sync_operation(stream_name, progress, expected_batch)
+    _reset_after_history_lost_operation = staticmethod(_reset_operation)
+    _save_initial_sync_operation = staticmethod(_initial_sync_operation)
 
     # -- configuration checks ----------------------------------------------------
 

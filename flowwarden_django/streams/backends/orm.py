@@ -23,7 +23,6 @@ from functools import lru_cache
 from typing import Any
 
 from django.core import checks
-from django.db import connections, router
 
 from ...common.sql import KEPT_CURSOR, QUOTES, kept_cursor
 from ...models import StreamCheckpoint, StreamSettledEvent
@@ -37,6 +36,7 @@ from ..checkpoint import (
 from ..stores import store_setting
 from ..tokens import Token, decode_token, encode_token
 from ._extras import check_using
+from ._orm_common import OnDatabase
 
 #: Null-safe equality per database vendor: true when both sides are NULL or equal.
 NULL_SAFE_EQUALS = {"postgresql": "IS NOT DISTINCT FROM", "sqlite": "IS", "mysql": "<=>"}
@@ -121,7 +121,7 @@ def _adapt(ops: Any, column: str, value: Any) -> Any:
     return value
 
 
-class OrmCheckpointStore(CheckpointStore):
+class OrmCheckpointStore(OnDatabase, CheckpointStore):
     """Stores checkpoints in the ``StreamCheckpoint`` table of a Django database.
 
     ``using`` pins a database alias; by default the router's ``db_for_write``
@@ -130,20 +130,10 @@ class OrmCheckpointStore(CheckpointStore):
     """
 
     supports_listing = True
-
-    def __init__(self, using: str | None = None) -> None:
-        self.using = using
+    _model = StreamCheckpoint
+    _vendors = NULL_SAFE_EQUALS
 
     # -- helpers -----------------------------------------------------------------
-
-    def _write_alias(self) -> str:
-        return self.using or router.db_for_write(StreamCheckpoint)
-
-    def _connection(self) -> Any:
-        connection = connections[self._write_alias()]
-        if connection.vendor not in NULL_SAFE_EQUALS:
-            raise NotImplementedError(f"OrmCheckpointStore does not support {connection.vendor}")
-        return connection
 
     def _execute(
         self,
@@ -193,11 +183,11 @@ class OrmCheckpointStore(CheckpointStore):
         self._execute(checkpoint.stream_name, values, _ALL)
 
     def find(self, stream_name: str) -> Checkpoint | None:
-        row = StreamCheckpoint.objects.using(self._write_alias()).filter(pk=stream_name).first()
+        row = StreamCheckpoint.objects.using(self._alias()).filter(pk=stream_name).first()
         return None if row is None else self._to_checkpoint(row)
 
     def delete(self, stream_name: str) -> None:
-        alias = self._write_alias()
+        alias = self._alias()
         StreamCheckpoint.objects.using(alias).filter(pk=stream_name).delete()
         StreamSettledEvent.objects.using(alias).filter(stream_name=stream_name).delete()
 
@@ -205,29 +195,29 @@ class OrmCheckpointStore(CheckpointStore):
 
     def mark_settled(self, stream_name: str, digest: str) -> None:
         """Record that the event of *digest* committed (in the caller's transaction)."""
-        StreamSettledEvent.objects.using(self._write_alias()).create(
+        StreamSettledEvent.objects.using(self._alias()).create(
             stream_name=stream_name, event_digest=digest
         )
 
     def settled_marks(self, stream_name: str) -> set[str]:
         """The digests of the events of *stream_name* marked settled."""
-        rows = StreamSettledEvent.objects.using(self._write_alias()).filter(stream_name=stream_name)
+        rows = StreamSettledEvent.objects.using(self._alias()).filter(stream_name=stream_name)
         return set(rows.values_list("event_digest", flat=True))
 
     def is_settled(self, stream_name: str, digest: str) -> bool:
         """Whether the event of *digest* is marked settled."""
-        rows = StreamSettledEvent.objects.using(self._write_alias())
+        rows = StreamSettledEvent.objects.using(self._alias())
         return rows.filter(stream_name=stream_name, event_digest=digest).exists()
 
     def forget_settled(self, stream_name: str, digests: Sequence[str]) -> None:
         """Delete the marks of *digests* (the anchor has passed their events)."""
-        rows = StreamSettledEvent.objects.using(self._write_alias())
+        rows = StreamSettledEvent.objects.using(self._alias())
         for start in range(0, len(digests), 500):
             chunk = digests[start : start + 500]
             rows.filter(stream_name=stream_name, event_digest__in=chunk).delete()
 
     def list_checkpoints(self) -> list[Checkpoint]:
-        rows = StreamCheckpoint.objects.using(self._write_alias()).order_by("stream_name")
+        rows = StreamCheckpoint.objects.using(self._alias()).order_by("stream_name")
         return [self._to_checkpoint(row) for row in rows]
 
     # -- the partial writes: each one upsert of its own columns ----------------------

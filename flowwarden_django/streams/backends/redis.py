@@ -237,7 +237,7 @@ class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
     def _delete_operation(self, stream_name: str) -> Operation[None]:
         yield call("delete", self.key(stream_name))
 
-    def _list_operation(self) -> Operation[list[Checkpoint]]:
+    def _list_checkpoints_operation(self) -> Operation[list[Checkpoint]]:
         prefix = self.key("")
         keys = sorted((yield ScanKeys(_escape_glob(prefix) + "*")))
         records = yield Pipeline(tuple(call("hgetall", key) for key in keys), transaction=False)
@@ -247,14 +247,14 @@ class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
         )
         return [cp for cp in found if cp is not None]
 
-    def _seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+    def _save_seen_operation(self, stream_name: str, *args: Any) -> Operation[None]:
         return self._fields_operation(stream_name, anchor_fields(SEEN_PAIR, stream_name, *args))
 
-    def _processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+    def _save_processed_operation(self, stream_name: str, *args: Any) -> Operation[None]:
         fields = anchor_fields(PROCESSED_PAIR, stream_name, *args)
         return self._fields_operation(stream_name, fields)
 
-    def _heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
+    def _save_heartbeat_operation(self, stream_name: str, at: datetime) -> Operation[None]:
         return self._fields_operation(stream_name, heartbeat_fields(stream_name, at))
 
     def _fields_operation(self, stream_name: str, fields: Mapping[str, Any]) -> Operation[None]:
@@ -268,11 +268,11 @@ class RedisCheckpointStore(RedisConnection, NativeCheckpointStore):
         # HSET cannot store "nothing": clear the missing half in the same MULTI.
         yield Pipeline((call("hset", key, mapping=mapping), call("hdel", key, *cleared)))
 
-    def _reset_operation(self, stream_name: str, *args: Any) -> Operation[None]:
+    def _reset_after_history_lost_operation(self, stream_name: str, *args: Any) -> Operation[None]:
         arguments = _reset_args(stream_name, *args)
         yield Script(RESET_AFTER_HISTORY_LOST, [self.key(stream_name)], arguments)
 
-    def _initial_sync_operation(
+    def _save_initial_sync_operation(
         self, stream_name: str, progress: Mapping[str, Any] | None, expected_batch: int | None
     ) -> Operation[bool]:
         args = _initial_sync_args(stream_name, progress, expected_batch)
