@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from ..common.plain_data import plain
 from ._twins import RunsSync
 from .tokens import Token, check_token, normalize_token, tokens_equal
 
@@ -204,15 +205,7 @@ def plain_progress(progress: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A deep copy of validated *progress* made of plain dicts and lists (``None`` stays)."""
     if progress is None:
         return None
-    return _plain(progress)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
+    return plain(progress)
 
 
 def progress_batch(progress: Mapping[str, Any] | None) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from bson import Int64, Timestamp
 
+from ..common.plain_data import plain
 from ._scripted_events import Position, StreamView, make_token, parse_change_stream, to_timestamp
 from ._scripted_match import compile_filter
 from ._scripted_query import (
@@ -29,7 +30,7 @@ from ._scripted_query import (
     parse_find,
     run_stages,
 )
-from ._scripted_wire import CommandError, build_info_reply, hello_reply, oplog_entry, plain, project
+from ._scripted_wire import CommandError, build_info_reply, hello_reply, oplog_entry, project
 from ._scripted_writes import WRITE_COMMANDS
 
 DEFAULT_BATCH_SIZE = DEFAULT_FIRST_BATCH  # 101, a server's first-batch default

@@ -138,15 +138,6 @@ class CommandError(Exception):
         return fields
 
 
-def plain(value: Any) -> Any:
-    """mockupdb decodes into OrderedDicts; keep plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
-    return value
-
-
 def hello_reply(
     doc: Mapping[str, Any], *, set_name: str, address: str, election_id: ObjectId
 ) -> dict[str, Any]:

@@ -69,17 +69,7 @@ class CheckpointStoreContract(
 
 
 #: The operations :class:`AsyncCheckpointStoreContract` drives through their ``a…`` twins.
-CHECKPOINT_OPERATIONS = (
-    "save",
-    "find",
-    "delete",
-    "list_checkpoints",
-    "save_seen",
-    "save_processed",
-    "save_heartbeat",
-    "reset_after_history_lost",
-    "save_initial_sync",
-)
+CHECKPOINT_OPERATIONS = CheckpointStore._thread_twinned
 
 
 class AsyncCheckpointStoreContract(AsyncStoreContract, CheckpointStoreContract):

@@ -587,16 +587,7 @@ class DlqStoreContract(UniqueNameContract, StoreContract):
 
 
 #: The operations :class:`AsyncDlqStoreContract` drives through their ``a…`` twins.
-DLQ_OPERATIONS = (
-    "save",
-    "find_by_id",
-    "find_by_stream",
-    "count",
-    "transition",
-    "record_replay_failure",
-    "purge_expired",
-    "delete",
-)
+DLQ_OPERATIONS = DlqStore._thread_twinned
 
 
 class AsyncDlqStoreContract(AsyncStoreContract, DlqStoreContract):

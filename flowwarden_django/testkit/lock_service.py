@@ -417,7 +417,7 @@ class LockServiceContract(UniqueNameContract, ThreadedContract):
 
 
 #: The operations :class:`AsyncLockServiceContract` drives through their ``a…`` twins.
-LOCK_OPERATIONS = ("try_acquire", "renew", "release", "owner_of", "is_current")
+LOCK_OPERATIONS = LockService._thread_twinned
 
 
 class AsyncLockServiceContract(LockServiceContract):
