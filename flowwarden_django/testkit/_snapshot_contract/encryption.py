@@ -8,16 +8,13 @@ import pytest
 
 from ...workflows.storage.snapshot import CheckpointQuery, UnreadableSnapshot, WorkflowSnapshot
 from ...workflows.storage.store import SnapshotStore
+from .part import SnapshotContractPart
 
 
-class EncryptionContract:
+class EncryptionContract(SnapshotContractPart):
     """Encryption at rest (skipped unless ``make_encrypting_store`` gives a store):
     unreadable without the key, failing closed, bound to the coordination, keys
     rotated.
-
-    Mixed into :class:`~flowwarden_django.testkit.SnapshotStoreContract`, which gives
-    the ``store``, ``cid`` and ``events`` fixtures, its hooks and the ``chain`` and
-    ``ids`` helpers.
     """
 
     # -- encryption at rest (stores that encrypt) --------------------------------------

@@ -13,15 +13,12 @@ from ...workflows.storage.snapshot import (
     WorkflowSnapshot,
 )
 from ...workflows.storage.store import SnapshotStore
+from .part import SnapshotContractPart
 
 
-class DeleteAndEventContract:
+class DeleteAndEventContract(SnapshotContractPart):
     """Deletes and their events, and listeners and Django signals (failing ones are
     swallowed, removed ones are not called).
-
-    Mixed into :class:`~flowwarden_django.testkit.SnapshotStoreContract`, which gives
-    the ``store``, ``cid`` and ``events`` fixtures, its hooks and the ``chain`` and
-    ``ids`` helpers.
     """
 
     # -- delete ------------------------------------------------------------------------

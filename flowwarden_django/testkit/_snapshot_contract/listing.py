@@ -9,16 +9,13 @@ import pytest
 
 from ...workflows.storage.snapshot import CheckpointQuery, WorkflowSnapshot
 from ...workflows.storage.store import SnapshotStore
+from .part import SnapshotContractPart
 from .values import BASE
 
 
-class ListingContract:
+class ListingContract(SnapshotContractPart):
     """Listing: filters, both orders, limits, keyset paging (also while rows are
     appended), and ``latest`` by ``seq`` whatever the clock says.
-
-    Mixed into :class:`~flowwarden_django.testkit.SnapshotStoreContract`, which gives
-    the ``store``, ``cid`` and ``events`` fixtures, its hooks and the ``chain`` and
-    ``ids`` helpers.
     """
 
     # -- list --------------------------------------------------------------------------

@@ -10,15 +10,12 @@ import pytest
 
 from ...workflows.storage.snapshot import CheckpointQuery, Deleted, SnapshotEvent, WorkflowSnapshot
 from ...workflows.storage.store import SnapshotStore
+from .part import SnapshotContractPart
 
 
-class RetentionContract:
+class RetentionContract(SnapshotContractPart):
     """``prune``: by count, by age and both, never the newest snapshot, the ancestors of
     a kept fork or a run waiting for approval, per coordination or all of them.
-
-    Mixed into :class:`~flowwarden_django.testkit.SnapshotStoreContract`, which gives
-    the ``store``, ``cid`` and ``events`` fixtures, its hooks and the ``chain`` and
-    ``ids`` helpers.
     """
 
     # -- prune -------------------------------------------------------------------------

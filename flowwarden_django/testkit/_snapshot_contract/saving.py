@@ -17,16 +17,13 @@ from ...workflows.storage.snapshot import (
     WorkflowSnapshot,
 )
 from ...workflows.storage.store import SnapshotStore, UnknownSnapshotError
+from .part import SnapshotContractPart
 from .values import BASE, ContractLine, ContractOrder
 
 
-class SavingContract:
+class SavingContract(SnapshotContractPart):
     """Saving and loading: ``seq`` assignment, replacing, events, metadata, state round
     trips (plain, typed, registered dataclasses) and forks.
-
-    Mixed into :class:`~flowwarden_django.testkit.SnapshotStoreContract`, which gives
-    the ``store``, ``cid`` and ``events`` fixtures, its hooks and the ``chain`` and
-    ``ids`` helpers.
     """
 
     # -- save / load -------------------------------------------------------------------

@@ -10,15 +10,12 @@ import pytest
 
 from ...workflows.storage.snapshot import CheckpointQuery, Saved, SnapshotEvent, WorkflowSnapshot
 from ...workflows.storage.store import SnapshotConflictError, SnapshotStore
+from .part import SnapshotContractPart
 
 
-class SequenceContract:
+class SequenceContract(SnapshotContractPart):
     """``seq`` under real concurrent writers, explicit ``seq`` values and their
     conflicts, two runners at one ``seq``.
-
-    Mixed into :class:`~flowwarden_django.testkit.SnapshotStoreContract`, which gives
-    the ``store``, ``cid`` and ``events`` fixtures, its hooks and the ``chain`` and
-    ``ids`` helpers.
     """
 
     # -- seq under concurrency and explicit seqs ---------------------------------------
