@@ -39,8 +39,8 @@ import sys
 import threading
 from typing import Any
 
+from flowwarden_django.common.plain_data import plain
 from flowwarden_django.testkit._scripted_events import parse_token
-from flowwarden_django.testkit._scripted_wire import plain
 from flowwarden_django.testkit.scripted_mongo import ScriptedReplicaSet
 from tests.crash.copy_sync import COLLECTION, DATABASE, GATES
 
