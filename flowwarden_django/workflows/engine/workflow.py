@@ -636,12 +636,12 @@ class WorkflowDefinition:
         return graph_of(self.steps)
 
     def workflow(
-        self, coordination_id: str, kind: type[Workflow] | None = None, **extra: Any
+        self, coordination_id: str, kind: type[Workflow] = Workflow, **extra: Any
     ) -> Workflow:
         """The ``Workflow`` of one coordination (on this version); *kind*, a subclass
         of ``Workflow``, with its own keyword arguments *extra*, makes the runner of a
         provider's step (which then also obeys this definition's queue)."""
-        return (kind or Workflow)(
+        return kind(
             self.name,
             coordination_id,
             self.steps,
