@@ -32,7 +32,6 @@ module calls it.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import threading
@@ -61,6 +60,7 @@ from ..streams.operations.status import (
 )
 from .prometheus_queues import collect_queues, queue_families
 from .prometheus_runs import collect_runs, run_families, step_metrics
+from .prometheus_tally import DURATION_BUCKETS, EventTally
 
 logger = logging.getLogger("flowwarden_django.prometheus")
 
@@ -80,136 +80,6 @@ INSTANCE_COUNTERS = (
 )
 
 
-#: The bounds of ``flowwarden_event_duration_seconds`` (prometheus-client's defaults).
-DURATION_BUCKETS = tuple(float(bound) for bound in Histogram.DEFAULT_BUCKETS)
-_BUCKET_COUNT = len(DURATION_BUCKETS)
-
-
-class _EventTally:
-    """One stream's ``event_received``/``event_processed`` counts since the last
-    :meth:`fold`, which adds them to the Prometheus metrics.
-
-    The labelled children are made on first use, as ``labels()`` would make them (a
-    stream's ``success="false"`` series starts with its first failure, say).
-    """
-
-    __slots__ = (
-        "buckets",
-        "cells",
-        "duration_sum",
-        "failed",
-        "failed_child",
-        "histogram",
-        "lock",
-        "metrics",
-        "received",
-        "received_child",
-        "stream",
-        "succeeded",
-        "succeeded_child",
-    )
-
-    def __init__(self, metrics: SignalMetrics, stream: str) -> None:
-        self.lock = threading.Lock()
-        self.metrics = metrics
-        self.stream = stream
-        self.received = self.succeeded = self.failed = 0
-        self.buckets = [0] * len(DURATION_BUCKETS)
-        self.duration_sum = 0.0
-        self.received_child: Any = None
-        self.succeeded_child: Any = None
-        self.failed_child: Any = None
-        self.histogram: Any = None
-        #: Whether the histogram has the value cells fold() adds to (else each
-        #: duration is observed as it comes).
-        self.cells = False
-
-    def received_one(self) -> None:
-        if self.received_child is None:
-            self.received_child = self.metrics.events_received.labels(self.stream)
-        with self.lock:
-            self.received += 1
-
-    def count_received(self, cluster_time: Any) -> None:
-        """``on_event_received``'s work, called by the runtime directly (its fast path)."""
-        with self.lock:
-            self.received += 1
-        metrics = self.metrics
-        if type(cluster_time) in metrics.time_types:  # else a call to find out
-            metrics.last_cluster[self.stream] = cluster_time
-        else:
-            metrics.keep_cluster_time(self.stream, cluster_time)
-
-    def processed(self, success: Any, duration: float) -> None:
-        if self.histogram is None:
-            self._first_processed()
-        if success:
-            if self.succeeded_child is None:
-                self.succeeded_child = self.metrics.events_processed.labels(self.stream, "true")
-        elif self.failed_child is None:
-            self.failed_child = self.metrics.events_processed.labels(self.stream, "false")
-        if not self.cells:
-            self.histogram.observe(duration)
-            with self.lock:
-                if success:
-                    self.succeeded += 1
-                else:
-                    self.failed += 1
-            return
-        self.count_processed(success, duration)
-
-    def count_processed(self, success: Any, duration: float) -> None:
-        """``processed`` once the histogram has its cells (the runtime's fast path):
-        the labelled children are made when :meth:`fold` first adds to them."""
-        # Histogram.observe()'s rule: the first bound at or above the duration (NaN is
-        # in no bucket, only in the sum).
-        bucket = bisect.bisect_left(DURATION_BUCKETS, duration)
-        with self.lock:
-            if success:
-                self.succeeded += 1
-            else:
-                self.failed += 1
-            self.duration_sum += duration
-            if bucket < _BUCKET_COUNT and duration <= DURATION_BUCKETS[bucket]:
-                self.buckets[bucket] += 1
-
-    def fast_processed(self) -> Any:
-        """The callable the runtime calls as each event ends: ``(success, duration)``."""
-        if self.histogram is None:
-            self._first_processed()
-        return self.count_processed if self.cells else self.processed
-
-    def _first_processed(self) -> None:
-        histogram = self.metrics.event_duration.labels(self.stream)
-        self.cells = _has_cells(histogram)
-        self.histogram = histogram
-
-    def fold(self) -> None:
-        with self.lock:
-            received, succeeded, failed = self.received, self.succeeded, self.failed
-            buckets, duration_sum = self.buckets, self.duration_sum
-            self.received = self.succeeded = self.failed = 0
-            self.buckets = [0] * len(DURATION_BUCKETS)
-            self.duration_sum = 0.0
-        if received:
-            if self.received_child is None:
-                self.received_child = self.metrics.events_received.labels(self.stream)
-            self.received_child.inc(received)
-        if succeeded:
-            if self.succeeded_child is None:
-                self.succeeded_child = self.metrics.events_processed.labels(self.stream, "true")
-            self.succeeded_child.inc(succeeded)
-        if failed:
-            if self.failed_child is None:
-                self.failed_child = self.metrics.events_processed.labels(self.stream, "false")
-            self.failed_child.inc(failed)
-        if (succeeded or failed) and self.cells:
-            self.histogram._sum.inc(duration_sum)
-            for index, count in enumerate(buckets):
-                if count:
-                    self.histogram._buckets[index].inc(count)
-
-
 def _is_time(value: Any, known: set[type]) -> bool:
     """Whether *value* is a cluster time :func:`_cluster_datetime` converts (then its
     type joins *known*, which answers quicker for the next event)."""
@@ -217,18 +87,6 @@ def _is_time(value: Any, known: set[type]) -> bool:
         known.add(type(value))
         return True
     return False
-
-
-def _has_cells(histogram: Any) -> bool:
-    """Whether a labelled ``Histogram`` has the value cells ``observe()`` adds to: its
-    sum and one per bucket (every prometheus-client so far)."""
-    cells = getattr(histogram, "_buckets", None)
-    return (
-        hasattr(getattr(histogram, "_sum", None), "inc")
-        and isinstance(cells, list)
-        and len(cells) == len(DURATION_BUCKETS)
-        and all(hasattr(cell, "inc") for cell in cells)
-    )
 
 
 def _count_per_stream(counter: str) -> Callable[..., None]:
@@ -322,7 +180,7 @@ class SignalMetrics:
         #: The streams whose initial sync runs in this process (``copy_in_progress`` 1).
         self.copying: set[str] = set()
         #: The per-event counts of each stream not yet added to the metrics above.
-        self._tallies: dict[str, _EventTally] = {}
+        self._tallies: dict[str, EventTally] = {}
         self._tallies_lock = threading.Lock()
 
     @property
@@ -347,13 +205,13 @@ class SignalMetrics:
         for tally in list(self._tallies.values()):
             tally.fold()
 
-    def _tally(self, stream: str) -> _EventTally:
+    def _tally(self, stream: str) -> EventTally:
         tally = self._tallies.get(stream)
         if tally is None:
             with self._tallies_lock:
                 tally = self._tallies.get(stream)
                 if tally is None:
-                    tally = self._tallies[stream] = _EventTally(self, stream)
+                    tally = self._tallies[stream] = EventTally(self, stream)
         return tally
 
     def last_cluster_time_of(self, stream: str) -> datetime | None:
@@ -362,9 +220,9 @@ class SignalMetrics:
 
     # -- receivers (sender is the stream name) ----------------------------------------
 
-    # The two per-event receivers count into the stream's tally (one lock per event,
-    # not a lock per counter and histogram bucket, and no labels() lookup), and keep
-    # the cluster time as sent: it is converted when read.
+    # The two per-event receivers count into the stream's tally (no lock on the event
+    # path, no labels() lookup: see prometheus_tally), and keep the cluster time as
+    # sent: it is converted when read.
 
     @metrics.fast_path(lambda self, stream: self.fast_received(stream))
     @metrics.reads("cluster_time")

@@ -32,8 +32,10 @@ class EventAnnouncer:
         "_dynamic",
         "_processed",
         "_processed_fast",
+        "_processed_solo",
         "_received",
         "_received_fast",
+        "_received_solo",
         "_version",
         "name",
     )
@@ -47,12 +49,20 @@ class EventAnnouncer:
         self._received_fast: tuple[Callable[[Any], None], ...] = _NONE
         self._processed: Any = _NONE
         self._processed_fast: tuple[Callable[[Any, float], None], ...] = _NONE
+        # The one fast path of a signal that has no other receiver (the Prometheus
+        # counters alone, say): called without the general path's checks.
+        self._received_solo: Callable[[Any], None] | None = None
+        self._processed_solo: Callable[[Any, float], None] | None = None
 
     def received(self, event: Mapping[str, Any], operation: str) -> str | None:
         """Announce *event*; the event id given to its receivers (``None`` when none
         needed one: the context makes its own when asked)."""
         if self._version != metrics.receivers_version[0]:
             self._look_up()
+        solo = self._received_solo
+        if solo is not None:
+            solo(event.get("clusterTime"))
+            return None
         if self._dynamic:
             receivers = metrics.listeners(metrics.event_received, self.name)
         else:
@@ -80,6 +90,10 @@ class EventAnnouncer:
         (``time.perf_counter()``), with *outcome*."""
         if self._version != metrics.receivers_version[0]:
             self._look_up()
+        solo = self._processed_solo
+        if solo is not None:
+            solo(outcome, time.perf_counter() - began)
+            return
         if self._dynamic:
             receivers, fast_paths = metrics.listeners(metrics.event_processed, self.name), _NONE
         else:
@@ -100,9 +114,12 @@ class EventAnnouncer:
         self._dynamic = (
             type(received) is not metrics.Receivers or type(processed) is not metrics.Receivers
         )
+        self._received_solo = self._processed_solo = None
         if not self._dynamic:
             self._received_fast, self._received = self._split(received)
             self._processed_fast, self._processed = self._split(processed)
+            self._received_solo = _solo(self._received_fast, self._received)
+            self._processed_solo = _solo(self._processed_fast, self._processed)
         # A receiver connected meanwhile: look up again at the next event.
         self._version = version if version == metrics.receivers_version[0] else -1
 
@@ -121,6 +138,11 @@ class EventAnnouncer:
         others = metrics.Receivers(rest)
         others.lean = all(metrics.reads_nothing_costly(receiver) for receiver in rest)
         return tuple(fast), others
+
+
+def _solo(fast: tuple[Any, ...], others: metrics.Receivers) -> Any:
+    """The one fast path of a signal with no other receiver, else None."""
+    return fast[0] if len(fast) == 1 and not others else None
 
 
 _announcers: dict[str, EventAnnouncer] = {}

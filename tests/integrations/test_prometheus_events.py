@@ -1,6 +1,7 @@
 """The Prometheus receivers of the per-event signals count into a per-stream tally that
 each collection folds into the metrics: a scrape sees exactly what per-event counter
-and histogram updates would have shown."""
+and histogram updates would have shown. Each thread counts into its own cells (no lock
+on the event path); the cells of a thread that ended are folded and forgotten."""
 
 import math
 import threading
@@ -144,6 +145,32 @@ def test_counts_are_exact_while_threads_count_and_a_scraper_collects():
         ("flowwarden_events_processed_total", (("stream", "busy"), ("success", "true")))
     ] == (total)
     assert got[("flowwarden_event_duration_seconds_count", (("stream", "busy"),))] == total
+
+
+def test_a_thread_that_ended_is_counted_once_and_its_cells_forgotten():
+    signals = SignalMetrics()
+    fast_received = signals.fast_received("short")
+    fast_processed = signals.fast_processed("short")
+
+    def count(events: int) -> None:
+        for _ in range(events):
+            fast_received(Timestamp(1_700_000_000, 1))
+            fast_processed(True, 0.5)
+
+    for events in (3, 4):
+        worker = threading.Thread(target=count, args=(events,))
+        worker.start()
+        worker.join()
+    tally = signals._tallies["short"]
+    # The second thread's first count folded the first thread's cells (it had ended),
+    # so a process nobody scrapes keeps no cells of its threads that come and go.
+    assert len(tally._counts) == 1
+    for _ in range(2):  # the second collection adds nothing: each event counts once
+        got = samples(signals)
+        assert got[("flowwarden_events_received_total", (("stream", "short"),))] == 7
+        assert got[("flowwarden_event_duration_seconds_count", (("stream", "short"),))] == 7
+        assert got[("flowwarden_event_duration_seconds_sum", (("stream", "short"),))] == 3.5
+    assert tally._counts == {}
 
 
 def test_the_last_cluster_time_is_converted_when_read():
