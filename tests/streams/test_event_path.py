@@ -120,6 +120,31 @@ def test_a_document_handler_gets_no_context_and_every_event_is_settled(monkeypat
     assert saved.last_processed_at == events[-1]["clusterTime"].as_datetime()
 
 
+def test_each_event_is_a_span_when_a_provider_records():
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.support.otel import recorded_spans
+
+    handled = []
+    source, _ = source_with(1, 2)
+    with recorded_spans() as exporter:  # set before the stream starts, as at startup
+        consume(make_spec(lambda doc: handled.append(doc["_id"])), source)
+    spans = [span for span in exporter.get_finished_spans() if span.name.startswith("flow")]
+    assert handled == [1, 2]
+    assert [span.name for span in spans] == ["flowwarden.stream.event"] * 2
+    assert {span.attributes["flowwarden.stream"] for span in spans} == {STREAM}
+    assert {span.attributes["flowwarden.stream.operation"] for span in spans} == {"insert"}
+
+
+def test_no_event_is_a_span_without_a_provider(monkeypatch):
+    from flowwarden_django.common import tracing
+
+    opened = []
+    monkeypatch.setattr(tracing, "span", lambda *args, **kwargs: opened.append(args))
+    source, _ = source_with(1, 2)
+    consume(make_spec(lambda doc: None), source)
+    assert opened == []
+
+
 def test_a_failing_document_handler_gets_the_full_attempt_loop(connected):
     attempts = []
     received, errors = [], []

@@ -456,14 +456,21 @@ class AsyncStreamConsumer:
 
     def _fast_paths(self, cursor: Any) -> dict[type, Callable[[Any], Any]]:
         """The consuming loop's per-event effects on *cursor*, performed without
-        ``_perform``: an event pymongo already holds is taken without a coroutine."""
-        return {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: self._handle_effect}
+        ``_perform``: an event pymongo already holds is taken without a coroutine.
+        Whether its events are traced is asked once, as the generation starts (a
+        tracer provider is set once per process, at startup)."""
+        handle = self._handle_effect if tracing.recording() else self._handle_untraced
+        return {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: handle}
+
+    # No eager start of an async def handler in these two (coro.send(None) and its
+    # StopIteration cost more than the coroutine that awaits it: issue 52's profile).
 
     def _handle_effect(self, effect: effects.HandleEvent) -> Awaitable[Any]:
-        # No eager start of an async def handler (coro.send(None) and its StopIteration
-        # cost more than the coroutine that awaits it: issue 52's profile).
         if tracing.recording():
             return self._handle_traced(effect.event, effect.operation, effect.event_id)
+        return self._handle_event(effect.event, effect.operation, effect.event_id)
+
+    def _handle_untraced(self, effect: effects.HandleEvent) -> Awaitable[Any]:
         return self._handle_event(effect.event, effect.operation, effect.event_id)
 
     async def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:

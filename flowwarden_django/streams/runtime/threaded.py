@@ -11,7 +11,6 @@ thread and the database connections' housekeeping.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import logging
 import threading
@@ -196,7 +195,7 @@ class StreamConsumer:
         flusher = self._start_flusher()
         window = self._open_window()
         try:
-            drive(consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths)
+            drive(consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths())
         except Exception as exc:
             failing(self, exc)
             raise
@@ -329,14 +328,19 @@ class StreamConsumer:
 
     # -- one event --------------------------------------------------------------------
 
-    @functools.cached_property
     def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
-        """The consuming loop's per-event effects, performed without ``_perform``."""
-        return {effects.PollCursor: poll_cursor, effects.HandleEvent: self._handle_effect}
+        """The consuming loop's per-event effects, performed without ``_perform``.
+
+        Whether its events are traced is asked once, as the generation starts (a
+        tracer provider is set once per process, at startup).
+        """
+        handle = self._handle_effect if tracing.recording() else self._handle_untraced
+        return {effects.PollCursor: poll_cursor, effects.HandleEvent: handle}
 
     def _handle_effect(self, effect: effects.HandleEvent) -> Any:
-        if tracing.recording():
-            return self._handle(effect.event, effect.operation, effect.event_id)
+        return self._handle(effect.event, effect.operation, effect.event_id)
+
+    def _handle_untraced(self, effect: effects.HandleEvent) -> Any:
         return self._handle_event(effect.event, effect.operation, effect.event_id)
 
     def _handle(self, event: Mapping[str, Any], operation: str, event_id: str | None) -> Any:
