@@ -265,6 +265,30 @@ def test_save_interval_flushes_a_dirty_anchor():
     assert seen_during == [None, events[0]["_id"]]
 
 
+def test_the_event_after_an_anchor_aged_writes_it_without_the_flusher():
+    # The flusher never ticks here: the age write is the event path's own, after each
+    # event (its check needs no lock while the anchor is younger than the threshold).
+    clock = Clock()
+    store, source = InMemoryCheckpointStore(), FakeChangeSource()
+    run(spec(Recorder()), store, source)
+    events = insert(source.oplog, 1, 2, 3, 4)
+    anchored = []
+
+    def handler(doc):
+        anchored.append(store.find("orders").last_processed_token)
+        if doc["_id"] == 2:
+            clock.now += 10  # event 2 takes 10 s: once settled, its anchor is aged
+
+    policy = CheckpointSpec(save_every_n=100, save_interval_seconds=5)
+    consumer = Consumer(spec(handler, checkpoint=policy), store, lambda s: source, monotonic=clock)
+    consumer.flush_tick_seconds = 3600
+    consumer.run(burst=True)
+    # Event 1 settled at t=1000 and event 2 at t=1010: the check after event 2 writes
+    # event 2's anchor; event 3's is younger than 5 s, so event 4 still sees event 2's.
+    assert anchored == [None, None, events[1]["_id"], events[1]["_id"]]
+    assert store.find("orders").last_processed_token == events[3]["_id"]  # the stop's flush
+
+
 def test_filter_rejects_and_missing_handlers_settle():
     store, source = InMemoryCheckpointStore(), FakeChangeSource()
     run(spec(Recorder()), store, source)

@@ -142,6 +142,19 @@ class AnchorLedger:
             self._dirty_since = self._monotonic()
         return strict or self._settled_since_confirmed >= self.save_every_n
 
+    def age_flush_ruled_out(self) -> bool:
+        """Whether no write by age can be due now, decided without the lock: nothing
+        dirty, no age threshold, or a dirty anchor younger than it. Asked after every
+        event of a stream with an age threshold; a stale read only leaves the flush to
+        the next look (the next event, the flusher's next tick)."""
+        since = self._dirty_since
+        return (
+            since is None
+            or self._pending is None
+            or not self.save_interval_seconds
+            or self._monotonic() - since < self.save_interval_seconds
+        )
+
     def _aged(self) -> bool:
         """Whether the dirty anchor is older than ``save_interval_seconds``."""
         return self._pending is not None and (

@@ -460,7 +460,16 @@ class AsyncStreamConsumer:
         Whether its events are traced is asked once, as the generation starts (a
         tracer provider is set once per process, at startup)."""
         handle = self._handle_effect if tracing.recording() else self._handle_untraced
-        return {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: handle}
+        fast = {effects.PollCursor: buffered_poll(cursor), effects.HandleEvent: handle}
+        policy = self.policy
+        if type(policy) is AsyncAnchorPolicy:
+            # After each event of a stream with an age threshold (the default): a
+            # coroutine only when a write may be due.
+            def flush_if_due(effect: effects.FlushAnchorIfDue) -> Any:
+                return False if policy.age_flush_ruled_out() else policy.flush_if_due()
+
+            fast[effects.FlushAnchorIfDue] = flush_if_due
+        return fast
 
     # No eager start of an async def handler in these two (coro.send(None) and its
     # StopIteration cost more than the coroutine that awaits it: issue 52's profile).

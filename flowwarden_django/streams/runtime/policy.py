@@ -87,7 +87,7 @@ class ProcessedAnchorPolicy(AnchorLedger):
 
     def flush_if_due(self) -> bool:
         """Persist a dirty anchor older than ``save_interval_seconds``; ``True`` if written."""
-        if self._pending is None or not self.save_interval_seconds:
+        if self.age_flush_ruled_out():
             return False  # the common case, decided without the lock
         with self._lock:
             return self._aged() and self._persist()
@@ -157,7 +157,7 @@ class AsyncAnchorPolicy(AnchorLedger):
 
     async def flush_if_due(self) -> bool:
         """Persist a dirty anchor older than ``save_interval_seconds``; True if written."""
-        if self._pending is None or not self.save_interval_seconds:
+        if self.age_flush_ruled_out():
             return False
         async with self._lock:
             return self._aged() and await self._persist()

@@ -329,13 +329,24 @@ class StreamConsumer:
     # -- one event --------------------------------------------------------------------
 
     def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
-        """The consuming loop's per-event effects, performed without ``_perform``.
+        """The consuming loop's per-event effects, performed without ``_perform``
+        (``FlushAnchorIfDue`` too: it follows each event of a stream with an age
+        threshold, the default).
 
         Whether its events are traced is asked once, as the generation starts (a
         tracer provider is set once per process, at startup).
         """
         handle = self._handle_effect if tracing.recording() else self._handle_untraced
-        return {effects.PollCursor: poll_cursor, effects.HandleEvent: handle}
+        policy = self.policy  # this generation's (replaced only by CancelAnchors' None)
+
+        def flush_if_due(effect: effects.FlushAnchorIfDue) -> bool:
+            return policy.flush_if_due()  # type: ignore[union-attr]
+
+        return {
+            effects.PollCursor: poll_cursor,
+            effects.HandleEvent: handle,
+            effects.FlushAnchorIfDue: flush_if_due,
+        }
 
     def _handle_effect(self, effect: effects.HandleEvent) -> Any:
         return self._handle(effect.event, effect.operation, effect.event_id)
