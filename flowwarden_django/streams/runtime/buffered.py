@@ -1,14 +1,16 @@
-"""Taking the events pymongo's async change stream already holds, without a coroutine.
+"""Taking the events a pymongo change stream already holds, without ``try_next()``.
 
 ``await stream.try_next()`` on pymongo's ``AsyncChangeStream`` costs three coroutines
 (its timeout wrapper, ``try_next``, the cursor's ``_try_next``) per event, even when the
 event is in the batch the last ``getMore`` brought: the async consumer's reading cost
-half as much again as the sync one's. pymongo has no public way to take the rest of a
-batch, so :func:`buffered_poll` reads its private buffer, only when the stream has the
-exact shape this module was written against (pymongo 4.x, checked up to 4.20), and
-only for an event already buffered: every poll that needs the server (an empty
-buffer, a closed or killed cursor, a resume, custom decoding) goes through the public
-``try_next()``, unchanged.
+half as much again as the sync one's. The sync ``ChangeStream`` (generated from the
+async one, with the same bookkeeping) makes the same nested calls, without the
+coroutines, for each event. pymongo has no public way to
+take the rest of a batch, so :func:`buffered_poll` reads its private buffer, only when
+the stream has the exact shape this module was written against (pymongo 4.x, checked
+up to 4.20), and only for an event already buffered: every poll that needs the server
+(an empty buffer, a closed or killed cursor, a resume, custom decoding) goes through
+the public ``try_next()``, unchanged. Both consumers poll through it.
 
 What ``try_next()`` does with a buffered event, and :func:`take` does the same: pop it,
 mark the stream closed if its cursor is now dead (an ``invalidate``), and make the
@@ -41,19 +43,31 @@ _STREAM_FIELDS = (
 _CURSOR_FIELDS = ("_data", "_killed", "_postbatchresumetoken")
 
 
-def _async_change_stream_type() -> type | None:
+def _change_stream_types() -> tuple[type, ...]:
+    """pymongo's ``AsyncChangeStream`` and ``ChangeStream`` (the sync one is generated
+    from the async one: the same bookkeeping), those this pymongo has."""
+    found: list[type] = []
     try:
         from pymongo.asynchronous.change_stream import AsyncChangeStream
+
+        found.append(AsyncChangeStream)
     except ImportError:
-        return None
-    return AsyncChangeStream
+        pass
+    try:
+        from pymongo.synchronous.change_stream import ChangeStream
+
+        found.append(ChangeStream)
+    except ImportError:
+        pass
+    return tuple(found)
 
 
 def readable(stream: Any) -> bool:
     """Whether :func:`take` may read *stream*'s buffer: a pymongo ``AsyncChangeStream``
-    whose ``try_next`` is pymongo's own, with the private fields it relies on."""
-    base = _async_change_stream_type()
-    if base is None or not isinstance(stream, base):
+    or ``ChangeStream`` whose ``try_next`` is pymongo's own, with the private fields it
+    relies on."""
+    base = next((kind for kind in _change_stream_types() if isinstance(stream, kind)), None)
+    if base is None:
         return False
     if type(stream).try_next is not base.try_next:
         return False  # a subclass that changes try_next is read through it
@@ -95,9 +109,9 @@ def take(stream: Any) -> Any:
 
 
 def buffered_poll(stream: Any) -> Callable[[PollCursor], Any]:
-    """How the async consumer performs ``PollCursor`` on *stream*: a buffered event
-    taken at once (no coroutine) when :func:`readable`, else a coroutine of
-    ``try_next()`` (``poll_cursor``) to await."""
+    """How a consumer performs ``PollCursor`` on *stream*: a buffered event taken at
+    once (for the async consumer: no coroutine) when :func:`readable`, else
+    ``try_next()`` (``poll_cursor``: a coroutine to await on an async stream)."""
     if not readable(stream):
         return poll_cursor
 

@@ -45,6 +45,7 @@ from ..dlq import DlqStore
 from ..locks import LeaseLostError
 from ..source import ChangeCursor, ChangeSource
 from ..spec import LIFECYCLE_OPERATIONS, SNAPSHOT_OPERATION, StreamSpec
+from .buffered import buffered_poll
 from .observed_store import ObservedCheckpointStore
 from .parallel import ThreadedWindow, WindowedAnchors
 from .policy import ProcessedAnchorPolicy, anchor_failure_log
@@ -195,7 +196,11 @@ class StreamConsumer:
         flusher = self._start_flusher()
         window = self._open_window()
         try:
-            drive(consume(self, opened, heartbeat, burst=burst), perform, fast=self._fast_paths())
+            drive(
+                consume(self, opened, heartbeat, burst=burst),
+                perform,
+                fast=self._fast_paths(opened.cursor),
+            )
         except Exception as exc:
             failing(self, exc)
             raise
@@ -328,7 +333,7 @@ class StreamConsumer:
 
     # -- one event --------------------------------------------------------------------
 
-    def _fast_paths(self) -> dict[type, Callable[[Any], Any]]:
+    def _fast_paths(self, cursor: Any) -> dict[type, Callable[[Any], Any]]:
         """The consuming loop's per-event effects, performed without ``_perform``
         (``FlushAnchorIfDue`` too: it follows each event of a stream with an age
         threshold, the default).
@@ -343,7 +348,7 @@ class StreamConsumer:
             return policy.flush_if_due()  # type: ignore[union-attr]
 
         return {
-            effects.PollCursor: poll_cursor,
+            effects.PollCursor: buffered_poll(cursor),
             effects.HandleEvent: handle,
             effects.FlushAnchorIfDue: flush_if_due,
         }
