@@ -52,7 +52,10 @@ a third of the hand-written loop's time is spent in ``recv``), and both pay the 
 final idle ``getMore`` (the server answers an idle poll after 20 ms). What remains is
 the runtime's own cost per event: dispatch through its handler caller (the change
 context is made only for handlers that take one), the anchor policy, the per-event
-metric signals, and the ORM store instead of a bare ``execute``. With prometheus-client
+metric signals, and the ORM store instead of a bare ``execute``; less the runtime's
+one saving: it takes the events pymongo already holds from the last ``getMore``'s
+batch without ``try_next()``'s nested calls (``streams/runtime/buffered.py``), where
+the hand-written loop calls the public ``try_next()`` for each. With prometheus-client
 installed, as here, the app connects its Prometheus receivers to ``event_received`` and
 ``event_processed``, so the runtime also counts every event and its duration; the first
 line says whether they are connected. The paths alternate (runtime first, then
