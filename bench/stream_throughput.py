@@ -20,7 +20,9 @@ token.
 1. **Runtime**: ``StreamConsumer(spec, OrmCheckpointStore(using="default"),
    source_factory).run(burst=True)`` with a ``StreamSpec`` whose only handler is the
    no-op ``insert`` handler and whose checkpoint policy is ``save_every_n=100`` (no
-   age threshold, no idle heartbeat), on a ``PymongoChangeSource``. Before each round
+   age threshold unless ``--save-interval`` gives one, no idle heartbeat), on a
+   ``PymongoChangeSource``. ``--save-interval 5`` measures the default checkpoint
+   settings: an age threshold checked after each event, and the flusher thread. Before each round
    the stream's checkpoint is reset to a seen anchor at the start token, so the resume
    cascade (one checkpoint read, then resume after the seen anchor) opens the stream
    where the baseline does. Everything ``run()`` does is timed: the checkpoint read,
@@ -145,6 +147,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--profile", action="store_true", help="print a cProfile of one extra runtime round"
+    )
+    parser.add_argument(
+        "--save-interval",
+        type=float,
+        default=0.0,
+        help="the runtime's save_interval_seconds (0: no age threshold; 5: the default)",
     )
     return parser.parse_args(argv)
 
@@ -284,6 +292,7 @@ def runtime_round(
     source_factory: Callable[[Any], Any],
     start: Mapping[str, Any],
     profiler: cProfile.Profile | None = None,
+    save_interval: float = 0.0,
 ) -> RoundResult:
     """Run the consumer in burst mode from *start*; time ``run()``."""
     from django.utils import timezone
@@ -297,7 +306,9 @@ def runtime_round(
         database=DB,
         handlers={"insert": handle},
         checkpoint=CheckpointSpec(
-            save_every_n=SAVE_EVERY_N, save_interval_seconds=0, idle_heartbeat_interval_seconds=0
+            save_every_n=SAVE_EVERY_N,
+            save_interval_seconds=save_interval,
+            idle_heartbeat_interval_seconds=0,
         ),
         # A restart would re-read events and spoil the count: fail fast instead.
         restart_policy=RestartPolicySpec(max_attempts=1, initial_delay=0),
@@ -462,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         f"PostgreSQL {version} at {target['host']}:{target['port']}/{target['dbname']}, "
         f"synchronous_commit={synchronous_commit}; {args.rounds} rounds x {args.events} "
         f"events per path, {args.warmup} warm-up round(s) each, save_every_n={SAVE_EVERY_N}, "
+        f"runtime save_interval_seconds={args.save_interval:g}, "
         f"max_await_time_ms={MAX_AWAIT_MS}; receivers (Prometheus) of "
         f"{' and '.join(observed) if observed else 'no per-event signal'}"
         f"{' connected' if observed else ''}",
@@ -497,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
         last: list[Any] = []
 
         def run_runtime(profiler: cProfile.Profile | None = None) -> RoundResult:
-            result = with_server_cpu(lambda: runtime_round(store, source_factory, start, profiler))
+            result = with_server_cpu(
+                lambda: runtime_round(store, source_factory, start, profiler, args.save_interval)
+            )
             check("runtime", result, args.events, last)
             return result
 
