@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import weakref
 from typing import Any
 
 from prometheus_client import Histogram
@@ -28,16 +29,29 @@ _BUCKET_COUNT = len(DURATION_BUCKETS)
 _FIRST_BOUND = DURATION_BUCKETS[0]
 
 
+class _ThreadMark:
+    """Kept only in a thread's ``threading.local`` slot: CPython frees it as the thread
+    ends (threads started elsewhere too, whose ``threading`` stand-in never ends)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class ThreadCounts:
     """What one thread counted for one stream, since it began (only it writes these)."""
 
-    __slots__ = ("buckets", "duration_sum", "failed", "received", "succeeded", "thread")
+    __slots__ = ("buckets", "duration_sum", "failed", "mark", "received", "succeeded")
 
-    def __init__(self, thread: threading.Thread) -> None:
-        self.thread = thread
+    def __init__(self, mark: _ThreadMark) -> None:
+        #: Dead once the thread that writes these has ended.
+        self.mark = weakref.ref(mark)
         self.received = self.succeeded = self.failed = 0
         self.duration_sum = 0.0
         self.buckets = [0] * _BUCKET_COUNT
+
+    @property
+    def ended(self) -> bool:
+        """Whether the thread that writes these has ended (nothing more comes)."""
+        return self.mark() is None
 
     def read(self) -> tuple[int, int, int, float, list[int]]:
         """The counts as they are now (from any thread)."""
@@ -69,12 +83,14 @@ class EventTally:
         self.cells = False
 
     def _thread_counts(self) -> ThreadCounts:
-        counts = self._local.counts = ThreadCounts(threading.current_thread())
+        mark = _ThreadMark()
+        counts = ThreadCounts(mark)
         with self._lock:
+            self._counts[counts] = (0, 0, 0, 0.0, [0] * _BUCKET_COUNT)
             # Threads come and go (a parallel stream's, at each restart): what the
             # ended ones counted is added now, even in a process nobody scrapes.
             self._fold(ended_only=True)
-            self._counts[counts] = (0, 0, 0, 0.0, [0] * _BUCKET_COUNT)
+        self._local.mark, self._local.counts = mark, counts
         return counts
 
     def count_received(self, cluster_time: Any) -> None:
@@ -154,8 +170,9 @@ class EventTally:
         received = succeeded = failed = 0
         duration_sum = 0.0
         buckets = [0] * _BUCKET_COUNT
+        read: dict[ThreadCounts, tuple[int, int, int, float, list[int]] | None] = {}
         for counts, last in list(self._counts.items()):
-            ended = not counts.thread.is_alive()  # asked first: then nothing comes after
+            ended = counts.ended  # asked first: then nothing comes after the read
             if ended_only and not ended:
                 continue
             now = counts.read()
@@ -165,11 +182,14 @@ class EventTally:
             duration_sum += now[3] - last[3]
             for index, (count, before) in enumerate(zip(now[4], last[4], strict=True)):
                 buckets[index] += count - before
-            if ended:
+            read[counts] = None if ended else now
+        # Added before what was read is marked folded: a failure leaves it to the next.
+        self._add(received, succeeded, failed, duration_sum, buckets)
+        for counts, now in read.items():
+            if now is None:
                 del self._counts[counts]
             else:
                 self._counts[counts] = now
-        self._add(received, succeeded, failed, duration_sum, buckets)
 
     def _add(
         self, received: int, succeeded: int, failed: int, duration_sum: float, buckets: list[int]

@@ -3,8 +3,10 @@ each collection folds into the metrics: a scrape sees exactly what per-event cou
 and histogram updates would have shown. Each thread counts into its own cells (no lock
 on the event path); the cells of a thread that ended are folded and forgotten."""
 
+import _thread
 import math
 import threading
+import time
 
 import pytest
 from bson import Timestamp
@@ -171,6 +173,29 @@ def test_a_thread_that_ended_is_counted_once_and_its_cells_forgotten():
         assert got[("flowwarden_event_duration_seconds_count", (("stream", "short"),))] == 7
         assert got[("flowwarden_event_duration_seconds_sum", (("stream", "short"),))] == 3.5
     assert tally._counts == {}
+
+
+def test_a_thread_started_outside_threading_is_forgotten_once_it_ended():
+    # threading's stand-in for such a thread (a _DummyThread) says it is alive forever.
+    signals = SignalMetrics()
+    fast_received = signals.fast_received("foreign")
+    counted = threading.Event()
+
+    def count() -> None:
+        for _ in range(5):
+            fast_received(Timestamp(1_700_000_000, 1))
+        counted.set()
+
+    _thread.start_new_thread(count, ())
+    assert counted.wait(10)
+    tally = signals._tallies["foreign"]
+    deadline = time.monotonic() + 10
+    while tally._counts and time.monotonic() < deadline:  # until the thread has ended
+        samples(signals)
+        time.sleep(0.01)
+    assert tally._counts == {}
+    got = samples(signals)
+    assert got[("flowwarden_events_received_total", (("stream", "foreign"),))] == 5
 
 
 def test_the_last_cluster_time_is_converted_when_read():

@@ -468,3 +468,29 @@ def test_the_anchor_timestamp_is_made_only_when_written():
     policy.on_settled({"_data": "0005"}, datetime(2024, 1, 1, tzinfo=UTC))  # a datetime too
     assert policy.flush()
     assert store.find(STREAM).last_processed_at == datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def test_a_dirty_anchor_without_a_time_is_due_by_age():
+    # A manual save that failed leaves the anchor dirty with no dirty time: the age
+    # check (made without the lock) must still find it due, as before that check.
+    class FailingOnce(InMemoryCheckpointStore):
+        failures = 1
+
+        def save_processed(self, *args, **kwargs):
+            if self.failures:
+                self.failures -= 1
+                raise ConnectionError("down")
+            return super().save_processed(*args, **kwargs)
+
+    now = [1000.0]
+    store = FailingOnce()
+    policy = ProcessedAnchorPolicy(
+        store, STREAM, save_every_n=100, save_interval_seconds=5, monotonic=lambda: now[0]
+    )
+    token = {"_data": "0001"}
+    assert not policy.save_now(token, datetime(2024, 1, 1, tzinfo=UTC))
+    assert not policy.age_flush_ruled_out()
+    now[0] += 1  # past the pause after a failed write
+    assert policy.flush_if_due()
+    assert store.find(STREAM).last_processed_token == token
+    assert policy.age_flush_ruled_out()  # nothing dirty any more

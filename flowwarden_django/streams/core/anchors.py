@@ -148,11 +148,11 @@ class AnchorLedger:
         event of a stream with an age threshold; a stale read only leaves the flush to
         the next look (the next event, the flusher's next tick)."""
         since = self._dirty_since
+        # A dirty anchor without a time (a failed manual save) is due, as _aged() says.
         return (
-            since is None
-            or self._pending is None
+            self._pending is None
             or not self.save_interval_seconds
-            or self._monotonic() - since < self.save_interval_seconds
+            or (since is not None and self._monotonic() - since < self.save_interval_seconds)
         )
 
     def _aged(self) -> bool:
