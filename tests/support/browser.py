@@ -60,6 +60,17 @@ class BrowserPage:
             expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
         )
 
+    def shows(self, css: str, text: str) -> bool:
+        """Wait until an element of *css* holds *text*: after a click that leaves for a
+        new page, an element of the old one may still match (it goes stale, and this
+        looks again)."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions
+
+        return self.wait.until(
+            expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, css), text)
+        )
+
     def click(self, css: str) -> None:
         from selenium.webdriver.common.by import By
         from selenium.webdriver.support import expected_conditions
