@@ -150,19 +150,47 @@ def _room(config: QueueConfig) -> int | None:
     return config.worker_concurrency - local.running(config.name)
 
 
+#: The queue partitions this process dispatches now, each with whether it is to go
+#: round again (another caller asked meanwhile).
+_dispatching: dict[tuple[str, str, str], bool] = {}
+_dispatching_lock = threading.Lock()
+
+
 def dispatch_quietly(config: QueueConfig, partition: str, using: str) -> None:
     """``dispatch``, its retry time given to the ``timer``; an error is logged (the
-    timer and the recovery sweep try again)."""
+    timer and the recovery sweep try again).
+
+    One call at a time per queue partition in this process: a call that comes while
+    another dispatches the same partition only asks it to go round once more. Every
+    run that parks or gives a slot back calls this; racing each other for the same
+    waiters, the calls would mostly undo each other's work (a loaded machine then
+    admitted a fraction of a 20/s rate).
+    """
+    key = (using, config.name, partition)
+    with _dispatching_lock:
+        if key in _dispatching:
+            _dispatching[key] = True
+            return
+        _dispatching[key] = False
     try:
-        retry_at = dispatch(config, partition, using)
-    except Exception:
+        while True:
+            retry_at = dispatch(config, partition, using)
+            if retry_at is not None:
+                timer.nudge(using, config, partition, retry_at)
+            with _dispatching_lock:
+                if not _dispatching[key]:
+                    del _dispatching[key]  # with the lock: no request falls between
+                    return
+                _dispatching[key] = False
+    except BaseException as exc:
+        with _dispatching_lock:
+            del _dispatching[key]
+        if not isinstance(exc, Exception):
+            raise
         logger.exception(
             "queue %s: handing out slots failed; the recovery sweep tries again", config.name
         )
         discard_unusable_connections()
-        return
-    if retry_at is not None:
-        timer.nudge(using, config, partition, retry_at)
 
 
 def dispatch_waiting(using: str) -> int:
