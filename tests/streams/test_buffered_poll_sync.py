@@ -60,6 +60,13 @@ def twins(scripted: Any) -> Iterator[Any]:  # noqa: F811
         resource.close()
 
 
+def logged(scripted: Any, count: int) -> Any:  # noqa: F811
+    """Log a sentinel insert, then *count* inserts; the sentinel's token (the start)."""
+    start = scripted.insert(DB, COLL, {"_id": 0})["_id"]
+    scripted.insert_many(DB, COLL, ({"_id": n} for n in range(1, count + 1)))
+    return start
+
+
 def read_in_step(fast: Any, public: Any) -> list[Any]:
     """Read *fast* through ``buffered_poll`` and its twin through ``try_next()`` until
     *fast* ends or idles, comparing every step; the events read."""
@@ -85,8 +92,7 @@ def test_buffered_events_come_with_try_next_s_tokens_across_batches(
     twins: Any,
     taken: list[int],
 ) -> None:
-    start = scripted.insert(DB, COLL, {"_id": 0})["_id"]
-    scripted.insert_many(DB, COLL, ({"_id": n} for n in range(1, 251)))
+    start = logged(scripted, 250)
     events = read_in_step(*twins(start))
     assert [e["documentKey"]["_id"] for e in events] == list(range(1, 251))
     # Every batch's first event needs a getMore (try_next); the rest are taken at once.
@@ -94,8 +100,7 @@ def test_buffered_events_come_with_try_next_s_tokens_across_batches(
 
 
 def test_an_invalidate_closes_the_stream_as_try_next_does(scripted: Any, twins: Any) -> None:  # noqa: F811
-    start = scripted.insert(DB, COLL, {"_id": 0})["_id"]
-    scripted.insert_many(DB, COLL, ({"_id": n} for n in range(1, 4)))
+    start = logged(scripted, 3)
     scripted.drop_collection(DB, COLL)
     fast, public = twins(start)
     events = read_in_step(fast, public)
@@ -108,8 +113,7 @@ def test_custom_decoding_goes_through_try_next(
     twins: Any,
     taken: list[int],
 ) -> None:
-    start = scripted.insert(DB, COLL, {"_id": 0})["_id"]
-    scripted.insert_many(DB, COLL, ({"_id": n} for n in range(1, 11)))
+    start = logged(scripted, 10)
     registry = TypeRegistry([_DecimalDecoder()])  # pymongo then decodes each event itself
     events = read_in_step(*twins(start, type_registry=registry))
     assert (len(taken), len(events)) == (0, 10)
