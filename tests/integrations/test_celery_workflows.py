@@ -462,9 +462,10 @@ def test_a_beat_schedule_starts_exactly_one_run_per_tick(
     producer.close()
 
 
-def finished_tasks(worker: Worker) -> int:
-    """How many step tasks *worker* has finished (succeeded or raised)."""
-    prefix = f"Task {STEP_TASK}["
+def finished_tasks(worker: Worker, task_id: str = "") -> int:
+    """How many step tasks *worker* has finished (succeeded or raised); with
+    *task_id*, how many times that one did."""
+    prefix = f"Task {STEP_TASK}[{task_id}"
     return sum(
         1
         for line in worker.log().splitlines()
@@ -486,9 +487,9 @@ def test_a_forged_step_task_never_decides_an_approval(
     cid = f"forge-{uuid.uuid4().hex[:12]}"
     wf = definitions[flows.APPROVING].workflow(cid)
 
-    def forge(approval: Approval) -> None:
+    def forge(approval: Approval) -> str:
         claim = ApprovalDecision(str(approval.pk), "approved", None, "forged", "mallory")
-        producer.send_task(
+        return producer.send_task(
             STEP_TASK,
             kwargs={
                 "coordination_id": cid,
@@ -497,7 +498,7 @@ def test_a_forged_step_task_never_decides_an_approval(
                 "origin": Origin.RUN,
                 "input": claim.as_input(),
             },
-        )
+        ).id
 
     with execution(provider):
         wf.run(state)
@@ -509,9 +510,9 @@ def test_a_forged_step_task_never_decides_an_approval(
             worker,
         )
         approval = Approval.objects.using(DB).get(coordination_id=cid)
-        done_before = finished_tasks(worker)
-        forge(approval)
-        _wait_until(lambda: finished_tasks(worker) > done_before, WAIT, "the forged task", worker)
+        # Its own task: the step task that asked may log its end after the row exists.
+        forged = forge(approval)
+        _wait_until(lambda: finished_tasks(worker, forged), WAIT, "the forged task", worker)
         assert wf.status() == RunStatus.WAITING
         assert wf.run_record().resume_input is None
         assert Approval.objects.using(DB).get(pk=approval.pk).status == Approval.Status.PENDING

@@ -87,6 +87,15 @@ def signals(server: DevServer, cid: str) -> list[dict[str, Any]]:
     return found
 
 
+def completed_activities(server: DevServer, cid: str) -> int:
+    """How many activities of run *cid*'s Temporal workflows completed."""
+    return sum(
+        1
+        for event in history(server, cid)
+        if event.HasField("activity_task_completed_event_attributes")
+    )
+
+
 def heard(cid: str) -> list[Any]:
     """What the steps after the run's waits got: ``{"id", "payload"}`` or ``None``."""
     final = Workflow.for_coordination(cid, using=DB).current_result()
@@ -304,6 +313,14 @@ def test_a_wake_lost_after_the_send_is_made_up_for_by_the_workers_sweep(
     wakes it."""
     cid = temporal[flows.LISTENING].start({"log": log}).coordination_id
     wait_for_status(cid, ("waiting_message",), [worker, server])
+    # The activity that made the run wait looks at its mailbox once more before it
+    # ends (a message sent meanwhile is taken at once): the insert comes after it.
+    wait_until(
+        lambda: completed_activities(server, cid) == 2,
+        WAIT,
+        "the activity that made the run wait",
+        [worker, server],
+    )
     # The send's insert alone, without the wake it makes once committed.
     row, created = store_message(cid, "go", {"n": 1}, idempotency_key=None, sender="", using=DB)
     assert created
