@@ -819,3 +819,55 @@ def test_a_quick_async_handlers_failure_is_retried_in_a_task_of_its_own(quick_fr
     assert c0 == sorted(c0) and 300 not in c0 and c0[-1] == 400
     assert [entry.document_key for entry in dlq.find_by_stream("orders")] == [{"_id": 300}]
     assert store.find("orders").last_processed_token == events[-1]["_id"]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_failure_lets_the_other_events_sent_to_workers_answer_before_the_restart(
+    runner, monkeypatch
+):
+    """Order 2's worker fails it while order 1 (another key) waits for its worker: the
+    slot of order 1 waits on for the answer, and the restart sends nothing before it
+    came (the task it waits for may still run: a replay beside it could overtake it)."""
+    from flowwarden_django.streams.remote_events import RemoteEventError
+    from flowwarden_django.streams.runtime import parallel
+
+    store, source = bootstrapped(runner)
+    insert_orders(source.oplog, 2, customers=2)
+    log, lock = [], threading.Lock()
+    sent = Counter()
+    failed = threading.Event()
+
+    def on_worker(name, event, event_id, stopping, *, failing=None):
+        order = event["fullDocument"]["_id"]
+        with lock:
+            sent[order] += 1
+            log.append(f"send {order}#{sent[order]}")
+            first = sent[order] == 1
+        if first and order == 2:
+            polling.wait_until(lambda: sent[1] == 1, "order 1 sent")
+            failed.set()
+            raise RemoteEventError("order 2 failed in the worker")
+        if first and order == 1:
+            failed.wait(WAIT)
+            window = stopping.__self__
+            # Until the generation ends (its window closes), then a look at the stop.
+            polling.wait_until(lambda: window._stopping, "the window closing")
+            with lock:
+                log.append("gave up 1" if stopping() else "answer 1")
+            return None if stopping() else True
+        return True
+
+    monkeypatch.setattr(parallel, "remote_executor", lambda execution: on_worker)
+    stream = spec(
+        lambda doc: None,
+        parallelism=2,
+        key=by_customer,
+        execution="celery",
+    )
+    consumer_class(runner)(stream, store, lambda s: source).run(burst=True)
+    assert "gave up 1" not in log, log
+    answered = log.index("answer 1")
+    # The first generation's two sends and order 1's answer (settled: the anchor
+    # passes it), then the restart's send of order 2.
+    assert sorted(log[:answered]) == ["send 1#1", "send 2#1"], log
+    assert log[answered + 1 :] == ["send 2#2"], log

@@ -187,9 +187,15 @@ class WindowDriver:
         )
 
     def _stop_waiting(self) -> bool:
-        """Whether a slot waiting for a worker's answer should give up (a stop, or the
-        window closing after another event's failure); read from any thread."""
-        return self.consumer.stopping or self.closing
+        """Whether a slot waiting for a worker's answer should give up: a stop only;
+        read from any thread.
+
+        After another event's failure the slot waits on, for the answer or its own
+        ``STREAM_EVENT_TIMEOUT``: the task it sent may still run, and the next
+        generation (which ``close`` holds back until then) would send the key's events
+        again from the anchor, so that one of them could run beside it, or after it
+        out of order."""
+        return self.consumer.stopping
 
 
 class ThreadedWindow(WindowDriver):
