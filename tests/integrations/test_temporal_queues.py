@@ -141,8 +141,11 @@ def test_40_runs_on_a_queue_of_4_run_4_steps_at_once_on_an_8_step_worker(
     queued: Any, worker: TemporalWorker, server: DevServer, tmp_path: Path
 ) -> None:
     log = str(tmp_path / "steps.log")
+    # Steps long beside the hand-over from one run to the next (a workflow task, a
+    # dispatch, an activity: up to a few hundred ms on a loaded machine), so that the
+    # four slots' steps overlap at some moment.
     cids = [
-        queued.start({"log": log, "ms": 200, "n": n}, queue="carrier").coordination_id
+        queued.start({"log": log, "ms": 500, "n": n}, queue="carrier").coordination_id
         for n in range(40)
     ]
     wait_until(lambda: completed(cids), 2 * WAIT, "every run completed", [worker, server])

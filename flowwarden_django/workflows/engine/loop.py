@@ -441,6 +441,8 @@ class _Execution(RunWriter):
                 message=message,
                 outbox=AttemptOutbox(self.cid, head.id if head else "", current.name, self.runs.db),
             )
+            if self.gate is not None:
+                self.gate.step_begins()
             started = time.perf_counter()
             started_at = timezone.now().isoformat()
             try:

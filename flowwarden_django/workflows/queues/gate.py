@@ -101,6 +101,10 @@ class StepGate:
         self.lease = execution.lease_seconds
         #: When the current admission began, and when the slot's lease ends (monotonic).
         self.admitted = self.slot_until = 0.0
+        #: The rate slot the current admission spent, and when (monotonic), until the
+        #: step begins (``step_begins``).
+        self.spent: slots.SlotRow | None = None
+        self.spent_at = 0.0
         self.limits: dict[str, int] = {}
         if config.concurrency:
             self.limits[slots.CONCURRENCY] = config.concurrency
@@ -209,12 +213,28 @@ class StepGate:
                 if 0 < early <= PAY_AHEAD:
                     time.sleep(early)
                 hold = slots.Hold(self.cid, slots.USED, rate_hold(config))
+                spent_at = time.monotonic()
                 spent = slots.claim(using, paid, hold, must_be_free=False, no_sooner=True)
             if spent is None:
+                spent_at = time.monotonic()
                 spent = slots.take(using, rate, self.cid, slots.USED, rate_hold(config))
             if spent is None:
                 return self._park(head, slots.next_free(rate, now))
+            # Measured from before the statement that held it (by the database's clock).
+            self.spent, self.spent_at = spent, spent_at
         return None
+
+    def step_begins(self) -> None:
+        """The admitted step's code begins now. Its rate slot was held from the
+        admission for the period and a guard; when the step got going later than the
+        guard (a loaded process), the slot is held for the period from now instead, so
+        that the slot's next step cannot begin within a period of this one."""
+        spent, self.spent = self.spent, None
+        if spent is None:
+            return
+        late = time.monotonic() - self.spent_at
+        if late > rate_hold(self.config) - self.config.rate.period:
+            slots.hold_from_now(self.using, spent, rate_hold(self.config))
 
     def close(self, status: str) -> None:
         """The execution ends with the run in *status*: give back what it holds (with

@@ -366,6 +366,14 @@ def renew(using: str, row: SlotRow, hold_for: float) -> bool:
     return rows.update(held_until=lease_end(hold_for)) == 1
 
 
+def hold_from_now(using: str, row: SlotRow, hold_for: float) -> bool:
+    """Hold *row*, held under its token, until *hold_for* seconds from now if that is
+    later than its lease end; False when it was lost."""
+    rows = _slots(using).filter(pk=row.pk, token=row.token)
+    until = lease_end(hold_for)
+    return rows.update(held_until=Greatest(Coalesce("held_until", until), until)) == 1
+
+
 def next_free(rows: Sequence[SlotRow], now: datetime | None = None) -> datetime | None:
     """When the first of *rows* that is held becomes free (``None``: one is free, or
     none is held on a lease)."""

@@ -4,6 +4,7 @@ steps' own start and end times say how many ran at once and how fast they starte
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,36 @@ def test_rate_20_per_second_holds_in_every_window_and_is_reached(
     print(f"\nqueues [in-process, rate 20/s]: {figures}")
     assert queue_workflows.most_starts_in(executions, 1.0) <= 20, figures
     assert 180 <= len(in_ten) <= 220, figures
+
+
+def test_a_step_that_begins_late_holds_its_rate_slot_from_its_beginning(
+    queued: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first step gets going 0.4 s after its admission (a loaded process), the
+    next at once: the rate slot is held for the period from the first step's
+    beginning, so the second begins at least a period after it (at 1/s)."""
+    from flowwarden_django.workflows.queues.gate import StepGate
+
+    log = str(tmp_path / "steps.log")
+    admit = StepGate.before_step
+    admitted = []
+
+    def late_once(gate: StepGate, head: Any) -> Any:
+        refused = admit(gate, head)
+        if refused is None:
+            admitted.append(gate.spent)
+            if len(admitted) == 1:
+                time.sleep(0.4)
+        return refused
+
+    monkeypatch.setattr(StepGate, "before_step", late_once)
+    with override_settings(FLOWWARDEN={"WORKFLOW_QUEUES": {"api": {"rate": "1/s"}}}):
+        cid = queued.start({"log": log, "ms": 0, "n": 0}, queue="api").coordination_id
+        wait_until(lambda: all_completed([cid]), "the run completed", timeout=60)
+    starts = [e["start"] for e in step_log.executions(log)]
+    assert len(starts) == 3 and all(spent is not None for spent in admitted), admitted
+    assert starts[1] - starts[0] >= 1.0, starts
+    assert starts[2] - starts[1] >= 1.0, starts
 
 
 def test_every_waiting_priority_1_step_starts_before_any_waiting_priority_5_step(
