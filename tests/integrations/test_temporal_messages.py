@@ -87,12 +87,24 @@ def signals(server: DevServer, cid: str) -> list[dict[str, Any]]:
     return found
 
 
-def completed_activities(server: DevServer, cid: str) -> int:
-    """How many activities of run *cid*'s Temporal workflows completed."""
-    return sum(
-        1
-        for event in history(server, cid)
-        if event.HasField("activity_task_completed_event_attributes")
+COMPLETED = "activity_task_completed_event_attributes"
+FAILED = "activity_task_failed_event_attributes"
+
+
+def events_of(server: DevServer, cid: str, kind: str) -> list[Any]:
+    """The events of run *cid*'s Temporal history that have attributes *kind*."""
+    return [e for e in history(server, cid) if e.HasField(kind)]
+
+
+def wait_parked(server: DevServer, cid: str, worker: TemporalWorker) -> None:
+    """Wait until the activities of ``LISTENING`` run *cid* that made it wait ("one",
+    "listen") completed: the last looks at the mailbox once more before it ends (a
+    message sent meanwhile is taken at once)."""
+    wait_until(
+        lambda: len(events_of(server, cid, COMPLETED)) == 2,
+        WAIT,
+        "the activity that made the run wait",
+        [worker, server],
     )
 
 
@@ -194,29 +206,20 @@ def test_forged_and_hostile_wakes_never_deliver_a_message(
     The send that follows is what the step gets."""
     cid = temporal[flows.LISTENING].start({"log": log}).coordination_id
     wait_for_status(cid, ("waiting_message",), [worker, server])
-
-    def activities(kind: str) -> list[Any]:
-        return [e for e in history(server, cid) if e.HasField(kind)]
-
     # The waiting run's activities ("one", "listen") are in the history: the next is the
     # forged wake's.
-    wait_until(
-        lambda: len(activities("activity_task_completed_event_attributes")) == 2,
-        WAIT,
-        "the activity that made the run wait",
-        [worker, server],
-    )
+    wait_parked(server, cid, worker)
     completed = 2
     raw_wake(server, cid, {"topic": "go", "payload": {"n": 666}, "id": 1})
     wait_until(
-        lambda: len(activities("activity_task_completed_event_attributes")) > completed,
+        lambda: len(events_of(server, cid, COMPLETED)) > completed,
         WAIT,
         "the forged wake's step activity",
         [worker, server],
     )
     raw_wake(server, cid, "a\x00b")
     wait_until(
-        lambda: activities("activity_task_failed_event_attributes"),
+        lambda: events_of(server, cid, FAILED),
         WAIT,
         "the refusal of the hostile wake",
         [worker, server],
@@ -229,7 +232,7 @@ def test_forged_and_hostile_wakes_never_deliver_a_message(
     sent = Workflow.for_coordination(cid, using=DB).send("go", {"n": 1})
     wait_for_status(cid, ("completed",), [worker, server])
     assert heard(cid) == [got(sent)]
-    failed = activities("activity_task_failed_event_attributes")
+    failed = events_of(server, cid, FAILED)
     assert [
         e.activity_task_failed_event_attributes.failure.application_failure_info.type
         for e in failed
@@ -313,14 +316,7 @@ def test_a_wake_lost_after_the_send_is_made_up_for_by_the_workers_sweep(
     wakes it."""
     cid = temporal[flows.LISTENING].start({"log": log}).coordination_id
     wait_for_status(cid, ("waiting_message",), [worker, server])
-    # The activity that made the run wait looks at its mailbox once more before it
-    # ends (a message sent meanwhile is taken at once): the insert comes after it.
-    wait_until(
-        lambda: completed_activities(server, cid) == 2,
-        WAIT,
-        "the activity that made the run wait",
-        [worker, server],
-    )
+    wait_parked(server, cid, worker)  # the insert comes after its last look
     # The send's insert alone, without the wake it makes once committed.
     row, created = store_message(cid, "go", {"n": 1}, idempotency_key=None, sender="", using=DB)
     assert created

@@ -37,7 +37,7 @@ from ..definition.results import WaitingForSlot
 from ..runs.status import RunStatus
 from . import local, slots
 from .settings import QueueConfig, UnknownQueueError, queue_config
-from .terms import PAY_AHEAD, paid_hold, rate_hold, waiting_in
+from .terms import PAY_AHEAD, paid_hold, rate_guard, rate_hold, waiting_in
 
 if TYPE_CHECKING:
     from ..engine.saving import RunWriter
@@ -232,8 +232,7 @@ class StepGate:
         spent, self.spent = self.spent, None
         if spent is None:
             return
-        late = time.monotonic() - self.spent_at
-        if late > rate_hold(self.config) - self.config.rate.period:
+        if time.monotonic() - self.spent_at > rate_guard(self.config):
             slots.hold_from_now(self.using, spent, rate_hold(self.config))
 
     def close(self, status: str) -> None:

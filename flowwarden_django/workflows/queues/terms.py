@@ -29,10 +29,17 @@ def waiting_in(config: QueueConfig, partition: str) -> Q:
     return Q(status=RunStatus.WAITING_SLOT, queue=config.name, queue_partition=partition)
 
 
+def rate_guard(config: QueueConfig) -> float:
+    """Seconds a rate slot of *config* stays spent beyond its period: the time a
+    step may take from its admission to its first line (``StepGate.step_begins``)."""
+    assert config.rate is not None
+    return min(0.05, config.rate.period * RATE_GUARD)
+
+
 def rate_hold(config: QueueConfig) -> float:
     """Seconds a rate slot of *config* stays spent after a step's admission."""
     assert config.rate is not None
-    return config.rate.period + min(0.05, config.rate.period * RATE_GUARD)
+    return config.rate.period + rate_guard(config)
 
 
 def paid_hold(config: QueueConfig) -> float:
